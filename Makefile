@@ -1,0 +1,33 @@
+# h5sidecar developer commands.  `make demo` and `make test` work on a fresh machine with only
+# Python 3.11+ and pip: they create .venv and install what they need.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test lint bench clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(VENV)/bin/h5sidecar demo demo-output
+
+test: setup
+	bash scripts/ensure-test-tools.sh
+	$(PY) -m ruff check h5sidecar tests benchmarks
+	$(PY) -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+
+lint: setup
+	$(PY) -m ruff check h5sidecar tests benchmarks
+	$(PY) -m mypy h5sidecar
+
+bench: setup
+	$(PY) benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) demo-output .pytest_cache

@@ -1,0 +1,34 @@
+"""h5sidecar: read archival HDF5/netCDF4 granules as cloud-native Zarr through sidecar references.
+
+Index once (:func:`index_granule`, ``h5sidecar index``), then read as Zarr: the ``h5sidecar``
+xarray engine, fsspec protocol, zarr store and HTTP gateway.  Heavy modules load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it (imported lazily so `import h5sidecar` stays cheap)
+_LAZY = {
+    "index_granule": "h5sidecar.indexer",
+    "GranuleRefs": "h5sidecar.references",
+    "ChunkManifest": "h5sidecar.references",
+    "read_refs": "h5sidecar.references",
+    "write_json": "h5sidecar.references",
+    "write_parquet": "h5sidecar.references",
+    "open_dataset": "h5sidecar.gateway",
+    "open_datatree": "h5sidecar.gateway",
+    "open_mfdataset": "h5sidecar.gateway",
+    "open_item": "h5sidecar.catalog",
+}
+
+__all__ = ["__version__", *sorted(_LAZY)]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'h5sidecar' has no attribute {name!r}")

@@ -1,0 +1,99 @@
+"""The exception tree of h5sidecar.
+
+Every error raised on purpose by h5sidecar derives from :class:`H5SidecarError` *and* from the
+builtin exception callers already catch (``OSError``, ``ValueError``, ...), so code written against
+plain fsspec/zarr keeps working.  Messages say what happened and what to do next.
+
+Each class carries an append-only ``kind`` code, used in run reports and mapped to HTTP status
+codes by the gateway in one table (``HTTP_STATUS``).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "HTTP_STATUS",
+    "ForbiddenSourceError",
+    "H5SidecarError",
+    "InvalidReferenceError",
+    "NotHDF5Error",
+    "NotIndexedError",
+    "SourceReadError",
+    "StaleReferenceError",
+    "UnsupportedFeatureError",
+]
+
+
+class H5SidecarError(Exception):
+    """Base class of every error h5sidecar raises on purpose."""
+
+    kind: str = "error"
+
+
+class UnsupportedFeatureError(H5SidecarError, NotImplementedError):
+    """An HDF5 feature (filter, datatype, layout, link) that cannot be expressed as Zarr references.
+
+    The indexer raises it with ``on_unsupported="raise"`` and records it as a skipped variable
+    with ``on_unsupported="skip"`` (the default of the batch workflow).
+    """
+
+    kind = "unsupported"
+
+
+class InvalidReferenceError(H5SidecarError, ValueError):
+    """A sidecar (reference file) is malformed, truncated or inconsistent."""
+
+    kind = "invalid_reference"
+
+
+class NotHDF5Error(H5SidecarError, ValueError):
+    """The object is not an HDF5 file (no signature), or is truncated or corrupt."""
+
+    kind = "not_hdf5"
+
+
+class SourceReadError(H5SidecarError, OSError):
+    """Reading bytes of a source object failed after retries (network fault, short read, 5xx)."""
+
+    kind = "source_read"
+
+    def __init__(self, message: str, *, url: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+
+
+class StaleReferenceError(H5SidecarError, OSError):
+    """The source object changed (size, ETag or mtime) since its sidecar was written.
+
+    Re-index the granule (``h5sidecar index SOURCE -o DEST``; changed sources are re-indexed).
+    """
+
+    kind = "stale_reference"
+
+    def __init__(self, message: str, *, url: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+
+
+class ForbiddenSourceError(H5SidecarError, PermissionError):
+    """A sidecar points at a URL outside the allowed source prefixes; it is never fetched."""
+
+    kind = "forbidden_source"
+
+
+class NotIndexedError(H5SidecarError, FileNotFoundError):
+    """No sidecar exists for the requested granule (or key)."""
+
+    kind = "not_indexed"
+
+
+#: HTTP status code for each error class, used by the gateway (most specific class first).
+HTTP_STATUS: dict[type[H5SidecarError], int] = {
+    NotIndexedError: 404,
+    ForbiddenSourceError: 403,
+    InvalidReferenceError: 422,
+    UnsupportedFeatureError: 501,
+    StaleReferenceError: 409,
+    NotHDF5Error: 422,
+    SourceReadError: 502,
+    H5SidecarError: 500,
+}

@@ -1,0 +1,31 @@
+"""The reference model and its persisted formats (kerchunk JSON v1 and kerchunk Parquet).
+
+This package imports neither h5py nor a web framework: everything that reads sidecars depends
+on it, and it depends on nothing of h5sidecar but :mod:`h5sidecar.errors`.
+"""
+
+from h5sidecar.references._manifest import INLINE, MISSING, ChunkManifest, chunk_grid_shape, chunk_key
+from h5sidecar.references._model import (
+    ArrayMeta,
+    ArrayRefs,
+    GranuleRefs,
+    SkipKind,
+    Skipped,
+    SourceInfo,
+    VariableStatus,
+)
+
+__all__ = [
+    "INLINE",
+    "MISSING",
+    "ArrayMeta",
+    "ArrayRefs",
+    "ChunkManifest",
+    "GranuleRefs",
+    "SkipKind",
+    "Skipped",
+    "SourceInfo",
+    "VariableStatus",
+    "chunk_grid_shape",
+    "chunk_key",
+]

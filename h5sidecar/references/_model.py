@@ -1,0 +1,345 @@
+"""Typed, immutable records of a granule's references.
+
+``GranuleRefs`` is what the indexer produces and what every reader consumes: the source's identity
+(:class:`SourceInfo`), the group tree with attributes, one :class:`ArrayRefs` per representable
+variable (Zarr v2 metadata in :class:`ArrayMeta` + a columnar :class:`ChunkManifest`), and the
+variables that were skipped, each with its reason (:class:`Skipped`).
+
+Zarr metadata is kept in Zarr v2 form because that is what kerchunk sidecars persist and what
+fsspec's reference filesystem serves; readers that want Zarr v3 synthesize it (see
+:func:`h5sidecar.references.zarr_v3_metadata`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+import numpy as np
+
+from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references._manifest import ChunkManifest, chunk_grid_shape
+
+__all__ = [
+    "ArrayMeta",
+    "ArrayRefs",
+    "GranuleRefs",
+    "SkipKind",
+    "Skipped",
+    "SourceInfo",
+    "VariableStatus",
+]
+
+#: How a variable is represented: byte ranges into the source, bytes held in the sidecar, or not.
+VariableStatus = Literal["virtual", "inlined", "skipped"]
+
+#: Why a variable was skipped (append-only).
+SkipKind = Literal[
+    "unsupported_filter",
+    "unsupported_dtype",
+    "unsupported_layout",
+    "external_link",
+    "soft_link_dangling",
+    "virtual_dataset",
+    "external_storage",
+    "unreadable",
+    "too_large_to_materialize",
+    "other",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceInfo:
+    """Identity of the source object at index time: what the freshness guard compares.
+
+    Attributes
+    ----------
+    url : str
+        Full URL of the granule (``s3://bucket/key``, ``file:///abs/path`` or a plain path).
+    size : int
+        Object size in bytes.
+    etag : str or None
+        S3 ETag (quotes stripped) when the store has one.
+    mtime : float or None
+        Last-modified time as POSIX seconds.
+    """
+
+    url: str
+    size: int
+    etag: str | None = None
+    mtime: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"url": self.url, "size": self.size, "etag": self.etag, "mtime": self.mtime}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SourceInfo:
+        """Inverse of :meth:`to_dict` (validating)."""
+        try:
+            return cls(
+                url=str(d["url"]),
+                size=int(d["size"]),
+                etag=None if d.get("etag") is None else str(d["etag"]),
+                mtime=None if d.get("mtime") is None else float(d["mtime"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidReferenceError(f"malformed source identity {dict(d)!r}: {exc}") from exc
+
+    def same_object(self, other: SourceInfo) -> bool:
+        """True when ``other`` describes the same bytes (size and ETag, else size and mtime)."""
+        if self.size != other.size:
+            return False
+        if self.etag is not None and other.etag is not None:
+            return self.etag == other.etag
+        if self.mtime is not None and other.mtime is not None:
+            return math.isclose(self.mtime, other.mtime, abs_tol=1e-3)
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayMeta:
+    """Zarr (v2 form) metadata of one array.
+
+    Attributes
+    ----------
+    shape, chunks : tuple of int
+        Array and chunk shape (``()`` for scalars).
+    dtype : str or list
+        Zarr v2 dtype: a numpy type string (``"<f4"``, ``">i2"``, ``"|S8"``, ``"|O"``) or the v2
+        list form of a structured dtype.
+    fill_value : Any
+        The HDF5 *storage* fill value in Zarr v2 JSON encoding: what unallocated chunks read as.
+        Not the same thing as the ``_FillValue`` attribute (see ``zarray_fill_value``).
+    filters : tuple of dict
+        numcodecs configs in *encode* order (decode runs them backwards); the HDF5 pipeline maps
+        here entirely, so ``compressor`` is normally ``None``.
+    compressor : dict or None
+        numcodecs config of the compressor, if the pipeline has a single final compressor.
+    dimension_names : tuple of str
+        Names of the dimensions (netCDF4 dimensions, dimension scales or phony names).
+    attrs : Mapping
+        JSON-ready attributes (CF attributes kept verbatim, HDF5 bookkeeping dropped).
+    order : "C" or "F"
+    """
+
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    dtype: str | list[Any]
+    fill_value: Any = None
+    filters: tuple[Mapping[str, Any], ...] = ()
+    compressor: Mapping[str, Any] | None = None
+    dimension_names: tuple[str, ...] = ()
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    order: Literal["C", "F"] = "C"
+
+    def __post_init__(self) -> None:
+        shape = tuple(int(s) for s in self.shape)
+        chunks = tuple(int(c) for c in self.chunks)
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "chunks", chunks)
+        chunk_grid_shape(shape, chunks)  # validates rank and positivity
+        if self.dimension_names and len(self.dimension_names) != len(shape):
+            raise InvalidReferenceError(
+                f"{len(self.dimension_names)} dimension names for a {len(shape)}-d array"
+            )
+        object.__setattr__(self, "attrs", MappingProxyType(dict(self.attrs)))
+        object.__setattr__(self, "filters", tuple(MappingProxyType(dict(f)) for f in self.filters))
+
+    @property
+    def grid_shape(self) -> tuple[int, ...]:
+        """Shape of the chunk grid."""
+        return chunk_grid_shape(self.shape, self.chunks)
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        """The numpy dtype of the decoded array."""
+        if isinstance(self.dtype, list):
+            return np.dtype([tuple(f) for f in _as_tuples(self.dtype)])
+        return np.dtype(self.dtype)
+
+    def zarray(self, *, fill_value: Any = ...) -> dict[str, Any]:
+        """The ``.zarray`` document (``fill_value`` overrides the stored one when given)."""
+        return {
+            "zarr_format": 2,
+            "shape": list(self.shape),
+            "chunks": list(self.chunks),
+            "dtype": self.dtype,
+            "fill_value": self.fill_value if fill_value is ... else fill_value,
+            "order": self.order,
+            "filters": [dict(f) for f in self.filters] or None,
+            "compressor": None if self.compressor is None else dict(self.compressor),
+            "dimension_separator": ".",
+        }
+
+    def zattrs(self) -> dict[str, Any]:
+        """The ``.zattrs`` document: attributes plus ``_ARRAY_DIMENSIONS``."""
+        out = dict(self.attrs)
+        out["_ARRAY_DIMENSIONS"] = list(self.dimension_names)
+        return out
+
+
+def _as_tuples(descr: list[Any]) -> list[tuple[Any, ...]]:
+    out = []
+    for f in descr:
+        name, typ, *rest = f
+        if isinstance(typ, list):
+            typ = np.dtype([tuple(x) for x in _as_tuples(typ)])
+        out.append((name, typ, *(tuple(r) for r in rest)))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayRefs:
+    """One representable variable: its metadata, its chunk manifest and how it is held.
+
+    Attributes
+    ----------
+    path : str
+        Path in the hierarchy without a leading slash (``"gt1l/heights/h_ph"``).
+    meta : ArrayMeta
+    manifest : ChunkManifest
+    status : "virtual" or "inlined"
+        ``virtual`` when any chunk is a byte range in the source, ``inlined`` when every stored
+        chunk lives in the sidecar (compact datasets, materialised strings, ...).
+    note : str
+        Why the variable was inlined or transformed (empty for plain virtual variables).
+    checksums : numpy.ndarray or None
+        uint64[grid] content hashes of the *encoded* chunks (``--checksums``), 0 where missing.
+    """
+
+    path: str
+    meta: ArrayMeta
+    manifest: ChunkManifest
+    status: Literal["virtual", "inlined"] = "virtual"
+    note: str = ""
+    checksums: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.path.startswith("/") or self.path.endswith("/") or not self.path:
+            raise InvalidReferenceError(f"array path {self.path!r} must be relative and non-empty")
+        if self.manifest.grid_shape != self.meta.grid_shape:
+            raise InvalidReferenceError(
+                f"{self.path}: manifest grid {self.manifest.grid_shape} does not match the chunk "
+                f"grid {self.meta.grid_shape} of shape {self.meta.shape} / chunks {self.meta.chunks}"
+            )
+        if self.checksums is not None and self.checksums.shape != self.manifest.grid_shape:
+            raise InvalidReferenceError(f"{self.path}: checksums do not match the chunk grid")
+
+    def zarray_fill_value(self) -> Any:
+        """The ``fill_value`` to persist in ``.zarray``.
+
+        xarray treats a Zarr v2 ``fill_value`` as the CF ``_FillValue`` (masking it), while HDF5's
+        storage fill value only says what unallocated chunks hold.  So we persist it only when it
+        matters or agrees with the CF attribute: when ``_FillValue`` is present, or when some
+        chunk is missing and the storage fill value is not the type's default; otherwise ``None``
+        (unallocated chunks then read as zeros, which is what HDF5 gives too).
+        """
+        fv = self.meta.fill_value
+        if "_FillValue" in self.meta.attrs:
+            return fv
+        if self.manifest.n_missing and not _is_default_fill(fv):
+            return fv
+        return None
+
+
+def _is_default_fill(fv: Any) -> bool:
+    if fv is None:
+        return True
+    if isinstance(fv, bool):
+        return fv is False
+    if isinstance(fv, (int, float)):
+        return fv == 0 and not (isinstance(fv, float) and math.copysign(1.0, fv) < 0)
+    if isinstance(fv, str):
+        # base64 of all-zero bytes ("AAAA...") or an empty string
+        return set(fv.rstrip("=")) <= {"A"}
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A variable that could not be represented, and why (shown by ``inspect`` and reports)."""
+
+    path: str
+    kind: SkipKind
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON-ready form."""
+        return {"path": self.path, "kind": self.kind, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class GranuleRefs:
+    """All references of one granule (immutable).
+
+    Attributes
+    ----------
+    source : SourceInfo
+    groups : Mapping[str, Mapping]
+        Group path (``""`` for the root) -> attributes.  Every ancestor of every array is present.
+    arrays : Mapping[str, ArrayRefs]
+        Array path -> references, in the file's traversal order.
+    skipped : tuple of Skipped
+    extra : Mapping
+        Provenance (indexer version, options, creation time).
+    """
+
+    source: SourceInfo
+    groups: Mapping[str, Mapping[str, Any]]
+    arrays: Mapping[str, ArrayRefs]
+    skipped: tuple[Skipped, ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        groups = {g: MappingProxyType(dict(a)) for g, a in self.groups.items()}
+        groups.setdefault("", MappingProxyType({}))
+        for path, arr in self.arrays.items():
+            if path != arr.path:
+                raise InvalidReferenceError(f"array registered as {path!r} has path {arr.path!r}")
+            if path in groups:
+                raise InvalidReferenceError(f"{path!r} is both a group and an array")
+            parent = path.rpartition("/")[0]
+            while parent:
+                groups.setdefault(parent, MappingProxyType({}))
+                parent = parent.rpartition("/")[0]
+        object.__setattr__(self, "groups", MappingProxyType(groups))
+        object.__setattr__(self, "arrays", MappingProxyType(dict(self.arrays)))
+        object.__setattr__(self, "skipped", tuple(self.skipped))
+        object.__setattr__(self, "extra", MappingProxyType(dict(self.extra)))
+
+    # -- views ----------------------------------------------------------------------------------
+    def status(self, path: str) -> VariableStatus:
+        """Status of a variable (``KeyError`` if the path is neither an array nor skipped)."""
+        if path in self.arrays:
+            return self.arrays[path].status
+        if any(s.path == path for s in self.skipped):
+            return "skipped"
+        raise KeyError(path)
+
+    def iter_variables(self) -> Iterator[tuple[str, VariableStatus, str]]:
+        """``(path, status, note-or-reason)`` for every variable, arrays first then skipped."""
+        for path, arr in self.arrays.items():
+            yield path, arr.status, arr.note
+        for s in self.skipped:
+            yield s.path, "skipped", s.reason
+
+    @property
+    def nbytes(self) -> int:
+        """Approximate memory held (manifests), for byte-bounded caches."""
+        return sum(a.manifest.nbytes for a in self.arrays.values())
+
+    def zmetadata(self) -> dict[str, Any]:
+        """Consolidated Zarr v2 metadata (the ``metadata`` member of ``.zmetadata``)."""
+        meta: dict[str, Any] = {}
+        for g, attrs in self.groups.items():
+            prefix = f"{g}/" if g else ""
+            meta[f"{prefix}.zgroup"] = {"zarr_format": 2}
+            meta[f"{prefix}.zattrs"] = dict(attrs)
+        for path, arr in self.arrays.items():
+            meta[f"{path}/.zarray"] = arr.meta.zarray(fill_value=arr.zarray_fill_value())
+            meta[f"{path}/.zattrs"] = arr.meta.zattrs()
+        return meta

@@ -1,0 +1,184 @@
+"""Explicit, frozen settings for each deployable part.
+
+Each settings class is a frozen dataclass with documented defaults.  ``Settings.from_env()`` reads
+overrides from environment variables named ``H5SIDECAR_<FIELD>`` (upper case), e.g.
+``H5SIDECAR_MAX_CONCURRENCY=64``.  Nothing reads the environment at import time; settings objects
+are built by the caller (CLI, gateway factory, user code) and passed down explicitly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+__all__ = ["GatewaySettings", "IndexSettings", "ReadSettings", "from_env"]
+
+ENV_PREFIX = "H5SIDECAR_"
+
+T = TypeVar("T")
+
+
+def _convert(raw: str, typ: Any) -> Any:
+    origin = typing.get_origin(typ)
+    args = typing.get_args(typ)
+    if origin is typing.Union or (origin is not None and type(None) in args):
+        inner = [a for a in args if a is not type(None)]
+        if raw.strip().lower() in {"", "none", "null"}:
+            return None
+        return _convert(raw, inner[0])
+    if origin is Literal:
+        if raw not in args:
+            raise ValueError(f"expected one of {args}, got {raw!r}")
+        return raw
+    if origin is tuple:
+        return tuple(p.strip() for p in raw.split(",") if p.strip())
+    if typ is bool:
+        if raw.strip().lower() in {"1", "true", "yes", "on"}:
+            return True
+        if raw.strip().lower() in {"0", "false", "no", "off"}:
+            return False
+        raise ValueError(f"expected a boolean, got {raw!r}")
+    if typ is int:
+        return int(raw)
+    if typ is float:
+        return float(raw)
+    return raw
+
+
+def from_env(
+    cls: type[T], env: Mapping[str, str] | None = None, prefix: str = ENV_PREFIX, **overrides: Any
+) -> T:
+    """Build ``cls`` from its defaults, then ``H5SIDECAR_*`` variables, then ``overrides``.
+
+    Parameters
+    ----------
+    cls : dataclass type
+        One of the settings classes.
+    env : mapping, optional
+        The environment to read (default ``os.environ``).
+    prefix : str
+        Variable prefix, ``"H5SIDECAR_"`` by default.
+    **overrides
+        Explicit values (e.g. from CLI flags); ``None`` values are ignored.
+    """
+    env = os.environ if env is None else env
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        name = prefix + f.name.upper()
+        if name in env:
+            try:
+                values[f.name] = _convert(env[name], hints[f.name])
+            except ValueError as exc:
+                raise ValueError(f"environment variable {name}: {exc}") from exc
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexSettings:
+    """Options of the indexer (one granule -> GranuleRefs).
+
+    Attributes
+    ----------
+    on_unsupported : "skip" or "raise"
+        What to do with a variable that cannot be represented: record it as skipped with its
+        reason (default), or raise :class:`~h5sidecar.errors.UnsupportedFeatureError`.
+    inline_threshold : int
+        Chunks (and compact datasets) of at most this many encoded bytes are stored inside the
+        sidecar instead of as byte ranges (saves a request per tiny chunk).  0 disables.
+    contiguous_chunk_bytes : int
+        Large contiguous datasets are split into virtual chunks of about this many bytes along
+        their first dimension so they can be read in parallel.
+    materialize_limit : int
+        Variables that HDF5 can decode but Zarr cannot address by byte range (variable-length
+        strings, object references, chunks with a filter skipped) are decoded and stored in the
+        sidecar when their decoded size is at most this many bytes; larger ones are skipped.
+    checksums : bool
+        Record a content hash of every chunk (reads all the data).
+    metadata_block_size : int
+        Block size of the read-ahead cache used while scanning metadata over the network.
+    """
+
+    on_unsupported: Literal["skip", "raise"] = "skip"
+    inline_threshold: int = 0
+    contiguous_chunk_bytes: int = 4 * 2**20
+    materialize_limit: int = 64 * 2**20
+    checksums: bool = False
+    metadata_block_size: int = 4 * 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSettings:
+    """Options of the read path (fetch executor, store, filesystem, xarray backend).
+
+    Attributes
+    ----------
+    max_gap : int
+        Byte ranges closer than this in one object are merged into a single request.
+    max_request : int
+        Merged requests stop growing at this size; single ranges larger than it are split into
+        parallel parts.
+    max_concurrency : int
+        Requests in flight at once per filesystem/store.
+    retries : int
+        Attempts after the first for throttling (503/SlowDown), 5xx, resets and short reads.
+    backoff : float
+        Base delay in seconds of the exponential backoff (with jitter).
+    check_freshness : bool
+        Verify each source's size/ETag/mtime against the sidecar before serving its bytes.
+    allowed_prefixes : tuple of str
+        Source URL prefixes that may be fetched.  Empty means: the sources recorded in the
+        sidecars being read.  ``file://`` sources are never fetched outside these prefixes.
+    max_range_bytes : int
+        A single referenced chunk larger than this is refused as malformed.
+    """
+
+    max_gap: int = 1 * 2**20
+    max_request: int = 16 * 2**20
+    max_concurrency: int = 32
+    retries: int = 5
+    backoff: float = 0.1
+    check_freshness: bool = True
+    allowed_prefixes: tuple[str, ...] = ()
+    max_range_bytes: int = 512 * 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySettings:
+    """Options of the HTTP gateway (``h5sidecar serve``).
+
+    Attributes
+    ----------
+    host, port : str, int
+        Where to listen.
+    token : str or None
+        Bearer token required on every route but ``/healthz`` when set.
+    cors_origins : tuple of str
+        Origins allowed by CORS (``*`` for any).
+    allow : tuple of str
+        Extra source prefixes the gateway may fetch (besides the indexed sources).
+    cache_bytes : int
+        Byte limit of the LRU caches (sidecars, metadata, hot chunks) together.
+    max_upstream : int
+        Upstream requests in flight at once; beyond ``max_pending`` waiting requests the gateway
+        answers 503 with ``Retry-After``.
+    max_pending : int
+    max_key_length : int
+    max_response_bytes : int
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    token: str | None = None
+    cors_origins: tuple[str, ...] = ("*",)
+    allow: tuple[str, ...] = ()
+    cache_bytes: int = 256 * 2**20
+    max_upstream: int = 64
+    max_pending: int = 256
+    max_key_length: int = 512
+    max_response_bytes: int = 256 * 2**20

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs the system tools the test-suite drives for real: headless Chromium for the gateway's
+# browser test.  Idempotent; needs root (CI and the dev machines run as root) and Debian's apt.
+set -euo pipefail
+if command -v chromium >/dev/null 2>&1; then exit 0; fi
+if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
+  echo "chromium not found and cannot apt-get it: browser tests will be skipped" >&2
+  exit 0
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >/dev/null
+apt-get install -y -qq chromium chromium-driver >/dev/null

@@ -1,0 +1,88 @@
+"""Shared fixtures: a real S3 server (moto, server mode) on 127.0.0.1, reached through s3fs.
+
+Fixtures that start servers bind only to 127.0.0.1 on a free port.  moto copies the whole object
+on every ranged GET, so tests keep the objects they upload small.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+
+S3_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """URL of a moto S3 server on 127.0.0.1 (one per test session / xdist worker)."""
+    from moto.server import ThreadedMotoServer
+
+    old = {k: os.environ.get(k) for k in S3_CREDENTIALS}
+    os.environ.update(S3_CREDENTIALS)
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture
+def s3_storage_options(s3_endpoint: str) -> dict[str, object]:
+    """s3fs storage options pointing at the moto server (what users pass for a custom endpoint)."""
+    return {
+        "endpoint_url": s3_endpoint,
+        "key": S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        "secret": S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        "token": S3_CREDENTIALS["AWS_SESSION_TOKEN"],
+    }
+
+
+@pytest.fixture
+def s3(s3_storage_options: dict[str, object]):  # type: ignore[no-untyped-def]
+    """A fresh s3fs filesystem (no instance cache) on the moto server."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **s3_storage_options)  # type: ignore[arg-type]
+    return fs
+
+
+@pytest.fixture
+def s3_bucket(s3) -> str:  # type: ignore[no-untyped-def]
+    """A new, empty bucket name on the moto server."""
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    s3.mkdir(name)
+    return name
+
+
+@pytest.fixture(scope="session")
+def corpus_dir() -> Path:
+    """The shared conformance corpus (tests that need it skip with a message when absent)."""
+    if not (CORPUS / "MANIFEST.json").exists():
+        pytest.skip(f"conformance corpus not found at {CORPUS} (shared/corpus beside the repo)")
+    return CORPUS
