@@ -25,7 +25,19 @@ _LAZY = {
     "open_item": "h5sidecar.catalog",
 }
 
-__all__ = ["__version__", *sorted(_LAZY)]
+__all__ = [
+    "__version__",
+    "ChunkManifest",
+    "GranuleRefs",
+    "index_granule",
+    "open_dataset",
+    "open_datatree",
+    "open_item",
+    "open_mfdataset",
+    "read_refs",
+    "write_json",
+    "write_parquet",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -4,7 +4,13 @@ This package imports neither h5py nor a web framework: everything that reads sid
 on it, and it depends on nothing of h5sidecar but :mod:`h5sidecar.errors`.
 """
 
-from h5sidecar.references._manifest import INLINE, MISSING, ChunkManifest, chunk_grid_shape, chunk_key
+from h5sidecar.references._manifest import (
+    INLINE,
+    MISSING,
+    ChunkManifest,
+    chunk_grid_shape,
+    chunk_key,
+)
 from h5sidecar.references._model import (
     ArrayMeta,
     ArrayRefs,
