@@ -17,6 +17,7 @@ __all__ = [
     "InvalidReferenceError",
     "NotHDF5Error",
     "NotIndexedError",
+    "SourceNotFoundError",
     "SourceReadError",
     "StaleReferenceError",
     "UnsupportedFeatureError",
@@ -86,9 +87,16 @@ class NotIndexedError(H5SidecarError, FileNotFoundError):
     kind = "not_indexed"
 
 
+class SourceNotFoundError(H5SidecarError, FileNotFoundError):
+    """A source given to index (file, folder, glob or S3 prefix) does not exist or matches nothing."""
+
+    kind = "source_not_found"
+
+
 #: HTTP status code for each error class, used by the gateway (most specific class first).
 HTTP_STATUS: dict[type[H5SidecarError], int] = {
     NotIndexedError: 404,
+    SourceNotFoundError: 404,
     ForbiddenSourceError: 403,
     InvalidReferenceError: 422,
     UnsupportedFeatureError: 501,
