@@ -1,0 +1,477 @@
+"""Map a source URL (+ s3fs-style storage options) to an obstore store and a path in it.
+
+Accepted URLs:
+
+* ``s3://bucket/key`` (and ``s3a://``) -> :class:`obstore.store.S3Store` for the bucket;
+* ``/abs/path``, ``relative/path``, ``~/path`` and ``file:///abs/path`` -> one shared
+  :class:`obstore.store.LocalStore` rooted at ``/``.
+
+URLs are normalised the way sidecars record them: local sources as absolute paths without a
+scheme, S3 sources as ``s3://bucket/key``.
+
+Options follow s3fs, so the same ``storage_options`` a user passes to fsspec work here:
+``key``, ``secret``, ``token``, ``endpoint_url`` (also inside ``client_kwargs``),
+``client_kwargs.region_name``, ``anon`` and ``requester_pays``.  Missing values come from the
+standard variables ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
+``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` and ``AWS_REGION`` / ``AWS_DEFAULT_REGION``.
+Explicit credentials replace the environment's as a whole (as in botocore): an explicit ``key``
+is never signed with a session token taken from the environment.
+
+Stores are cached (bounded, least recently used) by bucket and a digest of the resolved options,
+so repeated calls share one HTTP connection pool.  Credentials never appear in a ``repr`` and
+refuse to be pickled: ship ``storage_options`` to a worker and resolve there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import unquote, urlsplit
+
+import obstore
+from obstore import exceptions as obstore_errors
+from obstore.store import LocalStore, S3Store
+
+from h5sidecar.errors import SourceReadError, StaleReferenceError, UnsupportedFeatureError
+from h5sidecar.references import SourceInfo
+
+if TYPE_CHECKING:
+    from obstore import ObjectMeta
+    from obstore.store import ObjectStore
+
+__all__ = [
+    "MAX_CACHED_STORES",
+    "STORE_ERRORS",
+    "SourceLocation",
+    "cached_store_count",
+    "clear_store_cache",
+    "identity_from_meta",
+    "identity_from_stat",
+    "normalize_url",
+    "parse_url",
+    "resolve_store",
+    "source_identity",
+    "translate_store_error",
+]
+
+#: How many distinct (bucket, options) stores are kept alive at once.
+MAX_CACHED_STORES = 32
+
+# s3fs options that only tune s3fs itself (caching, listings, event loop): accepted and ignored so
+# that one storage_options dict serves both fsspec and this module.
+_IGNORED_OPTIONS = frozenset(
+    {
+        "skip_instance_cache",
+        "use_listings_cache",
+        "listings_expiry_time",
+        "max_paths",
+        "default_block_size",
+        "default_fill_cache",
+        "default_cache_type",
+        "cache_regions",
+        "asynchronous",
+        "loop",
+        "version_aware",
+        "use_ssl",
+        "config_kwargs",
+        "max_concurrency",
+        "fixed_upload_size",
+    }
+)
+_MAPPED_OPTIONS = frozenset(
+    {"key", "secret", "token", "endpoint_url", "client_kwargs", "anon", "requester_pays"}
+)
+_CLIENT_KWARGS = frozenset({"region_name", "endpoint_url"})
+
+
+@dataclass(frozen=True, slots=True)
+class SourceLocation:
+    """Where a source lives, parsed and normalised (no store, no credentials).
+
+    Attributes
+    ----------
+    url : str
+        Normalised URL: ``s3://bucket/key`` or an absolute local path without a scheme.
+    kind : "s3" or "local"
+    bucket : str or None
+        The S3 bucket (``None`` for local files).
+    path : str
+        The object's path inside its store: the S3 key, or the absolute local path without its
+        leading ``/`` (the shared :class:`~obstore.store.LocalStore` is rooted at ``/``).
+    """
+
+    url: str
+    kind: Literal["s3", "local"]
+    bucket: str | None
+    path: str
+
+    @property
+    def local_path(self) -> str:
+        """The absolute local path (only for ``kind == "local"``)."""
+        if self.kind != "local":
+            raise ValueError(f"{self.url} is not a local file")
+        return self.url
+
+
+def parse_url(url: str | os.PathLike[str]) -> SourceLocation:
+    """Parse and normalise a source URL.
+
+    Parameters
+    ----------
+    url : str or path-like
+        ``s3://bucket/key``, ``s3a://bucket/key``, ``file:///abs/path`` or a local path
+        (absolute, relative to the working directory, or starting with ``~``).
+
+    Returns
+    -------
+    SourceLocation
+
+    Raises
+    ------
+    UnsupportedFeatureError
+        For any other scheme (``gs://``, ``https://``, ...).
+    SourceReadError
+        For an S3 URL without a bucket or a key.
+    """
+    text = os.fspath(url)
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        return _local_location(text)
+    scheme = scheme.lower()
+    if scheme == "file":
+        parts = urlsplit(text)
+        if parts.netloc not in ("", "localhost"):
+            raise UnsupportedFeatureError(
+                f"{text}: file:// URLs on another host ({parts.netloc}) are not supported; "
+                "mount the share and pass its local path"
+            )
+        return _local_location(unquote(parts.path))
+    if scheme in ("s3", "s3a"):
+        bucket, _, key = rest.partition("/")
+        if not bucket or not key or key.endswith("/"):
+            raise SourceReadError(
+                f"{text} does not name an object; expected s3://bucket/path/to/file.h5", url=text
+            )
+        return SourceLocation(url=f"s3://{bucket}/{key}", kind="s3", bucket=bucket, path=key)
+    raise UnsupportedFeatureError(
+        f"{text}: the {scheme}:// scheme is not supported; use s3://bucket/key or a local path"
+    )
+
+
+def _local_location(path: str) -> SourceLocation:
+    absolute = os.path.abspath(os.path.expanduser(path))
+    return SourceLocation(url=absolute, kind="local", bucket=None, path=absolute.lstrip("/"))
+
+
+def normalize_url(url: str | os.PathLike[str]) -> str:
+    """The normalised form of ``url`` (see :func:`parse_url`)."""
+    return parse_url(url).url
+
+
+# -- credentials ---------------------------------------------------------------------------------
+class _StaticCredentials:
+    """An obstore credential provider holding explicit credentials, hidden from repr and pickle.
+
+    Passing credentials through a provider (rather than the store config) keeps them out of
+    ``S3Store.config`` and stops obstore from merging in a session token from the environment.
+    """
+
+    __slots__ = ("_creds",)
+
+    def __init__(self, key: str, secret: str, token: str | None) -> None:
+        self._creds = {
+            "access_key_id": key,
+            "secret_access_key": secret,
+            "token": token,
+            "expires_at": None,
+        }
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._creds)
+
+    def __repr__(self) -> str:
+        return "_StaticCredentials(<redacted>)"
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "refusing to pickle a store holding S3 credentials; send the storage_options (or set "
+            "AWS_* variables) to the other process and call h5sidecar resolve_store() there"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _S3Options:
+    """Resolved S3 options; ``secret`` and ``token`` excluded from repr."""
+
+    endpoint: str | None
+    region: str | None
+    anon: bool
+    requester_pays: bool
+    key: str | None
+    secret: str | None = None
+    token: str | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"_S3Options(endpoint={self.endpoint!r}, region={self.region!r}, anon={self.anon}, "
+            f"requester_pays={self.requester_pays}, key={'<set>' if self.key else None})"
+        )
+
+    def digest(self) -> str:
+        """A fingerprint of every field (credentials included) for the cache key."""
+        fields = [self.endpoint, self.region, self.anon, self.requester_pays]
+        fields += [self.key, self.secret, self.token]
+        return hashlib.sha256(json.dumps(fields).encode()).hexdigest()
+
+
+def _resolve_s3_options(
+    storage_options: Mapping[str, Any] | None, env: Mapping[str, str]
+) -> _S3Options:
+    opts = dict(storage_options or {})
+    unknown = set(opts) - _MAPPED_OPTIONS - _IGNORED_OPTIONS
+    client_kwargs = dict(opts.get("client_kwargs") or {})
+    unknown |= {f"client_kwargs.{k}" for k in set(client_kwargs) - _CLIENT_KWARGS}
+    if unknown:
+        raise UnsupportedFeatureError(
+            f"storage option(s) {sorted(unknown)} are not supported by h5sidecar's S3 reader; "
+            f"use {sorted(_MAPPED_OPTIONS)} (client_kwargs: {sorted(_CLIENT_KWARGS)}) or the "
+            "AWS_* environment variables"
+        )
+    endpoint = (
+        opts.get("endpoint_url")
+        or client_kwargs.get("endpoint_url")
+        or env.get("AWS_ENDPOINT_URL_S3")
+        or env.get("AWS_ENDPOINT_URL")
+        or None
+    )
+    region = (
+        client_kwargs.get("region_name") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    )
+    anon = bool(opts.get("anon", False))
+    if anon:
+        return _S3Options(endpoint, region or None, True, bool(opts.get("requester_pays")), None)
+    if opts.get("key") or opts.get("secret"):
+        if not (opts.get("key") and opts.get("secret")):
+            raise SourceReadError("storage_options must give both 'key' and 'secret' (or neither)")
+        key, secret, token = opts["key"], opts["secret"], opts.get("token")
+    else:
+        key = env.get("AWS_ACCESS_KEY_ID")
+        secret = env.get("AWS_SECRET_ACCESS_KEY")
+        token = opts.get("token") or env.get("AWS_SESSION_TOKEN")
+        if not (key and secret):
+            key = secret = token = None  # let obstore's default chain (instance role, ...) decide
+    return _S3Options(
+        endpoint=endpoint,
+        region=region or None,
+        anon=False,
+        requester_pays=bool(opts.get("requester_pays", False)),
+        key=key or None,
+        secret=secret or None,
+        token=token or None,
+    )
+
+
+# -- the store cache -----------------------------------------------------------------------------
+_LOCAL_STORE: LocalStore | None = None
+_S3_STORES: OrderedDict[tuple[str, str], S3Store] = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def _local_store() -> LocalStore:
+    global _LOCAL_STORE
+    with _LOCK:
+        if _LOCAL_STORE is None:
+            _LOCAL_STORE = LocalStore()
+        return _LOCAL_STORE
+
+
+def _build_s3_store(bucket: str, o: _S3Options) -> S3Store:
+    config: dict[str, Any] = {}
+    client_options: dict[str, Any] = {}
+    if o.endpoint:
+        config["endpoint"] = o.endpoint
+        # obstore speaks https only unless told otherwise; a local/test endpoint is plain http
+        client_options["allow_http"] = o.endpoint.lower().startswith("http://")
+    if o.region:
+        config["region"] = o.region
+    if o.anon:
+        config["skip_signature"] = True
+    if o.requester_pays:
+        config["request_payer"] = True
+    provider = _StaticCredentials(o.key, o.secret, o.token) if o.key and o.secret else None
+    return S3Store(
+        bucket,
+        config=config,  # type: ignore[arg-type]
+        client_options=client_options or None,  # type: ignore[arg-type]
+        credential_provider=provider,  # type: ignore[arg-type]
+    )
+
+
+def resolve_store(
+    url: str | os.PathLike[str],
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> tuple[ObjectStore, SourceLocation]:
+    """The (cached) obstore store holding ``url`` and the parsed location.
+
+    Parameters
+    ----------
+    url : str or path-like
+        Source URL (see :func:`parse_url`).
+    storage_options : mapping, optional
+        s3fs-style options (see the module docstring).  Ignored for local files.
+    env : mapping, optional
+        Environment to read ``AWS_*`` variables from (default ``os.environ``).
+
+    Returns
+    -------
+    store : obstore store
+        Use ``location.path`` as the path inside it.
+    location : SourceLocation
+
+    Raises
+    ------
+    UnsupportedFeatureError
+        Unknown scheme or storage option.
+
+    Examples
+    --------
+    >>> store, loc = resolve_store("s3://bucket/ATL03.h5", {"anon": True})  # doctest: +SKIP
+    >>> obstore.get_range(store, loc.path, start=0, length=8)  # doctest: +SKIP
+    """
+    location = parse_url(url)
+    if location.kind == "local":
+        return _local_store(), location
+    assert location.bucket is not None
+    options = _resolve_s3_options(storage_options, os.environ if env is None else env)
+    cache_key = (location.bucket, options.digest())
+    with _LOCK:
+        store = _S3_STORES.get(cache_key)
+        if store is not None:
+            _S3_STORES.move_to_end(cache_key)
+            return store, location
+    store = _build_s3_store(location.bucket, options)
+    with _LOCK:
+        store = _S3_STORES.setdefault(cache_key, store)
+        _S3_STORES.move_to_end(cache_key)
+        while len(_S3_STORES) > MAX_CACHED_STORES:
+            _S3_STORES.popitem(last=False)
+    return store, location
+
+
+def clear_store_cache() -> None:
+    """Forget every cached store (e.g. after rotating credentials)."""
+    with _LOCK:
+        _S3_STORES.clear()
+
+
+def cached_store_count() -> int:
+    """Number of S3 stores currently cached (at most :data:`MAX_CACHED_STORES`)."""
+    with _LOCK:
+        return len(_S3_STORES)
+
+
+#: What obstore raises for a failed request: its own tree plus builtins (FileNotFoundError, ...).
+STORE_ERRORS: tuple[type[BaseException], ...] = (obstore_errors.BaseError, OSError, ValueError)
+
+
+# -- identity ------------------------------------------------------------------------------------
+def _strip_etag(etag: str | None) -> str | None:
+    if not etag:
+        return None
+    etag = etag.strip()
+    etag = etag.removeprefix("W/")
+    return etag.strip('"') or None
+
+
+def identity_from_meta(url: str, meta: ObjectMeta) -> SourceInfo:
+    """A :class:`SourceInfo` from obstore's ``ObjectMeta`` (of a GET or HEAD response).
+
+    The ETag is recorded without quotes; ``mtime`` is POSIX seconds of ``last_modified``.
+    """
+    modified: datetime | None = meta.get("last_modified")
+    return SourceInfo(
+        url=url,
+        size=int(meta["size"]),
+        etag=_strip_etag(meta.get("e_tag")),
+        mtime=None if modified is None else modified.timestamp(),
+    )
+
+
+def identity_from_stat(
+    path: str | os.PathLike[str], st: os.stat_result | None = None
+) -> SourceInfo:
+    """A :class:`SourceInfo` for a local file from ``os.stat`` (no ETag)."""
+    absolute = normalize_url(Path(path))
+    st = os.stat(absolute) if st is None else st
+    return SourceInfo(url=absolute, size=int(st.st_size), etag=None, mtime=float(st.st_mtime))
+
+
+def source_identity(
+    url: str | os.PathLike[str],
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> SourceInfo:
+    """The current identity (size, ETag, mtime) of a source: one HEAD request, or ``os.stat``.
+
+    Parameters
+    ----------
+    url : str or path-like
+    storage_options : mapping, optional
+        s3fs-style options (see the module docstring).
+    env : mapping, optional
+        Environment for ``AWS_*`` variables (default ``os.environ``).
+
+    Raises
+    ------
+    SourceReadError
+        The object does not exist or cannot be reached (the message says why).
+    """
+    store, location = resolve_store(url, storage_options, env=env)
+    if location.kind == "local":
+        try:
+            return identity_from_stat(location.url)
+        except OSError as exc:
+            raise SourceReadError(
+                f"cannot stat {location.url}: {exc.strerror or exc}; check the path",
+                url=location.url,
+            ) from exc
+    try:
+        meta = obstore.head(store, location.path)
+    except STORE_ERRORS as exc:
+        raise translate_store_error(exc, location.url, "HEAD") from exc
+    return identity_from_meta(location.url, meta)
+
+
+def translate_store_error(exc: BaseException, url: str, action: str) -> Exception:
+    """Map an obstore exception to the h5sidecar error a caller should see.
+
+    ``PreconditionError`` (the object changed under an ``If-Match``) becomes
+    :class:`~h5sidecar.errors.StaleReferenceError`; everything else a
+    :class:`~h5sidecar.errors.SourceReadError` naming the URL and what to check.
+    """
+    oe = obstore_errors
+    if isinstance(exc, oe.PreconditionError):
+        return StaleReferenceError(
+            f"{url} changed while it was being read ({action} failed its If-Match); the object "
+            "was replaced: index it again once writers are done",
+            url=url,
+        )
+    if isinstance(exc, FileNotFoundError):
+        hint = "no such object; check the URL"
+    elif isinstance(exc, (oe.PermissionDeniedError, oe.UnauthenticatedError, PermissionError)):
+        hint = "access denied; check credentials (key/secret/token or AWS_* variables) and anon"
+    else:
+        hint = "the store failed after its retries; check the endpoint and network, then retry"
+    first_line = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+    return SourceReadError(f"{action} {url}: {hint} ({first_line})", url=url)
