@@ -40,7 +40,12 @@ import obstore
 from obstore import exceptions as obstore_errors
 from obstore.store import LocalStore, S3Store
 
-from h5sidecar.errors import SourceReadError, StaleReferenceError, UnsupportedFeatureError
+from h5sidecar.errors import (
+    SourceNotFoundError,
+    SourceReadError,
+    StaleReferenceError,
+    UnsupportedFeatureError,
+)
 from h5sidecar.references import SourceInfo
 
 if TYPE_CHECKING:
@@ -434,13 +439,17 @@ def source_identity(
 
     Raises
     ------
+    SourceNotFoundError
+        The object does not exist.
     SourceReadError
-        The object does not exist or cannot be reached (the message says why).
+        The object cannot be reached (the message says why).
     """
     store, location = resolve_store(url, storage_options, env=env)
     if location.kind == "local":
         try:
             return identity_from_stat(location.url)
+        except FileNotFoundError as exc:
+            raise SourceNotFoundError(f"{location.url} does not exist; check the path") from exc
         except OSError as exc:
             raise SourceReadError(
                 f"cannot stat {location.url}: {exc.strerror or exc}; check the path",
@@ -467,11 +476,11 @@ def translate_store_error(exc: BaseException, url: str, action: str) -> Exceptio
             "was replaced: index it again once writers are done",
             url=url,
         )
+    first_line = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
     if isinstance(exc, FileNotFoundError):
-        hint = "no such object; check the URL"
-    elif isinstance(exc, (oe.PermissionDeniedError, oe.UnauthenticatedError, PermissionError)):
+        return SourceNotFoundError(f"{action} {url}: no such object; check the URL")
+    if isinstance(exc, (oe.PermissionDeniedError, oe.UnauthenticatedError, PermissionError)):
         hint = "access denied; check credentials (key/secret/token or AWS_* variables) and anon"
     else:
         hint = "the store failed after its retries; check the endpoint and network, then retry"
-    first_line = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
     return SourceReadError(f"{action} {url}: {hint} ({first_line})", url=url)

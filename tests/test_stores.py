@@ -23,7 +23,12 @@ from h5sidecar._stores import (
     source_identity,
     translate_store_error,
 )
-from h5sidecar.errors import SourceReadError, StaleReferenceError, UnsupportedFeatureError
+from h5sidecar.errors import (
+    SourceNotFoundError,
+    SourceReadError,
+    StaleReferenceError,
+    UnsupportedFeatureError,
+)
 
 
 # -- parsing -------------------------------------------------------------------------------------
@@ -238,16 +243,16 @@ def test_identity_of_a_local_file_comes_from_stat(tmp_path: Path) -> None:
     ident = source_identity(f"file://{f}")
     st = os.stat(f)
     assert (ident.url, ident.size, ident.etag, ident.mtime) == (str(f), 3, None, st.st_mtime)
-    with pytest.raises(SourceReadError, match="check the path"):
+    with pytest.raises(SourceNotFoundError, match="does not exist; check the path"):
         source_identity(tmp_path / "missing.h5")
 
 
-def test_missing_object_is_a_source_read_error(
+def test_missing_object_is_source_not_found(
     s3_bucket: str, s3_storage_options: dict[str, object]
 ) -> None:
-    with pytest.raises(SourceReadError, match="no such object; check the URL") as info:
-        source_identity(f"s3://{s3_bucket}/nope.h5", s3_storage_options)
-    assert info.value.url == f"s3://{s3_bucket}/nope.h5"
+    url = f"s3://{s3_bucket}/nope.h5"
+    with pytest.raises(SourceNotFoundError, match=f"HEAD {url}: no such object; check the URL"):
+        source_identity(url, s3_storage_options)
 
 
 def test_failed_if_match_translates_to_stale_reference(
