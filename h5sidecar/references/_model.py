@@ -149,6 +149,23 @@ class ArrayMeta:
         object.__setattr__(self, "attrs", MappingProxyType(dict(self.attrs)))
         object.__setattr__(self, "filters", tuple(MappingProxyType(dict(f)) for f in self.filters))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # MappingProxyType does not pickle (Dask ships stores to workers): rebuild from dicts.
+        return (
+            ArrayMeta,
+            (
+                self.shape,
+                self.chunks,
+                self.dtype,
+                self.fill_value,
+                tuple(dict(f) for f in self.filters),
+                None if self.compressor is None else dict(self.compressor),
+                self.dimension_names,
+                dict(self.attrs),
+                self.order,
+            ),
+        )
+
     @property
     def grid_shape(self) -> tuple[int, ...]:
         """Shape of the chunk grid."""
@@ -310,6 +327,19 @@ class GranuleRefs:
         object.__setattr__(self, "arrays", MappingProxyType(dict(self.arrays)))
         object.__setattr__(self, "skipped", tuple(self.skipped))
         object.__setattr__(self, "extra", MappingProxyType(dict(self.extra)))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # MappingProxyType does not pickle (Dask ships stores to workers): rebuild from dicts.
+        return (
+            GranuleRefs,
+            (
+                self.source,
+                {g: dict(a) for g, a in self.groups.items()},
+                dict(self.arrays),
+                self.skipped,
+                dict(self.extra),
+            ),
+        )
 
     # -- views ----------------------------------------------------------------------------------
     def status(self, path: str) -> VariableStatus:
