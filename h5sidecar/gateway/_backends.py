@@ -1,0 +1,224 @@
+"""Byte-range readers under the fetch executor: obstore for object stores, ``os.pread`` for files.
+
+A reader does one attempt of one request and reports what it saw; the executor
+(:mod:`h5sidecar.gateway._fetch`) owns retries, concurrency and the freshness verdict.  Failures
+are sorted here into three internal kinds the executor acts on:
+
+* :class:`TransientReadError` -- throttling (503 SlowDown), other 5xx, 408/429, connection
+  resets, timeouts, truncated bodies: worth retrying;
+* :class:`SourceGoneError` -- the object does not exist (404) or a precondition failed (412);
+* a public :class:`~h5sidecar.errors.SourceReadError` -- anything retrying cannot fix
+  (403, 400, bad credentials).
+
+obstore was chosen over aiohttp/s3fs by measurement (see the README, "Read path: tuning"): it
+spends several times less client CPU per ranged GET, and its client is not bound to an asyncio
+loop, so one fetcher serves zarr's loop and fsspec's loop alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import obstore
+from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
+
+from h5sidecar.errors import SourceReadError
+from h5sidecar.gateway._allow import Location
+
+__all__ = [
+    "LocalReader",
+    "ObjectStoreReader",
+    "ObservedIdentity",
+    "SourceGoneError",
+    "TransientReadError",
+]
+
+_STATUS = re.compile(r"status code: (\d{3})")
+#: 4xx codes that mean "try again later" rather than "you asked for something wrong".
+_RETRYABLE_4XX = frozenset({408, 429})
+
+
+class TransientReadError(Exception):
+    """One attempt failed in a way a later attempt may not (internal)."""
+
+
+class SourceGoneError(Exception):
+    """The object is missing or no longer matches a precondition (internal)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedIdentity:
+    """Size / ETag / mtime of the object as seen by the request that just read it."""
+
+    size: int
+    etag: str | None
+    mtime: float | None
+
+
+class LocalReader:
+    """Reads local files with ``os.pread`` in worker threads (one open/fstat/pread/close each).
+
+    The ``fstat`` is taken on the descriptor that is read, so the identity checked by the
+    freshness guard is the identity of the very bytes returned.
+    """
+
+    async def read(self, loc: Location, start: int, stop: int) -> tuple[bytes, ObservedIdentity]:
+        """Read ``[start, stop)`` of the file at ``loc.path``."""
+        try:
+            return await asyncio.to_thread(_pread, loc.path, start, stop - start)
+        except FileNotFoundError as exc:
+            raise SourceGoneError(f"{loc.path} does not exist") from exc
+        except (PermissionError, IsADirectoryError) as exc:
+            raise SourceReadError(
+                f"cannot read {loc.path}: {exc}; check the file's permissions", url=loc.path
+            ) from exc
+        except OSError as exc:
+            raise TransientReadError(f"reading {loc.path}: {exc}") from exc
+
+
+def _pread(path: str, offset: int, length: int) -> tuple[bytes, ObservedIdentity]:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        data = os.pread(fd, length, offset)
+    finally:
+        os.close(fd)
+    return data, ObservedIdentity(size=st.st_size, etag=None, mtime=st.st_mtime)
+
+
+class ObjectStoreReader:
+    """Ranged GETs through obstore; one store (and connection pool) per bucket or host.
+
+    Parameters
+    ----------
+    storage_options : mapping, optional
+        s3fs-style options (``endpoint_url``, ``key``, ``secret``, ``token``, ``anon``,
+        ``client_kwargs={"region_name": ...}``).  Credentials not given here come from the
+        environment (``AWS_*`` variables), exactly as obstore and boto resolve them.
+    """
+
+    def __init__(self, storage_options: Mapping[str, Any] | None = None) -> None:
+        self._options = dict(storage_options or {})
+        self._stores: dict[tuple[str, str], Any] = {}
+
+    def store_for(self, loc: Location) -> Any:
+        """The (cached) obstore store serving ``loc``'s bucket or host."""
+        key = (loc.scheme, loc.authority)
+        store = self._stores.get(key)
+        if store is None:
+            store = self._stores[key] = make_store(loc, self._options)
+        return store
+
+    async def read(self, loc: Location, start: int, stop: int) -> tuple[Any, ObservedIdentity]:
+        """GET ``[start, stop)``; the response's headers give the object's current identity."""
+        store = self.store_for(loc)
+        try:
+            result = await obstore.get_async(store, loc.path, options={"range": (start, stop)})
+            data = await result.bytes_async()
+        except FileNotFoundError as exc:
+            raise SourceGoneError(f"{loc.canonical} does not exist") from exc
+        except PreconditionError as exc:
+            raise SourceGoneError(f"{loc.canonical} changed (precondition failed)") from exc
+        except (PermissionDeniedError, UnauthenticatedError) as exc:
+            raise SourceReadError(
+                f"access to {loc.canonical} was denied: {_first_line(exc)}. Check the "
+                "credentials (storage_options or AWS_* environment variables) and the bucket "
+                "policy.",
+                url=loc.canonical,
+            ) from exc
+        except Exception as exc:
+            # obstore reports HTTP failures and transport failures (resets, timeouts, truncated
+            # bodies) as generic errors; the HTTP status, when there is one, is in the message.
+            raise _classify(exc, loc) from exc
+        meta = result.meta
+        mtime = meta.get("last_modified")
+        return data, ObservedIdentity(
+            size=int(meta["size"]),
+            etag=_strip_etag(meta.get("e_tag")),
+            mtime=None if mtime is None else mtime.timestamp(),
+        )
+
+
+def _classify(exc: Exception, loc: Location) -> Exception:
+    match = _STATUS.search(str(exc))
+    status = int(match.group(1)) if match else None
+    if status is not None and 400 <= status < 500 and status not in _RETRYABLE_4XX:
+        return SourceReadError(
+            f"GET {loc.canonical} failed with HTTP {status}: {_first_line(exc)}. Retrying will "
+            "not help; check the URL, the endpoint and the credentials.",
+            url=loc.canonical,
+        )
+    what = f"HTTP {status}" if status else type(exc).__name__
+    return TransientReadError(f"{what}: {_first_line(exc)}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+def _strip_etag(etag: str | None) -> str | None:
+    if etag is None:
+        return None
+    etag = etag.strip()
+    etag = etag.removeprefix("W/")
+    return etag.strip('"')
+
+
+# -- store construction ---------------------------------------------------------------------------
+
+#: Our executor owns retries (it counts them and applies one policy everywhere), so the obstore
+#: client must not retry on its own.
+_NO_RETRY = {"max_retries": 0}
+_CLIENT = {"connect_timeout": "10s", "timeout": "300s"}
+
+
+def make_store(loc: Location, storage_options: Mapping[str, Any]) -> Any:
+    """Build the obstore store for ``loc``'s bucket/host from s3fs-style ``storage_options``."""
+    from obstore.store import HTTPStore, S3Store, from_url
+
+    client = dict(_CLIENT)
+    if loc.scheme == "s3":
+        config = s3_config(storage_options)
+        if str(config.get("endpoint", "")).startswith("http://"):
+            client["allow_http"] = True  # type: ignore[assignment]
+        return S3Store(loc.authority, client_options=client, retry_config=_NO_RETRY, **config)
+    if loc.scheme in ("http", "https"):
+        client["allow_http"] = loc.scheme == "http"  # type: ignore[assignment]
+        return HTTPStore.from_url(
+            f"{loc.scheme}://{loc.authority}", client_options=client, retry_config=_NO_RETRY
+        )
+    return from_url(
+        f"{loc.scheme}://{loc.authority}", client_options=client, retry_config=_NO_RETRY
+    )
+
+
+def s3_config(storage_options: Mapping[str, Any]) -> dict[str, Any]:
+    """Translate s3fs-style options into obstore ``S3Store`` keyword arguments."""
+    so = dict(storage_options)
+    ck = dict(so.pop("client_kwargs", None) or {})
+    out: dict[str, Any] = {}
+    endpoint = so.pop("endpoint_url", None) or ck.pop("endpoint_url", None)
+    if endpoint:
+        out["endpoint"] = str(endpoint)
+    region = so.pop("region_name", None) or ck.pop("region_name", None)
+    if region:
+        out["region"] = str(region)
+    for src, dst in (
+        ("key", "access_key_id"),
+        ("secret", "secret_access_key"),
+        ("token", "session_token"),
+    ):
+        value = so.pop(src, None) or ck.pop(f"aws_{dst}", None)
+        if value:
+            out[dst] = str(value)
+    if so.pop("anon", False):
+        out["skip_signature"] = True
+    if so.pop("requester_pays", False):
+        out["request_payer"] = True
+    return out

@@ -1,0 +1,357 @@
+"""The concurrent fetch executor: plan, then read byte ranges with bounded concurrency.
+
+:class:`ChunkFetcher` is the one place the read path touches sources.  For each batch of
+``(url, offset, length)`` requests it
+
+1. refuses, before any I/O, URLs outside the allow-list, ranges longer than
+   ``max_range_bytes`` and ranges past the end of a source's recorded size;
+2. coalesces the ranges with :func:`~h5sidecar.gateway._plan.plan_reads`;
+3. issues the plan's requests concurrently, at most ``max_concurrency`` at a time per fetcher,
+   through one connection pool per bucket/host (obstore) or ``os.pread`` in threads;
+4. retries throttling, 5xx, resets, timeouts and short bodies with exponential backoff and full
+   jitter, and raises :class:`~h5sidecar.errors.SourceReadError` when retries run out;
+5. confirms, before serving any byte, that the object is the one the sidecar describes (size and
+   ETag or mtime, from the very response that carried the bytes) -- else
+   :class:`~h5sidecar.errors.StaleReferenceError`.
+
+There is one async core (:meth:`ChunkFetcher.fetch`) and one sync bridge
+(:meth:`ChunkFetcher.fetch_sync`) that runs it on fsspec's I/O loop: no third event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from h5sidecar.errors import (
+    ForbiddenSourceError,
+    InvalidReferenceError,
+    SourceReadError,
+    StaleReferenceError,
+)
+from h5sidecar.gateway._allow import AllowList, Location, parse_location
+from h5sidecar.gateway._backends import (
+    LocalReader,
+    ObjectStoreReader,
+    ObservedIdentity,
+    SourceGoneError,
+    TransientReadError,
+)
+from h5sidecar.gateway._plan import ReadPlan, plan_reads
+from h5sidecar.gateway._stats import FetchStats
+from h5sidecar.references import SourceInfo
+from h5sidecar.settings import ReadSettings
+
+__all__ = ["ChunkFetcher", "scrub_credentials"]
+
+log = logging.getLogger("h5sidecar.fetch")
+
+#: Upper bound of one backoff sleep (seconds), whatever the attempt number.
+_MAX_BACKOFF = 20.0
+#: Substrings of option names that hold secrets; such options never enter a pickle.
+_SECRET_MARKERS = ("key", "secret", "token", "password", "credential", "session")
+
+
+class ChunkFetcher:
+    """Fetch byte ranges of allowed sources, concurrently, with retries and a freshness guard.
+
+    Parameters
+    ----------
+    settings : ReadSettings
+        Coalescing limits, concurrency, retries, allow-list (see the README, "Read path:
+        tuning", for the ``H5SIDECAR_*`` variables).
+    storage_options : mapping, optional
+        s3fs-style options for object stores (``endpoint_url``, ``key``, ``secret``, ``token``,
+        ``anon``, ``client_kwargs``).  Credentials are *not* pickled: a fetcher sent to a Dask
+        worker resolves them again there from the worker's environment (``AWS_*`` variables,
+        instance profile), keeping only non-secret options such as ``endpoint_url``.
+    sources : iterable of SourceInfo
+        Identities recorded at index time.  When ``settings.allowed_prefixes`` is empty, exactly
+        these URLs may be fetched; with ``settings.check_freshness`` their size/ETag/mtime is
+        compared with every response.
+
+    Attributes
+    ----------
+    stats : FetchStats
+        Requests, bytes fetched/used, over-read ratio, retries, cache hits.
+
+    Examples
+    --------
+    >>> fetcher = ChunkFetcher(ReadSettings(), sources=refs_list)         # doctest: +SKIP
+    >>> a, b = fetcher.fetch_sync([(url, 4096, 1000), (url, 9000, 200)])  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        settings: ReadSettings,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        sources: Iterable[SourceInfo] = (),
+    ) -> None:
+        self.settings = settings
+        self.storage_options: dict[str, Any] = dict(storage_options or {})
+        self.sources: tuple[SourceInfo, ...] = tuple(sources)
+        self.stats = FetchStats()
+        self._setup()
+
+    def _setup(self) -> None:
+        prefixes = self.settings.allowed_prefixes or tuple(s.url for s in self.sources)
+        self.allow_list = AllowList(prefixes)
+        self._known: dict[str, SourceInfo] = {}
+        for s in self.sources:
+            try:
+                self._known[parse_location(s.url).canonical] = s
+            except ForbiddenSourceError as exc:  # refused again, loudly, if it is ever fetched
+                log.debug("source %r cannot be read: %s", s.url, exc)
+        self._confirmed: set[str] = set()
+        self._local = LocalReader()
+        self._remote = ObjectStoreReader(self.storage_options)
+        self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]
+        self._semaphores = weakref.WeakKeyDictionary()
+
+    # -- pickling: no credentials, no live clients ---------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "settings": self.settings,
+            "storage_options": scrub_credentials(self.storage_options),
+            "sources": self.sources,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.settings = state["settings"]
+        self.storage_options = dict(state["storage_options"])
+        self.sources = tuple(state["sources"])
+        self.stats = FetchStats()
+        self._setup()
+
+    def __repr__(self) -> str:
+        return f"ChunkFetcher(allowed={list(self.allow_list.prefixes)!r}, stats={self.stats!r})"
+
+    # -- public API ------------------------------------------------------------------------------
+    def plan(self, requests: Sequence[tuple[str, int, int]]) -> ReadPlan:
+        """Validate ``requests`` (allow-list, size limits) and plan them; no I/O."""
+        urls = [r[0] for r in requests]
+        offsets = np.fromiter((r[1] for r in requests), dtype=np.int64, count=len(requests))
+        lengths = np.fromiter((r[2] for r in requests), dtype=np.int64, count=len(requests))
+        plan = plan_reads(
+            urls,
+            offsets,
+            lengths,
+            max_gap=self.settings.max_gap,
+            max_request=self.settings.max_request,
+        )
+        self._validate(plan, offsets, lengths)
+        return plan
+
+    async def fetch(self, requests: Sequence[tuple[str, int, int]]) -> list[bytes]:
+        """Read ``(url, offset, length)`` ranges; the bytes come back in input order.
+
+        Raises
+        ------
+        ForbiddenSourceError
+            A URL is outside the allow-list (nothing is fetched).
+        InvalidReferenceError
+            A range is negative, longer than ``max_range_bytes`` or past the recorded size.
+        StaleReferenceError
+            A source no longer matches the identity recorded at index time: re-index it.
+        SourceReadError
+            A request kept failing after ``settings.retries`` retries.
+        """
+        plan = self.plan(requests)
+        return await self.fetch_plan(plan)
+
+    def fetch_sync(self, requests: Sequence[tuple[str, int, int]]) -> list[bytes]:
+        """Blocking :meth:`fetch`, run on fsspec's I/O event loop (not from inside a loop)."""
+        import fsspec.asyn
+
+        return fsspec.asyn.sync(fsspec.asyn.get_loop(), self.fetch, requests)
+
+    async def fetch_plan(self, plan: ReadPlan) -> list[bytes]:
+        """Execute an already validated plan (from :meth:`plan`); bytes in input order."""
+        if plan.n_requests == 0:
+            self.stats.add(bytes_used=plan.bytes_used)
+            return plan.slice_spans([])
+        locations = [self.allow_list.check(u) for u in plan.urls]
+        jobs = [
+            self._get(locations[int(plan.span_url[s])], start, stop)
+            for s, start, stop in zip(
+                plan.request_span.tolist(),
+                plan.request_start.tolist(),
+                plan.request_stop.tolist(),
+                strict=True,
+            )
+        ]
+        parts = await _gather_or_cancel(jobs)
+        spans = _assemble_spans(plan, parts)
+        self.stats.add(bytes_used=plan.bytes_used)
+        return plan.slice_spans(spans)
+
+    # -- internals -----------------------------------------------------------------------------
+    def _validate(self, plan: ReadPlan, offsets: np.ndarray, lengths: np.ndarray) -> None:
+        for url in plan.urls:
+            self.allow_list.check(url)
+        limit = self.settings.max_range_bytes
+        if lengths.size and int(lengths.max()) > limit:
+            i = int(np.argmax(lengths))
+            raise InvalidReferenceError(
+                f"range {i} of {plan.range_length.size} asks for {int(lengths[i])} bytes, more "
+                f"than max_range_bytes={limit}; the reference looks corrupt (re-index the "
+                "granule) or raise H5SIDECAR_MAX_RANGE_BYTES"
+            )
+        sizes = np.array(
+            [self._size_of(u) for u in plan.urls] or [0], dtype=np.float64
+        )  # float: -1 / unknown sizes are inf below
+        sizes[sizes < 0] = np.inf
+        ends = offsets + lengths
+        live = plan.range_span >= 0
+        if live.any():
+            url_of = plan.span_url[plan.range_span[live]]
+            past = ends[live] > sizes[url_of]
+            if past.any():
+                i = int(np.flatnonzero(live)[np.argmax(past)])
+                url = plan.urls[int(plan.span_url[plan.range_span[i]])]
+                raise InvalidReferenceError(
+                    f"range [{int(offsets[i])}, {int(ends[i])}) lies past the end of {url} "
+                    f"({int(sizes[url_of][np.argmax(past)])} bytes when indexed); the sidecar "
+                    "is corrupt: re-index the granule"
+                )
+
+    def _size_of(self, url: str) -> int:
+        info = self._known.get(parse_location(url).canonical)
+        return -1 if info is None else info.size
+
+    def _semaphore(self) -> asyncio.Semaphore:
+        # asyncio primitives belong to one loop; zarr's loop and fsspec's loop each get theirs.
+        loop = asyncio.get_running_loop()
+        sem = self._semaphores.get(loop)
+        if sem is None:
+            sem = self._semaphores[loop] = asyncio.Semaphore(self.settings.max_concurrency)
+        return sem
+
+    async def _get(self, loc: Location, start: int, stop: int) -> Any:
+        reader = self._local if loc.scheme == "local" else self._remote
+        attempts = self.settings.retries + 1
+        last: Exception | None = None
+        for attempt in range(attempts):
+            t0 = time.perf_counter()
+            try:
+                async with self._semaphore():
+                    data, seen = await reader.read(loc, start, stop)
+                if len(data) != stop - start:
+                    raise TransientReadError(f"short read: got {len(data)} of {stop - start} bytes")
+            except TransientReadError as exc:
+                last = exc
+                log.debug(
+                    "GET %s [%d, %d) attempt %d failed: %s",
+                    loc.canonical,
+                    start,
+                    stop,
+                    attempt + 1,
+                    exc,
+                )
+                if attempt + 1 < attempts:
+                    self.stats.add(retries=1)
+                    await asyncio.sleep(self._backoff(attempt))
+                continue
+            except SourceGoneError as exc:
+                raise self._stale(loc, str(exc)) from exc
+            self._check_fresh(loc, seen)
+            self.stats.add(requests=1, bytes_fetched=len(data))
+            log.debug(
+                "GET %s [%d, %d) %d bytes in %.1f ms (attempt %d)",
+                loc.canonical,
+                start,
+                stop,
+                len(data),
+                1e3 * (time.perf_counter() - t0),
+                attempt + 1,
+            )
+            return data
+        raise SourceReadError(
+            f"reading bytes [{start}, {stop}) of {loc.canonical} failed {attempts} times; last "
+            f"error: {last}. The store may be throttling or unreachable: retry later, lower "
+            "H5SIDECAR_MAX_CONCURRENCY, or raise H5SIDECAR_RETRIES / H5SIDECAR_BACKOFF.",
+            url=loc.canonical,
+        )
+
+    def _backoff(self, attempt: int) -> float:
+        # "full jitter": uniform in [0, base * 2**attempt], so synchronised clients spread out
+        return random.uniform(0.0, min(_MAX_BACKOFF, self.settings.backoff * 2**attempt))
+
+    def _check_fresh(self, loc: Location, seen: ObservedIdentity) -> None:
+        if not self.settings.check_freshness:
+            return
+        info = self._known.get(loc.canonical)
+        if info is None:
+            return  # allowed by prefix but not described by any sidecar: nothing to compare
+        now = SourceInfo(url=info.url, size=seen.size, etag=seen.etag, mtime=seen.mtime)
+        if not info.same_object(now):
+            raise self._stale(
+                loc,
+                f"it is now {_describe(now)} but was {_describe(info)} when indexed",
+            )
+        if loc.canonical not in self._confirmed:
+            self._confirmed.add(loc.canonical)
+            self.stats.add(freshness_checks=1)
+
+    def _stale(self, loc: Location, why: str) -> StaleReferenceError:
+        info = self._known.get(loc.canonical)
+        name = info.url if info is not None else loc.canonical
+        return StaleReferenceError(
+            f"granule {name} changed since its sidecar was written ({why}); its references no "
+            "longer point at the right bytes: re-index it (h5sidecar index) and read the new "
+            "sidecar",
+            url=name,
+        )
+
+
+def _describe(info: SourceInfo) -> str:
+    bits = [f"{info.size} bytes"]
+    if info.etag is not None:
+        bits.append(f"ETag {info.etag}")
+    if info.mtime is not None:
+        bits.append(f"mtime {info.mtime:.3f}")
+    return ", ".join(bits)
+
+
+async def _gather_or_cancel(jobs: list[Any]) -> list[Any]:
+    """Run coroutines concurrently; on the first failure cancel the rest and raise it."""
+    tasks = [asyncio.ensure_future(j) for j in jobs]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        # let cancelled tasks finish so no "exception was never retrieved" is left behind
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+def _assemble_spans(plan: ReadPlan, parts: list[Any]) -> list[Any]:
+    """One buffer per span: the single request's bytes, or its parts joined in order."""
+    counts = np.bincount(plan.request_span, minlength=plan.n_spans)
+    if (counts == 1).all():
+        return parts
+    out: list[Any] = []
+    i = 0
+    for c in counts.tolist():
+        out.append(parts[i] if c == 1 else b"".join(bytes(p) for p in parts[i : i + c]))
+        i += c
+    return out
+
+
+def scrub_credentials(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Copy of s3fs-style ``options`` without secrets (keys, tokens, passwords), recursively."""
+    out: dict[str, Any] = {}
+    for k, v in options.items():
+        if any(m in str(k).lower() for m in _SECRET_MARKERS):
+            continue
+        out[k] = scrub_credentials(v) if isinstance(v, Mapping) else v
+    return out

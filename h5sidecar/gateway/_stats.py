@@ -1,0 +1,98 @@
+"""Counters of the read path (requests, bytes, retries, cache hits).
+
+One :class:`FetchStats` belongs to one :class:`~h5sidecar.gateway._fetch.ChunkFetcher`; layers
+above it (store, filesystem, gateway caches) record their cache hits into the same object so a
+single ``stats`` tells the whole story of a read.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["FetchStats"]
+
+
+@dataclass
+class FetchStats:
+    """Cumulative counters (thread-safe updates; read them any time).
+
+    Attributes
+    ----------
+    requests : int
+        Requests that returned data (retried attempts are not counted again).
+    bytes_fetched : int
+        Bytes those requests transferred.
+    bytes_used : int
+        Bytes handed back to callers (each input range counted once per request of it).
+    retries : int
+        Attempts repeated after a retryable failure (throttling, 5xx, reset, short read).
+    cache_hits : int
+        Ranges served from a cache without I/O (recorded by the caching layer).
+    freshness_checks : int
+        Source identities confirmed against the sidecar (at most one per source per fetcher
+        for local files; free on S3, where every response carries the ETag).
+    """
+
+    requests: int = 0
+    bytes_fetched: int = 0
+    bytes_used: int = 0
+    retries: int = 0
+    cache_hits: int = 0
+    freshness_checks: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def over_read_ratio(self) -> float:
+        """``bytes_fetched / bytes_used``: how much coalescing read beyond what was asked (>= 1)."""
+        return self.bytes_fetched / self.bytes_used if self.bytes_used else 1.0
+
+    def add(self, **counts: int) -> None:
+        """Increase counters atomically, e.g. ``stats.add(requests=1, bytes_fetched=n)``."""
+        with self._lock:
+            for name, value in counts.items():
+                if name.startswith("_") or not hasattr(self, name):
+                    raise AttributeError(f"FetchStats has no counter {name!r}")
+                setattr(self, name, getattr(self, name) + value)
+
+    def record_cache_hit(self, nbytes: int) -> None:
+        """Record one range served from a cache (counts as used bytes, not fetched ones)."""
+        self.add(cache_hits=1, bytes_used=nbytes)
+
+    def snapshot(self) -> dict[str, Any]:
+        """A plain dict of the counters and the over-read ratio (for reports and logs)."""
+        with self._lock:
+            out: dict[str, Any] = {
+                "requests": self.requests,
+                "bytes_fetched": self.bytes_fetched,
+                "bytes_used": self.bytes_used,
+                "retries": self.retries,
+                "cache_hits": self.cache_hits,
+                "freshness_checks": self.freshness_checks,
+            }
+        out["over_read_ratio"] = (
+            out["bytes_fetched"] / out["bytes_used"] if out["bytes_used"] else 1.0
+        )
+        return out
+
+    def reset(self) -> None:
+        """Set every counter back to zero."""
+        with self._lock:
+            self.requests = self.bytes_fetched = self.bytes_used = 0
+            self.retries = self.cache_hits = self.freshness_checks = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.snapshot()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()  # type: ignore[misc]
+        for k in (
+            "requests",
+            "bytes_fetched",
+            "bytes_used",
+            "retries",
+            "cache_hits",
+            "freshness_checks",
+        ):
+            setattr(self, k, int(state.get(k, 0)))
