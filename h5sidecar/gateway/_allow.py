@@ -13,23 +13,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from h5sidecar.errors import ForbiddenSourceError
 
 __all__ = ["AllowList", "Location", "parse_location"]
 
-Scheme = Literal["local", "s3", "gs", "az", "http", "https"]
-_REMOTE = {
-    "s3": "s3",
-    "s3a": "s3",
-    "gs": "gs",
-    "gcs": "gs",
-    "az": "az",
-    "abfs": "az",
-    "http": "http",
-    "https": "https",
-}
+Scheme = Literal["local", "s3"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +29,9 @@ class Location:
     Attributes
     ----------
     scheme : str
-        ``"local"`` for files, else the (canonical) URL scheme.
+        ``"local"`` for files, ``"s3"`` for S3 objects (``s3a://`` included).
     authority : str
-        Bucket / container / ``host[:port]`` (empty for local files).
+        The bucket (empty for local files).
     path : str
         Key inside the bucket (no leading slash) or, for local files, the resolved absolute path.
     """
@@ -60,43 +50,46 @@ class Location:
 
 @lru_cache(maxsize=4096)
 def parse_location(url: str) -> Location:
-    """Parse a source URL (``s3://b/k``, ``/abs/path``, ``file:///abs/path``, ``https://h/p``).
+    """Parse a source URL: ``s3://bucket/key``, ``/abs/path`` or ``file:///abs/path``.
+
+    Local paths are resolved (symlinks, ``..``) so they are compared where they really point.
 
     Raises
     ------
     ForbiddenSourceError
-        For relative paths, unknown schemes and paths with ``.``/``..`` segments in remote URLs.
+        For relative paths, other schemes, remote file URLs and ``.``/``..`` key segments.
     """
     if url.startswith("/"):
         return Location("local", "", os.path.realpath(url))
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    if scheme == "file":
+    scheme, sep, rest = url.partition("://")
+    scheme = scheme.lower()
+    if sep and scheme == "file":
+        parts = urlsplit(url)
         if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
             raise ForbiddenSourceError(
-                f"refusing {url!r}: file URLs must be absolute local paths (file:///...)"
+                f"refusing {url!r}: file URLs must name an absolute local path (file:///...)"
             )
-        return Location("local", "", os.path.realpath(parts.path))
-    if scheme not in _REMOTE:
+        return Location("local", "", os.path.realpath(unquote(parts.path)))
+    if not sep or scheme not in ("s3", "s3a"):
         raise ForbiddenSourceError(
-            f"refusing {url!r}: only absolute local paths and s3://, gs://, az://, http(s):// "
-            "URLs are read; re-index with an absolute path or a supported URL"
+            f"refusing {url!r}: sources are read only from absolute local paths and s3:// URLs; "
+            "re-index the granule from such a location"
         )
-    key = parts.path.lstrip("/")
-    if parts.query or parts.fragment:
-        raise ForbiddenSourceError(f"refusing {url!r}: source URLs may not carry a query string")
+    bucket, _, key = rest.partition("/")
+    if not bucket or not key:
+        raise ForbiddenSourceError(f"refusing {url!r}: expected s3://bucket/key")
     if any(seg in (".", "..") for seg in key.split("/")):
-        raise ForbiddenSourceError(f"refusing {url!r}: '.' and '..' segments are not allowed")
-    if not parts.netloc:
-        raise ForbiddenSourceError(f"refusing {url!r}: no bucket or host")
-    return Location(
-        _REMOTE[scheme], parts.netloc.lower() if scheme.startswith("http") else parts.netloc, key
-    )  # type: ignore[arg-type]
+        raise ForbiddenSourceError(f"refusing {url!r}: '.' and '..' key segments are not allowed")
+    return Location("s3", bucket, key)
 
 
 def _prefix_canonical(prefix: str) -> str:
     """Canonical form of an allowed prefix, without a trailing slash."""
-    return parse_location(prefix.rstrip("/") or "/").canonical.rstrip("/")
+    stripped = prefix.rstrip("/")
+    scheme, sep, rest = stripped.partition("://")
+    if sep and scheme.lower() in ("s3", "s3a") and "/" not in rest:
+        return f"s3://{rest}"  # a whole bucket
+    return parse_location(stripped or "/").canonical.rstrip("/")
 
 
 class AllowList:

@@ -27,6 +27,7 @@ from typing import Any
 import obstore
 from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
 
+from h5sidecar._stores import STORE_ERRORS, resolve_store
 from h5sidecar.errors import SourceReadError
 from h5sidecar.gateway._allow import Location
 
@@ -104,14 +105,14 @@ class ObjectStoreReader:
 
     def __init__(self, storage_options: Mapping[str, Any] | None = None) -> None:
         self._options = dict(storage_options or {})
-        self._stores: dict[tuple[str, str], Any] = {}
+        self._stores: dict[str, Any] = {}
 
     def store_for(self, loc: Location) -> Any:
-        """The (cached) obstore store serving ``loc``'s bucket or host."""
-        key = (loc.scheme, loc.authority)
-        store = self._stores.get(key)
+        """The obstore store serving ``loc``'s bucket (shared pool; see :mod:`h5sidecar._stores`)."""
+        store = self._stores.get(loc.authority)
         if store is None:
-            store = self._stores[key] = make_store(loc, self._options)
+            store, _ = resolve_store(loc.canonical, self._options, retry_config=NO_RETRY)
+            self._stores[loc.authority] = store
         return store
 
     async def read(self, loc: Location, start: int, stop: int) -> tuple[Any, ObservedIdentity]:
@@ -131,7 +132,7 @@ class ObjectStoreReader:
                 "policy.",
                 url=loc.canonical,
             ) from exc
-        except Exception as exc:
+        except STORE_ERRORS as exc:
             # obstore reports HTTP failures and transport failures (resets, timeouts, truncated
             # bodies) as generic errors; the HTTP status, when there is one, is in the message.
             raise _classify(exc, loc) from exc
@@ -144,7 +145,7 @@ class ObjectStoreReader:
         )
 
 
-def _classify(exc: Exception, loc: Location) -> Exception:
+def _classify(exc: BaseException, loc: Location) -> Exception:
     match = _STATUS.search(str(exc))
     status = int(match.group(1)) if match else None
     if status is not None and 400 <= status < 500 and status not in _RETRYABLE_4XX:
@@ -170,55 +171,6 @@ def _strip_etag(etag: str | None) -> str | None:
     return etag.strip('"')
 
 
-# -- store construction ---------------------------------------------------------------------------
-
 #: Our executor owns retries (it counts them and applies one policy everywhere), so the obstore
 #: client must not retry on its own.
-_NO_RETRY = {"max_retries": 0}
-_CLIENT = {"connect_timeout": "10s", "timeout": "300s"}
-
-
-def make_store(loc: Location, storage_options: Mapping[str, Any]) -> Any:
-    """Build the obstore store for ``loc``'s bucket/host from s3fs-style ``storage_options``."""
-    from obstore.store import HTTPStore, S3Store, from_url
-
-    client = dict(_CLIENT)
-    if loc.scheme == "s3":
-        config = s3_config(storage_options)
-        if str(config.get("endpoint", "")).startswith("http://"):
-            client["allow_http"] = True  # type: ignore[assignment]
-        return S3Store(loc.authority, client_options=client, retry_config=_NO_RETRY, **config)
-    if loc.scheme in ("http", "https"):
-        client["allow_http"] = loc.scheme == "http"  # type: ignore[assignment]
-        return HTTPStore.from_url(
-            f"{loc.scheme}://{loc.authority}", client_options=client, retry_config=_NO_RETRY
-        )
-    return from_url(
-        f"{loc.scheme}://{loc.authority}", client_options=client, retry_config=_NO_RETRY
-    )
-
-
-def s3_config(storage_options: Mapping[str, Any]) -> dict[str, Any]:
-    """Translate s3fs-style options into obstore ``S3Store`` keyword arguments."""
-    so = dict(storage_options)
-    ck = dict(so.pop("client_kwargs", None) or {})
-    out: dict[str, Any] = {}
-    endpoint = so.pop("endpoint_url", None) or ck.pop("endpoint_url", None)
-    if endpoint:
-        out["endpoint"] = str(endpoint)
-    region = so.pop("region_name", None) or ck.pop("region_name", None)
-    if region:
-        out["region"] = str(region)
-    for src, dst in (
-        ("key", "access_key_id"),
-        ("secret", "secret_access_key"),
-        ("token", "session_token"),
-    ):
-        value = so.pop(src, None) or ck.pop(f"aws_{dst}", None)
-        if value:
-            out[dst] = str(value)
-    if so.pop("anon", False):
-        out["skip_signature"] = True
-    if so.pop("requester_pays", False):
-        out["request_payer"] = True
-    return out
+NO_RETRY: dict[str, Any] = {"max_retries": 0}
