@@ -4,6 +4,7 @@ This package imports neither h5py nor a web framework: everything that reads sid
 on it, and it depends on nothing of h5sidecar but :mod:`h5sidecar.errors`.
 """
 
+from h5sidecar.references._json import from_kerchunk, to_kerchunk
 from h5sidecar.references._manifest import (
     INLINE,
     MISSING,
@@ -34,4 +35,6 @@ __all__ = [
     "VariableStatus",
     "chunk_grid_shape",
     "chunk_key",
+    "from_kerchunk",
+    "to_kerchunk",
 ]

@@ -1,0 +1,192 @@
+"""Our extras: what a kerchunk sidecar cannot say, kept where plain readers ignore it.
+
+The extras block is a JSON object stored under the top-level key ``"h5sidecar"`` (beside
+``version``/``refs`` in kerchunk JSON; beside ``metadata``/``record_size`` in a Parquet
+directory's ``.zmetadata``).  fsspec, kerchunk and zarr read neither place.  It holds::
+
+    {"version": 1,
+     "source": {"url", "size", "etag", "mtime"},            # identity for the freshness guard
+     "urls": ["s3://bucket/granule.h5", ...],              # URL table, indexed below
+     "arrays": {path: {"status": "virtual"|"inlined",
+                       "note": str,
+                       "urls": [int, ...],                 # the manifest's URLs, in order
+                       "fill_value": ...,                  # only when .zarray's differs
+                       "checksums": "base64:..." | "file"}},
+     "skipped": [{"path", "kind", "reason"}, ...],
+     "extra": {...}}                                        # provenance
+
+Checksums are uint64 little-endian, base64-encoded in JSON sidecars; Parquet sidecars keep them
+in a side file (``"file"``, see :mod:`h5sidecar.references._parquet`).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+import numpy as np
+
+from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references._model import GranuleRefs, SkipKind, Skipped, SourceInfo
+from h5sidecar.references._zmeta import KEEP
+
+__all__ = ["EXTRAS_KEY", "ArrayExtras", "Extras", "build_extras", "parse_extras"]
+
+EXTRAS_KEY = "h5sidecar"
+EXTRAS_VERSION = 1
+_SKIP_KINDS = frozenset(get_args(SkipKind))
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayExtras:
+    """Per-array extras, parsed."""
+
+    status: Literal["virtual", "inlined"] = "virtual"
+    note: str = ""
+    urls: tuple[str, ...] | None = None
+    fill_value: Any = KEEP
+    checksums: str | None = None  # "file" or "base64:..." (decoded once the grid is known)
+
+
+@dataclass(frozen=True, slots=True)
+class Extras:
+    """The extras block, parsed."""
+
+    source: SourceInfo
+    arrays: dict[str, ArrayExtras] = field(default_factory=dict)
+    skipped: tuple[Skipped, ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+def url_table(refs: GranuleRefs) -> list[str]:
+    """Every URL any manifest uses, first appearance first (the source's URL leads)."""
+    table: dict[str, None] = {refs.source.url: None}
+    for arr in refs.arrays.values():
+        table.update(dict.fromkeys(arr.manifest.urls))
+    return list(table)
+
+
+def build_extras(refs: GranuleRefs, *, checksums: Literal["inline", "file"]) -> dict[str, Any]:
+    """The JSON-ready extras block of ``refs`` (see module docstring)."""
+    urls = url_table(refs)
+    index = {u: i for i, u in enumerate(urls)}
+    arrays: dict[str, Any] = {}
+    for path, arr in refs.arrays.items():
+        entry: dict[str, Any] = {
+            "status": arr.status,
+            "note": arr.note,
+            "urls": [index[u] for u in arr.manifest.urls],
+        }
+        persisted = arr.zarray_fill_value()
+        if not _same_json(persisted, arr.meta.fill_value):
+            entry["fill_value"] = arr.meta.fill_value
+        if arr.checksums is not None:
+            entry["checksums"] = (
+                "file" if checksums == "file" else encode_checksums(arr.checksums)
+            )
+        arrays[path] = entry
+    return {
+        "version": EXTRAS_VERSION,
+        "source": refs.source.to_dict(),
+        "urls": urls,
+        "arrays": arrays,
+        "skipped": [s.to_dict() for s in refs.skipped],
+        "extra": dict(refs.extra),
+    }
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def encode_checksums(values: np.ndarray) -> str:
+    """``"base64:"`` + the little-endian uint64 bytes of a checksum grid (C order)."""
+    raw = np.ascontiguousarray(values, dtype="<u8").tobytes()
+    return "base64:" + base64.b64encode(raw).decode("ascii")
+
+
+def decode_checksums(text: Any, grid_shape: tuple[int, ...], path: str) -> np.ndarray:
+    """Inverse of :func:`encode_checksums`, validating the length against the chunk grid."""
+    if not isinstance(text, str) or not text.startswith("base64:"):
+        raise InvalidReferenceError(f"{path}: checksums must be a 'base64:' string")
+    try:
+        raw = base64.b64decode(text[7:], validate=True)
+    except ValueError as exc:
+        raise InvalidReferenceError(f"{path}: checksums are not valid base64 ({exc})") from exc
+    n = int(np.prod(grid_shape, dtype=np.int64))
+    if len(raw) != 8 * n:
+        raise InvalidReferenceError(
+            f"{path}: {len(raw) // 8} checksums for a chunk grid of {n}; re-create the sidecar"
+        )
+    return np.frombuffer(raw, dtype="<u8").astype(np.uint64).reshape(grid_shape)
+
+
+def parse_extras(block: Any) -> Extras:
+    """Validate and parse an extras block (``InvalidReferenceError`` on any inconsistency)."""
+    if not isinstance(block, dict):
+        raise InvalidReferenceError(f"the {EXTRAS_KEY!r} block must be a JSON object")
+    if block.get("version") != EXTRAS_VERSION:
+        raise InvalidReferenceError(
+            f"{EXTRAS_KEY} extras version {block.get('version')!r} is not supported "
+            f"(this h5sidecar reads version {EXTRAS_VERSION}); upgrade h5sidecar or re-index"
+        )
+    source = block.get("source")
+    if not isinstance(source, dict):
+        raise InvalidReferenceError(f"the {EXTRAS_KEY!r} block lacks the source identity")
+    urls = block.get("urls", [])
+    if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
+        raise InvalidReferenceError(f"{EXTRAS_KEY}.urls must be a list of strings")
+    arrays = block.get("arrays", {})
+    skipped = block.get("skipped", [])
+    extra = block.get("extra", {})
+    if not isinstance(arrays, dict) or not isinstance(skipped, list) or not isinstance(extra, dict):
+        raise InvalidReferenceError(
+            f"{EXTRAS_KEY}: 'arrays' and 'extra' must be objects and 'skipped' a list"
+        )
+    return Extras(
+        source=SourceInfo.from_dict(source),
+        arrays={p: _parse_array(p, a, urls) for p, a in arrays.items()},
+        skipped=tuple(_parse_skipped(s) for s in skipped),
+        extra=extra,
+    )
+
+
+def _parse_array(path: str, entry: Any, urls: list[str]) -> ArrayExtras:
+    if not isinstance(entry, dict):
+        raise InvalidReferenceError(f"{EXTRAS_KEY}.arrays[{path!r}] must be an object")
+    status = entry.get("status", "virtual")
+    if status not in ("virtual", "inlined"):
+        raise InvalidReferenceError(f"{path}: status {status!r} is not 'virtual' or 'inlined'")
+    note = entry.get("note", "")
+    codes = entry.get("urls")
+    if not isinstance(note, str):
+        raise InvalidReferenceError(f"{path}: note must be a string")
+    manifest_urls = None
+    if codes is not None:
+        if not isinstance(codes, list) or not all(
+            isinstance(c, int) and 0 <= c < len(urls) for c in codes
+        ):
+            raise InvalidReferenceError(f"{path}: url indices {codes!r} outside the url table")
+        manifest_urls = tuple(urls[c] for c in codes)
+    checksums = entry.get("checksums")
+    if checksums is not None and not isinstance(checksums, str):
+        raise InvalidReferenceError(f"{path}: checksums must be a 'base64:' string or 'file'")
+    return ArrayExtras(
+        status=status,
+        note=note,
+        urls=manifest_urls,
+        fill_value=entry.get("fill_value", KEEP),
+        checksums=checksums,
+    )
+
+
+def _parse_skipped(s: Any) -> Skipped:
+    if not isinstance(s, dict) or not all(
+        isinstance(s.get(k), str) for k in ("path", "kind", "reason")
+    ):
+        raise InvalidReferenceError(f"skipped entry {s!r} needs string path, kind and reason")
+    if s["kind"] not in _SKIP_KINDS:
+        raise InvalidReferenceError(f"skipped entry {s['path']!r}: unknown kind {s['kind']!r}")
+    return Skipped(path=s["path"], kind=s["kind"], reason=s["reason"])

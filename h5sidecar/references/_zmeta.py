@@ -1,0 +1,142 @@
+"""Zarr v2 metadata documents -> model records (groups, :class:`ArrayMeta`), validating.
+
+Both sidecar readers hand the consolidated metadata (``key -> document``) to
+:func:`split_metadata`, then build each array's :class:`ArrayMeta` with :func:`array_meta`.
+Anything a plain Zarr reader would choke on is rejected here with an
+:class:`~h5sidecar.errors.InvalidReferenceError` naming the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references._model import ArrayMeta
+
+__all__ = ["ZarrNodes", "array_meta", "split_metadata"]
+
+_META_NAMES = (".zgroup", ".zattrs", ".zarray")
+
+#: Sentinel: "use the fill value of .zarray" (``None`` is a legitimate fill value).
+KEEP = object()
+
+
+class ZarrNodes:
+    """Groups and arrays found in a set of Zarr v2 metadata documents (insertion ordered)."""
+
+    __slots__ = ("arrays", "groups")
+
+    def __init__(self) -> None:
+        self.groups: dict[str, dict[str, Any]] = {}
+        self.arrays: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+
+
+def is_meta_key(key: str) -> bool:
+    """True for ``.zgroup`` / ``.zattrs`` / ``.zarray`` keys (at any depth) and ``.zmetadata``."""
+    name = key.rpartition("/")[2]
+    return name in _META_NAMES or key == ".zmetadata"
+
+
+def split_metadata(meta: Mapping[str, Any]) -> ZarrNodes:
+    """Sort ``{key: document}`` into groups (with attrs) and arrays (``.zarray``, ``.zattrs``).
+
+    Raises
+    ------
+    InvalidReferenceError
+        On Zarr v3 keys, documents that are not JSON objects, or attributes without a node.
+    """
+    nodes = ZarrNodes()
+    attrs: dict[str, dict[str, Any]] = {}
+    for key, doc in meta.items():
+        parent, _, name = key.rpartition("/")
+        if name == "zarr.json":
+            raise InvalidReferenceError(
+                f"{key!r} is Zarr v3 metadata; only Zarr v2 (kerchunk v1) references are "
+                "supported: write the references with zarr_format 2"
+            )
+        if name not in _META_NAMES:
+            raise InvalidReferenceError(f"unexpected metadata key {key!r} in the sidecar")
+        if not isinstance(doc, dict):
+            raise InvalidReferenceError(
+                f"{key!r} must hold a JSON object, got {type(doc).__name__}; re-create the sidecar"
+            )
+        if name == ".zgroup":
+            nodes.groups.setdefault(parent, {})
+        elif name == ".zarray":
+            nodes.arrays[parent] = (doc, {})
+        else:
+            attrs[parent] = doc
+    for path, doc in attrs.items():
+        if path in nodes.arrays:
+            nodes.arrays[path] = (nodes.arrays[path][0], doc)
+        elif path in nodes.groups or path == "":
+            nodes.groups[path] = dict(doc)
+        else:
+            raise InvalidReferenceError(
+                f"{path}/.zattrs has no .zgroup or .zarray beside it; re-create the sidecar"
+            )
+    clash = set(nodes.groups) & set(nodes.arrays)
+    if clash:
+        raise InvalidReferenceError(f"{min(clash)!r} is both a group and an array")
+    return nodes
+
+
+def array_meta(
+    path: str, zarray: Mapping[str, Any], zattrs: Mapping[str, Any], fill_value: Any = KEEP
+) -> ArrayMeta:
+    """Build :class:`ArrayMeta` from a ``.zarray`` and ``.zattrs`` document.
+
+    ``_ARRAY_DIMENSIONS`` moves from the attributes to ``dimension_names``; ``fill_value``
+    overrides the ``.zarray`` one when given (the HDF5 storage fill value kept in our extras).
+    """
+    where = f"{path}/.zarray"
+    if zarray.get("zarr_format", 2) != 2:
+        raise InvalidReferenceError(f"{where}: zarr_format must be 2")
+    if zarray.get("dimension_separator", ".") not in (".", None):
+        raise InvalidReferenceError(
+            f"{where}: dimension_separator {zarray['dimension_separator']!r} is not supported; "
+            "chunk keys must use '.'"
+        )
+    missing = [k for k in ("shape", "chunks", "dtype") if k not in zarray]
+    if missing:
+        raise InvalidReferenceError(f"{where} lacks {', '.join(missing)}; re-create the sidecar")
+    shape, chunks = zarray["shape"], zarray["chunks"]
+    if not _int_list(shape) or not _int_list(chunks) or any(s < 0 for s in shape):
+        raise InvalidReferenceError(
+            f"{where}: shape {shape!r} and chunks {chunks!r} must be lists of non-negative ints"
+        )
+    if not isinstance(zarray["dtype"], (str, list)):
+        raise InvalidReferenceError(f"{where}: dtype must be a string or a list of fields")
+    filters = zarray.get("filters") or []
+    compressor = zarray.get("compressor")
+    if not isinstance(filters, list) or not all(_codec(f) for f in filters):
+        raise InvalidReferenceError(f"{where}: filters must be a list of codec configs with 'id'")
+    if compressor is not None and not _codec(compressor):
+        raise InvalidReferenceError(f"{where}: compressor must be a codec config with 'id'")
+    order = zarray.get("order", "C")
+    if order not in ("C", "F"):
+        raise InvalidReferenceError(f"{where}: order must be 'C' or 'F', got {order!r}")
+    attrs = dict(zattrs)
+    dims = attrs.pop("_ARRAY_DIMENSIONS", [])
+    if not isinstance(dims, list) or not all(isinstance(d, str) for d in dims):
+        raise InvalidReferenceError(f"{path}/.zattrs: _ARRAY_DIMENSIONS must be a list of names")
+    return ArrayMeta(
+        shape=tuple(shape),
+        chunks=tuple(chunks),
+        dtype=zarray["dtype"],
+        fill_value=zarray.get("fill_value") if fill_value is KEEP else fill_value,
+        filters=tuple(filters),
+        compressor=compressor,
+        dimension_names=tuple(dims),
+        attrs=attrs,
+        order=order,
+    )
+
+
+def _int_list(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+
+
+def _codec(c: Any) -> bool:
+    return isinstance(c, dict) and isinstance(c.get("id"), str)
