@@ -1,1 +1,79 @@
-"""h5sidecar.workflows."""
+"""Batch workflows: index many granules, inspect and verify sidecars, the demo.
+
+Everything the ``h5sidecar`` command line does is a function here first:
+
+- :func:`index_many` lists a folder, glob or S3 prefix and indexes each granule with
+  :func:`index_one` (a picklable task for any executor), skipping up-to-date sidecars, and writes
+  a :class:`RunReport` to ``DEST/_report.json``;
+- :func:`inspect_refs` summarises a sidecar; :func:`verify_refs` compares it with h5py;
+- :func:`run_demo` and :func:`write_samples` drive the demo.
+
+Heavy modules (h5py, zarr, xarray) load on first use of the function that needs them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "DEFAULT_PATTERNS",
+    "DemoSummary",
+    "ErrorRecord",
+    "Granule",
+    "GranuleResult",
+    "IndexOptions",
+    "ProgressSink",
+    "RunReport",
+    "SerialExecutor",
+    "SidecarSummary",
+    "VariableCheck",
+    "VariableSummary",
+    "VerifyReport",
+    "index_many",
+    "index_one",
+    "inspect_refs",
+    "list_granules",
+    "process_pool",
+    "read_report",
+    "run_demo",
+    "verify_refs",
+    "write_report",
+    "write_samples",
+]
+
+_LAZY = {
+    "DEFAULT_PATTERNS": "_listing",
+    "Granule": "_listing",
+    "list_granules": "_listing",
+    "ErrorRecord": "_report",
+    "GranuleResult": "_report",
+    "RunReport": "_report",
+    "read_report": "_report",
+    "write_report": "_report",
+    "SerialExecutor": "_executors",
+    "process_pool": "_executors",
+    "IndexOptions": "_index",
+    "ProgressSink": "_index",
+    "index_many": "_index",
+    "index_one": "_index",
+    "SidecarSummary": "_inspect",
+    "VariableSummary": "_inspect",
+    "inspect_refs": "_inspect",
+    "VariableCheck": "_verify",
+    "VerifyReport": "_verify",
+    "verify_refs": "_verify",
+    "DemoSummary": "_demo",
+    "run_demo": "_demo",
+    "write_samples": "_demo",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"h5sidecar.workflows.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'h5sidecar.workflows' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,374 @@
+"""``h5sidecar`` command line: a thin shell over :mod:`h5sidecar.workflows`.
+
+Each command parses its arguments, calls one library function and prints the result with rich
+(tables on stdout; progress and logs on stderr, so ``--json`` output can be piped).
+
+Exit codes: 0 success; 1 something failed or differed (a granule failed to index, ``verify``
+found a difference); 2 bad usage or input (no such source or sidecar, malformed sidecar);
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any, Self
+
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from h5sidecar import __version__
+from h5sidecar.errors import H5SidecarError
+
+__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "main"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+log = logging.getLogger("h5sidecar")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.verbose)
+    out, err = Console(), Console(stderr=True)
+    try:
+        return int(args.run(args, out, err))
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted[/]")
+        return EXIT_INTERRUPTED
+    except (H5SidecarError, FileNotFoundError) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return EXIT_USAGE
+
+
+# -- parser -------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every command."""
+    parser = argparse.ArgumentParser(
+        prog="h5sidecar",
+        description="Index HDF5/netCDF-4 granules into kerchunk-compatible sidecars; inspect "
+        "and verify them.",
+        epilog="exit codes: 0 ok, 1 failures or differences, 2 bad usage or input, "
+        "130 interrupted",
+    )
+    parser.add_argument("--version", action="version", version=f"h5sidecar {__version__}")
+    verbose = argparse.ArgumentParser(add_help=False)
+    verbose.add_argument(
+        "-v", "--verbose", action="count", default=0, help="log progress (-v) or debug (-vv)"
+    )
+    parser.set_defaults(verbose=0)
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("index", parents=[verbose], help="index granules into sidecars",
+                       description="Index every granule of SOURCE into DEST/<name>.parq (or "
+                       ".json), skipping granules whose sidecar is up to date, and write "
+                       "DEST/_report.json.")
+    p.add_argument("source", help="a file, a folder, a glob or s3://bucket/prefix")
+    p.add_argument("-o", "--output", dest="dest", required=True, help="folder or S3 prefix")
+    p.add_argument("--format", choices=["parquet", "json"], default="parquet")
+    p.add_argument("--workers", type=_positive, default=None,
+                   help="worker processes (default: one per CPU)")
+    p.add_argument("--serial", action="store_true", help="index in this process, one by one")
+    p.add_argument("--force", action="store_true", help="re-index up-to-date granules too")
+    p.add_argument("--checksums", action="store_true",
+                   help="record a checksum of every chunk (reads all the data)")
+    p.add_argument("--on-unsupported", choices=["skip", "raise"], default="skip",
+                   help="skip unsupported variables (recorded with the reason) or fail the "
+                   "granule (default: skip)")
+    p.add_argument("--pattern", action="append", dest="patterns", metavar="GLOB",
+                   help="file names to index in a folder/prefix (repeatable; default: *.h5 "
+                   "*.hdf5 *.he5 *.nc *.nc4 *.h5nc)")
+    p.add_argument("--json", action="store_true", help="print the run report as JSON")
+    _storage_option_arg(p)
+    p.set_defaults(run=_cmd_index)
+
+    p = sub.add_parser("inspect", parents=[verbose], help="show what a sidecar holds",
+                       description="List the variables of a sidecar (status, shape, dtype, "
+                       "chunks, bytes, codecs), the skipped ones with reasons, and the source.")
+    p.add_argument("ref", help="a .parq or .json sidecar (local or s3://)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    _storage_option_arg(p)
+    p.set_defaults(run=_cmd_inspect)
+
+    p = sub.add_parser("verify", parents=[verbose], help="compare a sidecar with its source",
+                       description="Decode chunks through the sidecar (plain fsspec "
+                       "reference:// + zarr) and compare with h5py on the source, and with "
+                       "recorded checksums; exit 1 on any difference.")
+    p.add_argument("ref", help="a .parq or .json sidecar (local or s3://)")
+    p.add_argument("--sample", type=_sample, default=3, metavar="N",
+                   help="chunks checked per variable (0 or 'all': every chunk; default 3)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the chunk sample (default 0)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _storage_option_arg(p)
+    p.set_defaults(run=_cmd_verify)
+
+    p = sub.add_parser("sample", parents=[verbose], help="write sample ATL03-like granules",
+                       description="Write small synthetic ATL03-like HDF5 granules (and "
+                       "optionally a netCDF-4 file) to OUTDIR.")
+    p.add_argument("outdir")
+    p.add_argument("--granules", type=_positive, default=2)
+    p.add_argument("--photons", type=_positive, default=None,
+                   help="photons per beam (default: the generator's small default)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--netcdf", action="store_true", help="also write a netCDF-4 sample")
+    p.set_defaults(run=_cmd_sample)
+
+    p = sub.add_parser("demo", parents=[verbose], help="sample -> index -> open -> compare",
+                       description="Write sample granules into OUTDIR, index them, open one "
+                       "with xarray through its sidecar and compare values with h5py.")
+    p.add_argument("outdir", nargs="?", default="demo-output")
+    p.set_defaults(run=_cmd_demo)
+    return parser
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _sample(text: str) -> int:
+    if text.strip().lower() == "all":
+        return 0
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 (all), 'all' or a positive number")
+    return value
+
+
+def _storage_option_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--storage-option", action="append", dest="storage_options", default=[],
+                   metavar="K=V", type=_key_value,
+                   help="fsspec/s3fs option, repeatable; V is parsed as JSON when it can be "
+                   "(anon=true); dotted keys nest (client_kwargs.region_name=us-west-2)")
+
+
+def _key_value(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = raw
+    return key.strip(), value
+
+
+def storage_options(pairs: Sequence[tuple[str, Any]]) -> dict[str, Any] | None:
+    """``[("a.b", 1), ("c", 2)]`` -> ``{"a": {"b": 1}, "c": 2}`` (None when empty)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out or None
+
+
+def _setup_logging(verbose: int) -> None:
+    level = logging.WARNING if not verbose else logging.INFO if verbose == 1 else logging.DEBUG
+    handler = RichHandler(console=Console(stderr=True), show_path=False)
+    logging.basicConfig(level=level, handlers=[handler], format="%(message)s", force=True)
+    log.setLevel(level)
+
+
+# -- commands -----------------------------------------------------------------------------------
+def _cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from h5sidecar.workflows import DEFAULT_PATTERNS, index_many
+
+    with _ProgressBar(err) as bar:
+        report = index_many(
+            args.source,
+            args.dest,
+            format=args.format,
+            force=args.force,
+            checksums=args.checksums,
+            on_unsupported=args.on_unsupported,
+            storage_options=storage_options(args.storage_options),
+            patterns=tuple(args.patterns or DEFAULT_PATTERNS),
+            executor="serial" if args.serial else "process",
+            workers=args.workers,
+            progress=bar,
+        )
+    if args.json:
+        out.print_json(data=report.to_dict())
+        return EXIT_OK if report.ok else EXIT_FAILED
+    counts = report.counts
+    out.print(
+        f"[bold]{len(report.granules)}[/] granule(s) in {report.seconds:.1f} s: "
+        f"[green]{counts['ok']} indexed[/], {counts['up_to_date']} up to date, "
+        f"[{'red' if counts['failed'] else 'green'}]{counts['failed']} failed[/]"
+    )
+    for g in report.failed:
+        assert g.error is not None
+        out.print(f"[red]FAILED[/] {g.name or g.url}: [{g.error.kind}] {g.error.message}")
+        out.print(f"       what to do: {g.error.hint}")
+    skipped = sum(g.n_skipped for g in report.granules)
+    if skipped:
+        out.print(f"{skipped} variable(s) skipped (reasons in the report and `h5sidecar inspect`)")
+    out.print(f"report: {report.dest.rstrip('/')}/_report.json")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+class _ProgressBar:
+    """A rich progress bar fed by :func:`index_many` (implements ``ProgressSink``)."""
+
+    def __init__(self, console: Console) -> None:
+        self._progress = Progress(
+            TextColumn("[bold]indexing"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+            console=console, transient=False,
+        )
+        self._task: Any = None
+        self._counts = {"ok": 0, "up_to_date": 0, "failed": 0}
+
+    def __enter__(self) -> Self:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def start(self, total: int) -> None:
+        self._task = self._progress.add_task("index", total=total, status="")
+
+    def advance(self, result: Any) -> None:
+        self._counts[result.status] += 1
+        c = self._counts
+        status = f"ok {c['ok']}  up-to-date {c['up_to_date']}  failed {c['failed']}"
+        self._progress.update(self._task, advance=1, status=status)
+
+
+def _cmd_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from h5sidecar.workflows import inspect_refs
+
+    s = inspect_refs(args.ref, storage_options=storage_options(args.storage_options))
+    if args.json:
+        out.print_json(data=s.to_dict())
+        return EXIT_OK
+    src = s.source
+    out.print(f"[bold]{s.ref}[/] ({s.format}, {_size(s.sidecar_bytes)})")
+    out.print(f"source: {src.url}  size {src.size:,} B  etag {src.etag or '-'}  "
+              f"mtime {src.mtime if src.mtime is not None else '-'}")
+    c = s.counts
+    out.print(f"{s.n_groups} group(s); variables: {c['virtual']} virtual, {c['inlined']} "
+              f"inlined, {c['skipped']} skipped")
+    table = Table(show_lines=False, header_style="bold")
+    for col in ("path", "status", "shape", "dtype", "chunks", "stored", "inline", "missing",
+                "bytes", "codecs"):
+        table.add_column(col, justify="right" if col in {"stored", "inline", "missing",
+                                                          "bytes"} else "left")
+    for v in s.variables:
+        if v.status == "skipped":
+            continue
+        table.add_row(v.path, v.status, _shape(v.shape), v.dtype, _shape(v.chunks),
+                      str(v.n_stored), str(v.n_inline), str(v.n_missing),
+                      _size(v.stored_bytes + v.inline_bytes), ",".join(v.codecs) or "-")
+    out.print(table)
+    skipped = [v for v in s.variables if v.status == "skipped"]
+    if skipped:
+        t = Table(title="skipped variables", header_style="bold")
+        t.add_column("path")
+        t.add_column("reason")
+        for v in skipped:
+            t.add_row(v.path, v.note)
+        out.print(t)
+    return EXIT_OK
+
+
+def _cmd_verify(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from h5sidecar.workflows import verify_refs
+
+    r = verify_refs(args.ref, sample=args.sample, seed=args.seed,
+                    storage_options=storage_options(args.storage_options))
+    if args.json:
+        out.print_json(data=r.to_dict())
+        return EXIT_OK if r.ok else EXIT_FAILED
+    if r.source_changed:
+        out.print(f"[red]source changed since indexing[/]: recorded {r.recorded.to_dict()}, "
+                  f"now {r.current.to_dict()}: re-index it (h5sidecar index ... )")
+    table = Table(header_style="bold")
+    for col in ("path", "result", "chunks", "checksums", "detail"):
+        table.add_column(col)
+    style = {"ok": "green", "different": "red", "error": "red", "skipped": "yellow"}
+    for v in r.variables:
+        sums = f"{v.checksums_checked - v.checksums_failed}/{v.checksums_checked}" \
+            if v.checksums_checked else "-"
+        table.add_row(v.path, f"[{style[v.status]}]{v.status}[/]",
+                      f"{v.chunks_checked}/{v.chunks_total}", sums, v.message)
+    out.print(table)
+    bad = [v for v in r.variables if v.status in ("different", "error")]
+    verdict = "[green]OK[/]" if r.ok else "[red]DIFFERENCES FOUND[/]"
+    out.print(f"{verdict}: {len(r.variables)} variable(s), {len(bad)} with problems")
+    return EXIT_OK if r.ok else EXIT_FAILED
+
+
+def _cmd_sample(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from h5sidecar.workflows import write_samples
+
+    paths = write_samples(args.outdir, granules=args.granules, photons=args.photons,
+                          seed=args.seed, netcdf=args.netcdf)
+    for p in paths:
+        out.print(f"wrote {p} ({_size(p.stat().st_size)})")
+    return EXIT_OK
+
+
+def _cmd_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from h5sidecar.workflows import run_demo
+
+    with err.status("running the demo: sample granules -> index -> open -> compare"):
+        d = run_demo(args.outdir)
+    out.rule("[bold]h5sidecar demo")
+    out.print(f"indexed {len(d.report.granules)} granule(s) from {d.granule_dir} into "
+              f"{d.sidecar_dir} in {d.report.seconds:.1f} s")
+    table = Table(header_style="bold")
+    for col in ("granule", "status", "source", "sidecar", "virtual", "inlined", "skipped"):
+        table.add_column(col)
+    for g in d.report.granules:
+        size = (g.source or {}).get("size", 0)
+        table.add_row(g.name, g.status, _size(size), _size(g.sidecar_bytes), str(g.n_virtual),
+                      str(g.n_inlined), str(g.n_skipped))
+    out.print(table)
+    out.print(f"opened [bold]{d.opened}[/] group [bold]{d.group}[/] with xarray "
+              f"(engine={d.engine!r}): {d.dataset_summary}")
+    t = Table(title="values through the sidecar vs h5py", header_style="bold")
+    for col in ("variable", "first values (sidecar)", "first values (h5py)", "equal"):
+        t.add_column(col)
+    for c in d.comparisons:
+        t.add_row(c.variable, c.sidecar_values, c.h5py_values,
+                  "[green]yes[/]" if c.equal else "[red]NO[/]")
+    out.print(t)
+    out.print(f"next: h5sidecar inspect {d.example_sidecar}")
+    return EXIT_OK if d.ok else EXIT_FAILED
+
+
+# -- formatting -----------------------------------------------------------------------------------
+def _shape(shape: tuple[int, ...]) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ")" if shape else "()"
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

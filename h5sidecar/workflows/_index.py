@@ -1,0 +1,295 @@
+"""Batch indexing: list granules, index each in a worker (skipping up-to-date ones), report.
+
+``index_one`` is the per-granule task: a picklable top-level function of plain arguments, so any
+executor (serial, process pool, Dask) can run it.  It never raises for a bad granule: expected
+failures become a ``failed`` :class:`GranuleResult` with the error kind, message and what to do.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Literal, Protocol
+
+from h5sidecar import __version__
+from h5sidecar.errors import H5SidecarError, InvalidReferenceError
+from h5sidecar.indexer import index_granule
+from h5sidecar.references import GranuleRefs, SourceInfo, read_refs, write_refs
+from h5sidecar.settings import IndexSettings
+from h5sidecar.workflows._executors import ExecutorSpec, Task, default_workers, run_tasks
+from h5sidecar.workflows._listing import (
+    DEFAULT_PATTERNS,
+    filesystem,
+    identity_from_info,
+    is_remote,
+    list_granules,
+    normalize_url,
+    sidecar_url,
+)
+from h5sidecar.workflows._report import GranuleResult, RunReport, error_record, write_report
+
+__all__ = ["IndexOptions", "ProgressSink", "index_many", "index_one"]
+
+log = logging.getLogger("h5sidecar.workflows")
+
+SidecarFormat = Literal["parquet", "json"]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexOptions:
+    """Options of :func:`index_one` (the same for every granule of a run; picklable).
+
+    Attributes
+    ----------
+    format : "parquet" or "json"
+        Sidecar format.
+    force : bool
+        Re-index even when the sidecar records the source's current identity.
+    settings : IndexSettings
+        Indexer options (``on_unsupported``, ``checksums``, ...).
+    storage_options : mapping or None
+        fsspec/s3fs options for the source and the destination.  They travel to the workers
+        with each task: prefer the standard AWS environment variables for credentials.
+    """
+
+    format: SidecarFormat = "parquet"
+    force: bool = False
+    settings: IndexSettings = field(default_factory=IndexSettings)
+    storage_options: Mapping[str, Any] | None = None
+
+
+class ProgressSink(Protocol):
+    """Receives progress of :func:`index_many` (the CLI's progress bar implements it)."""
+
+    def start(self, total: int) -> None:
+        """Called once with the number of granules listed."""
+
+    def advance(self, result: GranuleResult) -> None:
+        """Called as each granule finishes."""
+
+
+def index_one(
+    url: str, dest_url: str, options: IndexOptions, listed: SourceInfo | None = None
+) -> GranuleResult:
+    """Index one granule into its sidecar, unless the sidecar is already up to date.
+
+    Parameters
+    ----------
+    url : str
+        The granule (absolute local path or ``s3://bucket/key``).
+    dest_url : str
+        Its sidecar (``.parq`` directory or ``.json`` file), written atomically.
+    options : IndexOptions
+    listed : SourceInfo, optional
+        The granule's identity from the listing; looked up when not given.
+
+    Returns
+    -------
+    GranuleResult
+        ``up_to_date`` when the existing sidecar records the current identity (and
+        ``options.force`` is false), ``ok`` when written, ``failed`` with an error record when
+        the granule cannot be indexed or its sidecar cannot be written.
+    """
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    try:
+        if not options.force:
+            current = listed if listed is not None else _current_identity(url, options)
+            existing = _existing_refs(dest_url, options)
+            seconds["check"] = time.perf_counter() - t0
+            if existing is not None and _up_to_date(existing.source, current):
+                seconds["total"] = time.perf_counter() - t0
+                return _result(url, dest_url, "up_to_date", existing, seconds, options)
+        t1 = time.perf_counter()
+        refs = index_granule(url, storage_options=_opts(options), settings=options.settings)
+        t2 = time.perf_counter()
+        seconds["index"] = t2 - t1
+        write_refs(refs, dest_url, format=options.format, storage_options=_opts(options))
+        seconds["write"] = time.perf_counter() - t2
+        seconds["total"] = time.perf_counter() - t0
+        log.info("indexed %s -> %s (%.2f s)", url, dest_url, seconds["total"])
+        return _result(url, dest_url, "ok", refs, seconds, options)
+    except (H5SidecarError, OSError) as exc:
+        # expected failures of one granule (not HDF5, unsupported, unreadable, unwritable):
+        # recorded so the batch goes on
+        seconds["total"] = time.perf_counter() - t0
+        log.info("failed %s: %s", url, exc)
+        return GranuleResult(
+            url=url,
+            sidecar=dest_url,
+            status="failed",
+            source=None if listed is None else listed.to_dict(),
+            seconds=seconds,
+            error=error_record(exc),
+        )
+
+
+def index_many(
+    source: str,
+    dest: str,
+    *,
+    format: SidecarFormat = "parquet",
+    force: bool = False,
+    checksums: bool = False,
+    on_unsupported: Literal["skip", "raise"] = "skip",
+    settings: IndexSettings | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    patterns: Sequence[str] = DEFAULT_PATTERNS,
+    executor: ExecutorSpec = "process",
+    workers: int | None = None,
+    progress: ProgressSink | None = None,
+) -> RunReport:
+    """Index every granule under ``source`` into one sidecar each under ``dest``.
+
+    Parameters
+    ----------
+    source : str
+        A file, a local folder, a glob or an ``s3://bucket/prefix`` (see :func:`list_granules`).
+    dest : str
+        Local folder or S3 prefix; granule ``NAME`` gets ``DEST/NAME.parq`` (or ``.json``) and
+        the run report goes to ``DEST/_report.json``.
+    format : "parquet" or "json"
+    force : bool
+        Re-index every granule, even those whose sidecar is up to date.
+    checksums, on_unsupported : optional
+        Override the corresponding fields of ``settings``.
+    settings : IndexSettings, optional
+        Indexer options (default: ``IndexSettings()``).
+    storage_options : mapping, optional
+        fsspec/s3fs options for source and destination.
+    patterns : sequence of str
+        File-name patterns kept when listing a folder or prefix.
+    executor : "process", "serial" or concurrent.futures.Executor
+        Where :func:`index_one` runs: worker processes managed here (default; a crashing worker
+        costs only its granule), this process, or a caller's executor (e.g. Dask's
+        ``client.get_executor()``).
+    workers : int, optional
+        Worker processes (default: one per CPU, at most one per granule); also bounds the tasks
+        in flight on a caller's executor.
+    progress : ProgressSink, optional
+
+    Returns
+    -------
+    RunReport
+        Also written atomically to ``DEST/_report.json``.  ``report.ok`` is false when a granule
+        failed.
+
+    Raises
+    ------
+    SourceNotFoundError
+        When ``source`` matches no granule.
+    KeyboardInterrupt
+        After writing a report of the granules finished so far (``complete: false``).
+    """
+    started = datetime.now(UTC)
+    t0 = time.perf_counter()
+    dest = normalize_url(dest)
+    base = settings if settings is not None else IndexSettings()
+    options = IndexOptions(
+        format=format,
+        force=force,
+        settings=replace(base, checksums=checksums or base.checksums, on_unsupported=on_unsupported),
+        storage_options=dict(storage_options) if storage_options else None,
+    )
+    granules = list_granules(
+        source, storage_options=storage_options, patterns=patterns, exclude=[dest]
+    )
+    names = {g.url: g.name for g in granules}
+    tasks = [
+        Task(g.url, sidecar_url(dest, g.name, format), (g.url, sidecar_url(dest, g.name, format),
+                                                          options, g.identity))
+        for g in granules
+    ]
+    n_workers = workers if workers is not None else default_workers(len(tasks))
+    if progress is not None:
+        progress.start(len(tasks))
+    results: list[GranuleResult] = []
+    complete = False
+    try:
+        for res in run_tasks(index_one, tasks, executor, workers=n_workers):
+            res = res.renamed(names.get(res.url, res.name))
+            results.append(res)
+            if progress is not None:
+                progress.advance(res)
+        complete = True
+    finally:
+        # also on KeyboardInterrupt: the report says what was finished (complete=false)
+        report = RunReport(
+            source=normalize_url(source),
+            dest=dest,
+            format=format,
+            options={
+                "force": force,
+                "checksums": options.settings.checksums,
+                "on_unsupported": on_unsupported,
+                "patterns": list(patterns),
+                "executor": executor if isinstance(executor, str) else type(executor).__name__,
+                "workers": n_workers,
+            },
+            started=started.isoformat(timespec="seconds"),
+            finished=datetime.now(UTC).isoformat(timespec="seconds"),
+            seconds=time.perf_counter() - t0,
+            granules=tuple(sorted(results, key=lambda r: r.name)),
+            complete=complete,
+            version=__version__,
+        )
+        write_report(report, dest, storage_options=storage_options)
+    return report
+
+
+def _opts(options: IndexOptions) -> dict[str, Any] | None:
+    return None if options.storage_options is None else dict(options.storage_options)
+
+
+def _current_identity(url: str, options: IndexOptions) -> SourceInfo:
+    fs = filesystem(url, options.storage_options)
+    return identity_from_info(url, fs.info(url))
+
+
+def _existing_refs(dest_url: str, options: IndexOptions) -> GranuleRefs | None:
+    """The sidecar at ``dest_url`` or None (absent or unreadable: it is then rewritten)."""
+    fs = filesystem(dest_url, options.storage_options)
+    if not fs.exists(dest_url):
+        return None
+    try:
+        return read_refs(dest_url, storage_options=_opts(options))
+    except InvalidReferenceError as exc:
+        log.warning("existing sidecar %s is unreadable (%s); re-indexing", dest_url, exc)
+        return None
+
+
+def _up_to_date(recorded: SourceInfo, current: SourceInfo) -> bool:
+    return recorded.url == current.url and recorded.same_object(current)
+
+
+def _sidecar_bytes(dest_url: str, options: IndexOptions) -> int:
+    fs = filesystem(dest_url, options.storage_options)
+    path = dest_url if not is_remote(dest_url) else dest_url.split("://", 1)[1]
+    return int(fs.du(path, total=True)) if fs.isdir(path) else int(fs.size(path))
+
+
+def _result(
+    url: str,
+    dest_url: str,
+    status: Literal["ok", "up_to_date"],
+    refs: GranuleRefs,
+    seconds: dict[str, float],
+    options: IndexOptions,
+) -> GranuleResult:
+    statuses = [a.status for a in refs.arrays.values()]
+    return GranuleResult(
+        url=url,
+        sidecar=dest_url,
+        status=status,
+        source=refs.source.to_dict(),
+        n_virtual=statuses.count("virtual"),
+        n_inlined=statuses.count("inlined"),
+        n_skipped=len(refs.skipped),
+        skipped=tuple(s.to_dict() for s in refs.skipped),
+        n_chunks=sum(a.manifest.n_stored + a.manifest.n_inline for a in refs.arrays.values()),
+        sidecar_bytes=_sidecar_bytes(dest_url, options),
+        seconds=seconds,
+    )

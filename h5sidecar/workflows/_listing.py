@@ -1,0 +1,221 @@
+"""List the granules of a batch and name their sidecars.
+
+A SOURCE is one local file, a local folder (searched recursively), a glob (local or remote) or an
+``s3://bucket/prefix`` folder.  Listing captures each object's identity (size + ETag/mtime) in the
+same request that finds it, so change detection needs no extra request per granule.
+
+Granule URLs follow the package convention: local objects are absolute paths without a scheme,
+S3 objects ``s3://bucket/key``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import posixpath
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import fsspec
+from fsspec.core import url_to_fs
+
+from h5sidecar.errors import SourceNotFoundError
+from h5sidecar.references import SourceInfo
+
+__all__ = [
+    "DEFAULT_PATTERNS",
+    "SIDECAR_SUFFIX",
+    "Granule",
+    "filesystem",
+    "is_remote",
+    "join_url",
+    "list_granules",
+    "normalize_url",
+    "sidecar_url",
+]
+
+#: File-name patterns a folder or prefix listing keeps by default (HDF5 and netCDF-4 suffixes).
+DEFAULT_PATTERNS: tuple[str, ...] = ("*.h5", "*.hdf5", "*.he5", "*.nc", "*.nc4", "*.h5nc")
+
+#: Sidecar suffix for each persisted format.
+SIDECAR_SUFFIX: dict[str, str] = {"parquet": ".parq", "json": ".json"}
+
+_GLOB_MAGIC = frozenset("*?[")
+
+
+@dataclass(frozen=True, slots=True)
+class Granule:
+    """One object to index.
+
+    Attributes
+    ----------
+    url : str
+        Normalised URL (absolute local path or ``s3://bucket/key``).
+    name : str
+        Path relative to the listing root (``"2019/ATL03_x.h5"``); the sidecar is named after it.
+    identity : SourceInfo
+        Size and ETag/mtime seen by the listing (what change detection compares).
+    """
+
+    url: str
+    name: str
+    identity: SourceInfo
+
+
+def is_remote(url: str) -> bool:
+    """True for URLs with a scheme other than ``file``."""
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    return scheme not in ("", "file", "local")
+
+
+def normalize_url(url: str) -> str:
+    """Absolute local path without scheme, or the URL unchanged (``s3://...``)."""
+    url = os.fspath(url)
+    url = url.removeprefix("file://")
+    if is_remote(url):
+        return url
+    return os.path.abspath(os.path.expanduser(url))
+
+
+def filesystem(url: str, storage_options: Mapping[str, Any] | None = None) -> fsspec.AbstractFileSystem:
+    """The fsspec filesystem for ``url`` (local paths need no options)."""
+    if not is_remote(url):
+        return fsspec.filesystem("file")
+    fs, _ = url_to_fs(url, **dict(storage_options or {}))
+    return fs
+
+
+def join_url(base: str, name: str) -> str:
+    """``base/name`` for local paths and URLs alike."""
+    if is_remote(base):
+        return base.rstrip("/") + "/" + name
+    return os.path.join(base, *name.split("/"))
+
+
+def sidecar_url(dest: str, name: str, fmt: Literal["parquet", "json"]) -> str:
+    """Where the sidecar of granule ``name`` goes under ``dest`` (``DEST/<name>.parq``)."""
+    return join_url(normalize_url(dest), name + SIDECAR_SUFFIX[fmt])
+
+
+def list_granules(
+    source: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    patterns: Sequence[str] = DEFAULT_PATTERNS,
+    exclude: Iterable[str] = (),
+) -> list[Granule]:
+    """List the granules under ``source``, sorted by name.
+
+    Parameters
+    ----------
+    source : str
+        A file, a folder (searched recursively), a glob (``data/*.h5``, ``s3://b/2019/**/*.h5``)
+        or an ``s3://bucket/prefix`` folder.
+    storage_options : mapping, optional
+        fsspec/s3fs options for remote sources (standard AWS environment variables are honoured).
+    patterns : sequence of str
+        File-name patterns kept when listing a folder or prefix (a single file or a glob is taken
+        as given).  ``("*",)`` keeps every object.
+    exclude : iterable of str
+        URLs of folders whose contents are never listed (the destination of the batch).
+
+    Returns
+    -------
+    list of Granule
+
+    Raises
+    ------
+    SourceNotFoundError
+        When ``source`` does not exist or nothing under it matches ``patterns``.
+    """
+    url = normalize_url(source)
+    fs = filesystem(url, storage_options)
+    excluded = tuple(_strip(normalize_url(e)).rstrip("/") + "/" for e in exclude)
+    if _GLOB_MAGIC & set(url):
+        root = _glob_root(url)
+        found = fs.glob(_strip(url), detail=True)
+        entries = {p: i for p, i in found.items() if i.get("type") != "directory"}
+    elif fs.isfile(_strip(url)):
+        info = fs.info(_strip(url))
+        root = posixpath.dirname(_strip(url)) if is_remote(url) else os.path.dirname(url)
+        entries = {info["name"]: info}
+    elif fs.isdir(_strip(url)):
+        root = url
+        found = fs.find(_strip(url), detail=True)
+        entries = {
+            p: i
+            for p, i in found.items()
+            if _matches(posixpath.basename(p), patterns) and not _hidden(p, _strip(url))
+        }
+    else:
+        raise SourceNotFoundError(
+            f"{source!r} is neither a file, a folder nor a glob that exists: check the path "
+            "(and for S3 the bucket, credentials and endpoint: AWS_* variables or --storage-option)"
+        )
+    granules = []
+    for path, info in entries.items():
+        if any((_strip(path) + "/").startswith(e) for e in excluded):
+            continue
+        gurl = _full_url(url, path)
+        granules.append(Granule(gurl, _relative(gurl, root), identity_from_info(gurl, info)))
+    if not granules:
+        raise SourceNotFoundError(
+            f"no granules found under {source!r} matching {list(patterns)}: pass --pattern "
+            "(e.g. --pattern '*') to select other file names"
+        )
+    return sorted(granules, key=lambda g: g.name)
+
+
+def identity_from_info(url: str, info: Mapping[str, Any]) -> SourceInfo:
+    """A :class:`SourceInfo` from an fsspec ``info()``/``find(detail=True)`` entry."""
+    etag = info.get("ETag") or info.get("etag") or info.get("e_tag")
+    if etag is not None:
+        etag = str(etag).strip('"')
+    return SourceInfo(url=url, size=int(info["size"]), etag=etag, mtime=_mtime(info))
+
+
+def _mtime(info: Mapping[str, Any]) -> float | None:
+    # local: "mtime" (float seconds); s3fs: "LastModified" (datetime)
+    for key in ("mtime", "LastModified", "last_modified", "modified"):
+        value = info.get(key)
+        if isinstance(value, datetime):
+            return value.timestamp()
+        if isinstance(value, (int, float)):
+            return float(value)
+    return None
+
+
+def _strip(url: str) -> str:
+    """The path fsspec methods take (``bucket/key`` for S3, the path itself locally)."""
+    return url.split("://", 1)[1] if is_remote(url) else url
+
+
+def _full_url(source_url: str, path: str) -> str:
+    if is_remote(source_url):
+        return source_url.split("://", 1)[0] + "://" + path.split("://", 1)[-1]
+    return os.path.abspath(path)
+
+
+def _glob_root(url: str) -> str:
+    """The longest folder of ``url`` before its first glob character."""
+    head = url
+    while _GLOB_MAGIC & set(head):
+        head = head.rsplit("/", 1)[0]
+    return head
+
+
+def _relative(url: str, root: str) -> str:
+    rel = url[len(root) :] if url.startswith(root) else url.rsplit("/", 1)[-1]
+    return rel.replace(os.sep, "/").lstrip("/")
+
+
+def _matches(name: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def _hidden(path: str, root: str) -> bool:
+    # dot-files and dot-folders (editor swap files, temporary files of atomic writers)
+    rel = path[len(root.rstrip("/")) :].strip("/")
+    return any(part.startswith(".") for part in rel.split("/"))

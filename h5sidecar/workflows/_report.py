@@ -1,0 +1,306 @@
+"""Run-report records of the batch workflow, and their atomic persistence (``DEST/_report.json``).
+
+Records are frozen dataclasses of plain values so they pickle cheaply between worker processes
+and serialise to JSON without custom encoders.  The report format is documented in the README
+("Run report").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from h5sidecar.errors import H5SidecarError, InvalidReferenceError
+from h5sidecar.workflows._listing import filesystem, is_remote, join_url, normalize_url
+
+__all__ = [
+    "REPORT_NAME",
+    "REPORT_VERSION",
+    "ErrorRecord",
+    "GranuleResult",
+    "GranuleStatus",
+    "RunReport",
+    "error_record",
+    "read_report",
+    "write_report",
+]
+
+REPORT_NAME = "_report.json"
+REPORT_VERSION = 1
+
+#: Outcome of one granule in a run.
+GranuleStatus = Literal["ok", "failed", "up_to_date"]
+
+#: What to do about each kind of failure (``kind`` codes of :mod:`h5sidecar.errors`).
+_HINTS: dict[str, str] = {
+    "not_hdf5": "the object is not a readable HDF5/netCDF-4 file (truncated, corrupt or another "
+    "format): re-stage it from its origin, or leave it out with --pattern",
+    "unsupported": "a variable cannot be expressed as Zarr references: re-run with "
+    "--on-unsupported skip to index the rest and record the variable as skipped",
+    "source_read": "reading the object failed: check the network, endpoint and credentials, then "
+    "re-run (finished granules are not redone)",
+    "stale_reference": "the object changed while it was being indexed: re-run to index its "
+    "current version",
+    "forbidden_source": "the object lies outside the allowed source prefixes: allow it or move it",
+    "invalid_reference": "a reference could not be built or written consistently: re-run with "
+    "--force for this granule and report the file if it persists",
+    "source_not_found": "the object disappeared after listing: re-run to refresh the listing",
+    "os_error": "the operating system refused a read or write: check that the source is "
+    "readable and the destination writable (permissions, free space), then re-run",
+    "worker_crashed": "the worker process died while indexing this granule (the HDF5 library "
+    "can crash on corrupt files): check the file with h5dump, re-stage it, or leave it out",
+    "bug": "an unexpected error inside h5sidecar: re-run with -v and report it with the file",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorRecord:
+    """Why a granule failed: error kind code, message and what to do about it."""
+
+    kind: str
+    message: str
+    hint: str
+    type: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON-ready form."""
+        return {"kind": self.kind, "type": self.type, "message": self.message, "hint": self.hint}
+
+
+def error_record(exc: BaseException, *, kind: str | None = None) -> ErrorRecord:
+    """An :class:`ErrorRecord` for an exception (its ``kind`` code picks the hint)."""
+    if kind is None:
+        kind = exc.kind if isinstance(exc, H5SidecarError) else "os_error"
+    return ErrorRecord(
+        kind=kind,
+        message=str(exc) or type(exc).__name__,
+        hint=_HINTS.get(kind, _HINTS["bug"]),
+        type=type(exc).__name__,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GranuleResult:
+    """Outcome of indexing one granule.
+
+    Attributes
+    ----------
+    url : str
+        The granule.
+    sidecar : str
+        Its sidecar (written, or found up to date).
+    status : "ok", "failed" or "up_to_date"
+    name : str
+        Path relative to the listing root.
+    source : dict or None
+        Source identity recorded in the sidecar (``url``, ``size``, ``etag``, ``mtime``); for a
+        failed granule, the identity seen by the listing.
+    n_virtual, n_inlined, n_skipped : int
+        Variables held as byte ranges, held inside the sidecar, and left out.
+    skipped : tuple of dict
+        ``{"path", "kind", "reason"}`` of each skipped variable.
+    n_chunks : int
+        Chunk references in the sidecar (byte ranges + inline).
+    sidecar_bytes : int
+        Size of the sidecar.
+    seconds : dict
+        Wall-clock seconds per step (``check``, ``index``, ``write``, ``total``).
+    error : ErrorRecord or None
+    """
+
+    url: str
+    sidecar: str
+    status: GranuleStatus
+    name: str = ""
+    source: Mapping[str, Any] | None = None
+    n_virtual: int = 0
+    n_inlined: int = 0
+    n_skipped: int = 0
+    skipped: tuple[Mapping[str, str], ...] = ()
+    n_chunks: int = 0
+    sidecar_bytes: int = 0
+    seconds: Mapping[str, float] = field(default_factory=dict)
+    error: ErrorRecord | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "name": self.name,
+            "url": self.url,
+            "sidecar": self.sidecar,
+            "status": self.status,
+            "source": None if self.source is None else dict(self.source),
+            "variables": {
+                "virtual": self.n_virtual,
+                "inlined": self.n_inlined,
+                "skipped": self.n_skipped,
+            },
+            "skipped": [dict(s) for s in self.skipped],
+            "n_chunks": self.n_chunks,
+            "sidecar_bytes": self.sidecar_bytes,
+            "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
+            "error": None if self.error is None else self.error.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> GranuleResult:
+        """Inverse of :meth:`to_dict`."""
+        err = d.get("error")
+        variables = d.get("variables", {})
+        return cls(
+            url=d["url"],
+            sidecar=d["sidecar"],
+            status=d["status"],
+            name=d.get("name", ""),
+            source=d.get("source"),
+            n_virtual=int(variables.get("virtual", 0)),
+            n_inlined=int(variables.get("inlined", 0)),
+            n_skipped=int(variables.get("skipped", 0)),
+            skipped=tuple(d.get("skipped", ())),
+            n_chunks=int(d.get("n_chunks", 0)),
+            sidecar_bytes=int(d.get("sidecar_bytes", 0)),
+            seconds=dict(d.get("seconds", {})),
+            error=None if err is None else ErrorRecord(**err),
+        )
+
+    def renamed(self, name: str) -> GranuleResult:
+        """A copy with ``name`` set (workers do not know the listing root)."""
+        return replace(self, name=name)
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    """Outcome of a batch run (what ``DEST/_report.json`` holds).
+
+    Attributes
+    ----------
+    source, dest : str
+    format : "parquet" or "json"
+    options : dict
+        The run's options (force, checksums, on_unsupported, workers, executor).
+    started, finished : str
+        ISO-8601 UTC times.
+    seconds : float
+        Wall-clock duration.
+    granules : tuple of GranuleResult
+        One per listed granule, sorted by name.
+    complete : bool
+        False when the run was interrupted before every granule was processed.
+    """
+
+    source: str
+    dest: str
+    format: str
+    options: Mapping[str, Any]
+    started: str
+    finished: str
+    seconds: float
+    granules: tuple[GranuleResult, ...]
+    complete: bool = True
+    version: str = ""
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Granules per status."""
+        out = {"ok": 0, "failed": 0, "up_to_date": 0}
+        for g in self.granules:
+            out[g.status] += 1
+        return out
+
+    @property
+    def failed(self) -> tuple[GranuleResult, ...]:
+        """The granules that failed."""
+        return tuple(g for g in self.granules if g.status == "failed")
+
+    @property
+    def ok(self) -> bool:
+        """True when the run completed and no granule failed."""
+        return self.complete and not self.failed
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the ``_report.json`` document)."""
+        return {
+            "report_version": REPORT_VERSION,
+            "h5sidecar_version": self.version,
+            "source": self.source,
+            "dest": self.dest,
+            "format": self.format,
+            "options": dict(self.options),
+            "started": self.started,
+            "finished": self.finished,
+            "seconds": round(self.seconds, 3),
+            "complete": self.complete,
+            "counts": self.counts,
+            "granules": [g.to_dict() for g in self.granules],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RunReport:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            source=d["source"],
+            dest=d["dest"],
+            format=d["format"],
+            options=dict(d.get("options", {})),
+            started=d["started"],
+            finished=d["finished"],
+            seconds=float(d["seconds"]),
+            granules=tuple(GranuleResult.from_dict(g) for g in d["granules"]),
+            complete=bool(d.get("complete", True)),
+            version=str(d.get("h5sidecar_version", "")),
+        )
+
+
+def write_report(
+    report: RunReport, dest: str, *, storage_options: Mapping[str, Any] | None = None
+) -> str:
+    """Write ``DEST/_report.json`` atomically and return its URL.
+
+    Locally the JSON goes to a temporary file in the same folder which then replaces the report
+    (``os.replace``), so a killed run never leaves half a report; on object stores it is a
+    single PUT, which is atomic there.
+    """
+    dest = normalize_url(dest)
+    url = join_url(dest, REPORT_NAME)
+    data = json.dumps(report.to_dict(), indent=1, allow_nan=False).encode()
+    if is_remote(url):
+        filesystem(url, storage_options).pipe_file(url, data)
+        return url
+    os.makedirs(dest, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="._report.", suffix=".tmp", dir=dest)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, url)
+    except BaseException:
+        # never leave the temporary file behind, whatever interrupted the write
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return url
+
+
+def read_report(dest: str, *, storage_options: Mapping[str, Any] | None = None) -> RunReport:
+    """Read ``DEST/_report.json``.
+
+    Raises
+    ------
+    FileNotFoundError
+        When there is no report.
+    InvalidReferenceError
+        When the report is not valid JSON or lacks fields.
+    """
+    url = join_url(normalize_url(dest), REPORT_NAME)
+    raw = filesystem(url, storage_options).cat_file(url)
+    try:
+        return RunReport.from_dict(json.loads(raw))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InvalidReferenceError(
+            f"run report {url} is malformed ({exc}): delete it and re-run the batch"
+        ) from exc
