@@ -298,7 +298,9 @@ def _local_store() -> LocalStore:
         return _LOCAL_STORE
 
 
-def _build_s3_store(bucket: str, o: _S3Options) -> S3Store:
+def _build_s3_store(
+    bucket: str, o: _S3Options, retry_config: Mapping[str, Any] | None = None
+) -> S3Store:
     config: dict[str, Any] = {}
     client_options: dict[str, Any] = {}
     if o.endpoint:
@@ -317,6 +319,7 @@ def _build_s3_store(bucket: str, o: _S3Options) -> S3Store:
         config=config,  # type: ignore[arg-type]
         client_options=client_options or None,  # type: ignore[arg-type]
         credential_provider=provider,  # type: ignore[arg-type]
+        retry_config=None if retry_config is None else dict(retry_config),  # type: ignore[arg-type]
     )
 
 
@@ -325,6 +328,7 @@ def resolve_store(
     storage_options: Mapping[str, Any] | None = None,
     *,
     env: Mapping[str, str] | None = None,
+    retry_config: Mapping[str, Any] | None = None,
 ) -> tuple[ObjectStore, SourceLocation]:
     """The (cached) obstore store holding ``url`` and the parsed location.
 
@@ -336,6 +340,9 @@ def resolve_store(
         s3fs-style options (see the module docstring).  Ignored for local files.
     env : mapping, optional
         Environment to read ``AWS_*`` variables from (default ``os.environ``).
+    retry_config : mapping, optional
+        obstore ``RetryConfig`` for the S3 client (default: obstore's own retries).  The fetch
+        executor passes ``{"max_retries": 0}`` because it retries, counts and backs off itself.
 
     Returns
     -------
@@ -358,13 +365,13 @@ def resolve_store(
         return _local_store(), location
     assert location.bucket is not None
     options = _resolve_s3_options(storage_options, os.environ if env is None else env)
-    cache_key = (location.bucket, options.digest())
+    cache_key = (location.bucket, options.digest() + json.dumps(retry_config, sort_keys=True))
     with _LOCK:
         store = _S3_STORES.get(cache_key)
         if store is not None:
             _S3_STORES.move_to_end(cache_key)
             return store, location
-    store = _build_s3_store(location.bucket, options)
+    store = _build_s3_store(location.bucket, options, retry_config)
     with _LOCK:
         store = _S3_STORES.setdefault(cache_key, store)
         _S3_STORES.move_to_end(cache_key)

@@ -202,7 +202,10 @@ def test_store_cache_shares_equal_options_and_is_bounded() -> None:
     c, _ = resolve_store("s3://bkt/one.h5", {**opts, "secret": "other"}, env={})
     d, _ = resolve_store("s3://other/one.h5", opts, env={})
     assert a is b and a is not c and a is not d
-    assert cached_store_count() == 3
+    e, _ = resolve_store("s3://bkt/one.h5", opts, env={}, retry_config={"max_retries": 0})
+    assert e is not a and e.retry_config["max_retries"] == 0  # type: ignore[union-attr,index]
+    assert resolve_store("s3://bkt/x", opts, env={}, retry_config={"max_retries": 0})[0] is e
+    assert cached_store_count() == 4
     for i in range(MAX_CACHED_STORES + 5):
         resolve_store(f"s3://bucket-{i}/k", opts, env={})
     assert cached_store_count() == MAX_CACHED_STORES
