@@ -207,19 +207,24 @@ def plan_coded(
     range_offset = np.zeros(n, dtype=_I64)
 
     live = np.flatnonzero(length > 0)
-    order = live[np.lexsort((off[live], codes_a[live]))]
+    # by object, then start, then longest first: a range is then either "dominated" (inside
+    # the bytes of the ranges before it) or extends the covered region to the right
+    order = live[np.lexsort((-length[live], off[live], codes_a[live]))]
     code_s, start_s = codes_a[order], off[order]
     stop_s = start_s + length[order]
-    reach = _segmented_cummax(code_s, stop_s)
-    first = _span_starts(code_s, start_s, reach, max_gap=max_gap, max_request=max_request)
+    kept = ~_dominated(code_s, stop_s)
+    k_code, k_start, k_stop = code_s[kept], start_s[kept], stop_s[kept]
+    first = _span_starts(k_code, k_start, k_stop, max_gap=max_gap, max_request=max_request)
 
-    span_id = np.cumsum(first) - 1
     heads = np.flatnonzero(first)
-    span_start = start_s[heads]
-    span_stop = np.maximum.reduceat(stop_s, heads) if heads.size else np.zeros(0, dtype=_I64)
-    span_url = code_s[heads].astype(np.int32)
-    range_span[order] = span_id
-    range_offset[order] = start_s - span_start[span_id]
+    tails = np.append(heads[1:], first.size)[: heads.size] - 1
+    span_start, span_stop = k_start[heads], k_stop[tails]
+    span_url = k_code[heads].astype(np.int32)
+    # a dominated range lies inside the last kept range before it, so it joins that range's span
+    kept_span = np.cumsum(first) - 1
+    sorted_span = kept_span[np.cumsum(kept) - 1] if kept.size else kept_span
+    range_span[order] = sorted_span
+    range_offset[order] = start_s - span_start[sorted_span]
 
     req_span, req_start, req_stop = _split_requests(span_start, span_stop, max_request)
     return ReadPlan(
@@ -279,34 +284,45 @@ def _segmented_cummax(codes: np.ndarray, values: np.ndarray) -> np.ndarray:
     return values[by_pair][np.maximum.accumulate(rank)]
 
 
+def _dominated(codes: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """Mask of sorted ranges ending no later than some earlier range of the same object.
+
+    Such a range adds no byte to the covered region, so it is served from the span of the last
+    non-dominated range before it (which starts no later and ends no earlier).  What remains has
+    strictly increasing starts *and* stops per object, which makes span cutting exact below.
+    """
+    out = np.zeros(stops.size, dtype=bool)
+    if stops.size > 1:
+        reach = _segmented_cummax(codes, stops)
+        out[1:] = (codes[1:] == codes[:-1]) & (stops[1:] <= reach[:-1])
+    return out
+
+
 def _span_starts(
-    codes: np.ndarray, starts: np.ndarray, reach: np.ndarray, *, max_gap: int, max_request: int
+    codes: np.ndarray, starts: np.ndarray, stops: np.ndarray, *, max_gap: int, max_request: int
 ) -> np.ndarray:
-    """Boolean mask of the sorted ranges that open a new span.
+    """Boolean mask of the (non-dominated, sorted) ranges that open a new span.
 
     First, *clusters*: a range opens one when its object changes or it begins more than
-    ``max_gap`` past everything before it (``reach`` is the running end).  Clusters no longer than
-    ``max_request`` are spans.  Longer ones are cut greedily: a span opened at range ``i`` takes
-    every following range whose running end stays within ``starts[i] + max_request``
-    (``searchsorted`` on the non-decreasing ``reach``), and at least range ``i`` itself.
+    ``max_gap`` bytes after the previous range ends.  Clusters no longer than ``max_request``
+    are spans.  Longer ones are cut greedily: a span opened at range ``i`` takes every following
+    range that ends within ``starts[i] + max_request`` (a ``searchsorted``, since stops increase),
+    and at least range ``i`` itself -- so two neighbouring spans could never have been one.
     """
     n = starts.size
     first = np.ones(n, dtype=bool)
     if n == 0:
         return first
-    first[1:] = (codes[1:] != codes[:-1]) | (starts[1:] - reach[:-1] > max_gap)
+    first[1:] = (codes[1:] != codes[:-1]) | (starts[1:] - stops[:-1] > max_gap)
     heads = np.flatnonzero(first)
     ends = np.append(heads[1:], n)
-    extent = reach[ends - 1] - starts[heads]
-    for h, e in zip(
-        heads[extent > max_request].tolist(), ends[extent > max_request].tolist(), strict=True
-    ):
+    too_long = stops[ends - 1] - starts[heads] > max_request
+    for h, e in zip(heads[too_long].tolist(), ends[too_long].tolist(), strict=True):
         i = h
         while i < e:
-            j = i + int(np.searchsorted(reach[i:e], starts[i] + max_request, side="right")) - 1
-            j = max(j, i)
+            j = i + int(np.searchsorted(stops[i:e], starts[i] + max_request, side="right")) - 1
             first[i] = True
-            i = j + 1
+            i = max(j, i) + 1
     return first
 
 
