@@ -251,7 +251,13 @@ def _mafisc(f: HDF5Filter, dset: h5py.Dataset, pos: _Position) -> list[Config]:
 
 
 def _hdf5_plugin(f: HDF5Filter, dset: h5py.Dataset, pos: _Position) -> list[Config]:
-    """Fallback for filters only an HDF5 plugin decodes (SZ, SZ3, SPERR, ...)."""
+    """Fallback for filters only an HDF5 plugin decodes (SZ3, SPERR, ...)."""
+    return _through_plugin(f, dset, pos, f.cd_values)
+
+
+def _through_plugin(
+    f: HDF5Filter, dset: h5py.Dataset, pos: _Position, cd_values: tuple[int, ...]
+) -> list[Config]:
     if not h5py.h5z.filter_avail(f.id):
         raise _unsupported(f, "no codec decodes it and no HDF5 plugin for it is installed")
     _require_first(f, pos, "a filter decoded through its HDF5 plugin")
@@ -260,11 +266,28 @@ def _hdf5_plugin(f: HDF5Filter, dset: h5py.Dataset, pos: _Position) -> list[Conf
             "id": "h5sidecar.hdf5filter",
             "filter_id": f.id,
             "flags": f.flags,
-            "cd_values": list(f.cd_values),
+            "cd_values": list(cd_values),
             "dtype": dset.dtype.str,
             "chunks": list(dset.chunks),
         }
     ]
+
+
+_SZ_USER_PARMS = 9  # error-bound mode + four doubles, what H5Pset_filter takes for SZ
+
+
+def _sz(f: HDF5Filter, dset: h5py.Dataset, pos: _Position) -> list[Config]:
+    """SZ (32017): decoded by its HDF5 plugin, created with *user* parameters.
+
+    SZ's set_local rejects the local parameters stored in the file (rank, type, dims and, in
+    newer files, the error bounds) and older files lack the bounds altogether.  Decoding needs
+    none of them (the SZ stream carries its own header and set_local recomputes the dims from
+    the chunk shape), so the stored bounds are passed back when present, else a zero bound.
+    """
+    cd = f.cd_values
+    rank = cd[0] if cd else 0
+    stored = cd[-_SZ_USER_PARMS:] if len(cd) == 2 + rank + _SZ_USER_PARMS else None
+    return _through_plugin(f, dset, pos, stored or (0,) * _SZ_USER_PARMS)
 
 
 _MAPPERS: dict[int, Mapper] = {
@@ -282,6 +305,7 @@ _MAPPERS: dict[int, Mapper] = {
     32008: _bitshuffle,
     32013: _zfp,
     32015: _zstd,
+    32017: _sz,
     32026: _blosc2,
 }
 
