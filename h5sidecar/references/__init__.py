@@ -4,6 +4,13 @@ This package imports neither h5py nor a web framework: everything that reads sid
 on it, and it depends on nothing of h5sidecar but :mod:`h5sidecar.errors`.
 """
 
+from h5sidecar.references._io import (
+    SidecarFormat,
+    read_refs,
+    write_json,
+    write_parquet,
+    write_refs,
+)
 from h5sidecar.references._json import from_kerchunk, to_kerchunk
 from h5sidecar.references._manifest import (
     INLINE,
@@ -29,6 +36,7 @@ __all__ = [
     "ArrayRefs",
     "ChunkManifest",
     "GranuleRefs",
+    "SidecarFormat",
     "SkipKind",
     "Skipped",
     "SourceInfo",
@@ -36,5 +44,9 @@ __all__ = [
     "chunk_grid_shape",
     "chunk_key",
     "from_kerchunk",
+    "read_refs",
     "to_kerchunk",
+    "write_json",
+    "write_parquet",
+    "write_refs",
 ]

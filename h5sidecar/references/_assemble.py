@@ -91,8 +91,7 @@ def assemble(
     stray = set(chunks) - set(metas)
     if stray:
         raise InvalidReferenceError(
-            f"chunk references for {min(stray)!r}, which has no .zarray; "
-            "re-create the sidecar"
+            f"chunk references for {min(stray)!r}, which has no .zarray; re-create the sidecar"
         )
     per_array = extras.arrays if extras else {}
     source = extras.source if extras else _unknown_source(chunks)
@@ -209,4 +208,3 @@ def _checksums(
     if values.size != int(np.prod(grid_shape, dtype=np.int64)):
         raise InvalidReferenceError(f"{path}: checksums do not match the chunk grid")
     return values.reshape(grid_shape)
-

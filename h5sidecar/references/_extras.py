@@ -83,9 +83,7 @@ def build_extras(refs: GranuleRefs, *, checksums: Literal["inline", "file"]) -> 
         if not _same_json(persisted, arr.meta.fill_value):
             entry["fill_value"] = arr.meta.fill_value
         if arr.checksums is not None:
-            entry["checksums"] = (
-                "file" if checksums == "file" else encode_checksums(arr.checksums)
-            )
+            entry["checksums"] = "file" if checksums == "file" else encode_checksums(arr.checksums)
         arrays[path] = entry
     return {
         "version": EXTRAS_VERSION,

@@ -300,4 +300,3 @@ def _render(url: Any, templates: Mapping[str, Any]) -> Any:
         return url.replace("{{", "{").replace("}}", "}").format(**templates)
     except (KeyError, IndexError, ValueError) as exc:
         raise InvalidReferenceError(f"URL template {url!r} cannot be rendered ({exc})") from exc
-

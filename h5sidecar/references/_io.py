@@ -1,0 +1,298 @@
+"""Reading and atomically writing sidecars, locally and on object stores (fsspec).
+
+Writers never leave a half-written sidecar where a reader looks:
+
+* **local JSON**: written to a temporary file in the same folder, fsynced, then ``os.replace``.
+* **local Parquet**: written into a temporary directory in the same folder, then swapped in
+  (an atomic exchange on Linux; elsewhere the old directory is renamed aside first, so readers
+  see the old or the new sidecar, or for an instant none, never a mixture).
+* **object stores JSON**: one PUT (objects appear whole).
+* **object stores Parquet**: the old ``.zmetadata`` is deleted first, then the record files are
+  uploaded, then ``.zmetadata`` -- the commit marker -- last; files the new version does not
+  use are deleted afterwards.  A reader sees "no sidecar" during the write, never new records
+  under old metadata.
+
+Existing destinations are only replaced when they look like sidecars; anything else raises
+``FileExistsError`` rather than being deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from h5sidecar.errors import NotIndexedError
+from h5sidecar.references._json import decode_json, encode_json
+from h5sidecar.references._model import GranuleRefs
+from h5sidecar.references._parquet import (
+    CHECKSUMS_FILE,
+    DEFAULT_RECORD_SIZE,
+    ZMETADATA,
+    decode_zmetadata,
+    encode_parquet,
+    read_parquet_parts,
+)
+
+__all__ = ["SidecarFormat", "read_refs", "write_json", "write_parquet", "write_refs"]
+
+SidecarFormat = Literal["parquet", "json"]
+
+#: Files a Parquet sidecar may contain (anything else in the destination is not ours).
+_OURS = re.compile(r"(.*/)?refs\.\d+\.parq|\.zmetadata|" + re.escape(CHECKSUMS_FILE))
+
+
+def write_json(
+    refs: GranuleRefs,
+    path: str | os.PathLike[str],
+    *,
+    storage_options: dict[str, Any] | None = None,
+) -> str:
+    """Write ``refs`` as a kerchunk JSON v1 sidecar, atomically.
+
+    Parameters
+    ----------
+    refs : GranuleRefs
+    path : str or path-like
+        Local path or fsspec URL (``s3://bucket/granule.h5.json``).
+    storage_options : dict, optional
+        fsspec options for the destination (``endpoint_url``, credentials, ...).
+
+    Returns
+    -------
+    str
+        The path written.
+    """
+    fs, root = _fs(path, storage_options)
+    data = encode_json(refs)
+    if isinstance(fs, LocalFileSystem):
+        _write_local_file(Path(root), [data])
+    else:
+        fs.pipe_file(root, data)  # a single PUT: the object appears whole or not at all
+    return str(path)
+
+
+def write_parquet(
+    refs: GranuleRefs,
+    path: str | os.PathLike[str],
+    *,
+    storage_options: dict[str, Any] | None = None,
+    record_size: int = DEFAULT_RECORD_SIZE,
+) -> str:
+    """Write ``refs`` as a kerchunk Parquet sidecar directory, atomically.
+
+    Parameters
+    ----------
+    refs : GranuleRefs
+    path : str or path-like
+        Local directory or fsspec URL (``s3://bucket/granule.h5.parq``).
+    storage_options : dict, optional
+        fsspec options for the destination.
+    record_size : int
+        Chunks per ``refs.N.parq`` file (fsspec's ``LazyReferenceMapper`` loads one record at a
+        time, so smaller records mean less to fetch per chunk read, larger ones fewer files).
+
+    Returns
+    -------
+    str
+        The path written.
+    """
+    fs, root = _fs(path, storage_options)
+    files = encode_parquet(refs, record_size=record_size)
+    if isinstance(fs, LocalFileSystem):
+        _write_local_dir(Path(root), files)
+    else:
+        _write_remote_dir(fs, root, files)
+    return str(path)
+
+
+def write_refs(
+    refs: GranuleRefs,
+    dest: str | os.PathLike[str],
+    *,
+    format: SidecarFormat = "parquet",
+    storage_options: dict[str, Any] | None = None,
+    record_size: int = DEFAULT_RECORD_SIZE,
+) -> str:
+    """Write a sidecar in ``format`` (``"parquet"`` or ``"json"``); see the two writers."""
+    if format == "json":
+        return write_json(refs, dest, storage_options=storage_options)
+    if format == "parquet":
+        return write_parquet(refs, dest, storage_options=storage_options, record_size=record_size)
+    raise ValueError(f"format must be 'parquet' or 'json', got {format!r}")
+
+
+def read_refs(
+    path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None
+) -> GranuleRefs:
+    """Read a sidecar (ours or kerchunk's) in either format.
+
+    A directory (or prefix) holding ``.zmetadata`` is read as Parquet, anything else as JSON.
+    Sidecars without h5sidecar extras get ``SourceInfo(url=<first chunk URL>, size=-1)``.
+
+    Raises
+    ------
+    NotIndexedError
+        Nothing is at ``path``.
+    InvalidReferenceError
+        The sidecar is malformed, truncated or inconsistent.
+    """
+    fs, root = _fs(path, storage_options)
+    order = ("json", "parquet") if root.endswith(".json") else ("parquet", "json")
+    for kind in order:
+        try:
+            if kind == "parquet":
+                zmeta = decode_zmetadata(fs.cat_file(f"{root}/{ZMETADATA}"))
+                return read_parquet_parts(zmeta, lambda rels: _fetch(fs, root, rels))
+            return decode_json(fs.cat_file(root))
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            continue
+    raise NotIndexedError(
+        f"no sidecar at {path}: neither a JSON file nor a directory with {ZMETADATA}; "
+        "index the granule first (h5sidecar index)"
+    )
+
+
+def _fs(path: str | os.PathLike[str], storage_options: dict[str, Any] | None) -> tuple[Any, str]:
+    fs, root = fsspec.core.url_to_fs(os.fspath(path), **(storage_options or {}))
+    return fs, root.rstrip("/")
+
+
+def _fetch(fs: Any, root: str, rels: list[str]) -> dict[str, bytes | None]:
+    """Fetch many sidecar files in one (concurrent, for async stores) call; None if absent."""
+    if not rels:
+        return {}
+    full = {f"{root}/{rel}": rel for rel in rels}
+    got = fs.cat(list(full), on_error="return")
+    if not isinstance(got, dict):  # a single path returns bytes
+        got = {next(iter(full)): got}
+    out: dict[str, bytes | None] = {}
+    for key, rel in full.items():
+        value = got.get(key, FileNotFoundError(key))
+        if isinstance(value, FileNotFoundError):
+            out[rel] = None
+        elif isinstance(value, BaseException):
+            raise value
+        else:
+            out[rel] = value
+    return out
+
+
+# -- local ----------------------------------------------------------------------------------
+def _write_local_file(path: Path, chunks: Iterable[bytes]) -> None:
+    if path.is_dir():
+        raise IsADirectoryError(
+            f"{path} is a directory (a Parquet sidecar?); remove it or write the JSON elsewhere"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _write_local_dir(path: Path, files: Iterable[tuple[str, bytes]]) -> None:
+    if path.exists():
+        _check_replaceable_local(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    try:
+        for rel, data in files:
+            target = tmp / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(target, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        _swap_in(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the new dir after a failure, the old after a swap
+
+
+def _check_replaceable_local(path: Path) -> None:
+    if not path.is_dir():
+        raise FileExistsError(
+            f"{path} exists and is a file, not a Parquet sidecar directory; remove it first"
+        )
+    foreign = [
+        p
+        for p in path.rglob("*")
+        if p.is_file() and not _OURS.fullmatch(p.relative_to(path).as_posix())
+    ]
+    if foreign:
+        raise FileExistsError(
+            f"{path} holds files that are not part of a Parquet sidecar (e.g. {foreign[0]}); "
+            "refusing to replace it: choose another destination or remove it"
+        )
+
+
+def _swap_in(new: Path, dest: Path) -> None:
+    """Put directory ``new`` at ``dest``; afterwards ``new`` holds the old contents (if any)."""
+    if not dest.exists():
+        os.rename(new, dest)
+        return
+    if _exchange(new, dest):
+        return
+    aside = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.old")
+    os.rename(dest, aside)
+    try:
+        os.rename(new, dest)
+    except BaseException:
+        os.rename(aside, dest)
+        raise
+    os.rename(aside, new)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths with Linux ``renameat2(RENAME_EXCHANGE)``; False if unavailable."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    libc = ctypes.CDLL(name, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    rc = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    return rc == 0
+
+
+# -- object stores --------------------------------------------------------------------------
+def _write_remote_dir(fs: Any, root: str, files: Iterable[tuple[str, bytes]]) -> None:
+    existing = set(fs.find(root)) if fs.exists(root) else set()
+    foreign = sorted(p for p in existing if not _OURS.fullmatch(p[len(root) + 1 :]))
+    if foreign:
+        raise FileExistsError(
+            f"{root} holds objects that are not part of a Parquet sidecar (e.g. {foreign[0]}); "
+            "refusing to replace it: choose another destination or remove them"
+        )
+    commit = f"{root}/{ZMETADATA}"
+    if commit in existing:
+        fs.rm_file(commit)  # un-commit first: readers now see "no sidecar", not a mixture
+    pending = {f"{root}/{rel}": data for rel, data in files}
+    marker = pending.pop(commit)
+    if pending:
+        fs.pipe(pending)  # concurrent PUTs of the record files
+    fs.pipe_file(commit, marker)
+    stale = sorted(existing - set(pending) - {commit})
+    if stale:
+        fs.rm(stale)

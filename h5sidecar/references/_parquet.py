@@ -1,0 +1,304 @@
+"""kerchunk Parquet references: the directory layout fsspec's ``LazyReferenceMapper`` reads.
+
+Layout (``record_size`` chunks per file, flat C-order chunk index ``k`` of array ``var`` lives in
+``var/refs.{k // record_size}.parq`` at row ``k % record_size``)::
+
+    granule.h5.parq/
+      .zmetadata                   {"metadata": {consolidated Zarr v2 metadata},
+                                    "record_size": N, "zarr_consolidated_format": 1,
+                                    "h5sidecar": {extras}}           <- written last (commit)
+      gt1l/heights/h_ph/refs.0.parq   columns path, offset, size, raw
+      gt1l/heights/h_ph/refs.1.parq
+      .h5sidecar/checksums.parq    only with checksums: array (dictionary), checksum (uint64)
+
+Rows encode a chunk exactly as fsspec's writer does: a byte range is ``(url, offset, size,
+null)``, an inline chunk ``(null, 0, 0, bytes)``, a missing chunk ``(null, 0, 0, null)``; a 0-d
+array has one row (fsspec maps its key ``"0"`` to chunk 0).  A record whose chunks are all
+missing gets no file at all: fsspec, like kerchunk, reads an absent record as missing keys.
+
+``path`` is an Arrow ``dictionary<int32, string>`` when a record holds more than
+``CATEGORICAL_THRESHOLD`` chunks per distinct URL (fsspec's rule for pandas categoricals) and
+a plain string otherwise; on disk it is always Parquet dictionary-encoded.  ``offset``/``size``
+are required int64 columns with statistics: fastparquet (fsspec's default engine) reads
+int columns without statistics as float64.  Files are zstd-compressed, without pandas metadata.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import ujson
+
+from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references._assemble import ChunkColumns, assemble, build_metas
+from h5sidecar.references._extras import EXTRAS_KEY, build_extras, parse_extras
+from h5sidecar.references._manifest import INLINE
+from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs
+from h5sidecar.references._zmeta import split_metadata
+
+__all__ = [
+    "CHECKSUMS_FILE",
+    "DEFAULT_RECORD_SIZE",
+    "ZMETADATA",
+    "decode_zmetadata",
+    "encode_parquet",
+    "read_parquet_parts",
+    "record_path",
+]
+
+#: Chunks per record file (kerchunk's ``refs_to_dataframe`` default).
+DEFAULT_RECORD_SIZE = 100_000
+#: fsspec writes ``path`` as a categorical above this many chunks per distinct URL.
+CATEGORICAL_THRESHOLD = 10
+ZMETADATA = ".zmetadata"
+CHECKSUMS_FILE = ".h5sidecar/checksums.parq"
+
+_SCHEMA_FIELDS = (
+    pa.field("offset", pa.int64(), nullable=False),
+    pa.field("size", pa.int64(), nullable=False),
+    pa.field("raw", pa.binary()),
+)
+
+
+def record_path(array_path: str, record: int) -> str:
+    """Relative path of one record file (``"gt1l/heights/h_ph/refs.0.parq"``)."""
+    return f"{array_path}/refs.{record}.parq"
+
+
+def encode_parquet(
+    refs: GranuleRefs, *, record_size: int = DEFAULT_RECORD_SIZE
+) -> Iterator[tuple[str, bytes]]:
+    """Yield ``(relative path, bytes)`` of every file of the Parquet sidecar, ``.zmetadata`` last.
+
+    Writers must store the files in this order: ``.zmetadata`` is the commit marker.
+    """
+    if not isinstance(record_size, int) or record_size < 1:
+        raise ValueError(f"record_size must be a positive integer, got {record_size!r}")
+    for path, arr in refs.arrays.items():
+        for record, table in _record_tables(arr, record_size):
+            yield record_path(path, record), _parquet_bytes(table, statistics=["offset", "size"])
+    with_sums = [a for a in refs.arrays.values() if a.checksums is not None]
+    if with_sums:
+        yield CHECKSUMS_FILE, _parquet_bytes(_checksum_table(with_sums), statistics=False)
+    zmeta = {
+        "metadata": refs.zmetadata(),
+        "record_size": record_size,
+        "zarr_consolidated_format": 1,
+        EXTRAS_KEY: build_extras(refs, checksums="file"),
+    }
+    yield ZMETADATA, ujson.dumps(zmeta, escape_forward_slashes=False).encode("utf-8")
+
+
+def _parquet_bytes(table: pa.Table, *, statistics: Any) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(
+        table,
+        buf,
+        compression="zstd",
+        use_dictionary=["path", "array"],
+        write_statistics=statistics,
+    )
+    return buf.getvalue()
+
+
+def _record_tables(arr: ArrayRefs, record_size: int) -> Iterator[tuple[int, pa.Table]]:
+    """One table per record holding at least one stored or inline chunk."""
+    m = arr.manifest
+    codes = m.codes.reshape(-1)
+    offsets = m.offsets.reshape(-1)
+    lengths = m.lengths.reshape(-1)
+    url_dict = pa.array(m.urls, type=pa.string())
+    for record in range(math.ceil(codes.size / record_size)):
+        sl = slice(record * record_size, (record + 1) * record_size)
+        rc = codes[sl]
+        stored = rc >= 0
+        inline = rc == INLINE
+        if not (stored.any() or inline.any()):
+            continue
+        path: pa.Array = pa.DictionaryArray.from_arrays(
+            pa.array(np.where(stored, rc, 0), type=pa.int32(), mask=~stored), url_dict
+        )
+        n_urls = len(np.unique(rc[stored]))
+        if int(stored.sum()) / (n_urls or 1) <= CATEGORICAL_THRESHOLD:
+            path = path.dictionary_decode()
+        table = pa.Table.from_arrays(
+            [
+                path,
+                pa.array(np.where(stored, offsets[sl], 0).astype(np.int64)),
+                pa.array(np.where(stored, lengths[sl], 0).astype(np.int64)),
+                _raw_column(m.inline, record * record_size, np.flatnonzero(inline), rc.size),
+            ],
+            schema=pa.schema([pa.field("path", path.type), *_SCHEMA_FIELDS]),
+        )
+        yield record, table
+
+
+def _raw_column(inline: Mapping[int, bytes], base: int, rows: np.ndarray, n: int) -> pa.Array:
+    if not rows.size:
+        return pa.nulls(n, type=pa.binary())
+    values: list[bytes | None] = [None] * n
+    for row in rows.tolist():
+        values[row] = inline[base + row]
+    return pa.array(values, type=pa.binary())
+
+
+def _checksum_table(arrays: list[ArrayRefs]) -> pa.Table:
+    names = pa.array([a.path for a in arrays], type=pa.string())
+    sizes = [a.manifest.n_chunks for a in arrays]
+    index = np.repeat(np.arange(len(arrays), dtype=np.int32), sizes)
+    values = np.concatenate([np.asarray(a.checksums, dtype=np.uint64).reshape(-1) for a in arrays])
+    return pa.table(
+        {"array": pa.DictionaryArray.from_arrays(pa.array(index), names), "checksum": values}
+    )
+
+
+# -- reading --------------------------------------------------------------------------------
+def decode_zmetadata(data: bytes) -> dict[str, Any]:
+    """Parse and check a Parquet sidecar's ``.zmetadata`` (``metadata`` + ``record_size``)."""
+    try:
+        doc = ujson.loads(data)
+    except ValueError as exc:
+        raise InvalidReferenceError(
+            f"{ZMETADATA} of the Parquet sidecar is not valid JSON ({exc}); re-create it"
+        ) from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("metadata"), dict):
+        raise InvalidReferenceError(f"{ZMETADATA} must be an object with a 'metadata' object")
+    rs = doc.get("record_size")
+    if not isinstance(rs, int) or isinstance(rs, bool) or rs < 1:
+        raise InvalidReferenceError(f"{ZMETADATA}: record_size must be a positive int, got {rs!r}")
+    return doc
+
+
+def read_parquet_parts(zmetadata: Mapping[str, Any], fetch: Any) -> GranuleRefs:
+    """Rebuild :class:`GranuleRefs` from a parsed ``.zmetadata`` and a file fetcher.
+
+    Parameters
+    ----------
+    zmetadata : mapping
+        The output of :func:`decode_zmetadata`.
+    fetch : callable
+        ``fetch(list of relative paths) -> {path: bytes or None}``, ``None`` for absent files
+        (one call for all record files, so remote stores can fetch them concurrently).
+    """
+    nodes = split_metadata(zmetadata["metadata"])
+    extras = parse_extras(zmetadata[EXTRAS_KEY]) if EXTRAS_KEY in zmetadata else None
+    metas = build_metas(nodes, extras)
+    rs = int(zmetadata["record_size"])
+    wanted = {
+        record_path(path, r): (path, r)
+        for path, meta in metas.items()
+        for r in range(math.ceil(_n_chunks(meta) / rs))
+    }
+    sums_wanted = extras is not None and any(a.checksums == "file" for a in extras.arrays.values())
+    blobs = fetch([*wanted, *([CHECKSUMS_FILE] if sums_wanted else [])])
+    per_array: dict[str, list[tuple[int, pa.Table]]] = {p: [] for p in metas}
+    for rel, (path, r) in wanted.items():
+        if blobs.get(rel) is not None:
+            per_array[path].append((r, _read_table(rel, blobs[rel])))
+    chunks = {p: _columns(p, metas[p], tables, rs) for p, tables in per_array.items() if tables}
+    side = _read_checksums(blobs.get(CHECKSUMS_FILE)) if sums_wanted else {}
+    return assemble(nodes, metas, chunks, extras, side)
+
+
+def _n_chunks(meta: ArrayMeta) -> int:
+    return int(np.prod(meta.grid_shape, dtype=np.int64))
+
+
+def _read_table(
+    rel: str, data: bytes, needs: tuple[str, ...] = ("path", "offset", "size")
+) -> pa.Table:
+    try:
+        table = pq.read_table(io.BytesIO(data))
+    except (pa.ArrowException, OSError) as exc:
+        raise InvalidReferenceError(
+            f"{rel} is not a readable Parquet file ({exc}); it may be truncated: re-create "
+            "the sidecar"
+        ) from exc
+    missing = set(needs) - set(table.column_names)
+    if missing:
+        raise InvalidReferenceError(f"{rel} lacks column(s) {sorted(missing)}")
+    return table
+
+
+def _columns(
+    path: str, meta: ArrayMeta, tables: list[tuple[int, pa.Table]], record_size: int
+) -> ChunkColumns:
+    """Concatenate one array's record tables into validated chunk columns."""
+    n = _n_chunks(meta)
+    flats, urls, offsets, lengths = [], [], [], []
+    inline: dict[int, bytes] = {}
+    for record, table in tables:
+        base = record * record_size
+        need = min(record_size, n - base)
+        if table.num_rows < need:
+            raise InvalidReferenceError(
+                f"{record_path(path, record)} has {table.num_rows} rows, expected {need}; "
+                "the sidecar is truncated: re-create it"
+            )
+        table = table.slice(0, need)
+        p = table.column("path").combine_chunks()
+        if pa.types.is_dictionary(p.type):
+            p = p.dictionary_decode()
+        if not (
+            pa.types.is_string(p.type) or pa.types.is_large_string(p.type) or p.null_count == need
+        ):
+            raise InvalidReferenceError(f"{record_path(path, record)}: 'path' must be strings")
+        off = _ints(table, "offset", path, record)
+        size = _ints(table, "size", path, record)
+        has_url = p.is_valid().to_numpy(zero_copy_only=False)
+        raw = table.column("raw").combine_chunks() if "raw" in table.column_names else None
+        has_raw = (
+            np.zeros(need, bool) if raw is None else raw.is_valid().to_numpy(zero_copy_only=False)
+        )
+        rows = np.flatnonzero(has_url & ~has_raw)
+        if np.any((off[rows] == 0) & (size[rows] == 0)):
+            raise InvalidReferenceError(
+                f"{record_path(path, record)}: whole-object references (offset 0, size 0) cannot "
+                "be expressed as byte ranges; re-create the references with offsets and lengths"
+            )
+        flats.append(rows + base)
+        urls.append(p.filter(pa.array(has_url & ~has_raw)).cast(pa.string()))
+        offsets.append(off[rows])
+        lengths.append(size[rows])
+        for row in np.flatnonzero(has_raw).tolist():
+            inline[base + row] = raw[row].as_py()  # type: ignore[index]
+    return ChunkColumns(
+        flat=np.concatenate(flats),
+        urls=pa.concat_arrays(urls),
+        offsets=np.concatenate(offsets),
+        lengths=np.concatenate(lengths),
+        inline=inline,
+    )
+
+
+def _ints(table: pa.Table, name: str, path: str, record: int) -> np.ndarray:
+    col = table.column(name)
+    if not pa.types.is_integer(col.type) or col.null_count:
+        raise InvalidReferenceError(
+            f"{record_path(path, record)}: '{name}' must be a non-null integer column"
+        )
+    return col.to_numpy().astype(np.int64)
+
+
+def _read_checksums(data: bytes | None) -> dict[str, np.ndarray]:
+    if data is None:
+        raise InvalidReferenceError(
+            f"{CHECKSUMS_FILE} is missing though the extras list checksums; re-create the sidecar"
+        )
+    table = _read_table(CHECKSUMS_FILE, data, needs=("array", "checksum"))
+    names = table.column("array").combine_chunks()
+    if pa.types.is_dictionary(names.type):
+        names = names.dictionary_decode()
+    values = table.column("checksum").to_numpy()
+    encoded = names.dictionary_encode()
+    idx = encoded.indices.to_numpy(zero_copy_only=False)
+    return {
+        name: values[idx == i].astype(np.uint64)
+        for i, name in enumerate(encoded.dictionary.to_pylist())
+    }
