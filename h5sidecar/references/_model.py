@@ -246,6 +246,16 @@ class ArrayRefs:
         if self.checksums is not None and self.checksums.shape != self.manifest.grid_shape:
             raise InvalidReferenceError(f"{self.path}: checksums do not match the chunk grid")
 
+    def __eq__(self, other: object) -> bool:
+        # The generated __eq__ would compare the checksum arrays with ``==`` (ambiguous truth).
+        if not isinstance(other, ArrayRefs):
+            return NotImplemented
+        a, b = self.checksums, other.checksums
+        return (
+            (self.path, self.meta, self.manifest, self.status, self.note)
+            == (other.path, other.meta, other.manifest, other.status, other.note)
+        ) and (a is b or (a is not None and b is not None and np.array_equal(a, b)))
+
     def zarray_fill_value(self) -> Any:
         """The ``fill_value`` to persist in ``.zarray``.
 
