@@ -11,27 +11,18 @@ Each HDF5 filter maps to zero or more numcodecs configs; the whole pipeline goes
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import h5py
 import hdf5plugin  # noqa: F401  (registers the plugin filters, so h5z.filter_avail sees them)
-import numcodecs
 import numpy as np
-from numcodecs.compat import ensure_bytes
 
 from h5sidecar.codecs._bitpack import NbitCustomFloatError, nbit_fields
 from h5sidecar.errors import UnsupportedFeatureError
 
-__all__ = [
-    "HDF5Filter",
-    "chunk_pipeline",
-    "decode_chunk",
-    "filter_mask_differs",
-    "hdf5_filters",
-    "pipeline_for",
-]
+__all__ = ["HDF5Filter", "hdf5_filters", "per_filter_codecs", "pipeline_for"]
 
 Config = dict[str, Any]
 
@@ -321,7 +312,7 @@ def _unsupported(f: HDF5Filter, why: str) -> UnsupportedFeatureError:
     )
 
 
-def _per_filter(dset: h5py.Dataset) -> list[list[Config]]:
+def per_filter_codecs(dset: h5py.Dataset) -> list[list[Config]]:
     """The codec configs of each HDF5 filter of ``dset`` (one list per filter, encode order)."""
     out: list[list[Config]] = []
     first = size_preserving = True
@@ -353,63 +344,4 @@ def pipeline_for(dset: h5py.Dataset) -> tuple[Config, ...]:
         When a filter cannot be mapped; the message names the filter id, name and cd_values and
         says why.
     """
-    return tuple(c for codecs in _per_filter(dset) for c in codecs)
-
-
-def filter_mask_differs(filter_mask: int, n_filters: int) -> bool:
-    """True when a chunk's ``filter_mask`` says some declared filter was not applied to it.
-
-    HDF5 sets bit *i* of a chunk's filter mask when filter *i* of the pipeline was skipped for
-    that chunk (an optional filter that failed, or a partial edge chunk of a dataset created
-    with ``H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS``).  Such a chunk cannot be decoded with the
-    array's declared pipeline: the indexer materialises it instead.
-
-    Parameters
-    ----------
-    filter_mask : int
-        The chunk's mask (``StoreInfo.filter_mask`` from ``chunk_iter``/``get_chunk_info``).
-    n_filters : int
-        Number of filters in the dataset's pipeline.
-    """
-    return bool(int(filter_mask) & ((1 << n_filters) - 1))
-
-
-def chunk_pipeline(dset: h5py.Dataset, filter_mask: int) -> tuple[Config, ...]:
-    """The pipeline actually applied to a chunk with the given ``filter_mask``.
-
-    Filters whose bit is set in the mask are left out.  Use it to decode such a chunk's raw
-    bytes when materialising it.
-
-    Parameters
-    ----------
-    dset : h5py.Dataset
-    filter_mask : int
-
-    Returns
-    -------
-    tuple of dict
-        Codec configs in encode order.
-    """
-    per = _per_filter(dset)
-    return tuple(c for i, codecs in enumerate(per) if not (filter_mask >> i) & 1 for c in codecs)
-
-
-def decode_chunk(raw: bytes, pipeline: Sequence[Config]) -> bytes:
-    """Run encoded chunk bytes through ``pipeline`` backwards (what a Zarr v2 reader does).
-
-    Parameters
-    ----------
-    raw : bytes
-        The chunk as stored in the file.
-    pipeline : sequence of dict
-        Codec configs in encode order.
-
-    Returns
-    -------
-    bytes
-        The decoded chunk bytes (C order, the full chunk shape).
-    """
-    buf: Any = raw
-    for cfg in reversed(pipeline):
-        buf = numcodecs.get_codec(dict(cfg)).decode(buf)
-    return ensure_bytes(buf)
+    return tuple(c for codecs in per_filter_codecs(dset) for c in codecs)
