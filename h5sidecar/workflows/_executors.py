@@ -35,6 +35,9 @@ ExecutorSpec = Literal["serial", "process"] | Executor
 #: Tasks a worker runs before it is replaced (bounds memory growth of long batches).
 _MAX_TASKS_PER_CHILD = 64
 
+#: Environment variables handed to workers (credentials, endpoint, h5sidecar settings).
+_ENV_PREFIXES = ("AWS_", "H5SIDECAR_")
+
 
 @dataclass(frozen=True, slots=True)
 class Task:
@@ -65,16 +68,29 @@ def process_pool(workers: int, *, log_level: int | None = None) -> ProcessPoolEx
     if ctx.get_start_method() == "forkserver":
         # import the heavy modules (h5py, zarr) once in the fork server, not in every worker
         ctx.set_forkserver_preload(["h5sidecar.workflows._index"])
+    level = log.getEffectiveLevel() if log_level is None else log_level
     return ProcessPoolExecutor(
         max_workers=workers,
         mp_context=ctx,
         initializer=_init_worker,
-        initargs=(log.getEffectiveLevel() if log_level is None else log_level,),
+        initargs=(level, _env_snapshot()),
         max_tasks_per_child=_MAX_TASKS_PER_CHILD,
     )
 
 
-def _init_worker(level: int) -> None:
+def _env_snapshot() -> dict[str, str]:
+    """The caller's current AWS_* / H5SIDECAR_* variables.
+
+    A forkserver child inherits the environment of the fork server, fixed when the server
+    started; workers must see the caller's *current* credentials and endpoint instead.
+    """
+    return {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
+
+
+def _init_worker(level: int, env: dict[str, str]) -> None:
+    for key in [k for k in os.environ if k.startswith(_ENV_PREFIXES) and k not in env]:
+        del os.environ[key]
+    os.environ.update(env)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s [%(process)d] %(message)s")
 
 

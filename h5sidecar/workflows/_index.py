@@ -8,6 +8,9 @@ failures become a ``failed`` :class:`GranuleResult` with the error kind, message
 from __future__ import annotations
 
 import logging
+import os
+import re
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -15,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from h5sidecar import __version__
-from h5sidecar.errors import H5SidecarError, InvalidReferenceError
+from h5sidecar.errors import H5SidecarError, InvalidReferenceError, NotIndexedError
 from h5sidecar.indexer import index_granule
 from h5sidecar.references import GranuleRefs, SourceInfo, read_refs, write_refs
 from h5sidecar.settings import IndexSettings
@@ -96,6 +99,7 @@ def index_one(
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     try:
+        _sweep_leftovers(dest_url)
         if not options.force:
             current = listed if listed is not None else _current_identity(url, options)
             existing = _existing_refs(dest_url, options)
@@ -256,9 +260,33 @@ def _existing_refs(dest_url: str, options: IndexOptions) -> GranuleRefs | None:
         return None
     try:
         return read_refs(dest_url, storage_options=_opts(options))
-    except InvalidReferenceError as exc:
+    except (InvalidReferenceError, NotIndexedError) as exc:
+        # e.g. an S3 Parquet sidecar whose write was interrupted before its commit marker
         log.warning("existing sidecar %s is unreadable (%s); re-indexing", dest_url, exc)
         return None
+
+
+def _sweep_leftovers(dest_url: str) -> None:
+    """Remove what an interrupted local write of this sidecar left beside it.
+
+    The atomic writers stage into ``.<name>.<random>.tmp`` (and, where directories cannot be
+    exchanged atomically, move the old one to ``.<name>.<random>.old``) in the same folder; a
+    process killed mid-write leaves them behind.  Only this granule's leftovers are touched,
+    so concurrent runs on other granules are unaffected.
+    """
+    if is_remote(dest_url):
+        return  # object-store writes stage nothing beside the sidecar
+    folder, name = os.path.split(dest_url)
+    if not os.path.isdir(folder):
+        return
+    pattern = re.compile(r"\." + re.escape(name) + r"\.[A-Za-z0-9_]+\.(tmp|old)")
+    for entry in os.scandir(folder):
+        if pattern.fullmatch(entry.name):
+            log.info("removing %s left by an interrupted run", entry.path)
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
 
 
 def _up_to_date(recorded: SourceInfo, current: SourceInfo) -> bool:

@@ -7,9 +7,11 @@ and serialise to JSON without custom encoders.  The report format is documented 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -271,6 +273,7 @@ def write_report(
         filesystem(url, storage_options).pipe_file(url, data)
         return url
     os.makedirs(dest, exist_ok=True)
+    _sweep_stale_temporaries(dest)
     fd, tmp = tempfile.mkstemp(prefix="._report.", suffix=".tmp", dir=dest)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -284,6 +287,17 @@ def write_report(
             os.unlink(tmp)
         raise
     return url
+
+
+def _sweep_stale_temporaries(dest: str, min_age: float = 60.0) -> None:
+    """Remove report temporaries a killed run left (older than ``min_age`` seconds, so a
+    concurrent run's report being written right now is never touched)."""
+    now = time.time()
+    for entry in os.scandir(dest):
+        if entry.name.startswith("._report.") and entry.name.endswith(".tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                if now - entry.stat().st_mtime > min_age:
+                    os.unlink(entry.path)
 
 
 def read_report(dest: str, *, storage_options: Mapping[str, Any] | None = None) -> RunReport:

@@ -1,0 +1,62 @@
+"""A batch killed mid-run (SIGKILL, whole process group) leaves no partial sidecar or report,
+and a re-run completes it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from h5sidecar.references import read_refs
+from h5sidecar.workflows import read_report
+from tests.workflows.conftest import assert_matches_h5py, write_granule
+
+N_GRANULES = 24
+
+
+def _entries(dest: Path) -> list[str]:
+    return sorted(p.name for p in dest.iterdir()) if dest.exists() else []
+
+
+def test_sigkill_mid_batch_then_rerun_completes(tmp_path: Path) -> None:
+    src = tmp_path / "in"
+    for i in range(N_GRANULES):
+        write_granule(src / f"G{i:02d}.h5", seed=i, n=20_000)
+    dest = tmp_path / "out"
+    exe = shutil.which("h5sidecar", path=str(Path(sys.executable).parent))
+    assert exe is not None
+    # one worker and checksums (reads every chunk) keep the batch busy long enough to kill it
+    cmd = [exe, "index", str(src), "-o", str(dest), "--workers", "1", "--checksums"]
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(n.endswith(".parq") for n in _entries(dest)):
+            assert proc.poll() is None, "the batch ended before it could be interrupted"
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the CLI, the fork server and the workers
+        proc.wait()
+    killed = _entries(dest)
+    done = [n for n in killed if n.endswith(".h5.parq")]
+    assert "_report.json" not in killed  # the run never finished, so it wrote no report
+    assert 0 < len(done) < N_GRANULES
+    for name in done:  # whatever is visible is a complete sidecar
+        refs = read_refs(str(dest / name))
+        assert refs.source.url == str(src / name[: -len(".parq")])
+    res = subprocess.run([exe, "index", str(src), "-o", str(dest), "--workers", "2"],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    report = read_report(str(dest))
+    assert report.complete and len(report.granules) == N_GRANULES
+    assert report.counts["failed"] == 0 and report.counts["up_to_date"] >= len(done)
+    # nothing else left behind: exactly one sidecar per granule and the report
+    assert _entries(dest) == sorted([f"G{i:02d}.h5.parq" for i in range(N_GRANULES)]
+                                    + ["_report.json"])
+    for i in (0, N_GRANULES - 1):
+        assert_matches_h5py(str(dest / f"G{i:02d}.h5.parq"), src / f"G{i:02d}.h5")

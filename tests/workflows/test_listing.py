@@ -1,0 +1,81 @@
+"""Listing granules: files, folders, globs, S3 prefixes; identities; sidecar names."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from h5sidecar.errors import SourceNotFoundError
+from h5sidecar.workflows._listing import list_granules, normalize_url, sidecar_url
+from tests.workflows.conftest import write_granule
+
+
+def test_folder_recursive_with_patterns(tmp_path: Path) -> None:
+    write_granule(tmp_path / "a.h5")
+    write_granule(tmp_path / "sub" / "b.nc")
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / ".hidden.h5").write_bytes(b"x")
+    (tmp_path / ".tmpdir").mkdir()
+    (tmp_path / ".tmpdir" / "c.h5").write_bytes(b"x")
+    granules = list_granules(str(tmp_path))
+    assert [g.name for g in granules] == ["a.h5", "sub/b.nc"]
+    for g in granules:
+        st = os.stat(g.url)
+        assert os.path.isabs(g.url) and "://" not in g.url
+        assert g.identity.url == g.url
+        assert g.identity.size == st.st_size
+        assert g.identity.mtime == pytest.approx(st.st_mtime, abs=1e-6)
+    everything = list_granules(str(tmp_path), patterns=["*"])
+    assert [g.name for g in everything] == ["a.h5", "notes.txt", "sub/b.nc"]
+
+
+def test_single_file_glob_and_exclude(tmp_path: Path) -> None:
+    a = write_granule(tmp_path / "data" / "a.h5")
+    write_granule(tmp_path / "data" / "x" / "b.h5")
+    write_granule(tmp_path / "data" / "out" / "c.h5")
+    single = list_granules(str(a))
+    assert [(g.name, g.url) for g in single] == [("a.h5", str(a))]
+    # a glob is taken as given (no pattern filter); names are relative to its fixed part
+    globbed = list_granules(str(tmp_path / "data" / "**" / "*.h5"))
+    assert [g.name for g in globbed] == ["a.h5", "out/c.h5", "x/b.h5"]
+    excluded = list_granules(str(tmp_path / "data"), exclude=[str(tmp_path / "data" / "out")])
+    assert [g.name for g in excluded] == ["a.h5", "x/b.h5"]
+    assert list_granules("file://" + str(a))[0].url == str(a)
+
+
+def test_missing_or_empty_source_raises(tmp_path: Path) -> None:
+    with pytest.raises(SourceNotFoundError, match="neither a file"):
+        list_granules(str(tmp_path / "nope"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SourceNotFoundError, match="--pattern"):
+        list_granules(str(tmp_path / "empty"))
+    with pytest.raises(SourceNotFoundError):
+        list_granules(str(tmp_path / "empty" / "*.h5"))
+
+
+def test_sidecar_names() -> None:
+    assert sidecar_url("/out", "sub/a.h5", "parquet") == "/out/sub/a.h5.parq"
+    assert sidecar_url("s3://b/p/", "a.h5", "json") == "s3://b/p/a.h5.json"
+    assert normalize_url("rel/x") == os.path.abspath("rel/x")
+
+
+def test_s3_prefix_listing(tmp_path: Path, s3, s3_bucket: str, s3_storage_options) -> None:
+    a = write_granule(tmp_path / "a.h5", n=1000)
+    s3.put(str(a), f"{s3_bucket}/in/2019/a.h5")
+    s3.put(str(a), f"{s3_bucket}/in/b.h5")
+    s3.pipe(f"{s3_bucket}/in/readme.txt", b"x")
+    s3.pipe(f"{s3_bucket}/other/c.h5", b"x")
+    granules = list_granules(f"s3://{s3_bucket}/in", storage_options=s3_storage_options)
+    assert [g.name for g in granules] == ["2019/a.h5", "b.h5"]
+    assert granules[0].url == f"s3://{s3_bucket}/in/2019/a.h5"
+    info = s3.info(f"{s3_bucket}/in/b.h5")
+    ident = granules[1].identity
+    assert ident.size == a.stat().st_size == info["size"]
+    assert ident.etag == info["ETag"].strip('"') and '"' not in ident.etag
+    assert ident.mtime == pytest.approx(info["LastModified"].timestamp())
+    globbed = list_granules(f"s3://{s3_bucket}/*/c.h5", storage_options=s3_storage_options)
+    assert [g.url for g in globbed] == [f"s3://{s3_bucket}/other/c.h5"]
+    with pytest.raises(SourceNotFoundError):
+        list_granules(f"s3://{s3_bucket}/missing", storage_options=s3_storage_options)

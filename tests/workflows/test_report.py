@@ -1,0 +1,69 @@
+"""Run-report records: JSON round trip, atomic write, malformed reports."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from h5sidecar.errors import InvalidReferenceError, NotHDF5Error
+from h5sidecar.workflows import GranuleResult, RunReport, read_report, write_report
+from h5sidecar.workflows._report import error_record
+
+
+def _report() -> RunReport:
+    ok = GranuleResult(
+        url="/d/a.h5", sidecar="/o/a.h5.parq", status="ok", name="a.h5",
+        source={"url": "/d/a.h5", "size": 10, "etag": None, "mtime": 1.5},
+        n_virtual=3, n_inlined=1, n_skipped=1,
+        skipped=({"path": "x", "kind": "unsupported_dtype", "reason": "opaque"},),
+        n_chunks=7, sidecar_bytes=1234, seconds={"index": 0.25, "total": 0.5},
+    )
+    bad = GranuleResult(url="/d/b.h5", sidecar="/o/b.h5.parq", status="failed", name="b.h5",
+                        error=error_record(NotHDF5Error("no HDF5 signature")))
+    return RunReport(source="/d", dest="/o", format="parquet", options={"force": False},
+                     started="2026-01-01T00:00:00+00:00", finished="2026-01-01T00:00:01+00:00",
+                     seconds=1.0, granules=(ok, bad), version="0.1.0")
+
+
+def test_round_trip_and_counts() -> None:
+    report = _report()
+    doc = json.loads(json.dumps(report.to_dict()))
+    assert doc["counts"] == {"ok": 1, "failed": 1, "up_to_date": 0}
+    assert doc["granules"][1]["error"]["kind"] == "not_hdf5"
+    assert "re-stage" in doc["granules"][1]["error"]["hint"]
+    assert RunReport.from_dict(doc) == report
+    assert not report.ok and [g.name for g in report.failed] == ["b.h5"]
+
+
+def test_error_kinds_and_hints() -> None:
+    assert error_record(PermissionError("denied")).kind == "os_error"
+    rec = error_record(RuntimeError("boom"), kind="bug")
+    assert rec.kind == "bug" and rec.type == "RuntimeError" and "report" in rec.hint
+
+
+def test_write_is_atomic_and_readable(tmp_path: Path) -> None:
+    dest = tmp_path / "out"
+    dest.mkdir()
+    stale, fresh = dest / "._report.old1.tmp", dest / "._report.new1.tmp"
+    stale.write_text("{")
+    os.utime(stale, (1_000_000_000, 1_000_000_000))  # left by a run killed long ago
+    fresh.write_text("{")  # maybe a concurrent run writing right now: kept
+    url = write_report(_report(), str(dest))
+    assert not stale.exists() and fresh.exists()
+    fresh.unlink()
+    assert url == str(dest / "_report.json")
+    assert sorted(p.name for p in dest.iterdir()) == ["_report.json"]  # no temporary file left
+    assert read_report(str(dest)) == _report()
+    (dest / "_report.json").write_text("{not json")
+    with pytest.raises(InvalidReferenceError, match="delete it"):
+        read_report(str(dest))
+
+
+def test_report_on_s3(s3, s3_bucket: str, s3_storage_options) -> None:
+    url = write_report(_report(), f"s3://{s3_bucket}/out", storage_options=s3_storage_options)
+    assert url == f"s3://{s3_bucket}/out/_report.json"
+    assert json.loads(s3.cat(url))["counts"]["failed"] == 1
+    assert read_report(f"s3://{s3_bucket}/out", storage_options=s3_storage_options) == _report()
