@@ -14,6 +14,7 @@ __all__ = [
     "HTTP_STATUS",
     "ForbiddenSourceError",
     "H5SidecarError",
+    "IncompatibleGranulesError",
     "InvalidReferenceError",
     "NotHDF5Error",
     "NotIndexedError",
@@ -93,12 +94,21 @@ class SourceNotFoundError(H5SidecarError, FileNotFoundError):
     kind = "source_not_found"
 
 
+class IncompatibleGranulesError(H5SidecarError, ValueError):
+    """Granules cannot be combined safely: their CF encodings or units differ in a way the
+    requested decoding would not reconcile (e.g. ``scale_factor`` differs but
+    ``mask_and_scale=False``).  The message names the granules, variables and attributes."""
+
+    kind = "incompatible_granules"
+
+
 #: HTTP status code for each error class, used by the gateway (most specific class first).
 HTTP_STATUS: dict[type[H5SidecarError], int] = {
     NotIndexedError: 404,
     SourceNotFoundError: 404,
     ForbiddenSourceError: 403,
     InvalidReferenceError: 422,
+    IncompatibleGranulesError: 422,
     UnsupportedFeatureError: 501,
     StaleReferenceError: 409,
     NotHDF5Error: 422,
