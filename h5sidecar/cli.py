@@ -38,12 +38,18 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 log = logging.getLogger("h5sidecar")
 
+#: Line width of tables when stdout is not a terminal.
+_PIPE_WIDTH = 240
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
     args = build_parser().parse_args(argv)
     _setup_logging(args.verbose)
-    out, err = Console(), Console(stderr=True)
+    # piped output: long paths stay on one line (greppable) and tables are not squeezed to 80
+    # columns; on a terminal rich fits the terminal
+    width = None if sys.stdout.isatty() else _PIPE_WIDTH
+    out, err = Console(soft_wrap=True, width=width), Console(stderr=True, soft_wrap=True)
     try:
         return int(args.run(args, out, err))
     except KeyboardInterrupt:
@@ -269,10 +275,11 @@ def _cmd_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
     out.print(f"{s.n_groups} group(s); variables: {c['virtual']} virtual, {c['inlined']} "
               f"inlined, {c['skipped']} skipped")
     table = Table(show_lines=False, header_style="bold")
+    numeric = {"stored", "inline", "missing", "bytes"}
     for col in ("path", "status", "shape", "dtype", "chunks", "stored", "inline", "missing",
                 "bytes", "codecs"):
-        table.add_column(col, justify="right" if col in {"stored", "inline", "missing",
-                                                          "bytes"} else "left")
+        table.add_column(col, justify="right" if col in numeric else "left",
+                         no_wrap=col != "codecs")
     for v in s.variables:
         if v.status == "skipped":
             continue
@@ -359,7 +366,7 @@ def _cmd_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 # -- formatting -----------------------------------------------------------------------------------
 def _shape(shape: tuple[int, ...]) -> str:
-    return "(" + ", ".join(str(s) for s in shape) + ")" if shape else "()"
+    return str(tuple(shape))
 
 
 def _size(n: float) -> str:

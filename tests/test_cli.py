@@ -101,7 +101,8 @@ def test_sample_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
                  "--netcdf"]) == 0
     files = sorted(p.name for p in tmp_path.iterdir())
     assert len(files) == 2 and files[0].startswith("ATL03_") and files[1].endswith(".nc")
-    assert all(name in capsys.readouterr().out for name in files)
+    out = capsys.readouterr().out
+    assert all(name in out for name in files)
 
 
 def test_demo_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

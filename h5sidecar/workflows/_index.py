@@ -18,9 +18,9 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from h5sidecar import __version__
-from h5sidecar.errors import H5SidecarError, InvalidReferenceError, NotIndexedError
+from h5sidecar.errors import H5SidecarError
 from h5sidecar.indexer import index_granule
-from h5sidecar.references import GranuleRefs, SourceInfo, read_refs, write_refs
+from h5sidecar.references import GranuleRefs, SourceInfo, write_refs
 from h5sidecar.settings import IndexSettings
 from h5sidecar.workflows._executors import ExecutorSpec, Task, default_workers, run_tasks
 from h5sidecar.workflows._listing import (
@@ -32,7 +32,14 @@ from h5sidecar.workflows._listing import (
     normalize_url,
     sidecar_url,
 )
-from h5sidecar.workflows._report import GranuleResult, RunReport, error_record, write_report
+from h5sidecar.workflows._recorded import Recorded, read_recorded
+from h5sidecar.workflows._report import (
+    GranuleResult,
+    RunReport,
+    error_record,
+    read_report,
+    write_report,
+)
 
 __all__ = ["IndexOptions", "ProgressSink", "index_many", "index_one"]
 
@@ -102,11 +109,11 @@ def index_one(
         _sweep_leftovers(dest_url)
         if not options.force:
             current = listed if listed is not None else _current_identity(url, options)
-            existing = _existing_refs(dest_url, options)
+            recorded = read_recorded(dest_url, storage_options=options.storage_options)
             seconds["check"] = time.perf_counter() - t0
-            if existing is not None and _up_to_date(existing.source, current):
+            if recorded is not None and _up_to_date(recorded.source, current):
                 seconds["total"] = time.perf_counter() - t0
-                return _result(url, dest_url, "up_to_date", existing, seconds, options)
+                return _up_to_date_result(url, dest_url, recorded, seconds, options)
         t1 = time.perf_counter()
         refs = index_granule(url, storage_options=_opts(options), settings=options.settings)
         t2 = time.perf_counter()
@@ -115,7 +122,7 @@ def index_one(
         seconds["write"] = time.perf_counter() - t2
         seconds["total"] = time.perf_counter() - t0
         log.info("indexed %s -> %s (%.2f s)", url, dest_url, seconds["total"])
-        return _result(url, dest_url, "ok", refs, seconds, options)
+        return _ok_result(url, dest_url, refs, seconds, options)
     except (H5SidecarError, OSError) as exc:
         # expected failures of one granule (not HDF5, unsupported, unreadable, unwritable):
         # recorded so the batch goes on
@@ -208,6 +215,7 @@ def index_many(
         for g in granules
     ]
     n_workers = workers if workers is not None else default_workers(len(tasks))
+    previous = _previous_chunk_counts(dest, storage_options)
     if progress is not None:
         progress.start(len(tasks))
     results: list[GranuleResult] = []
@@ -215,6 +223,8 @@ def index_many(
     try:
         for res in run_tasks(index_one, tasks, executor, workers=n_workers):
             res = res.renamed(names.get(res.url, res.name))
+            if res.status == "up_to_date":
+                res = replace(res, n_chunks=previous.get((res.sidecar, _key(res.source)), 0))
             results.append(res)
             if progress is not None:
                 progress.advance(res)
@@ -244,6 +254,21 @@ def index_many(
     return report
 
 
+def _previous_chunk_counts(
+    dest: str, storage_options: Mapping[str, Any] | None
+) -> dict[tuple[str, str], int]:
+    """``(sidecar, source identity) -> n_chunks`` from the last run's report, if readable."""
+    try:
+        last = read_report(dest, storage_options=storage_options)
+    except (FileNotFoundError, H5SidecarError):
+        return {}
+    return {(g.sidecar, _key(g.source)): g.n_chunks for g in last.granules if g.source}
+
+
+def _key(source: Mapping[str, Any] | None) -> str:
+    return repr(sorted((source or {}).items()))
+
+
 def _opts(options: IndexOptions) -> dict[str, Any] | None:
     return None if options.storage_options is None else dict(options.storage_options)
 
@@ -251,19 +276,6 @@ def _opts(options: IndexOptions) -> dict[str, Any] | None:
 def _current_identity(url: str, options: IndexOptions) -> SourceInfo:
     fs = filesystem(url, options.storage_options)
     return identity_from_info(url, fs.info(url))
-
-
-def _existing_refs(dest_url: str, options: IndexOptions) -> GranuleRefs | None:
-    """The sidecar at ``dest_url`` or None (absent or unreadable: it is then rewritten)."""
-    fs = filesystem(dest_url, options.storage_options)
-    if not fs.exists(dest_url):
-        return None
-    try:
-        return read_refs(dest_url, storage_options=_opts(options))
-    except (InvalidReferenceError, NotIndexedError) as exc:
-        # e.g. an S3 Parquet sidecar whose write was interrupted before its commit marker
-        log.warning("existing sidecar %s is unreadable (%s); re-indexing", dest_url, exc)
-        return None
 
 
 def _sweep_leftovers(dest_url: str) -> None:
@@ -299,19 +311,32 @@ def _sidecar_bytes(dest_url: str, options: IndexOptions) -> int:
     return int(fs.du(path, total=True)) if fs.isdir(path) else int(fs.size(path))
 
 
-def _result(
-    url: str,
-    dest_url: str,
-    status: Literal["ok", "up_to_date"],
-    refs: GranuleRefs,
-    seconds: dict[str, float],
-    options: IndexOptions,
+def _up_to_date_result(
+    url: str, dest_url: str, rec: Recorded, seconds: dict[str, float], options: IndexOptions
+) -> GranuleResult:
+    # n_chunks is not in the extras block; index_many carries it over from the last report
+    return GranuleResult(
+        url=url,
+        sidecar=dest_url,
+        status="up_to_date",
+        source=rec.source.to_dict(),
+        n_virtual=rec.n_virtual,
+        n_inlined=rec.n_inlined,
+        n_skipped=len(rec.skipped),
+        skipped=rec.skipped,
+        sidecar_bytes=_sidecar_bytes(dest_url, options),
+        seconds=seconds,
+    )
+
+
+def _ok_result(
+    url: str, dest_url: str, refs: GranuleRefs, seconds: dict[str, float], options: IndexOptions
 ) -> GranuleResult:
     statuses = [a.status for a in refs.arrays.values()]
     return GranuleResult(
         url=url,
         sidecar=dest_url,
-        status=status,
+        status="ok",
         source=refs.source.to_dict(),
         n_virtual=statuses.count("virtual"),
         n_inlined=statuses.count("inlined"),

@@ -144,7 +144,7 @@ class GranuleResult:
             "skipped": [dict(s) for s in self.skipped],
             "n_chunks": self.n_chunks,
             "sidecar_bytes": self.sidecar_bytes,
-            "seconds": {k: round(v, 4) for k, v in self.seconds.items()},
+            "seconds": dict(self.seconds),
             "error": None if self.error is None else self.error.to_dict(),
         }
 
@@ -234,7 +234,7 @@ class RunReport:
             "options": dict(self.options),
             "started": self.started,
             "finished": self.finished,
-            "seconds": round(self.seconds, 3),
+            "seconds": self.seconds,
             "complete": self.complete,
             "counts": self.counts,
             "granules": [g.to_dict() for g in self.granules],

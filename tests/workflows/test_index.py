@@ -57,6 +57,10 @@ def test_resume_change_detection_and_force(granule_dir: Path, tmp_path: Path) ->
     assert again.counts == {"ok": 0, "failed": 0, "up_to_date": 3}
     assert {g.name: g.source for g in again.granules} == {g.name: g.source for g in first.granules}
     assert not leftover.exists()
+    assert {g.name: g.n_chunks for g in again.granules} == {
+        g.name: g.n_chunks for g in first.granules}
+    assert {g.name: (g.n_virtual, g.n_inlined, g.n_skipped) for g in again.granules} == {
+        g.name: (g.n_virtual, g.n_inlined, g.n_skipped) for g in first.granules}
     # replace one source with different content: only it is re-indexed, and reads the new values
     changed = granule_dir / "G1.h5"
     write_granule(changed, seed=42, n=3000)
@@ -80,6 +84,22 @@ def test_unreadable_sidecar_is_rewritten(granule_dir: Path, tmp_path: Path) -> N
     report = index_many(str(granule_dir), str(dest), format="json", executor="serial")
     assert {g.name: g.status for g in report.granules}["G0.h5"] == "ok"
     assert_matches_h5py(str(dest / "G0.h5.json"), granule_dir / "G0.h5")
+
+
+def test_sidecars_without_identity_are_rewritten(granule_dir: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "sidecars"
+    index_many(str(granule_dir), str(dest), executor="serial")
+    # an uncommitted Parquet directory (no .zmetadata: an interrupted object-store write) and
+    # a kerchunk sidecar without h5sidecar's extras carry no identity to trust
+    (dest / "G0.h5.parq" / ".zmetadata").unlink()
+    zmeta = json.loads((dest / "G1.h5.parq" / ".zmetadata").read_text())
+    del zmeta["h5sidecar"]
+    (dest / "G1.h5.parq" / ".zmetadata").write_text(json.dumps(zmeta))
+    report = index_many(str(granule_dir), str(dest), executor="serial")
+    status = {g.name: g.status for g in report.granules}
+    assert status == {"G0.h5": "ok", "G1.h5": "ok", "G2.h5": "up_to_date"}
+    for name in ("G0.h5", "G1.h5"):
+        assert_matches_h5py(str(dest / f"{name}.parq"), granule_dir / name)
 
 
 def test_bad_granules_fail_alone(granule_dir: Path, tmp_path: Path) -> None:
