@@ -1,1 +1,46 @@
-"""h5sidecar.gateway."""
+"""Everything that exposes sidecars as Zarr: zarr store, fsspec filesystem, xarray engine.
+
+* :class:`SidecarStore` -- a read-only ``zarr.abc.store.Store`` (Zarr v2 view by default, v3 on
+  request);
+* :class:`H5SidecarFileSystem` -- fsspec protocol ``"h5sidecar"`` (Zarr v2 keys);
+* the xarray engine ``"h5sidecar"`` and :func:`open_dataset`, :func:`open_datatree`,
+  :func:`open_mfdataset` (safe multi-granule combine);
+* the fetch layer under all of them (:class:`~h5sidecar.gateway._fetch.ChunkFetcher`).
+
+Names load on first use so ``import h5sidecar.gateway`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "SidecarStore": "h5sidecar.gateway.store",
+    "H5SidecarFileSystem": "h5sidecar.gateway.fs",
+    "H5SidecarBackend": "h5sidecar.gateway.xarray_backend",
+    "ChunkFetcher": "h5sidecar.gateway._fetch",
+    "open_dataset": "h5sidecar.gateway._open",
+    "open_datatree": "h5sidecar.gateway._open",
+    "open_mfdataset": "h5sidecar.gateway._open",
+    "check_combinable": "h5sidecar.gateway._open",
+    "load_refs": "h5sidecar.gateway._cache",
+}
+
+__all__ = [
+    "ChunkFetcher",
+    "H5SidecarBackend",
+    "H5SidecarFileSystem",
+    "SidecarStore",
+    "check_combinable",
+    "load_refs",
+    "open_dataset",
+    "open_datatree",
+    "open_mfdataset",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'h5sidecar.gateway' has no attribute {name!r}")

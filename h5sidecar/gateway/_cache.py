@@ -1,0 +1,214 @@
+"""A thread-safe LRU cache bounded by bytes, not by entries.
+
+The read path caches three kinds of things whose sizes differ by orders of magnitude: parsed
+sidecars (:class:`~h5sidecar.references.GranuleRefs`, megabytes), synthesized metadata documents
+(kilobytes) and hot chunks.  Bounding by entry count would let a few large sidecars exhaust
+memory, so every entry is charged its size in bytes and the least recently used entries are
+evicted until the total fits.  No cache in h5sidecar is unbounded (DESIGN.md, rule 8).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+__all__ = ["SIDECARS", "ByteLRU", "CacheStats", "load_refs", "sidecar_identity", "sizeof"]
+
+V = TypeVar("V")
+
+
+def sizeof(value: Any) -> int:
+    """Bytes charged for ``value``: ``len`` of bytes-likes, else its ``nbytes``, else 1 KiB."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return len(value)
+    nbytes = getattr(value, "nbytes", None)
+    if isinstance(nbytes, int):
+        return nbytes
+    # Small Python objects (metadata dicts): a flat charge keeps them from being free.
+    return 1024
+
+
+@dataclass(frozen=True, slots=True)
+class CacheStats:
+    """A snapshot of a cache's counters."""
+
+    hits: int
+    misses: int
+    evictions: int
+    entries: int
+    current_bytes: int
+    max_bytes: int
+
+
+class ByteLRU(Generic[V]):
+    """Least-recently-used mapping whose values together stay under ``max_bytes``.
+
+    Parameters
+    ----------
+    max_bytes : int
+        Upper bound of the summed sizes of the cached values.  ``0`` disables caching (every
+        ``get`` misses, ``put`` stores nothing).  A single value larger than the bound is not
+        cached at all (it would evict everything else and then itself).
+    size : callable, optional
+        ``value -> bytes`` charged for a value (default :func:`sizeof`).
+    """
+
+    def __init__(self, max_bytes: int, *, size: Callable[[V], int] = sizeof) -> None:
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+        self.max_bytes = int(max_bytes)
+        self._size = size
+        self._data: OrderedDict[Hashable, tuple[V, int]] = OrderedDict()
+        self._bytes = 0
+        self._hits = 0
+        self._misses = 0
+        self._evictions = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> V | None:
+        """The cached value (marked most recently used), or ``None``."""
+        with self._lock:
+            item = self._data.get(key)
+            if item is None:
+                self._misses += 1
+                return None
+            self._data.move_to_end(key)
+            self._hits += 1
+            return item[0]
+
+    def put(self, key: Hashable, value: V) -> None:
+        """Cache ``value`` under ``key``, evicting least recently used entries to fit."""
+        nbytes = int(self._size(value))
+        if nbytes > self.max_bytes:
+            return
+        with self._lock:
+            old = self._data.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            self._data[key] = (value, nbytes)
+            self._bytes += nbytes
+            while self._bytes > self.max_bytes:
+                _, (_, evicted) = self._data.popitem(last=False)
+                self._bytes -= evicted
+                self._evictions += 1
+
+    def get_or_create(self, key: Hashable, factory: Callable[[], V]) -> V:
+        """The cached value, or ``factory()`` (then cached).  ``factory`` runs unlocked."""
+        value = self.get(key)
+        if value is None:
+            value = factory()
+            self.put(key, value)
+        return value
+
+    def clear(self) -> None:
+        """Drop every entry (counters are kept)."""
+        with self._lock:
+            self._data.clear()
+            self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._data
+
+    @property
+    def stats(self) -> CacheStats:
+        """Hit/miss/eviction counters and current size."""
+        with self._lock:
+            return CacheStats(
+                hits=self._hits,
+                misses=self._misses,
+                evictions=self._evictions,
+                entries=len(self._data),
+                current_bytes=self._bytes,
+                max_bytes=self.max_bytes,
+            )
+
+    def __repr__(self) -> str:
+        s = self.stats
+        return f"ByteLRU({s.current_bytes}/{s.max_bytes} bytes, {s.entries} entries)"
+
+
+# -- the process-wide sidecar cache --------------------------------------------------------------
+
+#: Parsed sidecars shared by every store, filesystem and xarray dataset of this process (a Dask
+#: worker re-opening the same sidecar for each task parses it once).  Entries are keyed by the
+#: sidecar's identity (size + ETag/mtime), so a re-indexed sidecar is never served stale.
+SIDECARS: ByteLRU[Any] = ByteLRU(256 * 2**20)
+
+
+def _options_key(options: Mapping[str, Any]) -> str:
+    # Secrets never become part of a cache key (keys are visible in reprs and debuggers).
+    from h5sidecar.gateway._fetch import scrub_credentials
+
+    return repr(sorted(scrub_credentials(options).items(), key=lambda kv: str(kv[0])))
+
+
+def sidecar_identity(path: str, storage_options: Mapping[str, Any] | None = None) -> tuple:
+    """A hashable identity of the sidecar at ``path``: location + size + ETag/mtime.
+
+    For a Parquet sidecar (a directory) the identity is that of its ``.zmetadata``, which the
+    writer writes last (its commit marker).
+
+    Raises
+    ------
+    NotIndexedError
+        When nothing exists at ``path``.
+    """
+    import fsspec
+
+    from h5sidecar.errors import NotIndexedError
+
+    options = dict(storage_options or {})
+    fs, p = fsspec.core.url_to_fs(path, **options)
+    try:
+        info = fs.info(p)
+        if info.get("type") == "directory":
+            p = f"{p.rstrip('/')}/.zmetadata"
+            info = fs.info(p)
+    except FileNotFoundError as exc:
+        raise NotIndexedError(
+            f"no sidecar at {path!r}: index the granule first (h5sidecar index SOURCE -o DEST) "
+            "or check the path and storage options"
+        ) from exc
+    stamp = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified")
+    return (fs.protocol, p, info.get("size"), str(stamp), _options_key(options))
+
+
+def load_refs(
+    path: str | os.PathLike[str],
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    cache: ByteLRU[Any] | None = SIDECARS,
+) -> Any:
+    """Read the sidecar at ``path`` (JSON or Parquet) as ``GranuleRefs``, through ``cache``.
+
+    Parameters
+    ----------
+    path : str or path-like
+        Local path or URL (``s3://bucket/x.h5.parq``) of the sidecar.
+    storage_options : mapping, optional
+        fsspec options to read the sidecar (``endpoint_url``, ``key``, ``secret``, ...).
+    cache : ByteLRU or None
+        Where parsed sidecars are kept (the process-wide :data:`SIDECARS` by default).
+
+    Raises
+    ------
+    NotIndexedError
+        When no sidecar exists at ``path``.
+    InvalidReferenceError
+        When the sidecar is malformed.
+    """
+    from h5sidecar.references import read_refs
+
+    path = os.fspath(path)
+    options = dict(storage_options or {})
+    if cache is None:
+        return read_refs(path, storage_options=options)
+    key = sidecar_identity(path, options)
+    return cache.get_or_create(key, lambda: read_refs(path, storage_options=options))
