@@ -1,1 +1,88 @@
-"""h5sidecar.indexer."""
+"""The indexer: one HDF5 / netCDF-4 granule -> :class:`~h5sidecar.references.GranuleRefs`.
+
+:func:`index_granule` reads the granule's metadata once with h5py and returns the references of
+every variable (chunk byte ranges, or values held in the sidecar when HDF5's bytes cannot be
+decoded by Zarr), the group tree with attributes, and the variables that could not be
+represented, each with a reason.  It never writes files: pass the result to
+:func:`h5sidecar.references.write_json` / ``write_parquet``.
+
+What is supported, and how each HDF5 quirk is handled, is described in the README section
+"Indexing: what is supported".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from h5sidecar.indexer._checksums import chunk_hash
+from h5sidecar.indexer._dtypes import ENUM_ATTR, REFERENCE_ATTR
+from h5sidecar.indexer._granule import index_open_granule
+from h5sidecar.indexer._open import open_granule
+from h5sidecar.references import GranuleRefs
+from h5sidecar.settings import IndexSettings
+
+#: Settings used when none are given (frozen, so sharing one instance is safe).
+DEFAULT_SETTINGS = IndexSettings()
+
+__all__ = ["ENUM_ATTR", "REFERENCE_ATTR", "Indexer", "chunk_hash", "index_granule"]
+
+
+class Indexer(Protocol):
+    """Anything that turns a granule URL into references (``index_granule`` is one).
+
+    Workflows accept an ``Indexer`` so tests and alternative backends can be swapped in.
+    """
+
+    def __call__(
+        self,
+        url: str,
+        *,
+        storage_options: Mapping[str, Any] | None = ...,
+        settings: IndexSettings = ...,
+    ) -> GranuleRefs: ...
+
+
+def index_granule(
+    url: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    settings: IndexSettings = DEFAULT_SETTINGS,
+) -> GranuleRefs:
+    """Index one HDF5 / netCDF-4 granule.
+
+    Parameters
+    ----------
+    url : str
+        ``s3://bucket/key``, a local path or a ``file://`` URL.  Local sources are recorded as
+        absolute paths, S3 sources as ``s3://bucket/key``.
+    storage_options : mapping, optional
+        s3fs-style options (``key``, ``secret``, ``token``, ``endpoint_url``, ``anon``, ...).
+    settings : IndexSettings
+        ``on_unsupported`` ("skip" records unsupported variables in ``GranuleRefs.skipped``,
+        "raise" raises), ``inline_threshold``, ``contiguous_chunk_bytes``,
+        ``materialize_limit``, ``checksums``.
+
+    Returns
+    -------
+    GranuleRefs
+        Source identity, groups with attributes, one ``ArrayRefs`` per variable and the skipped
+        variables with their reasons.
+
+    Raises
+    ------
+    NotHDF5Error
+        The object is not HDF5 (e.g. netCDF-3), or is truncated or corrupt.
+    UnsupportedFeatureError
+        With ``on_unsupported="raise"``, at the first variable that cannot be represented.
+    SourceNotFoundError, SourceReadError, StaleReferenceError
+        The source cannot be read, or changed while being read.
+
+    Examples
+    --------
+    >>> refs = index_granule("s3://bucket/ATL03_x.h5", storage_options={"anon": True})
+    ... # doctest: +SKIP
+    >>> [(s.path, s.reason) for s in refs.skipped]  # doctest: +SKIP
+    """
+    with open_granule(url, storage_options=storage_options, settings=settings) as granule:
+        return index_open_granule(granule, settings, storage_options)

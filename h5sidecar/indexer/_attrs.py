@@ -1,0 +1,114 @@
+"""HDF5 attributes -> JSON-ready Zarr attributes.
+
+Every attribute whose value JSON can hold is kept (CF attributes verbatim, ``_FillValue``
+included); the bookkeeping HDF5 and netCDF-4 write for themselves is dropped.  An attribute that
+cannot be read or has no JSON form never fails the granule: it is left out and reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import h5py
+
+from h5sidecar.indexer._common import H5PY_ERRORS, describe_h5_error, reraise_io_failure
+from h5sidecar.indexer._values import NotJSONable, decode_text, to_json
+
+__all__ = ["ALWAYS_DROPPED", "AttrResult", "read_attrs"]
+
+#: Written by the HDF5 dimension-scale API and by netCDF-C / h5netcdf for their own use.
+ALWAYS_DROPPED = frozenset(
+    {
+        "DIMENSION_LIST",
+        "REFERENCE_LIST",
+        "DIMENSION_LABELS",
+        "_Netcdf4Dimid",
+        "_Netcdf4Coordinates",
+        "_nc3_strict",
+        "_NCProperties",
+        "_IsNetcdf4",
+        "_SuperblockVersion",
+        "_ARRAY_DIMENSIONS",  # we write our own
+    }
+)
+
+#: Dropped only on dimension scales, where they are the scale API's markers.
+SCALE_MARKERS = frozenset({"CLASS", "NAME"})
+
+
+@dataclass
+class AttrResult:
+    """Attributes of one object and the ones that had to be left out (with why)."""
+
+    attrs: dict[str, Any] = field(default_factory=dict)
+    dropped: dict[str, str] = field(default_factory=dict)
+
+    def note(self) -> str:
+        """A sentence for ``ArrayRefs.note`` listing dropped attributes ("" when none)."""
+        if not self.dropped:
+            return ""
+        parts = "; ".join(f"{k!r} ({v})" for k, v in self.dropped.items())
+        return f"attributes left out: {parts}"
+
+
+def _attr_names(obj: h5py.HLObject) -> list[str]:
+    # Iterating the AttributeManager yields names without reading values, so a broken value
+    # cannot hide the names of the others.
+    return list(obj.attrs)
+
+
+def _is_scale_marker(name: str, value: Any) -> bool:
+    if name == "CLASS":
+        text = value if isinstance(value, str) else decode_text(bytes(value)) if isinstance(
+            value, bytes
+        ) else str(value)
+        return text.rstrip("\0") == "DIMENSION_SCALE"
+    return True
+
+
+def read_attrs(
+    obj: h5py.HLObject,
+    deref: Callable[[h5py.Reference], str | None],
+    *,
+    is_scale: bool = False,
+) -> AttrResult:
+    """Read and convert every attribute of ``obj``.
+
+    Parameters
+    ----------
+    obj : h5py.Group or h5py.Dataset
+    deref : callable
+        Maps an object reference to its target's path (references become paths).
+    is_scale : bool
+        ``obj`` is a dimension scale: its ``CLASS``/``NAME`` markers are dropped too.
+
+    Returns
+    -------
+    AttrResult
+        The JSON-ready attributes and a ``{name: reason}`` of those left out.
+    """
+    result = AttrResult()
+    try:
+        names = _attr_names(obj)
+    except H5PY_ERRORS as exc:
+        reraise_io_failure(exc)
+        result.dropped["*"] = f"the attribute table cannot be read ({describe_h5_error(exc)})"
+        return result
+    for name in names:
+        if name in ALWAYS_DROPPED:
+            continue
+        try:
+            value = obj.attrs[name]
+        except H5PY_ERRORS as exc:
+            reraise_io_failure(exc)
+            result.dropped[name] = f"HDF5 cannot read it: {describe_h5_error(exc)}"
+            continue
+        if is_scale and name in SCALE_MARKERS and _is_scale_marker(name, value):
+            continue
+        try:
+            result.attrs[name] = to_json(value, deref)
+        except NotJSONable as exc:
+            result.dropped[name] = str(exc)
+    return result

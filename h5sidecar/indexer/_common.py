@@ -1,0 +1,79 @@
+"""Small shared pieces of the indexer: the skip signal, error classification, path helpers."""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+from h5sidecar.errors import H5SidecarError
+from h5sidecar.references import SkipKind
+
+__all__ = [
+    "H5PY_ERRORS",
+    "Skip",
+    "is_io_failure",
+    "rel_path",
+    "reraise_io_failure",
+]
+
+#: What h5py raises when HDF5 refuses an operation (translated from the HDF5 error stack).
+H5PY_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    KeyError,
+    ValueError,
+    TypeError,
+    RuntimeError,
+)
+
+
+class Skip(Exception):
+    """Internal signal: this variable cannot be represented; record it (or raise) with a reason.
+
+    Attributes
+    ----------
+    kind : SkipKind
+        Category recorded in :class:`~h5sidecar.references.Skipped`.
+    reason : str
+        What is unsupported and why, written for the person reading the report.
+    """
+
+    def __init__(self, kind: SkipKind, reason: str) -> None:
+        super().__init__(reason)
+        self.kind: SkipKind = kind
+        self.reason = reason
+
+
+def is_io_failure(exc: BaseException) -> bool:
+    """True when ``exc`` is a failure to *read the source*, not HDF5 refusing an object.
+
+    h5py lets exceptions raised by a Python file object propagate unchanged, so a network
+    fault surfaces as ``SourceReadError``/``StaleReferenceError`` (or a builtin ``OSError``
+    subclass such as ``ConnectionError``) in the middle of an h5py call.  Those must abort the
+    granule instead of being recorded as "unreadable variable".  HDF5's own errors are plain
+    ``OSError``/``KeyError``/... instances, never subclasses.
+    """
+    if isinstance(exc, H5SidecarError):
+        return True
+    return isinstance(exc, OSError) and type(exc) is not OSError
+
+
+def reraise_io_failure(exc: BaseException) -> None:
+    """Re-raise ``exc`` when it is a source read failure (see :func:`is_io_failure`)."""
+    if is_io_failure(exc):
+        raise exc
+
+
+def rel_path(name: str) -> str:
+    """An HDF5 absolute name (``/a/b``) as a model path (``a/b``; the root group is ``""``)."""
+    return name.strip("/")
+
+
+def describe_h5_error(exc: BaseException) -> str:
+    """A one-line description of an h5py/HDF5 error for reasons and notes."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = text.strip("'\"")
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def fail(kind: SkipKind, reason: str) -> NoReturn:
+    """Raise :class:`Skip` (a helper so call sites read as one statement)."""
+    raise Skip(kind, reason)

@@ -1,0 +1,247 @@
+"""One HDF5 dataset -> one :class:`~h5sidecar.references.ArrayRefs` (or a :class:`Skip`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import h5py
+import numpy as np
+
+from h5sidecar.errors import UnsupportedFeatureError
+from h5sidecar.indexer._attrs import read_attrs
+from h5sidecar.indexer._common import H5PY_ERRORS, fail, reraise_io_failure
+from h5sidecar.indexer._dims import DimensionNamer, is_dimension_scale
+from h5sidecar.indexer._dtypes import DtypePlan, plan_dtype
+from h5sidecar.indexer._external import external_segments, external_table
+from h5sidecar.indexer._filtermask import describe_mask, effective_masks, pick_mask
+from h5sidecar.indexer._filters import chunk_pipeline, hdf5_filters, pipeline_for
+from h5sidecar.indexer._layout import ChunkTable, chunked_table, contiguous_table
+from h5sidecar.indexer._materialize import materialize_chunks, materialize_variable
+from h5sidecar.indexer._values import fill_value_json
+from h5sidecar.indexer._walk import DatasetEntry
+from h5sidecar.references import INLINE, ArrayMeta, ArrayRefs, ChunkManifest
+from h5sidecar.settings import IndexSettings
+
+__all__ = ["IndexContext", "index_alias", "index_dataset"]
+
+#: netCDF-C marks datasets that only carry a dimension (no variable) with this NAME.
+NETCDF_DIM_ONLY = b"This is a netCDF dimension but not a netCDF variable"
+
+
+@dataclass
+class IndexContext:
+    """What every dataset of one granule needs."""
+
+    url: str
+    file_size: int
+    settings: IndexSettings
+    dims: DimensionNamer
+    deref: Callable[[h5py.Reference], str | None]
+    identity: Callable[[str], Mapping[str, Any]]
+    read_range: Callable[[str, int, int], bytes]
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
+
+
+# -- quirks ---------------------------------------------------------------------------------------
+def _netcdf_dimension_only(dset: h5py.Dataset) -> bool:
+    """A netCDF-4 dimension without a variable: HDF5 holds no values for it."""
+    if not is_dimension_scale(dset):
+        return False
+    try:
+        name = dset.attrs.get("NAME")
+    except H5PY_ERRORS as exc:
+        reraise_io_failure(exc)
+        return False
+    return isinstance(name, bytes) and name.startswith(NETCDF_DIM_ONLY)
+
+
+def _fill(dset: h5py.Dataset, plan: DtypePlan) -> tuple[Any, bytes | None]:
+    """The storage fill value: (Zarr v2 JSON form, raw bytes of one element or None)."""
+    if plan.np_dtype.kind == "O":
+        return None, None
+    try:
+        value = dset.fillvalue
+    except H5PY_ERRORS as exc:
+        reraise_io_failure(exc)
+        return fill_value_json(np.zeros((), plan.np_dtype), plan.np_dtype), None
+    raw = np.asarray(value).tobytes()[: plan.np_dtype.itemsize]
+    if len(raw) != plan.np_dtype.itemsize:
+        return None, None
+    scalar = np.frombuffer(raw, dtype=plan.np_dtype).reshape(())
+    return fill_value_json(scalar, plan.np_dtype), raw
+
+
+def _hdf5_shape(dset: h5py.Dataset) -> tuple[int, ...]:
+    shape = dset.shape
+    if shape is None:
+        fail("other", "the dataset has a null dataspace (no shape and no values); Zarr arrays "
+             "always have a shape")
+    return tuple(int(s) for s in shape)
+
+
+def _pipeline(dset: h5py.Dataset) -> tuple[dict[str, Any], ...]:
+    try:
+        return tuple(dict(c) for c in pipeline_for(dset))
+    except UnsupportedFeatureError as exc:
+        fail("unsupported_filter", str(exc))
+
+
+# -- layouts --------------------------------------------------------------------------------------
+def _table(dset: h5py.Dataset, plan: DtypePlan, shape: tuple[int, ...], ctx: IndexContext) -> (
+    tuple[ChunkTable, tuple[dict[str, Any], ...], str]
+):
+    """Chunk table, pipeline and note of a raw (byte-addressable) variable."""
+    layout = dset.id.get_create_plist().get_layout()
+    itemsize = dset.dtype.itemsize
+    target = ctx.settings.contiguous_chunk_bytes
+    if layout == h5py.h5d.CHUNKED:
+        table = chunked_table(dset, shape, ctx.url)
+        return (*_reconcile_pipeline(dset, plan, table), "")
+    if external_segments(dset):
+        table = external_table(dset, shape, itemsize, ctx.url, target, ctx.identity)
+        return table, (), "raw data in external file(s): " + ", ".join(table.urls)
+    if layout == h5py.h5d.CONTIGUOUS:
+        table = contiguous_table(dset, shape, itemsize, ctx.url, ctx.file_size, target)
+        return table, (), table.note
+    fail("unsupported_layout", f"HDF5 storage layout {layout} is not understood")
+
+
+def _reconcile_pipeline(
+    dset: h5py.Dataset, plan: DtypePlan, table: ChunkTable
+) -> tuple[ChunkTable, tuple[dict[str, Any], ...]]:
+    """Pick the array's pipeline from the chunks' filter masks; re-encode the odd chunks."""
+    filters = hdf5_filters(dset)
+    if not filters:
+        return table, ()
+    stored = table.codes >= 0
+    masks = effective_masks(dset, table, len(filters))
+    chosen = pick_mask(masks, stored)
+    if chosen == (1 << len(filters)) - 1:
+        pipeline: tuple[dict[str, Any], ...] = ()  # no filter ran: no codec needed at all
+    elif chosen:
+        try:
+            pipeline = tuple(dict(c) for c in chunk_pipeline(dset, chosen))
+        except UnsupportedFeatureError as exc:
+            fail("unsupported_filter", str(exc))
+    else:
+        pipeline = _pipeline(dset)
+    notes = []
+    if chosen:
+        names = [f.name or str(f.id) for f in filters]
+        notes.append(f"most chunks were stored without filter(s) {describe_mask(chosen, names)}"
+                     ", so the array's pipeline leaves them out")
+    odd = np.argwhere(stored & (masks != chosen))
+    if len(odd):
+        _, fill_raw = _fill(dset, plan)
+        encoded = materialize_chunks(
+            dset, [tuple(int(i) for i in ix) for ix in odd], table.chunks, plan.extra_shape,
+            plan.np_dtype, pipeline, fill_raw,
+        )
+        for index, data in encoded.items():
+            flat = int(np.ravel_multi_index(index, table.grid)) if index else 0
+            table.codes[index] = INLINE
+            table.inline[flat] = data
+            table.lengths[index] = len(data)
+        notes.append(f"{len(odd)} chunk(s) stored with another filter pipeline (filter mask or "
+                     "unfiltered partial edge chunk) were decoded and re-encoded in the sidecar")
+    table.note = _join(table.note, *notes)
+    return table, pipeline
+
+
+def _inline_small(table: ChunkTable, threshold: int, ctx: IndexContext) -> None:
+    """Move chunks of at most ``threshold`` bytes into the sidecar (saves a request each)."""
+    if threshold <= 0:
+        return
+    small = np.argwhere((table.codes >= 0) & (table.lengths <= threshold))
+    for ix in small:
+        index = tuple(int(i) for i in ix)
+        url = table.urls[int(table.codes[index])]
+        data = ctx.read_range(url, int(table.offsets[index]), int(table.lengths[index]))
+        flat = int(np.ravel_multi_index(index, table.grid)) if index else 0
+        table.inline[flat] = data
+        table.codes[index] = INLINE
+
+
+def _manifest(table: ChunkTable, n_extra: int) -> ChunkManifest:
+    grid = table.grid + (1,) * n_extra
+    urls = list(table.urls)
+    codes = table.codes.reshape(grid)
+    if not np.any(codes >= 0):
+        urls = []  # nothing points into the source (all inline or missing)
+    return ChunkManifest.from_arrays(
+        urls=urls,
+        codes=codes,
+        offsets=table.offsets.reshape(grid),
+        lengths=table.lengths.reshape(grid),
+        inline=table.inline,
+    )
+
+
+# -- the variable ---------------------------------------------------------------------------------
+def index_dataset(entry: DatasetEntry, ctx: IndexContext) -> ArrayRefs:
+    """Build the references of one dataset.
+
+    Raises
+    ------
+    Skip
+        When the variable cannot be represented (with the kind and reason to record).
+    """
+    dset = entry.dset
+    if _netcdf_dimension_only(dset):
+        fail("other", "netCDF-4 dimension without a variable: HDF5 holds no values for it and "
+             "netCDF readers hide it; its name is kept as a dimension name")
+    hshape = _hdf5_shape(dset)
+    layout = dset.id.get_create_plist().get_layout()
+    if layout == h5py.h5d.VIRTUAL:
+        fail("virtual_dataset", "virtual dataset (its values live in other datasets/files); "
+             "index the source files")
+    plan = plan_dtype(dset)
+    shape = hshape + plan.extra_shape
+    attrs = read_attrs(dset, ctx.deref, is_scale=is_dimension_scale(dset))
+    dim_names, dim_note = ctx.dims.names(entry, shape, len(plan.extra_shape))
+    fill_json, fill_raw = _fill(dset, plan)
+    all_attrs = {**attrs.attrs, **plan.attrs}
+    if plan.mode != "raw" or layout == h5py.h5d.COMPACT:
+        chunks = (tuple(dset.chunks) if dset.chunks else tuple(max(s, 1) for s in hshape))
+        chunks += plan.extra_shape
+        mat = materialize_variable(dset, plan, shape, chunks, fill_raw,
+                                   ctx.settings.materialize_limit, ctx.deref)
+        why = "compact layout (values held in the object header)" if layout == h5py.h5d.COMPACT \
+            else ""
+        manifest = ChunkManifest.from_arrays(
+            urls=[], codes=mat.codes, offsets=np.zeros(mat.codes.shape, np.uint64),
+            lengths=np.zeros(mat.codes.shape, np.uint64), inline=mat.inline,
+        )
+        meta = ArrayMeta(shape, chunks, plan.zarr_dtype, fill_json, mat.filters, None, dim_names,
+                         all_attrs)
+        note = _join(why, mat.note, plan.note, dim_note, attrs.note())
+        return ArrayRefs(entry.path, meta, manifest, "inlined", note)
+    table, pipeline, layout_note = _table(dset, plan, hshape, ctx)
+    _inline_small(table, ctx.settings.inline_threshold, ctx)
+    manifest = _manifest(table, len(plan.extra_shape))
+    chunks = table.chunks + plan.extra_shape
+    meta = ArrayMeta(shape, chunks, plan.zarr_dtype, fill_json, pipeline, None, dim_names,
+                     all_attrs)
+    status = "inlined" if manifest.n_inline and not manifest.n_stored else "virtual"
+    note = _join(layout_note, plan.note, dim_note, attrs.note())
+    return ArrayRefs(entry.path, meta, manifest, status, note)
+
+
+def index_alias(entry: DatasetEntry, first: ArrayRefs, ctx: IndexContext) -> ArrayRefs:
+    """A second name (hard or soft link) of a dataset already indexed as ``first``.
+
+    The references are shared; only the dimension names are worked out again, because phony
+    names and name conflicts depend on the group the new name lives in.
+    """
+    n_extra = len(first.meta.shape) - len(entry.dset.shape or ())
+    names, _ = ctx.dims.names(entry, first.meta.shape, n_extra)
+    meta = dataclasses.replace(first.meta, dimension_names=names)
+    link = "soft link" if entry.link == "soft" else "hard link"
+    note = _join(f"{link} to {first.path!r} (same data)", first.note)
+    return dataclasses.replace(first, path=entry.path, meta=meta, note=note)

@@ -1,0 +1,168 @@
+"""One open granule -> :class:`~h5sidecar.references.GranuleRefs`."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import h5py
+
+from h5sidecar.errors import UnsupportedFeatureError
+from h5sidecar.indexer._attrs import read_attrs
+from h5sidecar.indexer._checksums import manifest_checksums
+from h5sidecar.indexer._common import (
+    H5PY_ERRORS,
+    Skip,
+    describe_h5_error,
+    reraise_io_failure,
+)
+from h5sidecar.indexer._dataset import IndexContext, index_alias, index_dataset
+from h5sidecar.indexer._dims import DimensionNamer
+from h5sidecar.indexer._open import OpenGranule, RangeReader
+from h5sidecar.indexer._walk import ObjectKey, object_key, walk
+from h5sidecar.references import ArrayRefs, GranuleRefs, Skipped
+from h5sidecar.settings import IndexSettings
+
+__all__ = ["BENIGN_KINDS", "index_open_granule"]
+
+#: Skips that lose no data (a dangling link has none); ``on_unsupported="raise"`` ignores them.
+BENIGN_KINDS = frozenset({"soft_link_dangling"})
+
+#: Reasons starting like this lose no data either (duplicates, dimension-only datasets).
+_BENIGN_PREFIXES = (
+    "second hard link to the group",
+    "soft link to the group",
+    "netCDF-4 dimension without a variable",
+    "the dataset has a null dataspace",
+)
+
+
+def _benign(skip: Skipped) -> bool:
+    return skip.kind in BENIGN_KINDS or skip.reason.startswith(_BENIGN_PREFIXES)
+
+
+class _Dereferencer:
+    """Object references -> target path / object key, within one file."""
+
+    def __init__(self, h5: h5py.File, canonical: Mapping[ObjectKey, str]) -> None:
+        self._h5 = h5
+        self._canonical = canonical
+
+    def _open(self, ref: h5py.Reference) -> h5py.HLObject | None:
+        try:
+            return self._h5[ref]
+        except H5PY_ERRORS as exc:
+            reraise_io_failure(exc)
+            return None
+
+    def key(self, ref: h5py.Reference) -> ObjectKey | None:
+        obj = self._open(ref)
+        return None if obj is None else object_key(obj)
+
+    def path(self, ref: h5py.Reference) -> str | None:
+        """The target's absolute HDF5 path (its first name in link order)."""
+        obj = self._open(ref)
+        if obj is None:
+            return None
+        first = self._canonical.get(object_key(obj))
+        return "/" + first if first is not None else obj.name
+
+
+def _record(skip: Skip, path: str, settings: IndexSettings) -> Skipped:
+    record = Skipped(path, skip.kind, skip.reason)
+    if settings.on_unsupported == "raise" and not _benign(record):
+        raise UnsupportedFeatureError(
+            f"{path}: {skip.reason} [{skip.kind}]; index with on_unsupported='skip' to record it "
+            "as skipped and keep the other variables"
+        ) from skip
+    return record
+
+
+def _check_links(skipped: list[Skipped], settings: IndexSettings) -> None:
+    if settings.on_unsupported != "raise":
+        return
+    for record in skipped:
+        if not _benign(record):
+            raise UnsupportedFeatureError(
+                f"{record.path}: {record.reason} [{record.kind}]; index with "
+                "on_unsupported='skip' to record it as skipped and keep the other variables"
+            )
+
+
+def index_open_granule(
+    granule: OpenGranule,
+    settings: IndexSettings,
+    storage_options: Mapping[str, Any] | None = None,
+) -> GranuleRefs:
+    """Index every group and dataset of an open granule (see :func:`index_granule`)."""
+    started = time.perf_counter()
+    hierarchy = walk(granule.h5)
+    _check_links(hierarchy.skipped, settings)
+    deref = _Dereferencer(granule.h5, hierarchy.canonical)
+    reader = RangeReader(granule, storage_options)
+    ctx = IndexContext(
+        url=granule.identity.url,
+        file_size=granule.identity.size,
+        settings=settings,
+        dims=DimensionNamer(hierarchy, deref.key),
+        deref=deref.path,
+        identity=reader.identity,
+        read_range=reader.read,
+    )
+    groups: dict[str, dict[str, Any]] = {}
+    dropped: dict[str, dict[str, str]] = {}
+    for gpath, group in hierarchy.groups:
+        result = read_attrs(group, deref.path)
+        groups[gpath] = result.attrs
+        if result.dropped:
+            dropped[gpath] = result.dropped
+    arrays: dict[str, ArrayRefs] = {}
+    skipped = list(hierarchy.skipped)
+    by_path: dict[str, Skipped] = {}
+    try:
+        for entry in hierarchy.datasets:
+            try:
+                if entry.alias_of is not None and entry.alias_of in arrays:
+                    arr = index_alias(entry, arrays[entry.alias_of], ctx)
+                elif entry.alias_of is not None and entry.alias_of in by_path:
+                    first = by_path[entry.alias_of]
+                    raise Skip(first.kind, f"another name of {entry.alias_of!r}: {first.reason}")
+                else:
+                    arr = index_dataset(entry, ctx)
+                if settings.checksums:
+                    arr = dataclasses.replace(
+                        arr, checksums=manifest_checksums(arr.manifest, reader.read)
+                    )
+                arrays[entry.path] = arr
+            except Skip as skip:
+                by_path[entry.path] = _record(skip, entry.path, settings)
+                skipped.append(by_path[entry.path])
+            except OSError as exc:  # HDF5 failing on this dataset's metadata or data
+                reraise_io_failure(exc)
+                skip = Skip("unreadable", f"HDF5 failed on it: {describe_h5_error(exc)}")
+                by_path[entry.path] = _record(skip, entry.path, settings)
+                skipped.append(by_path[entry.path])
+    finally:
+        reader.close()
+    extra = _provenance(settings, time.perf_counter() - started, dropped)
+    return GranuleRefs(granule.identity, groups, arrays, skipped, extra)
+
+
+def _provenance(
+    settings: IndexSettings, seconds: float, dropped: dict[str, dict[str, str]]
+) -> dict[str, Any]:
+    from h5sidecar import __version__
+
+    extra: dict[str, Any] = {
+        "indexer": f"h5sidecar {__version__}",
+        "h5py": h5py.version.version,
+        "hdf5": h5py.version.hdf5_version,
+        "settings": {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)},
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "index_seconds": round(seconds, 3),
+    }
+    if dropped:
+        extra["group_attributes_left_out"] = dropped
+    return extra

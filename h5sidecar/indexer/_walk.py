@@ -1,0 +1,213 @@
+"""Walk the link graph of an HDF5 file: groups, datasets, and every kind of link.
+
+HDF5 is a graph, not a tree: an object can have several hard links (names), soft links point at
+paths, external links into other files, user-defined links at anything, and a hard link can
+point back at an ancestor group (a cycle).  The walk visits every link once, in the file's link
+order, and decides:
+
+* a group reached again (second hard link, or a cycle) is not descended again: recorded as
+  skipped with the path where its contents are;
+* a dataset reached again through a hard or soft link is indexed again under the new name
+  (same references) with a note naming the first one;
+* soft links to groups are not followed (their contents are indexed under the target);
+* dangling soft links, external links and user-defined links are recorded as skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import h5py
+
+from h5sidecar.errors import NotHDF5Error
+from h5sidecar.indexer._common import H5PY_ERRORS, describe_h5_error, reraise_io_failure
+from h5sidecar.references import Skipped
+
+__all__ = ["DatasetEntry", "Hierarchy", "ObjectKey", "object_key", "walk"]
+
+#: Identity of an HDF5 object inside one file: (file number, object header address).
+ObjectKey = tuple[int, int]
+
+
+def object_key(obj: h5py.HLObject) -> ObjectKey:
+    """The identity of ``obj`` (equal for every name of the same object)."""
+    info = h5py.h5o.get_info(obj.id)
+    return (int(info.fileno), int(info.addr))
+
+
+@dataclass
+class DatasetEntry:
+    """One name of a dataset.
+
+    Attributes
+    ----------
+    path : str
+        Model path (no leading slash).
+    dset : h5py.Dataset
+    key : ObjectKey
+    alias_of : str or None
+        Set when this name is a second hard link or a soft link to a dataset indexed first
+        under ``alias_of``.
+    link : str
+        ``"hard"`` or ``"soft"``.
+    """
+
+    path: str
+    dset: h5py.Dataset
+    key: ObjectKey
+    alias_of: str | None = None
+    link: str = "hard"
+
+
+@dataclass
+class Hierarchy:
+    """Result of :func:`walk`."""
+
+    groups: list[tuple[str, h5py.Group]] = field(default_factory=list)
+    datasets: list[DatasetEntry] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    #: first (canonical) path of every object seen
+    canonical: dict[ObjectKey, str] = field(default_factory=dict)
+
+
+def _join(parent: str, name: str) -> str:
+    return f"{parent}/{name}" if parent else name
+
+
+def _names(group: h5py.Group, path: str) -> list[str]:
+    try:
+        return list(group)
+    except H5PY_ERRORS as exc:
+        reraise_io_failure(exc)
+        if not path:
+            raise NotHDF5Error(
+                f"the root group's links cannot be read ({describe_h5_error(exc)}): the file "
+                "is corrupt or truncated; check it with h5dump -H or fetch it again"
+            ) from exc
+        raise
+
+
+def _link_type(group: h5py.Group, name: str) -> int:
+    return int(group.id.links.get_info(name.encode("utf-8", "surrogateescape")).type)
+
+
+class _Walker:
+    def __init__(self) -> None:
+        self.out = Hierarchy()
+        self.soft_datasets: list[tuple[str, str, h5py.Dataset]] = []
+
+    def skip(self, path: str, kind: str, reason: str) -> None:
+        self.out.skipped.append(Skipped(path, kind, reason))  # type: ignore[arg-type]
+
+    def children(self, group: h5py.Group, gpath: str) -> Iterator[tuple[str, h5py.Group]]:
+        """Handle every link of ``group``; yield the subgroups to descend into."""
+        try:
+            names = _names(group, gpath)
+        except H5PY_ERRORS as exc:
+            reraise_io_failure(exc)  # includes NotHDF5Error for the root group
+            self.skip(gpath, "unreadable", f"the group's links cannot be read: "
+                      f"{describe_h5_error(exc)}")
+            return
+        for name in names:
+            path = _join(gpath, name)
+            try:
+                ltype = _link_type(group, name)
+            except H5PY_ERRORS as exc:
+                reraise_io_failure(exc)
+                self.skip(path, "unreadable", f"the link cannot be read: {describe_h5_error(exc)}")
+                continue
+            if ltype == h5py.h5l.TYPE_HARD:
+                yield from self.hard(group, name, path)
+            elif ltype == h5py.h5l.TYPE_SOFT:
+                self.soft(group, name, path)
+            elif ltype == h5py.h5l.TYPE_EXTERNAL:
+                self.external(group, name, path)
+            else:
+                self.skip(path, "other", f"user-defined link (type {ltype}) cannot be followed; "
+                          "only hard, soft and external links are understood")
+
+    def hard(self, group: h5py.Group, name: str, path: str) -> Iterator[tuple[str, h5py.Group]]:
+        try:
+            obj = group[name]
+            key = object_key(obj)
+        except H5PY_ERRORS as exc:
+            reraise_io_failure(exc)
+            self.skip(path, "unreadable", f"HDF5 cannot open the object: {describe_h5_error(exc)}")
+            return
+        first = self.out.canonical.setdefault(key, path)
+        if isinstance(obj, h5py.Group):
+            if first != path:
+                self.skip(path, "other", f"second hard link to the group {first!r} (indexed "
+                          "there); not descended again, which also stops link cycles")
+                return
+            self.out.groups.append((path, obj))
+            yield path, obj
+        elif isinstance(obj, h5py.Dataset):
+            alias = None if first == path else first
+            self.out.datasets.append(DatasetEntry(path, obj, key, alias, "hard"))
+        # committed datatypes are types, not variables: nothing to index
+
+    def soft(self, group: h5py.Group, name: str, path: str) -> None:
+        try:
+            target = group.get(name, getlink=True).path
+        except H5PY_ERRORS as exc:
+            reraise_io_failure(exc)
+            self.skip(path, "unreadable", f"the soft link cannot be read: {describe_h5_error(exc)}")
+            return
+        try:
+            obj = group[name]
+        except KeyError:
+            self.skip(path, "soft_link_dangling", f"soft link to {target!r}, which does not exist")
+            return
+        except H5PY_ERRORS as exc:
+            reraise_io_failure(exc)
+            self.skip(path, "unreadable", f"soft link to {target!r} cannot be resolved: "
+                      f"{describe_h5_error(exc)}")
+            return
+        if isinstance(obj, h5py.Dataset):
+            self.soft_datasets.append((path, target, obj))
+        elif isinstance(obj, h5py.Group):
+            self.skip(path, "other", f"soft link to the group {target!r}; its contents are "
+                      "indexed under the target, not repeated here")
+
+    def external(self, group: h5py.Group, name: str, path: str) -> None:
+        try:
+            link = group.get(name, getlink=True)
+            where = f"{link.filename}:{link.path}"
+        except H5PY_ERRORS as exc:
+            reraise_io_failure(exc)
+            where = f"(unreadable link value: {describe_h5_error(exc)})"
+        self.skip(path, "external_link", f"external link to {where}; links into other files "
+                  "are not followed: index that file separately")
+
+    def finish(self) -> Hierarchy:
+        for path, _target, obj in self.soft_datasets:
+            key = object_key(obj)
+            first = self.out.canonical.setdefault(key, path)
+            alias = None if first == path else first
+            self.out.datasets.append(DatasetEntry(path, obj, key, alias, "soft"))
+        return self.out
+
+
+def walk(root: h5py.File) -> Hierarchy:
+    """Visit every link reachable from the root group (see the module docstring).
+
+    Raises
+    ------
+    NotHDF5Error
+        When the root group's links cannot be read.
+    """
+    walker = _Walker()
+    walker.out.canonical[object_key(root)] = ""
+    walker.out.groups.append(("", root))
+    # depth-first with an explicit stack: deep hierarchies must not hit the recursion limit
+    stack = [walker.children(root, "")]
+    while stack:
+        try:
+            gpath, group = next(stack[-1])
+        except StopIteration:
+            stack.pop()
+            continue
+        stack.append(walker.children(group, gpath))
+    return walker.finish()
