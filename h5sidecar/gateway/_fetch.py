@@ -102,6 +102,7 @@ class ChunkFetcher:
         self._setup()
 
     def _setup(self) -> None:
+        _check_settings(self.settings)
         prefixes = self.settings.allowed_prefixes or tuple(s.url for s in self.sources)
         self.allow_list = AllowList(prefixes)
         self._known: dict[str, SourceInfo] = {}
@@ -309,6 +310,25 @@ class ChunkFetcher:
             "longer point at the right bytes: re-index it (h5sidecar index) and read the new "
             "sidecar",
             url=name,
+        )
+
+
+def _check_settings(s: ReadSettings) -> None:
+    """Refuse settings that would deadlock or loop (e.g. a semaphore of 0)."""
+    bad = {
+        "max_concurrency": s.max_concurrency < 1,
+        "max_request": s.max_request < 1,
+        "max_range_bytes": s.max_range_bytes < 1,
+        "max_gap": s.max_gap < 0,
+        "retries": s.retries < 0,
+        "backoff": not s.backoff >= 0,
+    }
+    wrong = [name for name, is_bad in bad.items() if is_bad]
+    if wrong:
+        values = ", ".join(f"{n}={getattr(s, n)!r}" for n in wrong)
+        raise ValueError(
+            f"invalid read settings: {values}; counts and sizes must be positive (max_gap, "
+            "retries and backoff may be 0). Check the H5SIDECAR_* environment variables."
         )
 
 

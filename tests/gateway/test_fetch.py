@@ -354,3 +354,11 @@ def test_empty_and_duplicate_requests(granule):
     assert got == [raw, b"", raw]
     assert fetcher.stats.requests == 1
     assert fetcher.fetch_sync([]) == []
+
+
+@pytest.mark.parametrize(
+    "change", [{"max_concurrency": 0}, {"retries": -1}, {"max_request": 0}, {"backoff": -0.5}]
+)
+def test_unusable_settings_are_refused(change):
+    with pytest.raises(ValueError, match=next(iter(change))):
+        ChunkFetcher(replace(FAST, **change))
