@@ -1,0 +1,217 @@
+"""kerchunk Parquet: exact LazyReferenceMapper layout, round trips, kerchunk interop, sizes."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references import GranuleRefs, from_kerchunk, read_refs, write_parquet
+from h5sidecar.references._parquet import (
+    CHECKSUMS_FILE,
+    decode_zmetadata,
+    encode_parquet,
+    read_parquet_parts,
+)
+from tests.references._h5refs import refs_from_h5, write_sample
+from tests.references._strategies import granule_refs
+from tests.references.test_json import small_refs
+
+
+def _files(g: GranuleRefs, record_size: int) -> dict[str, bytes]:
+    return dict(encode_parquet(g, record_size=record_size))
+
+
+def _read(files: dict[str, bytes]) -> GranuleRefs:
+    def fetch(rels: list[str]) -> dict[str, bytes | None]:
+        return {r: files.get(r) for r in rels}
+
+    return read_parquet_parts(decode_zmetadata(files[".zmetadata"]), fetch)
+
+
+def test_layout_matches_lazy_reference_mapper() -> None:
+    g = small_refs()  # g/v: 2x3 grid [[0, MISSING, 0], [INLINE, 0, INLINE]]; s: 0-d
+    files = _files(g, record_size=2)
+    assert list(files)[-1] == ".zmetadata"  # the commit marker comes last
+    assert set(files) == {
+        "g/v/refs.0.parq",
+        "g/v/refs.1.parq",
+        "g/v/refs.2.parq",
+        "s/refs.0.parq",
+        CHECKSUMS_FILE,
+        ".zmetadata",
+    }
+    zmeta = json.loads(files[".zmetadata"])
+    assert zmeta["record_size"] == 2
+    assert zmeta["metadata"] == g.zmetadata()
+    assert "h5sidecar" in zmeta and "h5sidecar" not in zmeta["metadata"]
+    rows = {r: pq.read_table(io.BytesIO(files[f"g/v/refs.{r}.parq"])).to_pylist() for r in range(3)}
+    url = "s3://bucket/g.h5"
+    assert rows[0] == [
+        {"path": url, "offset": 100, "size": 50, "raw": None},
+        {"path": None, "offset": 0, "size": 0, "raw": None},  # missing
+    ]
+    assert rows[1] == [
+        {"path": url, "offset": 5, "size": 6, "raw": None},
+        {"path": None, "offset": 0, "size": 0, "raw": b"abc"},  # inline
+    ]
+    assert rows[2][1] == {"path": None, "offset": 0, "size": 0, "raw": b"\x00\xff"}
+    schema = pq.read_schema(io.BytesIO(files["g/v/refs.0.parq"]))
+    assert schema.names == ["path", "offset", "size", "raw"]
+    assert schema.field("offset").type == pa.int64() and not schema.field("offset").nullable
+    assert pq.read_table(io.BytesIO(files["s/refs.0.parq"])).num_rows == 1  # 0-d: one row
+
+
+def test_all_missing_records_have_no_file_and_paths_are_dictionary_encoded() -> None:
+    g = refs_with_grid(codes=[-1] * 30 + [0] * 30, record_size=30)
+    files = _files(g, record_size=30)
+    assert "v/refs.0.parq" not in files  # every chunk missing: fsspec reads that as KeyError
+    pf = pq.ParquetFile(io.BytesIO(files["v/refs.1.parq"]))
+    assert pf.metadata.metadata is None  # no pandas metadata (see the module docstring)
+    path_column = pf.metadata.row_group(0).column(0)
+    assert path_column.has_dictionary_page and path_column.compression == "ZSTD"
+    assert pf.read().column("path").to_pylist() == ["/data/g.h5"] * 30
+    assert _read(files) == g
+
+
+def refs_with_grid(codes: list[int], record_size: int) -> GranuleRefs:
+    from h5sidecar.references import ArrayMeta, ArrayRefs, ChunkManifest, SourceInfo
+
+    n = len(codes)
+    c = np.array(codes, dtype=np.int32)
+    manifest = ChunkManifest.from_arrays(
+        urls=["/data/g.h5"], codes=c, offsets=np.arange(n) * 10, lengths=np.where(c >= 0, 10, 0)
+    )
+    meta = ArrayMeta(shape=(n,), chunks=(1,), dtype="<i4", dimension_names=("x",))
+    return GranuleRefs(SourceInfo("/data/g.h5", 10 * n), {}, {"v": ArrayRefs("v", meta, manifest)})
+
+
+def test_roundtrip_small_on_disk(tmp_path: Path) -> None:
+    g = small_refs()
+    write_parquet(g, tmp_path / "g.parq", record_size=2)
+    assert read_refs(tmp_path / "g.parq") == g
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(granule_refs(), st.integers(1, 5))
+def test_roundtrip_random(g: GranuleRefs, record_size: int) -> None:
+    assert _read(_files(g, record_size)) == g
+
+
+def test_reads_kerchunk_parquet(tmp_path: Path) -> None:
+    kerchunk_hdf = pytest.importorskip("kerchunk.hdf")
+    kerchunk_df = pytest.importorskip("kerchunk.df")
+    h5 = write_sample(tmp_path / "s.h5")
+    refs = kerchunk_hdf.SingleHdf5ToZarr(str(h5), inline_threshold=0).translate()
+    kerchunk_df.refs_to_dataframe(refs, str(tmp_path / "k.parq"), record_size=3)
+    theirs = read_refs(tmp_path / "k.parq")
+    assert theirs == from_kerchunk(refs)
+    for path, arr in refs_from_h5(h5).arrays.items():
+        assert theirs.arrays[path].manifest == arr.manifest, path
+
+
+def _corrupt(files: dict[str, bytes], name: str, data: bytes | None) -> dict[str, bytes]:
+    out = dict(files)
+    if data is None:
+        out.pop(name)
+    else:
+        out[name] = data
+    return out
+
+
+def _table_bytes(**columns: list[object]) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(pa.table(columns), buf)
+    return buf.getvalue()
+
+
+_CASES: list[tuple[str, Callable[[dict[str, bytes]], bytes | None], str]] = [
+    (".zmetadata", lambda f: b"{truncated", "not valid JSON"),
+    (".zmetadata", lambda f: json.dumps({"metadata": {}}).encode(), "record_size"),
+    (".zmetadata", lambda f: b"[]", "'metadata' object"),
+    (
+        "g/v/refs.0.parq",
+        lambda f: f["g/v/refs.0.parq"][: len(f["g/v/refs.0.parq"]) // 2],
+        "not a readable Parquet file",
+    ),
+    (
+        "g/v/refs.0.parq",
+        lambda f: _table_bytes(path=["s3://bucket/g.h5"], offset=[1], size=[1]),
+        "has 1 rows, expected 2",
+    ),
+    (
+        "g/v/refs.0.parq",
+        lambda f: _table_bytes(path=["s3://bucket/g.h5", None], offset=[-5, 0], size=[4, 0]),
+        "offsets must be >= 0",
+    ),
+    (
+        "g/v/refs.0.parq",
+        lambda f: _table_bytes(path=["s3://bucket/g.h5"] * 2, offset=[0, 0], size=[0, 0]),
+        "whole-object",
+    ),
+    ("g/v/refs.0.parq", lambda f: _table_bytes(path=[None, None], offset=[0, 0]), "lacks column"),
+    (
+        "g/v/refs.0.parq",
+        lambda f: _table_bytes(path=[None, None], offset=["a", "b"], size=[0, 0]),
+        "integer column",
+    ),
+    (CHECKSUMS_FILE, lambda f: None, "checksums"),
+]
+
+
+@pytest.mark.parametrize(("name", "make", "match"), _CASES)
+def test_malformed(name: str, make: Callable[[dict[str, bytes]], bytes | None], match: str) -> None:
+    files = _files(small_refs(), record_size=2)
+    with pytest.raises(InvalidReferenceError, match=match):
+        _read(_corrupt(files, name, make(files)))
+
+
+def test_truncated_record_on_disk(tmp_path: Path) -> None:
+    dest = tmp_path / "g.parq"
+    write_parquet(small_refs(), dest, record_size=2)
+    rec = dest / "g" / "v" / "refs.1.parq"
+    rec.write_bytes(rec.read_bytes()[:40])
+    with pytest.raises(InvalidReferenceError, match=r"g/v/refs\.1\.parq is not a readable"):
+        read_refs(dest)
+
+
+def _many_chunk_file(path: Path, n_chunks: int) -> Path:
+    with h5py.File(path, "w") as f:
+        ds = f.create_dataset(
+            "x", shape=(n_chunks * 8,), dtype="<i4", chunks=(8,), compression="gzip", shuffle=True
+        )
+        ds[...] = np.arange(n_chunks * 8, dtype="<i4") % 1000
+    return path
+
+
+def _tree_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("record_size", [10_000, 100_000])
+def test_parquet_no_larger_than_kerchunks(tmp_path: Path, record_size: int) -> None:
+    kerchunk_hdf = pytest.importorskip("kerchunk.hdf")
+    kerchunk_df = pytest.importorskip("kerchunk.df")
+    n = 20_000
+    h5 = _many_chunk_file(tmp_path / "many.h5", n)
+    ours = refs_from_h5(h5)
+    write_parquet(ours, tmp_path / "ours.parq", record_size=record_size)
+    refs = kerchunk_hdf.SingleHdf5ToZarr(str(h5), inline_threshold=0).translate()
+    kerchunk_df.refs_to_dataframe(refs, str(tmp_path / "k.parq"), record_size=record_size)
+    ours_size, theirs_size = _tree_size(tmp_path / "ours.parq"), _tree_size(tmp_path / "k.parq")
+    print(
+        f"record_size={record_size}: ours {ours_size / n:.2f} B/chunk, "
+        f"kerchunk {theirs_size / n:.2f} B/chunk"
+    )
+    assert ours_size <= theirs_size
+    assert read_refs(tmp_path / "ours.parq") == ours  # and it is still lossless
