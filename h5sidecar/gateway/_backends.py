@@ -148,6 +148,9 @@ class ObjectStoreReader:
 def _classify(exc: BaseException, loc: Location) -> Exception:
     match = _STATUS.search(str(exc))
     status = int(match.group(1)) if match else None
+    if status == 416:
+        # ranges were checked against the size recorded at index time, so the object shrank
+        return SourceGoneError(f"{loc.canonical} is now shorter than the referenced range")
     if status is not None and 400 <= status < 500 and status not in _RETRYABLE_4XX:
         return SourceReadError(
             f"GET {loc.canonical} failed with HTTP {status}: {_first_line(exc)}. Retrying will "

@@ -245,35 +245,23 @@ class ChunkFetcher:
             try:
                 async with self._semaphore():
                     data, seen = await reader.read(loc, start, stop)
+                # identity first: a replaced, shorter object is stale, not a flaky network
+                self._check_fresh(loc, seen)
                 if len(data) != stop - start:
                     raise TransientReadError(f"short read: got {len(data)} of {stop - start} bytes")
             except TransientReadError as exc:
                 last = exc
-                log.debug(
-                    "GET %s [%d, %d) attempt %d failed: %s",
-                    loc.canonical,
-                    start,
-                    stop,
-                    attempt + 1,
-                    exc,
-                )
+                log.debug("GET %s [%d, %d) attempt %d failed: %s", loc.canonical, start, stop,
+                          attempt + 1, exc)  # fmt: skip
                 if attempt + 1 < attempts:
                     self.stats.add(retries=1)
                     await asyncio.sleep(self._backoff(attempt))
                 continue
             except SourceGoneError as exc:
                 raise self._stale(loc, str(exc)) from exc
-            self._check_fresh(loc, seen)
             self.stats.add(requests=1, bytes_fetched=len(data))
-            log.debug(
-                "GET %s [%d, %d) %d bytes in %.1f ms (attempt %d)",
-                loc.canonical,
-                start,
-                stop,
-                len(data),
-                1e3 * (time.perf_counter() - t0),
-                attempt + 1,
-            )
+            log.debug("GET %s [%d, %d) %d bytes in %.1f ms (attempt %d)", loc.canonical, start,
+                      stop, len(data), 1e3 * (time.perf_counter() - t0), attempt + 1)  # fmt: skip
             return data
         raise SourceReadError(
             f"reading bytes [{start}, {stop}) of {loc.canonical} failed {attempts} times; last "

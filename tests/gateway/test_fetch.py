@@ -362,3 +362,15 @@ def test_empty_and_duplicate_requests(granule):
 def test_unusable_settings_are_refused(change):
     with pytest.raises(ValueError, match=next(iter(change))):
         ChunkFetcher(replace(FAST, **change))
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_truncated_object_is_stale_not_flaky(s3_granule, s3_storage_options, s3, check):
+    url, chunks, info = s3_granule
+    settings = replace(FAST, check_freshness=check)
+    fetcher = ChunkFetcher(settings, storage_options=s3_storage_options, sources=[info])
+    s3.pipe(url, b"\x89HDF\r\n\x1a\n" + bytes(92))  # the granule shrank to 100 bytes
+    last = chunks[-1]
+    with pytest.raises(StaleReferenceError, match="re-index"):
+        fetcher.fetch_sync([(url, last[0], last[1])])
+    assert fetcher.stats.retries == 0
