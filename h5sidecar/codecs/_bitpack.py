@@ -30,12 +30,15 @@ def _as_u8(buf: Any) -> np.ndarray:
     return np.ascontiguousarray(ensure_ndarray_like(buf)).reshape(-1).view(np.uint8)
 
 
-def unpack_fields(stream: np.ndarray, widths: Sequence[int], nrec: int) -> list[np.ndarray]:
+def unpack_fields(
+    stream: np.ndarray, widths: Sequence[int], nrec: int, raw: Sequence[bool] = ()
+) -> list[np.ndarray]:
     """Split an MSB-first bit stream into ``nrec`` records of fields with the given bit widths.
 
-    Fields of up to 64 bits come back as ``uint64[nrec]``; wider ones (whole bytes, the N-bit
-    filter's "no-op" members) as ``uint8[nrec, width // 8]``.
+    Fields come back as ``uint64[nrec]``, or as ``uint8[nrec, width // 8]`` (the bytes in
+    stream order) where ``raw`` is true or the field is wider than 64 bits.
     """
+    raw = list(raw) or [False] * len(widths)
     rec_bits = int(sum(widths))
     need = nrec * rec_bits
     if need == 0:
@@ -47,10 +50,10 @@ def unpack_fields(stream: np.ndarray, widths: Sequence[int], nrec: int) -> list[
         )
     bits = np.unpackbits(stream[: (need + 7) // 8])[:need].reshape(nrec, rec_bits)
     out, col = [], 0
-    for w in widths:
+    for w, as_bytes in zip(widths, raw, strict=True):
         sub = bits[:, col : col + w]
         col += w
-        if w > 64:
+        if as_bytes or w > 64:
             out.append(np.packbits(sub, axis=1))
             continue
         padded = np.zeros((nrec, 64), np.uint8)
@@ -60,13 +63,17 @@ def unpack_fields(stream: np.ndarray, widths: Sequence[int], nrec: int) -> list[
 
 
 def pack_fields(fields: Sequence[np.ndarray], widths: Sequence[int]) -> bytes:
-    """Inverse of :func:`unpack_fields`: the MSB-first stream, zero-padded to a whole byte."""
+    """Inverse of :func:`unpack_fields`: the MSB-first stream, zero-padded to a whole byte.
+
+    2-d ``uint8`` fields are taken as bytes in stream order; 1-d ones as integers.
+    """
     cols = []
     for f, w in zip(fields, widths, strict=True):
-        if w > 64:
-            cols.append(np.unpackbits(np.asarray(f, np.uint8), axis=1))
+        arr = np.asarray(f)
+        if arr.ndim == 2:
+            cols.append(np.unpackbits(arr.astype(np.uint8), axis=1)[:, :w])
         else:
-            raw = np.asarray(f, np.uint64).astype(_U8).view(np.uint8).reshape(-1, 8)
+            raw = arr.astype(np.uint64).astype(_U8).view(np.uint8).reshape(-1, 8)
             cols.append(np.unpackbits(raw, axis=1)[:, 64 - w :])
     return np.packbits(np.concatenate(cols, axis=1).reshape(-1)).tobytes()
 
@@ -119,7 +126,8 @@ class HDF5Nbit(Codec):
 
     def decode(self, buf: Any, out: Any = None) -> Any:
         """Unpack a chunk."""
-        values = unpack_fields(_as_u8(buf), self._widths(), self.nelements)
+        raw = [f[5] == "raw" for f in self.fields]
+        values = unpack_fields(_as_u8(buf), self._widths(), self.nelements, raw)
         rec = np.zeros((self.nelements, self.itemsize), np.uint8)
         for (boff, size, order, prec, _off, kind), v in zip(self.fields, values, strict=True):
             if kind == "raw":

@@ -268,9 +268,9 @@ _SZ_USER_PARMS = 9  # error-bound mode + four doubles, what H5Pset_filter takes 
 
 
 def _sz(f: HDF5Filter, dset: h5py.Dataset, pos: _Position) -> list[Config]:
-    """SZ (32017): decoded by its HDF5 plugin, created with *user* parameters.
+    """SZ (32017) and SZ3 (32024): decoded by their HDF5 plugin, created with *user* parameters.
 
-    SZ's set_local rejects the local parameters stored in the file (rank, type, dims and, in
+    Their set_local rejects the local parameters stored in the file (rank, type, dims and, in
     newer files, the error bounds) and older files lack the bounds altogether.  Decoding needs
     none of them (the SZ stream carries its own header and set_local recomputes the dims from
     the chunk shape), so the stored bounds are passed back when present, else a zero bound.
@@ -297,6 +297,7 @@ _MAPPERS: dict[int, Mapper] = {
     32013: _zfp,
     32015: _zstd,
     32017: _sz,
+    32024: _sz,
     32026: _blosc2,
 }
 
