@@ -382,4 +382,8 @@ class GranuleRefs:
         for path, arr in self.arrays.items():
             meta[f"{path}/.zarray"] = arr.meta.zarray(fill_value=arr.zarray_fill_value())
             meta[f"{path}/.zattrs"] = arr.meta.zattrs()
-        return meta
+        # Sorted keys: zarr 3.1's consolidated-metadata parser groups children with
+        # itertools.groupby and drops nodes when siblings are not contiguous (groups listed
+        # before arrays -> KeyError, "No group found"; zarr-python #4226). Sorted order keeps
+        # every parent's children together, and is what zarr itself writes.
+        return dict(sorted(meta.items()))
