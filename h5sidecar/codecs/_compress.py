@@ -142,8 +142,13 @@ def _bitunshuffle_block(data: np.ndarray, n: int, elem_size: int) -> np.ndarray:
     if elem_size in (1, 2, 4, 8):
         res = imagecodecs.bitshuffle_decode(data.tobytes(), itemsize=elem_size, blocksize=n)
         return np.frombuffer(res, np.uint8)
-    # Generic element sizes (compounds): rows are the element's bits (byte-major, LSB first),
-    # each row holding one bit of every element, LSB-first within a byte.
+    return bitunshuffle_block_numpy(data, n, elem_size)
+
+
+def bitunshuffle_block_numpy(data: np.ndarray, n: int, elem_size: int) -> np.ndarray:
+    """numpy bit-unshuffle of one block, for element sizes the bitshuffle library's
+    Python bindings refuse (compounds): rows are the element's bits (byte-major, LSB first),
+    each row holding that bit of every element, LSB-first within a byte."""
     bits = np.unpackbits(data.reshape(elem_size, 8, n // 8), axis=2, bitorder="little")
     return np.packbits(bits.transpose(2, 0, 1), axis=2, bitorder="little").reshape(-1)
 
