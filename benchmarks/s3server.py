@@ -29,9 +29,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import contextlib
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -51,6 +51,7 @@ else:  # run as a script: python benchmarks/s3server.py
     import _s3proto as proto  # type: ignore[no-redef]
 
 HOST = "127.0.0.1"
+SMALL_BODY = 1 << 20  # bodies up to this size are copied, larger ones sent with sendfile
 # bucket sub-resources this server does not implement (a GET without them is a listing)
 SUBRESOURCES = {"acl", "cors", "lifecycle", "policy", "tagging", "versioning", "versions",
                 "website", "logging", "notification", "replication", "encryption"}
@@ -177,17 +178,21 @@ class S3Server:
 
     async def get_object(self, request: web.Request, bucket: str, key: str
                          ) -> web.StreamResponse:
-        """HEAD/GET of an object; ranged GETs are answered 206 and sent with sendfile."""
+        """HEAD/GET of an object; ranged GETs are answered 206.
+
+        Small bodies go out with the headers in one write (``pread``); large ones with
+        ``sendfile`` (zero copy), whose per-call setup costs more than copying a few KiB.
+        """
         path = self._object(bucket, key)
         head = request.method == "HEAD"
         try:
             # a local open() is microseconds; not worth a thread hop per request
-            fobj = None if head else open(path, "rb")  # noqa: SIM115, ASYNC230
-            st = path.stat() if fobj is None else os.fstat(fobj.fileno())
+            fd = os.open(path, os.O_RDONLY)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
             raise proto.S3Error(404, "NoSuchKey",
                                 f"no object {key!r} in bucket {bucket!r}") from exc
         try:
+            st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):  # folders are prefixes, not objects
                 raise proto.S3Error(404, "NoSuchKey", f"no object {key!r} in bucket {bucket!r}")
             tag = proto.etag(st)
@@ -195,23 +200,27 @@ class S3Server:
             rng = proto.parse_range(request.headers.get("Range", ""), st.st_size) \
                 if "Range" in request.headers and not head else None
             start, count = rng if rng else (0, st.st_size)
-            resp = web.StreamResponse(status=206 if rng else 200)
-            resp.headers.update({"ETag": tag, "Accept-Ranges": "bytes",
-                                 "Last-Modified": formatdate(st.st_mtime, usegmt=True),
-                                 "Content-Type": "binary/octet-stream"})
+            headers = {"ETag": tag, "Accept-Ranges": "bytes", "Content-Type": "binary/octet-stream",
+                       "Last-Modified": formatdate(st.st_mtime, usegmt=True)}
             if rng:
-                resp.headers["Content-Range"] = f"bytes {start}-{start + count - 1}/{st.st_size}"
-            resp.content_length = count
+                headers["Content-Range"] = f"bytes {start}-{start + count - 1}/{st.st_size}"
+            status = 206 if rng else 200
             self.stats.ops["HeadObject" if head else "GetObject"] += 1
-            await resp.prepare(request)
-            if fobj is not None and count:
-                await proto.send_file(request, resp, fobj, start, count)
+            if not head:
                 self.stats.bytes_out += count
+            if not head and count <= SMALL_BODY:
+                return web.Response(status=status, headers=headers,
+                                    body=os.pread(fd, count, start))
+            resp = web.StreamResponse(status=status, headers=headers)
+            resp.content_length = count
+            await resp.prepare(request)
+            if not head and count:
+                with os.fdopen(os.dup(fd), "rb") as fobj:
+                    await proto.send_file(request, resp, fobj, start, count)
             await resp.write_eof()
             return resp
         finally:
-            if fobj is not None:
-                fobj.close()
+            os.close(fd)
 
     async def put_object(self, request: web.Request, bucket: str, key: str) -> web.Response:
         path = self._object(bucket, key.rstrip("/"))
@@ -245,9 +254,13 @@ async def serve(root: Path, port: int, latency_ms: float,
     site = web.TCPSite(runner, HOST, port, backlog=1024)
     await site.start()
     bound = runner.addresses[0][1]
+    done = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # stop() sends SIGTERM: shut down cleanly
+        loop.add_signal_handler(sig, done.set)
     ready(f"http://{HOST}:{bound}")
     try:
-        await asyncio.Event().wait()
+        await done.wait()
     finally:
         await runner.cleanup()
 
@@ -307,9 +320,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if not args.root.is_dir():
         p.error(f"{args.root} is not a folder")
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args.root, args.port, args.latency_ms,
-                          lambda url: print(url, flush=True)))
+    asyncio.run(serve(args.root, args.port, args.latency_ms, lambda url: print(url, flush=True)))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,44 @@
+"""Run h5sidecar's benchmarks: ``python benchmarks/run.py BENCHMARK [options]``.
+
+Each benchmark is a module in this folder with ``add_arguments(parser)`` and ``main(args)``;
+register new ones in :data:`BENCHMARKS`.  Without a benchmark name, every registered benchmark
+runs with its defaults.  Results go to ``benchmarks/results/<name>-<time>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+# run as a script from anywhere: make the repository importable (benchmarks is a package)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+#: benchmark name -> (module in benchmarks/, one-line description)
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "index": ("benchmarks.bench_index", "index speed and sidecar size: h5sidecar vs kerchunk"),
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="benchmarks/run.py", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="benchmark")
+    for name, (module, help_text) in BENCHMARKS.items():
+        bp = sub.add_parser(name, help=help_text, description=help_text)
+        importlib.import_module(module).add_arguments(bp)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
+    names = [args.benchmark] if args.benchmark else list(BENCHMARKS)
+    for name in names:
+        sub_args = args if args.benchmark else p.parse_args([name])
+        importlib.import_module(BENCHMARKS[name][0]).main(sub_args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
