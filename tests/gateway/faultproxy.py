@@ -152,6 +152,8 @@ class FaultProxy:
                     self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
                 try:
                     keep = await self._answer(writer, head, body, fault)
+                except ConnectionError:
+                    return  # the client gave up on this request (e.g. a cancelled fetch)
                 finally:
                     with self._lock:
                         self.in_flight -= 1
