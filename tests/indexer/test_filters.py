@@ -107,19 +107,25 @@ PLUGIN_CASES = {
 }
 
 
-@pytest.mark.parametrize("dtype", ["<i4", ">i2", "<f8", ">f4", "<u8"])
-@pytest.mark.parametrize("case", sorted(PLUGIN_CASES))
+def _synthetic_params() -> list[tuple[str, str]]:
+    """Every (filter case, dtype) pair that makes sense: lossy float codecs only on floats, the
+    SZ plugins only on little-endian input (they misread big-endian data, h5py included)."""
+    out = []
+    for case in sorted(PLUGIN_CASES):
+        for dtype in ("<i4", ">i2", "<f8", ">f4", "<u8"):
+            is_float = np.dtype(dtype).kind == "f"
+            float_only = "zfp" in case or case.startswith("sz") or case == "scaleoffset-float"
+            if (float_only and not is_float) or (case == "scaleoffset-int" and is_float):
+                continue
+            if case.startswith("sz") and dtype.startswith(">"):
+                continue
+            out.append((case, dtype))
+    return out
+
+
+@pytest.mark.parametrize(("case", "dtype"), _synthetic_params())
 def test_synthetic_filter_decodes_every_chunk(tmp_path: Path, case: str, dtype: str) -> None:
     kwargs, codec_ids = PLUGIN_CASES[case]
-    is_float = np.dtype(dtype).kind == "f"
-    if ("zfp" in case or case.startswith("sz")) and not is_float:
-        pytest.skip("lossy float compressors")
-    if case.startswith("sz") and dtype.startswith(">"):
-        pytest.skip("the SZ plugins misread big-endian input (h5py's values are garbage too)")
-    if case == "scaleoffset-float" and not is_float:
-        pytest.skip("D-scale applies to floats")
-    if case == "scaleoffset-int" and is_float:
-        pytest.skip("integer scale-offset")
     data = _data(dtype, (37, 45))  # partial edge chunks in both dimensions
     with h5py.File(tmp_path / "f.h5", "w") as f:
         dset = f.create_dataset("x", data=data, chunks=(16, 20), **kwargs)
