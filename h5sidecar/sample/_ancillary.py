@@ -122,13 +122,14 @@ def write_ancillary(root: h5py.Group, s: GranuleSummary, rng: np.random.Generato
     for surface in SURFACES:
         g = anc.create_group(surface)
         for name in SIGNAL_FIND_PARAMS:
+            param: np.ndarray
             if name.endswith("_flag"):
-                value = np.array([rng.integers(0, 2)], "i4")
+                param = np.array([rng.integers(0, 2)], "i4")
             elif name.startswith(("n", "min_")):
-                value = np.array([rng.integers(1, 50)], "i4")
+                param = np.array([rng.integers(1, 50)], "i4")
             else:
-                value = np.round(rng.uniform(0.01, 10, 1), 3)
-            small_dataset(g, name, value, layout="compact")
+                param = np.round(rng.uniform(0.01, 10, 1), 3)
+            small_dataset(g, name, param, layout="compact")
 
 
 def _write_engineering(g: h5py.Group, rng: np.random.Generator) -> None:

@@ -56,7 +56,7 @@ class _Identity:
 
 
 def _identity(seed: int) -> _Identity:
-    """Reference ground track, cycle, region and start time implied by a seed (distinct per seed)."""
+    """Reference ground track, cycle, region and start time of a seed (distinct per seed)."""
     rgt = (seed * 389) % 1387 + 1
     cycle = 3 + (seed // 1387) % 20
     region = seed % 14 + 1
@@ -300,8 +300,9 @@ def _write_beam(root: h5py.Group, beam: str, clock: _Clock, ident: _Identity, se
         _write_table(sub[name], table, clock.segments, seg, rng, CONTENT_TYPE[name],
                      "delta_time reference_photon_lat reference_photon_lon", fill_values=True)
     frame = np.arange(clock.frames)
-    bck = {"delta_time": clock.start_delta_time + frame * MAJOR_FRAME_PULSES / PULSE_RATE_HZ,
-           "pce_mframe_cnt": (_frame_base(ident) + frame).astype(np.uint32)}
+    bck: dict[str, np.ndarray] = {
+        "delta_time": clock.start_delta_time + frame * MAJOR_FRAME_PULSES / PULSE_RATE_HZ,
+        "pce_mframe_cnt": (_frame_base(ident) + frame).astype(np.uint32)}
     sub["bckgrd_atlas"].attrs["data_rate"] = "Data are stored at the ATLAS 50 Hz rate."
     _write_table(sub["bckgrd_atlas"], BCKGRD_ATLAS, clock.frames, bck, rng, "auxiliaryInformation")
     for i, surface in enumerate(SURFACES):

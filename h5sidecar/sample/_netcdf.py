@@ -8,6 +8,7 @@ dimension-only datasets.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -75,26 +76,26 @@ def write_netcdf_like(path: str | Path, *, seed: int = 0) -> Path:
     return path
 
 
-def _write_fields(nc: object, rng: np.random.Generator, lat: np.ndarray, lon: np.ndarray) -> None:
+def _write_fields(nc: Any, rng: np.random.Generator, lat: np.ndarray, lon: np.ndarray) -> None:
     """tas (packed int16), pr (float32 with missing values) and orog (contiguous)."""
     dims = ("time", "lat", "lon")
     base = 288.0 - 40.0 * np.sin(np.radians(lat))[:, None] ** 2 + 3 * np.cos(np.radians(lon))
     days = np.arange(TIME_STEPS)[:, None, None]
-    tas_values = base + 5 * np.sin(2 * np.pi * days / 365) + rng.normal(0, 1.5, (TIME_STEPS,
-                                                                                  NLAT, NLON))
-    tas = nc.createVariable("tas", "i2", dims, zlib=True, complevel=4, shuffle=True,  # type: ignore[attr-defined]
+    noise = rng.normal(0, 1.5, (TIME_STEPS, NLAT, NLON))
+    tas_values = base + 5 * np.sin(2 * np.pi * days / 365) + noise
+    tas = nc.createVariable("tas", "i2", dims, zlib=True, complevel=4, shuffle=True,
                             chunksizes=(TIME_CHUNK, NLAT // 2, NLON // 2), fill_value=-32767)
     tas.setncatts({"scale_factor": np.float32(0.01), "add_offset": np.float32(273.15),
                    "units": "K", "standard_name": "air_temperature", "grid_mapping": "crs",
                    "valid_min": np.int16(-20000), "valid_max": np.int16(20000)})
     tas[:] = tas_values  # netCDF4 packs with scale_factor/add_offset on write
-    pr = nc.createVariable("pr", "f4", dims, zlib=True, complevel=4,  # type: ignore[attr-defined]
+    pr = nc.createVariable("pr", "f4", dims, zlib=True, complevel=4,
                            chunksizes=(TIME_CHUNK, NLAT, NLON), fill_value=np.float32(1e20))
     pr.setncatts({"units": "kg m-2 s-1", "standard_name": "precipitation_flux",
                   "grid_mapping": "crs", "cell_methods": "time: mean"})
     rain = rng.gamma(0.5, 2e-5, (TIME_STEPS, NLAT, NLON)).astype("f4")
     pr[:] = np.ma.masked_array(rain, mask=rng.random(rain.shape) < 0.05)  # 5% missing
-    orog = nc.createVariable("orog", "f4", ("lat", "lon"), contiguous=True)  # type: ignore[attr-defined]
+    orog = nc.createVariable("orog", "f4", ("lat", "lon"), contiguous=True)
     orog.setncatts({"units": "m", "standard_name": "surface_altitude", "grid_mapping": "crs"})
     orog[:] = np.maximum(0, 3000 * np.sin(np.radians(lon))[None, :]
                          * np.cos(np.radians(lat))[:, None]).astype("f4")

@@ -72,7 +72,8 @@ dac : f4 m smooth 0 0.05 0.3
 tide_ocean : f4 m smooth 0 0.5 0.3
 geoid : f4 m smooth 20 15
 geoid_free2mean : f4 m smooth -0.1 0.05
-tide_earth tide_earth_free2mean tide_equilibrium tide_load tide_oc_pole tide_pole : f4 m smooth 0 0.1
+tide_earth tide_earth_free2mean tide_equilibrium : f4 m smooth 0 0.1
+tide_load tide_oc_pole tide_pole : f4 m smooth 0 0.1
 """
 BCKGRD_ATLAS = """
 delta_time : f8 t computed
