@@ -48,18 +48,38 @@ def unpack_fields(
             f"bit-packed chunk is truncated: {stream.size} bytes hold fewer than the "
             f"{nrec} x {rec_bits} bits its filter parameters describe"
         )
-    bits = np.unpackbits(stream[: (need + 7) // 8])[:need].reshape(nrec, rec_bits)
+    padded = np.concatenate([stream[: (need + 7) // 8], np.zeros(9, np.uint8)])
+    starts = np.arange(nrec, dtype=np.int64) * rec_bits
     out, col = [], 0
     for w, as_bytes in zip(widths, raw, strict=True):
-        sub = bits[:, col : col + w]
-        col += w
         if as_bytes or w > 64:
-            out.append(np.packbits(sub, axis=1))
-            continue
-        padded = np.zeros((nrec, 64), np.uint8)
-        padded[:, 64 - w :] = sub
-        out.append(np.packbits(padded, axis=1).view(_U8).reshape(nrec).astype(np.uint64))
+            out.append(_field_bytes(padded, starts + col, w))
+        else:
+            out.append(_field_uint(padded, starts + col, w))
+        col += w
     return out
+
+
+def _field_uint(padded: np.ndarray, bitpos: np.ndarray, w: int) -> np.ndarray:
+    """The ``w``-bit (w <= 64) big-endian fields starting at each bit position.
+
+    Gathers the 9 bytes covering each field (a 64-bit window plus one byte for the bit shift)
+    instead of expanding the stream to one byte per bit.
+    """
+    byte, shift = bitpos // 8, (bitpos % 8).astype(np.uint64)
+    hi = np.lib.stride_tricks.sliding_window_view(padded, 8)[byte].view(_U8).reshape(-1)
+    hi = hi.astype(np.uint64)
+    lo = padded[byte + 8].astype(np.uint64)
+    # (hi << shift) | (lo >> (8 - shift)) holds the 64 bits starting at the field's first bit
+    top = (hi << shift) | (lo >> (np.uint64(8) - shift))
+    return top >> np.uint64(64 - w)
+
+
+def _field_bytes(padded: np.ndarray, bitpos: np.ndarray, w: int) -> np.ndarray:
+    """Fields of whole bytes (``w % 8 == 0``) at arbitrary bit positions, as uint8 rows."""
+    nbytes = w // 8
+    cols = [_field_uint(padded, bitpos + 8 * k, 8) for k in range(nbytes)]
+    return np.stack(cols, axis=1).astype(np.uint8)
 
 
 def pack_fields(fields: Sequence[np.ndarray], widths: Sequence[int]) -> bytes:
