@@ -188,6 +188,20 @@ def test_nbit_signed_field_round_trip() -> None:
     np.testing.assert_array_equal(np.frombuffer(codec.decode(packed), ">i2"), data)
 
 
+@pytest.mark.parametrize("widths", [[1], [7], [13], [32], [57], [64], [3, 64, 1, 16], [12, 20, 24]])
+def test_bit_fields_round_trip_any_width(widths: list[int]) -> None:
+    n = 1001
+    fields = [
+        RNG.integers(0, 2**w - 1, n, dtype=np.uint64, endpoint=True) if w < 64
+        else RNG.integers(0, 2**63, n, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+        for w in widths
+    ]  # fmt: skip
+    stream = np.frombuffer(pack_fields(fields, widths), np.uint8)
+    assert stream.size == (n * sum(widths) + 7) // 8
+    for got, want in zip(unpack_fields(stream, widths, n), fields, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_bit_fields_pack_and_unpack_msb_first() -> None:
     stream = np.frombuffer(pack_fields([np.array([5, 1]), np.array([3, 0])], [3, 2]), np.uint8)
     assert stream.tolist() == [0b10111001, 0b00000000]  # 101 11 | 001 00 | pad
