@@ -247,6 +247,8 @@ def consolidated_metadata_v3(
             if unsupported is None:
                 raise
             unsupported[path] = str(exc)
+    # sorted: zarr 3.1 loses nodes of unsorted consolidated metadata (zarr-python #4226)
+    nodes = dict(sorted(nodes.items()))
     root = group_metadata_v3(refs.groups.get("", {}), consolidated=nodes)
     return {"": root, **nodes}
 

@@ -16,6 +16,7 @@ from typing import Any
 import h5py
 import hdf5plugin  # noqa: F401  (registers HDF5 filter plugins for h5py)
 import numpy as np
+import pytest
 
 from h5sidecar.references import (
     INLINE,
@@ -217,3 +218,70 @@ def write_small_granule(path: str | Path) -> Path:
         )
         sparse[0:5, 0:5] = 7.0
     return path
+
+
+# -- shared fixtures (imported by the gateway test modules) ----------------------------------
+
+
+@pytest.fixture(scope="session")
+def small_h5(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small multi-feature granule (see :func:`write_small_granule`)."""
+    return write_small_granule(tmp_path_factory.mktemp("small") / "small.h5")
+
+
+@pytest.fixture(scope="session")
+def small_refs(small_h5: Path) -> GranuleRefs:
+    """References of ``small_h5``."""
+    return refs_for(small_h5)
+
+
+@pytest.fixture(scope="session")
+def small_sidecars(small_refs: GranuleRefs, tmp_path_factory: pytest.TempPathFactory
+                   ) -> dict[str, str]:
+    """``small_refs`` written as a JSON file and as a Parquet directory."""
+    from h5sidecar.references import write_refs
+
+    d = tmp_path_factory.mktemp("small_sidecars")
+    return {
+        "json": write_refs(small_refs, d / "small.h5.json", format="json"),
+        "parquet": write_refs(small_refs, d / "small.h5.parq", format="parquet"),
+    }
+
+
+@pytest.fixture(scope="session")
+def cf_nc(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The CF netCDF-4 sample (packed int16 with float32 scale/offset, _FillValue, times)."""
+    from h5sidecar.sample import write_netcdf_like
+
+    return write_netcdf_like(tmp_path_factory.mktemp("cf") / "cf.nc")
+
+
+@pytest.fixture(scope="session")
+def atl03_h5(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An ATL03-like granule (~940 variables in ~140 groups), kept small in photons."""
+    from h5sidecar.sample import write_atl03_like
+
+    return write_atl03_like(tmp_path_factory.mktemp("atl03") / "ATL03_small.h5",
+                            photons=20_000, seed=3)
+
+
+def read_h5(path: str | Path, name: str) -> np.ndarray:
+    """What h5py reads for dataset ``name`` (the oracle)."""
+    with h5py.File(path, "r") as f:
+        return f[name][()]
+
+
+def source_bytes(refs: GranuleRefs, key: str) -> bytes | None:
+    """The value of a Zarr v2 chunk key read straight from the source file (oracle, no store)."""
+    path, _, name = key.rpartition("/")
+    arr = refs.arrays.get(path)
+    if arr is None:
+        return None
+    index = tuple(int(p) for p in name.split(".")) if arr.manifest.grid_shape else ()
+    ref = arr.manifest.get(index)
+    if ref is None or isinstance(ref, bytes):
+        return ref
+    url, offset, length = ref
+    with open(url, "rb") as f:
+        f.seek(offset)
+        return f.read(length)
