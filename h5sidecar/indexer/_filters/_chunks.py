@@ -73,14 +73,16 @@ def partial_edge_chunks_unfiltered(dset: h5py.Dataset) -> bool:
 @functools.cache
 def _h5p_get_chunk_opts() -> Any:
     """``H5Pget_chunk_opts`` from the libhdf5 that h5py uses."""
-    candidates = [h5py.__file__]
-    maps = Path("/proc/self/maps")
-    if maps.exists():  # Linux: the exact library file mapped into this process
-        candidates = [ln.split()[-1] for ln in maps.read_text().splitlines() if "libhdf5" in ln]
+    # Other wheels (netCDF4, hdf5plugin builds) bundle their own libhdf5 and may be mapped into
+    # the process too: a property-list id is only valid in the copy h5py uses, so look in h5py's
+    # own package and bundled-libs folder first, then at what the process has mapped.
     pkg = Path(h5py.__file__).parent
-    candidates += [
-        str(p) for p in (*pkg.parent.glob("h5py*libs/libhdf5*"), *pkg.glob("**/libhdf5*"))
+    candidates = [
+        str(p) for p in (*pkg.parent.glob("h5py.libs/libhdf5*"), *pkg.glob("**/libhdf5*"))
     ]
+    maps = Path("/proc/self/maps")
+    if not candidates and maps.exists():  # system-linked h5py: the library mapped in-process
+        candidates = [ln.split()[-1] for ln in maps.read_text().splitlines() if "libhdf5" in ln]
     for path in candidates:
         name = Path(path).name
         if name.startswith("libhdf5") and not name.startswith("libhdf5_hl"):
