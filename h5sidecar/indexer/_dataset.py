@@ -80,8 +80,11 @@ def _fill(dset: h5py.Dataset, plan: DtypePlan) -> tuple[Any, bytes | None]:
 def _hdf5_shape(dset: h5py.Dataset) -> tuple[int, ...]:
     shape = dset.shape
     if shape is None:
-        fail("other", "the dataset has a null dataspace (no shape and no values); Zarr arrays "
-             "always have a shape")
+        fail(
+            "other",
+            "the dataset has a null dataspace (no shape and no values); Zarr arrays "
+            "always have a shape",
+        )
     return tuple(int(s) for s in shape)
 
 
@@ -93,22 +96,23 @@ def _pipeline(dset: h5py.Dataset) -> tuple[dict[str, Any], ...]:
 
 
 # -- layouts --------------------------------------------------------------------------------------
-def _table(dset: h5py.Dataset, plan: DtypePlan, shape: tuple[int, ...], ctx: IndexContext) -> (
-    tuple[ChunkTable, tuple[dict[str, Any], ...], str]
-):
-    """Chunk table, pipeline and note of a raw (byte-addressable) variable."""
+def _table(
+    dset: h5py.Dataset, plan: DtypePlan, shape: tuple[int, ...], ctx: IndexContext
+) -> tuple[ChunkTable, tuple[dict[str, Any], ...]]:
+    """Chunk table (with its note) and pipeline of a raw (byte-addressable) variable."""
     layout = dset.id.get_create_plist().get_layout()
     itemsize = dset.dtype.itemsize
     target = ctx.settings.contiguous_chunk_bytes
     if layout == h5py.h5d.CHUNKED:
         table = chunked_table(dset, shape, ctx.url)
-        return (*_reconcile_pipeline(dset, plan, table), "")
+        return _reconcile_pipeline(dset, plan, table)
     if external_segments(dset):
         table = external_table(dset, shape, itemsize, ctx.url, target, ctx.identity)
-        return table, (), "raw data in external file(s): " + ", ".join(table.urls)
+        table.note = _join(table.note, "raw data in external file(s): " + ", ".join(table.urls))
+        return table, ()
     if layout == h5py.h5d.CONTIGUOUS:
         table = contiguous_table(dset, shape, itemsize, ctx.url, ctx.file_size, target)
-        return table, (), table.note
+        return table, ()
     fail("unsupported_layout", f"HDF5 storage layout {layout} is not understood")
 
 
@@ -134,22 +138,31 @@ def _reconcile_pipeline(
     notes = []
     if chosen:
         names = [f.name or str(f.id) for f in filters]
-        notes.append(f"most chunks were stored without filter(s) {describe_mask(chosen, names)}"
-                     ", so the array's pipeline leaves them out")
+        notes.append(
+            f"most chunks were stored without filter(s) {describe_mask(chosen, names)}"
+            ", so the array's pipeline leaves them out"
+        )
     odd = np.argwhere(stored & (masks != chosen))
     if len(odd):
         _, fill_raw = _fill(dset, plan)
         encoded = materialize_chunks(
-            dset, [tuple(int(i) for i in ix) for ix in odd], table.chunks, plan.extra_shape,
-            plan.np_dtype, pipeline, fill_raw,
+            dset,
+            [tuple(int(i) for i in ix) for ix in odd],
+            table.chunks,
+            plan.extra_shape,
+            plan.np_dtype,
+            pipeline,
+            fill_raw,
         )
         for index, data in encoded.items():
             flat = int(np.ravel_multi_index(index, table.grid)) if index else 0
             table.codes[index] = INLINE
             table.inline[flat] = data
             table.lengths[index] = len(data)
-        notes.append(f"{len(odd)} chunk(s) stored with another filter pipeline (filter mask or "
-                     "unfiltered partial edge chunk) were decoded and re-encoded in the sidecar")
+        notes.append(
+            f"{len(odd)} chunk(s) stored with another filter pipeline (filter mask or "
+            "unfiltered partial edge chunk) were decoded and re-encoded in the sidecar"
+        )
     table.note = _join(table.note, *notes)
     return table, pipeline
 
@@ -194,13 +207,18 @@ def index_dataset(entry: DatasetEntry, ctx: IndexContext) -> ArrayRefs:
     """
     dset = entry.dset
     if _netcdf_dimension_only(dset):
-        fail("other", "netCDF-4 dimension without a variable: HDF5 holds no values for it and "
-             "netCDF readers hide it; its name is kept as a dimension name")
+        fail(
+            "other",
+            "netCDF-4 dimension without a variable: HDF5 holds no values for it and "
+            "netCDF readers hide it; its name is kept as a dimension name",
+        )
     hshape = _hdf5_shape(dset)
     layout = dset.id.get_create_plist().get_layout()
     if layout == h5py.h5d.VIRTUAL:
-        fail("virtual_dataset", "virtual dataset (its values live in other datasets/files); "
-             "index the source files")
+        fail(
+            "virtual_dataset",
+            "virtual dataset (its values live in other datasets/files); index the source files",
+        )
     plan = plan_dtype(dset)
     shape = hshape + plan.extra_shape
     attrs = read_attrs(dset, ctx.deref, is_scale=is_dimension_scale(dset))
@@ -208,28 +226,37 @@ def index_dataset(entry: DatasetEntry, ctx: IndexContext) -> ArrayRefs:
     fill_json, fill_raw = _fill(dset, plan)
     all_attrs = {**attrs.attrs, **plan.attrs}
     if plan.mode != "raw" or layout == h5py.h5d.COMPACT:
-        chunks = (tuple(dset.chunks) if dset.chunks else tuple(max(s, 1) for s in hshape))
+        chunks = tuple(dset.chunks) if dset.chunks else tuple(max(s, 1) for s in hshape)
         chunks += plan.extra_shape
-        mat = materialize_variable(dset, plan, shape, chunks, fill_raw,
-                                   ctx.settings.materialize_limit, ctx.deref)
-        why = "compact layout (values held in the object header)" if layout == h5py.h5d.COMPACT \
-            else ""
-        manifest = ChunkManifest.from_arrays(
-            urls=[], codes=mat.codes, offsets=np.zeros(mat.codes.shape, np.uint64),
-            lengths=np.zeros(mat.codes.shape, np.uint64), inline=mat.inline,
+        mat = materialize_variable(
+            dset, plan, shape, chunks, fill_raw, ctx.settings.materialize_limit, ctx.deref
         )
-        meta = ArrayMeta(shape, chunks, plan.zarr_dtype, fill_json, mat.filters, None, dim_names,
-                         all_attrs)
+        why = (
+            "compact layout (values held in the object header)"
+            if layout == h5py.h5d.COMPACT
+            else ""
+        )
+        manifest = ChunkManifest.from_arrays(
+            urls=[],
+            codes=mat.codes,
+            offsets=np.zeros(mat.codes.shape, np.uint64),
+            lengths=np.zeros(mat.codes.shape, np.uint64),
+            inline=mat.inline,
+        )
+        meta = ArrayMeta(
+            shape, chunks, plan.zarr_dtype, fill_json, mat.filters, None, dim_names, all_attrs
+        )
         note = _join(why, mat.note, plan.note, dim_note, attrs.note())
         return ArrayRefs(entry.path, meta, manifest, "inlined", note)
-    table, pipeline, layout_note = _table(dset, plan, hshape, ctx)
+    table, pipeline = _table(dset, plan, hshape, ctx)
     _inline_small(table, ctx.settings.inline_threshold, ctx)
     manifest = _manifest(table, len(plan.extra_shape))
     chunks = table.chunks + plan.extra_shape
-    meta = ArrayMeta(shape, chunks, plan.zarr_dtype, fill_json, pipeline, None, dim_names,
-                     all_attrs)
+    meta = ArrayMeta(
+        shape, chunks, plan.zarr_dtype, fill_json, pipeline, None, dim_names, all_attrs
+    )
     status = "inlined" if manifest.n_inline and not manifest.n_stored else "virtual"
-    note = _join(layout_note, plan.note, dim_note, attrs.note())
+    note = _join(table.note, plan.note, dim_note, attrs.note())
     return ArrayRefs(entry.path, meta, manifest, status, note)
 
 

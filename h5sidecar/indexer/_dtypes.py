@@ -103,6 +103,8 @@ def _custom_float(t: h5t.TypeFloatID) -> str | None:
 def _odd_integer(t: h5t.TypeIntegerID | h5t.TypeBitfieldID) -> str | None:
     """Why an integer type is not a plain machine integer (``None`` when it is)."""
     size = t.get_size()
+    if not hasattr(t, "get_precision"):  # h5py exposes no precision for bitfields
+        return None if size in (1, 2, 4, 8) else f"a {size}-byte bitfield"
     if t.get_precision() == 8 * size and t.get_offset() == 0 and size in (1, 2, 4, 8):
         return None
     return (

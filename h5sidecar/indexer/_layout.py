@@ -20,6 +20,7 @@ import h5py
 import numpy as np
 
 from h5sidecar.indexer._common import fail
+from h5sidecar.indexer._earray import swizzled_unlimited_dim, unswizzle_positions
 from h5sidecar.references import MISSING
 
 __all__ = [
@@ -120,7 +121,15 @@ def chunked_table(dset: h5py.Dataset, shape: tuple[int, ...], url: str) -> Chunk
     if 0 in shape:
         return table
     rec = _chunk_records(dset.id)
-    pos = rec.coords // np.asarray(chunks, dtype=np.int64)
+    unlimited = swizzled_unlimited_dim(dset)
+    if unlimited is None:
+        pos = rec.coords // np.asarray(chunks, dtype=np.int64)
+    else:
+        pos = unswizzle_positions(dset, unlimited, rec.coords)
+        table.note = (
+            "chunk positions recomputed from the extensible-array numbering (HDF5's chunk "
+            "iteration reports them unswizzled for an unlimited dimension that is not first)"
+        )
     keep = np.all(pos < np.asarray(table.grid, dtype=np.int64), axis=1)
     # chunks past the current extent (a shrunk dimension) and indexed-but-unwritten chunks
     keep &= (rec.offsets != _UNDEFINED) & (rec.sizes > 0)

@@ -144,8 +144,10 @@ def _decoded_values(
 ) -> tuple[np.ndarray, tuple[Config, ...], str]:
     raw = _read(dset, (), "the variable")
     # a scalar string comes back as bytes/str: keep it an object, not a fixed-width array
-    values = raw if isinstance(raw, np.ndarray) else np.asarray(
-        raw, dtype=object if plan.np_dtype.kind == "O" else None
+    values = (
+        raw
+        if isinstance(raw, np.ndarray)
+        else np.asarray(raw, dtype=object if plan.np_dtype.kind == "O" else None)
     )
     if plan.mode == "vlen_str":
         strings, codec, kind = _string_codec(values)
@@ -186,8 +188,11 @@ def materialize_variable(
     n = math.prod(shape)
     per_item = plan.np_dtype.itemsize if plan.np_dtype.kind != "O" else 8
     if n * per_item > limit:
-        fail("too_large_to_materialize", f"decoding it would hold {n * per_item} bytes in the "
-             f"sidecar, above materialize_limit={limit}; raise the limit to include it")
+        fail(
+            "too_large_to_materialize",
+            f"decoding it would hold {n * per_item} bytes in the "
+            f"sidecar, above materialize_limit={limit}; raise the limit to include it",
+        )
     values, filters, note = _decoded_values(dset, plan, deref)
     values = values.reshape(shape)
     grid = tuple(-(-s // c) for s, c in zip(shape, chunks, strict=True))
@@ -196,7 +201,7 @@ def materialize_variable(
     total = 0
     for flat, index in enumerate(np.ndindex(*grid)):
         region = chunk_slices(index, chunks, shape)
-        block = values[region]
+        block = values[(*region, Ellipsis)]  # Ellipsis: a 0-d block stays an array
         if block.shape != chunks:
             buf = _blank(chunks, values.dtype, fill)
             buf[tuple(slice(0, b) for b in block.shape)] = block
@@ -204,6 +209,9 @@ def materialize_variable(
         inline[flat] = encode_chunk(block, filters)
         total += len(inline[flat])
         if total > limit:
-            fail("too_large_to_materialize", f"its encoded values exceed materialize_limit={limit}"
-                 " bytes; raise the limit to include it")
+            fail(
+                "too_large_to_materialize",
+                f"its encoded values exceed materialize_limit={limit}"
+                " bytes; raise the limit to include it",
+            )
     return Materialized(filters, codes, inline, note)

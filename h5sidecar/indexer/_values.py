@@ -127,9 +127,7 @@ def _scalar_to_json(value: Any, deref: Deref) -> Any:
 def _void_to_json(value: np.void, deref: Deref) -> Any:
     fields = value.dtype.names
     if not fields:
-        raise NotJSONable(
-            f"opaque value ({value.dtype.itemsize} raw bytes) has no JSON form"
-        )
+        raise NotJSONable(f"opaque value ({value.dtype.itemsize} raw bytes) has no JSON form")
     return {name: _scalar_to_json(value[name], deref) for name in fields}
 
 
