@@ -129,10 +129,10 @@ def run_demo(
     first = next((g for g in report.granules if g.status != "failed"), None)
     if first is None:
         return DemoSummary(gdir, sdir, report, "", DEMO_GROUP, "", "nothing indexed", (), "")
-    engine, ds = _open(first.sidecar, decode=True)
+    # opened raw once (values compared with h5py's stored values), CF-decoded for the summary
+    engine, raw = _open(first.sidecar)
+    ds = xr.decode_cf(raw)
     summary = ", ".join(f"{k}={v}" for k, v in ds.sizes.items()) + f"; {len(ds.data_vars)} vars"
-    ds.close()
-    _, raw = _open(first.sidecar, decode=False)
     with h5py.File(first.url, "r") as f:
         comparisons = tuple(
             _compare(name, raw[name].values, f[f"{DEMO_GROUP}/{name}"][...])
@@ -152,16 +152,17 @@ def run_demo(
     )
 
 
-def _open(sidecar: str, *, decode: bool) -> tuple[str, xr.Dataset]:
-    """Open the demo group through ``sidecar``: h5sidecar's engine, else plain reference://."""
+def _open(sidecar: str) -> tuple[str, xr.Dataset]:
+    """Open the demo group through ``sidecar`` without CF decoding: h5sidecar's engine when it
+    is installed, else plain fsspec reference:// + zarr."""
     if importlib.util.find_spec("h5sidecar.gateway.xarray_backend") is not None:
-        ds = xr.open_dataset(sidecar, engine="h5sidecar", group=DEMO_GROUP, decode_cf=decode)
+        ds = xr.open_dataset(sidecar, engine="h5sidecar", group=DEMO_GROUP, decode_cf=False)
         return "h5sidecar", ds
     ds = xr.open_dataset(
         "reference://",
         engine="zarr",
         group=DEMO_GROUP,
-        decode_cf=decode,
+        decode_cf=False,
         backend_kwargs={
             "storage_options": {"fo": sidecar, "remote_protocol": "file"},
             "consolidated": True,

@@ -24,7 +24,7 @@ import numpy as np
 import zarr
 from zarr.storage import FsspecStore
 
-from h5sidecar.indexer import chunk_checksum
+from h5sidecar.indexer import chunk_hash
 from h5sidecar.references import MISSING, ArrayRefs, GranuleRefs, SourceInfo, read_refs
 from h5sidecar.workflows._compare import h5_dataset, read_h5_region, values_equal
 from h5sidecar.workflows._listing import filesystem, identity_from_info, is_remote, normalize_url
@@ -273,7 +273,7 @@ def _check_checksums(
             fs = fss.setdefault(url, filesystem(url, opts))
             data = fs.cat_file(url, start=offset, end=offset + length)
         checked += 1
-        if chunk_checksum(data) != recorded:
+        if chunk_hash(data) != recorded:
             failed += 1
             message = message or f"chunk {index}: bytes in the source no longer match the checksum"
     return checked, failed, message

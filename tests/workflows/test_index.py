@@ -161,11 +161,13 @@ def test_unsupported_raise_fails_the_granule(tmp_path: Path) -> None:
     src.parent.mkdir()
     with h5py.File(src, "w") as f:
         f["ok"] = np.arange(10)
-        f.create_dataset("opaque", data=np.void(b"\x01\x02\x03\x04"))
+        ragged = f.create_dataset("ragged", (2,), dtype=h5py.vlen_dtype(np.int32))
+        ragged[0], ragged[1] = [1, 2], [3]  # variable-length sequences: no Zarr dtype
     skip = index_many(str(src), str(tmp_path / "a"), executor="serial")
     assert skip.ok
     g = skip.granules[0]
-    assert g.n_skipped == 1 and g.skipped[0]["path"] == "opaque" and g.skipped[0]["reason"]
+    assert g.n_skipped == 1 and g.skipped[0]["path"] == "ragged" and g.skipped[0]["reason"]
+    assert g.n_virtual + g.n_inlined == 1
     raised = index_many(str(src), str(tmp_path / "b"), executor="serial",
                         on_unsupported="raise")
     assert not raised.ok and raised.granules[0].error.kind == "unsupported"

@@ -16,7 +16,8 @@ def test_inspect_agrees_with_h5py(tmp_path: Path) -> None:
     with h5py.File(src, "a") as f:
         f.create_dataset("sparse", shape=(100,), chunks=(10,), dtype="i4", fillvalue=-1)
         f["sparse"][:25] = 7  # three chunks allocated, seven not
-        f.create_dataset("opaque", data=np.void(b"\x00\x01"))
+        ragged = f.create_dataset("ragged", (2,), dtype=h5py.vlen_dtype(np.int32))
+        ragged[0], ragged[1] = [1, 2], [3]  # variable-length sequences: skipped
     report = index_many(str(src), str(tmp_path / "out"), executor="serial")
     summary = inspect_refs(report.granules[0].sidecar)
     st = src.stat()
@@ -35,7 +36,7 @@ def test_inspect_agrees_with_h5py(tmp_path: Path) -> None:
             assert row.stored_bytes + row.inline_bytes == sum(i.size for i in infos)
             assert ("zlib" in row.codecs) == (d.compression == "gzip")
     assert by["sparse"].n_missing == 7
-    assert by["opaque"].status == "skipped" and by["opaque"].note
+    assert by["ragged"].status == "skipped" and "sequence" in by["ragged"].note
     doc = summary.to_dict()
-    assert doc["counts"]["skipped"] == 1 and doc["skipped"][0]["path"] == "opaque"
-    assert {v["path"] for v in doc["variables"]} == set(by) - {"opaque"}
+    assert doc["counts"]["skipped"] == 1 and doc["skipped"][0]["path"] == "ragged"
+    assert {v["path"] for v in doc["variables"]} == set(by) - {"ragged"}
