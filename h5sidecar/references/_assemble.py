@@ -135,8 +135,8 @@ def build_manifest(
             f"{path}: chunk reference with offset {int(offsets[bad])} and length "
             f"{int(lengths[bad])}; offsets must be >= 0 and lengths > 0: re-create the sidecar"
         )
-    overlap = np.intersect1d(cols.flat, np.fromiter(cols.inline, np.int64, len(cols.inline)))
-    if overlap.size:
+    inline_flat = np.fromiter(cols.inline, np.int64, len(cols.inline))
+    if inline_flat.size and np.isin(inline_flat, cols.flat).any():
         raise InvalidReferenceError(f"{path}: a chunk is both inline and a byte range")
     encoded = cols.urls.dictionary_encode() if len(cols.urls) else None
     found = [] if encoded is None else encoded.dictionary.to_pylist()

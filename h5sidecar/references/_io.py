@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import os
 import re
 import shutil
@@ -170,16 +171,16 @@ def _fs(path: str | os.PathLike[str], storage_options: dict[str, Any] | None) ->
 
 
 def _fetch(fs: Any, root: str, rels: list[str]) -> dict[str, bytes | None]:
-    """Fetch many sidecar files in one (concurrent, for async stores) call; None if absent."""
+    """Fetch many sidecar files in one call (concurrent on async stores); None if absent.
+
+    ``cat_ranges`` rather than ``cat``: it never expands glob characters, which HDF5 names
+    ("[", "*") may contain.
+    """
     if not rels:
         return {}
-    full = {f"{root}/{rel}": rel for rel in rels}
-    got = fs.cat(list(full), on_error="return")
-    if not isinstance(got, dict):  # a single path returns bytes
-        got = {next(iter(full)): got}
+    got = fs.cat_ranges([f"{root}/{rel}" for rel in rels], None, None, on_error="return")
     out: dict[str, bytes | None] = {}
-    for key, rel in full.items():
-        value = got.get(key, FileNotFoundError(key))
+    for rel, value in zip(rels, got, strict=True):
         if isinstance(value, FileNotFoundError):
             out[rel] = None
         elif isinstance(value, BaseException):
@@ -264,16 +265,19 @@ def _swap_in(new: Path, dest: Path) -> None:
 
 def _exchange(a: Path, b: Path) -> bool:
     """Atomically swap two paths with Linux ``renameat2(RENAME_EXCHANGE)``; False if unavailable."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    libc = ctypes.CDLL(name, use_errno=True)
-    renameat2 = getattr(libc, "renameat2", None)
+    renameat2 = _renameat2()
     if renameat2 is None:
         return False
     at_fdcwd, rename_exchange = -100, 2
     rc = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
     return rc == 0
+
+
+@functools.cache
+def _renameat2() -> Any:
+    """libc's ``renameat2`` (Linux, glibc >= 2.28), or None."""
+    name = ctypes.util.find_library("c")
+    return None if name is None else getattr(ctypes.CDLL(name, use_errno=True), "renameat2", None)
 
 
 # -- object stores --------------------------------------------------------------------------
@@ -293,6 +297,5 @@ def _write_remote_dir(fs: Any, root: str, files: Iterable[tuple[str, bytes]]) ->
     if pending:
         fs.pipe(pending)  # concurrent PUTs of the record files
     fs.pipe_file(commit, marker)
-    stale = sorted(existing - set(pending) - {commit})
-    if stale:
-        fs.rm(stale)
+    for path in sorted(existing - set(pending) - {commit}):
+        fs.rm_file(path)  # one by one: rm() would expand glob characters in the names

@@ -19,6 +19,7 @@ builds the chunk entries of a whole array with pyarrow string kernels, never a d
 from __future__ import annotations
 
 import base64
+import itertools
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -33,16 +34,35 @@ from h5sidecar.references._assemble import ChunkColumns, assemble, build_metas
 from h5sidecar.references._extras import EXTRAS_KEY, build_extras, parse_extras
 from h5sidecar.references._keys import chunk_names, ints_as_text, parse_chunk_names
 from h5sidecar.references._model import ArrayRefs, GranuleRefs
-from h5sidecar.references._zmeta import is_meta_key, split_metadata
+from h5sidecar.references._zmeta import split_metadata
 
-__all__ = ["decode_inline", "encode_inline", "encode_json", "from_kerchunk", "to_kerchunk"]
+__all__ = [
+    "decode_inline",
+    "encode_inline",
+    "encode_json",
+    "from_kerchunk",
+    "json_default",
+    "to_kerchunk",
+]
 
+#: Keys holding metadata documents rather than chunks.
+_META_SUFFIXES = (".zarray", ".zattrs", ".zgroup", ".zmetadata", "zarr.json")
 #: Chunks formatted per pyarrow call: bounds the text buffer (~100 bytes a chunk).
 _BLOCK = 1 << 20
 
 
 def _dumps(obj: Any) -> str:
-    return ujson.dumps(obj, escape_forward_slashes=False, ensure_ascii=False)
+    return ujson.dumps(obj, escape_forward_slashes=False, ensure_ascii=False, default=json_default)
+
+
+def json_default(obj: Any) -> Any:
+    """Encode numpy scalars and arrays that slipped into attributes as plain JSON values."""
+    if isinstance(obj, (np.generic, np.ndarray)):
+        return obj.tolist()
+    raise TypeError(
+        f"{type(obj).__name__} value {obj!r} is not JSON-serialisable; attributes and provenance "
+        "must hold JSON values (str, numbers, bools, None, lists, dicts)"
+    )
 
 
 def encode_inline(data: bytes) -> str:
@@ -105,10 +125,13 @@ def _stored(arr: ArrayRefs) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
 
 
 def _inline_refs(path: str, arr: ArrayRefs) -> Iterator[tuple[str, str]]:
-    grid = arr.manifest.grid_shape
-    for flat, data in sorted(arr.manifest.inline.items()):
-        name = chunk_names(grid, np.array([flat]))[0].as_py()
-        yield f"{path}/{name}", encode_inline(data)
+    inline = arr.manifest.inline
+    if not inline:
+        return
+    flat = np.sort(np.fromiter(inline, dtype=np.int64, count=len(inline)))
+    names = chunk_names(arr.manifest.grid_shape, flat).to_pylist()
+    for name, index in zip(names, flat.tolist(), strict=True):
+        yield f"{path}/{name}", encode_inline(inline[index])
 
 
 def encode_json(refs: GranuleRefs) -> bytes:
@@ -193,7 +216,7 @@ def from_kerchunk(obj: Mapping[str, Any]) -> GranuleRefs:
     for key, value in refs.items():
         if not isinstance(key, str):
             raise InvalidReferenceError(f"reference key {key!r} is not a string")
-        if is_meta_key(key) or key.endswith("/zarr.json") or key == "zarr.json":
+        if key.endswith(_META_SUFFIXES):
             meta[key] = _document(key, value)
         else:
             parent, _, name = key.rpartition("/")
@@ -255,28 +278,27 @@ def _document(key: str, value: Any) -> Any:
 def _columns(
     path: str, flat: np.ndarray, values: list[Any], templates: Mapping[str, Any]
 ) -> ChunkColumns:
-    """Split one array's reference values into byte ranges and inline chunks."""
-    rows, urls, offsets, lengths = [], [], [], []
-    inline: dict[int, bytes] = {}
-    for i, v in enumerate(values):
-        if type(v) is list and len(v) == 3:
-            rows.append(i)
-            urls.append(v[0])
-            offsets.append(v[1])
-            lengths.append(v[2])
-        elif type(v) is str:
-            inline[int(flat[i])] = decode_inline(v)
-        elif type(v) is list and len(v) == 1:
+    """Split one array's reference values into byte ranges and inline chunks (bulk, not per key)."""
+    is_list = np.fromiter((type(v) is list for v in values), dtype=bool, count=len(values))
+    ranges = list(itertools.compress(values, is_list))
+    if any(n != 3 for n in set(map(len, ranges))):
+        bad = next(v for v in ranges if len(v) != 3)
+        if len(bad) == 1:
             raise InvalidReferenceError(
-                f"{path}: whole-object reference {v!r} cannot be expressed as a byte range; "
+                f"{path}: whole-object reference {bad!r} cannot be expressed as a byte range; "
                 "re-create the references with offsets and lengths"
             )
-        else:
+        raise InvalidReferenceError(f"{path}: chunk reference {bad!r} is not [url, offset, length]")
+    inline: dict[int, bytes] = {}
+    for i in np.flatnonzero(~is_list).tolist():
+        if type(values[i]) is not str:
             raise InvalidReferenceError(
-                f"{path}: chunk reference {v!r} is neither [url, offset, length] nor a string"
+                f"{path}: chunk reference {values[i]!r} is neither [url, offset, length] nor a string"
             )
+        inline[int(flat[i])] = decode_inline(values[i])
+    urls, offsets, lengths = zip(*ranges, strict=True) if ranges else ((), (), ())
     if templates:
-        urls = [_render(u, templates) for u in urls]
+        urls = tuple(_render(u, templates) for u in urls)
     try:
         url_arr = pa.array(urls, type=pa.string())
         off_arr = np.asarray(offsets)
@@ -284,11 +306,7 @@ def _columns(
     except (pa.ArrowException, ValueError, OverflowError) as exc:
         raise InvalidReferenceError(f"{path}: malformed chunk reference ({exc})") from exc
     return ChunkColumns(
-        flat=flat[np.asarray(rows, dtype=np.int64)],
-        urls=url_arr,
-        offsets=off_arr,
-        lengths=len_arr,
-        inline=inline,
+        flat=flat[is_list], urls=url_arr, offsets=off_arr, lengths=len_arr, inline=inline
     )
 
 

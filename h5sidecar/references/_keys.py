@@ -55,22 +55,27 @@ def parse_chunk_names(
     n = len(names)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    ndim = len(grid_shape)
-    text = np.asarray(names, dtype=np.dtypes.StringDType())
-    expected_dots = max(ndim - 1, 0)
-    bad = np.strings.count(text, ".") != expected_dots
-    if np.any(bad):
+    rank = max(len(grid_shape), 1)
+    parts = pc.split_pattern(pa.array(names, type=pa.string()), ".")
+    wrong_rank = pc.list_value_length(parts).to_numpy() != rank
+    if np.any(wrong_rank):
         raise InvalidReferenceError(
-            f"{array_path}: chunk key {names[int(np.argmax(bad))]!r} does not have {max(ndim, 1)} "
+            f"{array_path}: chunk key {names[int(np.argmax(wrong_rank))]!r} does not have {rank} "
             "dot-separated indices; keys must match the array's rank (Zarr v2, '.' separator)"
         )
-    pieces = np.asarray("\x00".join(names).replace(".", "\x00").split("\x00"))
-    if len(pieces) != n * max(ndim, 1) or not np.all(np.strings.isdigit(pieces)):
+    pieces = pc.list_flatten(parts)
+    not_digits = pc.invert(pc.match_substring_regex(pieces, r"^[0-9]+$")).to_numpy(
+        zero_copy_only=False
+    )
+    if np.any(not_digits):
         raise InvalidReferenceError(
-            f"{array_path}: chunk keys must be non-negative integers, got e.g. "
-            f"{names[0]!r}; re-create the sidecar"
+            f"{array_path}: chunk keys must be non-negative integers, got "
+            f"{names[int(np.argmax(not_digits)) // rank]!r}; re-create the sidecar"
         )
-    idx = pieces.astype(np.int64).reshape(n, max(ndim, 1))
+    try:
+        idx = pc.cast(pieces, pa.int64()).to_numpy().reshape(n, rank)
+    except pa.ArrowInvalid as exc:  # more digits than int64 holds
+        raise InvalidReferenceError(f"{array_path}: chunk index out of range ({exc})") from exc
     grid = np.asarray(grid_shape or (1,), dtype=np.int64)
     outside = np.any(idx >= grid, axis=1)
     if np.any(outside):
@@ -79,6 +84,7 @@ def parse_chunk_names(
             f"grid {tuple(grid_shape)}; the sidecar does not match its .zarray"
         )
     flat = np.ravel_multi_index(tuple(idx.T), tuple(grid)).astype(np.int64)
-    if len(np.unique(flat)) != n:
+    ordered = np.sort(flat)
+    if np.any(ordered[1:] == ordered[:-1]):
         raise InvalidReferenceError(f"{array_path}: two chunk keys denote the same chunk")
     return flat

@@ -19,19 +19,24 @@ missing gets no file at all: fsspec, like kerchunk, reads an absent record as mi
 ``path`` is Parquet dictionary-encoded (the on-disk form of fsspec's pandas categorical), so a
 URL is stored once per file.  ``offset``/``size`` are required int64 columns with statistics:
 fastparquet, fsspec's default engine, reads int columns without statistics as float64.  Files
-are zstd-compressed (level 9) without pandas or Arrow schema metadata.  Leaving out the pandas
-metadata matters: with it, pandas >= 3 restores ``path`` as a NaN-filled ``str`` column and fsspec
-takes a missing chunk's NaN for a URL (kerchunk-written sidecars with missing chunks fail that
-way); without it fastparquet yields ``None`` and fsspec reports the key as missing.
-(``DELTA_BINARY_PACKED`` would shrink offsets threefold, but fastparquet decodes large
-deltas wrongly, so it is not used.)
+are zstd-compressed without pandas or Arrow schema metadata.  zstd's ratio on these columns is
+not monotonic in the level and dictionary-encoding ``size`` helps only when chunk sizes repeat,
+so each record is encoded a few ways (:data:`ENCODINGS`) and the smallest file kept; that keeps
+our sidecars no larger than kerchunk's.  (``DELTA_BINARY_PACKED`` would shrink offsets
+threefold, but fastparquet decodes large deltas wrongly, so it is not used.)
+
+Leaving out the pandas metadata matters: with it, pandas >= 3 restores ``path`` as a NaN-filled
+``str`` column and fsspec takes a missing chunk's NaN for a URL (kerchunk-written sidecars with
+missing chunks fail that way); without it fastparquet yields ``None`` and fsspec reports the
+key as missing.  fsspec's ``engine="pyarrow"`` still yields NaN under pandas >= 3, so with that
+engine a missing chunk inside a record raises instead of reading as the fill value.
 """
 
 from __future__ import annotations
 
 import io
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -42,6 +47,7 @@ import ujson
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._assemble import ChunkColumns, assemble, build_metas
 from h5sidecar.references._extras import EXTRAS_KEY, build_extras, parse_extras
+from h5sidecar.references._json import json_default
 from h5sidecar.references._manifest import INLINE
 from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs
 from h5sidecar.references._zmeta import split_metadata
@@ -58,8 +64,12 @@ __all__ = [
 
 #: Chunks per record file (kerchunk's ``refs_to_dataframe`` default).
 DEFAULT_RECORD_SIZE = 100_000
-#: zstd level: level 9 shrinks the offset and size columns by a quarter over the default.
-ZSTD_LEVEL = 9
+#: (dictionary-encoded columns, zstd level) tried for every record file; the smallest wins.
+ENCODINGS: tuple[tuple[tuple[str, ...], int], ...] = (
+    (("path", "size"), 3),
+    (("path",), 9),
+    (("path", "size"), 9),
+)
 ZMETADATA = ".zmetadata"
 CHECKSUMS_FILE = ".h5sidecar/checksums.parq"
 
@@ -86,27 +96,38 @@ def encode_parquet(
         raise ValueError(f"record_size must be a positive integer, got {record_size!r}")
     for path, arr in refs.arrays.items():
         for record, table in _record_tables(arr, record_size):
-            yield record_path(path, record), _parquet_bytes(table, statistics=["offset", "size"])
+            yield record_path(path, record), _smallest(table)
     with_sums = [a for a in refs.arrays.values() if a.checksums is not None]
     if with_sums:
-        yield CHECKSUMS_FILE, _parquet_bytes(_checksum_table(with_sums), statistics=False)
+        yield CHECKSUMS_FILE, _parquet_bytes(_checksum_table(with_sums), ("array",), 3, False)
     zmeta = {
         "metadata": refs.zmetadata(),
         "record_size": record_size,
         "zarr_consolidated_format": 1,
         EXTRAS_KEY: build_extras(refs, checksums="file"),
     }
-    yield ZMETADATA, ujson.dumps(zmeta, escape_forward_slashes=False).encode("utf-8")
+    text = ujson.dumps(
+        zmeta, escape_forward_slashes=False, ensure_ascii=False, default=json_default
+    )
+    yield ZMETADATA, text.encode("utf-8")
 
 
-def _parquet_bytes(table: pa.Table, *, statistics: Any) -> bytes:
+def _smallest(table: pa.Table) -> bytes:
+    """The smallest of the :data:`ENCODINGS` of a record table."""
+    candidates = (_parquet_bytes(table, d, lvl, ["offset", "size"]) for d, lvl in ENCODINGS)
+    return min(candidates, key=len)
+
+
+def _parquet_bytes(
+    table: pa.Table, dictionary: tuple[str, ...], level: int, statistics: list[str] | bool
+) -> bytes:
     buf = io.BytesIO()
     pq.write_table(
         table,
         buf,
         compression="zstd",
-        compression_level=ZSTD_LEVEL,
-        use_dictionary=["path", "array"],
+        compression_level=level,
+        use_dictionary=list(dictionary),
         write_statistics=statistics,
         store_schema=False,
     )
@@ -178,7 +199,9 @@ def decode_zmetadata(data: bytes) -> dict[str, Any]:
     return doc
 
 
-def read_parquet_parts(zmetadata: Mapping[str, Any], fetch: Any) -> GranuleRefs:
+def read_parquet_parts(
+    zmetadata: Mapping[str, Any], fetch: Callable[[list[str]], Mapping[str, bytes | None]]
+) -> GranuleRefs:
     """Rebuild :class:`GranuleRefs` from a parsed ``.zmetadata`` and a file fetcher.
 
     Parameters

@@ -32,12 +32,6 @@ class ZarrNodes:
         self.arrays: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
 
 
-def is_meta_key(key: str) -> bool:
-    """True for ``.zgroup`` / ``.zattrs`` / ``.zarray`` keys (at any depth) and ``.zmetadata``."""
-    name = key.rpartition("/")[2]
-    return name in _META_NAMES or key == ".zmetadata"
-
-
 def split_metadata(meta: Mapping[str, Any]) -> ZarrNodes:
     """Sort ``{key: document}`` into groups (with attrs) and arrays (``.zarray``, ``.zattrs``).
 
@@ -55,6 +49,8 @@ def split_metadata(meta: Mapping[str, Any]) -> ZarrNodes:
                 f"{key!r} is Zarr v3 metadata; only Zarr v2 (kerchunk v1) references are "
                 "supported: write the references with zarr_format 2"
             )
+        if name == ".zmetadata":
+            continue  # a nested consolidated copy: derived data, the documents are what count
         if name not in _META_NAMES:
             raise InvalidReferenceError(f"unexpected metadata key {key!r} in the sidecar")
         if not isinstance(doc, dict):
