@@ -10,12 +10,24 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import fsspec
+import numpy as np
 import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
 import h5sidecar
 from h5sidecar.errors import InvalidReferenceError, NotIndexedError
-from h5sidecar.references import _io, read_refs, write_json, write_parquet, write_refs
+from h5sidecar.references import (
+    ArrayMeta,
+    ArrayRefs,
+    ChunkManifest,
+    GranuleRefs,
+    SourceInfo,
+    _io,
+    read_refs,
+    write_json,
+    write_parquet,
+    write_refs,
+)
 from tests.references.test_json import small_refs
 from tests.references.test_parquet import refs_with_grid
 
@@ -293,3 +305,27 @@ def test_references_import_no_h5py_at_runtime() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+# -- awkward content ------------------------------------------------------------------------
+@pytest.mark.parametrize("fmt", ["json", "parquet"])
+def test_glob_characters_and_numpy_attributes(tmp_path: Path, fmt: str) -> None:
+    name = "odd [group]*/data?[0]"
+    manifest = ChunkManifest.from_arrays(
+        urls=["/data/g.h5"], codes=np.zeros(2), offsets=np.array([0, 8]), lengths=np.array([8, 8])
+    )
+    attrs = {"scale": np.float32(0.5), "flags": np.array([1, 2], dtype=np.int8)}
+    meta = ArrayMeta(shape=(4,), chunks=(2,), dtype="<i4", dimension_names=("x",), attrs=attrs)
+    g = GranuleRefs(SourceInfo("/data/g.h5", 16), {}, {name: ArrayRefs(name, meta, manifest)})
+    dest = write_refs(g, tmp_path / f"g.{fmt}", format=fmt)  # type: ignore[arg-type]
+    back = read_refs(dest)
+    assert back.arrays[name].manifest == manifest
+    assert dict(back.arrays[name].meta.attrs) == {"scale": 0.5, "flags": [1, 2]}
+
+
+def test_unserialisable_attributes_say_what_to_do(tmp_path: Path) -> None:
+    meta = ArrayMeta(shape=(2,), chunks=(2,), dtype="<i4", attrs={"when": object()})
+    arr = ArrayRefs("v", meta, ChunkManifest.empty((1,)))
+    with pytest.raises(TypeError, match="must hold JSON values"):
+        write_json(GranuleRefs(SourceInfo("u", 1), {}, {"v": arr}), tmp_path / "g.json")
+    assert not list(tmp_path.iterdir())  # nothing half-written
