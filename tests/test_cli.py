@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 
 from h5sidecar import __version__
 from h5sidecar.cli import main, storage_options
+from tests.conftest import S3_CREDENTIALS
 from tests.workflows.conftest import assert_matches_h5py, write_bad_granules, write_granule
 
 COMMANDS = ("index", "inspect", "verify", "sample", "demo")
@@ -105,6 +107,36 @@ def test_sample_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert all(name in out for name in files)
 
 
+def test_s3_with_aws_environment_and_storage_options(
+    tmp_path: Path, s3, s3_bucket: str, s3_endpoint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = write_granule(tmp_path / "a.h5", n=1500)  # small: moto copies objects per GET
+    s3.put(str(src), f"{s3_bucket}/in/a.h5")
+    # the entry point with only the standard AWS variables (endpoint included) in its env
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(S3_CREDENTIALS, AWS_ENDPOINT_URL=s3_endpoint)
+    res = subprocess.run([_entry_point(), "index", f"s3://{s3_bucket}/in", "-o",
+                          f"s3://{s3_bucket}/out", "--format", "json"],
+                         capture_output=True, text=True, env=env, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert s3.exists(f"{s3_bucket}/out/a.h5.json") and s3.exists(f"{s3_bucket}/out/_report.json")
+    # in-process, endpoint and keys as --storage-option
+    opts = ["--storage-option", f"endpoint_url={s3_endpoint}",
+            "--storage-option", f"key={S3_CREDENTIALS['AWS_ACCESS_KEY_ID']}",
+            "--storage-option", f"secret={S3_CREDENTIALS['AWS_SECRET_ACCESS_KEY']}"]
+    ref = f"s3://{s3_bucket}/out/a.h5.json"
+    assert main(["inspect", ref, "--json", *opts]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["source"]["url"] == f"s3://{s3_bucket}/in/a.h5"
+    assert doc["source"]["etag"] == s3.info(f"{s3_bucket}/in/a.h5")["ETag"].strip('"')
+    assert main(["verify", ref, "--sample", "all", *opts]) == 0
+    assert "OK" in capsys.readouterr().out
+    assert main(["index", f"s3://{s3_bucket}/in", "-o", f"s3://{s3_bucket}/out", "--format",
+                 "json", "--serial", "--json", *opts]) == 0
+    assert json.loads(capsys.readouterr().out)["counts"]["up_to_date"] == 1
+
+
+@pytest.mark.slow
 def test_demo_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     outdir = tmp_path / "demo"
     assert main(["demo", str(outdir)]) == 0
