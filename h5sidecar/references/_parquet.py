@@ -225,8 +225,9 @@ def read_parquet_parts(
     blobs = fetch([*wanted, *([CHECKSUMS_FILE] if sums_wanted else [])])
     per_array: dict[str, list[tuple[int, pa.Table]]] = {p: [] for p in metas}
     for rel, (path, r) in wanted.items():
-        if blobs.get(rel) is not None:
-            per_array[path].append((r, _read_table(rel, blobs[rel])))
+        blob = blobs.get(rel)
+        if blob is not None:  # an absent record: every chunk in it is missing
+            per_array[path].append((r, _read_table(rel, blob)))
     chunks = {p: _columns(p, metas[p], tables, rs) for p, tables in per_array.items() if tables}
     side = _read_checksums(blobs.get(CHECKSUMS_FILE)) if sums_wanted else {}
     return assemble(nodes, metas, chunks, extras, side)

@@ -148,8 +148,14 @@ def _array(
     manifest = ChunkManifest.from_arrays(
         urls=(url,), codes=codes, offsets=offsets, lengths=lengths, inline=inline
     )
-    status = "inlined" if inline and not np.any(codes >= 0) else "virtual"
-    return ArrayRefs(name, meta, manifest, status=status, note="inlined: tiny" if inline else "")
+    inlined = bool(inline) and not np.any(codes >= 0)
+    return ArrayRefs(
+        name,
+        meta,
+        manifest,
+        status="inlined" if inlined else "virtual",
+        note="inlined: tiny" if inline else "",
+    )
 
 
 def _attrs(attrs: h5py.AttributeManager) -> dict[str, Any]:

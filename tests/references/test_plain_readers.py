@@ -22,7 +22,14 @@ import zarr
 from fsspec.implementations.reference import LazyReferenceMapper, ReferenceFileSystem
 from zarr.storage import FsspecStore
 
-from h5sidecar.references import GranuleRefs, chunk_key, write_json, write_parquet, write_refs
+from h5sidecar.references import (
+    GranuleRefs,
+    SidecarFormat,
+    chunk_key,
+    write_json,
+    write_parquet,
+    write_refs,
+)
 from tests.references._h5refs import refs_from_h5, write_sample
 
 FORMATS = [("json", "json"), ("parquet", "parq")]
@@ -52,7 +59,9 @@ def _check_zarr(storage_options: dict[str, Any], granule: Path, refs: GranuleRef
     assert isinstance(heights, zarr.Group) and heights.attrs["description"] == "photon heights"
     with h5py.File(granule, "r") as f:
         for path in refs.arrays:
-            got = root[path][...]
+            node = root[path]
+            assert isinstance(node, zarr.Array), path
+            got = np.asarray(node[...])
             want = f[path][()]
             assert got.dtype == want.dtype, path
             np.testing.assert_array_equal(got, want, err_msg=path)
@@ -77,11 +86,11 @@ def _check_xarray(storage_options: dict[str, Any], granule: Path) -> None:
 
 
 @pytest.mark.parametrize(("fmt", "ext"), FORMATS)
-def test_local(granule: Path, tmp_path: Path, fmt: str, ext: str) -> None:
+def test_local(granule: Path, tmp_path: Path, fmt: SidecarFormat, ext: str) -> None:
     refs = _refs(granule)
     sidecar = write_refs(
         refs, tmp_path / f"ATL03_sample.h5.{ext}", format=fmt, record_size=RECORD_SIZE
-    )  # type: ignore[arg-type]
+    )
     options = {"fo": sidecar, "remote_protocol": "file"}
     _check_zarr(options, granule, refs)
     _check_xarray(options, granule)
@@ -89,7 +98,12 @@ def test_local(granule: Path, tmp_path: Path, fmt: str, ext: str) -> None:
 
 @pytest.mark.parametrize(("fmt", "ext"), FORMATS)
 def test_s3(
-    granule: Path, s3: Any, s3_bucket: str, s3_storage_options: dict[str, Any], fmt: str, ext: str
+    granule: Path,
+    s3: Any,
+    s3_bucket: str,
+    s3_storage_options: dict[str, Any],
+    fmt: SidecarFormat,
+    ext: str,
 ) -> None:
     s3.put_file(str(granule), f"{s3_bucket}/granules/ATL03_sample.h5")
     refs = _refs(granule, url=f"s3://{s3_bucket}/granules/ATL03_sample.h5")
@@ -98,7 +112,7 @@ def test_s3(
         refs,
         sidecar,
         format=fmt,
-        storage_options=s3_storage_options,  # type: ignore[arg-type]
+        storage_options=s3_storage_options,
         record_size=RECORD_SIZE,
     )
     options = {
