@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "granule (default: skip)")
     p.add_argument("--pattern", action="append", dest="patterns", metavar="GLOB",
                    help="file names to index in a folder/prefix (repeatable; default: *.h5 "
-                   "*.hdf5 *.he5 *.nc *.nc4 *.h5nc)")
+                   "*.hdf5 *.he5 *.nc *.nc4)")
     p.add_argument("--json", action="store_true", help="print the run report as JSON")
     _storage_option_arg(p)
     p.set_defaults(run=_cmd_index)

@@ -165,6 +165,8 @@ def _run_on(
             exc = fut.exception()
             if exc is None:
                 yield fut.result()
+            elif isinstance(exc, KeyboardInterrupt):
+                raise exc  # Ctrl-C reached the workers too: stop the batch, not this granule
             elif isinstance(exc, BrokenProcessPool) and suspects is not None:
                 crashed.append(task)
             else:
@@ -204,5 +206,9 @@ def _failure(task: Task, exc: BaseException) -> GranuleResult:
 
 
 def default_workers(n_tasks: int) -> int:
-    """Worker processes for ``n_tasks``: one per CPU, at most one per task."""
-    return max(1, min(os.cpu_count() or 1, n_tasks))
+    """Worker processes for ``n_tasks``: one per usable CPU, at most one per task."""
+    try:
+        cpus = len(os.sched_getaffinity(0))  # honours CPU pinning (containers, taskset)
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, n_tasks))

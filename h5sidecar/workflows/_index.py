@@ -220,8 +220,9 @@ def index_many(
         progress.start(len(tasks))
     results: list[GranuleResult] = []
     complete = False
+    results_iter = run_tasks(index_one, tasks, executor, workers=n_workers)
     try:
-        for res in run_tasks(index_one, tasks, executor, workers=n_workers):
+        for res in results_iter:
             res = res.renamed(names.get(res.url, res.name))
             if res.status == "up_to_date":
                 res = replace(res, n_chunks=previous.get((res.sidecar, _key(res.source)), 0))
@@ -230,6 +231,7 @@ def index_many(
                 progress.advance(res)
         complete = True
     finally:
+        results_iter.close()  # stops the worker pool now, not when garbage-collected
         # also on KeyboardInterrupt: the report says what was finished (complete=false)
         report = RunReport(
             source=normalize_url(source),

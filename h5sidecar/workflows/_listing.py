@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 #: File-name patterns a folder or prefix listing keeps by default (HDF5 and netCDF-4 suffixes).
-DEFAULT_PATTERNS: tuple[str, ...] = ("*.h5", "*.hdf5", "*.he5", "*.nc", "*.nc4", "*.h5nc")
+DEFAULT_PATTERNS: tuple[str, ...] = ("*.h5", "*.hdf5", "*.he5", "*.nc", "*.nc4")
 
 #: Sidecar suffix for each persisted format.
 SIDECAR_SUFFIX: dict[str, str] = {"parquet": ".parq", "json": ".json"}

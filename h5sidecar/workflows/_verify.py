@@ -22,6 +22,7 @@ import h5py
 import hdf5plugin  # noqa: F401  (registers HDF5 filter plugins for the h5py side)
 import numpy as np
 import zarr
+from fsspec.implementations.reference import LazyReferenceMapper
 from zarr.storage import FsspecStore
 
 from h5sidecar.indexer import chunk_hash
@@ -165,7 +166,13 @@ def _open_plain(ref: str, refs: GranuleRefs, opts: dict[str, Any] | None) -> zar
     remote = "s3" if refs.source.url.startswith("s3://") else "file"
     remote_options: dict[str, Any] = dict(opts or {}) if remote == "s3" else {}
     remote_options["asynchronous"] = remote == "s3"
-    so: dict[str, Any] = {"fo": ref, "remote_protocol": remote, "remote_options": remote_options}
+    fo: Any = ref
+    ref_fs = filesystem(ref, opts)
+    if ref_fs.isdir(ref):
+        # fsspec's lazy Parquet reader defaults to fastparquet, which is not a dependency;
+        # pyarrow (one) reads the same files
+        fo = LazyReferenceMapper(ref, fs=ref_fs, engine="pyarrow")
+    so: dict[str, Any] = {"fo": fo, "remote_protocol": remote, "remote_options": remote_options}
     if is_remote(ref):
         so["target_options"] = dict(opts or {})
     store = FsspecStore.from_url("reference://", storage_options=so, read_only=True)

@@ -60,3 +60,30 @@ def test_sigkill_mid_batch_then_rerun_completes(tmp_path: Path) -> None:
                                     + ["_report.json"])
     for i in (0, N_GRANULES - 1):
         assert_matches_h5py(str(dest / f"G{i:02d}.h5.parq"), src / f"G{i:02d}.h5")
+
+
+def test_ctrl_c_writes_an_incomplete_report(tmp_path: Path) -> None:
+    src = tmp_path / "in"
+    for i in range(12):
+        write_granule(src / f"G{i:02d}.h5", seed=i, n=20_000)
+    dest = tmp_path / "out"
+    exe = shutil.which("h5sidecar", path=str(Path(sys.executable).parent))
+    assert exe is not None
+    cmd = [exe, "index", str(src), "-o", str(dest), "--workers", "1", "--checksums"]
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not any(n.endswith(".parq") for n in _entries(dest)):
+        assert proc.poll() is None, "the batch ended before it could be interrupted"
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    report = read_report(str(dest))
+    assert not report.complete and not report.ok
+    assert len(report.granules) < 12 and all(g.status == "ok" for g in report.granules)
+    for g in report.granules:  # what the report lists as done is there, complete
+        assert read_refs(g.sidecar).source.url == g.url
+    assert not [n for n in _entries(dest) if n.endswith((".tmp", ".old"))]
