@@ -16,6 +16,7 @@ __all__ = [
     "H5SidecarError",
     "IncompatibleGranulesError",
     "InvalidReferenceError",
+    "InvalidRequestError",
     "NotHDF5Error",
     "NotIndexedError",
     "SourceNotFoundError",
@@ -102,6 +103,13 @@ class IncompatibleGranulesError(H5SidecarError, ValueError):
     kind = "incompatible_granules"
 
 
+class InvalidRequestError(H5SidecarError, ValueError):
+    """A request's parameters are malformed (e.g. a STAC item search with a bad ``bbox`` or
+    ``datetime``); the message names the parameter and the expected form."""
+
+    kind = "invalid_request"
+
+
 #: HTTP status code for each error class, used by the gateway (most specific class first).
 HTTP_STATUS: dict[type[H5SidecarError], int] = {
     NotIndexedError: 404,
@@ -109,6 +117,7 @@ HTTP_STATUS: dict[type[H5SidecarError], int] = {
     ForbiddenSourceError: 403,
     InvalidReferenceError: 422,
     IncompatibleGranulesError: 422,
+    InvalidRequestError: 400,
     UnsupportedFeatureError: 501,
     StaleReferenceError: 409,
     NotHDF5Error: 422,
