@@ -61,9 +61,13 @@ def _attr_names(obj: h5py.HLObject) -> list[str]:
 
 def _is_scale_marker(name: str, value: Any) -> bool:
     if name == "CLASS":
-        text = value if isinstance(value, str) else decode_text(bytes(value)) if isinstance(
-            value, bytes
-        ) else str(value)
+        text = (
+            value
+            if isinstance(value, str)
+            else decode_text(bytes(value))
+            if isinstance(value, bytes)
+            else str(value)
+        )
         return text.rstrip("\0") == "DIMENSION_SCALE"
     return True
 

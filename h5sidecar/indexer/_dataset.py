@@ -70,7 +70,8 @@ def _fill(dset: h5py.Dataset, plan: DtypePlan) -> tuple[Any, bytes | None]:
     except H5PY_ERRORS as exc:
         reraise_io_failure(exc)
         return fill_value_json(np.zeros((), plan.np_dtype), plan.np_dtype), None
-    raw = np.asarray(value).tobytes()[: plan.np_dtype.itemsize]
+    # in h5py's own dtype first: a fixed-width bytes fill comes back as a shorter numpy bytes_
+    raw = np.asarray(value, dtype=dset.dtype).tobytes()[: plan.np_dtype.itemsize]
     if len(raw) != plan.np_dtype.itemsize:
         return None, None
     scalar = np.frombuffer(raw, dtype=plan.np_dtype).reshape(())
@@ -269,6 +270,9 @@ def index_alias(entry: DatasetEntry, first: ArrayRefs, ctx: IndexContext) -> Arr
     n_extra = len(first.meta.shape) - len(entry.dset.shape or ())
     names, _ = ctx.dims.names(entry, first.meta.shape, n_extra)
     meta = dataclasses.replace(first.meta, dimension_names=names)
-    link = "soft link" if entry.link == "soft" else "hard link"
-    note = _join(f"{link} to {first.path!r} (same data)", first.note)
+    if entry.link == "soft":
+        why = f"soft link to {entry.target!r} (same data as {first.path!r})"
+    else:
+        why = f"another hard link to the dataset indexed as {first.path!r} (same data)"
+    note = _join(why, first.note)
     return dataclasses.replace(first, path=entry.path, meta=meta, note=note)

@@ -170,8 +170,10 @@ class DimensionNamer:
         repeats: dict[int, int] = {}
         for i, (cand, size) in enumerate(zip(candidates, shape, strict=True)):
             if cand is not None and (cand in names or not self._fits(cand, size, group)):
-                notes.append(f"dimension {i} is not named {cand!r}: that name has another size "
-                             "here or is already used by this array")
+                notes.append(
+                    f"dimension {i} is not named {cand!r}: that name has another size "
+                    "here or is already used by this array"
+                )
                 cand = None
             if cand is None:
                 k = repeats.get(size, 0)

@@ -131,12 +131,17 @@ def external_table(
         try:
             size = int(identity(url)["size"])
         except SourceNotFoundError:
-            fail("external_storage", f"the raw data file {url} does not exist (named "
-                 f"{seg.name!r} in the dataset); put it beside the granule")
+            fail(
+                "external_storage",
+                f"the raw data file {url} does not exist (named "
+                f"{seg.name!r} in the dataset); put it beside the granule",
+            )
         end = seg.offset + (seg.size if seg.size != _UNLIMITED else total)
         if size < min(end, seg.offset + total):
-            fail("external_storage", f"the raw data file {url} has {size} bytes, the dataset "
-                 f"needs bytes up to {end}")
+            fail(
+                "external_storage",
+                f"the raw data file {url} has {size} bytes, the dataset needs bytes up to {end}",
+            )
     rows = _rows_per_chunk([b // row_bytes for b in bounds], n_rows, row_bytes, target)
     if not shape:
         rows = 1

@@ -23,9 +23,9 @@ from h5sidecar.indexer._layout import ChunkTable
 __all__ = ["describe_mask", "effective_masks", "partial_edge_mask", "pick_mask"]
 
 
-def partial_edge_mask(grid: tuple[int, ...], chunks: tuple[int, ...], shape: tuple[int, ...]) -> (
-    np.ndarray
-):
+def partial_edge_mask(
+    grid: tuple[int, ...], chunks: tuple[int, ...], shape: tuple[int, ...]
+) -> np.ndarray:
     """bool[grid]: chunks that extend past the array's current shape in some dimension."""
     out = np.zeros(grid, dtype=bool)
     for axis, (g, c, s) in enumerate(zip(grid, chunks, shape, strict=True)):
@@ -62,4 +62,3 @@ def describe_mask(mask: int, names: list[str]) -> str:
     """Human-readable list of the filters a mask skips."""
     skipped = [names[i] if i < len(names) else f"#{i}" for i in range(len(names)) if mask >> i & 1]
     return ", ".join(skipped)
-

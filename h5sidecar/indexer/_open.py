@@ -56,7 +56,9 @@ class _PlainSource:
 
 @contextlib.contextmanager
 def _plain_source(
-    url: str, *, storage_options: Mapping[str, Any] | None = None,
+    url: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
     settings: IndexSettings = _DEFAULT_SETTINGS,
 ) -> Iterator[Any]:
     location = parse_url(url)

@@ -73,7 +73,9 @@ def structured_json(dt: np.dtype) -> tuple[list[Any], str]:
     """
     leaves = sorted(_leaves(dt, "", 0), key=lambda leaf: leaf[2])
     if len(leaves) > MAX_FIELDS:
-        fail("unsupported_dtype", f"compound type flattens to {len(leaves)} fields (> {MAX_FIELDS})")
+        fail(
+            "unsupported_dtype", f"compound type flattens to {len(leaves)} fields (> {MAX_FIELDS})"
+        )
     fields: list[Any] = []
     names: set[str] = set()
     pos = 0

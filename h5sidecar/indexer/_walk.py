@@ -51,6 +51,8 @@ class DatasetEntry:
         under ``alias_of``.
     link : str
         ``"hard"`` or ``"soft"``.
+    target : str
+        For a soft link, the path it points to (as written in the file).
     """
 
     path: str
@@ -58,6 +60,7 @@ class DatasetEntry:
     key: ObjectKey
     alias_of: str | None = None
     link: str = "hard"
+    target: str = ""
 
 
 @dataclass
@@ -106,8 +109,9 @@ class _Walker:
             names = _names(group, gpath)
         except H5PY_ERRORS as exc:
             reraise_io_failure(exc)  # includes NotHDF5Error for the root group
-            self.skip(gpath, "unreadable", f"the group's links cannot be read: "
-                      f"{describe_h5_error(exc)}")
+            self.skip(
+                gpath, "unreadable", f"the group's links cannot be read: {describe_h5_error(exc)}"
+            )
             return
         for name in names:
             path = _join(gpath, name)
@@ -124,8 +128,12 @@ class _Walker:
             elif ltype == h5py.h5l.TYPE_EXTERNAL:
                 self.external(group, name, path)
             else:
-                self.skip(path, "other", f"user-defined link (type {ltype}) cannot be followed; "
-                          "only hard, soft and external links are understood")
+                self.skip(
+                    path,
+                    "other",
+                    f"user-defined link (type {ltype}) cannot be followed; "
+                    "only hard, soft and external links are understood",
+                )
 
     def hard(self, group: h5py.Group, name: str, path: str) -> Iterator[tuple[str, h5py.Group]]:
         try:
@@ -138,8 +146,12 @@ class _Walker:
         first = self.out.canonical.setdefault(key, path)
         if isinstance(obj, h5py.Group):
             if first != path:
-                self.skip(path, "other", f"second hard link to the group {first!r} (indexed "
-                          "there); not descended again, which also stops link cycles")
+                self.skip(
+                    path,
+                    "other",
+                    f"second hard link to the group {first!r} (indexed "
+                    "there); not descended again, which also stops link cycles",
+                )
                 return
             self.out.groups.append((path, obj))
             yield path, obj
@@ -162,14 +174,21 @@ class _Walker:
             return
         except H5PY_ERRORS as exc:
             reraise_io_failure(exc)
-            self.skip(path, "unreadable", f"soft link to {target!r} cannot be resolved: "
-                      f"{describe_h5_error(exc)}")
+            self.skip(
+                path,
+                "unreadable",
+                f"soft link to {target!r} cannot be resolved: {describe_h5_error(exc)}",
+            )
             return
         if isinstance(obj, h5py.Dataset):
             self.soft_datasets.append((path, target, obj))
         elif isinstance(obj, h5py.Group):
-            self.skip(path, "other", f"soft link to the group {target!r}; its contents are "
-                      "indexed under the target, not repeated here")
+            self.skip(
+                path,
+                "other",
+                f"soft link to the group {target!r}; its contents are "
+                "indexed under the target, not repeated here",
+            )
 
     def external(self, group: h5py.Group, name: str, path: str) -> None:
         try:
@@ -178,15 +197,19 @@ class _Walker:
         except H5PY_ERRORS as exc:
             reraise_io_failure(exc)
             where = f"(unreadable link value: {describe_h5_error(exc)})"
-        self.skip(path, "external_link", f"external link to {where}; links into other files "
-                  "are not followed: index that file separately")
+        self.skip(
+            path,
+            "external_link",
+            f"external link to {where}; links into other files "
+            "are not followed: index that file separately",
+        )
 
     def finish(self) -> Hierarchy:
-        for path, _target, obj in self.soft_datasets:
+        for path, target, obj in self.soft_datasets:
             key = object_key(obj)
             first = self.out.canonical.setdefault(key, path)
             alias = None if first == path else first
-            self.out.datasets.append(DatasetEntry(path, obj, key, alias, "soft"))
+            self.out.datasets.append(DatasetEntry(path, obj, key, alias, "soft", target))
         return self.out
 
 

@@ -144,3 +144,17 @@ def h5_read(dset: h5py.Dataset, selection: Any = ()) -> Any:
         dset.id.read(h5py.h5s.ALL, h5py.h5s.ALL, out, mtype=dset.id.get_type())
         return out[selection]
     return dset[selection]
+
+
+def assert_refs_match_h5py(refs: GranuleRefs, path: Any) -> zarr.Group:
+    """Every array of ``refs`` read through plain fsspec + zarr equals h5py's values.
+
+    Returns the zarr group so tests can look further.
+    """
+    group = open_refs(refs)
+    assert refs.arrays, "nothing was indexed"
+    with h5py.File(path, "r") as h5:
+        for rel in refs.arrays:
+            dset = h5_dataset(h5, "/" + rel)
+            assert_values_equal(group[rel][...], h5_read(dset), dset, rel)
+    return group

@@ -1,0 +1,130 @@
+"""Dimension names: scales, netCDF-4 dimensions, labels, phony names, and xarray's rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import fsspec
+import h5py
+import numpy as np
+import xarray as xr
+import zarr.storage
+
+from h5sidecar.indexer import index_granule
+from h5sidecar.references import GranuleRefs, to_kerchunk
+from tests.indexer._compare import assert_refs_match_h5py
+
+
+def _datatree(refs: GranuleRefs) -> xr.DataTree:
+    fs = fsspec.filesystem(
+        "reference", fo=to_kerchunk(refs), remote_protocol="file", asynchronous=True
+    )
+    store = zarr.storage.FsspecStore(fs, read_only=True)
+    return xr.open_datatree(store, engine="zarr", consolidated=True, zarr_format=2)
+
+
+def _dims(refs: GranuleRefs) -> dict[str, tuple[str, ...]]:
+    return {p: a.meta.dimension_names for p, a in refs.arrays.items()}
+
+
+def test_dimension_scales_name_dimensions(make_h5) -> None:
+    def build(f: h5py.File) -> None:
+        for beam, n in (("gt1l", 5), ("gt2l", 7)):
+            t = f.create_dataset(f"{beam}/heights/delta_time", data=np.arange(n, dtype="f8"))
+            t.make_scale("delta_time")
+            h = f.create_dataset(f"{beam}/heights/h_ph", data=np.ones(n, "f4"))
+            h.dims[0].attach_scale(t)
+            q = f.create_dataset(f"{beam}/heights/quality", data=np.zeros((n, 3), "i1"))
+            q.dims[0].attach_scale(t)
+
+    refs = index_granule(str(make_h5(build)))
+    dims = _dims(refs)
+    assert dims["gt1l/heights/h_ph"] == ("delta_time",)
+    assert dims["gt2l/heights/delta_time"] == ("delta_time",)  # sibling groups: other size, ok
+    assert dims["gt1l/heights/quality"][0] == "delta_time"
+    assert dims["gt1l/heights/quality"][1].startswith("phony_dim_")
+    assert dims["gt1l/heights/quality"][1] != dims["gt2l/heights/quality"][1]  # other group
+    tree = _datatree(refs)
+    assert tree["gt2l/heights"].sizes["delta_time"] == 7
+
+
+def test_phony_names_per_group_and_length(make_h5) -> None:
+    def build(f: h5py.File) -> None:
+        f["a"] = np.zeros((5, 5))
+        f["b"] = np.zeros(5)
+        f["c"] = np.zeros(4)
+        f["g/a"] = np.zeros(5)
+
+    refs = index_granule(str(make_h5(build)))
+    dims = _dims(refs)
+    assert dims["a"][0] != dims["a"][1]  # never the same name twice in one array
+    assert dims["b"] == (dims["a"][0],)  # same group, same length: shared
+    assert dims["c"][0] not in dims["a"]
+    assert dims["g/a"][0] not in dims["a"]  # other group: its own name
+    for name in (*dims["a"], *dims["b"], *dims["c"], *dims["g/a"]):
+        assert name.startswith("phony_dim_")
+    _datatree(refs)  # xarray accepts the tree
+
+
+def test_one_name_never_has_two_sizes_across_ancestors(make_h5) -> None:
+    def build(f: h5py.File) -> None:
+        for group, n in (("", 3), ("child", 5)):
+            prefix = f"{group}/" if group else ""
+            x = f.create_dataset(f"{prefix}x", data=np.arange(n))
+            x.make_scale("x")
+            v = f.create_dataset(f"{prefix}v", data=np.zeros(n))
+            v.dims[0].attach_scale(x)
+
+    refs = index_granule(str(make_h5(build)))
+    dims = _dims(refs)
+    names = {dims["x"][0], dims["child/x"][0]}
+    assert "x" in names and len(names) == 2  # one keeps "x", the other falls back
+    assert dims["v"] == dims["x"] and dims["child/v"] == dims["child/x"]
+    assert "another size" in (refs.arrays["x"].note + refs.arrays["child/x"].note)
+    _datatree(refs)
+
+
+def test_dimension_labels_name_unscaled_dimensions(make_h5) -> None:
+    def build(f: h5py.File) -> None:
+        f["img"] = np.zeros((2, 3))
+        f["img"].dims[0].label = "y"
+        f["img"].dims[1].label = "x"
+
+    refs = index_granule(str(make_h5(build)))
+    assert _dims(refs)["img"] == ("y", "x")
+
+
+def test_netcdf4_file(tmp_path: Path) -> None:
+    import netCDF4
+
+    path = tmp_path / "t.nc"
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.createDimension("time", None)
+        nc.createDimension("lat", 3)
+        nc.createDimension("nv", 2)  # a dimension without a variable
+        t = nc.createVariable("time", "f8", ("time",))
+        t[:] = [0.0, 1.0]
+        lat = nc.createVariable("lat", "f4", ("lat",))
+        lat[:] = [10, 20, 30]
+        v = nc.createVariable("temp", "f4", ("time", "lat"), fill_value=-999.0)
+        v[0:2, :] = [[1, 2, 3], [4, 5, 6]]
+        # written along "time" less far than "time" itself: HDF5 says (1, 3), "time" has 2
+        nc.createVariable("short", "f4", ("time", "lat"))[0, :] = [7, 8, 9]
+        nc.createVariable("bounds", "f4", ("lat", "nv"))[:] = np.ones((3, 2))
+        g = nc.createGroup("sub")
+        g.createVariable("w", "i2", ("lat",))[:] = [1, 2, 3]
+
+    refs = index_granule(str(path))
+    dims = _dims(refs)
+    assert dims["temp"] == ("time", "lat") and dims["bounds"] == ("lat", "nv")
+    assert dims["sub/w"] == ("lat",)  # a dimension of the parent group
+    assert dims["short"][0].startswith("phony_dim_") and dims["short"][1] == "lat"
+    assert "another size" in refs.arrays["short"].note
+    assert [(s.path, s.kind) for s in refs.skipped] == [("nv", "other")]
+    assert "_Netcdf4Dimid" not in refs.arrays["lat"].meta.attrs
+    assert "_NCProperties" not in refs.groups[""]
+    assert refs.arrays["temp"].meta.attrs["_FillValue"] == -999.0
+    assert_refs_match_h5py(refs, path)
+    tree = _datatree(refs)
+    assert tree["temp"].dims == ("time", "lat")
+    assert tree["sub"]["w"].dims == ("lat",)

@@ -1,0 +1,129 @@
+"""Granule-level behaviour: bad input, on_unsupported="raise", fill values, checksums."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from h5sidecar.errors import NotHDF5Error, SourceNotFoundError, UnsupportedFeatureError
+from h5sidecar.indexer import chunk_hash, index_granule
+from h5sidecar.references import MISSING
+from h5sidecar.settings import IndexSettings
+from tests.indexer._compare import assert_refs_match_h5py, open_refs
+
+
+def _sample(f: h5py.File) -> None:
+    f.create_dataset("x", data=np.arange(100, dtype="i4"), chunks=(30,), compression="gzip")
+
+
+@pytest.mark.parametrize(
+    ("content", "phrase"),
+    [
+        (b"", "empty"),
+        (b"just some text, not HDF5\n" * 10, "no HDF5 signature"),
+        (b"CDF\x01" + bytes(100), "not an HDF5"),
+    ],
+    ids=["empty", "text", "netcdf3"],
+)
+def test_not_hdf5(tmp_path: Path, content: bytes, phrase: str) -> None:
+    path = tmp_path / "bad.h5"
+    path.write_bytes(content)
+    with pytest.raises(NotHDF5Error, match=phrase):
+        index_granule(str(path))
+
+
+def test_truncated_file(make_h5, tmp_path: Path) -> None:
+    good = make_h5(_sample).read_bytes()
+    path = tmp_path / "truncated.h5"
+    path.write_bytes(good[: len(good) // 2])
+    with pytest.raises(NotHDF5Error, match="truncated"):
+        index_granule(str(path))
+
+
+def test_missing_source(tmp_path: Path) -> None:
+    with pytest.raises(SourceNotFoundError):
+        index_granule(str(tmp_path / "absent.h5"))
+
+
+def test_on_unsupported_raise(make_h5) -> None:
+    def build(f: h5py.File) -> None:
+        _sample(f)
+        f["dangling"] = h5py.SoftLink("/nowhere")  # loses nothing: never raises
+        f.create_dataset("ragged", shape=(2,), dtype=h5py.vlen_dtype("i4"))
+
+    path = make_h5(build)
+    with pytest.raises(UnsupportedFeatureError, match=r"ragged.*variable-length sequences"):
+        index_granule(str(path), settings=IndexSettings(on_unsupported="raise"))
+    refs = index_granule(str(path))
+    assert {s.path for s in refs.skipped} == {"dangling", "ragged"}
+    assert refs.status("ragged") == "skipped" and refs.status("x") == "virtual"
+
+
+def test_storage_fill_value_is_not_the_fillvalue_attribute(make_h5) -> None:
+    """The trap: HDF5's storage fill (-9) and the CF _FillValue attribute (-1) differ."""
+
+    def build(f: h5py.File) -> None:
+        d = f.create_dataset("x", shape=(6,), chunks=(3,), dtype="i2", fillvalue=-9)
+        d[:3] = [-1, 5, 6]
+        d.attrs["_FillValue"] = np.int16(-1)
+
+    path = make_h5(build)
+    refs = index_granule(str(path))
+    arr = refs.arrays["x"]
+    assert arr.meta.fill_value == -9 and arr.meta.attrs["_FillValue"] == -1
+    assert arr.manifest.codes.tolist() == [0, MISSING]
+    group = assert_refs_match_h5py(refs, path)  # the missing chunk reads -9, as in HDF5
+    assert group["x"][3:].tolist() == [-9, -9, -9]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "fill", "expected"),
+    [
+        ("f4", np.nan, "NaN"),
+        ("f8", -np.inf, "-Infinity"),
+        ("c8", 1 + 2j, [1.0, 2.0]),
+        ("S4", b"ab", "YWIAAA=="),
+        ("?", True, True),
+    ],
+)
+def test_fill_value_json_forms(make_h5, dtype: str, fill, expected) -> None:
+    path = make_h5(
+        lambda f: f.create_dataset("x", shape=(4,), chunks=(2,), dtype=dtype, fillvalue=fill)
+    )
+    refs = index_granule(str(path))
+    assert refs.arrays["x"].meta.fill_value == expected
+    assert_refs_match_h5py(refs, path)
+
+
+def test_checksums_hash_every_stored_chunk(make_h5) -> None:
+    def build(f: h5py.File) -> None:
+        d = f.create_dataset("x", shape=(100,), chunks=(30,), dtype="i4", compression="gzip")
+        d[:60] = np.arange(60)
+        f["compact_strings"] = np.array(["a", "b"], dtype=h5py.string_dtype())
+
+    path = make_h5(build)
+    refs = index_granule(str(path), settings=IndexSettings(checksums=True))
+    arr = refs.arrays["x"]
+    raw = path.read_bytes()
+    for index in [(0,), (1,)]:
+        _, offset, length = arr.manifest.get(index)
+        expected = hashlib.blake2b(raw[offset : offset + length], digest_size=8).digest()
+        assert int(arr.checksums[index]) == int.from_bytes(expected, "little")
+    assert arr.checksums[2] == 0 and arr.checksums[3] == 0  # missing chunks
+    inline = refs.arrays["compact_strings"]
+    assert int(inline.checksums[0]) == chunk_hash(inline.manifest.inline[0])
+    assert index_granule(str(path)).arrays["x"].checksums is None
+
+
+def test_provenance_and_source_identity(make_h5) -> None:
+    path = make_h5(_sample)
+    refs = index_granule(f"file://{path}")
+    assert refs.source.url == str(path)  # absolute path, no scheme
+    assert refs.source.size == path.stat().st_size
+    assert refs.extra["indexer"].startswith("h5sidecar ")
+    assert refs.extra["settings"]["on_unsupported"] == "skip"
+    assert open_refs(refs)["x"][...].tolist() == list(range(100))
