@@ -1,1 +1,58 @@
-"""h5sidecar.catalog."""
+"""STAC catalog of indexed granules, offline validation, item search, opening items.
+
+* :func:`build_catalog` -- ``h5sidecar catalog DEST -o STACDIR``: one STAC Item per granule
+  (footprint and time range read from the data, properties from global attributes, assets for
+  the original file, the sidecar and the gateway's Zarr store) in a Collection;
+* :func:`validate_document` / :func:`validate_tree` -- validation against the STAC JSON schemas
+  shipped in the package (no network);
+* :func:`open_item` -- an Item (object, dict, file or URL) -> :class:`xarray.Dataset`;
+* :class:`StacApi` / :func:`search_items` -- the framework-free core of the gateway's
+  ``/stac/`` routes (STAC API item search: bbox, datetime, ids, limit, paging).
+
+Names load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "CatalogResult",
+    "GranuleExtent",
+    "ItemError",
+    "STACValidationError",
+    "StacApi",
+    "build_catalog",
+    "granule_extent",
+    "list_indexed",
+    "open_item",
+    "search_items",
+    "validate_document",
+    "validate_tree",
+]
+
+_LAZY = {
+    "CatalogResult": "_build",
+    "ItemError": "_build",
+    "build_catalog": "_build",
+    "list_indexed": "_build",
+    "GranuleExtent": "_extent",
+    "granule_extent": "_extent",
+    "STACValidationError": "_validate",
+    "validate_document": "_validate",
+    "validate_tree": "_validate",
+    "open_item": "_open",
+    "StacApi": "_search",
+    "search_items": "_search",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"h5sidecar.catalog.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'h5sidecar.catalog' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,173 @@
+"""Read a granule's locating variables through its sidecar and derive footprint and time range.
+
+Values are read with the ``h5sidecar`` xarray engine (the same read path users get, selected by
+name so this package does not import the gateway), undecoded (``decode_times=False``) but with
+``_FillValue`` masked, so fill values never stretch a footprint or a time range.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from h5sidecar.catalog._geometry import Footprint, Track, grid_footprint, track_footprint
+from h5sidecar.catalog._probe import Locators, find_locators, gps_epoch_variable
+from h5sidecar.catalog._time import decode_cf_range, time_range_from_attrs
+from h5sidecar.references import GranuleRefs
+
+__all__ = ["GranuleExtent", "granule_extent"]
+
+
+@dataclass(frozen=True)
+class GranuleExtent:
+    """Where and when a granule's data lie, and which variables said so.
+
+    Attributes
+    ----------
+    footprint : Footprint or None
+        None when the granule has no latitude/longitude variables.
+    start, end : datetime or None
+        UTC time range; None when neither variables nor attributes give one.
+    space_from : tuple of str
+        The latitude/longitude variables read.
+    time_from : str
+        ``"variables: ..."``, ``"attributes"`` or ``""``.
+    kind : "track", "grid" or "none"
+    """
+
+    footprint: Footprint | None
+    start: dt.datetime | None
+    end: dt.datetime | None
+    space_from: tuple[str, ...]
+    time_from: str
+    kind: Literal["track", "grid", "none"]
+
+
+class _Reader:
+    """Reads whole arrays, opening each group once."""
+
+    def __init__(self, refs: GranuleRefs, open_kwargs: Mapping[str, Any]) -> None:
+        self._refs = refs
+        self._kw = dict(open_kwargs)
+        self._groups: dict[str, Any] = {}
+
+    def values(self, path: str, *, ends: bool = False) -> tuple[np.ndarray, Mapping[str, Any]]:
+        """The array's values (masked fill as NaN) and attributes; with ``ends``, only the first
+        and last element when the array is a CF coordinate variable (monotonic by convention),
+        which reads two chunks instead of all of them."""
+        import xarray as xr
+
+        group, _, name = path.rpartition("/")
+        if group not in self._groups:
+            self._groups[group] = xr.open_dataset(
+                self._refs, engine="h5sidecar", group=group or None, chunks=None,
+                decode_times=False, decode_coords=False, decode_timedelta=False,
+                mask_and_scale=True, **self._kw,
+            )
+        var = self._groups[group][name]
+        attrs = dict(self._refs.arrays[path].meta.attrs)
+        if ends and var.ndim == 1 and var.dims == (name,) and var.size > 2:
+            edge = np.asarray(var.isel({name: [0, -1]}).values)
+            if np.isfinite(edge.astype("f8")).all():
+                return edge, attrs
+        return np.asarray(var.values), attrs
+
+    def close(self) -> None:
+        for ds in self._groups.values():
+            ds.close()
+
+
+def _tracks(reader: _Reader, loc: Locators) -> list[Track]:
+    out = []
+    for tv in loc.tracks:
+        lat, _ = reader.values(tv.lat)
+        lon, _ = reader.values(tv.lon)
+        t = reader.values(tv.time)[0].astype("f8") if tv.time else np.arange(lat.size, dtype="f8")
+        ok = np.isfinite(lat) & np.isfinite(lon) & np.isfinite(t)
+        ok &= (np.abs(lat) <= 90) & (np.abs(lon) <= 360)
+        lat, lon, t = lat[ok].astype("f8"), lon[ok].astype("f8"), t[ok]
+        order = np.argsort(t, kind="stable")
+        out.append(Track(lat=lat[order], lon=lon[order], t=t[order]))
+    return out
+
+
+def _time_range(
+    reader: _Reader, refs: GranuleRefs, loc: Locators
+) -> tuple[dt.datetime | None, dt.datetime | None, str]:
+    epoch_path = gps_epoch_variable(refs) if loc.kind == "track" else None
+    gps_epoch = None
+    if epoch_path is not None:
+        epoch_values = reader.values(epoch_path)[0].ravel()
+        if epoch_values.size and np.isfinite(epoch_values[0]):
+            gps_epoch = float(epoch_values[0])
+    ranges = []
+    for path in loc.times:
+        values, attrs = reader.values(path, ends=True)
+        if "units" not in attrs:
+            # a bounds variable carries no units: CF says they are its coordinate's
+            attrs = _coordinate_attrs(refs, path) or attrs
+        r = decode_cf_range(values, attrs, gps_epoch_seconds=gps_epoch)
+        if r is not None:
+            ranges.append(r)
+    if ranges:
+        via = f" + {epoch_path}" if gps_epoch is not None else ""
+        return (min(r[0] for r in ranges), max(r[1] for r in ranges),
+                f"variables: {', '.join(loc.times)}{via}")
+    attr_range = time_range_from_attrs(refs.groups.get("", {}))
+    if attr_range is not None:
+        return attr_range[0], attr_range[1], "attributes"
+    return None, None, ""
+
+
+def _coordinate_attrs(refs: GranuleRefs, bounds_path: str) -> dict[str, Any] | None:
+    group = bounds_path.rpartition("/")[0]
+    for path, arr in refs.arrays.items():
+        if path.rpartition("/")[0] == group and arr.meta.attrs.get("bounds") == \
+                bounds_path.rpartition("/")[2]:
+            return dict(arr.meta.attrs)
+    return None
+
+
+def granule_extent(
+    refs: GranuleRefs,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    n_vertices: int = 24,
+    margin_m: float = 100.0,
+) -> GranuleExtent:
+    """Footprint and UTC time range of a granule, read through its references.
+
+    Parameters
+    ----------
+    refs : GranuleRefs
+    storage_options : mapping, optional
+        Options to read the granule's source (e.g. an S3 endpoint).
+    n_vertices, margin_m :
+        See :func:`~h5sidecar.catalog._geometry.track_footprint`.
+    """
+    loc = find_locators(refs)
+    kw = {"storage_options": dict(storage_options)} if storage_options else {}
+    reader = _Reader(refs, kw)
+    try:
+        footprint: Footprint | None = None
+        space: tuple[str, ...] = ()
+        if loc.kind == "track":
+            tracks = [t for t in _tracks(reader, loc) if t.lat.size]
+            if tracks:
+                footprint = track_footprint(tracks, n_vertices=n_vertices, margin_m=margin_m)
+                space = tuple(p for tv in loc.tracks for p in (tv.lat, tv.lon))
+        elif loc.kind == "grid":
+            assert loc.grid_lat is not None and loc.grid_lon is not None
+            lat, _ = reader.values(loc.grid_lat)
+            lon, _ = reader.values(loc.grid_lon)
+            if np.isfinite(lat).any() and np.isfinite(lon).any():
+                footprint = grid_footprint(lat, lon)
+                space = (loc.grid_lat, loc.grid_lon)
+        start, end, time_from = _time_range(reader, refs, loc)
+    finally:
+        reader.close()
+    return GranuleExtent(footprint, start, end, space, time_from, loc.kind)

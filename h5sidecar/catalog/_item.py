@@ -1,0 +1,203 @@
+"""One STAC Item per indexed granule: geometry, time, properties and assets.
+
+Assets:
+
+``data``
+    The original HDF5/netCDF-4 object (``application/x-hdf5``, roles ``["data"]``).
+``references``
+    The sidecar.  Kerchunk JSON: ``application/json`` with roles ``["references", "index"]``
+    (what xpystac recognises as kerchunk references).  Kerchunk Parquet directory:
+    ``application/vnd.apache.parquet`` with roles ``["references", "kerchunk-parquet"]`` (no
+    standard media type names a *directory* of Parquet reference files; the role says how to read
+    it: ``fsspec.filesystem("reference", fo=href)`` or :func:`h5sidecar.open_item`).
+``zarr``
+    With a gateway URL: the granule as a Zarr v2 store served by ``h5sidecar serve``
+    (``application/vnd+zarr``, roles ``["data", "zarr"]``).
+
+Sizes are given with the File extension (``file:size``; a Parquet sidecar's size is the sum of its
+files).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from h5sidecar.catalog._extent import GranuleExtent
+from h5sidecar.catalog._time import parse_iso
+from h5sidecar.references import GranuleRefs
+
+__all__ = [
+    "FILE_EXTENSION",
+    "HDF5_MEDIA_TYPE",
+    "PARQUET_MEDIA_TYPE",
+    "ZARR_MEDIA_TYPE",
+    "GranuleInfo",
+    "build_item",
+    "item_id",
+]
+
+FILE_EXTENSION = "https://stac-extensions.github.io/file/v2.1.0/schema.json"
+HDF5_MEDIA_TYPE = "application/x-hdf5"
+JSON_MEDIA_TYPE = "application/json"
+PARQUET_MEDIA_TYPE = "application/vnd.apache.parquet"
+ZARR_MEDIA_TYPE = "application/vnd+zarr"
+REFERENCE_ROLES = {"json": ["references", "index"], "parquet": ["references", "kerchunk-parquet"]}
+
+#: Global attributes copied into ``h5sidecar:attributes`` are scalars no longer than this.
+_MAX_ATTR_CHARS = 300
+#: Extensions granule files commonly carry (removed to form the item id).
+_DATA_SUFFIX = re.compile(r"\.(h5|hdf5|he5|hdf|nc|nc4|h5nc)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class GranuleInfo:
+    """What the catalog knows of one indexed granule besides its references.
+
+    Attributes
+    ----------
+    name : str
+        Path of the sidecar relative to DEST without the sidecar suffix (``"ATL03_x.h5"``),
+        also the granule's name in the gateway (``/zarr/<name>/``).
+    sidecar : str
+        URL of the sidecar.
+    format : "json" or "parquet"
+    sidecar_bytes : int
+        Size of the sidecar (all files of a Parquet directory).
+    """
+
+    name: str
+    sidecar: str
+    format: Literal["json", "parquet"]
+    sidecar_bytes: int
+
+
+def item_id(name: str) -> str:
+    """Item id of a granule name: data suffix dropped, path separators replaced by ``_``."""
+    return _DATA_SUFFIX.sub("", name).replace("/", "_") or name
+
+
+def _rfc3339(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _head(text: Any) -> str | None:
+    """``"ICESat-2 > Ice, Cloud, ..."`` -> ``"icesat-2"`` (GCMD-style keyword's short name)."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    return text.split(">")[0].strip().lower() or None
+
+
+def _scalar_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in attrs.items():
+        number = isinstance(value, bool | int | float) and math.isfinite(value)  # JSON has no NaN
+        if number or (isinstance(value, str) and len(value) <= _MAX_ATTR_CHARS):
+            out[key] = value
+    return out
+
+
+def _properties(refs: GranuleRefs, ext: GranuleExtent, info: GranuleInfo) -> dict[str, Any]:
+    attrs = refs.groups.get("", {})
+    props: dict[str, Any] = {"title": info.name}
+    description = attrs.get("description") or attrs.get("summary") or attrs.get("title")
+    if isinstance(description, str) and description.strip():
+        props["description"] = description.strip()
+    platform = _head(attrs.get("platform"))
+    if platform:
+        props["platform"] = platform
+    instruments = [h for h in (_head(s) for s in str(attrs.get("instrument", "")).split(",")) if h]
+    if instruments:
+        props["instruments"] = instruments
+    created = parse_iso(attrs.get("date_created"))
+    if created is not None:
+        props["created"] = _rfc3339(created)
+    statuses = [a.status for a in refs.arrays.values()]
+    props["h5sidecar:variables"] = {
+        "virtual": statuses.count("virtual"),
+        "inlined": statuses.count("inlined"),
+        "skipped": len(refs.skipped),
+    }
+    props["h5sidecar:footprint_from"] = list(ext.space_from)
+    props["h5sidecar:time_from"] = ext.time_from
+    props["h5sidecar:attributes"] = _scalar_attrs(attrs)
+    return props
+
+
+def _assets(
+    refs: GranuleRefs,
+    info: GranuleInfo,
+    *,
+    gateway_url: str | None,
+    references_href: str,
+) -> dict[str, dict[str, Any]]:
+    assets: dict[str, dict[str, Any]] = {
+        "data": {
+            "href": refs.source.url,
+            "type": HDF5_MEDIA_TYPE,
+            "title": "Original HDF5 granule",
+            "roles": ["data"],
+            "file:size": int(refs.source.size),
+        },
+        "references": {
+            "href": references_href,
+            "type": JSON_MEDIA_TYPE if info.format == "json" else PARQUET_MEDIA_TYPE,
+            "title": f"Kerchunk references ({'JSON v1' if info.format == 'json' else 'Parquet'})",
+            "roles": list(REFERENCE_ROLES[info.format]),
+            "file:size": int(info.sidecar_bytes),
+        },
+    }
+    if gateway_url:
+        assets["zarr"] = {
+            "href": f"{gateway_url.rstrip('/')}/zarr/{info.name}/",
+            "type": ZARR_MEDIA_TYPE,
+            "title": "Zarr v2 store served by the h5sidecar gateway",
+            "roles": ["data", "zarr"],
+        }
+    return assets
+
+
+def build_item(
+    refs: GranuleRefs,
+    ext: GranuleExtent,
+    info: GranuleInfo,
+    *,
+    gateway_url: str | None = None,
+    references_href: str | None = None,
+) -> dict[str, Any]:
+    """The STAC Item (a JSON-ready dict) of one granule.
+
+    Parameters
+    ----------
+    refs : GranuleRefs
+    ext : GranuleExtent
+        Footprint and time range (``ext.start`` must not be None).
+    info : GranuleInfo
+    gateway_url : str, optional
+        Base URL of ``h5sidecar serve``; adds the ``zarr`` asset.
+    references_href : str, optional
+        Where readers find the sidecar (default: ``info.sidecar``).
+    """
+    assert ext.start is not None and ext.end is not None
+    props = _properties(refs, ext, info)
+    props["datetime"] = None
+    props["start_datetime"] = _rfc3339(ext.start)
+    props["end_datetime"] = _rfc3339(ext.end)
+    item: dict[str, Any] = {
+        "type": "Feature",
+        "stac_version": "1.1.0",
+        "stac_extensions": [FILE_EXTENSION],
+        "id": item_id(info.name),
+        "geometry": None if ext.footprint is None else ext.footprint.geometry,
+        "properties": props,
+        "links": [],
+        "assets": _assets(refs, info, gateway_url=gateway_url,
+                          references_href=references_href or info.sidecar),
+    }
+    if ext.footprint is not None:
+        item["bbox"] = ext.footprint.bbox
+    return item

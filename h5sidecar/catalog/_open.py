@@ -1,0 +1,122 @@
+"""``open_item``: from a STAC Item of the catalog to an xarray Dataset (or DataTree)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from h5sidecar.errors import InvalidReferenceError
+
+__all__ = ["item_asset_href", "load_item", "open_item"]
+
+
+def load_item(
+    item: Any, *, storage_options: Mapping[str, Any] | None = None
+) -> tuple[dict[str, Any], str | None]:
+    """An Item as a dict plus the href it came from (for relative asset hrefs).
+
+    ``item`` is a :class:`pystac.Item`, a dict, or the path/URL of an Item JSON document
+    (local, ``http(s)://``, ``s3://``; ``storage_options`` apply to fsspec).
+    """
+    if isinstance(item, Mapping):
+        return dict(item), None
+    if hasattr(item, "to_dict") and hasattr(item, "assets"):  # pystac.Item, without importing it
+        return item.to_dict(include_self_link=False, transform_hrefs=False), item.get_self_href()
+    if isinstance(item, str | os.PathLike):
+        import fsspec
+
+        href = os.fspath(item)
+        opts = dict(storage_options or {}) if href.startswith("s3://") else {}
+        with fsspec.open(href, "rb", **opts) as f:
+            doc = json.load(f)
+        if doc.get("type") != "Feature":
+            raise InvalidReferenceError(
+                f"{href} is not a STAC Item (type {doc.get('type')!r}): pass an item document, "
+                "e.g. <catalog>/<collection>/<item>/<item>.json")
+        return doc, href
+    raise TypeError(f"open_item needs a pystac.Item, dict, path or URL, not {type(item).__name__}")
+
+
+def item_asset_href(doc: Mapping[str, Any], asset: str, base: str | None = None) -> str:
+    """Absolute href of ``asset`` of an Item dict (relative hrefs resolved against ``base``).
+
+    Raises
+    ------
+    InvalidReferenceError
+        When the item has no such asset.
+    """
+    assets = doc.get("assets", {})
+    if asset not in assets:
+        raise InvalidReferenceError(
+            f"item {doc.get('id')!r} has no {asset!r} asset (it has: {', '.join(assets) or 'none'})"
+            ": build the catalog with `h5sidecar catalog DEST -o STACDIR` (add --gateway-url "
+            "for a 'zarr' asset)")
+    href = str(assets[asset]["href"])
+    if base and "://" not in href and not os.path.isabs(href):
+        import posixpath
+
+        if "://" in base:
+            scheme, rest = base.split("://", 1)
+            href = f"{scheme}://{posixpath.normpath(posixpath.join(posixpath.dirname(rest), href))}"
+        else:
+            href = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(base)), href))
+    return href
+
+
+def open_item(
+    item: Any,
+    group: str | None = None,
+    *,
+    asset: str = "references",
+    datatree: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> Any:
+    """Open a granule of the catalog from its STAC Item.
+
+    Parameters
+    ----------
+    item : pystac.Item, dict, str or path-like
+        The Item, or the path/URL of its JSON document.
+    group : str, optional
+        Group to open (``"gt1l/heights"``); the root group by default.
+    asset : str
+        ``"references"`` (default; JSON or Parquet sidecar, read with the ``h5sidecar`` engine)
+        or ``"zarr"`` (the gateway's Zarr v2 store, read with xarray's zarr engine).
+    datatree : bool
+        Return every group as an :class:`xarray.DataTree` instead (``group`` then selects a
+        subtree).
+    storage_options : mapping, optional
+        fsspec options for the sidecar and the source (e.g. an S3 endpoint), and for reading
+        the Item itself from ``s3://``.
+    **kwargs
+        Passed to :func:`h5sidecar.open_dataset` (``chunks``, decoding options) or, for the
+        ``zarr`` asset, to :func:`xarray.open_dataset`.
+
+    Returns
+    -------
+    xarray.Dataset or xarray.DataTree
+
+    Examples
+    --------
+    >>> ds = h5sidecar.open_item("stac/atl03/ATL03_x/ATL03_x.json", group="gt1l/heights")  # doctest: +SKIP
+    """
+    doc, base = load_item(item, storage_options=storage_options)
+    href = item_asset_href(doc, asset, base)
+    roles = set(doc["assets"][asset].get("roles") or ())
+    if "references" in roles:
+        import h5sidecar
+
+        opts = {"storage_options": dict(storage_options)} if storage_options else {}
+        if datatree:
+            tree = h5sidecar.open_datatree(href, **opts, **kwargs)
+            return tree[group] if group else tree
+        return h5sidecar.open_dataset(href, group=group, **opts, **kwargs)
+    import xarray as xr
+
+    kwargs.setdefault("chunks", {})
+    if datatree:
+        return xr.open_datatree(href, engine="zarr", group=group, **kwargs)
+    return xr.open_dataset(href, engine="zarr", group=group, **kwargs)

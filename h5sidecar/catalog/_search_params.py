@@ -1,0 +1,144 @@
+"""Parsing and checking of STAC API item-search parameters (GET query strings or POST bodies)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from h5sidecar.catalog._time import parse_iso
+from h5sidecar.errors import InvalidRequestError
+
+__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "SearchParams", "parse_search"]
+
+DEFAULT_LIMIT = 10
+MAX_LIMIT = 10_000
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    """A checked item search."""
+
+    bbox: tuple[float, float, float, float] | None = None
+    start: dt.datetime | None = None
+    end: dt.datetime | None = None
+    ids: frozenset[str] | None = None
+    collections: frozenset[str] | None = None
+    limit: int = DEFAULT_LIMIT
+    offset: int = 0
+
+    def restricted_to(self, collection: str) -> SearchParams:
+        """The same search within one collection."""
+        return replace(self, collections=frozenset({collection}))
+
+
+def _strings(name: str, value: Any) -> frozenset[str] | None:
+    if value is None or value == "" or value == []:
+        return None
+    if isinstance(value, str):
+        return frozenset(v.strip() for v in value.split(",") if v.strip())
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return frozenset(value)
+    raise InvalidRequestError(f"{name} must be a comma-separated string or a list of strings")
+
+
+def _bbox(value: Any) -> tuple[float, float, float, float] | None:
+    if value is None or value == "":
+        return None
+    try:
+        if isinstance(value, str):
+            text = value.strip()
+            nums = json.loads(text) if text.startswith("[") else [float(v) for v in text.split(",")]
+        else:
+            nums = list(value)
+        nums = [float(v) for v in nums]
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequestError(
+            f"bbox {value!r} is not numbers: give west,south,east,north in degrees") from exc
+    if len(nums) == 6:
+        nums = [nums[0], nums[1], nums[3], nums[4]]  # 3-D box: drop the heights
+    if len(nums) != 4:
+        raise InvalidRequestError(
+            f"bbox needs 4 (or 6) numbers west,south,east,north, got {len(nums)}")
+    w, s, e, n = nums
+    if not (-90 <= s <= n <= 90) or not (-180 <= w <= 180 and -180 <= e <= 180):
+        raise InvalidRequestError(
+            f"bbox {nums} is out of range: latitudes within -90..90 with south <= north, "
+            "longitudes within -180..180 (west > east crosses the antimeridian)")
+    return w, s, e, n
+
+
+def _datetime(value: Any) -> tuple[dt.datetime | None, dt.datetime | None]:
+    if value is None or value == "":
+        return None, None
+    if not isinstance(value, str):
+        raise InvalidRequestError("datetime must be an RFC 3339 string or an interval 'a/b'")
+    parts = value.split("/")
+    if len(parts) > 2:
+        raise InvalidRequestError(f"datetime {value!r}: at most one '/' (an interval)")
+    bounds = []
+    for p in parts:
+        if p in ("", ".."):
+            bounds.append(None)
+            continue
+        t = parse_iso(p)
+        if t is None:
+            raise InvalidRequestError(
+                f"datetime {p!r} is not RFC 3339 (e.g. 2019-03-29T13:00:00Z, or '..' for open)")
+        bounds.append(t)
+    if len(bounds) == 1:
+        if bounds[0] is None:
+            raise InvalidRequestError("datetime '..' alone is not an instant or an interval")
+        return bounds[0], bounds[0]
+    start, end = bounds
+    if start is not None and end is not None and start > end:
+        raise InvalidRequestError(f"datetime interval {value!r} ends before it starts")
+    return start, end
+
+
+def _int(name: str, value: Any, lo: int, hi: int) -> int:
+    try:
+        n = int(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequestError(f"{name} must be an integer, got {value!r}") from exc
+    if not lo <= n <= hi:
+        raise InvalidRequestError(f"{name} must be within {lo}..{hi}, got {n}")
+    return n
+
+
+def _offset(token: Any) -> int:
+    if token is None or token == "":
+        return 0
+    text = str(token)
+    if not text.startswith("offset:"):
+        raise InvalidRequestError(f"token {text!r} is not one this API issued (use 'next' links)")
+    return _int("token offset", text.split(":", 1)[1], 0, 10**9)
+
+
+def parse_search(params: Mapping[str, Any]) -> SearchParams:
+    """Check and normalise search parameters.
+
+    Raises
+    ------
+    InvalidRequestError
+        Naming the parameter and the expected form; also for ``intersects`` and ``filter``,
+        which this minimal API does not implement.
+    """
+    for unsupported in ("intersects", "filter", "q", "query"):
+        if params.get(unsupported) not in (None, ""):
+            raise InvalidRequestError(
+                f"{unsupported!r} is not supported by this API: search with bbox, datetime, "
+                "ids and collections")
+    start, end = _datetime(params.get("datetime"))
+    limit = params.get("limit")
+    return SearchParams(
+        bbox=_bbox(params.get("bbox")),
+        start=start,
+        end=end,
+        ids=_strings("ids", params.get("ids")),
+        collections=_strings("collections", params.get("collections")),
+        limit=DEFAULT_LIMIT if limit in (None, "") else _int("limit", limit, 1, MAX_LIMIT),
+        offset=_offset(params.get("token")),
+    )
