@@ -365,7 +365,8 @@ def resolve_store(
         return _local_store(), location
     assert location.bucket is not None
     options = _resolve_s3_options(storage_options, os.environ if env is None else env)
-    cache_key = (location.bucket, options.digest() + json.dumps(retry_config, sort_keys=True))
+    retry_key = json.dumps(retry_config, sort_keys=True, default=str)  # timedeltas as text
+    cache_key = (location.bucket, options.digest() + retry_key)
     with _LOCK:
         store = _S3_STORES.get(cache_key)
         if store is not None:
