@@ -22,6 +22,8 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
+import numpy as np
+
 from h5sidecar.errors import IncompatibleGranulesError
 from h5sidecar.gateway._cache import load_refs
 from h5sidecar.references import GranuleRefs
@@ -88,8 +90,9 @@ def open_groups(ref: Any, *, group: str | None = None, **kwargs: Any) -> dict[st
     """Every group at or below ``group`` as a Dataset, keyed by absolute path (``"/"``, ...)."""
     from h5sidecar.gateway.xarray_backend import H5SidecarBackend, sidecar_store
 
-    store_kw = {k: kwargs.pop(k) for k in ("storage_options", "remote_options", "settings")
-                if k in kwargs}
+    store_kw = {
+        k: kwargs.pop(k) for k in ("storage_options", "remote_options", "settings") if k in kwargs
+    }
     store = sidecar_store(ref, **store_kw)
     root = (group or "").strip("/")
     backend = H5SidecarBackend()
@@ -108,19 +111,22 @@ def _ancestors(path: str) -> list[str]:
 
 
 def _clashes(ds: Any, inherited: Mapping[str, Any]) -> list[str]:
-    """Dimensions of ``ds`` that would not align with the datasets of its ancestors."""
+    """Dimensions of ``ds`` that would not align with the datasets of its ancestors.
+
+    A clash is a dimension with another size in an ancestor, or a dimension coordinate whose
+    values differ from the ancestor's (DataTree indexes both and requires them equal).
+    """
     out = []
     for dim, size in ds.sizes.items():
         for anc in inherited.values():
             if dim not in anc.sizes:
                 continue
-            if anc.sizes[dim] != size:
-                out.append(dim)
-                break
-            if (
-                dim in ds.xindexes
-                and dim in anc.xindexes
-                and not ds.xindexes[dim].equals(anc.xindexes[dim])
+            if anc.sizes[dim] != size or (
+                dim in ds.variables
+                and dim in anc.variables
+                and ds[dim].dims == (dim,)
+                and anc[dim].dims == (dim,)
+                and not np.array_equal(ds[dim].values, anc[dim].values, equal_nan=True)
             ):
                 out.append(dim)
                 break

@@ -208,6 +208,7 @@ class SidecarStore(Store):
         self.fetcher = make_fetcher(self._refs, self.settings, self._remote_options)
         self._batcher = _ReadBatcher(self.fetcher.fetch) if self._batch_reads else None
         self._counts = {"inline_chunks": 0, "missing_chunks": 0, "metadata_reads": 0}
+        self._root: Any = None
 
     @classmethod
     async def open(cls, *args: Any, **kwargs: Any) -> SidecarStore:
@@ -215,6 +216,20 @@ class SidecarStore(Store):
         store = await asyncio.to_thread(cls, *args, **kwargs)
         await store._open()
         return store
+
+    def zarr_root(self) -> Any:
+        """The root ``zarr.Group`` (consolidated, read-only), parsed once and cached.
+
+        Opening many groups of one granule (a DataTree) then parses the metadata once, not once
+        per group.
+        """
+        if self._root is None:
+            import zarr
+
+            self._root = zarr.open_group(
+                self, mode="r", use_consolidated=True, zarr_format=self.zarr_format
+            )
+        return self._root
 
     # -- identity, pickling ------------------------------------------------------------------
     @property

@@ -31,6 +31,7 @@ from xarray.backends.store import StoreBackendEntrypoint
 from xarray.backends.zarr import ZarrStore
 from xarray.core.variable import Variable
 
+from h5sidecar.errors import NotIndexedError
 from h5sidecar.gateway.store import SidecarStore
 from h5sidecar.references import ArrayMeta, GranuleRefs
 from h5sidecar.settings import ReadSettings
@@ -146,16 +147,26 @@ class _SidecarZarrStore(ZarrStore):
 def open_zarr_store(
     store: SidecarStore, group: str | None, chunk_bytes: int = DEFAULT_CHUNK_BYTES
 ) -> _SidecarZarrStore:
-    """xarray's data store for ``group`` of a sidecar store (consolidated metadata, mode "r")."""
+    """xarray's data store for ``group`` of a sidecar store (consolidated metadata, mode "r").
+
+    Raises
+    ------
+    NotIndexedError
+        When the sidecar has no such group.
+    """
     group = (group or "").strip("/")
-    zstore = _SidecarZarrStore.open_group(
-        store,
-        group=group or None,
+    if group not in store.refs.groups:
+        where = store.sidecar or store.refs.source.url
+        raise NotIndexedError(
+            f"no group {group!r} in the sidecar of {where}; its groups are "
+            f"{sorted(store.refs.groups)[:20]}{' ...' if len(store.refs.groups) > 20 else ''}"
+        )
+    root = store.zarr_root()
+    zstore = _SidecarZarrStore(
+        root[group] if group else root,
         mode="r",
-        consolidated=True,
         # Our attributes replace xarray's; this keeps xarray from parsing _FillValue itself.
         use_zarr_fill_value_as_mask=True,
-        zarr_format=store.zarr_format,
     )
     zstore.h5_refs = store.refs
     zstore.h5_chunk_bytes = chunk_bytes
