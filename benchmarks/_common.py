@@ -23,7 +23,7 @@ S3_ROOT = DATA_DIR / "s3"  # served by s3server.py: one subfolder per bucket
 BUCKET = "bench"
 # Stored bytes per photon of the ATL03-like sample at benchmark sizes (measured; metadata and
 # the segment-rate groups amortise), used to pick ``photons`` for a target file size.
-BYTES_PER_PHOTON = 44.0
+BYTES_PER_PHOTON = 40.0
 
 
 def sample_granule(size_mb: float) -> Path:

@@ -41,6 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run one indexer only (floors still run)")
     p.add_argument("--update-readme", action="store_true",
                    help="write the result tables into benchmarks/README.md")
+    p.add_argument("--from-results", type=Path, default=None, metavar="JSON",
+                   help="do not run: report a saved results file (with --update-readme)")
 
 
 # ---------------------------------------------------------------------------- the cases
@@ -215,7 +217,8 @@ def report(results: dict[str, Any]) -> str:
     out = [f"Granule: `{g['name']}`, {c.fmt_bytes(g['bytes'])}, arrays indexed: "
            + ", ".join(f"{k} {v}" for k, v in g["arrays"].items() if v is not None)
            + f"; S3 latency {results['args']['latency_ms']:g} ms; "
-           f"{results['env']['cpus']} CPUs; {results['env']['when']}.", "",
+           f"{results['env']['cpus']} CPUs, load average "
+           f"{results['env']['load_avg'][0]:.1f} at the end; {results['env']['when']}.", "",
            c.markdown_table(["case", "where", "median s", "runs", "requests", "bytes moved"],
                             rows), ""]
     out.append(c.markdown_table(
@@ -240,8 +243,12 @@ def report(results: dict[str, Any]) -> str:
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
-    results = run(args)
-    path = c.save_results("index", results)
+    if args.from_results:
+        path = args.from_results
+        results = json.loads(path.read_text())
+    else:
+        results = run(args)
+        path = c.save_results("index", results)
     text = report(results)
     print("\n" + text + f"\n\nresults: {path}")
     if args.update_readme:
