@@ -6,7 +6,9 @@ Everything the ``h5sidecar`` command line does is a function here first:
   :func:`index_one` (a picklable task for any executor), skipping up-to-date sidecars, and writes
   a :class:`RunReport` to ``DEST/_report.json``;
 - :func:`inspect_refs` summarises a sidecar; :func:`verify_refs` compares it with h5py;
-- :func:`run_demo` and :func:`write_samples` drive the demo.
+- :func:`run_demo` and :func:`write_samples` drive the demo;
+- :func:`dask_executor` runs :func:`index_many` on a Dask cluster (``--dask``), and
+  :func:`gridded_mean_height` / :func:`plot_grid` are an analysis computed on the cluster.
 
 Heavy modules (h5py, zarr, xarray) load on first use of the function that needs them.
 """
@@ -18,6 +20,7 @@ from typing import Any
 
 __all__ = [
     "DEFAULT_PATTERNS",
+    "DaskExecutor",
     "DemoSummary",
     "ErrorRecord",
     "Granule",
@@ -30,10 +33,14 @@ __all__ = [
     "VariableCheck",
     "VariableSummary",
     "VerifyReport",
+    "dask_client",
+    "dask_executor",
+    "gridded_mean_height",
     "index_many",
     "index_one",
     "inspect_refs",
     "list_granules",
+    "plot_grid",
     "process_pool",
     "read_report",
     "run_demo",
@@ -63,6 +70,11 @@ _LAZY = {
     "VariableCheck": "_verify",
     "VerifyReport": "_verify",
     "verify_refs": "_verify",
+    "DaskExecutor": "_dask",
+    "dask_client": "_dask",
+    "dask_executor": "_dask",
+    "gridded_mean_height": "_analysis",
+    "plot_grid": "_analysis",
     "DemoSummary": "_demo",
     "run_demo": "_demo",
     "write_samples": "_demo",

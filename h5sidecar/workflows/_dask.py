@@ -1,0 +1,188 @@
+"""Run the batch workflow on a Dask cluster: ``h5sidecar index SOURCE -o DEST --dask ADDRESS``.
+
+:class:`DaskExecutor` is a ``concurrent.futures.Executor`` over a ``distributed.Client``, so
+:func:`~h5sidecar.workflows.index_many` drives it like any executor: one Dask task per granule,
+results handed back (and counted by the progress bar) as each task finishes.  On top of Dask it
+adds what a batch of granules needs:
+
+* **transient failures are retried** on the worker: a granule whose indexing failed with a
+  ``source_read`` or ``stale_reference`` error (network faults that outlasted the fetch layer's
+  own retries, an object replaced mid-read) is tried again after an exponential back-off;
+* **bad granules are isolated**: expected failures come back as ``failed`` results (never as
+  exceptions that would stop the batch), and a granule that kills its worker process (the HDF5
+  library can crash on corrupt files) is rescheduled by Dask on another worker, then -- after
+  ``distributed.scheduler.allowed-failures`` deaths -- reported as ``worker_crashed``.
+
+Nothing here depends on where the workers run: with ``local:N`` a ``LocalCluster`` of N
+single-threaded worker processes is started on 127.0.0.1; any other address is an existing
+scheduler (``tcp://scheduler:8786``).  Workers need h5sidecar installed and, for S3, credentials
+and endpoint in their environment (``AWS_*`` variables); the storage options of the run travel
+with each task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future
+from dataclasses import replace
+from typing import Any
+
+from h5sidecar.workflows._report import ErrorRecord, GranuleResult, error_record
+
+__all__ = [
+    "TRANSIENT_KINDS",
+    "DaskExecutor",
+    "dask_client",
+    "dask_executor",
+    "run_with_retries",
+]
+
+log = logging.getLogger("h5sidecar.workflows")
+
+#: Error kinds worth another attempt (the same granule may well succeed a moment later).
+TRANSIENT_KINDS = frozenset({"source_read", "stale_reference"})
+
+
+def run_with_retries(
+    fn: Callable[..., GranuleResult],
+    args: tuple[Any, ...],
+    retries: int,
+    backoff: float,
+) -> GranuleResult:
+    """``fn(*args)``, repeated up to ``retries`` times while it fails with a transient kind.
+
+    Waits ``backoff * 2**attempt`` seconds (with +-25 % jitter) between attempts.  The result
+    of the last attempt is returned; its ``seconds["attempts"]`` says how many were made.
+    """
+    attempt = 0
+    while True:
+        result = fn(*args)
+        transient = result.error is not None and result.error.kind in TRANSIENT_KINDS
+        if not transient or attempt >= retries:
+            seconds = dict(result.seconds)
+            seconds["attempts"] = float(attempt + 1)
+            return replace(result, seconds=seconds)
+        delay = backoff * 2**attempt * random.uniform(0.75, 1.25)
+        log.info("transient failure on %s (%s); retry %d/%d in %.1f s", result.url,
+                 result.error.kind if result.error else "", attempt + 1, retries, delay)
+        time.sleep(delay)
+        attempt += 1
+
+
+def _crashed(url: str, sidecar: str, exc: BaseException) -> GranuleResult:
+    base = error_record(exc, kind="worker_crashed")
+    err = ErrorRecord(kind="worker_crashed", type=type(exc).__name__, hint=base.hint,
+                      message=f"every worker that tried {url} died ({exc})")
+    return GranuleResult(url=url, sidecar=sidecar, status="failed", error=err)
+
+
+class DaskExecutor(Executor):
+    """A ``concurrent.futures`` executor running granule tasks on a Dask cluster.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The cluster to use (not closed by :meth:`shutdown`).
+    retries : int
+        Extra attempts for a granule that failed with a transient error.
+    backoff : float
+        Seconds before the first retry (doubled for each further one).
+
+    Notes
+    -----
+    ``submit(fn, url, sidecar, ...)`` expects the batch workflow's task signature
+    (:func:`~h5sidecar.workflows.index_one`): its first two arguments name the granule and its
+    sidecar, so that a task whose workers all died resolves to a ``worker_crashed`` result.
+    """
+
+    def __init__(self, client: Any, *, retries: int = 2, backoff: float = 1.0) -> None:
+        self.client = client
+        self.retries = retries
+        self.backoff = backoff
+        self._futures: set[Any] = set()
+
+    @property
+    def n_threads(self) -> int:
+        """Worker threads in the cluster now (at least 1): how many tasks run at once."""
+        return max(1, sum(self.client.nthreads().values()))
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        """Schedule ``fn(*args)`` (with transient-failure retries) as one Dask task."""
+        if kwargs:
+            raise TypeError("DaskExecutor.submit takes positional task arguments only")
+        from distributed import KilledWorker
+
+        out: Future[Any] = Future()
+        out.set_running_or_notify_cancel()
+        # pure=False: re-running a granule is a new task, never a cached old result
+        dfut = self.client.submit(run_with_retries, fn, args, self.retries, self.backoff,
+                                  pure=False)
+        self._futures.add(dfut)
+
+        def done(f: Any) -> None:
+            self._futures.discard(f)
+            try:
+                out.set_result(f.result())
+            except KilledWorker as exc:
+                out.set_result(_crashed(str(args[0]), str(args[1]), exc))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's future
+                out.set_exception(exc)
+
+        dfut.add_done_callback(done)
+        return out
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Cancel the tasks still pending when ``cancel_futures`` (e.g. on Ctrl-C)."""
+        if cancel_futures and self._futures:
+            self.client.cancel(list(self._futures))
+            self._futures.clear()
+
+
+@contextlib.contextmanager
+def dask_client(address: str, *, log_level: int | None = None) -> Iterator[Any]:
+    """A ``distributed.Client`` for ``address``: ``local:N`` starts a LocalCluster.
+
+    ``local:N`` (or ``local`` for one worker per CPU) starts N single-threaded worker
+    *processes* on 127.0.0.1 without a dashboard; it is closed on exit.  Any other value is the
+    address of a running scheduler (``tcp://host:8786``); only the client is closed on exit.
+
+    Raises
+    ------
+    ValueError
+        For ``local:`` with a count that is not a positive integer.
+    """
+    from distributed import Client, LocalCluster
+
+    if address == "local" or address.startswith("local:"):
+        count = address.partition(":")[2]
+        if count and (not count.isdigit() or int(count) < 1):
+            raise ValueError(f"--dask {address!r}: use local:N with N >= 1 worker processes")
+        with (
+            LocalCluster(n_workers=int(count) if count else None, threads_per_worker=1,
+                         processes=True, host="127.0.0.1", dashboard_address=None,
+                         silence_logs=log_level if log_level is not None else logging.WARNING)
+            as cluster,
+            Client(cluster) as client,
+        ):
+            yield client
+        return
+    with Client(address) as client:
+        yield client
+
+
+@contextlib.contextmanager
+def dask_executor(address: str, *, retries: int = 2, backoff: float = 1.0) -> Iterator[DaskExecutor]:
+    """A :class:`DaskExecutor` on the cluster at ``address`` (see :func:`dask_client`).
+
+    Examples
+    --------
+    >>> with dask_executor("local:2") as ex:  # doctest: +SKIP
+    ...     report = index_many("s3://bucket/atl03/", "s3://bucket/refs/", executor=ex,
+    ...                         workers=ex.n_threads)
+    """
+    with dask_client(address) as client:
+        yield DaskExecutor(client, retries=retries, backoff=backoff)
