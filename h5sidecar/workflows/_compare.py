@@ -7,6 +7,7 @@ Zarr: the target's path), structured types (compared field by field), NaN (equal
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import h5py
@@ -104,8 +105,9 @@ def _compound_leaves(dtype: np.dtype, base: int = 0) -> list[tuple[int, np.dtype
     """``(byte offset, scalar dtype)`` of every member of a compound, nested and array members
     expanded element by element."""
     out: list[tuple[int, np.dtype]] = []
+    fields: Mapping[str, tuple[Any, ...]] = dtype.fields or {}
     for name in dtype.names or ():
-        member, offset = dtype.fields[name][:2]
+        member, offset = fields[name][:2]
         out += _member_leaves(member, base + offset)
     return out
 

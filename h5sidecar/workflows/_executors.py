@@ -17,7 +17,7 @@ import multiprocessing
 import os
 import traceback
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -100,7 +100,7 @@ def run_tasks(
     executor: ExecutorSpec,
     *,
     workers: int,
-) -> Iterator[GranuleResult]:
+) -> Generator[GranuleResult, None, None]:
     """Yield one :class:`GranuleResult` per task, in completion order.
 
     A task that raises (a bug, a dead worker) yields a ``failed`` result instead of stopping the

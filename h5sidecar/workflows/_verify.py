@@ -25,6 +25,7 @@ import zarr
 from fsspec.implementations.reference import LazyReferenceMapper
 from zarr.storage import FsspecStore
 
+from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.indexer import chunk_hash
 from h5sidecar.references import MISSING, ArrayRefs, GranuleRefs, SourceInfo, read_refs
 from h5sidecar.workflows._compare import h5_dataset, read_h5_region, values_equal
@@ -225,6 +226,8 @@ def _check_array(
     mismatched, first = 0, ""
     try:
         zarr_arr = group[arr.path]
+        if not isinstance(zarr_arr, zarr.Array):
+            raise InvalidReferenceError(f"{arr.path} is a group in the sidecar, not an array")
         dset = h5_dataset(h5, arr.path)
         for index in indices:
             region = _region(arr, index)

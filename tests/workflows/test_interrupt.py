@@ -31,12 +31,14 @@ def test_sigkill_mid_batch_then_rerun_completes(tmp_path: Path) -> None:
     assert exe is not None
     # one worker and checksums (reads every chunk) keep the batch busy long enough to kill it
     cmd = [exe, "index", str(src), "-o", str(dest), "--workers", "1", "--checksums"]
-    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as err:
+        proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
+                                stderr=err)
     try:
         deadline = time.monotonic() + 120
         while not any(n.endswith(".parq") for n in _entries(dest)):
-            assert proc.poll() is None, "the batch ended before it could be interrupted"
+            assert proc.poll() is None, log.read_text()
             assert time.monotonic() < deadline
             time.sleep(0.005)
     finally:
@@ -74,7 +76,7 @@ def test_ctrl_c_writes_an_incomplete_report(tmp_path: Path) -> None:
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not any(n.endswith(".parq") for n in _entries(dest)):
-        assert proc.poll() is None, "the batch ended before it could be interrupted"
+        assert proc.poll() is None, proc.communicate()[1]
         assert time.monotonic() < deadline
         time.sleep(0.005)
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
