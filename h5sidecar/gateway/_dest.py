@@ -1,0 +1,187 @@
+"""The gateway's view of DEST: which granules it serves and which sources it may read.
+
+``h5sidecar index SOURCE -o DEST`` writes one sidecar per granule (``DEST/<name>.parq`` or
+``DEST/<name>.json``) and a run report, ``DEST/_report.json``.  The gateway serves exactly the
+sidecars found under DEST (nothing outside it is ever opened as a sidecar), named by their path
+relative to DEST without the sidecar suffix.
+
+Sidecars are untrusted: anyone able to drop a file into DEST could point a reference at
+``file:///etc/passwd`` or at another bucket.  So the sources the gateway may read come from the
+*report* (written by the indexer, listing the source URL of every granule it indexed), plus the
+prefixes the operator allows explicitly (``--allow``), never from the sidecars themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+
+from h5sidecar.errors import InvalidReferenceError
+
+__all__ = ["REPORT_NAME", "SIDECAR_SUFFIXES", "DestIndex", "DestSnapshot"]
+
+log = logging.getLogger("h5sidecar.gateway")
+
+REPORT_NAME = "_report.json"
+#: File-name suffix of each sidecar format written by ``h5sidecar index``.
+SIDECAR_SUFFIXES = (".parq", ".json")
+#: Folders below DEST visited when listing (sidecars of nested granule names live deeper).
+MAX_DEPTH = 8
+#: Granules listed at most (a guard against pointing the gateway at a whole bucket).
+MAX_GRANULES = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class DestSnapshot:
+    """One listing of DEST.
+
+    Attributes
+    ----------
+    sidecars : dict
+        Granule name (``"ATL03_x.h5"``, ``"2019/ATL03_y.h5"``) -> sidecar URL.
+    sources : tuple of str
+        Source URLs recorded in the report for granules indexed successfully.
+    report_found : bool
+        Whether ``DEST/_report.json`` exists.
+    listed_at : float
+        ``time.monotonic()`` of the listing.
+    """
+
+    sidecars: Mapping[str, str]
+    sources: tuple[str, ...]
+    report_found: bool
+    listed_at: float
+
+
+def _is_hidden(name: str) -> bool:
+    # interrupted writes leave ".name.tmp-..." siblings; "_report.json" is not a sidecar
+    return name.startswith((".", "_"))
+
+
+class DestIndex:
+    """Lists DEST (local folder or ``s3://`` prefix) and reads its report; refreshes on demand.
+
+    Parameters
+    ----------
+    dest : str
+        The folder or S3 prefix given to ``h5sidecar index -o``.
+    storage_options : mapping, optional
+        fsspec options to list DEST and read the report.
+    refresh_seconds : float
+        A listing older than this is redone before answering :meth:`snapshot`.
+    """
+
+    def __init__(
+        self,
+        dest: str,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        refresh_seconds: float = 30.0,
+    ) -> None:
+        self.fs, root = fsspec.core.url_to_fs(dest, **dict(storage_options or {}))
+        self.root = root.rstrip("/") or "/"
+        self.dest = dest
+        self.refresh_seconds = refresh_seconds
+        self._lock = threading.Lock()
+        self._snapshot: DestSnapshot | None = None
+
+    def url_of(self, path: str) -> str:
+        """The URL of a listed path (``s3://bucket/key`` or a local path) for fsspec/readers."""
+        protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
+        return path if "file" in protocols else self.fs.unstrip_protocol(path)
+
+    def snapshot(self, *, max_age: float | None = None) -> DestSnapshot:
+        """The current listing, redone when older than ``max_age`` (default ``refresh_seconds``).
+
+        Blocking (file system I/O): call it from a thread in async code.
+        """
+        limit = self.refresh_seconds if max_age is None else max_age
+        with self._lock:
+            snap = self._snapshot
+            if snap is None or time.monotonic() - snap.listed_at > limit:
+                snap = self._snapshot = self._list()
+                log.info("DEST %s: %d granule(s), %d allowed source(s)%s", self.dest,
+                         len(snap.sidecars), len(snap.sources),
+                         "" if snap.report_found else " (no _report.json)")  # fmt: skip
+            return snap
+
+    # -- listing -------------------------------------------------------------------------------
+    def _list(self) -> DestSnapshot:
+        self.fs.invalidate_cache()
+        sidecars: dict[str, str] = {}
+        level = [self.root]
+        for _ in range(MAX_DEPTH):
+            below: list[str] = []
+            for folder in level:
+                for entry in self._ls(folder):
+                    path = entry["name"].rstrip("/")
+                    base = posixpath.basename(path)
+                    if _is_hidden(base):
+                        continue
+                    is_dir = entry.get("type") == "directory"
+                    suffix = next((s for s in SIDECAR_SUFFIXES if base.endswith(s)), None)
+                    if (suffix == ".parq" and is_dir) or (suffix == ".json" and not is_dir):
+                        name = posixpath.relpath(path, self.root)[: -len(suffix)]
+                        sidecars[name] = self.url_of(path)
+                    elif is_dir:
+                        below.append(path)
+                if len(sidecars) > MAX_GRANULES:
+                    raise InvalidReferenceError(
+                        f"more than {MAX_GRANULES} sidecars under {self.dest}: serve a narrower "
+                        "prefix (one gateway per collection)"
+                    )
+            if not below:
+                break
+            level = below
+        sources, found = self._report_sources()
+        return DestSnapshot(dict(sorted(sidecars.items())), sources, found, time.monotonic())
+
+    def _ls(self, folder: str) -> list[dict[str, Any]]:
+        try:
+            return list(self.fs.ls(folder, detail=True))
+        except FileNotFoundError:
+            return []
+
+    def _report_sources(self) -> tuple[tuple[str, ...], bool]:
+        path = f"{self.root}/{REPORT_NAME}"
+        try:
+            raw = self.fs.cat_file(path)
+        except FileNotFoundError:
+            return (), False
+        try:
+            report = json.loads(raw)
+            sources = []
+            for g in report.get("granules", []):
+                if g.get("status") not in ("ok", "up_to_date"):
+                    continue
+                src = (g.get("source") or {}).get("url") or g.get("url")
+                if isinstance(src, str) and src:
+                    sources.append(src)
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise InvalidReferenceError(
+                f"the run report {self.dest}/{REPORT_NAME} is malformed ({exc}): re-run "
+                "`h5sidecar index` into DEST, or pass the source prefixes with --allow"
+            ) from exc
+        return tuple(dict.fromkeys(sources)), True
+
+    # -- lookup ----------------------------------------------------------------------------------
+    @staticmethod
+    def split(snapshot: DestSnapshot, path: str) -> tuple[str, str] | None:
+        """``(granule, rest)`` for a request path ``"<granule>/<key>"`` (longest granule name)."""
+        if path in snapshot.sidecars:
+            return path, ""
+        pos = path.rfind("/")
+        while pos > 0:
+            head = path[:pos]
+            if head in snapshot.sidecars:
+                return head, path[pos + 1 :]
+            pos = path.rfind("/", 0, pos)
+        return None

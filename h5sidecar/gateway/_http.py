@@ -1,0 +1,234 @@
+"""HTTP-level rules of the gateway that need no web framework: errors and their status codes,
+request-path checks, ``Range`` parsing, ETags and the admission gate (503 when saturated).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from h5sidecar.errors import HTTP_STATUS, H5SidecarError
+
+__all__ = [
+    "STATUS",
+    "Admission",
+    "BadRequestError",
+    "KeyTooLongError",
+    "RangeNotSatisfiableError",
+    "ResponseTooLargeError",
+    "SaturatedError",
+    "check_request_path",
+    "etag_of",
+    "parse_range",
+    "status_for",
+]
+
+
+class BadRequestError(H5SidecarError, ValueError):
+    """The request path or a parameter is malformed or unsafe (path traversal, bad encoding)."""
+
+    kind = "bad_request"
+
+
+class KeyTooLongError(BadRequestError):
+    """The request path is longer than ``max_key_length``."""
+
+    kind = "key_too_long"
+
+
+class RangeNotSatisfiableError(H5SidecarError, ValueError):
+    """The ``Range`` asks for bytes past the end of the value, or for several ranges."""
+
+    kind = "range_not_satisfiable"
+
+    def __init__(self, message: str, *, size: int) -> None:
+        super().__init__(message)
+        self.size = size
+
+
+class ResponseTooLargeError(H5SidecarError, ValueError):
+    """The response would exceed ``max_response_bytes``; ask for a part with ``Range``."""
+
+    kind = "response_too_large"
+
+
+class SaturatedError(H5SidecarError, OSError):
+    """Too many requests wait for an upstream read; retry after ``retry_after`` seconds."""
+
+    kind = "saturated"
+
+    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+#: HTTP status of every error class the gateway answers with (most specific class first).
+STATUS: dict[type[H5SidecarError], int] = {
+    KeyTooLongError: 414,
+    BadRequestError: 400,
+    RangeNotSatisfiableError: 416,
+    ResponseTooLargeError: 413,
+    SaturatedError: 503,
+    **HTTP_STATUS,
+}
+
+
+def status_for(exc: H5SidecarError) -> int:
+    """The status code of ``exc`` from :data:`STATUS` (500 for an unlisted class)."""
+    for cls, code in STATUS.items():
+        if isinstance(exc, cls):
+            return code
+    return 500
+
+
+# -- request paths ----------------------------------------------------------------------------
+#: Percent-encodings refused anywhere in a raw path: an encoded "/" or "\" would smuggle a
+#: separator past routing, and an encoded "%" is double encoding.
+_REFUSED_ENCODINGS = ("%2f", "%5c", "%25", "%00")
+
+
+def check_request_path(raw_path: str, path: str, *, max_length: int) -> None:
+    """Refuse unsafe or oversized request paths before any routing.
+
+    Parameters
+    ----------
+    raw_path : str
+        The path as sent (still percent-encoded).
+    path : str
+        The decoded path.
+    max_length : int
+        Longest path accepted.
+
+    Raises
+    ------
+    KeyTooLongError
+        Longer than ``max_length``.
+    BadRequestError
+        ``.``/``..`` segments (in any encoding), backslashes, encoded ``/`` ``\\`` ``%`` or NUL,
+        control characters or empty segments.
+    """
+    if len(raw_path) > max_length or len(path) > max_length:
+        raise KeyTooLongError(
+            f"request path of {len(raw_path)} characters is longer than the limit of "
+            f"{max_length} (H5SIDECAR_MAX_KEY_LENGTH)"
+        )
+    lowered = raw_path.lower()
+    if any(enc in lowered for enc in _REFUSED_ENCODINGS):
+        raise BadRequestError(
+            "request path contains an encoded '/', '\\', '%' or NUL: Zarr keys never need them; "
+            "send the key with plain '/' separators"
+        )
+    if "\\" in path or any(ord(c) < 32 or ord(c) == 127 for c in path):
+        raise BadRequestError("request path contains a backslash or a control character")
+    segments = path.split("/")[1:]
+    if any(s in (".", "..") for s in segments):
+        raise BadRequestError("request path contains a '.' or '..' segment (path traversal)")
+    if any(s == "" for s in segments[:-1]):
+        raise BadRequestError("request path contains an empty segment ('//')")
+
+
+# -- ranges -------------------------------------------------------------------------------------
+def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """``(start, stop)`` asked for by a ``Range`` header, or ``None`` to send everything.
+
+    Only single byte ranges are served (``bytes=a-b``, ``bytes=a-``, ``bytes=-n``).  Headers in
+    another unit or with invalid syntax are ignored, as RFC 9110 asks.
+
+    Raises
+    ------
+    RangeNotSatisfiableError
+        When the range starts at or past ``size``, is an empty suffix, or lists several ranges.
+    """
+    if not header:
+        return None
+    unit, eq, spec = header.partition("=")
+    if not eq or unit.strip().lower() != "bytes":
+        return None
+    spec = spec.strip()
+    if "," in spec:
+        raise RangeNotSatisfiableError(
+            "only a single byte range is served; send one request per range", size=size
+        )
+    first, dash, last = spec.partition("-")
+    first, last = first.strip(), last.strip()
+    if not dash or not (first.isdigit() or first == "") or not (last.isdigit() or last == ""):
+        return None
+    if first == "":
+        if last == "":
+            return None
+        n = int(last)
+        if n == 0 or size == 0:
+            raise RangeNotSatisfiableError(f"empty suffix range of a {size}-byte value", size=size)
+        return max(size - n, 0), size
+    start = int(first)
+    if last and int(last) < start:
+        return None
+    if start >= size:
+        raise RangeNotSatisfiableError(
+            f"range starts at byte {start} but the value has {size} bytes", size=size
+        )
+    stop = size if last == "" else min(int(last) + 1, size)
+    return start, stop
+
+
+def etag_of(*parts: object) -> str:
+    """A strong ETag (quoted) derived from ``parts``."""
+    digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=12).hexdigest()
+    return f'"{digest}"'
+
+
+# -- admission ----------------------------------------------------------------------------------
+class Admission:
+    """Bounds requests that read upstream: ``limit`` at once, ``max_pending`` waiting.
+
+    A request that would wait beyond ``max_pending`` others, or longer than ``wait_timeout``,
+    fails at once with :class:`SaturatedError` (503 + ``Retry-After``) instead of piling up
+    until clients time out.  Requests answered from memory (metadata, inline chunks, shard
+    indexes, cached chunks) never enter the gate.
+    """
+
+    def __init__(self, limit: int, max_pending: int, *, wait_timeout: float = 30.0) -> None:
+        if limit < 1 or max_pending < 0:
+            raise ValueError(
+                f"max_upstream must be >= 1 and max_pending >= 0, got {limit} and {max_pending}"
+            )
+        self.limit = limit
+        self.max_pending = max_pending
+        self.wait_timeout = wait_timeout
+        self.active = 0
+        self.waiting = 0
+        self._sem: asyncio.Semaphore | None = None
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Hold one upstream slot for the duration of the ``async with`` block."""
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self.limit)
+        sem = self._sem
+        if sem.locked():
+            if self.waiting >= self.max_pending:
+                raise SaturatedError(
+                    f"the gateway is saturated ({self.active} upstream reads running, "
+                    f"{self.waiting} waiting): retry after a second",
+                    retry_after=1,
+                )
+            self.waiting += 1
+            try:
+                await asyncio.wait_for(sem.acquire(), self.wait_timeout)
+            except TimeoutError as exc:
+                raise SaturatedError(
+                    f"waited {self.wait_timeout:.0f} s for an upstream slot: retry later",
+                    retry_after=2,
+                ) from exc
+            finally:
+                self.waiting -= 1
+        else:
+            await sem.acquire()
+        self.active += 1
+        try:
+            yield
+        finally:
+            self.active -= 1
+            sem.release()

@@ -1,0 +1,113 @@
+"""The OpenAPI 3.1 description of the gateway, served at ``/openapi.json``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["openapi_document"]
+
+_ERROR = {"$ref": "#/components/responses/Error"}
+_KEY_ERRORS = {
+    code: _ERROR for code in ("400", "401", "403", "404", "409", "413", "414", "416", "422",
+                              "502", "503")
+}
+_BYTES = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+          "application/json": {"schema": {"type": "object"}}}  # fmt: skip
+
+
+def _param(name: str, where: str, description: str, *, required: bool = True,
+           schema: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    return {"name": name, "in": where, "required": required, "description": description,
+            "schema": schema or {"type": "string"}}  # fmt: skip
+
+
+_GRANULE = _param("granule", "path", "Granule name under DEST (as listed by /api/granules).")
+_KEY = _param("key", "path", "Zarr key relative to the granule ('.zmetadata', "
+              "'gt1l/heights/h_ph/.zarray', 'gt1l/heights/h_ph/0'); may contain '/'.")  # fmt: skip
+_HEADERS = [
+    _param("Range", "header", "A single byte range (bytes=a-b, bytes=a-, bytes=-n).",
+           required=False),
+    _param("If-None-Match", "header", "ETag from an earlier response (answers 304).",
+           required=False),
+]  # fmt: skip
+
+
+def _key_route(summary: str, extra: list[dict[str, Any]]) -> dict[str, Any]:
+    op = {
+        "summary": summary,
+        "parameters": [*extra, _GRANULE, _KEY, *_HEADERS],
+        "responses": {
+            "200": {"description": "The whole value.", "content": _BYTES},
+            "206": {"description": "The requested byte range.", "content": _BYTES},
+            "304": {"description": "Not modified (ETag matches)."},
+            **_KEY_ERRORS,
+        },
+    }
+    return {"get": op, "head": {**op, "summary": summary + " (headers only)"}}
+
+
+def openapi_document(version: str) -> dict[str, Any]:
+    """The OpenAPI document of this gateway version."""
+    k = _param("k", "path", "Chunks per shard along the first dimension (1..1024).",
+               schema={"type": "integer", "minimum": 1, "maximum": 1024})  # fmt: skip
+    shard = _param("shard", "query", "Serve K chunks per shard (same as /zarr3-shard/K/...).",
+                   required=False, schema={"type": "integer", "minimum": 1, "maximum": 1024})
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "h5sidecar gateway",
+            "version": version,
+            "description": "Read-only Zarr v2/v3 views of HDF5 granules indexed by h5sidecar. "
+            "Chunk keys answer with the original compressed chunk bytes.",
+        },
+        "paths": {
+            "/": {"get": {
+                "summary": "Landing page: granules, variables, snippets, quick look.",
+                "parameters": [
+                    _param("granule", "query", "Granule to show.", required=False),
+                    _param("variable", "query", "Variable to plot.", required=False),
+                ],
+                "responses": {"200": {"description": "HTML page.",
+                                      "content": {"text/html": {"schema": {"type": "string"}}}},
+                              "401": _ERROR},
+            }},
+            "/healthz": {"get": {"summary": "Liveness (no token needed).",
+                                 "responses": {"200": {"description": "OK."}}}},
+            "/metrics": {"get": {"summary": "Prometheus metrics.",
+                                 "responses": {"200": {"description": "Text exposition."},
+                                               "401": _ERROR}}},
+            "/openapi.json": {"get": {"summary": "This document.",
+                                      "responses": {"200": {"description": "OpenAPI 3.1."},
+                                                    "401": _ERROR}}},
+            "/api/granules": {"get": {"summary": "Names of the granules served.",
+                                      "responses": {"200": {"description": "JSON list."},
+                                                    "401": _ERROR}}},
+            "/api/granules/{granule}": {"get": {
+                "summary": "Groups and variables of one granule.",
+                "parameters": [_GRANULE],
+                "responses": {"200": {"description": "JSON summary."}, **_KEY_ERRORS},
+            }},
+            "/quicklook.png": {"get": {
+                "summary": "PNG quick look of a window at the start of a variable.",
+                "parameters": [_param("granule", "query", "Granule name."),
+                               _param("variable", "query", "Variable path.")],
+                "responses": {"200": {"description": "PNG image.",
+                                      "content": {"image/png": {}}}, **_KEY_ERRORS},
+            }},
+            "/zarr/{granule}/{key}": _key_route("Zarr v2 key.", []),
+            "/zarr3/{granule}/{key}": _key_route("Zarr v3 key.", [shard]),
+            "/zarr3-shard/{k}/{granule}/{key}": _key_route("Zarr v3 key, K chunks per shard.",
+                                                           [k]),
+        },
+        "components": {
+            "responses": {"Error": {
+                "description": "An error: what happened and what to do.",
+                "content": {"application/json": {"schema": {
+                    "type": "object",
+                    "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
+                    "required": ["error", "message"],
+                }}},
+            }},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }  # fmt: skip

@@ -1,0 +1,206 @@
+"""One granule as the gateway holds it: its sidecar, a SidecarStore per Zarr view, and the
+metadata documents each view serves (consolidated per group, sharded on request).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import ujson
+
+from h5sidecar.gateway._fetch import ChunkFetcher
+from h5sidecar.gateway._http import BadRequestError
+from h5sidecar.gateway._keyspace import GranuleKeys
+from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, sharded_documents
+from h5sidecar.gateway.store import SidecarStore
+from h5sidecar.references import ArrayRefs, GranuleRefs
+from h5sidecar.settings import ReadSettings
+
+__all__ = ["GranuleEntry", "View"]
+
+
+def _dumps(obj: object) -> bytes:
+    # the options of the key space's own documents (and of the JSON sidecar writer)
+    return ujson.dumps(obj, escape_forward_slashes=False, ensure_ascii=False).encode("utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """Which Zarr view of a granule a request addresses.
+
+    Attributes
+    ----------
+    zarr_format : 2 or 3
+    shard : int
+        Chunks per shard along the first dimension (v3 only); 0 serves chunks unsharded.
+    """
+
+    zarr_format: Literal[2, 3] = 2
+    shard: int = 0
+
+    def __post_init__(self) -> None:
+        if self.shard and self.zarr_format != 3:
+            raise BadRequestError("virtual shards exist only in the Zarr v3 view (/zarr3/...)")
+        if not 0 <= self.shard <= MAX_SHARD_FACTOR:
+            raise BadRequestError(
+                f"chunks per shard must lie in 1..{MAX_SHARD_FACTOR}, got {self.shard}"
+            )
+
+    @property
+    def name(self) -> str:
+        """``"v2"``, ``"v3"`` or ``"v3-shard<K>"`` (for messages, ETags and cache keys)."""
+        return f"v{self.zarr_format}" + (f"-shard{self.shard}" if self.shard else "")
+
+
+class GranuleEntry:
+    """A granule's references and its Zarr views (v3 built on first use).
+
+    Parameters
+    ----------
+    name, sidecar : str
+        Granule name under DEST and the URL of its sidecar.
+    identity : tuple
+        The sidecar's identity when it was read (size + ETag/mtime).
+    refs : GranuleRefs
+    read_settings : ReadSettings
+        Settings of the fetcher (allow-list included).
+    storage_options : mapping
+        Options to read the sources.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        sidecar: str,
+        identity: tuple[Any, ...],
+        refs: GranuleRefs,
+        read_settings: ReadSettings,
+        storage_options: dict[str, Any],
+    ) -> None:
+        self.name = name
+        self.sidecar = sidecar
+        self.identity = identity
+        self.refs = refs
+        self.checked_at = time.monotonic()
+        src = refs.source
+        self.source_id = "|".join(map(str, (src.url, src.size, src.etag, src.mtime)))
+        self._read_settings = read_settings
+        self._storage_options = storage_options
+        self._stores: dict[int, SidecarStore] = {2: self._store(2)}
+
+    def _store(self, zarr_format: Literal[2, 3]) -> SidecarStore:
+        return SidecarStore(self.refs, zarr_format=zarr_format, settings=self._read_settings,
+                            storage_options=self._storage_options)  # fmt: skip
+
+    # -- views --------------------------------------------------------------------------------
+    @property
+    def fetcher(self) -> ChunkFetcher:
+        """The fetcher every view of this granule reads with (one allow-list, one freshness
+        state)."""
+        return self._stores[2].fetcher
+
+    def store(self, zarr_format: Literal[2, 3] = 2) -> SidecarStore:
+        """The SidecarStore serving ``zarr_format`` (built on first use)."""
+        if zarr_format not in self._stores:
+            self._stores[zarr_format] = self._store(zarr_format)
+        return self._stores[zarr_format]
+
+    def has_view(self, zarr_format: int) -> bool:
+        """True when the store of ``zarr_format`` is built."""
+        return zarr_format in self._stores
+
+    def keys(self, zarr_format: Literal[2, 3]) -> GranuleKeys:
+        """The key space of ``zarr_format``."""
+        return self.store(zarr_format).keyspace
+
+    @property
+    def nbytes(self) -> int:
+        """Approximate memory held: manifests + metadata documents (x2 for parsed objects)."""
+        docs = sum(len(d) for s in self._stores.values() for d in s.keyspace.documents.values())
+        return self.refs.nbytes + 2 * docs
+
+    def unsupported_reason(self, zarr_format: Literal[2, 3], key: str) -> str:
+        """Why the array of ``key`` is absent from the view (v3 cannot express some types)."""
+        unsupported = self.keys(zarr_format).unsupported
+        path = key.rpartition("/")[0]
+        while path:
+            if path in unsupported:
+                return unsupported[path]
+            path = path.rpartition("/")[0]
+        return ""
+
+    # -- documents ----------------------------------------------------------------------------
+    def document(self, view: View, key: str) -> bytes | None:
+        """The metadata document ``key`` of ``view``, or None when ``key`` is not one."""
+        if view.zarr_format == 2:
+            docs = self.keys(2).documents
+            if key in docs:
+                return docs[key]
+            if key.endswith("/.zmetadata"):
+                return self._group_zmetadata(key[: -len("/.zmetadata")])
+            return None
+        if key != "zarr.json" and not key.endswith("/zarr.json"):
+            return None
+        node = key[: -len("zarr.json")].rstrip("/")
+        docs = self.keys(3).documents
+        if key not in docs:
+            return None
+        if node in self.refs.groups and node:
+            doc: dict[str, Any] | None = self._group_doc_v3(node)
+        elif view.shard or node == "":
+            doc = ujson.loads(docs[key])
+        else:
+            return docs[key]
+        if view.shard:
+            doc = sharded_documents({key: doc}, view.shard)[key]
+        return _dumps(doc)
+
+    def is_synthesized(self, view: View, key: str) -> bool:
+        """True when :meth:`document` builds the document per request (worth caching)."""
+        return not (view.zarr_format == 2 and key in self.keys(2).documents) and not (
+            view.zarr_format == 3 and not view.shard and key in self.keys(3).documents
+            and key[: -len("zarr.json")].rstrip("/") not in self.refs.groups
+        )  # fmt: skip
+
+    def _group_zmetadata(self, group: str) -> bytes | None:
+        """Consolidated v2 metadata of the subtree of ``group`` (keys relative to it)."""
+        if group not in self.refs.groups or not group:
+            return None
+        prefix = group + "/"
+        meta = {k[len(prefix) :]: v for k, v in self.refs.zmetadata().items()
+                if k.startswith(prefix)}  # fmt: skip
+        return _dumps({"zarr_consolidated_format": 1, "metadata": meta})
+
+    def _group_doc_v3(self, group: str) -> dict[str, Any]:
+        """A group's v3 document with its subtree as inline consolidated metadata."""
+        root = ujson.loads(self.keys(3).documents["zarr.json"])
+        nodes = root["consolidated_metadata"]["metadata"]
+        prefix = group + "/"
+        doc = dict(nodes[group])
+        doc["consolidated_metadata"] = {
+            "kind": "inline",
+            "must_understand": False,
+            "metadata": {p[len(prefix) :]: d for p, d in sorted(nodes.items())
+                         if p.startswith(prefix)},
+        }
+        return doc
+
+    # -- shard keys --------------------------------------------------------------------------------
+    def split_shard_key(self, key: str) -> tuple[ArrayRefs, tuple[int, ...]] | None:
+        """``(array, shard index)`` of a shard key of the v3 view, or None (not a chunk key)."""
+        path, _, name = key.rpartition("/")
+        arr = self.keys(3).arrays.get(path)
+        if arr is None or not name:
+            return None
+        ndim = len(arr.meta.shape)
+        if ndim == 0:
+            return (arr, ()) if name == "0" else None
+        parts = name.split(".")
+        if len(parts) != ndim or not all(p.isascii() and p.isdigit() for p in parts):
+            return None
+        index = tuple(int(p) for p in parts)
+        if any(str(i) != p for i, p in zip(index, parts, strict=True)):
+            return None  # only canonical spellings ("1", not "01") name a shard
+        return arr, index

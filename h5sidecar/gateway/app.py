@@ -1,0 +1,381 @@
+"""The HTTP gateway as an ASGI app (Starlette) and its server (uvicorn): ``h5sidecar serve``.
+
+This is the only module that imports the web framework.  Everything it serves comes from
+:class:`~h5sidecar.gateway.core.Gateway`; this module maps requests to it and answers with
+HTTP: status codes from one table (:data:`~h5sidecar.gateway._http.STATUS`), ``Range`` (206 /
+416), ``HEAD``, ``ETag`` / ``If-None-Match`` (304), ``Cache-Control``, gzip for metadata only,
+CORS, an optional bearer token, and 405 for every method but GET/HEAD/OPTIONS.
+
+Build the app with :func:`create_app` (no module-level app or settings exist); run it with
+:func:`serve`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import hmac
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from h5sidecar import __version__
+from h5sidecar.errors import H5SidecarError, NotIndexedError
+from h5sidecar.gateway._http import (
+    Admission,
+    BadRequestError,
+    RangeNotSatisfiableError,
+    SaturatedError,
+    check_request_path,
+    parse_range,
+    status_for,
+)
+from h5sidecar.gateway._landing import describe, preview, render_page, render_png
+from h5sidecar.gateway._openapi import openapi_document
+from h5sidecar.gateway.core import Gateway, View
+from h5sidecar.settings import GatewaySettings, ReadSettings
+
+__all__ = ["create_app", "serve"]
+
+log = logging.getLogger("h5sidecar.gateway")
+
+Scope = MutableMapping[str, Any]
+ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
+                   Awaitable[None]]  # fmt: skip
+
+STATIC = Path(__file__).with_name("static")
+METHODS = ("GET", "HEAD", "OPTIONS")
+#: Metadata documents smaller than this are sent uncompressed (gzip would not pay off).
+GZIP_MIN = 1024
+#: Route families used as the ``route`` label of metrics (bounded cardinality).
+ROUTES = ("zarr", "zarr3", "zarr3-shard", "api", "quicklook.png", "static", "healthz",
+          "metrics", "openapi.json")  # fmt: skip
+
+
+def _route_label(path: str) -> str:
+    head = path.lstrip("/").split("/", 1)[0]
+    return head if head in ROUTES else ("landing" if head == "" else "other")
+
+
+def _error(exc: H5SidecarError) -> JSONResponse:
+    status = status_for(exc)
+    headers: dict[str, str] = {}
+    if isinstance(exc, RangeNotSatisfiableError):
+        headers["Content-Range"] = f"bytes */{exc.size}"
+    if isinstance(exc, SaturatedError):
+        headers["Retry-After"] = str(exc.retry_after)
+    if status >= 500:
+        log.warning("%s: %s", type(exc).__name__, exc)
+    return JSONResponse({"error": exc.kind, "message": str(exc)}, status, headers=headers)
+
+
+# -- middleware --------------------------------------------------------------------------------
+class _Metrics:
+    """Outermost: counts requests, bytes and latency per route family."""
+
+    def __init__(self, app: ASGIApp, gateway: Gateway) -> None:
+        self.app, self.metrics = app, gateway.metrics
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        state = {"status": 500, "bytes": 0}
+
+        async def counting_send(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                state["status"] = message["status"]
+                # browsers must not sniff chunk bytes or JSON into something executable
+                message["headers"] = [*message.get("headers", []),
+                                      (b"x-content-type-options", b"nosniff")]
+            elif message["type"] == "http.response.body":
+                state["bytes"] += len(message.get("body", b""))
+            await send(message)
+
+        route = _route_label(scope["path"])
+        self.metrics.inc("h5sidecar_http_requests_in_flight", 1)
+        try:
+            await self.app(scope, receive, counting_send)
+        finally:
+            self.metrics.inc("h5sidecar_http_requests_in_flight", -1)
+            self.metrics.inc("h5sidecar_http_requests_total", route=route,
+                             method=scope["method"], status=str(state["status"]))  # fmt: skip
+            self.metrics.inc("h5sidecar_http_response_bytes_total", state["bytes"], route=route)
+            self.metrics.observe("h5sidecar_http_request_duration_seconds",
+                                 time.perf_counter() - t0, route=route)  # fmt: skip
+
+
+class _Guard:
+    """Inside CORS: read-only methods, safe paths, and the bearer token."""
+
+    def __init__(self, app: ASGIApp, settings: GatewaySettings) -> None:
+        self.app, self.settings = app, settings
+        self._token = settings.token.encode() if settings.token else None
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        response = self._refuse(scope)
+        await (response or self.app)(scope, receive, send)
+
+    def _refuse(self, scope: Scope) -> Response | None:
+        method = scope["method"]
+        allow = {"Allow": ", ".join(METHODS)}
+        if method not in METHODS:
+            return JSONResponse({"error": "method_not_allowed", "message": f"{method} is not "
+                                 "allowed: the gateway is read-only (GET, HEAD, OPTIONS)"},
+                                405, headers=allow)  # fmt: skip
+        if method == "OPTIONS":  # not a CORS preflight (CORSMiddleware answers those)
+            return Response(status_code=204, headers=allow)
+        raw = scope.get("raw_path") or scope["path"].encode()
+        try:
+            check_request_path(raw.decode("latin-1"), scope["path"],
+                               max_length=self.settings.max_key_length)  # fmt: skip
+        except BadRequestError as exc:
+            return _error(exc)
+        if self._token is not None and scope["path"] != "/healthz":
+            headers = dict(scope.get("headers") or [])
+            scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self._token):
+                return JSONResponse({"error": "unauthorized", "message": "this gateway needs "
+                                     "'Authorization: Bearer <token>' (the --token it was "
+                                     "started with)"}, 401,
+                                    headers={"WWW-Authenticate": 'Bearer realm="h5sidecar"'})  # fmt: skip
+        return None
+
+
+# -- handlers --------------------------------------------------------------------------------------
+class _Handlers:
+    def __init__(self, gateway: Gateway, settings: GatewaySettings) -> None:
+        self.gw = gateway
+        self.settings = settings
+        self.private = settings.token is not None
+        # quick looks decode data and draw with matplotlib: a few at a time
+        self.plots = Admission(2, 8, wait_timeout=20.0)
+
+    def _cache_control(self, seconds: int) -> str:
+        return f"{'private' if self.private else 'public'}, max-age={seconds}"
+
+    async def zarr_v2(self, request: Request) -> Response:
+        return await self._key(request, View(2), request.path_params["path"])
+
+    async def zarr_v3(self, request: Request) -> Response:
+        raw = request.query_params.get("shard")
+        if raw is not None and not (raw.isascii() and raw.isdigit()):
+            raise BadRequestError(f"shard must be a positive integer, got {raw!r}")
+        return await self._key(request, View(3, int(raw or 0)), request.path_params["path"])
+
+    async def zarr_v3_shard(self, request: Request) -> Response:
+        raw = request.path_params["k"]
+        if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
+            raise BadRequestError(f"chunks per shard must be a positive integer, got {raw!r}")
+        return await self._key(request, View(3, int(raw)), request.path_params["path"])
+
+    async def _key(self, request: Request, view: View, path: str) -> Response:
+        res = await self.gw.resolve(path, view)
+        meta = res.kind == "metadata"
+        headers = {
+            "ETag": res.etag,
+            "Accept-Ranges": "bytes",
+            "Cache-Control": self._cache_control(60 if meta else 86400),
+            "Content-Type": "application/json" if meta else "application/octet-stream",
+        }
+        if meta:
+            headers["Vary"] = "Accept-Encoding"
+        if _etag_matches(request.headers.get("if-none-match"), res.etag):
+            return Response(status_code=304, headers=headers)
+        span = parse_range(request.headers.get("range"), res.size)
+        start, stop = span if span is not None else (0, res.size)
+        status = 200 if span is None else 206
+        if span is not None:
+            headers["Content-Range"] = f"bytes {start}-{stop - 1}/{res.size}"
+        gz = meta and span is None and res.size >= GZIP_MIN and _accepts_gzip(request)
+        if request.method == "HEAD" and not gz:
+            headers["Content-Length"] = str(stop - start)
+            return Response(status_code=status, headers=headers)
+        body = self.gw.compressed(res, _gzip) if gz else await self.gw.read(res, start, stop)
+        if gz:
+            headers["Content-Encoding"] = "gzip"
+        if request.method == "HEAD":
+            headers["Content-Length"] = str(len(body))
+            return Response(status_code=status, headers=headers)
+        return Response(body, status, headers=headers)
+
+    async def landing(self, request: Request) -> Response:
+        granules = await self.gw.granules()
+        name = request.query_params.get("granule") or (granules[0] if granules else None)
+        variable = request.query_params.get("variable")
+        summary, error = None, ""
+        if name is not None:
+            try:
+                summary = describe((await self.gw.entry(self._known(name, granules))).refs)
+            except H5SidecarError as exc:
+                error, name = f"{name}: {exc}", None
+        page = render_page(base=str(request.base_url).rstrip("/"), granules=granules,
+                           granule=name, summary=summary, variable=variable,
+                           token=self.private, error=error)  # fmt: skip
+        csp = ("default-src 'self'; img-src 'self' data:; connect-src 'self' http: https:; "
+               "style-src 'self'; script-src 'self'; frame-ancestors 'none'")  # fmt: skip
+        return HTMLResponse(page, headers={"Content-Security-Policy": csp,
+                                           "Cache-Control": "no-cache"})  # fmt: skip
+
+    @staticmethod
+    def _known(name: str, granules: list[str]) -> str:
+        if name not in granules:
+            raise NotIndexedError(f"no granule {name!r} under DEST")
+        return name
+
+    async def granules(self, request: Request) -> Response:
+        return JSONResponse({"granules": await self.gw.granules()})
+
+    async def granule(self, request: Request) -> Response:
+        name = self._known(request.path_params["granule"], await self.gw.granules())
+        entry = await self.gw.entry(name)
+        return JSONResponse({"granule": name, **describe(entry.refs)})
+
+    async def quicklook(self, request: Request) -> Response:
+        name = request.query_params.get("granule") or ""
+        var = request.query_params.get("variable") or ""
+        entry = await self.gw.entry(self._known(name, await self.gw.granules()))
+        arr = entry.refs.arrays.get(var)
+        if arr is None:
+            raise NotIndexedError(f"granule {name!r} has no variable {var!r} (see /api/granules)")
+        self.gw.check_sources(arr.manifest.urls)  # the plot reads through the store's fetcher
+        async with self.plots.slot(), self.gw.admission.slot():
+            values = await preview(entry.store(2), arr)
+        title = f"{name}: {var} (first {values.size:,} values)"
+        png = await asyncio.to_thread(render_png, values, title, str(arr.meta.attrs.get("units", "")))
+        return Response(png, media_type="image/png",
+                        headers={"Cache-Control": self._cache_control(300)})  # fmt: skip
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "version": __version__})
+
+    async def metrics(self, request: Request) -> Response:
+        self.gw.cache_stats()  # refresh the cache gauges
+        return PlainTextResponse(self.gw.metrics.render(),
+                                 media_type="text/plain; version=0.0.4")  # fmt: skip
+
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(openapi_document(__version__))
+
+
+def _etag_matches(header: str | None, etag: str) -> bool:
+    if not header:
+        return False
+    tags = {t.strip().removeprefix("W/") for t in header.split(",")}
+    return "*" in tags or etag in tags
+
+
+def _accepts_gzip(request: Request) -> bool:
+    return "gzip" in request.headers.get("accept-encoding", "").lower()
+
+
+def _gzip(data: bytes) -> bytes:
+    return gzip.compress(data, compresslevel=6, mtime=0)
+
+
+# -- app ----------------------------------------------------------------------------------------
+def create_app(
+    settings: GatewaySettings,
+    dest: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    read_settings: ReadSettings | None = None,
+    refresh_seconds: float = 30.0,
+) -> Starlette:
+    """Build the gateway's ASGI app for the sidecars under ``dest``.
+
+    Parameters
+    ----------
+    settings : GatewaySettings
+        Token, CORS origins, extra allowed source prefixes, caches and limits.
+    dest : str
+        Local folder or ``s3://`` prefix written by ``h5sidecar index SOURCE -o DEST``.
+    storage_options : mapping, optional
+        fsspec/s3fs options for DEST and the sources (e.g. ``endpoint_url``).
+    read_settings : ReadSettings, optional
+        Fetch settings (see "Read path: tuning" in the README).
+    refresh_seconds : float
+        How often DEST is re-listed for new granules.
+
+    Returns
+    -------
+    starlette.applications.Starlette
+        The app; ``app.state.gateway`` is its :class:`~h5sidecar.gateway.core.Gateway`.
+    """
+    gateway = Gateway(settings, dest, storage_options=storage_options,
+                      read_settings=read_settings, refresh_seconds=refresh_seconds)  # fmt: skip
+    h = _Handlers(gateway, settings)
+    key_methods = ["GET", "HEAD"]
+    routes = [
+        Route("/", h.landing, methods=key_methods),
+        Route("/healthz", h.healthz, methods=key_methods),
+        Route("/metrics", h.metrics, methods=key_methods),
+        Route("/openapi.json", h.openapi, methods=key_methods),
+        Route("/api/granules", h.granules, methods=key_methods),
+        Route("/api/granules/{granule:path}", h.granule, methods=key_methods),
+        Route("/quicklook.png", h.quicklook, methods=key_methods),
+        Route("/zarr/{path:path}", h.zarr_v2, methods=key_methods),
+        Route("/zarr3/{path:path}", h.zarr_v3, methods=key_methods),
+        Route("/zarr3-shard/{k}/{path:path}", h.zarr_v3_shard, methods=key_methods),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    middleware = [Middleware(_Metrics, gateway=gateway)]
+    if settings.cors_origins:
+        middleware.append(Middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=list(METHODS),
+            allow_headers=["Range", "Authorization", "If-None-Match", "Accept-Encoding"],
+            expose_headers=["Content-Range", "Content-Length", "Content-Encoding", "ETag",
+                            "Accept-Ranges"],
+            max_age=600,
+        ))  # fmt: skip
+    middleware.append(Middleware(_Guard, settings=settings))
+
+    async def on_error(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, H5SidecarError):
+            return _error(exc)
+        if isinstance(exc, HTTPException):
+            return JSONResponse({"error": "http", "message": str(exc.detail)}, exc.status_code,
+                                headers=exc.headers)  # fmt: skip
+        log.exception("unexpected error serving %s", request.url.path)
+        return JSONResponse({"error": "internal", "message": "internal error (logged by the "
+                             "gateway); please report it"}, 500)  # fmt: skip
+
+    app = Starlette(routes=routes, middleware=middleware,
+                    exception_handlers={H5SidecarError: on_error, HTTPException: on_error,
+                                        Exception: on_error})  # fmt: skip
+    app.state.gateway = gateway
+    return app
+
+
+def serve(
+    settings: GatewaySettings,
+    dest: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    read_settings: ReadSettings | None = None,
+    log_level: str = "info",
+) -> None:
+    """Run the gateway with uvicorn on ``settings.host:settings.port`` until interrupted."""
+    import uvicorn
+
+    app = create_app(settings, dest, storage_options=storage_options,
+                     read_settings=read_settings)  # fmt: skip
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level,
+                proxy_headers=False, server_header=False, access_log=log_level == "debug")  # fmt: skip

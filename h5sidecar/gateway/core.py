@@ -1,0 +1,408 @@
+"""The framework-free core of the HTTP gateway (``h5sidecar serve``).
+
+:class:`Gateway` turns a request path into bytes: it finds the granule's sidecar under DEST
+(:mod:`h5sidecar.gateway._dest`), opens it as a :class:`~h5sidecar.gateway.store.SidecarStore`
+per Zarr view (v2, v3), resolves the key with the store's key space, and reads chunk bytes with
+the store's :class:`~h5sidecar.gateway._fetch.ChunkFetcher`.  The web layer
+(:mod:`h5sidecar.gateway.app`) only maps this to HTTP.
+
+Views of one granule:
+
+* ``View(2)`` -- Zarr v2: ``.zmetadata`` (consolidated), ``.zgroup``/``.zattrs``/``.zarray``
+  and chunk keys answered with the original (compressed) chunk bytes;
+* ``View(3)`` -- Zarr v3: ``zarr.json`` documents (synthesized by :mod:`~h5sidecar.gateway._v3`),
+  same chunk keys;
+* ``View(3, shard=K)`` -- Zarr v3 whose ``sharding_indexed`` shards each hold K consecutive
+  chunks along the first dimension (:mod:`~h5sidecar.gateway._shard`).
+
+Every group's metadata is served consolidated (``g/.zmetadata`` in v2, inline
+``consolidated_metadata`` in each group's ``zarr.json`` in v3), so a client can open any group
+directly (``xr.open_zarr(url, group="gt1l/heights")``) without listing.
+
+Bounded memory: parsed sidecars, synthesized documents and hot chunks live in byte-bounded LRU
+caches sharing ``GatewaySettings.cache_bytes``.  Bounded upstream work: every read that touches a
+source holds an :class:`~h5sidecar.gateway._http.Admission` slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from h5sidecar.errors import NotIndexedError
+from h5sidecar.gateway._allow import AllowList
+from h5sidecar.gateway._cache import ByteLRU, load_refs, sidecar_identity
+from h5sidecar.gateway._dest import DestIndex, DestSnapshot
+from h5sidecar.gateway._fetch import ChunkFetcher
+from h5sidecar.gateway._http import Admission, ResponseTooLargeError, etag_of
+from h5sidecar.gateway._keyspace import ChunkRef
+from h5sidecar.gateway._metrics import GatewayMetrics
+from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, ShardLayout, shard_layout
+from h5sidecar.gateway._views import GranuleEntry, View
+from h5sidecar.references import GranuleRefs
+from h5sidecar.settings import GatewaySettings, ReadSettings
+
+__all__ = ["MAX_SHARD_FACTOR", "Gateway", "Resolved", "View"]
+
+log = logging.getLogger("h5sidecar.gateway")
+
+#: Chunks up to this size are kept in the hot-chunk cache.
+CHUNK_CACHE_ITEM = 4 * 2**20
+#: A miss on an unknown granule re-lists DEST at most this often (seconds).
+MISS_REFRESH_SECONDS = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """What one key of one view holds, known without reading the source.
+
+    Attributes
+    ----------
+    kind : "metadata", "chunk" or "shard"
+    size : int
+        Size of the full value in bytes.
+    etag : str
+        Strong ETag: the document's digest, or the source identity + view + key + reference.
+    data : bytes or None
+        The value when held in memory (documents, inline chunks).
+    ref : (url, offset, length) or None
+        The chunk's bytes in the source.
+    layout : ShardLayout or None
+        The pieces of a virtual shard.
+    """
+
+    granule: str
+    key: str
+    view: View
+    kind: Literal["metadata", "chunk", "shard"]
+    size: int
+    etag: str
+    data: bytes | None = None
+    ref: ChunkRef | None = None
+    layout: ShardLayout | None = None
+    fetcher: ChunkFetcher | None = None
+    source_id: str = ""
+
+    @property
+    def needs_upstream(self) -> bool:
+        """True when serving the whole value reads a source."""
+        return self.data is None
+
+
+class Gateway:
+    """Serve every granule indexed under ``dest`` as Zarr stores.
+
+    Parameters
+    ----------
+    settings : GatewaySettings
+        Limits, caches, allow-list extension, CORS, token (see the README, "HTTP gateway").
+    dest : str
+        Folder or ``s3://`` prefix of sidecars written by ``h5sidecar index``.
+    storage_options : mapping, optional
+        fsspec/s3fs options to list DEST, read sidecars and read sources (credentials may come
+        from the standard AWS environment instead; they never appear in responses or logs).
+    read_settings : ReadSettings, optional
+        Fetch settings (coalescing, retries, freshness guard).  Its ``allowed_prefixes`` are
+        added to the allow-list.
+    refresh_seconds : float
+        DEST is re-listed (and the report re-read) when the listing is older than this.
+    revalidate_seconds : float
+        A cached sidecar's identity (size + ETag/mtime) is re-checked at most this often, so a
+        re-indexed granule is picked up without a restart.
+    """
+
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        dest: str,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        read_settings: ReadSettings | None = None,
+        refresh_seconds: float = 30.0,
+        revalidate_seconds: float = 10.0,
+    ) -> None:
+        self.settings = settings
+        self.storage_options = dict(storage_options or {})
+        self.read_settings = read_settings if read_settings is not None else ReadSettings()
+        self.dest = DestIndex(dest, storage_options=self.storage_options,
+                              refresh_seconds=refresh_seconds)  # fmt: skip
+        self.revalidate_seconds = revalidate_seconds
+        self.metrics = GatewayMetrics()
+        self.admission = Admission(settings.max_upstream, settings.max_pending)
+        budget = settings.cache_bytes
+        self._entries: ByteLRU[GranuleEntry] = ByteLRU(budget // 2, size=lambda e: e.nbytes)
+        self._docs: ByteLRU[bytes] = ByteLRU(budget // 8)
+        self._chunks: ByteLRU[bytes] = ByteLRU(budget - budget // 2 - budget // 8)
+        self._snap: DestSnapshot | None = None
+        self._allow = AllowList(())
+        self._listing: asyncio.Future[DestSnapshot] | None = None
+        self._loading: dict[str, asyncio.Future[GranuleEntry]] = {}
+
+    # -- DEST ------------------------------------------------------------------------------------
+    @property
+    def allowed_prefixes(self) -> tuple[str, ...]:
+        """Source prefixes that may be read: the report's sources, ``allow``, read settings."""
+        return self._allow.prefixes
+
+    async def snapshot(self, *, max_age: float | None = None) -> DestSnapshot:
+        """The listing of DEST, refreshed in a thread when older than ``max_age``."""
+        limit = self.dest.refresh_seconds if max_age is None else max_age
+        snap = self._snap
+        if snap is not None and time.monotonic() - snap.listed_at <= limit:
+            return snap
+        if self._listing is None:  # single flight: one listing for all waiting requests
+            self._listing = asyncio.ensure_future(
+                asyncio.to_thread(self.dest.snapshot, max_age=limit)
+            )
+        listing = self._listing
+        try:
+            snap = await asyncio.shield(listing)
+        finally:
+            if listing.done() and self._listing is listing:
+                self._listing = None
+        self._install(snap)
+        return snap
+
+    def _install(self, snap: DestSnapshot) -> None:
+        prefixes = (*snap.sources, *self.settings.allow, *self.read_settings.allowed_prefixes)
+        if prefixes != self._allow.prefixes:
+            self._allow = AllowList(prefixes)
+            self._entries.clear()  # fetchers carry the allow-list: rebuild them
+        if not prefixes and snap is not self._snap:
+            log.warning("no %s in DEST and no --allow: every chunk read will be refused (403); "
+                        "pass --allow PREFIX for the sources", "_report.json")  # fmt: skip
+        self._snap = snap
+        self.metrics.set("h5sidecar_granules", len(snap.sidecars))
+
+    async def granules(self) -> list[str]:
+        """Names of the granules served."""
+        return list((await self.snapshot()).sidecars)
+
+    async def split(self, path: str) -> tuple[str, str]:
+        """``(granule, key)`` of ``"<granule>/<key>"``; re-lists DEST once on a miss.
+
+        Raises
+        ------
+        NotIndexedError
+            No granule of that name is indexed under DEST.
+        """
+        found = DestIndex.split(await self.snapshot(), path)
+        if found is None:
+            found = DestIndex.split(await self.snapshot(max_age=MISS_REFRESH_SECONDS), path)
+        if found is None:
+            raise NotIndexedError(
+                f"no granule matches {path!r} under DEST: list them at /api/granules, or index "
+                "the granule (h5sidecar index SOURCE -o DEST)"
+            )
+        return found
+
+    # -- sidecars -----------------------------------------------------------------------------------
+    async def entry(self, name: str) -> GranuleEntry:
+        """The parsed sidecar of granule ``name`` (cached; revalidated every few seconds)."""
+        cached = self._entries.get(name)
+        self.metrics.inc("h5sidecar_cache_" + ("hits" if cached else "misses") + "_total",
+                         cache="sidecar")  # fmt: skip
+        if cached is not None and time.monotonic() - cached.checked_at < self.revalidate_seconds:
+            return cached
+        pending = self._loading.get(name)
+        if pending is None:
+            pending = asyncio.ensure_future(self._load(name, cached))
+            self._loading[name] = pending
+            pending.add_done_callback(lambda _: self._loading.pop(name, None))
+        return await asyncio.shield(pending)
+
+    async def _load(self, name: str, cached: GranuleEntry | None) -> GranuleEntry:
+        snap = await self.snapshot()
+        url = snap.sidecars.get(name)
+        if url is None:
+            raise NotIndexedError(f"granule {name!r} is no longer indexed under DEST")
+        identity = await asyncio.to_thread(sidecar_identity, url, self.storage_options)
+        if cached is not None and cached.identity == identity:
+            cached.checked_at = time.monotonic()
+            return cached
+        refs: GranuleRefs = await asyncio.to_thread(
+            load_refs, url, self.storage_options, cache=None
+        )
+        read = self.read_settings
+        if self._allow.prefixes:
+            read = dataclasses.replace(read, allowed_prefixes=self._allow.prefixes)
+        entry = await asyncio.to_thread(
+            GranuleEntry, name, url, identity, refs, read, self.storage_options
+        )
+        self._entries.put(name, entry)
+        return entry
+
+    async def view_of(self, entry: GranuleEntry, view: View) -> Any:
+        """The entry's keys for ``view`` (building a v3 view takes a thread: ~1 ms/array)."""
+        if not entry.has_view(view.zarr_format):
+            await asyncio.to_thread(entry.keys, view.zarr_format)
+            self._entries.put(entry.name, entry)  # re-charge: the entry grew
+        return entry.keys(view.zarr_format)
+
+    # -- keys -------------------------------------------------------------------------------------
+    async def resolve(self, path: str, view: View) -> Resolved:
+        """What ``"<granule>/<key>"`` holds in ``view`` (no source I/O).
+
+        Raises
+        ------
+        NotIndexedError
+            Unknown granule, or no such key.  Chunks that are not stored are absent too
+            (Zarr reads them as the fill value).
+        """
+        name, key = await self.split(path)
+        entry = await self.entry(name)
+        keys = await self.view_of(entry, view)
+        doc = self._document(entry, view, key)
+        if doc is not None:
+            return Resolved(name, key, view, "metadata", len(doc), etag_of(entry.identity, doc),
+                            data=doc)  # fmt: skip
+        fetcher = entry.fetcher
+        sid = entry.source_id
+        if view.shard:
+            found = entry.split_shard_key(key)
+            if found is not None and found[1]:
+                arr, index = found
+                layout = shard_layout(arr, index, view.shard)
+                if layout is not None:
+                    etag = etag_of(sid, view.name, key, layout.index)
+                    return Resolved(name, key, view, "shard", layout.size, etag, layout=layout,
+                                    fetcher=fetcher, source_id=sid)  # fmt: skip
+                raise self._missing(name, key, view)
+        ref = keys.resolve(key)
+        if ref is None or keys.split_chunk_key(key) is None:
+            raise self._missing(name, key, view,
+                                note=entry.unsupported_reason(view.zarr_format, key))
+        if isinstance(ref, bytes):
+            return Resolved(name, key, view, "chunk", len(ref), etag_of(sid, key, ref), data=ref)
+        return Resolved(name, key, view, "chunk", ref[2], etag_of(sid, view.name, key, *ref),
+                        ref=ref, fetcher=fetcher, source_id=sid)  # fmt: skip
+
+    def _missing(self, name: str, key: str, view: View, *, note: str = "") -> NotIndexedError:
+        hint = note or (
+            "metadata documents are listed in the consolidated metadata; chunks that are not "
+            "stored read as the fill value"
+        )
+        return NotIndexedError(f"no key {key!r} in granule {name!r} ({view.name} view): {hint}")
+
+    def _document(self, entry: GranuleEntry, view: View, key: str) -> bytes | None:
+        ck = (entry.name, entry.identity, view.name, key)
+        doc = self._docs.get(ck)
+        if doc is not None:
+            return doc
+        doc = entry.document(view, key)
+        if doc is not None and entry.is_synthesized(view, key):
+            self._docs.put(ck, doc)
+        return doc
+
+    def compressed(self, res: Resolved, compress: Callable[[bytes], bytes]) -> bytes:
+        """``compress(res.data)`` for a metadata document, cached beside the documents."""
+        assert res.data is not None
+        ck = ("gz", res.etag)
+        out = self._docs.get(ck)
+        if out is None:
+            out = compress(res.data)
+            self._docs.put(ck, out)
+        return out
+
+    # -- reads -------------------------------------------------------------------------------------
+    async def read(self, res: Resolved, start: int = 0, stop: int | None = None) -> bytes:
+        """Bytes ``[start, stop)`` of the value of ``res`` (the whole value by default).
+
+        Raises
+        ------
+        ResponseTooLargeError
+            More than ``max_response_bytes`` asked for.
+        ForbiddenSourceError
+            The reference points outside the allow-list (nothing is fetched).
+        StaleReferenceError, SourceReadError
+            From the fetcher (the source changed; reads kept failing).
+        """
+        stop = res.size if stop is None else stop
+        if stop - start > self.settings.max_response_bytes:
+            raise ResponseTooLargeError(
+                f"{res.key!r} is {stop - start} bytes, more than max_response_bytes="
+                f"{self.settings.max_response_bytes}: request it in parts with a Range header"
+                + (" or use fewer chunks per shard" if res.kind == "shard" else "")
+            )
+        if res.data is not None:
+            return res.data[start:stop]
+        if res.ref is not None:
+            return await self._read_chunk(res, res.ref, start, stop)
+        assert res.layout is not None
+        return await self._read_shard(res, res.layout, start, stop)
+
+    def _cached_chunk(self, res: Resolved, ref: ChunkRef) -> bytes | None:
+        data = self._chunks.get((res.source_id, *ref))
+        self.metrics.inc("h5sidecar_cache_" + ("hits" if data else "misses") + "_total",
+                         cache="chunk")  # fmt: skip
+        return data
+
+    def _keep_chunk(self, res: Resolved, ref: ChunkRef, data: bytes) -> None:
+        if len(data) <= CHUNK_CACHE_ITEM:
+            self._chunks.put((res.source_id, *ref), data)
+
+    async def _read_chunk(self, res: Resolved, ref: ChunkRef, start: int, stop: int) -> bytes:
+        cached = self._cached_chunk(res, ref)
+        if cached is not None:
+            return cached[start:stop]
+        url, offset, _ = ref
+        (data,) = await self._fetch(res, [(url, offset + start, stop - start)])
+        if start == 0 and stop == ref[2]:
+            self._keep_chunk(res, ref, data)
+        return data
+
+    async def _read_shard(self, res: Resolved, layout: ShardLayout, start: int, stop: int) -> bytes:
+        parts: list[bytes | None] = []
+        wanted: list[ChunkRef] = []
+        where: list[int] = []
+        for piece in layout.pieces(start, stop):
+            if piece.ref is None:
+                parts.append(piece.data)
+                continue
+            assert piece.chunk is not None
+            cached = self._cached_chunk(res, piece.chunk)
+            if cached is not None:
+                parts.append(cached[piece.skip : piece.skip + piece.ref[2]])
+                continue
+            where.append(len(parts))
+            parts.append(None)
+            wanted.append(piece.ref)
+        if wanted:
+            # one batch: the fetcher plans it, so neighbouring chunks become one upstream read
+            fetched = await self._fetch(res, wanted)
+            for i, ref, data in zip(where, wanted, fetched, strict=True):
+                parts[i] = data
+                self._keep_chunk(res, ref, data)  # a chunk fetched whole is cached whole
+        return b"".join(p for p in parts if p is not None)
+
+    async def _fetch(self, res: Resolved, requests: list[ChunkRef]) -> list[bytes]:
+        for url, _, _ in requests:
+            self._allow.check(url)  # before any I/O, whatever the sidecar says
+        assert res.fetcher is not None
+        async with self.admission.slot():
+            plan = res.fetcher.plan(requests)
+            self.metrics.inc("h5sidecar_upstream_requests_total", plan.n_requests)
+            self.metrics.inc("h5sidecar_upstream_bytes_total",
+                             float((plan.request_stop - plan.request_start).sum()))  # fmt: skip
+            data = await res.fetcher.fetch_plan(plan)
+        return [bytes(d) for d in data]
+
+    def check_sources(self, urls: tuple[str, ...]) -> None:
+        """Raise :class:`~h5sidecar.errors.ForbiddenSourceError` unless every URL is allowed."""
+        for url in urls:
+            self._allow.check(url)
+
+    def cache_stats(self) -> dict[str, Any]:
+        """Byte-bounded caches: entries, bytes, hits, misses, evictions."""
+        out = {}
+        for name, cache in (("sidecar", self._entries), ("metadata", self._docs),
+                            ("chunk", self._chunks)):  # fmt: skip
+            s = cache.stats
+            out[name] = dataclasses.asdict(s)
+            self.metrics.set("h5sidecar_cache_bytes", s.current_bytes, cache=name)
+        return out

@@ -1,0 +1,132 @@
+"""Helpers of the HTTP gateway tests: granules on the moto S3 server, DEST folders indexed by
+the real batch workflow, and the gateway running under uvicorn on a free port of 127.0.0.1.
+
+Fixtures are defined here and imported by the ``test_http_*`` modules (pytest collects fixtures
+from a module's namespace).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from h5sidecar.settings import GatewaySettings, ReadSettings
+from tests.conftest import free_port
+from tests.gateway._granules import write_small_granule
+
+#: Photons of the ATL03-like sample: strong beams get two 10,000-row chunks, weak beams one.
+PHOTONS = 60_000
+ATL03 = "ATL03_20190329130645_00010301_006_01.h5"
+SMALL = "small.h5"
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Sample granules on S3 and the DEST folders the batch workflow indexed them into."""
+
+    endpoint: str
+    bucket: str
+    local: Mapping[str, Path]  # granule name -> local copy (what h5py reads)
+    dest: str  # local folder, JSON sidecars of every granule
+    dest_s3: str  # s3:// prefix, Parquet sidecar of the small granule
+    options: Mapping[str, Any]  # storage options of the moto server (endpoint only)
+
+    def source_url(self, name: str) -> str:
+        return f"s3://{self.bucket}/src/{name}"
+
+
+@pytest.fixture(scope="session")
+def http_corpus(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Corpus:
+    """Granules uploaded to moto once per session and indexed with ``index_many``."""
+    import s3fs
+
+    from h5sidecar.sample import write_atl03_like
+    from h5sidecar.workflows import index_many
+
+    root = tmp_path_factory.mktemp("gateway")
+    (root / "src").mkdir()
+    local = {
+        ATL03: write_atl03_like(root / "src" / ATL03, photons=PHOTONS, seed=3),
+        SMALL: write_small_granule(root / "src" / SMALL),
+    }
+    options = {"endpoint_url": s3_endpoint}
+    bucket = f"gw-{uuid.uuid4().hex[:10]}"
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
+    fs.mkdir(bucket)
+    for name, path in local.items():
+        fs.put_file(str(path), f"{bucket}/src/{name}")
+    dest = root / "dest"
+    report = index_many(f"s3://{bucket}/src", str(dest), format="json", executor="serial",
+                        storage_options=options)  # fmt: skip
+    assert report.ok, report.to_dict()
+    dest_s3 = f"s3://{bucket}/dest"
+    report = index_many(f"s3://{bucket}/src/{SMALL}", dest_s3, format="parquet",
+                        executor="serial", storage_options=options)  # fmt: skip
+    assert report.ok, report.to_dict()
+    return Corpus(s3_endpoint, bucket, local, str(dest), dest_s3, options)
+
+
+@contextmanager
+def running(app: Any) -> Iterator[str]:
+    """Run an ASGI app with uvicorn in a thread on a free port of 127.0.0.1; yield its URL."""
+    import uvicorn
+
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                            lifespan="off", access_log=False)  # fmt: skip
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+
+
+@contextmanager
+def gateway(dest: str, options: Mapping[str, Any] | None = None, *,
+            read_settings: ReadSettings | None = None, **settings: Any) -> Iterator[tuple[str, Any]]:  # fmt: skip
+    """``create_app`` over ``dest``, running: yields ``(base URL, app)``."""
+    from h5sidecar.gateway.app import create_app
+
+    app = create_app(GatewaySettings(**settings), dest, storage_options=options,
+                     read_settings=read_settings)  # fmt: skip
+    with running(app) as url:
+        yield url, app
+
+
+@pytest.fixture(scope="module")
+def served(http_corpus: Corpus) -> Iterator[tuple[str, Any]]:
+    """The gateway over the local JSON DEST (default settings, CORS '*')."""
+    with gateway(http_corpus.dest, http_corpus.options) as running_app:
+        yield running_app
+
+
+def raw_get(url: str, path: bytes, headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:
+    """Send ``GET <path>`` exactly as given (no client-side normalisation); status and body."""
+    host, _, port = url.removeprefix("http://").partition(":")
+    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items()).encode()
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: " + host.encode() + b"\r\n" + extra
+                     + b"Connection: close\r\n\r\n")  # fmt: skip
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
