@@ -137,6 +137,25 @@ def build_parser() -> argparse.ArgumentParser:
                        "with xarray through its sidecar and compare values with h5py.")
     p.add_argument("outdir", nargs="?", default="demo-output")
     p.set_defaults(run=_cmd_demo)
+
+    p = sub.add_parser("serve", parents=[verbose], help="serve sidecars as Zarr over HTTP",
+                       description="Serve every granule indexed under DEST as Zarr v2 "
+                       "(/zarr/G/), Zarr v3 (/zarr3/G/) and sharded Zarr v3 (/zarr3-shard/K/G/) "
+                       "stores, with a landing page at /. Settings also come from H5SIDECAR_* "
+                       "variables (H5SIDECAR_TOKEN keeps the token out of the process list).")
+    p.add_argument("dest", help="folder or S3 prefix written by `h5sidecar index -o`")
+    p.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="port (default 8000)")
+    p.add_argument("--allow", action="append", default=[], metavar="PREFIX",
+                   help="also allow reading sources under PREFIX (repeatable; default: only the "
+                   "sources listed in DEST/_report.json)")
+    p.add_argument("--token", default=None,
+                   help="require 'Authorization: Bearer TOKEN' on every route but /healthz")
+    p.add_argument("--cors", action="append", default=[], metavar="ORIGIN",
+                   help="allow this browser origin (repeatable; default '*')")
+    p.add_argument("--no-cors", action="store_true", help="send no CORS headers")
+    _storage_option_arg(p)
+    p.set_defaults(run=_cmd_serve)
     return parser
 
 
@@ -362,6 +381,21 @@ def _cmd_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
     out.print(t)
     out.print(f"next: h5sidecar inspect {d.example_sidecar}")
     return EXIT_OK if d.ok else EXIT_FAILED
+
+
+def _cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from h5sidecar.gateway.app import serve
+    from h5sidecar.settings import GatewaySettings, ReadSettings, from_env
+
+    cors = () if args.no_cors else tuple(args.cors) or None
+    settings = from_env(GatewaySettings, host=args.host, port=args.port, token=args.token,
+                        allow=tuple(args.allow) or None, cors_origins=cors)
+    err.print(f"serving [bold]{args.dest}[/] on http://{settings.host}:{settings.port}/ "
+              f"(token {'required' if settings.token else 'off'}; Ctrl-C stops)")
+    serve(settings, args.dest, storage_options=storage_options(args.storage_options),
+          read_settings=from_env(ReadSettings),
+          log_level=("warning", "info", "debug")[min(args.verbose, 2)])
+    return EXIT_OK
 
 
 # -- formatting -----------------------------------------------------------------------------------
