@@ -204,7 +204,9 @@ class ChunkManifest:
 
     def iter_refs(self) -> Iterator[tuple[tuple[int, ...], tuple[str, int, int] | bytes]]:
         """Yield ``(chunk index, reference)`` for every stored or inline chunk (debugging aid)."""
-        for index in zip(*np.nonzero(self._codes != MISSING), strict=True):
+        # numpy refuses nonzero() on 0-d arrays; the scalar case is handled below
+        present = np.nonzero(self._codes != MISSING) if self._codes.ndim else ()
+        for index in zip(*present, strict=True):
             idx = tuple(int(i) for i in index)
             ref = self.get(idx)
             assert ref is not None
