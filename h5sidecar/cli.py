@@ -11,10 +11,11 @@ found a difference); 2 bad usage or input (no such source or sidecar, malformed 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Self
 
 from rich.console import Console
@@ -88,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=_positive, default=None,
                    help="worker processes (default: one per CPU)")
     p.add_argument("--serial", action="store_true", help="index in this process, one by one")
+    p.add_argument("--dask", metavar="ADDRESS", default=None,
+                   help="run on a Dask cluster: a scheduler address (tcp://host:8786) or "
+                   "local:N for a LocalCluster of N worker processes on this machine")
+    p.add_argument("--retries", type=int, default=2, metavar="N",
+                   help="with --dask: extra attempts for a granule that failed with a "
+                   "transient read error (default 2)")
     p.add_argument("--force", action="store_true", help="re-index up-to-date granules too")
     p.add_argument("--checksums", action="store_true",
                    help="record a checksum of every chunk (reads all the data)")
@@ -120,6 +127,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _storage_option_arg(p)
     p.set_defaults(run=_cmd_verify)
+
+    p = sub.add_parser("catalog", parents=[verbose], help="write a STAC catalog of DEST",
+                       description="Write (or update) a static STAC 1.1 catalog in STACDIR: a "
+                       "Collection with one Item per granule indexed under DEST (footprint and "
+                       "time range read from the data; assets: original file, sidecar, and the "
+                       "gateway's Zarr store with --gateway-url). Documents are validated "
+                       "against the STAC schemas offline.")
+    p.add_argument("dest", help="folder or S3 prefix written by `h5sidecar index -o`")
+    p.add_argument("-o", "--output", dest="stacdir", required=True, help="catalog folder")
+    p.add_argument("--gateway-url", default=None, metavar="URL",
+                   help="base URL of `h5sidecar serve DEST`: adds a 'zarr' asset to each item")
+    p.add_argument("--collection-id", default=None, metavar="ID",
+                   help="collection id (default: the products' short_name, else DEST's name)")
+    p.add_argument("--references-base-url", default=None, metavar="URL",
+                   help="URL where DEST is published: 'references' assets point there")
+    p.add_argument("--title", default=None, help="collection title")
+    p.add_argument("--description", default=None, help="collection description")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    _storage_option_arg(p)
+    p.set_defaults(run=_cmd_catalog)
 
     p = sub.add_parser("sample", parents=[verbose], help="write sample ATL03-like granules",
                        description="Write small synthetic ATL03-like HDF5 granules (and "
@@ -216,7 +243,7 @@ def _setup_logging(verbose: int) -> None:
 def _cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
     from h5sidecar.workflows import DEFAULT_PATTERNS, index_many
 
-    with _ProgressBar(err) as bar:
+    with _executor(args, err) as (executor, workers), _ProgressBar(err) as bar:
         report = index_many(
             args.source,
             args.dest,
@@ -226,8 +253,8 @@ def _cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
             on_unsupported=args.on_unsupported,
             storage_options=storage_options(args.storage_options),
             patterns=tuple(args.patterns or DEFAULT_PATTERNS),
-            executor="serial" if args.serial else "process",
-            workers=args.workers,
+            executor=executor,
+            workers=workers,
             progress=bar,
         )
     if args.json:
@@ -248,6 +275,26 @@ def _cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
         out.print(f"{skipped} variable(s) skipped (reasons in the report and `h5sidecar inspect`)")
     out.print(f"report: {report.dest.rstrip('/')}/_report.json")
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+@contextlib.contextmanager
+def _executor(args: argparse.Namespace, err: Console) -> Iterator[tuple[Any, int | None]]:
+    """``(executor, workers)`` for ``index``: serial, worker processes, or a Dask cluster."""
+    if not args.dask:
+        yield ("serial" if args.serial else "process"), args.workers
+        return
+    import distributed  # noqa: F401 - its import sets its loggers' levels; ours come after
+
+    from h5sidecar.workflows import dask_executor
+
+    # Dask logs every worker start and stop at INFO: keep them for -vv
+    logging.getLogger("distributed").setLevel(logging.DEBUG if args.verbose > 1 else
+                                              logging.WARNING)
+    with dask_executor(args.dask, retries=max(0, args.retries)) as ex:
+        link = getattr(ex.client, "dashboard_link", None)
+        err.print(f"Dask cluster {args.dask}: {ex.n_threads} worker thread(s)"
+                  + (f", dashboard {link}" if link else ""))
+        yield ex, args.workers or ex.n_threads
 
 
 class _ProgressBar:
@@ -342,6 +389,28 @@ def _cmd_verify(args: argparse.Namespace, out: Console, err: Console) -> int:
     verdict = "[green]OK[/]" if r.ok else "[red]DIFFERENCES FOUND[/]"
     out.print(f"{verdict}: {len(r.variables)} variable(s), {len(bad)} with problems")
     return EXIT_OK if r.ok else EXIT_FAILED
+
+
+def _cmd_catalog(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from h5sidecar.catalog import build_catalog
+
+    with err.status("cataloguing granules") as status:
+        result = build_catalog(
+            args.dest, args.stacdir, gateway_url=args.gateway_url,
+            collection_id=args.collection_id, references_base_url=args.references_base_url,
+            storage_options=storage_options(args.storage_options), title=args.title,
+            description=args.description,
+            progress=lambda name, ok: status.update(f"catalogued {name}"),
+        )
+    if args.json:
+        out.print_json(data=result.to_dict())
+        return EXIT_OK if result.ok else EXIT_FAILED
+    out.print(f"[bold]{len(result.items)}[/] item(s) in collection [bold]{result.collection_id}"
+              f"[/]: {result.catalog} (validated against the STAC 1.1 schemas)")
+    for e in result.errors:
+        out.print(f"[red]LEFT OUT[/] {e.name}: [{e.kind}] {e.message}")
+        out.print(f"         what to do: {e.hint}")
+    return EXIT_OK if result.ok else EXIT_FAILED
 
 
 def _cmd_sample(args: argparse.Namespace, out: Console, err: Console) -> int:
