@@ -426,6 +426,47 @@ class Fetcher:
         """Whether ``page`` is cached or being fetched."""
         return page in self._inflight or self.cache.has(page)
 
+    async def fetch_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """Bytes of many ``(offset, length)`` ranges at once: ranges within ``max_gap`` of each
+        other share a request (up to ``max_request`` bytes); ``concurrency`` requests run at a
+        time.  Chunk data, so the cache is left alone."""
+        assert self.identity is not None
+        order = sorted(range(len(ranges)), key=lambda i: ranges[i][0])
+        groups: list[list[int]] = []
+        for i in order:
+            start, length = ranges[i]
+            if not 0 <= start <= start + length <= self.identity.size:
+                raise SourceReadError(
+                    f"range {start}+{length} lies outside {self.url} ({self.identity.size} bytes)",
+                    url=self.url,
+                )
+            if groups:
+                first = ranges[groups[-1][0]][0]
+                end = max(ranges[j][0] + ranges[j][1] for j in groups[-1])
+                if (
+                    start - end <= self.opts.max_gap
+                    and start + length - first <= self.opts.max_request
+                ):
+                    groups[-1].append(i)
+                    continue
+            groups.append([i])
+        slots = asyncio.Semaphore(self.opts.concurrency)
+        out: list[bytes] = [b""] * len(ranges)
+
+        async def one(group: list[int]) -> None:
+            first = ranges[group[0]][0]
+            stop = max(ranges[j][0] + ranges[j][1] for j in group)
+            async with slots:
+                data = await self._get(first, stop) if stop > first else b""
+            self.counters.add("requests")
+            self.counters.add("bytes_fetched", len(data))
+            for j in group:
+                offset = ranges[j][0] - first
+                out[j] = data[offset : offset + ranges[j][1]]
+
+        await asyncio.gather(*(one(g) for g in groups))
+        return out
+
     async def aclose(self) -> None:
         """Stop crawling and cancel background requests."""
         self._closed = True

@@ -253,6 +253,27 @@ def test_a_tiny_cache_still_reads_correctly(
         assert scan(f, values=False) == scan(granule, values=False)
 
 
+def test_read_ranges_returns_chunk_bytes_in_few_requests(
+    granule: Path, upload: Any, proxied: dict[str, object], proxy: FaultProxy
+) -> None:
+    with h5py.File(granule) as h5:
+        chunks: list[tuple[int, int]] = []
+        h5["beam1/h"].id.chunk_iter(lambda c: chunks.append((c.byte_offset, c.size)))
+    data = granule.read_bytes()
+    expected = [data[off : off + n] for off, n in chunks]
+    url = upload(granule, "ranges.h5")
+    with open_source(url, storage_options=proxied, prefetch=False) as f:
+        before = len(proxy.requests)
+        assert f.read_ranges(chunks[::-1]) == expected[::-1]
+        assert len(proxy.requests) - before < len(chunks) / 10  # coalesced
+        with pytest.raises(SourceReadError, match="outside"):
+            f.read_ranges([(f.size - 10, 20)])
+    with open_source(granule) as f:
+        assert f.read_ranges(chunks) == expected
+        with pytest.raises(SourceReadError, match="outside"):
+            f.read_ranges([(f.size - 10, 20)])
+
+
 # -- a changing object ---------------------------------------------------------------------------
 def test_object_replaced_mid_scan_is_stale(
     granule: Path, upload: Any, s3_storage_options: dict[str, object]
