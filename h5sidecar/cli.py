@@ -181,6 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cors", action="append", default=[], metavar="ORIGIN",
                    help="allow this browser origin (repeatable; default '*')")
     p.add_argument("--no-cors", action="store_true", help="send no CORS headers")
+    p.add_argument("--stac", default=None, metavar="STACDIR",
+                   help="serve this catalog (written by `h5sidecar catalog`) under /stac/, with "
+                   "a STAC API item search at /stac/search")
     _storage_option_arg(p)
     p.set_defaults(run=_cmd_serve)
     return parser
@@ -461,8 +464,13 @@ def _cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
                         allow=tuple(args.allow) or None, cors_origins=cors)
     err.print(f"serving [bold]{args.dest}[/] on http://{settings.host}:{settings.port}/ "
               f"(token {'required' if settings.token else 'off'}; Ctrl-C stops)")
+    stac_api = None
+    if args.stac:
+        from h5sidecar.catalog import StacApi
+
+        stac_api = StacApi(args.stac)
     serve(settings, args.dest, storage_options=storage_options(args.storage_options),
-          read_settings=from_env(ReadSettings),
+          read_settings=from_env(ReadSettings), stac_api=stac_api,
           log_level=("warning", "info", "debug")[min(args.verbose, 2)])
     return EXIT_OK
 

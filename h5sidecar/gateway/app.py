@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import hmac
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
@@ -56,11 +57,15 @@ ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitab
 
 STATIC = Path(__file__).with_name("static")
 METHODS = ("GET", "HEAD", "OPTIONS")
+#: The only route accepting POST: STAC API item search (a query in the body; nothing is written).
+POST_PATHS = ("/stac/search",)
+#: Largest STAC search body read (bytes).
+MAX_SEARCH_BODY = 64 * 1024
 #: Metadata documents smaller than this are sent uncompressed (gzip would not pay off).
 GZIP_MIN = 1024
 #: Route families used as the ``route`` label of metrics (bounded cardinality).
 ROUTES = ("zarr", "zarr3", "zarr3-shard", "api", "quicklook.png", "static", "healthz",
-          "metrics", "openapi.json")  # fmt: skip
+          "metrics", "openapi.json", "stac")  # fmt: skip
 
 
 def _route_label(path: str) -> str:
@@ -134,7 +139,7 @@ class _Guard:
     def _refuse(self, scope: Scope) -> Response | None:
         method = scope["method"]
         allow = {"Allow": ", ".join(METHODS)}
-        if method not in METHODS:
+        if method not in METHODS and not (method == "POST" and scope["path"] in POST_PATHS):
             return JSONResponse({"error": "method_not_allowed", "message": f"{method} is not "
                                  "allowed: the gateway is read-only (GET, HEAD, OPTIONS)"},
                                 405, headers=allow)  # fmt: skip
@@ -273,6 +278,68 @@ class _Handlers:
         return JSONResponse(openapi_document(__version__))
 
 
+class _StacHandlers:
+    """``/stac/``: the static catalog of ``h5sidecar catalog`` and a STAC API item search,
+    answered by a framework-free :class:`h5sidecar.catalog.StacApi` (passed in by the caller:
+    the gateway does not import the catalog package)."""
+
+    def __init__(self, api: Any | None) -> None:
+        self.api = api
+
+    def _base(self, request: Request) -> str:
+        if self.api is None:
+            raise NotIndexedError("this gateway serves no STAC catalog: write one with "
+                                  "`h5sidecar catalog DEST -o STACDIR` and start it with "
+                                  "--stac STACDIR")  # fmt: skip
+        return f"{str(request.base_url).rstrip('/')}/stac"
+
+    async def landing(self, request: Request) -> Response:
+        return JSONResponse(self.api.landing(self._base(request)))  # type: ignore[union-attr]
+
+    async def conformance(self, request: Request) -> Response:
+        self._base(request)
+        return JSONResponse(self.api.conformance())  # type: ignore[union-attr]
+
+    async def collections(self, request: Request) -> Response:
+        return JSONResponse(self.api.list_collections(self._base(request)))  # type: ignore[union-attr]
+
+    async def collection(self, request: Request) -> Response:
+        base, cid = self._base(request), request.path_params["cid"]
+        return JSONResponse(self.api.collection(cid, base))  # type: ignore[union-attr]
+
+    async def items(self, request: Request) -> Response:
+        base, cid = self._base(request), request.path_params["cid"]
+        page = self.api.search(dict(request.query_params), base, collection=cid)  # type: ignore[union-attr]
+        return JSONResponse(page, media_type="application/geo+json")
+
+    async def item(self, request: Request) -> Response:
+        base, p = self._base(request), request.path_params
+        return JSONResponse(self.api.item(p["cid"], p["iid"], base),  # type: ignore[union-attr]
+                            media_type="application/geo+json")  # fmt: skip
+
+    async def search(self, request: Request) -> Response:
+        base = self._base(request)
+        if request.method == "POST":
+            body = await request.body()
+            if len(body) > MAX_SEARCH_BODY:
+                raise BadRequestError(f"search body over {MAX_SEARCH_BODY} bytes")
+            try:
+                params = json.loads(body or b"{}")
+            except ValueError as exc:
+                raise BadRequestError(f"search body is not JSON: {exc}") from exc
+            if not isinstance(params, dict):
+                raise BadRequestError("search body must be a JSON object")
+        else:
+            params = dict(request.query_params)
+        page = self.api.search(params, base, method=request.method)  # type: ignore[union-attr]
+        return JSONResponse(page, media_type="application/geo+json")
+
+    async def file(self, request: Request) -> Response:
+        self._base(request)
+        data = self.api.static_file(request.path_params["path"])  # type: ignore[union-attr]
+        return Response(data, media_type="application/json")
+
+
 def _etag_matches(header: str | None, etag: str) -> bool:
     if not header:
         return False
@@ -296,6 +363,7 @@ def create_app(
     storage_options: Mapping[str, Any] | None = None,
     read_settings: ReadSettings | None = None,
     refresh_seconds: float = 30.0,
+    stac_api: Any | None = None,
 ) -> Starlette:
     """Build the gateway's ASGI app for the sidecars under ``dest``.
 
@@ -311,6 +379,9 @@ def create_app(
         Fetch settings (see "Read path: tuning" in the README).
     refresh_seconds : float
         How often DEST is re-listed for new granules.
+    stac_api : h5sidecar.catalog.StacApi, optional
+        The catalog written by ``h5sidecar catalog`` (``StacApi(STACDIR)``): served under
+        ``/stac/`` with a STAC API item search at ``/stac/search`` (GET and POST).
 
     Returns
     -------
@@ -334,12 +405,24 @@ def create_app(
         Route("/zarr3-shard/{k}/{path:path}", h.zarr_v3_shard, methods=key_methods),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
+    stac = _StacHandlers(stac_api)
+    routes += [
+        Route("/stac", stac.landing, methods=key_methods),
+        Route("/stac/", stac.landing, methods=key_methods),
+        Route("/stac/conformance", stac.conformance, methods=key_methods),
+        Route("/stac/search", stac.search, methods=[*key_methods, "POST"]),
+        Route("/stac/collections", stac.collections, methods=key_methods),
+        Route("/stac/collections/{cid}", stac.collection, methods=key_methods),
+        Route("/stac/collections/{cid}/items", stac.items, methods=key_methods),
+        Route("/stac/collections/{cid}/items/{iid}", stac.item, methods=key_methods),
+        Route("/stac/{path:path}", stac.file, methods=key_methods),
+    ]
     middleware = [Middleware(_Metrics, gateway=gateway)]
     if settings.cors_origins:
         middleware.append(Middleware(
             CORSMiddleware,
             allow_origins=list(settings.cors_origins),
-            allow_methods=list(METHODS),
+            allow_methods=[*METHODS, "POST"],
             allow_headers=["Range", "Authorization", "If-None-Match", "Accept-Encoding"],
             expose_headers=["Content-Range", "Content-Length", "Content-Encoding", "ETag",
                             "Accept-Ranges"],
@@ -371,11 +454,12 @@ def serve(
     storage_options: Mapping[str, Any] | None = None,
     read_settings: ReadSettings | None = None,
     log_level: str = "info",
+    stac_api: Any | None = None,
 ) -> None:
     """Run the gateway with uvicorn on ``settings.host:settings.port`` until interrupted."""
     import uvicorn
 
     app = create_app(settings, dest, storage_options=storage_options,
-                     read_settings=read_settings)  # fmt: skip
+                     read_settings=read_settings, stac_api=stac_api)  # fmt: skip
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level,
                 proxy_headers=False, server_header=False, access_log=log_level == "debug")  # fmt: skip
