@@ -173,6 +173,8 @@ _ZARRAY = json.loads(to_kerchunk(small_refs())["refs"]["g/v/.zarray"])
         (("refs", "g/v/.zarray"), json.dumps({**_ZARRAY, "dimension_separator": "/"}), "separator"),
         (("refs", "g/v/.zarray"), json.dumps({"zarr_format": 2}), "lacks shape, chunks, dtype"),
         (("refs", "g/v/.zarray"), json.dumps({**_ZARRAY, "filters": [{"x": 1}]}), "codec configs"),
+        (("refs", "g/v/.zarray"), json.dumps({**_ZARRAY, "chunks": [2]}), "differ in rank"),
+        (("refs", "g/v/.zattrs"), json.dumps({"_ARRAY_DIMENSIONS": ["x"]}), "dimension names"),
         (("refs", "zarr.json"), "{}", "Zarr v3"),
         (("refs", "g/v/9.0"), ["s3://bucket/g.h5", 0, 4], "outside the chunk grid"),
         (("refs", "g/v/0"), ["s3://bucket/g.h5", 0, 4], "dot-separated"),
