@@ -44,8 +44,6 @@ VLEN_SEQ = ("unsupported_dtype", "variable-length sequences")
 LONG_DOUBLE = ("unsupported_dtype", "long double")
 #: Region references select part of a dataset: nothing in Zarr says that.
 REGION_REF = ("unsupported_dtype", "region references")
-#: Virtual datasets whose sources cannot be mapped onto one chunk grid.
-VDS = ("virtual_dataset", "virtual dataset")
 #: Soft links to groups and second hard links to groups (cycles): contents indexed once.
 SOFT_GROUP = ("other", "soft link to the group")
 HARD_GROUP = ("other", "second hard link to the group")
@@ -211,11 +209,6 @@ EXPECTED_SKIPS: dict[str, dict[str, tuple[str, str]]] = {
         "g1/g1.2/g1.2.1/slink": DANGLING,
         "g2/udlink": UD_LINK,
     },
-    "wrwilliams__hdf5/vds/3_1_vds.h5": {"vds_dset": VDS},
-    "wrwilliams__hdf5/vds/3_2_vds.h5": {"vds_dset": VDS},
-    "wrwilliams__hdf5/vds/4_vds.h5": {"vds_dset": VDS},
-    "wrwilliams__hdf5/vds/vds-eiger.h5": {"VDS-Eiger": VDS},
-    "wrwilliams__hdf5/vds/vds-percival-unlim-maxmin.h5": {"VDS-Percival-unlim-maxmin": VDS},
 }
 
 

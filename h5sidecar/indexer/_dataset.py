@@ -20,7 +20,8 @@ from h5sidecar.indexer._filtermask import describe_mask, effective_masks, pick_m
 from h5sidecar.indexer._filters import chunk_pipeline, hdf5_filters, pipeline_for
 from h5sidecar.indexer._layout import ChunkTable, chunked_table, contiguous_table
 from h5sidecar.indexer._materialize import materialize_chunks, materialize_variable
-from h5sidecar.indexer._values import fill_value_json
+from h5sidecar.indexer._values import fill_bytes, fill_value_json
+from h5sidecar.indexer._vds import vds_extent, vds_table
 from h5sidecar.indexer._walk import DatasetEntry
 from h5sidecar.references import INLINE, ArrayMeta, ArrayRefs, ChunkManifest
 from h5sidecar.settings import IndexSettings
@@ -42,6 +43,8 @@ class IndexContext:
     deref: Callable[[h5py.Reference], str | None]
     identity: Callable[[str], Mapping[str, Any]]
     read_range: Callable[[str, int, int], bytes]
+    #: opens another HDF5 file (sources of virtual datasets); closed with the granule
+    open_h5: Callable[[str], h5py.File]
 
 
 def _join(*parts: str) -> str:
@@ -66,12 +69,10 @@ def _fill(dset: h5py.Dataset, plan: DtypePlan) -> tuple[Any, bytes | None]:
     if plan.np_dtype.kind == "O":
         return None, None
     try:
-        value = dset.fillvalue
+        raw = fill_bytes(dset)
     except H5PY_ERRORS as exc:
         reraise_io_failure(exc)
         return fill_value_json(np.zeros((), plan.np_dtype), plan.np_dtype), None
-    # in h5py's own dtype first: a fixed-width bytes fill comes back as a shorter numpy bytes_
-    raw = np.asarray(value, dtype=dset.dtype).tobytes()[: plan.np_dtype.itemsize]
     if len(raw) != plan.np_dtype.itemsize:
         return None, None
     scalar = np.frombuffer(raw, dtype=plan.np_dtype).reshape(())
@@ -215,12 +216,11 @@ def index_dataset(entry: DatasetEntry, ctx: IndexContext) -> ArrayRefs:
         )
     hshape = _hdf5_shape(dset)
     layout = dset.id.get_create_plist().get_layout()
-    if layout == h5py.h5d.VIRTUAL:
-        fail(
-            "virtual_dataset",
-            "virtual dataset (its values live in other datasets/files); index the source files",
-        )
     plan = plan_dtype(dset)
+    if layout == h5py.h5d.VIRTUAL:
+        if plan.mode != "raw":
+            fail("virtual_dataset", f"virtual dataset of values HDF5 must convert ({plan.note})")
+        hshape = vds_extent(dset, ctx.url, ctx.open_h5)
     shape = hshape + plan.extra_shape
     attrs = read_attrs(dset, ctx.deref, is_scale=is_dimension_scale(dset))
     dim_names, dim_note = ctx.dims.names(entry, shape, len(plan.extra_shape))
@@ -249,13 +249,16 @@ def index_dataset(entry: DatasetEntry, ctx: IndexContext) -> ArrayRefs:
         )
         note = _join(why, mat.note, plan.note, dim_note, attrs.note())
         return ArrayRefs(entry.path, meta, manifest, "inlined", note)
-    table, pipeline = _table(dset, plan, hshape, ctx)
+    if layout == h5py.h5d.VIRTUAL:
+        table, pipeline, source_dtype = vds_table(dset, hshape, ctx.url, ctx.open_h5)
+        zarr_dtype = plan.zarr_dtype if source_dtype is None else source_dtype.str
+    else:
+        table, pipeline = _table(dset, plan, hshape, ctx)
+        zarr_dtype = plan.zarr_dtype
     _inline_small(table, ctx.settings.inline_threshold, ctx)
     manifest = _manifest(table, len(plan.extra_shape))
     chunks = table.chunks + plan.extra_shape
-    meta = ArrayMeta(
-        shape, chunks, plan.zarr_dtype, fill_json, pipeline, None, dim_names, all_attrs
-    )
+    meta = ArrayMeta(shape, chunks, zarr_dtype, fill_json, pipeline, None, dim_names, all_attrs)
     status = "inlined" if manifest.n_inline and not manifest.n_stored else "virtual"
     note = _join(table.note, plan.note, dim_note, attrs.note())
     return ArrayRefs(entry.path, meta, manifest, status, note)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Mapping
@@ -20,7 +21,7 @@ from h5sidecar.indexer._common import (
 )
 from h5sidecar.indexer._dataset import IndexContext, index_alias, index_dataset
 from h5sidecar.indexer._dims import DimensionNamer
-from h5sidecar.indexer._open import OpenGranule, RangeReader
+from h5sidecar.indexer._open import OpenGranule, RangeReader, open_granule
 from h5sidecar.indexer._walk import ObjectKey, object_key, walk
 from h5sidecar.references import ArrayRefs, GranuleRefs, Skipped
 from h5sidecar.settings import IndexSettings
@@ -102,6 +103,15 @@ def index_open_granule(
     _check_links(hierarchy.skipped, settings)
     deref = _Dereferencer(granule.h5, hierarchy.canonical)
     reader = RangeReader(granule, storage_options)
+    others = contextlib.ExitStack()
+    opened: dict[str, h5py.File] = {granule.identity.url: granule.h5}
+
+    def open_h5(url: str) -> h5py.File:
+        if url not in opened:
+            other = open_granule(url, storage_options=storage_options, settings=settings)
+            opened[url] = others.enter_context(other).h5
+        return opened[url]
+
     ctx = IndexContext(
         url=granule.identity.url,
         file_size=granule.identity.size,
@@ -110,6 +120,7 @@ def index_open_granule(
         deref=deref.path,
         identity=reader.identity,
         read_range=reader.read,
+        open_h5=open_h5,
     )
     groups: dict[str, dict[str, Any]] = {}
     dropped: dict[str, dict[str, str]] = {}
@@ -146,6 +157,7 @@ def index_open_granule(
                 skipped.append(by_path[entry.path])
     finally:
         reader.close()
+        others.close()
     extra = _provenance(settings, time.perf_counter() - started, dropped)
     return GranuleRefs(granule.identity, groups, arrays, skipped, extra)
 

@@ -21,7 +21,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-__all__ = ["NotJSONable", "decode_text", "fill_value_json", "json_float", "to_json"]
+__all__ = ["NotJSONable", "decode_text", "fill_bytes", "fill_value_json", "json_float", "to_json"]
 
 
 class NotJSONable(ValueError):
@@ -47,6 +47,20 @@ def json_float(x: float) -> float | str:
     if math.isinf(x):
         return "Infinity" if x > 0 else "-Infinity"
     return float(x)
+
+
+def fill_bytes(dset: h5py.Dataset) -> bytes:
+    """The raw bytes of one element of ``dset``'s storage fill value (h5py's dtype).
+
+    For an HDF5 array element type (``("<f8", (n,))``) this is one *base* element: the fill
+    of the whole array element is expressed per scalar in Zarr.
+    """
+    dt = dset.dtype
+    base = dt.subdtype[0] if dt.subdtype is not None else dt
+    # in h5py's own dtype: a fixed-width bytes fill comes back as a shorter numpy bytes_
+    return (
+        np.asarray(dset.fillvalue, dtype=base).reshape(-1)[:1].tobytes().ljust(base.itemsize, b"\0")
+    )
 
 
 def _b64(raw: bytes) -> str:

@@ -19,7 +19,9 @@ import zarr.storage
 from h5sidecar.references import GranuleRefs, to_kerchunk
 
 
-def open_plain(fo: Any, remote_protocol: str = "file") -> zarr.Group:
+def open_plain(
+    fo: Any, remote_protocol: str = "file", remote_options: dict[str, Any] | None = None
+) -> zarr.Group:
     """A zarr group over kerchunk references (a dict, a JSON path or a Parquet directory).
 
     ``remote_protocol`` is given as kerchunk's documentation advises; without it fsspec scans
@@ -30,6 +32,7 @@ def open_plain(fo: Any, remote_protocol: str = "file") -> zarr.Group:
         "reference",
         fo=fo,
         remote_protocol=remote_protocol,
+        remote_options={**(remote_options or {}), "asynchronous": True},
         asynchronous=True,
         skip_instance_cache=True,
     )

@@ -1,4 +1,4 @@
-"""Links: soft, hard (twice, and cycles), external, dangling, user-defined; virtual datasets."""
+"""Links: soft, hard (twice, and cycles), external, dangling, user-defined."""
 
 from __future__ import annotations
 
@@ -40,15 +40,3 @@ def test_links_of_every_kind(make_h5, tmp_path: Path) -> None:
     assert "other.h5:/thing" in reasons["elsewhere"]
     assert "cycles" in reasons["data/nested/loop"]
     assert_refs_match_h5py(refs, path)
-
-
-def test_virtual_dataset_is_skipped(make_h5, tmp_path: Path) -> None:
-    with h5py.File(tmp_path / "src.h5", "w") as f:
-        f["d"] = np.arange(4)
-    layout = h5py.VirtualLayout(shape=(4,), dtype="i8")
-    layout[:] = h5py.VirtualSource(str(tmp_path / "src.h5"), "d", shape=(4,))
-    path = make_h5(
-        lambda f: (f.create_virtual_dataset("v", layout), f.create_dataset("ok", data=[1]))
-    )
-    refs = index_granule(str(path))
-    assert [(s.path, s.kind) for s in refs.skipped] == [("v", "virtual_dataset")]

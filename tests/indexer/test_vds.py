@@ -1,0 +1,72 @@
+"""Virtual datasets: sources mapped onto one chunk grid across files, or skipped with a reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from h5sidecar.indexer import index_granule
+from tests.indexer._compare import assert_refs_match_h5py
+
+
+def _source(path: Path, data: np.ndarray, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    with h5py.File(path, "w") as f:
+        f.create_dataset("d", data=data, **kwargs)
+
+
+def test_stacked_sources_in_other_files(make_h5, tmp_path: Path) -> None:
+    frames = [(np.arange(12).reshape(3, 4) + 100 * i).astype("<i4") for i in range(3)]
+    for i, frame in enumerate(frames[:2]):  # the third source file is absent: reads as fill
+        _source(
+            tmp_path / f"src{i}.h5", frame[None].repeat(2, 0), chunks=(1, 3, 4), compression="gzip"
+        )
+    layout = h5py.VirtualLayout(shape=(6, 3, 4), dtype="<i4")
+    for i in range(3):
+        layout[2 * i : 2 * i + 2] = h5py.VirtualSource(f"src{i}.h5", "d", shape=(2, 3, 4))
+    path = make_h5(lambda f: f.create_virtual_dataset("v", layout, fillvalue=-9))
+    refs = index_granule(str(path))
+    arr = refs.arrays["v"]
+    assert arr.manifest.urls == (str(tmp_path / "src0.h5"), str(tmp_path / "src1.h5"))
+    assert arr.meta.chunks == (1, 3, 4) and [c["id"] for c in arr.meta.filters] == ["zlib"]
+    assert arr.manifest.n_stored == 4 and arr.manifest.n_missing == 2
+    assert arr.meta.fill_value == -9
+    assert "virtual dataset mapped onto 2 source file(s)" in arr.note
+    assert_refs_match_h5py(refs, path)
+
+
+def test_interleaved_unfiltered_frames_are_row_slabs(make_h5, tmp_path: Path) -> None:
+    for j in range(2):
+        _source(tmp_path / f"s{j}.h5", np.arange(4 * 6).reshape(4, 6) + 100 * j, chunks=(2, 6))
+    layout = h5py.VirtualLayout(shape=(8, 6), dtype="i8")
+    for j in range(2):
+        layout[j::2] = h5py.VirtualSource(f"s{j}.h5", "d", shape=(4, 6))
+    path = make_h5(lambda f: f.create_virtual_dataset("v", layout))
+    refs = index_granule(str(path))
+    arr = refs.arrays["v"]
+    assert arr.meta.chunks == (1, 6)  # one row of a 2-row source chunk per Zarr chunk
+    assert arr.manifest.n_stored == 8
+    assert_refs_match_h5py(refs, path)
+
+
+def test_empty_and_unmappable_virtual_datasets(make_h5, tmp_path: Path) -> None:
+    _source(tmp_path / "s.h5", np.arange(10), chunks=(4,), compression="gzip")
+    empty = h5py.VirtualLayout(shape=(0, 3), maxshape=(None, 3), dtype="f4")
+    odd = h5py.VirtualLayout(shape=(10,), dtype="i8")
+    odd[0:6] = h5py.VirtualSource("s.h5", "d", shape=(10,))[2:8]  # starts inside a chunk
+    cast = h5py.VirtualLayout(shape=(10,), dtype="i2")  # HDF5 converts int64 -> int16
+    cast[:] = h5py.VirtualSource("s.h5", "d", shape=(10,))
+
+    def build(f: h5py.File) -> None:
+        f.create_virtual_dataset("empty", empty)
+        f.create_virtual_dataset("odd", odd)
+        f.create_virtual_dataset("cast", cast)
+
+    path = make_h5(build)
+    refs = index_granule(str(path))
+    assert refs.arrays["empty"].meta.shape == (0, 3)
+    reasons = {s.path: s.reason for s in refs.skipped if s.kind == "virtual_dataset"}
+    assert set(reasons) == {"odd", "cast"}
+    assert "do not line up" in reasons["odd"] and "sources hold int64" in reasons["cast"]
+    assert_refs_match_h5py(refs, path)
