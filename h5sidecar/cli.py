@@ -56,7 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]")
         return EXIT_INTERRUPTED
-    except (H5SidecarError, FileNotFoundError) as exc:
+    except (H5SidecarError, OSError) as exc:
+        # bad input or an unusable destination (missing, not a folder, not writable): say
+        # what, without a traceback (-vv logs one)
+        log.debug("command failed", exc_info=True)
         err.print(f"[red]error:[/] {exc}")
         return EXIT_USAGE
 

@@ -94,6 +94,9 @@ def test_exit_codes_for_failures_and_bad_input(tmp_path: Path,
     assert main(["index", str(tmp_path / "missing"), "-o", str(tmp_path / "o2")]) == 2
     assert "neither a file" in capsys.readouterr().err
     assert main(["inspect", str(tmp_path / "nope.json")]) == 2
+    (tmp_path / "afile").write_text("x")
+    assert main(["index", str(good), "-o", str(tmp_path / "afile")]) == 2
+    assert "not a folder" in capsys.readouterr().err
     (tmp_path / "bad.json").write_text("{")
     assert main(["inspect", str(tmp_path / "bad.json")]) == 2
 

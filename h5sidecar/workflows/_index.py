@@ -192,6 +192,8 @@ def index_many(
     ------
     SourceNotFoundError
         When ``source`` matches no granule.
+    NotADirectoryError
+        When ``dest`` is an existing local file.
     KeyboardInterrupt
         After writing a report of the granules finished so far (``complete: false``).
     """
@@ -205,6 +207,10 @@ def index_many(
         settings=replace(base, checksums=checksums or base.checksums, on_unsupported=on_unsupported),
         storage_options=dict(storage_options) if storage_options else None,
     )
+    if not is_remote(dest) and os.path.exists(dest) and not os.path.isdir(dest):
+        raise NotADirectoryError(
+            f"DEST {dest} exists and is not a folder: pass a folder (created if missing)"
+        )
     granules = list_granules(
         source, storage_options=storage_options, patterns=patterns, exclude=[dest]
     )

@@ -25,7 +25,7 @@ import zarr
 from fsspec.implementations.reference import LazyReferenceMapper
 from zarr.storage import FsspecStore
 
-from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.errors import InvalidReferenceError, SourceNotFoundError
 from h5sidecar.indexer import chunk_hash
 from h5sidecar.references import MISSING, ArrayRefs, GranuleRefs, SourceInfo, read_refs
 from h5sidecar.workflows._compare import h5_dataset, read_h5_region, values_equal
@@ -148,7 +148,7 @@ def verify_refs(
     opts = dict(storage_options) if storage_options else None
     refs = read_refs(ref, storage_options=opts)
     src = refs.source.url
-    current = identity_from_info(src, filesystem(src, opts).info(src))
+    current = _current_identity(src, ref, opts)
     rng = np.random.default_rng(seed)
     group = _open_plain(ref, refs, opts)
     with _open_h5(src, opts) as h5:
@@ -160,6 +160,17 @@ def verify_refs(
         VariableCheck(s.path, "skipped", message=f"{s.kind}: {s.reason}") for s in refs.skipped
     ]
     return VerifyReport(ref=ref, recorded=refs.source, current=current, variables=tuple(checks))
+
+
+def _current_identity(src: str, ref: str, opts: dict[str, Any] | None) -> SourceInfo:
+    try:
+        info = filesystem(src, opts).info(src)
+    except FileNotFoundError as exc:
+        raise SourceNotFoundError(
+            f"the source {src} that {ref} references no longer exists: restore it, or delete "
+            "the sidecar (and re-index the source from its new place)"
+        ) from exc
+    return identity_from_info(src, info)
 
 
 def _open_plain(ref: str, refs: GranuleRefs, opts: dict[str, Any] | None) -> zarr.Group:

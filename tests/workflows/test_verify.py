@@ -10,6 +10,7 @@ from pathlib import Path
 import h5py
 import pytest
 
+from h5sidecar.errors import SourceNotFoundError
 from h5sidecar.workflows import index_many, verify_refs
 from tests.workflows.conftest import write_granule
 
@@ -88,6 +89,13 @@ def test_tampered_sidecar_is_caught(tmp_path: Path) -> None:
     grid = {v.path: v for v in report.variables}["grid"]
     assert grid.status == "different" and grid.mismatched == 2
     assert grid.message.startswith("chunk (0, 0)")
+
+
+def test_missing_source_is_a_clear_error(tmp_path: Path) -> None:
+    src, sidecar = _indexed(tmp_path)
+    src.unlink()
+    with pytest.raises(SourceNotFoundError, match="no longer exists"):
+        verify_refs(sidecar)
 
 
 def test_verify_on_s3(tmp_path: Path, s3, s3_bucket: str, s3_storage_options) -> None:
