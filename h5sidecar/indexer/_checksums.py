@@ -23,12 +23,12 @@ def chunk_hash(data: bytes) -> int:
 
 
 def manifest_checksums(
-    manifest: ChunkManifest, read_range: Callable[[str, int, int], bytes]
+    manifest: ChunkManifest, read_many: Callable[[str, list[tuple[int, int]]], list[bytes]]
 ) -> np.ndarray:
     """uint64[grid] hashes of every stored and inline chunk of ``manifest``.
 
-    Stored chunks are read in offset order per source object, so a local file is read
-    sequentially and a remote one through its read-ahead cache.
+    Stored chunks are read per source object in offset order, in one batch (coalesced and
+    concurrent for S3 sources).
     """
     out = np.zeros(manifest.grid_shape, dtype=np.uint64)
     flat_out = out.reshape(-1)
@@ -37,9 +37,10 @@ def manifest_checksums(
     lengths = manifest.lengths.reshape(-1)
     for flat in np.flatnonzero(codes == INLINE):
         flat_out[flat] = chunk_hash(manifest.inline[int(flat)])
-    stored = np.flatnonzero(codes >= 0)
-    order = stored[np.lexsort((offsets[stored], codes[stored]))]
-    for flat in order:
-        url = manifest.urls[int(codes[flat])]
-        flat_out[flat] = chunk_hash(read_range(url, int(offsets[flat]), int(lengths[flat])))
+    for code, url in enumerate(manifest.urls):
+        stored = np.flatnonzero(codes == code)
+        stored = stored[np.argsort(offsets[stored], kind="stable")]
+        ranges = [(int(offsets[f]), int(lengths[f])) for f in stored]
+        for flat, data in zip(stored, read_many(url, ranges), strict=True):
+            flat_out[flat] = chunk_hash(data)
     return out

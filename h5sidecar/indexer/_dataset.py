@@ -42,7 +42,8 @@ class IndexContext:
     dims: DimensionNamer
     deref: Callable[[h5py.Reference], str | None]
     identity: Callable[[str], Mapping[str, Any]]
-    read_range: Callable[[str, int, int], bytes]
+    #: reads ``(offset, length)`` ranges of one URL, batched (concurrent on S3)
+    read_many: Callable[[str, list[tuple[int, int]]], list[bytes]]
     #: opens another HDF5 file (sources of virtual datasets); closed with the granule
     open_h5: Callable[[str], h5py.File]
 
@@ -173,14 +174,14 @@ def _inline_small(table: ChunkTable, threshold: int, ctx: IndexContext) -> None:
     """Move chunks of at most ``threshold`` bytes into the sidecar (saves a request each)."""
     if threshold <= 0:
         return
-    small = np.argwhere((table.codes >= 0) & (table.lengths <= threshold))
-    for ix in small:
-        index = tuple(int(i) for i in ix)
-        url = table.urls[int(table.codes[index])]
-        data = ctx.read_range(url, int(table.offsets[index]), int(table.lengths[index]))
-        flat = int(np.ravel_multi_index(index, table.grid)) if index else 0
-        table.inline[flat] = data
-        table.codes[index] = INLINE
+    small = (table.codes >= 0) & (table.lengths <= threshold)
+    for code, url in enumerate(table.urls):
+        index = np.argwhere(small & (table.codes == code))
+        ranges = [(int(table.offsets[tuple(ix)]), int(table.lengths[tuple(ix)])) for ix in index]
+        for ix, data in zip(index, ctx.read_many(url, ranges), strict=True):
+            flat = int(np.ravel_multi_index(tuple(ix), table.grid)) if len(ix) else 0
+            table.inline[flat] = data
+            table.codes[tuple(ix)] = INLINE
 
 
 def _manifest(table: ChunkTable, n_extra: int) -> ChunkManifest:

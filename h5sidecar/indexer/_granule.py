@@ -119,7 +119,7 @@ def index_open_granule(
         dims=DimensionNamer(hierarchy, deref.key),
         deref=deref.path,
         identity=reader.identity,
-        read_range=reader.read,
+        read_many=reader.read_many,
         open_h5=open_h5,
     )
     groups: dict[str, dict[str, Any]] = {}
@@ -144,7 +144,7 @@ def index_open_granule(
                     arr = index_dataset(entry, ctx)
                 if settings.checksums:
                     arr = dataclasses.replace(
-                        arr, checksums=manifest_checksums(arr.manifest, reader.read)
+                        arr, checksums=manifest_checksums(arr.manifest, reader.read_many)
                     )
                 arrays[entry.path] = arr
             except Skip as skip:
@@ -158,6 +158,11 @@ def index_open_granule(
     finally:
         reader.close()
         others.close()
+    # a local file rewritten while it was read would give references mixing two versions (S3
+    # reads are pinned to one version by If-Match instead)
+    check_unchanged = getattr(granule.fileobj, "check_unchanged", None)
+    if check_unchanged is not None:
+        check_unchanged()
     extra = _provenance(settings, time.perf_counter() - started, dropped)
     return GranuleRefs(granule.identity, groups, arrays, skipped, extra)
 

@@ -8,21 +8,23 @@ object it yields; a file HDF5 refuses is reported as :class:`~h5sidecar.errors.N
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+import os
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import h5py
+import obstore
 
-from h5sidecar._stores import parse_url, source_identity
+from h5sidecar._stores import STORE_ERRORS, resolve_store, source_identity, translate_store_error
 from h5sidecar.errors import NotHDF5Error, SourceReadError
 from h5sidecar.indexer._common import H5PY_ERRORS, describe_h5_error, reraise_io_failure
+from h5sidecar.indexer._source import open_source
 from h5sidecar.references import SourceInfo
 from h5sidecar.settings import IndexSettings
 
 __all__ = ["OpenGranule", "RangeReader", "open_granule"]
 
-_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 _DEFAULT_SETTINGS = IndexSettings()
 
 
@@ -35,61 +37,12 @@ class OpenGranule:
     fileobj: Any
 
 
-def _source_opener() -> Any:
-    try:
-        from h5sidecar.indexer._source import open_source
-    except ImportError:  # the tuned reader is optional: fall back to plain file objects
-        return _plain_source
-    return open_source
-
-
-class _PlainSource:
-    """A file object with ``.identity`` (fallback when the tuned reader is unavailable)."""
-
-    def __init__(self, fh: Any, identity: SourceInfo) -> None:
-        self._fh = fh
-        self.identity = identity
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._fh, name)
-
-
-@contextlib.contextmanager
-def _plain_source(
-    url: str,
-    *,
-    storage_options: Mapping[str, Any] | None = None,
-    settings: IndexSettings = _DEFAULT_SETTINGS,
-) -> Iterator[Any]:
-    location = parse_url(url)
-    identity = source_identity(location.url, storage_options)
-    if location.kind == "local":
-        with open(location.url, "rb") as fh:
-            yield _PlainSource(fh, identity)
-        return
-    import fsspec
-
-    fs = fsspec.filesystem("s3", skip_instance_cache=True, **dict(storage_options or {}))
-    with fs.open(location.url, "rb", block_size=settings.metadata_block_size) as fh:
-        yield _PlainSource(fh, identity)
-
-
-def _not_hdf5(url: str, fileobj: Any, exc: BaseException) -> NotHDF5Error:
-    head = b""
-    with contextlib.suppress(OSError, ValueError):
-        fileobj.seek(0)
-        head = fileobj.read(8)
-    if head[:3] == b"CDF":
-        what = "a netCDF-3 (classic) file, not HDF5: only netCDF-4/HDF5 files can be indexed"
-    elif not head:
-        what = "empty"
-    elif _HDF5_SIGNATURE not in head:
-        what = "not an HDF5 file (no HDF5 signature at the start)"
-    else:
-        what = "an HDF5 file HDF5 cannot open: truncated or corrupt"
+def _not_hdf5(url: str, exc: BaseException) -> NotHDF5Error:
+    # the source already refused objects without a signature or shorter than the superblock
+    # says: what is left is a file HDF5 itself cannot make sense of
     return NotHDF5Error(
-        f"{url} is {what} ({describe_h5_error(exc)}); check the object (e.g. h5dump -H) or "
-        "fetch it again"
+        f"{url} has an HDF5 signature but HDF5 cannot open it ({describe_h5_error(exc)}): it is "
+        "truncated or corrupt; check it with h5dump -H or fetch it again"
     )
 
 
@@ -109,14 +62,13 @@ def open_granule(
     SourceNotFoundError, SourceReadError
         The object cannot be read.
     """
-    opener = _source_opener()
-    with opener(url, storage_options=storage_options, settings=settings) as fileobj:
+    with open_source(url, storage_options=storage_options, settings=settings) as fileobj:
         identity = fileobj.identity
         try:
             h5 = h5py.File(fileobj, "r")
         except H5PY_ERRORS as exc:
             reraise_io_failure(exc)
-            raise _not_hdf5(identity.url, fileobj, exc) from exc
+            raise _not_hdf5(identity.url, exc) from exc
         try:
             yield OpenGranule(h5, identity, fileobj)
         finally:
@@ -124,9 +76,12 @@ def open_granule(
 
 
 class RangeReader:
-    """Reads byte ranges of the granule (through its open file object) and of companion files.
+    """Reads byte ranges of the granule and of its companion files (external raw data, VDS
+    sources), for inlining small chunks and for checksums.
 
-    Companion files (external raw data) are opened on first use and closed by :meth:`close`.
+    The granule's ranges go through its source object (``read_ranges``: coalesced, concurrent
+    and pinned to the version being indexed on S3); companion files are read with ``pread``
+    locally or obstore's ``get_ranges`` on S3.
     """
 
     def __init__(
@@ -134,36 +89,43 @@ class RangeReader:
     ) -> None:
         self._granule = granule
         self._options = dict(storage_options or {})
-        self._files: dict[str, Any] = {}
-        self._stack = contextlib.ExitStack()
+        self._fds: dict[str, int] = {}
 
-    def _file(self, url: str) -> Any:
+    def read_many(self, url: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """The bytes of ``(offset, length)`` ranges of ``url`` (short reads raise)."""
+        if not ranges:
+            return []
         if url == self._granule.identity.url:
-            return self._granule.fileobj
-        if url not in self._files:
-            location = parse_url(url)
-            if location.kind == "local":
-                fh = open(location.url, "rb")  # noqa: SIM115 - closed by the exit stack
-                self._files[url] = self._stack.enter_context(fh)
-            else:
-                import fsspec
-
-                fs = fsspec.filesystem("s3", skip_instance_cache=True, **self._options)
-                self._files[url] = self._stack.enter_context(fs.open(location.url, "rb"))
-        return self._files[url]
+            out = [bytes(b) for b in self._granule.fileobj.read_ranges(list(ranges))]
+        else:
+            out = self._companion(url, ranges)
+        for (offset, length), data in zip(ranges, out, strict=True):
+            if len(data) != length:
+                raise SourceReadError(
+                    f"{url}: expected {length} bytes at offset {offset}, got {len(data)}; the "
+                    "object is shorter than its references say (changed or truncated): index "
+                    "it again",
+                    url=url,
+                )
+        return out
 
     def read(self, url: str, offset: int, length: int) -> bytes:
-        """``length`` bytes of ``url`` at ``offset`` (short reads raise SourceReadError)."""
-        fh = self._file(url)
-        fh.seek(offset)
-        data = fh.read(length)
-        if len(data) != length:
-            raise SourceReadError(
-                f"{url}: expected {length} bytes at offset {offset}, got {len(data)}; the object "
-                "is shorter than its references say (changed or truncated): index it again",
-                url=url,
+        """``length`` bytes of ``url`` at ``offset``."""
+        return self.read_many(url, [(offset, length)])[0]
+
+    def _companion(self, url: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        store, location = resolve_store(url, self._options)
+        if location.kind == "local":
+            if url not in self._fds:
+                self._fds[url] = os.open(location.url, os.O_RDONLY)
+            return [os.pread(self._fds[url], length, offset) for offset, length in ranges]
+        try:
+            got = obstore.get_ranges(
+                store, location.path, starts=[o for o, _ in ranges], lengths=[n for _, n in ranges]
             )
-        return bytes(data)
+        except STORE_ERRORS as exc:
+            raise translate_store_error(exc, url, "GET") from exc
+        return [bytes(b) for b in got]
 
     def identity(self, url: str) -> dict[str, Any]:
         """``{"size": ...}`` of a companion file (raises SourceNotFoundError when absent)."""
@@ -171,4 +133,6 @@ class RangeReader:
 
     def close(self) -> None:
         """Close the companion files opened so far."""
-        self._stack.close()
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
