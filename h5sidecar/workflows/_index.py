@@ -7,10 +7,9 @@ failures become a ``failed`` :class:`GranuleResult` with the error kind, message
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
-import re
-import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -25,14 +24,17 @@ from h5sidecar.settings import IndexSettings
 from h5sidecar.workflows._executors import ExecutorSpec, Task, default_workers, run_tasks
 from h5sidecar.workflows._listing import (
     DEFAULT_PATTERNS,
-    filesystem,
-    identity_from_info,
     is_remote,
     list_granules,
     normalize_url,
     sidecar_url,
 )
-from h5sidecar.workflows._recorded import Recorded, read_recorded
+from h5sidecar.workflows._recorded import (
+    check_up_to_date,
+    precheck,
+    sidecar_bytes,
+    sweep_leftovers,
+)
 from h5sidecar.workflows._report import (
     GranuleResult,
     RunReport,
@@ -106,14 +108,11 @@ def index_one(
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     try:
-        _sweep_leftovers(dest_url)
+        sweep_leftovers(dest_url)
         if not options.force:
-            current = listed if listed is not None else _current_identity(url, options)
-            recorded = read_recorded(dest_url, storage_options=options.storage_options)
-            seconds["check"] = time.perf_counter() - t0
-            if recorded is not None and _up_to_date(recorded.source, current):
-                seconds["total"] = time.perf_counter() - t0
-                return _up_to_date_result(url, dest_url, recorded, seconds, options)
+            done = check_up_to_date(url, dest_url, listed, storage_options=options.storage_options)
+            if done is not None:
+                return done
         t1 = time.perf_counter()
         refs = index_granule(url, storage_options=_opts(options), settings=options.settings)
         t2 = time.perf_counter()
@@ -226,9 +225,12 @@ def index_many(
         progress.start(len(tasks))
     results: list[GranuleResult] = []
     complete = False
-    results_iter = run_tasks(index_one, tasks, executor, workers=n_workers)
+    # up-to-date granules are found here, with threads (one small read each), so workers
+    # are started only for granules that need indexing
+    done, todo = ([], tasks) if force else precheck(tasks, storage_options=storage_options)
+    pending = run_tasks(index_one, todo, executor, workers=n_workers)
     try:
-        for res in results_iter:
+        for res in itertools.chain(done, pending):
             res = res.renamed(names.get(res.url, res.name))
             if res.status == "up_to_date":
                 res = replace(res, n_chunks=previous.get((res.sidecar, _key(res.source)), 0))
@@ -237,7 +239,7 @@ def index_many(
                 progress.advance(res)
         complete = True
     finally:
-        results_iter.close()  # stops the worker pool now, not when garbage-collected
+        pending.close()  # stops the worker pool now, not when garbage-collected
         # also on KeyboardInterrupt: the report says what was finished (complete=false)
         report = RunReport(
             source=normalize_url(source),
@@ -281,62 +283,6 @@ def _opts(options: IndexOptions) -> dict[str, Any] | None:
     return None if options.storage_options is None else dict(options.storage_options)
 
 
-def _current_identity(url: str, options: IndexOptions) -> SourceInfo:
-    fs = filesystem(url, options.storage_options)
-    return identity_from_info(url, fs.info(url))
-
-
-def _sweep_leftovers(dest_url: str) -> None:
-    """Remove what an interrupted local write of this sidecar left beside it.
-
-    The atomic writers stage into ``.<name>.<random>.tmp`` (and, where directories cannot be
-    exchanged atomically, move the old one to ``.<name>.<random>.old``) in the same folder; a
-    process killed mid-write leaves them behind.  Only this granule's leftovers are touched,
-    so concurrent runs on other granules are unaffected.
-    """
-    if is_remote(dest_url):
-        return  # object-store writes stage nothing beside the sidecar
-    folder, name = os.path.split(dest_url)
-    if not os.path.isdir(folder):
-        return
-    pattern = re.compile(r"\." + re.escape(name) + r"\.[A-Za-z0-9_]+\.(tmp|old)")
-    for entry in os.scandir(folder):
-        if pattern.fullmatch(entry.name):
-            log.info("removing %s left by an interrupted run", entry.path)
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                os.unlink(entry.path)
-
-
-def _up_to_date(recorded: SourceInfo, current: SourceInfo) -> bool:
-    return recorded.url == current.url and recorded.same_object(current)
-
-
-def _sidecar_bytes(dest_url: str, options: IndexOptions) -> int:
-    fs = filesystem(dest_url, options.storage_options)
-    path = dest_url if not is_remote(dest_url) else dest_url.split("://", 1)[1]
-    return int(fs.du(path, total=True)) if fs.isdir(path) else int(fs.size(path))
-
-
-def _up_to_date_result(
-    url: str, dest_url: str, rec: Recorded, seconds: dict[str, float], options: IndexOptions
-) -> GranuleResult:
-    # n_chunks is not in the extras block; index_many carries it over from the last report
-    return GranuleResult(
-        url=url,
-        sidecar=dest_url,
-        status="up_to_date",
-        source=rec.source.to_dict(),
-        n_virtual=rec.n_virtual,
-        n_inlined=rec.n_inlined,
-        n_skipped=len(rec.skipped),
-        skipped=rec.skipped,
-        sidecar_bytes=_sidecar_bytes(dest_url, options),
-        seconds=seconds,
-    )
-
-
 def _ok_result(
     url: str, dest_url: str, refs: GranuleRefs, seconds: dict[str, float], options: IndexOptions
 ) -> GranuleResult:
@@ -351,6 +297,6 @@ def _ok_result(
         n_skipped=len(refs.skipped),
         skipped=tuple(s.to_dict() for s in refs.skipped),
         n_chunks=sum(a.manifest.n_stored + a.manifest.n_inline for a in refs.arrays.values()),
-        sidecar_bytes=_sidecar_bytes(dest_url, options),
+        sidecar_bytes=sidecar_bytes(dest_url, options.storage_options),
         seconds=seconds,
     )

@@ -1,4 +1,4 @@
-"""What an existing sidecar records about its source, read cheaply for change detection.
+"""Is a granule's sidecar up to date?  What an existing sidecar records, read cheaply.
 
 Deciding whether a granule is up to date must not cost as much as indexing it: loading a whole
 Parquet sidecar of a ~1000-variable granule (every ``refs.N.parq``) takes seconds, while its
@@ -11,15 +11,32 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+import os
+import re
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.errors import H5SidecarError, InvalidReferenceError
 from h5sidecar.references import SourceInfo
-from h5sidecar.workflows._listing import filesystem
+from h5sidecar.workflows._executors import Task
+from h5sidecar.workflows._listing import filesystem, identity_from_info, is_remote
+from h5sidecar.workflows._report import GranuleResult
 
-__all__ = ["Recorded", "read_recorded"]
+__all__ = [
+    "Recorded",
+    "check_up_to_date",
+    "precheck",
+    "read_recorded",
+    "sidecar_bytes",
+    "sweep_leftovers",
+]
+
+#: Threads checking sidecars before workers start (each check is one small read).
+_CHECK_THREADS = 16
 
 log = logging.getLogger("h5sidecar.workflows")
 
@@ -74,3 +91,96 @@ def _parse(doc: Mapping[str, Any]) -> Recorded | None:
         n_inlined=statuses.count("inlined"),
         skipped=skipped,
     )
+
+
+def check_up_to_date(
+    url: str,
+    sidecar: str,
+    listed: SourceInfo | None = None,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+) -> GranuleResult | None:
+    """An ``up_to_date`` result when ``sidecar`` records the current identity of ``url``.
+
+    ``listed`` is the identity from the listing (looked up when None).  Returns None when the
+    granule needs indexing: no sidecar, another source URL, or a different size/ETag/mtime.
+    """
+    t0 = time.perf_counter()
+    if listed is None:
+        listed = identity_from_info(url, filesystem(url, storage_options).info(url))
+    rec = read_recorded(sidecar, storage_options=storage_options)
+    if rec is None or rec.source.url != url or not rec.source.same_object(listed):
+        return None
+    seconds = {"check": time.perf_counter() - t0}
+    seconds["total"] = seconds["check"]
+    # n_chunks is not in the extras block; index_many carries it over from the last report
+    return GranuleResult(
+        url=url,
+        sidecar=sidecar,
+        status="up_to_date",
+        source=rec.source.to_dict(),
+        n_virtual=rec.n_virtual,
+        n_inlined=rec.n_inlined,
+        n_skipped=len(rec.skipped),
+        skipped=rec.skipped,
+        sidecar_bytes=sidecar_bytes(sidecar, storage_options),
+        seconds=seconds,
+    )
+
+
+def precheck(
+    tasks: Sequence[Task], *, storage_options: Mapping[str, Any] | None = None
+) -> tuple[list[GranuleResult], list[Task]]:
+    """Split ``index_one`` tasks into up-to-date results and the tasks still to run.
+
+    Runs in threads of this process (the checks are small reads), so a re-run with nothing to
+    do starts no worker process.  A check that fails leaves its task to run: ``index_one``
+    then records the failure properly.
+    """
+
+    def one(task: Task) -> GranuleResult | None:
+        url, sidecar, _, listed = task.args
+        try:
+            sweep_leftovers(sidecar)
+            return check_up_to_date(url, sidecar, listed, storage_options=storage_options)
+        except (H5SidecarError, OSError) as exc:
+            log.debug("cannot check %s (%s): indexing it", sidecar, exc)
+            return None
+
+    if not tasks:
+        return [], []
+    with ThreadPoolExecutor(min(_CHECK_THREADS, len(tasks))) as pool:
+        checked = list(pool.map(one, tasks))
+    done = [r for r in checked if r is not None]
+    todo = [t for t, r in zip(tasks, checked, strict=True) if r is None]
+    return done, todo
+
+
+def sidecar_bytes(sidecar: str, storage_options: Mapping[str, Any] | None = None) -> int:
+    """Size of a sidecar (all files of a Parquet directory)."""
+    fs = filesystem(sidecar, storage_options)
+    path = sidecar.split("://", 1)[1] if is_remote(sidecar) else sidecar
+    return int(fs.du(path, total=True)) if fs.isdir(path) else int(fs.size(path))
+
+
+def sweep_leftovers(sidecar: str) -> None:
+    """Remove what an interrupted local write of this sidecar left beside it.
+
+    The atomic writers stage into ``.<name>.<random>.tmp`` (and, where directories cannot be
+    exchanged atomically, move the old one to ``.<name>.<random>.old``) in the same folder; a
+    process killed mid-write leaves them behind.  Only this granule's leftovers are touched,
+    so concurrent runs on other granules are unaffected.
+    """
+    if is_remote(sidecar):
+        return  # object-store writes stage nothing beside the sidecar
+    folder, name = os.path.split(sidecar)
+    if not os.path.isdir(folder):
+        return
+    pattern = re.compile(r"\." + re.escape(name) + r"\.[A-Za-z0-9_]+\.(tmp|old)")
+    for entry in os.scandir(folder):
+        if pattern.fullmatch(entry.name):
+            log.info("removing %s left by an interrupted run", entry.path)
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)

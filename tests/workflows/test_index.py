@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,31 @@ def test_resume_change_detection_and_force(granule_dir: Path, tmp_path: Path) ->
     assert {g.name: g.status for g in fourth.granules}["G2.h5"] == "ok"
     forced = index_many(str(granule_dir), str(dest), executor="serial", force=True)
     assert forced.counts["ok"] == 3
+
+
+class CountingExecutor(ThreadPoolExecutor):
+    """A caller's executor that counts the tasks it was given."""
+
+    def __init__(self) -> None:
+        super().__init__(2)
+        self.submitted: list[str] = []
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def, override]
+        self.submitted.append(args[0])
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_up_to_date_granules_are_never_dispatched(granule_dir: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "sidecars"
+    with CountingExecutor() as ex:
+        assert index_many(str(granule_dir), str(dest), executor=ex).counts["ok"] == 3
+        assert len(ex.submitted) == 3
+    write_granule(granule_dir / "G2.h5", seed=5)
+    with CountingExecutor() as ex:
+        report = index_many(str(granule_dir), str(dest), executor=ex)
+        # checked in the calling process: only the changed granule reached the executor
+        assert ex.submitted == [str(granule_dir / "G2.h5")]
+    assert report.counts == {"ok": 1, "failed": 0, "up_to_date": 2}
 
 
 def test_unreadable_sidecar_is_rewritten(granule_dir: Path, tmp_path: Path) -> None:
