@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-__all__ = ["SIDECARS", "ByteLRU", "CacheStats", "load_refs", "sidecar_identity", "sizeof"]
+__all__ = ["CHUNKS", "SIDECARS", "ByteLRU", "CacheStats", "load_refs", "sidecar_identity", "sizeof"]
 
 V = TypeVar("V")
 
@@ -140,6 +140,13 @@ class ByteLRU(Generic[V]):
 #: worker re-opening the same sidecar for each task parses it once).  Entries are keyed by the
 #: sidecar's identity (size + ETag/mtime), so a re-indexed sidecar is never served stale.
 SIDECARS: ByteLRU[Any] = ByteLRU(256 * 2**20)
+
+
+#: Recently read chunks (encoded bytes) of every store in this process, keyed by source
+#: identity + byte range, so a re-indexed (changed) source never hits old entries.  xarray reads
+#: some chunks twice when it opens a dataset (the first and last value of each time variable to
+#: choose its dtype, then the whole coordinate to index it); this makes those re-reads free.
+CHUNKS: ByteLRU[bytes] = ByteLRU(64 * 2**20)
 
 
 def _options_key(options: Mapping[str, Any]) -> str:

@@ -27,7 +27,7 @@ from fsspec.asyn import AsyncFileSystem
 from h5sidecar.gateway._cache import load_refs
 from h5sidecar.gateway._fetch import scrub_credentials
 from h5sidecar.gateway._keyspace import ChunkRef, GranuleKeys, Resolved
-from h5sidecar.gateway.store import make_fetcher
+from h5sidecar.gateway._reads import make_fetcher
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
 

@@ -21,125 +21,27 @@ chunks coalesce into few requests.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
-from zarr.abc.store import (
-    ByteRequest,
-    OffsetByteRequest,
-    RangeByteRequest,
-    Store,
-    SuffixByteRequest,
-)
+from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 
-from h5sidecar.gateway._cache import load_refs
-from h5sidecar.gateway._fetch import ChunkFetcher, scrub_credentials
+from h5sidecar.gateway._cache import CHUNKS, ByteLRU, load_refs
+from h5sidecar.gateway._fetch import scrub_credentials
 from h5sidecar.gateway._keyspace import ChunkRef, GranuleKeys, ZarrFormat
+from h5sidecar.gateway._reads import ReadBatcher, byte_window, make_fetcher, refs_equal
 from h5sidecar.gateway._v3 import codec_ids, register_numcodecs_v3
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
 
-__all__ = ["SidecarStore", "byte_window", "make_fetcher"]
+__all__ = ["SidecarStore"]
 
 _READ_ONLY = (
     "SidecarStore is read-only: a sidecar describes bytes inside an archival HDF5 file, which "
     "h5sidecar never modifies. Open it with mode='r' (e.g. zarr.open_group(store, mode='r'))."
 )
-
-
-def byte_window(length: int, byte_range: ByteRequest | None) -> tuple[int, int]:
-    """``(start, stop)`` of ``byte_range`` within a value of ``length`` bytes (clamped).
-
-    Raises
-    ------
-    TypeError
-        When ``byte_range`` is not one of zarr's ``ByteRequest`` types.
-    """
-    if byte_range is None:
-        return 0, length
-    if isinstance(byte_range, RangeByteRequest):
-        start = min(max(byte_range.start, 0), length)
-        return start, max(start, min(byte_range.end, length))
-    if isinstance(byte_range, OffsetByteRequest):
-        return min(max(byte_range.offset, 0), length), length
-    if isinstance(byte_range, SuffixByteRequest):
-        return max(length - byte_range.suffix, 0), length
-    raise TypeError(f"Unexpected byte_range, got {byte_range!r}.")
-
-
-def _same_dir(url: str, other: str) -> bool:
-    return url.rpartition("/")[0] == other.rpartition("/")[0]
-
-
-def make_fetcher(
-    refs: GranuleRefs, settings: ReadSettings, storage_options: Mapping[str, Any] | None
-) -> ChunkFetcher:
-    """A fetcher allowed to read exactly the objects ``refs`` needs.
-
-    With no explicit ``settings.allowed_prefixes``, the allow-list is the granule itself plus
-    companion files beside it (HDF5 external storage keeps raw data in a file next to the
-    granule).  A reference to anything else is refused by the fetcher
-    (:class:`~h5sidecar.errors.ForbiddenSourceError`) unless its prefix is allowed explicitly.
-    A source whose identity is unknown (a sidecar written by plain kerchunk: size -1) is allowed
-    but not freshness-checked.
-    """
-    src = refs.source
-    known = [src] if src.size >= 0 else []
-    if not settings.allowed_prefixes:
-        urls = {u for arr in refs.arrays.values() for u in arr.manifest.urls}
-        companions = sorted(u for u in urls if u != src.url and _same_dir(u, src.url))
-        if companions or not known:
-            settings = dataclasses.replace(settings, allowed_prefixes=(src.url, *companions))
-    return ChunkFetcher(settings, storage_options=storage_options, sources=known)
-
-
-class _ReadBatcher:
-    """Collects the byte ranges requested in one event-loop turn and fetches them together.
-
-    zarr reads the chunks of a selection with one ``Store.get`` per chunk, issued concurrently.
-    Each call parks its range here and awaits a future; a callback scheduled for the end of the
-    turn sends all parked ranges to the fetcher in one batch (one plan, so adjacent chunks
-    coalesce into one request).  Batches are kept per event loop, since zarr's loop and the
-    caller's loop may both use the store.
-    """
-
-    def __init__(self, fetch: Callable[[list[ChunkRef]], Awaitable[list[Any]]]) -> None:
-        self._fetch = fetch
-        self._pending: dict[asyncio.AbstractEventLoop, list[tuple[ChunkRef, asyncio.Future]]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def read(self, ref: ChunkRef) -> Any:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
-        batch = self._pending.get(loop)
-        if batch is None:
-            batch = self._pending[loop] = []
-            loop.call_soon(self._flush, loop)
-        batch.append((ref, fut))
-        return await fut
-
-    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
-        batch = self._pending.pop(loop, [])
-        live = [(r, f) for r, f in batch if not f.done()]  # callers cancelled meanwhile
-        if live:
-            task = loop.create_task(self._run(live))
-            self._tasks.add(task)  # keep a reference until done (tasks are weakly held)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _run(self, batch: list[tuple[ChunkRef, asyncio.Future]]) -> None:
-        try:
-            data = await self._fetch([r for r, _ in batch])
-        except Exception as exc:  # noqa: BLE001 - not swallowed: every waiting caller re-raises it
-            for _, fut in batch:
-                if not fut.done():
-                    fut.set_exception(exc)
-            return
-        for (_, fut), value in zip(batch, data, strict=True):
-            if not fut.done():
-                fut.set_result(value)
 
 
 class SidecarStore(Store):
@@ -163,6 +65,9 @@ class SidecarStore(Store):
         Must be True (the store cannot write); accepted for zarr's ``Store.open`` protocol.
     batch_reads : bool
         Coalesce concurrent ``get`` calls into one fetch (default True).
+    chunk_cache : ByteLRU or None
+        Where whole chunks just read are kept (the process-wide, byte-bounded
+        :data:`~h5sidecar.gateway._cache.CHUNKS` by default); ``None`` disables caching.
 
     Examples
     --------
@@ -182,6 +87,7 @@ class SidecarStore(Store):
         remote_options: Mapping[str, Any] | None = None,
         read_only: bool = True,
         batch_reads: bool = True,
+        chunk_cache: ByteLRU[bytes] | None = CHUNKS,
     ) -> None:
         if not read_only:
             raise ValueError(_READ_ONLY)
@@ -199,6 +105,7 @@ class SidecarStore(Store):
         self.settings = settings if settings is not None else ReadSettings()
         self.zarr_format: ZarrFormat = zarr_format
         self._batch_reads = batch_reads
+        self._chunk_cache = chunk_cache
         self._setup()
 
     def _setup(self) -> None:
@@ -206,7 +113,7 @@ class SidecarStore(Store):
             register_numcodecs_v3(codec_ids(self._refs))
         self.keyspace = GranuleKeys(self._refs, self.zarr_format)
         self.fetcher = make_fetcher(self._refs, self.settings, self._remote_options)
-        self._batcher = _ReadBatcher(self.fetcher.fetch) if self._batch_reads else None
+        self._batcher = ReadBatcher(self.fetcher.fetch) if self._batch_reads else None
         self._counts = {"inline_chunks": 0, "missing_chunks": 0, "metadata_reads": 0}
         self._root: Any = None
 
@@ -249,9 +156,19 @@ class SidecarStore(Store):
             return False
         if self._sidecar is not None and self._sidecar == other._sidecar:
             return True
-        return self._refs is other._refs or _refs_equal(self._refs, other._refs)
+        return self._refs is other._refs or refs_equal(self._refs, other._refs)
 
     __hash__ = None  # type: ignore[assignment]
+
+    def __dask_tokenize__(self) -> tuple[Any, ...]:
+        # Without this, Dask tokenizes a store by pickling *and unpickling* it (rebuilding the
+        # key space) once per variable: seconds for a granule with a thousand arrays.
+        import hashlib
+
+        src = self._refs.source
+        root = ".zmetadata" if self.zarr_format == 2 else "zarr.json"
+        digest = hashlib.sha1(self.keyspace.documents[root], usedforsecurity=False).hexdigest()
+        return ("SidecarStore", src.url, src.size, src.etag, src.mtime, self.zarr_format, digest)
 
     def __repr__(self) -> str:
         where = self._sidecar or self._refs.source.url
@@ -267,6 +184,8 @@ class SidecarStore(Store):
             "settings": self.settings,
             "zarr_format": self.zarr_format,
             "batch_reads": self._batch_reads,
+            # a worker uses its own process-wide cache (caches never travel in pickles)
+            "chunk_cache": self._chunk_cache is not None,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -278,6 +197,7 @@ class SidecarStore(Store):
         self.settings = state["settings"]
         self.zarr_format = state["zarr_format"]
         self._batch_reads = state["batch_reads"]
+        self._chunk_cache = CHUNKS if state.get("chunk_cache", True) else None
         self._setup()
 
     def with_read_only(self, read_only: bool = False) -> SidecarStore:
@@ -288,6 +208,7 @@ class SidecarStore(Store):
         clone.__setstate__({**self.__getstate__(), "refs": self._refs})
         clone._storage_options = dict(self._storage_options)
         clone._remote_options = dict(self._remote_options)
+        clone._chunk_cache = self._chunk_cache
         clone._setup()
         return clone
 
@@ -341,12 +262,25 @@ class SidecarStore(Store):
         start, stop = byte_window(length, byte_range)
         if stop == start:
             return prototype.buffer.from_bytes(b"")
+        whole = start == 0 and stop == length
+        if whole and self._chunk_cache is not None:
+            cached = self._chunk_cache.get(self._cache_key(ref))
+            if cached is not None:
+                self.fetcher.stats.record_cache_hit(len(cached))
+                return prototype.buffer.from_bytes(cached)
         request = (url, offset + start, stop - start)
         if self._batcher is not None:
             data = await self._batcher.read(request)
         else:
             (data,) = await self.fetcher.fetch([request])
+        if whole and self._chunk_cache is not None:
+            self._chunk_cache.put(self._cache_key(ref), bytes(data))
         return prototype.buffer.from_bytes(data)
+
+    def _cache_key(self, ref: ChunkRef) -> tuple[Any, ...]:
+        # the source identity is part of the key: a changed, re-indexed source never hits
+        src = self._refs.source
+        return (*ref, src.url, src.size, src.etag, src.mtime)
 
     async def get_partial_values(
         self,
@@ -418,22 +352,3 @@ class SidecarStore(Store):
         """Names directly under the node ``prefix``."""
         for name in self.keyspace.list_dir(prefix):
             yield name
-
-
-def _refs_equal(a: GranuleRefs, b: GranuleRefs) -> bool:
-    """Equality of two GranuleRefs that tolerates checksum arrays (numpy ``==`` is elementwise)."""
-    import numpy as np
-
-    if (a.source, dict(a.groups), a.skipped) != (b.source, dict(b.groups), b.skipped):
-        return False
-    if list(a.arrays) != list(b.arrays):
-        return False
-    for path, x in a.arrays.items():
-        y = b.arrays[path]
-        if (x.meta, x.manifest, x.status, x.note) != (y.meta, y.manifest, y.status, y.note):
-            return False
-        if (x.checksums is None) != (y.checksums is None):
-            return False
-        if x.checksums is not None and not np.array_equal(x.checksums, y.checksums):
-            return False
-    return True

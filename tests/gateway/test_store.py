@@ -316,14 +316,14 @@ def test_default_mode_needs_r(small_refs: GranuleRefs) -> None:
 
 # -- batching, inline, missing --------------------------------------------------------------------
 def test_concurrent_gets_coalesce(small_refs: GranuleRefs, small_h5: Path) -> None:
-    store = SidecarStore(small_refs)
+    store = SidecarStore(small_refs, chunk_cache=None)
     arr = zarr.open_group(store, mode="r")["gt1l/heights/h_ph"]
     np.testing.assert_array_equal(arr[:], read_h5(small_h5, "gt1l/heights/h_ph"))
     stats = store.stats
     assert 1 <= stats["requests"] < small_refs.arrays["gt1l/heights/h_ph"].manifest.n_stored
     assert stats["bytes_used"] == small_refs.arrays["gt1l/heights/h_ph"].manifest.stored_bytes
 
-    unbatched = SidecarStore(small_refs, batch_reads=False)
+    unbatched = SidecarStore(small_refs, batch_reads=False, chunk_cache=None)
     zarr.open_group(unbatched, mode="r")["gt1l/heights/h_ph"][:]
     assert unbatched.stats["requests"] == 5
 
@@ -432,3 +432,22 @@ def test_store_over_s3_pickles_without_credentials(
         zarr.open_group(clone, mode="r")["gt1l/heights/h_ph"][:],
         read_h5(small_h5, "gt1l/heights/h_ph"),
     )
+
+
+def test_chunk_cache_serves_rereads(small_refs: GranuleRefs, small_h5: Path) -> None:
+    from h5sidecar.gateway._cache import ByteLRU
+
+    cache: ByteLRU[bytes] = ByteLRU(10**6)
+    store = SidecarStore(small_refs, chunk_cache=cache)
+    arr = zarr.open_group(store, mode="r")["gt1l/heights/delta_time"]
+    first = arr[:]
+    requests = store.stats["requests"]
+    again = arr[:]
+    np.testing.assert_array_equal(again, first)
+    np.testing.assert_array_equal(again, read_h5(small_h5, "gt1l/heights/delta_time"))
+    assert store.stats["requests"] == requests  # nothing fetched the second time
+    assert store.stats["cache_hits"] == 5 and cache.stats.hits == 5
+    tiny: ByteLRU[bytes] = ByteLRU(100)  # smaller than any chunk: caches nothing
+    store = SidecarStore(small_refs, chunk_cache=tiny)
+    zarr.open_group(store, mode="r")["gt1l/heights/delta_time"][:]
+    assert len(tiny) == 0 and store.stats["cache_hits"] == 0

@@ -1,0 +1,131 @@
+"""How the store and the filesystem read: byte windows, the allow-listed fetcher, batching.
+
+Kept apart from :mod:`h5sidecar.gateway.store` so the fsspec filesystem and the HTTP gateway
+share exactly the same read rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import numpy as np
+from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+
+from h5sidecar.gateway._fetch import ChunkFetcher
+from h5sidecar.gateway._keyspace import ChunkRef
+from h5sidecar.references import GranuleRefs
+from h5sidecar.settings import ReadSettings
+
+__all__ = ["ReadBatcher", "byte_window", "make_fetcher", "refs_equal"]
+
+
+def byte_window(length: int, byte_range: ByteRequest | None) -> tuple[int, int]:
+    """``(start, stop)`` of ``byte_range`` within a value of ``length`` bytes (clamped).
+
+    Raises
+    ------
+    TypeError
+        When ``byte_range`` is not one of zarr's ``ByteRequest`` types.
+    """
+    if byte_range is None:
+        return 0, length
+    if isinstance(byte_range, RangeByteRequest):
+        start = min(max(byte_range.start, 0), length)
+        return start, max(start, min(byte_range.end, length))
+    if isinstance(byte_range, OffsetByteRequest):
+        return min(max(byte_range.offset, 0), length), length
+    if isinstance(byte_range, SuffixByteRequest):
+        return max(length - byte_range.suffix, 0), length
+    raise TypeError(f"Unexpected byte_range, got {byte_range!r}.")
+
+
+def _same_dir(url: str, other: str) -> bool:
+    return url.rpartition("/")[0] == other.rpartition("/")[0]
+
+
+def make_fetcher(
+    refs: GranuleRefs, settings: ReadSettings, storage_options: Mapping[str, Any] | None
+) -> ChunkFetcher:
+    """A fetcher allowed to read exactly the objects ``refs`` needs.
+
+    With no explicit ``settings.allowed_prefixes``, the allow-list is the granule itself plus
+    companion files beside it (HDF5 external storage keeps raw data in a file next to the
+    granule).  A reference to anything else is refused by the fetcher
+    (:class:`~h5sidecar.errors.ForbiddenSourceError`) unless its prefix is allowed explicitly.
+    A source whose identity is unknown (a sidecar written by plain kerchunk: size -1) is allowed
+    but not freshness-checked.
+    """
+    src = refs.source
+    known = [src] if src.size >= 0 else []
+    if not settings.allowed_prefixes:
+        urls = {u for arr in refs.arrays.values() for u in arr.manifest.urls}
+        companions = sorted(u for u in urls if u != src.url and _same_dir(u, src.url))
+        if companions or not known:
+            settings = dataclasses.replace(settings, allowed_prefixes=(src.url, *companions))
+    return ChunkFetcher(settings, storage_options=storage_options, sources=known)
+
+
+class ReadBatcher:
+    """Collects the byte ranges requested in one event-loop turn and fetches them together.
+
+    zarr reads the chunks of a selection with one ``Store.get`` per chunk, issued concurrently.
+    Each call parks its range here and awaits a future; a callback scheduled for the end of the
+    turn sends all parked ranges to the fetcher in one batch (one plan, so adjacent chunks
+    coalesce into one request).  Batches are kept per event loop, since zarr's loop and the
+    caller's loop may both use the store.
+    """
+
+    def __init__(self, fetch: Callable[[list[ChunkRef]], Awaitable[list[Any]]]) -> None:
+        self._fetch = fetch
+        self._pending: dict[asyncio.AbstractEventLoop, list[tuple[ChunkRef, asyncio.Future]]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def read(self, ref: ChunkRef) -> Any:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        batch = self._pending.get(loop)
+        if batch is None:
+            batch = self._pending[loop] = []
+            loop.call_soon(self._flush, loop)
+        batch.append((ref, fut))
+        return await fut
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        batch = self._pending.pop(loop, [])
+        live = [(r, f) for r, f in batch if not f.done()]  # callers cancelled meanwhile
+        if live:
+            task = loop.create_task(self._run(live))
+            self._tasks.add(task)  # keep a reference until done (tasks are weakly held)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, batch: list[tuple[ChunkRef, asyncio.Future]]) -> None:
+        try:
+            data = await self._fetch([r for r, _ in batch])
+        except Exception as exc:  # noqa: BLE001 - not swallowed: every waiting caller re-raises it
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(exc)
+            return
+        for (_, fut), value in zip(batch, data, strict=True):
+            if not fut.done():
+                fut.set_result(value)
+
+
+def refs_equal(a: GranuleRefs, b: GranuleRefs) -> bool:
+    """Equality of two GranuleRefs that tolerates checksum arrays (numpy ``==`` is elementwise)."""
+    if (a.source, dict(a.groups), a.skipped) != (b.source, dict(b.groups), b.skipped):
+        return False
+    if list(a.arrays) != list(b.arrays):
+        return False
+    for path, x in a.arrays.items():
+        y = b.arrays[path]
+        if (x.meta, x.manifest, x.status, x.note) != (y.meta, y.manifest, y.status, y.note):
+            return False
+        if (x.checksums is None) != (y.checksums is None):
+            return False
+        if x.checksums is not None and not np.array_equal(x.checksums, y.checksums):
+            return False
+    return True
