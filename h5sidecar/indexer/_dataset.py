@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import h5py
 import numpy as np
@@ -260,7 +260,9 @@ def index_dataset(entry: DatasetEntry, ctx: IndexContext) -> ArrayRefs:
     manifest = _manifest(table, len(plan.extra_shape))
     chunks = table.chunks + plan.extra_shape
     meta = ArrayMeta(shape, chunks, zarr_dtype, fill_json, pipeline, None, dim_names, all_attrs)
-    status = "inlined" if manifest.n_inline and not manifest.n_stored else "virtual"
+    status: Literal["virtual", "inlined"] = (
+        "inlined" if manifest.n_inline and not manifest.n_stored else "virtual"
+    )
     note = _join(table.note, plan.note, dim_note, attrs.note())
     return ArrayRefs(entry.path, meta, manifest, status, note)
 

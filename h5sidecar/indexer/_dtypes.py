@@ -178,6 +178,7 @@ def zarr_dtype_json(dt: np.dtype) -> tuple[str | list[Any], np.dtype, str]:
     Skip
         When zarr 3.1 cannot read the result.
     """
+    json_form: str | list[Any]
     if dt.fields is not None:
         json_form, note = structured_json(dt)
         np_dtype = np.dtype([(f[0], f[1]) for f in json_form])
@@ -230,7 +231,7 @@ def plan_dtype(dset: h5py.Dataset) -> DtypePlan:
         fail("unsupported_dtype", f"{why} (HDF5 type {dt})")
     extra: tuple[int, ...] = ()
     base_tid, base_dt = tid, dt
-    if tid.get_class() == h5t.ARRAY:
+    if tid.get_class() == h5t.ARRAY and dt.subdtype is not None:
         base_dt, extra = dt.subdtype
         base_tid = tid.get_super()
     cls = base_tid.get_class()

@@ -30,7 +30,7 @@ def partial_edge_mask(
     out = np.zeros(grid, dtype=bool)
     for axis, (g, c, s) in enumerate(zip(grid, chunks, shape, strict=True)):
         if g and g * c > s:
-            index = [slice(None)] * len(grid)
+            index: list[slice | int] = [slice(None)] * len(grid)
             index[axis] = g - 1
             out[tuple(index)] = True
     return out

@@ -152,8 +152,8 @@ def index_open_granule(
                 skipped.append(by_path[entry.path])
             except OSError as exc:  # HDF5 failing on this dataset's metadata or data
                 reraise_io_failure(exc)
-                skip = Skip("unreadable", f"HDF5 failed on it: {describe_h5_error(exc)}")
-                by_path[entry.path] = _record(skip, entry.path, settings)
+                failed = Skip("unreadable", f"HDF5 failed on it: {describe_h5_error(exc)}")
+                by_path[entry.path] = _record(failed, entry.path, settings)
                 skipped.append(by_path[entry.path])
     finally:
         reader.close()
@@ -164,7 +164,7 @@ def index_open_granule(
     if check_unchanged is not None:
         check_unchanged()
     extra = _provenance(settings, time.perf_counter() - started, dropped)
-    return GranuleRefs(granule.identity, groups, arrays, skipped, extra)
+    return GranuleRefs(granule.identity, groups, arrays, tuple(skipped), extra)
 
 
 def _provenance(

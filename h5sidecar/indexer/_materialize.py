@@ -201,7 +201,8 @@ def materialize_variable(
     total = 0
     for flat, index in enumerate(np.ndindex(*grid)):
         region = chunk_slices(index, chunks, shape)
-        block = values[(*region, Ellipsis)]  # Ellipsis: a 0-d block stays an array
+        selection: tuple[Any, ...] = (*region, Ellipsis)  # Ellipsis: a 0-d block stays an array
+        block = values[selection]
         if block.shape != chunks:
             buf = _blank(chunks, values.dtype, fill)
             buf[tuple(slice(0, b) for b in block.shape)] = block

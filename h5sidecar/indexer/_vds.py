@@ -102,7 +102,7 @@ class _Blocks:
             idx = [0] * len(self.count)
             idx[self.unlimited[0]] = b
         else:
-            idx = list(np.unravel_index(b, self.count))
+            idx = [int(i) for i in np.unravel_index(b, self.count)]
         start = tuple(
             s + int(i) * st for s, i, st in zip(self.start, idx, self.stride, strict=True)
         )
@@ -238,10 +238,10 @@ def vds_table(
     if 0 in shape or not shape:
         return ChunkTable.empty(shape, tuple(max(s, 1) for s in shape), []), (), None
     pieces = vds_pieces(dset, shape)
-    sources = [s for s in _open_sources(pieces, granule_url, opener) if s.dset]
+    sources = [s for s in _open_sources(pieces, granule_url, opener) if s.dset is not None]
     if not sources:
         return ChunkTable.empty(shape, shape, []), (), None
-    src_dtype = _common([s.dset.dtype for s in sources], "dtype")
+    src_dtype = _common([s.dset.dtype for s in sources if s.dset is not None], "dtype")
     if src_dtype != dset.dtype and src_dtype.newbyteorder("=") != dset.dtype.newbyteorder("="):
         fail("virtual_dataset", f"sources hold {src_dtype}, the virtual dataset {dset.dtype}")
     for s in sources:
