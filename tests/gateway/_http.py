@@ -44,9 +44,21 @@ class Corpus:
         return f"s3://{self.bucket}/src/{name}"
 
 
+#: Corpora built in this process, by S3 endpoint (see ``http_corpus``).
+_CORPORA: dict[str, Corpus] = {}
+
+
 @pytest.fixture(scope="session")
 def http_corpus(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Corpus:
     """Granules uploaded to moto once per session and indexed with ``index_many``."""
+    # Test modules import this fixture, so pytest registers one copy per module: build once.
+    corpus = _CORPORA.get(s3_endpoint)
+    if corpus is None:
+        corpus = _CORPORA[s3_endpoint] = _build_corpus(s3_endpoint, tmp_path_factory)
+    return corpus
+
+
+def _build_corpus(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Corpus:
     import s3fs
 
     from h5sidecar.sample import write_atl03_like
@@ -110,11 +122,34 @@ def gateway(dest: str, options: Mapping[str, Any] | None = None, *,
         yield url, app
 
 
+@pytest.fixture(scope="session")
+def http() -> Iterator[Any]:
+    """One HTTP client for the session (a client per request costs ~50 ms of TLS setup)."""
+    import httpx
+
+    with httpx.Client(timeout=60) as client:
+        yield client
+
+
 @pytest.fixture(scope="module")
 def served(http_corpus: Corpus) -> Iterator[tuple[str, Any]]:
     """The gateway over the local JSON DEST (default settings, CORS '*')."""
     with gateway(http_corpus.dest, http_corpus.options) as running_app:
         yield running_app
+
+
+def settled(app: Any, timeout: float = 10.0) -> Any:
+    """The app's metrics once no request is in flight.
+
+    The gateway records a request's metrics after its last byte is sent, so a client may see
+    the answer a moment before the counters move; wait for them to settle.
+    """
+    metrics = app.state.gateway.metrics
+    deadline = time.monotonic() + timeout
+    while metrics.value("h5sidecar_http_requests_in_flight") > 0:
+        assert time.monotonic() < deadline, "requests still in flight"
+        time.sleep(0.002)
+    return metrics
 
 
 def raw_get(url: str, path: bytes, headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:

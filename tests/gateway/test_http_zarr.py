@@ -16,7 +16,7 @@ import xarray as xr
 import zarr
 from zarr.errors import ZarrUserWarning
 
-from tests.gateway._http import ATL03, SMALL, Corpus, gateway, http_corpus, served
+from tests.gateway._http import ATL03, SMALL, Corpus, gateway, http_corpus, served, settled
 
 __all__ = ["http_corpus", "served"]  # fixtures used below
 
@@ -60,7 +60,7 @@ def assert_same(root: zarr.Group, f: h5py.File, names: list[str],
 
 
 def requests(app, route: str, status: str | None = None) -> float:  # type: ignore[no-untyped-def]
-    m = app.state.gateway.metrics
+    m = settled(app)
     if status is None:
         return sum(m.value("h5sidecar_http_requests_total", route=route, method="GET",
                            status=s) for s in ("200", "206", "404"))  # fmt: skip
