@@ -100,7 +100,8 @@ def assert_values_equal(got: np.ndarray, want: Any, dset: h5py.Dataset, where: s
     want = np.asarray(want) if not isinstance(want, np.ndarray) else want
     got = np.asarray(got)
     assert got.shape == want.shape, f"{where}: shape {got.shape} != h5py {want.shape}"
-    ref_kind = h5py.check_ref_dtype(dset.dtype)
+    base = dset.dtype.subdtype[0] if dset.dtype.subdtype is not None else dset.dtype
+    ref_kind = h5py.check_ref_dtype(base)
     if ref_kind is not None:
         np.testing.assert_array_equal(
             _path_targets(got, dset.file), _ref_targets(want, dset.file), err_msg=where

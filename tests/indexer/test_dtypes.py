@@ -251,3 +251,23 @@ def test_unrepresentable_types_are_skipped_with_reasons(make_h5, make, phrase: s
     assert [(s.path, s.kind) for s in refs.skipped] == [("v", "unsupported_dtype")]
     assert phrase in refs.skipped[0].reason
     assert list(refs.arrays) == ["ok"]
+
+
+def test_array_types_of_strings_and_references_and_mixed_compounds(make_h5) -> None:
+    def build(f: h5py.File) -> None:
+        f["t"] = np.arange(3)
+        strings = f.create_dataset(
+            "strings", shape=(3,), dtype=np.dtype((h5py.string_dtype(), (2,)))
+        )
+        strings[0] = ["a", "bb"]
+        refs = f.create_dataset("refs", shape=(2,), dtype=np.dtype((h5py.ref_dtype, (2,))))
+        refs[0] = [f["t"].ref, f["t"].ref]
+        mixed = np.dtype([("e", h5py.enum_dtype({"A": 0, "B": 1}, "u1")), ("b", "?"), ("c", "<c8")])
+        f.create_dataset("mixed", data=np.array([(1, True, 1 + 2j), (0, False, 3j)], dtype=mixed))
+
+    path = make_h5(build)
+    refs = index_granule(str(path))
+    assert refs.arrays["strings"].meta.shape == (3, 2)
+    assert refs.arrays["refs"].meta.shape == (2, 2)
+    assert refs.arrays["mixed"].meta.dtype == [["e", "|u1"], ["b", "|b1"], ["c", "<c8"]]
+    assert_refs_match_h5py(refs, path)
