@@ -10,8 +10,10 @@ from h5sidecar.references import SkipKind
 __all__ = [
     "H5PY_ERRORS",
     "Skip",
+    "describe_h5_error",
+    "fail",
     "is_io_failure",
-    "rel_path",
+    "raised_by_h5py",
     "reraise_io_failure",
 ]
 
@@ -62,9 +64,15 @@ def reraise_io_failure(exc: BaseException) -> None:
         raise exc
 
 
-def rel_path(name: str) -> str:
-    """An HDF5 absolute name (``/a/b``) as a model path (``a/b``; the root group is ``""``)."""
-    return name.strip("/")
+def raised_by_h5py(exc: BaseException) -> bool:
+    """True when ``exc`` came out of h5py (its innermost frame is in h5py), i.e. HDF5 refused
+    something about the file, rather than a bug of ours raising the same builtin type."""
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last = tb.tb_frame.f_code.co_filename
+        tb = tb.tb_next
+    return last is not None and ("h5py" in last.replace("\\", "/").split("/"))
 
 
 def describe_h5_error(exc: BaseException) -> str:

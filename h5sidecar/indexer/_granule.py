@@ -17,6 +17,7 @@ from h5sidecar.indexer._common import (
     H5PY_ERRORS,
     Skip,
     describe_h5_error,
+    raised_by_h5py,
     reraise_io_failure,
 )
 from h5sidecar.indexer._dataset import IndexContext, index_alias, index_dataset
@@ -150,8 +151,10 @@ def index_open_granule(
             except Skip as skip:
                 by_path[entry.path] = _record(skip, entry.path, settings)
                 skipped.append(by_path[entry.path])
-            except OSError as exc:  # HDF5 failing on this dataset's metadata or data
+            except H5PY_ERRORS as exc:  # HDF5 failing on this dataset's metadata or data
                 reraise_io_failure(exc)
+                if not raised_by_h5py(exc):
+                    raise
                 failed = Skip("unreadable", f"HDF5 failed on it: {describe_h5_error(exc)}")
                 by_path[entry.path] = _record(failed, entry.path, settings)
                 skipped.append(by_path[entry.path])
