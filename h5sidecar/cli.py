@@ -46,6 +46,7 @@ _PIPE_WIDTH = 240
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
     args = build_parser().parse_args(argv)
+    args.verbose += args.verbose_global  # -v before or after the command
     _setup_logging(args.verbose)
     # piped output: long paths stay on one line (greppable) and tables are not squeezed to 80
     # columns; on a terminal rich fits the terminal
@@ -79,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     verbose.add_argument(
         "-v", "--verbose", action="count", default=0, help="log progress (-v) or debug (-vv)"
     )
+    parser.add_argument("-v", "--verbose", action="count", default=0, dest="verbose_global",
+                        help="log progress (-v) or debug (-vv); also accepted after COMMAND")
     parser.set_defaults(verbose=0)
     sub = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
 

@@ -154,9 +154,10 @@ def test_entry_point_subprocess(tmp_path: Path) -> None:
     res = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
     assert res.returncode == 0 and __version__ in res.stdout
     src = write_granule(tmp_path / "in" / "a.h5")
-    res = subprocess.run([exe, "index", str(src), "-o", str(tmp_path / "out"), "--format",
-                          "json", "-v"], capture_output=True, text=True, check=False)
+    res = subprocess.run([exe, "-v", "index", str(src), "-o", str(tmp_path / "out"),
+                          "--format", "json", "-v"], capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
+    assert "indexed " in res.stderr  # -v (twice): the worker logs each granule on stderr
     assert_matches_h5py(str(tmp_path / "out" / "a.h5.json"), src)
     res = subprocess.run([exe, "verify", str(tmp_path / "out" / "a.h5.json")],
                          capture_output=True, text=True, check=False)
