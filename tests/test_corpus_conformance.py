@@ -5,7 +5,8 @@ sidecar formats (kerchunk JSON and kerchunk Parquet) into ``tmp_path``, open eac
 ``ReferenceFileSystem`` + zarr 3 (no h5sidecar reader), and compare every dataset of
 ``profile.datasets`` with what h5py reads from the same file: numbers with
 ``array_equal(equal_nan=True)``, strings as ``str``, compound types field by field, references
-by target object.  Datasets with more than 2**31 elements are compared on slices.
+by target object.  Datasets with more than 2**31 elements are compared on slices.  Each result
+must also open as an xarray ``DataTree`` (dimension names consistent along every path).
 
 What we skip is pinned by :data:`EXPECTED_SKIPS` (path -> kind and reason), so a regression or
 an improvement shows up as a failure to update deliberately.  Each file must also do at least
@@ -23,6 +24,7 @@ from typing import Any
 
 import h5py
 import pytest
+import xarray as xr
 
 from h5sidecar.indexer import index_granule
 from h5sidecar.references import write_json, write_parquet
@@ -290,6 +292,11 @@ def test_corpus_file(entry: dict[str, Any], corpus_dir: Path, tmp_path: Path) ->
                     assert_values_equal(values, expected, dset, f"{rel} ({fmt}) {selection}")
             counts["ok"] += 1
             counts["inlined"] += refs.arrays[rel].status == "inlined"
+    # xarray's DataTree accepts the dimension names (one size per name along every path)
+    tree = xr.open_datatree(
+        groups["json"].store, engine="zarr", consolidated=True, zarr_format=2, decode_cf=False
+    )
+    assert {node.path.strip("/") for node in tree.subtree} >= set(refs.groups)
     RESULTS[entry["name"]] = counts
     assert counts["ok"] >= _best_peer(entry), (
         f"{counts['ok']} datasets right, kerchunk/VirtualiZarr got {_best_peer(entry)}"
