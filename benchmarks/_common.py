@@ -118,7 +118,24 @@ def environment() -> dict[str, Any]:
             versions[dist] = None
     return {"python": sys.version.split()[0], "platform": platform.platform(),
             "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "versions": versions,
-            "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "commit": _git_commit(), "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def _git_commit() -> str | None:
+    """The checked-out commit, with ``+dirty`` when the package has uncommitted changes: the
+    numbers belong to that code, not to a release."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=BENCH_DIR, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--", "../h5sidecar")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
 
 
 def save_results(name: str, results: dict[str, Any]) -> Path:

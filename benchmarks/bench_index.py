@@ -218,7 +218,8 @@ def report(results: dict[str, Any]) -> str:
            + ", ".join(f"{k} {v}" for k, v in g["arrays"].items() if v is not None)
            + f"; S3 latency {results['args']['latency_ms']:g} ms; "
            f"{results['env']['cpus']} CPUs, load average "
-           f"{results['env']['load_avg'][0]:.1f} at the end; {results['env']['when']}.", "",
+           f"{results['env']['load_avg'][0]:.1f} at the end; code "
+           f"{results['env'].get('commit') or 'unknown'}; {results['env']['when']}.", "",
            c.markdown_table(["case", "where", "median s", "runs", "requests", "bytes moved"],
                             rows), ""]
     out.append(c.markdown_table(
