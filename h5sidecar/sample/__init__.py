@@ -1,6 +1,6 @@
 """Realistic sample granules: ICESat-2 ATL03-like HDF5 files and a CF netCDF-4 file.
 
-The files imitate the *structure* of real archival products (group tree, ~950 variables,
+The files imitate the *structure* of real archival products (group tree, 935 variables,
 10,000-row gzip chunks with unlimited first dimensions, dimension scales, compact and contiguous
 ancillary datasets, fixed-length strings, attribute-only metadata groups) and their *values*
 (monotonic time, an orbit ground track, noisy photon heights around a surface), so that chunk

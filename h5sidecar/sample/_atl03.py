@@ -324,7 +324,7 @@ def write_atl03_like(path: str | Path, *, photons: int = 200_000, seed: int = 0)
     ``heights/``, segment-rate ``geolocation/`` and ``geophys_corr/``, 50 Hz ``bckgrd_atlas/`` and
     ``signal_find_output/<surface>/``; beside them ``ancillary_data/`` (compact, contiguous and
     chunked small datasets, fixed-length strings), ``orbit_info/``, ``quality_assessment/``,
-    ``atlas_impulse_response/`` and the attribute-only ``METADATA/`` tree: about 950 variables.
+    ``atlas_impulse_response/`` and the attribute-only ``METADATA/`` tree: 935 variables.
     Rate variables have unlimited first dimensions, 10,000-row chunks, gzip level 6 (+shuffle on
     integers), CF-style attributes and ``delta_time`` as their dimension scale.
 
@@ -334,8 +334,8 @@ def write_atl03_like(path: str | Path, *, photons: int = 200_000, seed: int = 0)
         File to write (overwritten).
     photons : int
         Total number of photons over the six beams (strong beams get 4x the weak ones).  The
-        default gives a ~5 MB file written in about a second; ``photons=10_000_000`` gives a
-        ~250 MB benchmark granule.
+        default gives a ~10 MB file written in about a second; ``photons=7_500_000`` gives a
+        ~300 MB benchmark granule.
     seed : int
         Seeds the values *and* the granule identity (track, cycle, region, start time); the same
         seed writes the same file.
