@@ -173,7 +173,7 @@ def array_metadata_v3(meta: ArrayMeta, *, fill_value: Any = ..., path: str = "")
     fv_v2 = meta.fill_value if fill_value is ... else fill_value
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        scalar = zdtype.default_scalar() if fv_v2 is None else _fill(zdtype, fv_v2, path)
+        scalar = _default_scalar(zdtype) if fv_v2 is None else _fill(zdtype, fv_v2, path)
         fv_v3 = zdtype.to_json_scalar(scalar, zarr_format=3)
         dtype_v3 = zdtype.to_json(zarr_format=3)
     return {
@@ -189,6 +189,17 @@ def array_metadata_v3(meta: ArrayMeta, *, fill_value: Any = ..., path: str = "")
         "dimension_names": list(meta.dimension_names) if meta.dimension_names else None,
         "storage_transformers": [],
     }
+
+
+def _default_scalar(zdtype: Any) -> Any:
+    """The data type's zero value.  zarr 3.1's own ``default_scalar`` of a structured type with
+    raw-byte (``|V``, e.g. padding) fields raises TypeError; zeros of the native dtype do not."""
+    try:
+        return zdtype.default_scalar()
+    except TypeError:
+        import numpy as np
+
+        return np.zeros((), dtype=zdtype.to_native_dtype())[()]
 
 
 def _fill(zdtype: Any, fv_v2: Any, path: str) -> Any:

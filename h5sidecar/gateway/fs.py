@@ -27,7 +27,7 @@ from fsspec.asyn import AsyncFileSystem
 from h5sidecar.gateway._cache import load_refs
 from h5sidecar.gateway._fetch import scrub_credentials
 from h5sidecar.gateway._keyspace import ChunkRef, GranuleKeys, Resolved
-from h5sidecar.gateway._reads import make_fetcher
+from h5sidecar.gateway._reads import ReadBatcher, make_fetcher
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
 
@@ -89,6 +89,9 @@ class H5SidecarFileSystem(AsyncFileSystem):
         self.settings = settings if settings is not None else ReadSettings()
         self.keyspace = GranuleKeys(self.refs, 2)
         self.fetcher = make_fetcher(self.refs, self.settings, self._remote_options)
+        # zarr's FsspecStore reads each chunk with its own _cat_file call, concurrently: the
+        # batcher turns one event-loop turn of them into one planned fetch
+        self._batcher = ReadBatcher(self.fetcher.fetch)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # fsspec pickles the constructor arguments; ours may carry credentials, so rebuild from
@@ -150,8 +153,16 @@ class H5SidecarFileSystem(AsyncFileSystem):
     async def _cat_file(
         self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any
     ) -> bytes:
-        out = await self._cat_ranges([path], [start], [end], on_error="raise")
-        return out[0]
+        ref = self._resolve(path)
+        if ref is None:
+            raise FileNotFoundError(path)
+        size = len(ref) if isinstance(ref, bytes) else ref[2]
+        lo, hi = _window(size, start, end)
+        if isinstance(ref, bytes):
+            return ref[lo:hi]
+        if hi == lo:
+            return b""
+        return bytes(await self._batcher.read((ref[0], ref[1] + lo, hi - lo)))
 
     async def _cat_ranges(
         self,
