@@ -124,8 +124,9 @@ def refs_equal(a: GranuleRefs, b: GranuleRefs) -> bool:
         y = b.arrays[path]
         if (x.meta, x.manifest, x.status, x.note) != (y.meta, y.manifest, y.status, y.note):
             return False
-        if (x.checksums is None) != (y.checksums is None):
-            return False
-        if x.checksums is not None and not np.array_equal(x.checksums, y.checksums):
+        if x.checksums is None or y.checksums is None:
+            if x.checksums is not y.checksums:
+                return False
+        elif not np.array_equal(x.checksums, y.checksums):
             return False
     return True

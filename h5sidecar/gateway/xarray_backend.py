@@ -96,6 +96,7 @@ def _packing_value(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, int | float | list):
         return value
     arr = np.asarray(value)
+    out: np.ndarray
     if arr.dtype.kind in "iu":
         out = arr.astype(np.int64)
     elif arr.dtype.kind == "f":
