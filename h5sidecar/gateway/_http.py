@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from h5sidecar.errors import HTTP_STATUS, H5SidecarError
+from h5sidecar.errors import HTTP_STATUS, H5SidecarError, InvalidRequestError
 
 __all__ = [
     "STATUS",
@@ -26,7 +27,7 @@ __all__ = [
 ]
 
 
-class BadRequestError(H5SidecarError, ValueError):
+class BadRequestError(InvalidRequestError):
     """The request path or a parameter is malformed or unsafe (path traversal, bad encoding)."""
 
     kind = "bad_request"
@@ -87,6 +88,7 @@ def status_for(exc: H5SidecarError) -> int:
 #: Percent-encodings refused anywhere in a raw path: an encoded "/" or "\" would smuggle a
 #: separator past routing, and an encoded "%" is double encoding.
 _REFUSED_ENCODINGS = ("%2f", "%5c", "%25", "%00")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\\]")
 
 
 def check_request_path(raw_path: str, path: str, *, max_length: int) -> None:
@@ -120,7 +122,7 @@ def check_request_path(raw_path: str, path: str, *, max_length: int) -> None:
             "request path contains an encoded '/', '\\', '%' or NUL: Zarr keys never need them; "
             "send the key with plain '/' separators"
         )
-    if "\\" in path or any(ord(c) < 32 or ord(c) == 127 for c in path):
+    if _CONTROL.search(path):
         raise BadRequestError("request path contains a backslash or a control character")
     segments = path.split("/")[1:]
     if any(s in (".", "..") for s in segments):

@@ -91,8 +91,10 @@ class GranuleEntry:
         self._stores: dict[int, SidecarStore] = {2: self._store(2)}
 
     def _store(self, zarr_format: Literal[2, 3]) -> SidecarStore:
+        # chunk_cache=None: the gateway keeps hot chunks in its own cache, bounded by
+        # GatewaySettings.cache_bytes, not in the process-wide one
         return SidecarStore(self.refs, zarr_format=zarr_format, settings=self._read_settings,
-                            storage_options=self._storage_options)  # fmt: skip
+                            storage_options=self._storage_options, chunk_cache=None)  # fmt: skip
 
     # -- views --------------------------------------------------------------------------------
     @property

@@ -13,7 +13,6 @@ Build the app with :func:`create_app` (no module-level app or settings exist); r
 from __future__ import annotations
 
 import asyncio
-import gzip
 import hmac
 import json
 import logging
@@ -33,17 +32,10 @@ from starlette.staticfiles import StaticFiles
 
 from h5sidecar import __version__
 from h5sidecar.errors import H5SidecarError, NotIndexedError
-from h5sidecar.gateway._http import (
-    Admission,
-    BadRequestError,
-    RangeNotSatisfiableError,
-    SaturatedError,
-    check_request_path,
-    parse_range,
-    status_for,
-)
+from h5sidecar.gateway._http import Admission, BadRequestError, check_request_path
 from h5sidecar.gateway._landing import describe, preview, render_page, render_png
 from h5sidecar.gateway._openapi import openapi_document
+from h5sidecar.gateway._reply import Reply, error_reply, key_reply
 from h5sidecar.gateway.core import Gateway, View
 from h5sidecar.settings import GatewaySettings, ReadSettings
 
@@ -61,8 +53,6 @@ METHODS = ("GET", "HEAD", "OPTIONS")
 POST_PATHS = ("/stac/search",)
 #: Largest STAC search body read (bytes).
 MAX_SEARCH_BODY = 64 * 1024
-#: Metadata documents smaller than this are sent uncompressed (gzip would not pay off).
-GZIP_MIN = 1024
 #: Route families used as the ``route`` label of metrics (bounded cardinality).
 ROUTES = ("zarr", "zarr3", "zarr3-shard", "api", "quicklook.png", "static", "healthz",
           "metrics", "openapi.json", "stac")  # fmt: skip
@@ -73,16 +63,14 @@ def _route_label(path: str) -> str:
     return head if head in ROUTES else ("landing" if head == "" else "other")
 
 
-def _error(exc: H5SidecarError) -> JSONResponse:
-    status = status_for(exc)
-    headers: dict[str, str] = {}
-    if isinstance(exc, RangeNotSatisfiableError):
-        headers["Content-Range"] = f"bytes */{exc.size}"
-    if isinstance(exc, SaturatedError):
-        headers["Retry-After"] = str(exc.retry_after)
-    if status >= 500:
-        log.warning("%s: %s", type(exc).__name__, exc)
-    return JSONResponse({"error": exc.kind, "message": str(exc)}, status, headers=headers)
+def _response(reply: Reply) -> Response:
+    if reply.payload is not None:
+        return JSONResponse(reply.payload, reply.status, headers=reply.headers)
+    return Response(reply.body, reply.status, headers=reply.headers)
+
+
+def _error(exc: H5SidecarError) -> Response:
+    return _response(error_reply(exc))
 
 
 # -- middleware --------------------------------------------------------------------------------
@@ -191,33 +179,12 @@ class _Handlers:
 
     async def _key(self, request: Request, view: View, path: str) -> Response:
         res = await self.gw.resolve(path, view)
-        meta = res.kind == "metadata"
-        headers = {
-            "ETag": res.etag,
-            "Accept-Ranges": "bytes",
-            "Cache-Control": self._cache_control(60 if meta else 86400),
-            "Content-Type": "application/json" if meta else "application/octet-stream",
-        }
-        if meta:
-            headers["Vary"] = "Accept-Encoding"
-        if _etag_matches(request.headers.get("if-none-match"), res.etag):
-            return Response(status_code=304, headers=headers)
-        span = parse_range(request.headers.get("range"), res.size)
-        start, stop = span if span is not None else (0, res.size)
-        status = 200 if span is None else 206
-        if span is not None:
-            headers["Content-Range"] = f"bytes {start}-{stop - 1}/{res.size}"
-        gz = meta and span is None and res.size >= GZIP_MIN and _accepts_gzip(request)
-        if request.method == "HEAD" and not gz:
-            headers["Content-Length"] = str(stop - start)
-            return Response(status_code=status, headers=headers)
-        body = self.gw.compressed(res, _gzip) if gz else await self.gw.read(res, start, stop)
-        if gz:
-            headers["Content-Encoding"] = "gzip"
-        if request.method == "HEAD":
-            headers["Content-Length"] = str(len(body))
-            return Response(status_code=status, headers=headers)
-        return Response(body, status, headers=headers)
+        h = request.headers
+        reply = await key_reply(self.gw, res, head=request.method == "HEAD",
+                                range_header=h.get("range"), if_none_match=h.get("if-none-match"),
+                                accept_encoding=h.get("accept-encoding", ""),
+                                private=self.private)  # fmt: skip
+        return _response(reply)
 
     async def landing(self, request: Request) -> Response:
         granules = await self.gw.granules()
@@ -338,21 +305,6 @@ class _StacHandlers:
         self._base(request)
         data = self.api.static_file(request.path_params["path"])  # type: ignore[union-attr]
         return Response(data, media_type="application/json")
-
-
-def _etag_matches(header: str | None, etag: str) -> bool:
-    if not header:
-        return False
-    tags = {t.strip().removeprefix("W/") for t in header.split(",")}
-    return "*" in tags or etag in tags
-
-
-def _accepts_gzip(request: Request) -> bool:
-    return "gzip" in request.headers.get("accept-encoding", "").lower()
-
-
-def _gzip(data: bytes) -> bytes:
-    return gzip.compress(data, compresslevel=6, mtime=0)
 
 
 # -- app ----------------------------------------------------------------------------------------
