@@ -86,7 +86,7 @@ class GatewayMetrics:
         Requests (after coalescing) and bytes read from sources.
     ``h5sidecar_cache_hits_total{cache}`` / ``h5sidecar_cache_misses_total{cache}``
         Lookups in the sidecar and chunk caches.
-    ``h5sidecar_rejected_total{reason}``
+    ``h5sidecar_rejected_total``
         Requests refused with 503 because the upstream queue was full.
     """
 

@@ -32,7 +32,7 @@ from starlette.staticfiles import StaticFiles
 
 from h5sidecar import __version__
 from h5sidecar.errors import H5SidecarError, NotIndexedError
-from h5sidecar.gateway._http import Admission, BadRequestError, check_request_path
+from h5sidecar.gateway._http import Admission, BadRequestError, SaturatedError, check_request_path
 from h5sidecar.gateway._landing import describe, preview, render_page, render_png
 from h5sidecar.gateway._openapi import openapi_document
 from h5sidecar.gateway._reply import Reply, error_reply, key_reply
@@ -383,6 +383,8 @@ def create_app(
     middleware.append(Middleware(_Guard, settings=settings))
 
     async def on_error(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, SaturatedError):
+            gateway.metrics.inc("h5sidecar_rejected_total")
         if isinstance(exc, H5SidecarError):
             return _error(exc)
         if isinstance(exc, HTTPException):

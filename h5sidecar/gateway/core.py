@@ -234,6 +234,11 @@ class Gateway:
         entry = await asyncio.to_thread(
             GranuleEntry, name, url, identity, refs, read, self.storage_options
         )
+        if entry.nbytes > self._entries.max_bytes:
+            # served, but parsed again for every request: say how to fix it
+            log.warning("the sidecar of %s (~%d bytes parsed) does not fit the sidecar cache "
+                        "(%d bytes, half of H5SIDECAR_CACHE_BYTES): raise the cache", name,
+                        entry.nbytes, self._entries.max_bytes)  # fmt: skip
         self._entries.put(name, entry)
         return entry
 

@@ -69,6 +69,7 @@ def test_saturated_gateway_answers_503_with_retry_after(
         m = settled(app)
         assert m.value("h5sidecar_http_requests_total", route="zarr", method="GET",
                        status="503") == 1  # fmt: skip
+        assert m.value("h5sidecar_rejected_total") == 1
 
 
 def test_upstream_concurrency_is_bounded(http: httpx.Client, http_corpus: Corpus) -> None:
