@@ -38,3 +38,10 @@ def test_index_s3_prefix_to_s3(tmp_path: Path, s3, s3_bucket: str, s3_storage_op
     assert status == {"G0.h5": "up_to_date", "G1.h5": "ok", "bad.h5": "failed"}
     assert_matches_h5py(f"{dest}/G1.h5.parq", tmp_path / "new.h5", s3_storage_options,
                         remote_protocol="s3")
+    # an object-store Parquet write killed before its commit marker (.zmetadata, written last)
+    # leaves record files only: that sidecar counts as absent and is rewritten
+    s3.rm(f"{s3_bucket}/out/G0.h5.parq/.zmetadata")
+    third = index_many(source, dest, storage_options=s3_storage_options, executor="serial")
+    assert {g.name: g.status for g in third.granules}["G0.h5"] == "ok"
+    assert_matches_h5py(f"{dest}/G0.h5.parq", local["G0.h5"], s3_storage_options,
+                        remote_protocol="s3")
