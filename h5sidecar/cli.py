@@ -47,11 +47,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
     args = build_parser().parse_args(argv)
     args.verbose += args.verbose_global  # -v before or after the command
-    _setup_logging(args.verbose)
     # piped output: long paths stay on one line (greppable) and tables are not squeezed to 80
     # columns; on a terminal rich fits the terminal
     width = None if sys.stdout.isatty() else _PIPE_WIDTH
     out, err = Console(soft_wrap=True, width=width), Console(stderr=True, soft_wrap=True)
+    _setup_logging(args.verbose, err)
     try:
         return int(args.run(args, out, err))
     except KeyboardInterrupt:
@@ -241,9 +241,10 @@ def storage_options(pairs: Sequence[tuple[str, Any]]) -> dict[str, Any] | None:
     return out or None
 
 
-def _setup_logging(verbose: int) -> None:
+def _setup_logging(verbose: int, console: Console) -> None:
     level = logging.WARNING if not verbose else logging.INFO if verbose == 1 else logging.DEBUG
-    handler = RichHandler(console=Console(stderr=True), show_path=False)
+    # the progress bar's console: rich then prints log records above the live bar
+    handler = RichHandler(console=console, show_path=False)
     logging.basicConfig(level=level, handlers=[handler], format="%(message)s", force=True)
     log.setLevel(level)
 

@@ -214,10 +214,10 @@ def index_many(
         source, storage_options=storage_options, patterns=patterns, exclude=[dest]
     )
     names = {g.url: g.name for g in granules}
+    sidecars = [sidecar_url(dest, g.name, format) for g in granules]
     tasks = [
-        Task(g.url, sidecar_url(dest, g.name, format), (g.url, sidecar_url(dest, g.name, format),
-                                                          options, g.identity))
-        for g in granules
+        Task(g.url, sc, (g.url, sc, options, g.identity))  # index_one's arguments
+        for g, sc in zip(granules, sidecars, strict=True)
     ]
     n_workers = workers if workers is not None else default_workers(len(tasks))
     previous = _previous_chunk_counts(dest, storage_options)
