@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -53,6 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--readers", type=int, default=8,
                    help="arrays read at once in the full-granule read (default 8)")
     p.add_argument("--repeats", type=int, default=3, help="full-granule reads per view")
+    p.add_argument("--small-cache-mb", type=float, default=8,
+                   help="cache of the second load run, so most reads go upstream (default 8)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--update-readme", action="store_true",
                    help="write the result table into benchmarks/README.md")
@@ -70,11 +73,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_gateway(dest: Path, s3url: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_gateway(dest: Path, s3url: str, log: Path, cache_bytes: int | None = None
+                  ) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     cmd = [sys.executable, "-m", "h5sidecar.cli", "serve", str(dest), "--port", str(port),
            "--storage-option", f"endpoint_url={s3url}", "--storage-option", "anon=true"]
-    proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    env = dict(os.environ)
+    if cache_bytes is not None:
+        env["H5SIDECAR_CACHE_BYTES"] = str(cache_bytes)
+    proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     import urllib.request
 
@@ -156,6 +163,7 @@ async def random_load(url: str, keys: list[str], clients: int, total: int,
             while plan:
                 key = plan.pop()
                 t0 = time.perf_counter()
+                status: int | str
                 try:
                     async with session.get(url + key) as r:
                         body = await r.read()
@@ -188,6 +196,26 @@ def read_everything(base: str, readers: int) -> int:
             return sum(pool.map(lambda a: int(np.asarray(a[...]).nbytes), arrays))
 
 
+def load_run(url: str, s3url: str, keys: list[str], args: argparse.Namespace,
+             cache: int | None) -> dict[str, Any]:
+    """Warm up (sidecar parsed), then ``--requests`` random chunk GETs from ``--clients``."""
+    asyncio.run(random_load(url, keys, args.clients, min(200, args.requests), args.seed))
+    reset_stats(s3url)
+    before = metrics(url)
+    load = asyncio.run(random_load(url, keys, args.clients, args.requests, args.seed + 1))
+    after = metrics(url)
+    load |= {"chunk_keys": len(keys), "cache_bytes": cache,
+             "upstream_requests": delta(after, before, "h5sidecar_upstream_requests_total"),
+             "s3_requests": int(get_stats(s3url)["requests"]),  # type: ignore[call-overload]
+             "cache_hits": delta(after, before, "h5sidecar_cache_hits_total:chunk"),
+             "rejected_503": load["errors"].get("503", 0)}
+    print(f"  random chunks, cache {c.fmt_bytes(cache) if cache else 'default'}: "
+          f"{load['rps']:.0f} req/s, p50 {load['p50_ms']:.1f} ms, p99 {load['p99_ms']:.1f} ms, "
+          f"errors {load['errors'] or 0}, upstream {int(load['upstream_requests'])}",
+          flush=True)
+    return load
+
+
 def warm_metadata(url: str, paths: list[str]) -> None:
     """GET metadata documents so the gateway has parsed the sidecar before the clock starts."""
     import urllib.request
@@ -204,22 +232,23 @@ def full_reads(dest: Path, s3url: str, granule_name: str, local: Path, workdir: 
     times, _ = c.repeat(lambda: h5py_full_read(local), args.repeats)
     floor = float(np.median(times))
     rows = [{"view": "h5py, local file", "median_s": floor, "ratio": 1.0, "requests": None,
-             "upstream": None, "s3_requests": None}]
+             "upstream": None, "s3_requests": None, "client_cpu_s": None}]
     views = (("zarr v2 over HTTP", f"/zarr/{granule_name}/", ".zmetadata"),
              (f"zarr v3, {args.shard} chunks/shard", f"/zarr3-shard/{args.shard}/{granule_name}/",
               "zarr.json"))
     for view, prefix, root_doc in views:
-        runs, counts = [], []
+        runs, counts, cpus = [], [], []
         for _ in range(args.repeats):
             proc, url = start_gateway(dest, s3url, workdir / "gateway-full.log")
             try:
                 warm_metadata(url, [prefix + root_doc])
                 before = metrics(url)
                 reset_stats(s3url)
-                t0 = time.perf_counter()
+                t0, cpu0 = time.perf_counter(), time.process_time()
                 read_everything(url + prefix, args.readers)
                 runs.append(time.perf_counter() - t0)
-                s3_requests = int(get_stats(s3url)["requests"])  # type: ignore[arg-type]
+                cpus.append(time.process_time() - cpu0)
+                s3_requests = int(get_stats(s3url)["requests"])  # type: ignore[call-overload]
                 after = metrics(url)
             finally:
                 proc.terminate()
@@ -230,7 +259,8 @@ def full_reads(dest: Path, s3url: str, granule_name: str, local: Path, workdir: 
         med = float(np.median(runs))
         requests, upstream, s3_req = (int(x) for x in counts[0])
         rows.append({"view": view, "median_s": med, "ratio": med / floor, "requests": requests,
-                     "upstream": upstream, "s3_requests": s3_req, "runs": runs})
+                     "upstream": upstream, "s3_requests": s3_req, "runs": runs,
+                     "client_cpu_s": float(np.median(cpus))})
         print(f"  {view:32s} median {med:7.2f} s ({med / floor:6.1f}x h5py)  client requests "
               f"{requests}  upstream {upstream}", flush=True)
     return rows
@@ -251,23 +281,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             executor="serial", storage_options=opts)
         assert report.ok, report.to_dict()
         keys = chunk_keys(dest / f"{granule.name}.json", granule.name)
-        proc, url = start_gateway(dest, s3url, workdir / "gateway.log")
-        asyncio.run(random_load(url, keys, args.clients, min(200, args.requests), args.seed))
-        reset_stats(s3url)
-        before = metrics(url)
-        load = asyncio.run(random_load(url, keys, args.clients, args.requests, args.seed + 1))
-        after = metrics(url)
-        load |= {"chunk_keys": len(keys),
-                 "upstream_requests": delta(after, before, "h5sidecar_upstream_requests_total"),
-                 "s3_requests": int(get_stats(s3url)["requests"]),  # type: ignore[arg-type]
-                 "cache_hits": delta(after, before, "h5sidecar_cache_hits_total:chunk"),
-                 "rejected_503": load["errors"].get("503", 0)}
-        print(f"  random chunks: {load['rps']:.0f} req/s, p50 {load['p50_ms']:.1f} ms, p99 "
-              f"{load['p99_ms']:.1f} ms, errors {load['errors'] or 0}", flush=True)
-        load["peak_rss"] = peak_rss(proc.pid)
-        proc.terminate()
-        proc.wait(timeout=30)
-        proc = None
+        loads = []
+        for cache in (None, int(args.small_cache_mb * 2**20)):
+            proc, url = start_gateway(dest, s3url, workdir / "gateway.log", cache)
+            loads.append(load_run(url, s3url, keys, args, cache) | {"peak_rss": peak_rss(proc.pid)})
+            proc.terminate()
+            proc.wait(timeout=30)
+            proc = None
         reads = full_reads(dest, s3url, granule.name, granule, workdir, args)
     finally:
         if proc is not None:
@@ -277,38 +297,44 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(workdir, ignore_errors=True)
     return {"benchmark": "gateway", "env": c.environment(), "args": vars(args),
             "granule": {"name": granule.name, "bytes": granule.stat().st_size},
-            "load": load, "full_reads": reads}
+            "loads": loads, "full_reads": reads}
 
 
 # ---------------------------------------------------------------------------- reporting
 
 def report(results: dict[str, Any]) -> str:
-    a, env, load = results["args"], results["env"], results["load"]
-    g = results["granule"]
-    errors = sum(load["errors"].values())
-    out = [(f"Granule `{g['name']}`, {c.fmt_bytes(g['bytes'])}; S3 latency "
-           f"{a['latency_ms']:g} ms per request; {env['cpus']} CPUs (gateway, S3 endpoint and "
-           f"clients on the same machine); code {env.get('commit') or 'unknown'}; "
-           f"{env['when']}."), "",
-           (f"**Random chunks** ({a['clients']} concurrent clients, {load['requests']} GETs of "
-           f"random keys among {load['chunk_keys']} chunks, v2 view):"), "",
-           c.markdown_table(
-               ["requests/s", "p50 ms", "p99 ms", "errors", "upstream requests",
-                "chunk-cache hits", "gateway peak RSS"],
-               [(f"{load['rps']:.0f}", f"{load['p50_ms']:.1f}", f"{load['p99_ms']:.1f}",
-                 f"{errors} {json.dumps(load['errors']) if errors else ''}".strip(),
-                 int(load["upstream_requests"]), int(load["cache_hits"]),
-                 c.fmt_bytes(load["peak_rss"]))]), "",
-           (f"**Full-granule read** (every array with zarr-python, {a['readers']} arrays at a "
-           f"time; median of {a['repeats']}):"), "",
-           c.markdown_table(
-               ["reader", "median s", "x h5py local", "client HTTP requests",
-                "upstream requests"],
-               [(r["view"], f"{r['median_s']:.2f}", f"{r['ratio']:.1f}",
-                 "-" if r["requests"] is None else r["requests"],
-                 "-" if r["upstream"] is None else r["upstream"])
-                for r in results["full_reads"]])]
-    return "\n".join(out)
+    a, env, g = results["args"], results["env"], results["granule"]
+    loads = results["loads"]
+    rows = []
+    for load in loads:
+        errors = sum(load["errors"].values())
+        rows.append((c.fmt_bytes(load["cache_bytes"]) if load["cache_bytes"] else "256 MiB "
+                     "(default)", f"{load['rps']:.0f}", f"{load['p50_ms']:.1f}",
+                     f"{load['p99_ms']:.1f}",
+                     f"{errors} {json.dumps(load['errors']) if errors else ''}".strip(),
+                     int(load["upstream_requests"]), int(load["cache_hits"]),
+                     c.fmt_bytes(load["peak_rss"])))  # fmt: skip
+    reads = [(r["view"], f"{r['median_s']:.2f}", f"{r['ratio']:.1f}",
+              "-" if r["requests"] is None else r["requests"],
+              "-" if r["upstream"] is None else r["upstream"],
+              "-" if r.get("client_cpu_s") is None else f"{r['client_cpu_s']:.2f}")
+             for r in results["full_reads"]]  # fmt: skip
+    return "\n".join([
+        (f"Granule `{g['name']}`, {c.fmt_bytes(g['bytes'])}; S3 latency {a['latency_ms']:g} ms "
+         f"per request; {env['cpus']} CPUs shared by the gateway, the S3 endpoint and the "
+         f"clients (load average {env['load_avg'][0]:.1f} at the end); code "
+         f"{env.get('commit') or 'unknown'}; {env['when']}."), "",
+        (f"**Random chunks**: {a['clients']} concurrent clients, {loads[0]['requests']} GETs "
+         f"of random keys among {loads[0]['chunk_keys']} chunks (v2 view), after a warm-up; "
+         "with the default cache, then with a small one so that most reads go upstream:"), "",
+        c.markdown_table(["gateway cache", "requests/s", "p50 ms", "p99 ms", "errors",
+                          "upstream requests", "chunk-cache hits", "gateway peak RSS"], rows),
+        "",
+        (f"**Full-granule read**: every array with zarr-python, {a['readers']} arrays at a "
+         f"time, each run on a fresh gateway (cold chunk cache); median of {a['repeats']}:"), "",
+        c.markdown_table(["reader", "median s", "x h5py local", "client HTTP requests",
+                          "upstream requests", "client CPU s"], reads),
+    ])
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:

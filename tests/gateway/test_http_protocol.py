@@ -247,9 +247,12 @@ def test_limits(http: httpx.Client, http_corpus: Corpus) -> None:
 def test_shard_bytes_layout(http: httpx.Client, served, http_corpus: Corpus) -> None:
     url, _ = served
     k = 2
-    for name, shard, inner in [("gt1l/heights/h_ph", "1", [(2,), (3,)]),
-                               ("gt1l/heights/h_ph", "2", [(4,), None]),
-                               ("ancillary_data/sparse", "0.0", [(0, 0), None])]:  # fmt: skip
+    cases: list[tuple[str, str, list[tuple[int, ...] | None]]] = [
+        ("gt1l/heights/h_ph", "1", [(2,), (3,)]),
+        ("gt1l/heights/h_ph", "2", [(4,), None]),
+        ("ancillary_data/sparse", "0.0", [(0, 0), None]),
+    ]
+    for name, shard, inner in cases:
         r = http.get(f"{url}/zarr3-shard/{k}/{SMALL}/{name}/{shard}")
         assert r.status_code == 200, r.text
         body = r.content
