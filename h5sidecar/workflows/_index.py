@@ -214,6 +214,7 @@ def index_many(
         source, storage_options=storage_options, patterns=patterns, exclude=[dest]
     )
     names = {g.url: g.name for g in granules}
+    listed = {g.url: g.identity.to_dict() for g in granules}
     sidecars = [sidecar_url(dest, g.name, format) for g in granules]
     tasks = [
         Task(g.url, sc, (g.url, sc, options, g.identity))  # index_one's arguments
@@ -234,6 +235,8 @@ def index_many(
             res = res.renamed(names.get(res.url, res.name))
             if res.status == "up_to_date":
                 res = replace(res, n_chunks=previous.get((res.sidecar, _key(res.source)), 0))
+            elif res.source is None:  # a task that crashed or raised: what the listing saw
+                res = replace(res, source=listed.get(res.url))
             results.append(res)
             if progress is not None:
                 progress.advance(res)
