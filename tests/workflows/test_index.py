@@ -103,6 +103,26 @@ def test_up_to_date_granules_are_never_dispatched(granule_dir: Path, tmp_path: P
     assert report.counts == {"ok": 1, "failed": 0, "up_to_date": 2}
 
 
+class ExplodingExecutor(ThreadPoolExecutor):
+    """A caller's executor on which every task raises (a bug, as far as the batch can tell)."""
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def, override]
+        def boom(*_: object) -> None:
+            raise RuntimeError("simulated bug")
+
+        return super().submit(boom, *args)
+
+
+def test_a_raising_task_is_recorded_not_raised(granule_dir: Path, tmp_path: Path) -> None:
+    with ExplodingExecutor(1) as ex:
+        report = index_many(str(granule_dir), str(tmp_path / "out"), executor=ex)
+    assert report.counts == {"ok": 0, "failed": 3, "up_to_date": 0}
+    for g in report.granules:
+        assert g.error is not None and g.error.kind == "bug" and "simulated" in g.error.message
+        assert g.source is not None and g.source["size"] == (granule_dir / g.name).stat().st_size
+    assert read_report(str(tmp_path / "out")).counts["failed"] == 3
+
+
 def test_unreadable_sidecar_is_rewritten(granule_dir: Path, tmp_path: Path) -> None:
     dest = tmp_path / "sidecars"
     index_many(str(granule_dir), str(dest), format="json", executor="serial")
