@@ -261,14 +261,16 @@ class _StacHandlers:
         return f"{str(request.base_url).rstrip('/')}/stac"
 
     async def landing(self, request: Request) -> Response:
-        return JSONResponse(self.api.landing(self._base(request)))  # type: ignore[union-attr]
+        base = self._base(request)  # first: it refuses when no catalog is served
+        return JSONResponse(self.api.landing(base))  # type: ignore[union-attr]
 
     async def conformance(self, request: Request) -> Response:
         self._base(request)
         return JSONResponse(self.api.conformance())  # type: ignore[union-attr]
 
     async def collections(self, request: Request) -> Response:
-        return JSONResponse(self.api.list_collections(self._base(request)))  # type: ignore[union-attr]
+        base = self._base(request)
+        return JSONResponse(self.api.list_collections(base))  # type: ignore[union-attr]
 
     async def collection(self, request: Request) -> Response:
         base, cid = self._base(request), request.path_params["cid"]

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from h5sidecar.errors import InvalidRequestError, SourceNotFoundError
-from h5sidecar.references import read_refs
+from h5sidecar.references import GranuleRefs, read_refs
 
 __all__ = ["beam_groups", "bin_cells", "gridded_mean_height", "plot_grid", "sidecars_of"]
 
@@ -46,10 +46,9 @@ def sidecars_of(refs: str | Path | Iterable[str | Path], *,
     return [str(r) for r in refs]
 
 
-def beam_groups(sidecar: str, *, storage_options: Mapping[str, Any] | None = None,
+def beam_groups(refs: GranuleRefs,
                 variables: Sequence[str] = ("h_ph", "lat_ph", "lon_ph")) -> list[str]:
     """Groups of a granule that hold all of ``variables`` (ATL03: ``gt1l/heights``, ...)."""
-    refs = read_refs(sidecar, storage_options=dict(storage_options) if storage_options else None)
     groups = {p.rpartition("/")[0] for p in refs.arrays}
     return sorted(g for g in groups if all(f"{g}/{v}" in refs.arrays for v in variables))
 
@@ -113,6 +112,8 @@ def _partials(sidecar: str, group: str, grid: float, variables: Sequence[str],
 
     import h5sidecar
 
+    # by path, not GranuleRefs: xarray tokenizes what it opens, and tokenizing a path is cheap
+    # (the engine caches the parsed sidecar, so the second read is free)
     ds = h5sidecar.open_dataset(sidecar, group=group, chunks={}, **open_kwargs)
     arrays = [ds[v].data for v in variables]
     if not all(hasattr(a, "to_delayed") for a in arrays):
@@ -121,8 +122,8 @@ def _partials(sidecar: str, group: str, grid: float, variables: Sequence[str],
     # blocks line up one to one
     blocks = [a.to_delayed().ravel() for a in arrays]
     if len({len(b) for b in blocks}) != 1:
-        raise InvalidRequestError(f"{sidecar} {group}: {', '.join(variables)} are not chunked "
-                                  "alike, so they cannot be binned block by block")
+        raise InvalidRequestError(f"{sidecar} {group}: {', '.join(variables)} are not "
+                                  "chunked alike, so they cannot be binned block by block")
     binned = dask.delayed(bin_cells, pure=True)
     return [binned(h, la, lo, grid) for h, la, lo in zip(*blocks, strict=True)]
 
@@ -174,7 +175,8 @@ def gridded_mean_height(
     parts: list[Any] = []
     n_groups = 0
     for sc in sidecars:
-        for group in beam_groups(sc, storage_options=storage_options, variables=variables):
+        refs = read_refs(sc, storage_options=dict(storage_options) if storage_options else None)
+        for group in beam_groups(refs, variables):
             parts.extend(_partials(sc, group, grid, variables, open_kwargs))
             n_groups += 1
     if not parts:

@@ -49,11 +49,11 @@ def test_validation_rejects_broken_documents(catalog_dir: Path) -> None:
     validate_document(item)
     bad_size = copy.deepcopy(item)
     bad_size["assets"]["data"]["file:size"] = -1
-    with pytest.raises(STACValidationError, match="file/v2.1.0"):
+    with pytest.raises(STACValidationError, match=r"file/v2\.1\.0"):
         validate_document(bad_size)
     bad_bbox = copy.deepcopy(item)
     bad_bbox["bbox"] = bad_bbox["bbox"][:3]
-    with pytest.raises(STACValidationError, match="item.json"):
+    with pytest.raises(STACValidationError, match=r"item\.json"):
         validate_document(bad_bbox)
     no_time = copy.deepcopy(item)
     del no_time["properties"]["start_datetime"]

@@ -54,7 +54,7 @@ def test_open_item_datatree(indexed: Indexed, catalog_dir: Path) -> None:
 
 def test_open_item_without_the_asset(catalog_dir: Path, indexed: Indexed) -> None:
     file = _item_file(catalog_dir, "samples-json", indexed.atl03[0].stem)
-    with pytest.raises(InvalidReferenceError, match="no 'zarr' asset.*--gateway-url"):
+    with pytest.raises(InvalidReferenceError, match=r"no 'zarr' asset.*--gateway-url"):
         h5sidecar.open_item(file, asset="zarr")
     with pytest.raises(InvalidReferenceError, match="not a STAC Item"):
         h5sidecar.open_item(catalog_dir / "catalog.json")

@@ -35,7 +35,7 @@ def _time(text: str) -> dt.datetime:
 def test_bbox_search_matches_item_boxes(api: StacApi, catalog_dir: Path) -> None:
     items = [i for i in _all_items(catalog_dir) if i["collection"] == "samples"]
     track = next(i for i in items if i["id"].startswith("ATL03"))
-    w, s, e, n = track["bbox"]
+    w, s, _, _ = track["bbox"]
     inside = f"{w + 0.01},{s + 0.01},{w + 0.02},{s + 0.02}"
     page = api.search({"bbox": inside, "collections": "samples"}, BASE)
     # the track's granule and the global grid both cover that little box; the other track not
