@@ -474,8 +474,11 @@ def translate_store_error(exc: BaseException, url: str, action: str) -> Exceptio
     """Map an obstore exception to the h5sidecar error a caller should see.
 
     ``PreconditionError`` (the object changed under an ``If-Match``) becomes
-    :class:`~h5sidecar.errors.StaleReferenceError`; everything else a
-    :class:`~h5sidecar.errors.SourceReadError` naming the URL and what to check.
+    :class:`~h5sidecar.errors.StaleReferenceError`, a missing object
+    :class:`~h5sidecar.errors.SourceNotFoundError`; everything else a
+    :class:`~h5sidecar.errors.SourceReadError` naming the URL and what to check (wrong region,
+    credentials, endpoint).  Regions are not discovered: give them in the options or the
+    environment.
     """
     oe = obstore_errors
     if isinstance(exc, oe.PreconditionError):
@@ -487,7 +490,12 @@ def translate_store_error(exc: BaseException, url: str, action: str) -> Exceptio
     first_line = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
     if isinstance(exc, FileNotFoundError):
         return SourceNotFoundError(f"{action} {url}: no such object; check the URL")
-    if isinstance(exc, (oe.PermissionDeniedError, oe.UnauthenticatedError, PermissionError)):
+    if "incorrectly configured region" in first_line:  # S3's bare 301 for another region
+        hint = (
+            "the bucket lives in another region than the one configured; pass "
+            "storage_options={'client_kwargs': {'region_name': REGION}} or set AWS_REGION"
+        )
+    elif isinstance(exc, (oe.PermissionDeniedError, oe.UnauthenticatedError, PermissionError)):
         hint = "access denied; check credentials (key/secret/token or AWS_* variables) and anon"
     else:
         hint = "the store failed after its retries; check the endpoint and network, then retry"

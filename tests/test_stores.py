@@ -135,12 +135,15 @@ def test_unknown_storage_options_are_refused_with_the_supported_list() -> None:
 
 class _HeaderRecorder(BaseHTTPRequestHandler):
     seen: list[dict[str, str]]
+    status = 404  # S3 answers 301 without a Location to a request sent to the wrong region
 
     def do_GET(self) -> None:
         type(self).seen.append({k.lower(): v for k, v in self.headers.items()})
-        self.send_response(404)
+        self.send_response(self.status)
         self.send_header("Content-Length", "0")
         self.end_headers()
+
+    do_HEAD = do_GET
 
     def log_message(self, *args: object) -> None:
         pass
@@ -182,6 +185,16 @@ def test_explicit_key_is_not_signed_with_the_environments_session_token(
     assert "x-amz-security-token" not in explicit
     assert "Credential=ENVKEY/" in from_env["authorization"]
     assert from_env["x-amz-security-token"] == "ENVTOK"
+
+
+def test_wrong_region_error_says_how_to_set_it(
+    header_server: tuple[str, list[dict[str, str]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    endpoint, _ = header_server
+    monkeypatch.setattr(_HeaderRecorder, "status", 301)
+    url = "s3://far-away-bucket/x.h5"
+    with pytest.raises(SourceReadError, match=r"another region.*region_name.*AWS_REGION"):
+        source_identity(url, {"endpoint_url": endpoint, "anon": True})
 
 
 def test_anonymous_requests_are_unsigned(header_server: tuple[str, list[dict[str, str]]]) -> None:
