@@ -205,9 +205,14 @@ class SidecarStore(Store):
         if not read_only:
             raise ValueError(_READ_ONLY)
         clone = object.__new__(type(self))
-        clone.__setstate__({**self.__getstate__(), "refs": self._refs})
+        Store.__init__(clone, read_only=True)
         clone._storage_options = dict(self._storage_options)
         clone._remote_options = dict(self._remote_options)
+        clone._sidecar = self._sidecar
+        clone._refs = self._refs
+        clone.settings = self.settings
+        clone.zarr_format = self.zarr_format
+        clone._batch_reads = self._batch_reads
         clone._chunk_cache = self._chunk_cache
         clone._setup()
         return clone

@@ -224,7 +224,8 @@ class H5SidecarBackend(BackendEntrypoint):
     """xarray backend for h5sidecar sidecars (``engine="h5sidecar"``)."""
 
     description = "Open HDF5/netCDF4 granules through h5sidecar sidecars (kerchunk JSON/Parquet)"
-    url = "https://github.com/h5sidecar/h5sidecar#reading-xarray-zarr-fsspec"
+    # documentation: the project README, section "Reading: xarray, zarr, fsspec"
+    url = "README.md#reading-xarray-zarr-fsspec"
     open_dataset_parameters = (
         "filename_or_obj",
         "drop_variables",

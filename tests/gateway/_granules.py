@@ -265,6 +265,12 @@ def atl03_h5(tmp_path_factory: pytest.TempPathFactory) -> Path:
                             photons=20_000, seed=3)
 
 
+@pytest.fixture(scope="session")
+def atl03_refs(atl03_h5: Path) -> GranuleRefs:
+    """References of ``atl03_h5`` (indexed once per session: ~940 datasets take seconds)."""
+    return refs_for(atl03_h5)
+
+
 def read_h5(path: str | Path, name: str) -> np.ndarray:
     """What h5py reads for dataset ``name`` (the oracle)."""
     with h5py.File(path, "r") as f:

@@ -117,8 +117,10 @@ def test_selection_fetches_only_its_chunks(
     assert store.stats["bytes_used"] == sum(b - a for a, b in wanted)
 
 
-def test_local_budget_whole_granule(atl03_h5: Path, tmp_path: Path) -> None:
-    refs = refs_for(atl03_h5)
+def test_local_budget_whole_granule(
+    atl03_h5: Path, atl03_refs: GranuleRefs, tmp_path: Path
+) -> None:
+    refs = atl03_refs
     store = SidecarStore(write_refs(refs, tmp_path / "a.h5.json", format="json"))
     h5sidecar.open_datatree(store, **NO_DATA_AT_OPEN)
     assert store.stats["requests"] == 0

@@ -129,8 +129,8 @@ def test_engine_detection(cf_sidecars: dict[str, str], cf_nc: Path, tmp_path: Pa
     assert "storage_options" in backend.open_dataset_parameters
 
 
-def test_group_and_drop_variables(atl03_h5: Path, tmp_path: Path) -> None:
-    sidecar = write_refs(refs_for(atl03_h5), tmp_path / "a.h5.json", format="json")
+def test_group_and_drop_variables(atl03_h5: Path, atl03_refs: GranuleRefs, tmp_path: Path) -> None:
+    sidecar = write_refs(atl03_refs, tmp_path / "a.h5.json", format="json")
     ds = xr.open_dataset(sidecar, engine="h5sidecar", group="gt1l/heights", drop_variables=["h_ph"])
     truth = xr.open_dataset(
         atl03_h5, engine="h5netcdf", group="gt1l/heights", drop_variables="h_ph"
@@ -138,11 +138,13 @@ def test_group_and_drop_variables(atl03_h5: Path, tmp_path: Path) -> None:
     xr.testing.assert_identical(ds, truth)
 
 
-def test_datatree_opens_every_group_equal_to_h5py(atl03_h5: Path, tmp_path: Path) -> None:
-    refs = refs_for(atl03_h5)
+def test_datatree_opens_every_group_equal_to_h5py(
+    atl03_h5: Path, atl03_refs: GranuleRefs, tmp_path: Path
+) -> None:
+    refs = atl03_refs
     sidecar = write_refs(refs, tmp_path / "a.h5.json", format="json")
     raw = {"mask_and_scale": False, "decode_times": False, "decode_timedelta": False}
-    tree = h5sidecar.open_datatree(sidecar, concat_characters=False, **raw).compute()
+    tree = h5sidecar.open_datatree(sidecar, concat_characters=False, chunks=None, **raw).load()
     assert {n.path.strip("/") for n in tree.subtree} == set(refs.groups)
     n_vars = 0
     with h5py.File(atl03_h5, "r") as f:
