@@ -178,7 +178,9 @@ def _fetch(fs: Any, root: str, rels: list[str]) -> dict[str, bytes | None]:
     """
     if not rels:
         return {}
-    got = fs.cat_ranges([f"{root}/{rel}" for rel in rels], None, None, on_error="return")
+    # start=0 rather than None: s3fs sends a HEAD before each whole-object cat (to decide on
+    # a parallel download); a "bytes=0-" range needs one GET only
+    got = fs.cat_ranges([f"{root}/{rel}" for rel in rels], 0, None, on_error="return")
     out: dict[str, bytes | None] = {}
     for rel, value in zip(rels, got, strict=True):
         if isinstance(value, FileNotFoundError):
