@@ -277,13 +277,13 @@ def build_catalog(
     else:
         root = pystac.Catalog(id=ROOT_ID, description="Granules indexed by h5sidecar",
                               title="h5sidecar catalog")
-    bboxes = [i["bbox"] for i in items if "bbox" in i]
+    bboxes: list[list[float]] = [i["bbox"] for i in items if "bbox" in i]
     collection = pystac.Collection(
         id=cid,
         title=title or cid,
         description=description or f"Granules indexed by h5sidecar under {dest}",
         extent=pystac.Extent(
-            pystac.SpatialExtent([union_bbox(bboxes)] if bboxes else [[-180, -90, 180, 90]]),
+            pystac.SpatialExtent([union_bbox(bboxes) if bboxes else [-180.0, -90.0, 180.0, 90.0]]),
             pystac.TemporalExtent([_temporal(items)]),
         ),
         license="other",

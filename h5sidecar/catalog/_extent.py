@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -63,8 +63,9 @@ class _Reader:
 
         group, _, name = path.rpartition("/")
         if group not in self._groups:
+            # the GranuleRefs itself (already parsed); chunks=None: no Dask, no tokenizing
             self._groups[group] = xr.open_dataset(
-                self._refs, engine="h5sidecar", group=group or None, chunks=None,
+                cast(Any, self._refs), engine="h5sidecar", group=group or None, chunks=None,
                 decode_times=False, decode_coords=False, decode_timedelta=False,
                 mask_and_scale=True, **self._kw,
             )

@@ -78,7 +78,7 @@ def _datetime(value: Any) -> tuple[dt.datetime | None, dt.datetime | None]:
     parts = value.split("/")
     if len(parts) > 2:
         raise InvalidRequestError(f"datetime {value!r}: at most one '/' (an interval)")
-    bounds = []
+    bounds: list[dt.datetime | None] = []
     for p in parts:
         if p in ("", ".."):
             bounds.append(None)

@@ -175,8 +175,8 @@ def gridded_mean_height(
     parts: list[Any] = []
     n_groups = 0
     for sc in sidecars:
-        refs = read_refs(sc, storage_options=dict(storage_options) if storage_options else None)
-        for group in beam_groups(refs, variables):
+        granule = read_refs(sc, storage_options=dict(storage_options) if storage_options else None)
+        for group in beam_groups(granule, variables):
             parts.extend(_partials(sc, group, grid, variables, open_kwargs))
             n_groups += 1
     if not parts:
