@@ -106,15 +106,19 @@ def _tree(parts: list[Any]) -> Any:
     return parts[0]
 
 
-def _partials(sidecar: str, group: str, grid: float, variables: Sequence[str],
-              open_kwargs: Mapping[str, Any]) -> list[Any]:
+def _partials(sidecar: str, refs: GranuleRefs, group: str, grid: float,
+              variables: Sequence[str], open_kwargs: Mapping[str, Any]) -> list[Any]:
     import dask
 
     import h5sidecar
 
-    # by path, not GranuleRefs: xarray tokenizes what it opens, and tokenizing a path is cheap
-    # (the engine caches the parsed sidecar, so the second read is free)
-    ds = h5sidecar.open_dataset(sidecar, group=group, chunks={}, **open_kwargs)
+    # only the three variables are decoded into the Dataset (a beam's heights group has a dozen)
+    others = [p.rpartition("/")[2] for p in refs.arrays
+              if p.rpartition("/")[0] == group and p.rpartition("/")[2] not in variables]
+    # by path, not GranuleRefs: xarray tokenizes what it opens, and tokenizing a path is cheap;
+    # a store opened from a path also pickles small (workers parse the sidecar once each)
+    ds = h5sidecar.open_dataset(sidecar, group=group, chunks={}, drop_variables=others,
+                                decode_times=False, **open_kwargs)
     arrays = [ds[v].data for v in variables]
     if not all(hasattr(a, "to_delayed") for a in arrays):
         raise InvalidRequestError("gridded_mean_height needs Dask (pip install 'h5sidecar[dask]')")
@@ -177,7 +181,7 @@ def gridded_mean_height(
     for sc in sidecars:
         granule = read_refs(sc, storage_options=dict(storage_options) if storage_options else None)
         for group in beam_groups(granule, variables):
-            parts.extend(_partials(sc, group, grid, variables, open_kwargs))
+            parts.extend(_partials(sc, granule, group, grid, variables, open_kwargs))
             n_groups += 1
     if not parts:
         raise SourceNotFoundError(f"no group with {', '.join(variables)} in {len(sidecars)} "
