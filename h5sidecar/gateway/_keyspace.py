@@ -15,6 +15,7 @@ listing.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Literal
 
@@ -47,6 +48,10 @@ def _v2_documents(refs: GranuleRefs) -> dict[str, bytes]:
 def _v3_documents(refs: GranuleRefs, unsupported: dict[str, str]) -> dict[str, bytes]:
     nodes = consolidated_metadata_v3(refs, unsupported=unsupported)
     return {(f"{p}/zarr.json" if p else "zarr.json"): _dumps(doc) for p, doc in nodes.items()}
+
+
+def _load_manifest(arr: ArrayRefs) -> None:
+    arr.manifest  # noqa: B018 - the access loads it (blocking I/O, run in a thread)
 
 
 def _parent(path: str) -> str:
@@ -93,7 +98,7 @@ class GranuleKeys:
         arr = self.arrays.get(path)
         if arr is None or not name:
             return None
-        grid = arr.manifest.grid_shape
+        grid = arr.meta.grid_shape  # not the manifest's: a lazy array's may not be loaded yet
         parts = name.split(".")
         if not grid:
             return (arr, ()) if name == "0" else None
@@ -106,6 +111,29 @@ class GranuleKeys:
         if any(i >= g for i, g in zip(index, grid, strict=True)):
             return None
         return arr, index
+
+    def unloaded(self, keys: list[str]) -> list[ArrayRefs]:
+        """Arrays whose manifest ``keys`` need and which is not in memory yet (lazy sidecars)."""
+        out: dict[str, ArrayRefs] = {}
+        for key in keys:
+            if key in self.documents:
+                continue
+            path = key.rpartition("/")[0]
+            arr = self.arrays.get(path)
+            if arr is not None and path not in out and not arr.manifest_loaded:
+                out[path] = arr
+        return list(out.values())
+
+    async def load_manifests(self, keys: list[str]) -> None:
+        """Load, in threads, the manifests ``keys`` need that are not in memory yet.
+
+        Async callers await this before :meth:`resolve`: a lazily opened Parquet sidecar
+        fetches an array's record files on the first request of one of its chunks, and doing
+        that inline would block the event loop (or deadlock, on fsspec's own loop).
+        """
+        pending = self.unloaded(keys)
+        if pending:
+            await asyncio.gather(*(asyncio.to_thread(_load_manifest, a) for a in pending))
 
     def resolve(self, key: str) -> Resolved:
         """What ``key`` holds: document/inline ``bytes``, a ``(url, offset, length)``, or None."""

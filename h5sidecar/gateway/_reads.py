@@ -61,7 +61,7 @@ def make_fetcher(
     src = refs.source
     known = [src] if src.size >= 0 else []
     if not settings.allowed_prefixes:
-        urls = {u for arr in refs.arrays.values() for u in arr.manifest.urls}
+        urls = {u for arr in refs.arrays.values() for u in arr.urls}  # loads no manifest
         companions = sorted(u for u in urls if u != src.url and _same_dir(u, src.url))
         if companions or not known:
             settings = dataclasses.replace(settings, allowed_prefixes=(src.url, *companions))

@@ -266,6 +266,7 @@ class Gateway:
         if doc is not None:
             return Resolved(name, key, view, "metadata", len(doc), etag_of(entry.identity, doc),
                             data=doc)  # fmt: skip
+        await keys.load_manifests([key])  # a lazy sidecar's array: its records, off the loop
         fetcher = entry.fetcher
         sid = entry.source_id
         if view.shard:

@@ -129,6 +129,7 @@ class H5SidecarFileSystem(AsyncFileSystem):
         key = self._strip_protocol(path)
         if self.keyspace.is_node(key):
             return {"name": key, "size": 0, "type": "directory"}
+        await self.keyspace.load_manifests([key])  # lazy sidecars: never block fsspec's loop
         size = self.keyspace.size(key)
         if size is None:
             raise FileNotFoundError(path)
@@ -153,6 +154,7 @@ class H5SidecarFileSystem(AsyncFileSystem):
     async def _cat_file(
         self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any
     ) -> bytes:
+        await self.keyspace.load_manifests([self._strip_protocol(path)])
         ref = self._resolve(path)
         if ref is None:
             raise FileNotFoundError(path)
@@ -180,6 +182,7 @@ class H5SidecarFileSystem(AsyncFileSystem):
         out: list[Any] = [None] * n
         requests: list[ChunkRef] = []
         where: list[int] = []
+        await self.keyspace.load_manifests(self._strip_protocol(list(paths)))
         for i, (path, start, end) in enumerate(zip(paths, starts, ends, strict=True)):
             ref = self._resolve(path)
             if ref is None:

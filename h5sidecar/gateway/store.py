@@ -256,6 +256,7 @@ class SidecarStore(Store):
         """The value of ``key`` (``None`` for absent keys and unstored chunks)."""
         if not self._is_open:
             await self._open()
+        await self.keyspace.load_manifests([key])
         ref = self.keyspace.resolve(key)
         self._note(key, ref)
         if ref is None:
@@ -294,6 +295,7 @@ class SidecarStore(Store):
     ) -> list[Buffer | None]:
         """Values of many ``(key, byte_range)`` pairs, fetched in ONE batch (ranges coalesce)."""
         key_ranges = list(key_ranges)
+        await self.keyspace.load_manifests([k for k, _ in key_ranges])
         out: list[Buffer | None] = [None] * len(key_ranges)
         requests: list[ChunkRef] = []
         where: list[int] = []
@@ -320,10 +322,12 @@ class SidecarStore(Store):
 
     async def exists(self, key: str) -> bool:
         """True when ``key`` has a value (unstored chunks do not exist)."""
+        await self.keyspace.load_manifests([key])
         return self.keyspace.resolve(key) is not None
 
     async def getsize(self, key: str) -> int:
         """Size of the value of ``key`` from the sidecar, without fetching it."""
+        await self.keyspace.load_manifests([key])
         size = self.keyspace.size(key)
         if size is None:
             raise FileNotFoundError(key)

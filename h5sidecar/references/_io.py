@@ -3,9 +3,10 @@
 Writers never leave a half-written sidecar where a reader looks:
 
 * **local JSON**: written to a temporary file in the same folder, fsynced, then ``os.replace``.
-* **local Parquet**: written into a temporary directory in the same folder, then swapped in
-  (an atomic exchange on Linux; elsewhere the old directory is renamed aside first, so readers
-  see the old or the new sidecar, or for an instant none, never a mixture).
+* **local Parquet**: written into a temporary directory in the same folder, flushed once
+  (``syncfs`` on Linux, else an fsync per file and directory), then swapped in (an atomic
+  exchange on Linux; elsewhere the old directory is renamed aside first, so readers see the old
+  or the new sidecar, or for an instant none, never a mixture) and the parent fsynced.
 * **object stores JSON**: one PUT (objects appear whole).
 * **object stores Parquet**: the old ``.zmetadata`` is deleted first, then the record files are
   uploaded, then ``.zmetadata`` -- the commit marker -- last; files the new version does not
@@ -36,6 +37,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from h5sidecar.errors import NotIndexedError
 from h5sidecar.references._json import decode_json, encode_json
+from h5sidecar.references._lazy import read_parquet_lazy
 from h5sidecar.references._model import GranuleRefs
 from h5sidecar.references._parquet import (
     CHECKSUMS_FILE,
@@ -135,19 +137,36 @@ def write_refs(
 
 
 def read_refs(
-    path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None
+    path: str | os.PathLike[str],
+    *,
+    storage_options: dict[str, Any] | None = None,
+    lazy: bool = True,
 ) -> GranuleRefs:
     """Read a sidecar (ours or kerchunk's) in either format.
 
     A directory (or prefix) holding ``.zmetadata`` is read as Parquet, anything else as JSON.
     Sidecars without h5sidecar extras get ``SourceInfo(url=<first chunk URL>, size=-1)``.
 
+    Parameters
+    ----------
+    path : str or path-like
+        Local path or fsspec URL of the sidecar.
+    storage_options : dict, optional
+        fsspec options to read it.
+    lazy : bool
+        For Parquet sidecars written by h5sidecar: read ``.zmetadata`` only (one GET) and load
+        each array's record files when its manifest is first used (``arr.manifest``), once,
+        into a byte-bounded cache.  ``False`` reads every record file now (and so validates
+        the whole sidecar up front).  JSON sidecars and kerchunk-written Parquet are always
+        read whole.
+
     Raises
     ------
     NotIndexedError
         Nothing is at ``path``.
     InvalidReferenceError
-        The sidecar is malformed, truncated or inconsistent.
+        The sidecar is malformed, truncated or inconsistent (for a lazy Parquet sidecar, record
+        files are checked when they are loaded).
     """
     fs, root = _fs(path, storage_options)
     order = ("json", "parquet") if root.endswith(".json") else ("parquet", "json")
@@ -155,7 +174,9 @@ def read_refs(
         try:
             if kind == "parquet":
                 zmeta = decode_zmetadata(fs.cat_file(f"{root}/{ZMETADATA}"))
-                return read_parquet_parts(zmeta, lambda rels: _fetch(fs, root, rels))
+                files = SidecarFiles(os.fspath(path), storage_options, fs=fs, root=root)
+                refs = read_parquet_lazy(zmeta, files) if lazy else None
+                return refs if refs is not None else read_parquet_parts(zmeta, files)
             return decode_json(fs.cat_file(root))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             continue
@@ -163,6 +184,49 @@ def read_refs(
         f"no sidecar at {path}: neither a JSON file nor a directory with {ZMETADATA}; "
         "index the granule first (h5sidecar index)"
     )
+
+
+class SidecarFiles:
+    """Fetches files of a Parquet sidecar by relative path; picklable without credentials.
+
+    A lazily opened sidecar keeps one of these to load record files later, possibly in a Dask
+    worker: it pickles as the sidecar's URL and its storage options minus secrets (workers take
+    credentials from their own environment, as the gateway's stores do).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        storage_options: dict[str, Any] | None,
+        *,
+        fs: Any = None,
+        root: str | None = None,
+    ) -> None:
+        self.url = url
+        self.storage_options = dict(storage_options or {})
+        if fs is None or root is None:
+            fs, root = _fs(url, self.storage_options)
+        self._fs, self._root = fs, root
+
+    def __call__(self, rels: list[str]) -> dict[str, bytes | None]:
+        """``{rel: bytes or None}`` for the files ``rels`` (fetched concurrently)."""
+        return _fetch(self._fs, self._root, rels)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SidecarFiles, (self.url, _without_secrets(self.storage_options)))
+
+
+#: Option names that carry secrets (matched as substrings, case-insensitively).
+_SECRET_MARKERS = ("key", "secret", "token", "password", "credential", "session")
+
+
+def _without_secrets(options: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in options.items():
+        if any(m in str(k).lower() for m in _SECRET_MARKERS):
+            continue
+        out[k] = _without_secrets(v) if isinstance(v, dict) else v
+    return out
 
 
 def _fs(path: str | os.PathLike[str], storage_options: dict[str, Any] | None) -> tuple[Any, str]:
@@ -219,16 +283,55 @@ def _write_local_dir(path: Path, files: Iterable[tuple[str, bytes]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     try:
+        written = []
         for rel, data in files:
             target = tmp / rel
             target.parent.mkdir(parents=True, exist_ok=True)
-            with open(target, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            target.write_bytes(data)
+            written.append(target)
+        # One flush for the whole tree, before the swap: the swapped-in directory is never
+        # less durable than the old one, and ~1000 record files cost one syncfs, not 1000 fsyncs
+        _make_durable(tmp, written)
         _swap_in(tmp, path)
+        _fsync_dir(path.parent)  # the rename itself
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # the new dir after a failure, the old after a swap
+
+
+def _make_durable(root: Path, files: list[Path]) -> None:
+    """Flush ``files`` and the directories under ``root`` to stable storage.
+
+    Linux ``syncfs`` flushes the whole filesystem in one call (the kernel writes the files back
+    together); elsewhere every file, then every directory, is fsynced.
+    """
+    syncfs = _syncfs()
+    if syncfs is not None:
+        fd = os.open(root, os.O_RDONLY)
+        try:
+            if syncfs(fd) == 0:
+                return
+        finally:
+            os.close(fd)
+    for f in files:
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    for d in sorted({f.parent for f in files} | {root}, key=lambda p: -len(p.parts)):
+        _fsync_dir(d)
+
+
+def _fsync_dir(path: Path) -> None:
+    """fsync a directory (persists the names in it); a no-op where directories cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # Windows cannot open directories; its renames are journaled by NTFS
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _check_replaceable_local(path: Path) -> None:
@@ -280,6 +383,13 @@ def _renameat2() -> Any:
     """libc's ``renameat2`` (Linux, glibc >= 2.28), or None."""
     name = ctypes.util.find_library("c")
     return None if name is None else getattr(ctypes.CDLL(name, use_errno=True), "renameat2", None)
+
+
+@functools.cache
+def _syncfs() -> Any:
+    """libc's ``syncfs`` (Linux), or None."""
+    name = ctypes.util.find_library("c")
+    return None if name is None else getattr(ctypes.CDLL(name, use_errno=True), "syncfs", None)
 
 
 # -- object stores --------------------------------------------------------------------------

@@ -272,6 +272,21 @@ class ArrayRefs:
             return fv
         return None
 
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """The URLs the manifest references (lazy arrays answer without loading it)."""
+        return self.manifest.urls
+
+    @property
+    def manifest_loaded(self) -> bool:
+        """True when :attr:`manifest` is in memory (always, except for lazy arrays)."""
+        return True
+
+    @property
+    def resident_nbytes(self) -> int:
+        """Bytes of manifest held in memory now (for byte-bounded caches)."""
+        return self.manifest.nbytes
+
 
 def _is_default_fill(fv: Any) -> bool:
     if fv is None:
@@ -369,8 +384,8 @@ class GranuleRefs:
 
     @property
     def nbytes(self) -> int:
-        """Approximate memory held (manifests), for byte-bounded caches."""
-        return sum(a.manifest.nbytes for a in self.arrays.values())
+        """Approximate memory held (manifests in memory now), for byte-bounded caches."""
+        return sum(a.resident_nbytes for a in self.arrays.values())
 
     def zmetadata(self) -> dict[str, Any]:
         """Consolidated Zarr v2 metadata (the ``metadata`` member of ``.zmetadata``)."""

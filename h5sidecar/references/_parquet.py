@@ -58,7 +58,10 @@ __all__ = [
     "ZMETADATA",
     "decode_zmetadata",
     "encode_parquet",
+    "read_checksums",
     "read_parquet_parts",
+    "read_table",
+    "record_columns",
     "record_path",
 ]
 
@@ -227,9 +230,11 @@ def read_parquet_parts(
     for rel, (path, r) in wanted.items():
         blob = blobs.get(rel)
         if blob is not None:  # an absent record: every chunk in it is missing
-            per_array[path].append((r, _read_table(rel, blob)))
-    chunks = {p: _columns(p, metas[p], tables, rs) for p, tables in per_array.items() if tables}
-    side = _read_checksums(blobs.get(CHECKSUMS_FILE)) if sums_wanted else {}
+            per_array[path].append((r, read_table(rel, blob)))
+    chunks = {
+        p: record_columns(p, metas[p], tables, rs) for p, tables in per_array.items() if tables
+    }
+    side = read_checksums(blobs.get(CHECKSUMS_FILE)) if sums_wanted else {}
     return assemble(nodes, metas, chunks, extras, side)
 
 
@@ -237,9 +242,10 @@ def _n_chunks(meta: ArrayMeta) -> int:
     return int(np.prod(meta.grid_shape, dtype=np.int64))
 
 
-def _read_table(
+def read_table(
     rel: str, data: bytes, needs: tuple[str, ...] = ("path", "offset", "size")
 ) -> pa.Table:
+    """Decode one Parquet file ``rel`` of the sidecar, checking it has the columns ``needs``."""
     try:
         # ParquetFile without threads: read_table's dataset machinery and thread pool cost
         # ~15x more than decoding one small record file (935 of them per ATL03 sidecar)
@@ -255,7 +261,7 @@ def _read_table(
     return table
 
 
-def _columns(
+def record_columns(
     path: str, meta: ArrayMeta, tables: list[tuple[int, pa.Table]], record_size: int
 ) -> ChunkColumns:
     """Concatenate one array's record tables into validated chunk columns."""
@@ -315,12 +321,13 @@ def _ints(table: pa.Table, name: str, path: str, record: int) -> np.ndarray:
     return col.to_numpy().astype(np.int64)
 
 
-def _read_checksums(data: bytes | None) -> dict[str, np.ndarray]:
+def read_checksums(data: bytes | None) -> dict[str, np.ndarray]:
+    """Array path -> flat uint64 checksums, from the checksums side file's bytes."""
     if data is None:
         raise InvalidReferenceError(
             f"{CHECKSUMS_FILE} is missing though the extras list checksums; re-create the sidecar"
         )
-    table = _read_table(CHECKSUMS_FILE, data, needs=("array", "checksum"))
+    table = read_table(CHECKSUMS_FILE, data, needs=("array", "checksum"))
     names = table.column("array").combine_chunks()
     if pa.types.is_dictionary(names.type):
         names = names.dictionary_decode()

@@ -182,7 +182,11 @@ def test_truncated_record_on_disk(tmp_path: Path) -> None:
     rec = dest / "g" / "v" / "refs.1.parq"
     rec.write_bytes(rec.read_bytes()[:40])
     with pytest.raises(InvalidReferenceError, match=r"g/v/refs\.1\.parq is not a readable"):
-        read_refs(dest)
+        read_refs(dest, lazy=False)
+    lazy = read_refs(dest)  # opening reads .zmetadata only: the damage shows on first use
+    assert lazy.arrays["s"].manifest == small_refs().arrays["s"].manifest
+    with pytest.raises(InvalidReferenceError, match=r"g/v/refs\.1\.parq is not a readable"):
+        lazy.arrays["g/v"].manifest  # noqa: B018
 
 
 def _many_chunk_file(path: Path, n_chunks: int, kind: str) -> Path:

@@ -1,0 +1,303 @@
+"""Arrays whose chunk manifest loads on first use (Parquet sidecars open without reading one).
+
+A Parquet sidecar holds every array's metadata in ``.zmetadata`` and its chunk references in
+per-array record files.  Reading the metadata alone is one GET; a :class:`LazyArrayRefs` then
+stands in for the :class:`~h5sidecar.references.ArrayRefs` of each array and fetches its record
+files only when the manifest is first needed (as fsspec's ``LazyReferenceMapper`` does).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references._assemble import ChunkColumns, build_manifest, build_metas
+from h5sidecar.references._assemble import _check_within_source as check_within_source
+from h5sidecar.references._assemble import _checksums as array_checksums
+from h5sidecar.references._extras import EXTRAS_KEY, ArrayExtras, Extras, parse_extras
+from h5sidecar.references._manifest import ChunkManifest
+from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs
+from h5sidecar.references._parquet import (
+    CHECKSUMS_FILE,
+    read_checksums,
+    read_table,
+    record_columns,
+    record_path,
+)
+from h5sidecar.references._zmeta import split_metadata
+
+__all__ = [
+    "MANIFEST_CACHE_BYTES",
+    "LazyArrayRefs",
+    "ManifestLoader",
+    "ParquetManifests",
+    "read_parquet_lazy",
+]
+
+
+class ManifestLoader(Protocol):
+    """Where a :class:`LazyArrayRefs` gets its manifest from (a sidecar reader's loader)."""
+
+    def load(self, path: str) -> tuple[ChunkManifest, np.ndarray | None]:
+        """``(manifest, checksums or None)`` of the array ``path`` (cached by the loader)."""
+        ...
+
+    def is_loaded(self, path: str) -> bool:
+        """True when ``path``'s manifest is in the loader's cache."""
+        ...
+
+    def resident_nbytes(self, path: str) -> int:
+        """Bytes of ``path``'s manifest held in the loader's cache (0 when not loaded)."""
+        ...
+
+    def urls(self, path: str) -> tuple[str, ...]:
+        """The URLs of ``path``'s manifest, known without loading it."""
+        ...
+
+
+class LazyArrayRefs(ArrayRefs):
+    """An :class:`ArrayRefs` whose metadata is in memory and whose manifest loads on first use.
+
+    Reading ``meta``, ``status``, ``note``, :attr:`urls` or :meth:`zarray_fill_value` never
+    loads anything; ``manifest`` and ``checksums`` ask the loader, which fetches the array's
+    record files once and keeps them in a byte-bounded cache (an evicted manifest is fetched
+    again when next needed).  Pickles without its manifest: a Dask worker loads what it reads.
+    """
+
+    # The parent's ``manifest``/``checksums`` slots stay unset: the properties below shadow them.
+    __slots__ = ("_fill", "_loader")
+
+    def __init__(
+        self,
+        path: str,
+        meta: ArrayMeta,
+        loader: ManifestLoader,
+        *,
+        status: Literal["virtual", "inlined"] = "virtual",
+        note: str = "",
+        zarray_fill: Any = None,
+    ) -> None:
+        if path.startswith("/") or path.endswith("/") or not path:
+            raise InvalidReferenceError(f"array path {path!r} must be relative and non-empty")
+        for name, value in (("path", path), ("meta", meta), ("status", status), ("note", note)):
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "_loader", loader)
+        object.__setattr__(self, "_fill", zarray_fill)
+
+    @property  # type: ignore[override]
+    def manifest(self) -> ChunkManifest:
+        return self._loader.load(self.path)[0]
+
+    @property  # type: ignore[override]
+    def checksums(self) -> np.ndarray | None:
+        return self._loader.load(self.path)[1]
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return self._loader.urls(self.path)
+
+    @property
+    def manifest_loaded(self) -> bool:
+        return self._loader.is_loaded(self.path)
+
+    @property
+    def resident_nbytes(self) -> int:
+        return self._loader.resident_nbytes(self.path)
+
+    def load(self) -> None:
+        """Load the manifest now (blocking I/O: async callers run this in a thread)."""
+        self._loader.load(self.path)
+
+    def zarray_fill_value(self) -> Any:
+        """The ``fill_value`` the sidecar's ``.zarray`` persists (what the writer computed)."""
+        return self._fill
+
+    def __repr__(self) -> str:
+        state = "loaded" if self.manifest_loaded else "not loaded"
+        return f"LazyArrayRefs(path={self.path!r}, meta={self.meta!r}, manifest {state})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _lazy_array,
+            (self.path, self.meta, self._loader, self.status, self.note, self._fill),
+        )
+
+
+def _lazy_array(
+    path: str, meta: ArrayMeta, loader: ManifestLoader, status: Any, note: str, fill: Any
+) -> LazyArrayRefs:
+    return LazyArrayRefs(path, meta, loader, status=status, note=note, zarray_fill=fill)
+
+
+#: Default bound of the manifests one lazily opened sidecar keeps in memory.
+MANIFEST_CACHE_BYTES = 256 * 2**20
+
+
+class ParquetManifests:
+    """Loads the manifests of a Parquet sidecar's arrays on demand; thread-safe, byte-bounded.
+
+    Parameters
+    ----------
+    fetch : callable
+        ``fetch(list of relative paths) -> {path: bytes or None}`` (picklable, so a lazily
+        opened sidecar can travel to Dask workers).
+    record_size : int
+        Chunks per record file.
+    metas : mapping
+        Array path -> :class:`ArrayMeta` (the grid each manifest must fill).
+    extras : Extras
+        The sidecar's extras (source identity, per-array URL tables and checksum modes).
+    max_bytes : int
+        Manifests kept in memory; the least recently used are dropped (and fetched again when
+        next needed) beyond this.
+    """
+
+    def __init__(
+        self,
+        fetch: Callable[[list[str]], Mapping[str, bytes | None]],
+        record_size: int,
+        metas: Mapping[str, ArrayMeta],
+        extras: Extras,
+        max_bytes: int = MANIFEST_CACHE_BYTES,
+    ) -> None:
+        self._fetch = fetch
+        self._record_size = record_size
+        self._metas = dict(metas)
+        self._extras = extras
+        self._max_bytes = max_bytes
+        self._init_state()
+
+    def _init_state(self) -> None:
+        self._lock = threading.Lock()
+        self._path_locks: dict[str, threading.Lock] = {}
+        self._cache: OrderedDict[str, tuple[ChunkManifest, np.ndarray | None, int]] = OrderedDict()
+        self._bytes = 0
+        self._side: dict[str, np.ndarray] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Locks and loaded manifests stay behind: a worker fetches what it reads.
+        keep = ("_fetch", "_record_size", "_metas", "_extras", "_max_bytes")
+        return {k: self.__dict__[k] for k in keep}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_state()
+
+    # -- ManifestLoader ---------------------------------------------------------------------
+    def urls(self, path: str) -> tuple[str, ...]:
+        """The URLs of ``path``'s manifest, from the extras (no I/O)."""
+        return self._extras.arrays[path].urls or ()
+
+    def is_loaded(self, path: str) -> bool:
+        """True when ``path``'s manifest is cached."""
+        return path in self._cache
+
+    def resident_nbytes(self, path: str) -> int:
+        """Bytes of ``path``'s cached manifest (0 when not loaded)."""
+        hit = self._cache.get(path)
+        return 0 if hit is None else hit[2]
+
+    def load(self, path: str) -> tuple[ChunkManifest, np.ndarray | None]:
+        """``(manifest, checksums)`` of ``path``: from the cache, else its record files (once).
+
+        Raises
+        ------
+        InvalidReferenceError
+            When the record files are malformed, truncated or inconsistent with the metadata.
+        """
+        hit = self._cached(path)
+        if hit is not None:
+            return hit
+        with self._lock:
+            lock = self._path_locks.setdefault(path, threading.Lock())
+        with lock:  # concurrent first readers of one array wait for a single load
+            hit = self._cached(path)
+            if hit is not None:
+                return hit
+            manifest, checksums = self._read(path)
+            self._store(path, manifest, checksums)
+            return manifest, checksums
+
+    # -- internals ----------------------------------------------------------------------------
+    def _cached(self, path: str) -> tuple[ChunkManifest, np.ndarray | None] | None:
+        with self._lock:
+            hit = self._cache.get(path)
+            if hit is None:
+                return None
+            self._cache.move_to_end(path)
+            return hit[0], hit[1]
+
+    def _store(self, path: str, manifest: ChunkManifest, checksums: np.ndarray | None) -> None:
+        size = manifest.nbytes + (0 if checksums is None else checksums.nbytes)
+        with self._lock:
+            self._cache[path] = (manifest, checksums, size)
+            self._bytes += size
+            # the newest entry always stays, even alone over budget: its reader needs it now
+            while self._bytes > self._max_bytes and len(self._cache) > 1:
+                _, (_, _, dropped) = self._cache.popitem(last=False)
+                self._bytes -= dropped
+
+    def _read(self, path: str) -> tuple[ChunkManifest, np.ndarray | None]:
+        meta = self._metas[path]
+        ax = self._extras.arrays.get(path, ArrayExtras())
+        rs = self._record_size
+        n = int(np.prod(meta.grid_shape, dtype=np.int64))
+        wanted = {record_path(path, r): r for r in range(math.ceil(n / rs))}
+        side_needed = ax.checksums == "file" and self._side is None
+        blobs = self._fetch([*wanted, *([CHECKSUMS_FILE] if side_needed else [])])
+        tables = [
+            (r, read_table(rel, blob))
+            for rel, r in wanted.items()
+            if (blob := blobs.get(rel)) is not None  # an absent record: all its chunks missing
+        ]
+        cols = record_columns(path, meta, tables, rs) if tables else ChunkColumns()
+        manifest = build_manifest(path, meta.grid_shape, cols, ax.urls)
+        check_within_source(path, manifest, self._extras.source)
+        if side_needed:
+            self._side = read_checksums(blobs.get(CHECKSUMS_FILE))
+        return manifest, array_checksums(path, ax, meta.grid_shape, self._side or {})
+
+
+def read_parquet_lazy(
+    zmetadata: Mapping[str, Any],
+    fetch: Callable[[list[str]], Mapping[str, bytes | None]],
+    *,
+    max_bytes: int = MANIFEST_CACHE_BYTES,
+) -> GranuleRefs | None:
+    """:class:`GranuleRefs` of a Parquet sidecar from its ``.zmetadata`` alone (no other I/O).
+
+    Every array is a :class:`LazyArrayRefs` whose record files ``fetch`` reads on first use.
+    Returns ``None`` for sidecars without h5sidecar extras (written by kerchunk): their source
+    identity is derived from chunk URLs, so they must be read whole
+    (:func:`~h5sidecar.references._parquet.read_parquet_parts`).
+    """
+    if EXTRAS_KEY not in zmetadata:
+        return None
+    nodes = split_metadata(zmetadata["metadata"])
+    extras = parse_extras(zmetadata[EXTRAS_KEY])
+    metas = build_metas(nodes, extras)
+    loader = ParquetManifests(fetch, int(zmetadata["record_size"]), metas, extras, max_bytes)
+    arrays = {}
+    for path, meta in metas.items():
+        ax = extras.arrays.get(path)
+        arrays[path] = LazyArrayRefs(
+            path,
+            meta,
+            loader,
+            status=ax.status if ax is not None else "virtual",
+            note=ax.note if ax is not None else "",
+            zarray_fill=nodes.arrays[path][0].get("fill_value"),
+        )
+    return GranuleRefs(
+        source=extras.source,
+        groups=nodes.groups,
+        arrays=arrays,
+        skipped=extras.skipped,
+        extra=extras.extra,
+    )
