@@ -193,7 +193,9 @@ class _Handlers:
         summary, error = None, ""
         if name is not None:
             try:
-                summary = describe((await self.gw.entry(self._known(name, granules))).refs)
+                entry = await self.gw.entry(self._known(name, granules))
+                # a lazily opened sidecar loads every manifest here: off the event loop
+                summary = await asyncio.to_thread(describe, entry.refs)
             except H5SidecarError as exc:
                 error, name = f"{name}: {exc}", None
         page = render_page(base=str(request.base_url).rstrip("/"), granules=granules,
@@ -216,7 +218,7 @@ class _Handlers:
     async def granule(self, request: Request) -> Response:
         name = self._known(request.path_params["granule"], await self.gw.granules())
         entry = await self.gw.entry(name)
-        return JSONResponse({"granule": name, **describe(entry.refs)})
+        return JSONResponse({"granule": name, **await asyncio.to_thread(describe, entry.refs)})
 
     async def quicklook(self, request: Request) -> Response:
         name = request.query_params.get("granule") or ""
@@ -225,7 +227,7 @@ class _Handlers:
         arr = entry.refs.arrays.get(var)
         if arr is None:
             raise NotIndexedError(f"granule {name!r} has no variable {var!r} (see /api/granules)")
-        self.gw.check_sources(arr.manifest.urls)  # the plot reads through the store's fetcher
+        self.gw.check_sources(arr.urls)  # the plot reads through the store's fetcher
         async with self.plots.slot(), self.gw.admission.slot():
             values = await preview(entry.store(2), arr)
         title = f"{name}: {var} (first {values.size:,} values)"
