@@ -174,9 +174,10 @@ def sidecar_identity(path: str, storage_options: Mapping[str, Any] | None = None
     options = dict(storage_options or {})
     fs, p = fsspec.core.url_to_fs(path, **options)
     try:
-        info = fs.info(p)
-        if info.get("type") == "directory":
+        info = _parquet_commit_info(fs, p)
+        if info is not None:
             p = f"{p.rstrip('/')}/.zmetadata"
+        else:
             info = fs.info(p)
     except FileNotFoundError as exc:
         raise NotIndexedError(
@@ -185,6 +186,20 @@ def sidecar_identity(path: str, storage_options: Mapping[str, Any] | None = None
         ) from exc
     stamp = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified")
     return (fs.protocol, p, info.get("size"), str(stamp), _options_key(options))
+
+
+def _parquet_commit_info(fs: Any, path: str) -> dict[str, Any] | None:
+    """``info`` of ``path/.zmetadata``, or None when ``path`` is not a Parquet sidecar.
+
+    Asked first (unless the name says JSON): on an object store it is one HEAD, where asking
+    about the directory itself costs a HEAD and a listing before that.
+    """
+    if path.endswith(".json"):
+        return None
+    try:
+        return fs.info(f"{path.rstrip('/')}/.zmetadata")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def load_refs(

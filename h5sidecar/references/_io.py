@@ -173,11 +173,12 @@ def read_refs(
     for kind in order:
         try:
             if kind == "parquet":
-                zmeta = decode_zmetadata(fs.cat_file(f"{root}/{ZMETADATA}"))
+                # start=0: one GET, without the HEAD s3fs sends before a whole-object read
+                zmeta = decode_zmetadata(fs.cat_file(f"{root}/{ZMETADATA}", start=0))
                 files = SidecarFiles(os.fspath(path), storage_options, fs=fs, root=root)
                 refs = read_parquet_lazy(zmeta, files) if lazy else None
                 return refs if refs is not None else read_parquet_parts(zmeta, files)
-            return decode_json(fs.cat_file(root))
+            return decode_json(fs.cat_file(root, start=0))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             continue
     raise NotIndexedError(
