@@ -1,13 +1,19 @@
 """An analysis on the cluster: gridded mean surface height of ICESat-2-like photon data.
 
-Every beam group holding ``heights/h_ph``, ``heights/lat_ph`` and ``heights/lon_ph`` of every
-granule is opened through its sidecar with the ``h5sidecar`` engine, with Dask chunks that are
-whole source chunks (each source chunk is read by exactly one task).  Each chunk is binned into
-grid cells on the worker that read it (sum and count per touched cell, a few kB), partial
-results are merged in a tree, and only the merged cells come back to the client.
+One Dask task per granule: on a worker, the granule's sidecar is parsed once, every beam group
+holding ``h_ph``, ``lat_ph`` and ``lon_ph`` is opened through it with the ``h5sidecar`` engine,
+and the three variables are read in blocks of whole source chunks (each source chunk is
+fetched once, by byte range) and binned into grid cells (sum and count per touched cell).
+Partial results are merged in a tree and only the merged cells come back to the client.
 
-The same code runs on a laptop (``local:N``) or on a multi-machine cluster: the tasks carry the
-sidecar's references and storage options, the workers read the source bytes directly.
+Why per granule rather than one Dask array per variable: building Dask arrays means opening
+every group of every granule *on the client* (parsing each sidecar and decoding each group's
+metadata there) before any work starts, which was measured to cost more than the reading
+itself (``benchmarks/bench_workflows.py``) and grows with the number of granules.  A task per
+granule keeps the client's work to listing the sidecars.
+
+The same code runs on a laptop (``local:N``) or on a multi-machine cluster: tasks carry sidecar
+URLs and storage options, and the workers read the sidecars and the source bytes directly.
 """
 
 from __future__ import annotations
@@ -15,17 +21,20 @@ from __future__ import annotations
 import io
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from h5sidecar.errors import InvalidRequestError, SourceNotFoundError
 from h5sidecar.references import GranuleRefs, read_refs
 
-__all__ = ["beam_groups", "bin_cells", "gridded_mean_height", "plot_grid", "sidecars_of"]
+__all__ = ["beam_groups", "bin_cells", "granule_cells", "gridded_mean_height", "plot_grid",
+           "sidecars_of"]
 
 #: Partial results merged per task of the reduction tree.
 _FAN_IN = 8
+#: Decoded bytes of one block read by a task (whole source chunks).
+_BLOCK_BYTES = 64 * 2**20
 _SIDECAR_SUFFIXES = (".parq", ".json")
 
 
@@ -97,39 +106,61 @@ def _merge(*parts: tuple[np.ndarray, np.ndarray, np.ndarray]
     return u, sums, counts
 
 
-def _tree(parts: list[Any]) -> Any:
-    import dask
+def _block_rows(refs: GranuleRefs, paths: Sequence[str], block_bytes: int) -> int:
+    """Rows per block: a whole number of the first variable's source chunks, ~block_bytes."""
+    metas = [refs.arrays[p].meta for p in paths]
+    chunk = metas[0].chunks[0] if metas[0].chunks else 1
+    row_bytes = max(m.numpy_dtype.itemsize for m in metas)
+    return chunk * max(1, block_bytes // max(1, chunk * row_bytes))
 
-    merge = dask.delayed(_merge, pure=True)
-    while len(parts) > 1:
-        parts = [merge(*parts[k : k + _FAN_IN]) for k in range(0, len(parts), _FAN_IN)]
-    return parts[0]
+
+def granule_cells(sidecar: str, grid: float, variables: Sequence[str] = ("h_ph", "lat_ph",
+                  "lon_ph"), storage_options: Mapping[str, Any] | None = None,
+                  block_bytes: int = _BLOCK_BYTES) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                             int]:
+    """Binned cells of every beam group of one granule: one task of the analysis.
+
+    The sidecar is parsed once, on the worker; each variable is read through it in blocks of
+    whole source chunks (``block_bytes`` at most, decoded) and binned block by block.
+
+    Returns
+    -------
+    cells, sums, counts : numpy.ndarray
+        As :func:`bin_cells`, merged over the granule.
+    groups : int
+        Beam groups found.
+    """
+    import xarray as xr
+
+    refs = read_refs(sidecar, storage_options=dict(storage_options) if storage_options else None)
+    kw: dict[str, Any] = {"storage_options": dict(storage_options)} if storage_options else {}
+    parts = []
+    groups = beam_groups(refs, variables)
+    for group in groups:
+        paths = [f"{group}/{v}" for v in variables]
+        others = [p.rpartition("/")[2] for p in refs.arrays
+                  if p.rpartition("/")[0] == group and p not in paths]
+        # the parsed GranuleRefs itself; chunks=None: lazily indexed, read slice by slice
+        ds = xr.open_dataset(cast(Any, refs), engine="h5sidecar", group=group, chunks=None,
+                             drop_variables=others, decode_times=False, **kw)
+        try:
+            n = ds[variables[0]].shape[0]
+            step = _block_rows(refs, paths, block_bytes)
+            for start in range(0, n, step):
+                h, lat, lon = (np.asarray(ds[v][start : start + step].values) for v in variables)
+                parts.append(bin_cells(h, lat, lon, grid))
+        finally:
+            ds.close()
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, np.zeros(0), empty, 0
+    return (*_merge(*parts), len(groups))
 
 
-def _partials(sidecar: str, refs: GranuleRefs, group: str, grid: float,
-              variables: Sequence[str], open_kwargs: Mapping[str, Any]) -> list[Any]:
-    import dask
-
-    import h5sidecar
-
-    # only the three variables are decoded into the Dataset (a beam's heights group has a dozen)
-    others = [p.rpartition("/")[2] for p in refs.arrays
-              if p.rpartition("/")[0] == group and p.rpartition("/")[2] not in variables]
-    # by path, not GranuleRefs: xarray tokenizes what it opens, and tokenizing a path is cheap;
-    # a store opened from a path also pickles small (workers parse the sidecar once each)
-    ds = h5sidecar.open_dataset(sidecar, group=group, chunks={}, drop_variables=others,
-                                decode_times=False, **open_kwargs)
-    arrays = [ds[v].data for v in variables]
-    if not all(hasattr(a, "to_delayed") for a in arrays):
-        raise InvalidRequestError("gridded_mean_height needs Dask (pip install 'h5sidecar[dask]')")
-    # the three variables share the photon dimension and its source chunking, so their Dask
-    # blocks line up one to one
-    blocks = [a.to_delayed().ravel() for a in arrays]
-    if len({len(b) for b in blocks}) != 1:
-        raise InvalidRequestError(f"{sidecar} {group}: {', '.join(variables)} are not "
-                                  "chunked alike, so they cannot be binned block by block")
-    binned = dask.delayed(bin_cells, pure=True)
-    return [binned(h, la, lo, grid) for h, la, lo in zip(*blocks, strict=True)]
+def _merge_granules(*parts: tuple[np.ndarray, np.ndarray, np.ndarray, int]
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    merged = _merge(*[p[:3] for p in parts])
+    return (*merged, sum(p[3] for p in parts))
 
 
 def gridded_mean_height(
@@ -139,6 +170,7 @@ def gridded_mean_height(
     storage_options: Mapping[str, Any] | None = None,
     variables: Sequence[str] = ("h_ph", "lat_ph", "lon_ph"),
     client: Any = None,
+    block_bytes: int = _BLOCK_BYTES,
 ) -> Any:
     """Mean photon height on a regular lat/lon grid, computed on the Dask cluster.
 
@@ -150,12 +182,14 @@ def gridded_mean_height(
         Cell size in degrees (> 0).
     storage_options : mapping, optional
         fsspec options for the sidecars and sources (e.g. an S3 endpoint); they travel to the
-        workers with the tasks.
+        workers with the tasks (secrets are better given to the workers' environment).
     variables : (height, latitude, longitude)
         Names of the variables in each beam group.
     client : distributed.Client, optional
         Cluster to compute on (default: Dask's current scheduler, i.e. the last Client
         created, else threads in this process).
+    block_bytes : int
+        Decoded bytes read per block (whole source chunks), which bounds workers' memory.
 
     Returns
     -------
@@ -174,23 +208,21 @@ def gridded_mean_height(
 
     if not grid > 0 or not np.isfinite(grid):
         raise InvalidRequestError(f"grid must be a positive number of degrees, got {grid!r}")
-    open_kwargs = {"storage_options": dict(storage_options)} if storage_options else {}
     sidecars = sidecars_of(refs, storage_options=storage_options)
-    parts: list[Any] = []
-    n_groups = 0
-    for sc in sidecars:
-        granule = read_refs(sc, storage_options=dict(storage_options) if storage_options else None)
-        for group in beam_groups(granule, variables):
-            parts.extend(_partials(sc, granule, group, grid, variables, open_kwargs))
-            n_groups += 1
-    if not parts:
+    # one task per granule: the client parses no sidecar, each worker parses the ones it reads
+    task = dask.delayed(granule_cells, pure=True)
+    opts = dict(storage_options) if storage_options else None
+    parts = [task(sc, grid, tuple(variables), opts, block_bytes) for sc in sidecars]
+    merge = dask.delayed(_merge_granules, pure=True)
+    while len(parts) > 1:
+        parts = [merge(*parts[k : k + _FAN_IN]) for k in range(0, len(parts), _FAN_IN)]
+    if client is not None:
+        cells, sums, counts, n_groups = client.compute(parts[0]).result()
+    else:
+        (cells, sums, counts, n_groups), = dask.compute(parts[0])
+    if n_groups == 0:
         raise SourceNotFoundError(f"no group with {', '.join(variables)} in {len(sidecars)} "
                                   "sidecar(s): is this photon-rate data (ATL03-like)?")
-    total = _tree(parts)
-    if client is not None:
-        cells, sums, counts = client.compute(total).result()
-    else:
-        (cells, sums, counts), = dask.compute(total)
     return _to_dataset(cells, sums, counts, grid,
                        attrs={"granules": len(sidecars), "groups": n_groups})
 
