@@ -147,8 +147,9 @@ def dask_client(address: str, *, log_level: int | None = None) -> Iterator[Any]:
     """A ``distributed.Client`` for ``address``: ``local:N`` starts a LocalCluster.
 
     ``local:N`` (or ``local`` for one worker per CPU) starts N single-threaded worker
-    *processes* on 127.0.0.1 without a dashboard; it is closed on exit.  Any other value is the
-    address of a running scheduler (``tcp://host:8786``); only the client is closed on exit.
+    *processes* on 127.0.0.1 (dashboard on a free loopback port); it is closed on exit.  Any
+    other value is the address of a running scheduler (``tcp://host:8786``); only the client
+    is closed on exit.
 
     Raises
     ------
@@ -162,8 +163,10 @@ def dask_client(address: str, *, log_level: int | None = None) -> Iterator[Any]:
         if count and (not count.isdigit() or int(count) < 1):
             raise ValueError(f"--dask {address!r}: use local:N with N >= 1 worker processes")
         with (
+            # the scheduler's HTTP server always starts: a free loopback port, never 8787
+            # (two clusters at once would collide there)
             LocalCluster(n_workers=int(count) if count else None, threads_per_worker=1,
-                         processes=True, host="127.0.0.1", dashboard_address=None,
+                         processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0",
                          silence_logs=log_level if log_level is not None else logging.WARNING)
             as cluster,
             Client(cluster) as client,

@@ -19,6 +19,9 @@ from h5sidecar.errors import SourceNotFoundError
 from tests.catalog._geo import inside_bbox, inside_geometry
 from tests.catalog.conftest import Indexed
 
+#: the session's sample granules and catalog are built once, on one xdist worker
+pytestmark = pytest.mark.xdist_group("catalog")
+
 BEAMS = ("gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r")
 GPS_EPOCH = dt.datetime(1980, 1, 6, tzinfo=dt.UTC)
 GPS_MINUS_UTC = 18.0  # leap seconds since the GPS epoch, for every date after 2017

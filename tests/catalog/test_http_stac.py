@@ -26,6 +26,9 @@ from h5sidecar.settings import GatewaySettings
 from tests.catalog.conftest import Indexed
 from tests.conftest import free_port
 
+#: the session's sample granules and catalog are built once, on one xdist worker
+pytestmark = pytest.mark.xdist_group("catalog")
+
 
 @contextmanager
 def _uvicorn(app: Any, port: int) -> Iterator[str]:

@@ -15,6 +15,9 @@ import h5sidecar
 from h5sidecar.errors import InvalidReferenceError
 from tests.catalog.conftest import Indexed
 
+#: the session's sample granules and catalog are built once, on one xdist worker
+pytestmark = pytest.mark.xdist_group("catalog")
+
 
 def _item_file(stac: Path, collection: str, stem: str) -> Path:
     return stac / collection / stem / f"{stem}.json"

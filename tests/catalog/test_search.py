@@ -12,6 +12,9 @@ import pytest
 from h5sidecar.catalog import StacApi, search_items
 from h5sidecar.errors import InvalidRequestError, NotIndexedError
 
+#: the session's sample granules and catalog are built once, on one xdist worker
+pytestmark = pytest.mark.xdist_group("catalog")
+
 BASE = "http://gateway.test/stac"
 
 

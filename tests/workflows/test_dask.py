@@ -29,6 +29,9 @@ from h5sidecar.workflows import (
 from h5sidecar.workflows._analysis import bin_cells
 from h5sidecar.workflows._report import ErrorRecord
 
+#: one LocalCluster for the module, on one xdist worker
+pytestmark = pytest.mark.xdist_group("dask")
+
 BEAMS = ("gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r")
 PHOTONS = 12_000
 
