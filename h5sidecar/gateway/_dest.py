@@ -24,7 +24,7 @@ from typing import Any
 
 import fsspec
 
-from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.errors import InvalidReferenceError, SourceReadError
 
 __all__ = ["REPORT_NAME", "SIDECAR_SUFFIXES", "DestIndex", "DestSnapshot"]
 
@@ -149,6 +149,11 @@ class DestIndex:
             return list(self.fs.ls(folder, detail=True))
         except FileNotFoundError:
             return []
+        except OSError as exc:  # network, permissions: the gateway cannot see DEST
+            raise SourceReadError(
+                f"listing DEST {self.dest} failed: {exc}. Check the endpoint, credentials and "
+                "storage options the gateway was started with."
+            ) from exc
 
     def _report_sources(self) -> tuple[tuple[str, ...], bool]:
         path = f"{self.root}/{REPORT_NAME}"
@@ -156,6 +161,8 @@ class DestIndex:
             raw = self.fs.cat_file(path)
         except FileNotFoundError:
             return (), False
+        except OSError as exc:
+            raise SourceReadError(f"reading {self.dest}/{REPORT_NAME} failed: {exc}") from exc
         try:
             report = json.loads(raw)
             sources = []

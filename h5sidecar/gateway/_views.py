@@ -12,13 +12,13 @@ import ujson
 
 from h5sidecar.gateway._fetch import ChunkFetcher
 from h5sidecar.gateway._http import BadRequestError
-from h5sidecar.gateway._keyspace import GranuleKeys
-from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, sharded_documents
+from h5sidecar.gateway._keyspace import ChunkRef, GranuleKeys
+from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, ShardLayout, sharded_documents
 from h5sidecar.gateway.store import SidecarStore
 from h5sidecar.references import ArrayRefs, GranuleRefs
 from h5sidecar.settings import ReadSettings
 
-__all__ = ["GranuleEntry", "View"]
+__all__ = ["GranuleEntry", "Resolved", "View"]
 
 
 def _dumps(obj: object) -> bytes:
@@ -52,6 +52,43 @@ class View:
     def name(self) -> str:
         """``"v2"``, ``"v3"`` or ``"v3-shard<K>"`` (for messages, ETags and cache keys)."""
         return f"v{self.zarr_format}" + (f"-shard{self.shard}" if self.shard else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """What one key of one view holds, known without reading the source.
+
+    Attributes
+    ----------
+    kind : "metadata", "chunk" or "shard"
+    size : int
+        Size of the full value in bytes.
+    etag : str
+        Strong ETag: the document's digest, or the source identity + view + key + reference.
+    data : bytes or None
+        The value when held in memory (documents, inline chunks).
+    ref : (url, offset, length) or None
+        The chunk's bytes in the source.
+    layout : ShardLayout or None
+        The pieces of a virtual shard.
+    """
+
+    granule: str
+    key: str
+    view: View
+    kind: Literal["metadata", "chunk", "shard"]
+    size: int
+    etag: str
+    data: bytes | None = None
+    ref: ChunkRef | None = None
+    layout: ShardLayout | None = None
+    fetcher: ChunkFetcher | None = None
+    source_id: str = ""
+
+    @property
+    def needs_upstream(self) -> bool:
+        """True when serving the whole value reads a source."""
+        return self.data is None
 
 
 class GranuleEntry:

@@ -31,19 +31,17 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from h5sidecar.errors import NotIndexedError
+from h5sidecar.errors import H5SidecarError, NotIndexedError, SourceReadError
 from h5sidecar.gateway._allow import AllowList
 from h5sidecar.gateway._cache import ByteLRU, load_refs, sidecar_identity
 from h5sidecar.gateway._dest import DestIndex, DestSnapshot
-from h5sidecar.gateway._fetch import ChunkFetcher
 from h5sidecar.gateway._http import Admission, ResponseTooLargeError, etag_of
 from h5sidecar.gateway._keyspace import ChunkRef
 from h5sidecar.gateway._metrics import GatewayMetrics
 from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, ShardLayout, shard_layout
-from h5sidecar.gateway._views import GranuleEntry, View
+from h5sidecar.gateway._views import GranuleEntry, Resolved, View
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import GatewaySettings, ReadSettings
 
@@ -55,43 +53,6 @@ log = logging.getLogger("h5sidecar.gateway")
 CHUNK_CACHE_ITEM = 4 * 2**20
 #: A miss on an unknown granule re-lists DEST at most this often (seconds).
 MISS_REFRESH_SECONDS = 2.0
-
-
-@dataclass(frozen=True, slots=True)
-class Resolved:
-    """What one key of one view holds, known without reading the source.
-
-    Attributes
-    ----------
-    kind : "metadata", "chunk" or "shard"
-    size : int
-        Size of the full value in bytes.
-    etag : str
-        Strong ETag: the document's digest, or the source identity + view + key + reference.
-    data : bytes or None
-        The value when held in memory (documents, inline chunks).
-    ref : (url, offset, length) or None
-        The chunk's bytes in the source.
-    layout : ShardLayout or None
-        The pieces of a virtual shard.
-    """
-
-    granule: str
-    key: str
-    view: View
-    kind: Literal["metadata", "chunk", "shard"]
-    size: int
-    etag: str
-    data: bytes | None = None
-    ref: ChunkRef | None = None
-    layout: ShardLayout | None = None
-    fetcher: ChunkFetcher | None = None
-    source_id: str = ""
-
-    @property
-    def needs_upstream(self) -> bool:
-        """True when serving the whole value reads a source."""
-        return self.data is None
 
 
 class Gateway:
@@ -169,7 +130,8 @@ class Gateway:
         return snap
 
     def _install(self, snap: DestSnapshot) -> None:
-        prefixes = (*snap.sources, *self.settings.allow, *self.read_settings.allowed_prefixes)
+        prefixes = tuple(dict.fromkeys(
+            (*snap.sources, *self.settings.allow, *self.read_settings.allowed_prefixes)))
         if prefixes != self._allow.prefixes:
             self._allow = AllowList(prefixes)
             self._entries.clear()  # fetchers carry the allow-list: rebuild them
@@ -221,13 +183,21 @@ class Gateway:
         url = snap.sidecars.get(name)
         if url is None:
             raise NotIndexedError(f"granule {name!r} is no longer indexed under DEST")
-        identity = await asyncio.to_thread(sidecar_identity, url, self.storage_options)
-        if cached is not None and cached.identity == identity:
-            cached.checked_at = time.monotonic()
-            return cached
-        refs: GranuleRefs = await asyncio.to_thread(
-            load_refs, url, self.storage_options, cache=None
-        )
+        try:
+            identity = await asyncio.to_thread(sidecar_identity, url, self.storage_options)
+            if cached is not None and cached.identity == identity:
+                cached.checked_at = time.monotonic()
+                return cached
+            refs: GranuleRefs = await asyncio.to_thread(
+                load_refs, url, self.storage_options, cache=None
+            )
+        except H5SidecarError:
+            raise
+        except OSError as exc:  # the store holding DEST failed (network, permissions)
+            raise SourceReadError(
+                f"reading the sidecar of {name!r} failed: {exc}. Check that DEST is reachable "
+                "with the gateway's storage options and credentials, then retry."
+            ) from exc
         read = self.read_settings
         if self._allow.prefixes:
             read = dataclasses.replace(read, allowed_prefixes=self._allow.prefixes)
