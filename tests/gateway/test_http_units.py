@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import google_crc32c
 import numpy as np
@@ -179,7 +180,7 @@ def test_shard_index_decodes_with_zarr() -> None:
 
 
 def test_sharded_metadata() -> None:
-    doc = {"shape": [25, 4], "chunk_grid": {"name": "regular",
+    doc: dict[str, Any] = {"shape": [25, 4], "chunk_grid": {"name": "regular",
            "configuration": {"chunk_shape": [10, 2]}}, "codecs": [{"name": "bytes"}]}  # fmt: skip
     out = sharded_array_doc(doc, 16)
     assert out["chunk_grid"]["configuration"]["chunk_shape"] == [30, 2]  # K capped at 3 rows
@@ -188,7 +189,7 @@ def test_sharded_metadata() -> None:
     assert sharding["configuration"]["chunk_shape"] == [10, 2]
     assert sharding["configuration"]["codecs"] == [{"name": "bytes"}]
     assert doc["chunk_grid"]["configuration"]["chunk_shape"] == [10, 2]  # input untouched
-    scalar = {"shape": [], "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": []}},
+    scalar: dict[str, Any] = {"shape": [], "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": []}},
               "codecs": [{"name": "bytes"}]}  # fmt: skip
     assert sharded_array_doc(scalar, 4) == scalar
 
