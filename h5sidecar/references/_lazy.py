@@ -92,22 +92,27 @@ class LazyArrayRefs(ArrayRefs):
 
     @property  # type: ignore[override]
     def manifest(self) -> ChunkManifest:
+        """The chunk manifest, fetched on first use (blocking I/O)."""
         return self._loader.load(self.path)[0]
 
     @property  # type: ignore[override]
     def checksums(self) -> np.ndarray | None:
+        """Chunk checksums (or None), loaded with the manifest."""
         return self._loader.load(self.path)[1]
 
     @property
     def urls(self) -> tuple[str, ...]:
+        """The manifest's URLs, from the extras (no I/O)."""
         return self._loader.urls(self.path)
 
     @property
     def manifest_loaded(self) -> bool:
+        """True when the manifest is in the loader's cache."""
         return self._loader.is_loaded(self.path)
 
     @property
     def resident_nbytes(self) -> int:
+        """Bytes of this array's manifest in the loader's cache now."""
         return self._loader.resident_nbytes(self.path)
 
     def load(self) -> None:
