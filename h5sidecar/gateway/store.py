@@ -31,7 +31,13 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from h5sidecar.gateway._cache import CHUNKS, ByteLRU, load_refs
 from h5sidecar.gateway._fetch import scrub_credentials
 from h5sidecar.gateway._keyspace import ChunkRef, GranuleKeys, ZarrFormat
-from h5sidecar.gateway._reads import ReadBatcher, byte_window, make_fetcher, refs_equal
+from h5sidecar.gateway._reads import (
+    ReadBatcher,
+    byte_window,
+    make_fetcher,
+    raise_zarr_concurrency,
+    refs_equal,
+)
 from h5sidecar.gateway._v3 import codec_ids, register_numcodecs_v3
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
@@ -109,6 +115,9 @@ class SidecarStore(Store):
         self._setup()
 
     def _setup(self) -> None:
+        # zarr's default of 10 chunk reads in flight makes whole-array reads thousands of tiny
+        # batches; our fetcher bounds real concurrency, so let zarr hand us more at once
+        raise_zarr_concurrency()
         if self.zarr_format == 3:
             register_numcodecs_v3(codec_ids(self._refs))
         self.keyspace = GranuleKeys(self._refs, self.zarr_format)

@@ -1,0 +1,72 @@
+"""SidecarStore raises zarr's ``async.concurrency`` (zarr's default only) so reads batch well."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import zarr
+
+from h5sidecar.gateway._reads import ZARR_READ_CONCURRENCY
+from h5sidecar.gateway.store import SidecarStore
+from h5sidecar.references import GranuleRefs
+from tests.gateway._granules import read_h5, refs_for
+
+ZARR_DEFAULT = 10
+
+
+@pytest.fixture(autouse=True)
+def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ZARR_ASYNC__CONCURRENCY", raising=False)
+
+
+def test_default_is_raised(small_refs: GranuleRefs) -> None:
+    with zarr.config.set({"async.concurrency": ZARR_DEFAULT}):
+        SidecarStore(small_refs, chunk_cache=None)
+        assert zarr.config.get("async.concurrency") == ZARR_READ_CONCURRENCY
+
+
+def test_user_choice_is_kept(small_refs: GranuleRefs, monkeypatch: pytest.MonkeyPatch) -> None:
+    with zarr.config.set({"async.concurrency": 7}):
+        SidecarStore(small_refs, chunk_cache=None)
+        assert zarr.config.get("async.concurrency") == 7
+    monkeypatch.setenv("ZARR_ASYNC__CONCURRENCY", "10")
+    with zarr.config.set({"async.concurrency": ZARR_DEFAULT}):
+        SidecarStore(small_refs, chunk_cache=None)
+        assert zarr.config.get("async.concurrency") == ZARR_DEFAULT
+
+
+@pytest.fixture(scope="module")
+def many_chunks_h5(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One gzip-compressed array of 64 chunks, written contiguously (they coalesce)."""
+    path = tmp_path_factory.mktemp("conc") / "many_chunks.h5"
+    values = np.random.default_rng(5).normal(size=640_000)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=values, chunks=(10_000,), compression="gzip")
+    return path
+
+
+def _read(
+    refs: GranuleRefs, path: str, concurrency: int, monkeypatch: pytest.MonkeyPatch
+) -> tuple[np.ndarray, int]:
+    # an explicit choice: the store must not raise the narrow setting under test
+    monkeypatch.setenv("ZARR_ASYNC__CONCURRENCY", str(concurrency))
+    with zarr.config.set({"async.concurrency": concurrency}):
+        store = SidecarStore(refs, chunk_cache=None)
+        data = zarr.open_group(store, mode="r", zarr_format=2)[path][...]
+    return data, store.stats["requests"]
+
+
+def test_raised_concurrency_reads_the_same_in_fewer_requests(
+    many_chunks_h5: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refs = refs_for(many_chunks_h5)
+    want = read_h5(many_chunks_h5, "x")
+    wide, wide_requests = _read(refs, "x", ZARR_READ_CONCURRENCY, monkeypatch)
+    narrow, narrow_requests = _read(refs, "x", ZARR_DEFAULT, monkeypatch)
+    np.testing.assert_array_equal(wide, want)
+    np.testing.assert_array_equal(narrow, want)
+    # zarr hands the store <= concurrency chunks at a time: wider batches coalesce more
+    assert wide_requests < narrow_requests, (wide_requests, narrow_requests)
