@@ -3,7 +3,7 @@
 //   node read.mjs <store URL> <array path> [<array path> ...]
 //
 // Each array is opened as Zarr v3 (its zarr.json, codecs as the gateway declares them) and read
-// whole.  Output: {"<path>": {"shape", "dtype", "codecs", "type", "values"}} where "values" is the
+// whole.  Output: {"<path>": {"shape", "dtype", "type", "values"}} where "values" is the
 // C-order data as a flat list (NaN as null; JSON numbers round-trip float64 exactly).  Any error
 // goes to stderr with exit status 1, so the calling test sees zarrita's own message.
 import * as zarr from "zarrita";
@@ -22,7 +22,6 @@ for (const path of paths) {
   out[path] = {
     shape: chunk.shape,
     dtype: arr.dtype,
-    codecs: arr.codecs ?? null,
     type: chunk.data.constructor.name,
     // BigInt (64-bit integers) is not JSON: send its exact decimal text instead.
     values: Array.from(chunk.data, (v) => (typeof v === "bigint" ? v.toString() : v)),
