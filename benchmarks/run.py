@@ -20,6 +20,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "index": ("benchmarks.bench_index", "index speed and sidecar size: h5sidecar vs kerchunk"),
     "read": ("benchmarks.bench_read", "read speed: h5sidecar vs h5py, s3fs, kerchunk, download"),
     "gateway": ("benchmarks.bench_gateway", "HTTP gateway: random chunks under load, full reads"),
+    "workflows": ("benchmarks.bench_workflows",
+                  "batch indexing on Dask (granules/s) vs kerchunk; analysis vs h5py + s3fs"),
 }
 
 

@@ -1,0 +1,223 @@
+"""Batch workflows: indexing throughput on a Dask cluster, and the analysis workflow's time.
+
+Granules: ``--granules`` ATL03-like files of ``--photons`` photons each (written once into
+``benchmarks/data/s3/wf/``) served by the local S3 endpoint with ``--latency-ms`` of first-byte
+latency per request.  Cases:
+
+**Indexing** (granules/s, sidecars written to a fresh local folder each time):
+
+- ``kerchunk loop``: ``SingleHdf5ToZarr(url).translate()`` + a JSON dump per granule, one after
+  the other in this process (what a script around kerchunk does);
+- ``h5sidecar serial``: ``index_many(..., executor="serial")``;
+- ``h5sidecar dask N``: ``index_many`` on a ``LocalCluster`` of N single-threaded worker
+  processes through :class:`~h5sidecar.workflows.DaskExecutor` (cluster start-up excluded and
+  reported separately; the workers are warmed up by one small task first).
+
+**Analysis** (gridded mean photon height of every beam of every granule, ``--grid`` degrees):
+
+- ``h5sidecar dask N``: :func:`~h5sidecar.workflows.gridded_mean_height` on the cluster, reading
+  through the sidecars;
+- ``h5py + s3fs serial``: each granule opened with h5py on an s3fs file, the three variables of
+  every beam read whole and binned (the same ``bin_cells``) in this process;
+- ``h5py + s3fs dask N``: the same, one Dask task per granule on the cluster.
+
+Run with ``python benchmarks/run.py workflows [--granules 8] [--photons 200000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks import _common as c
+from benchmarks.s3server import get_stats, reset_stats, start_server
+
+README = c.BENCH_DIR / "README.md"
+WF_BUCKET = "wf"
+BEAMS = ("gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--granules", type=int, default=8, help="granules (default 8)")
+    p.add_argument("--photons", type=int, default=200_000,
+                   help="photons per granule (default 200000, ~10 MB files)")
+    p.add_argument("--latency-ms", type=float, default=20, help="S3 first-byte latency")
+    p.add_argument("--workers", type=int, nargs="+", default=[1, 2],
+                   help="Dask worker counts to run (default 1 2)")
+    p.add_argument("--grid", type=float, default=0.1, help="analysis grid, degrees")
+    p.add_argument("--update-readme", action="store_true",
+                   help="write the result tables into benchmarks/README.md")
+    p.add_argument("--from-results", type=Path, default=None, metavar="JSON",
+                   help="do not run: report a saved results file (with --update-readme)")
+
+
+def granules(n: int, photons: int) -> list[Path]:
+    """The benchmark granules (written once per (n, photons), then reused)."""
+    from h5sidecar.sample import granule_name, write_atl03_like
+
+    folder = c.S3_ROOT / WF_BUCKET / f"{photons}"
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for seed in range(n):
+        path = folder / granule_name(seed)
+        if not path.exists():
+            print(f"writing {path.name} ({photons:,} photons) ...", flush=True)
+            tmp = path.with_suffix(".tmp")
+            write_atl03_like(tmp, photons=photons, seed=seed)
+            tmp.rename(path)
+        out.append(path)
+    return out
+
+
+# ---------------------------------------------------------------------------- cases
+def kerchunk_loop(urls: list[str], dest: Path) -> None:
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    for url in urls:
+        refs = SingleHdf5ToZarr(url, storage_options={"anon": False}).translate()
+        (dest / (url.rsplit("/", 1)[1] + ".json")).write_text(json.dumps(refs))
+
+
+def h5py_grid_one(url: str, grid: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One granule read with h5py over s3fs and binned (top level: runs on Dask workers)."""
+    import h5py
+    import s3fs
+
+    from h5sidecar.workflows._analysis import _merge, bin_cells
+
+    fs = s3fs.S3FileSystem()
+    parts = []
+    with fs.open(url, "rb") as f, h5py.File(f, "r") as h5:
+        for b in BEAMS:
+            g = h5[f"{b}/heights"]
+            parts.append(bin_cells(g["h_ph"][:], g["lat_ph"][:], g["lon_ph"][:], grid))
+    return _merge(*parts)
+
+
+def timed(fn: Any) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from h5sidecar.workflows import DaskExecutor, dask_client, gridded_mean_height, index_many
+    from h5sidecar.workflows._analysis import _merge
+
+    paths = granules(args.granules, args.photons)
+    url, stop = start_server(c.S3_ROOT, latency_ms=args.latency_ms)
+    # every client (this process, kerchunk, Dask workers started below) finds the endpoint here
+    os.environ.update({"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "bench",
+                       "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"})
+    os.environ.pop("AWS_SESSION_TOKEN", None)
+    source = f"s3://{WF_BUCKET}/{args.photons}/"
+    urls = [source + p.name for p in paths]
+    work = Path(tempfile.mkdtemp(prefix="bench-wf-"))
+    rows: dict[str, Any] = {"index": [], "analysis": []}
+    try:
+        def index_case(name: str, fn: Any) -> Path:
+            dest = work / name.replace(" ", "-")
+            dest.mkdir()
+            reset_stats(url)
+            seconds, _ = timed(lambda: fn(dest))
+            stats = get_stats(url)
+            rows["index"].append({"case": name, "seconds": seconds,
+                                  "granules_per_s": len(urls) / seconds,
+                                  "requests": stats["requests"], "bytes": stats["bytes_out"]})
+            print(f"index {name}: {seconds:.1f} s, {len(urls) / seconds:.2f} granules/s",
+                  flush=True)
+            return dest
+
+        index_case("kerchunk loop", lambda d: kerchunk_loop(urls, d))
+        index_case("h5sidecar serial", lambda d: _check(index_many(
+            source, str(d), format="json", executor="serial")))
+        for n in args.workers:
+            t0 = time.perf_counter()
+            with dask_client(f"local:{n}") as client:
+                client.wait_for_workers(n)
+                # warm-up: import h5sidecar, h5py, zarr in every worker before timing
+                client.run(lambda: __import__("h5sidecar.workflows._index"))
+                startup = time.perf_counter() - t0
+                ex = DaskExecutor(client)
+                dest = index_case(f"h5sidecar dask {n}", lambda d, ex=ex: _check(index_many(
+                    source, str(d), format="json", executor=ex, workers=ex.n_threads)))
+                rows["index"][-1]["cluster_start_s"] = startup
+                seconds, grid = timed(lambda dest=dest, client=client: gridded_mean_height(
+                    str(dest), grid=args.grid, client=client))
+                rows["analysis"].append({"case": f"h5sidecar dask {n}", "seconds": seconds,
+                                         "photons": grid.attrs["photons"]})
+                print(f"analysis dask {n}: {seconds:.1f} s", flush=True)
+                seconds, parts = timed(lambda client=client: client.gather(
+                    [client.submit(h5py_grid_one, u, args.grid, pure=False) for u in urls]))
+                merged = _merge(*parts)
+                rows["analysis"].append({"case": f"h5py + s3fs dask {n}", "seconds": seconds,
+                                         "photons": int(merged[2].sum())})
+                print(f"analysis h5py dask {n}: {seconds:.1f} s", flush=True)
+        seconds, parts = timed(lambda: [h5py_grid_one(u, args.grid) for u in urls])
+        merged = _merge(*parts)
+        rows["analysis"].append({"case": "h5py + s3fs serial", "seconds": seconds,
+                                 "photons": int(merged[2].sum())})
+        print(f"analysis h5py serial: {seconds:.1f} s", flush=True)
+    finally:
+        stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+                     if k != "func"},
+            "granule_mb": round(sum(p.stat().st_size for p in paths) / len(paths) / 1e6, 1),
+            "environment": c.environment(), **rows}
+
+
+def _check(report: Any) -> Any:
+    if not report.ok:
+        raise SystemExit(f"indexing failed: {report.to_dict()}")
+    return report
+
+
+def report(results: dict[str, Any]) -> str:
+    a = results["args"]
+    env = results["environment"]
+    head = (f"{a['granules']} granules of {results['granule_mb']} MB ({a['photons']:,} photons), "
+            f"S3 endpoint with {a['latency_ms']:g} ms latency, {env['cpus']} CPUs, load average "
+            f"{env['load_avg'][0]:.1f} at the end (commit {env['commit']}).")
+    index = c.markdown_table(
+        ["indexing", "seconds", "granules/s", "requests", "bytes"],
+        [[r["case"], f"{r['seconds']:.1f}", f"{r['granules_per_s']:.2f}", r["requests"],
+          c.fmt_bytes(r["bytes"])] for r in results["index"]])
+    base = next((r["seconds"] for r in results["analysis"] if r["case"] == "h5py + s3fs serial"),
+                None)
+    analysis = c.markdown_table(
+        ["analysis (grid " + f"{a['grid']:g} deg)", "seconds", "vs h5py + s3fs serial",
+         "photons"],
+        [[r["case"], f"{r['seconds']:.1f}", f"{base / r['seconds']:.2f}x" if base else "-",
+          f"{r['photons']:,}"] for r in results["analysis"]])
+    return f"{head}\n\n{index}\n\n{analysis}"
+
+
+def main(args: argparse.Namespace) -> dict[str, Any]:
+    if args.from_results:
+        results = json.loads(args.from_results.read_text())
+    else:
+        results = run(args)
+        print(f"results: {c.save_results('workflows', results)}")
+    text = report(results)
+    print(text)
+    if args.update_readme:
+        c.replace_section(README, "workflows", text)
+    return results
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.run import main as run_main
+
+    raise SystemExit(run_main(["workflows", *sys.argv[1:]]))
