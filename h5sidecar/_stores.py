@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -395,6 +396,19 @@ def cached_store_count() -> int:
 
 #: What obstore raises for a failed request: its own tree plus builtins (FileNotFoundError, ...).
 STORE_ERRORS: tuple[type[BaseException], ...] = (obstore_errors.BaseError, OSError, ValueError)
+
+#: obstore puts the HTTP status of a failed request in its message as "status code: NNN".
+_HTTP_STATUS = re.compile(r"status code: (\d{3})\b")
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status of a failed obstore request, or None for transport errors.
+
+    Parsed from the message's ``status code: NNN`` only: a bare number search would also match
+    ports and byte counts in the URL or the retry report.
+    """
+    match = _HTTP_STATUS.search(str(exc))
+    return int(match.group(1)) if match else None
 
 
 # -- identity ------------------------------------------------------------------------------------

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 import obstore
 from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
 
-from h5sidecar._stores import STORE_ERRORS, resolve_store
+from h5sidecar._stores import STORE_ERRORS, http_status, resolve_store
 from h5sidecar.errors import SourceReadError
 from h5sidecar.gateway._allow import Location
 
@@ -39,7 +38,6 @@ __all__ = [
     "TransientReadError",
 ]
 
-_STATUS = re.compile(r"status code: (\d{3})")
 #: 4xx codes that mean "try again later" rather than "you asked for something wrong".
 _RETRYABLE_4XX = frozenset({408, 429})
 
@@ -146,8 +144,7 @@ class ObjectStoreReader:
 
 
 def _classify(exc: BaseException, loc: Location) -> Exception:
-    match = _STATUS.search(str(exc))
-    status = int(match.group(1)) if match else None
+    status = http_status(exc)
     if status == 416:
         # ranges were checked against the size recorded at index time, so the object shrank
         return SourceGoneError(f"{loc.canonical} is now shorter than the referenced range")

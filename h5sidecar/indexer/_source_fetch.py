@@ -24,7 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 import obstore
 
-from h5sidecar._stores import STORE_ERRORS, identity_from_meta, translate_store_error
+from h5sidecar._stores import (
+    STORE_ERRORS,
+    http_status,
+    identity_from_meta,
+    translate_store_error,
+)
 from h5sidecar.errors import (
     NotHDF5Error,
     SourceNotFoundError,
@@ -244,7 +249,7 @@ class Fetcher:
         except FileNotFoundError as exc:
             raise SourceNotFoundError(f"{self.url} does not exist; check the URL") from exc
         except STORE_ERRORS as exc:
-            if "416" in str(exc):  # an empty object has no byte 0 to range over
+            if http_status(exc) == 416:  # an empty object has no byte 0 to range over
                 raise NotHDF5Error(f"{self.url} is empty, not an HDF5 file") from exc
             raise translate_store_error(exc, self.url, "GET") from exc
         meta = result.meta
