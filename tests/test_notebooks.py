@@ -15,9 +15,6 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 ORDER = ("01_index_a_bucket", "02_open_with_xarray", "03_dask_workflow",
          "04_find_data_with_stac")
 
-#: the notebooks build on each other (index, then open, map, catalogue): one xdist worker, in order
-pytestmark = pytest.mark.xdist_group("notebooks")
-
 
 @pytest.fixture(scope="module")
 def example_bucket(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> str:
@@ -35,11 +32,6 @@ def example_bucket(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -
     return bucket
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("nb-run")
-
-
 def test_notebooks_are_stored_without_outputs() -> None:
     found = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
     assert found == sorted(ORDER)
@@ -51,19 +43,21 @@ def test_notebooks_are_stored_without_outputs() -> None:
                 assert cell.outputs == [] and cell.execution_count is None, name
 
 
-@pytest.mark.parametrize("name", ORDER)
-def test_notebook_runs(name: str, example_bucket: str, workdir: Path, s3_endpoint: str,
-                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_notebooks_run_in_order(example_bucket: str, tmp_path: Path, s3_endpoint: str,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """One test for all four: they build on each other (index, then open, map, catalogue), so
+    they run in order in one process against one bucket (whatever the xdist distribution)."""
     from nbclient import NotebookClient
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
     monkeypatch.setenv("EXAMPLE_BUCKET", example_bucket)
     monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
-    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-    client = NotebookClient(nb, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(workdir)}})
-    client.execute()  # raises CellExecutionError, with the cell and traceback, on any error
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
-              if o.output_type == "error"]
-    assert not errors
-    assert all(c.execution_count for c in nb.cells if c.cell_type == "code")
+    for name in ORDER:
+        nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+        client = NotebookClient(nb, timeout=600, kernel_name="python3",
+                                resources={"metadata": {"path": str(tmp_path)}})
+        client.execute()  # raises CellExecutionError, with the cell and traceback, on any error
+        errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                  if o.output_type == "error"]
+        assert not errors, name
+        assert all(c.execution_count for c in nb.cells if c.cell_type == "code"), name

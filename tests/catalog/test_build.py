@@ -19,7 +19,7 @@ from h5sidecar.errors import SourceNotFoundError
 from tests.catalog._geo import inside_bbox, inside_geometry
 from tests.catalog.conftest import Indexed
 
-#: the session's sample granules and catalog are built once, on one xdist worker
+#: one xdist worker for the session's sample granules and catalog (where grouping works)
 pytestmark = pytest.mark.xdist_group("catalog")
 
 BEAMS = ("gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r")

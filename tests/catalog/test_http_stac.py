@@ -26,7 +26,7 @@ from h5sidecar.settings import GatewaySettings
 from tests.catalog.conftest import Indexed
 from tests.conftest import free_port
 
-#: the session's sample granules and catalog are built once, on one xdist worker
+#: one xdist worker for the session's sample granules and catalog (where grouping works)
 pytestmark = pytest.mark.xdist_group("catalog")
 
 

@@ -15,7 +15,7 @@ import h5sidecar
 from h5sidecar.errors import InvalidReferenceError
 from tests.catalog.conftest import Indexed
 
-#: the session's sample granules and catalog are built once, on one xdist worker
+#: one xdist worker for the session's sample granules and catalog (where grouping works)
 pytestmark = pytest.mark.xdist_group("catalog")
 
 

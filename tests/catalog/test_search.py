@@ -12,7 +12,7 @@ import pytest
 from h5sidecar.catalog import StacApi, search_items
 from h5sidecar.errors import InvalidRequestError, NotIndexedError
 
-#: the session's sample granules and catalog are built once, on one xdist worker
+#: one xdist worker for the session's sample granules and catalog (where grouping works)
 pytestmark = pytest.mark.xdist_group("catalog")
 
 BASE = "http://gateway.test/stac"

@@ -29,8 +29,8 @@ from h5sidecar.workflows import (
 from h5sidecar.workflows._analysis import bin_cells
 from h5sidecar.workflows._report import ErrorRecord
 
-#: one LocalCluster for the module, on one xdist worker
-pytestmark = pytest.mark.xdist_group("dask")
+#: the cluster checks run in one test: a LocalCluster per xdist worker would be too many
+#: processes for two cores (xdist 3.8's xdist_group grouping does not work with pytest 9)
 
 BEAMS = ("gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r")
 PHOTONS = 12_000
@@ -78,7 +78,7 @@ def indexed_on_cluster(cluster: Any, bucket_granules: tuple[str, dict[str, Path]
                       workers=ex.n_threads, storage_options={"endpoint_url": s3_endpoint})
 
 
-def test_cluster_indexes_a_prefix_and_isolates_the_corrupt_granule(
+def check_cluster_indexes_a_prefix_and_isolates_the_corrupt_granule(
         indexed_on_cluster: Any, bucket_granules: tuple[str, dict[str, Path]],
         s3_endpoint: str) -> None:
     bucket, good = bucket_granules
@@ -115,7 +115,7 @@ def _h5py_grid(paths: list[Path], grid: float) -> tuple[np.ndarray, np.ndarray, 
     return bin_cells(np.concatenate(h), np.concatenate(lat), np.concatenate(lon), grid)
 
 
-def test_gridded_mean_height_on_the_cluster_equals_h5py(
+def check_gridded_mean_height_on_the_cluster_equals_h5py(
         cluster: Any, indexed_on_cluster: Any, bucket_granules: tuple[str, dict[str, Path]],
         s3_endpoint: str, tmp_path: Path) -> None:
     bucket, good = bucket_granules
@@ -166,23 +166,24 @@ def die(url: str, sidecar: str) -> GranuleResult:
     os._exit(3)
 
 
-@pytest.mark.parametrize(("failures", "kind", "retries", "status", "attempts"), [
+RETRY_CASES = [
     (2, "source_read", 2, "ok", 3),       # transient: retried until it works
     (5, "source_read", 1, "failed", 2),   # transient, but retries run out
     (1, "not_hdf5", 3, "failed", 1),      # a bad granule is not retried
-])
-def test_transient_failures_are_retried_on_the_worker(
-        cluster: Any, tmp_path: Path, failures: int, kind: str, retries: int, status: str,
-        attempts: int) -> None:
-    ex = DaskExecutor(cluster, retries=retries, backoff=0.01)
-    counter = tmp_path / "calls"
-    res = ex.submit(flaky, "s3://b/g.h5", "s3://b/g.h5.json", str(counter), failures,
-                    kind).result(timeout=120)
-    assert res.status == status and res.seconds["attempts"] == attempts
-    assert len(counter.read_text()) == attempts
+]
 
 
-def test_a_granule_that_kills_its_worker_is_isolated(cluster: Any, tmp_path: Path,
+def check_transient_failures_are_retried_on_the_worker(cluster: Any, tmp_path: Path) -> None:
+    for k, (failures, kind, retries, status, attempts) in enumerate(RETRY_CASES):
+        ex = DaskExecutor(cluster, retries=retries, backoff=0.01)
+        counter = tmp_path / f"calls-{k}"
+        res = ex.submit(flaky, "s3://b/g.h5", "s3://b/g.h5.json", str(counter), failures,
+                        kind).result(timeout=120)
+        assert res.status == status and res.seconds["attempts"] == attempts, (k, res)
+        assert len(counter.read_text()) == attempts
+
+
+def check_a_granule_that_kills_its_worker_is_isolated(cluster: Any, tmp_path: Path,
                                                       bucket_granules: Any,
                                                       s3_endpoint: str) -> None:
     from h5sidecar.workflows import IndexOptions
@@ -207,8 +208,8 @@ def test_a_granule_that_kills_its_worker_is_isolated(cluster: Any, tmp_path: Pat
     cluster.wait_for_workers(2, timeout=120)  # the nanny restarted the dead worker
 
 
-def test_cli_index_on_a_running_scheduler(cluster: Any, bucket_granules: Any, s3_endpoint: str,
-                                          capsys: Any) -> None:
+def check_cli_index_on_a_running_scheduler(cluster: Any, bucket_granules: Any, s3_endpoint: str,
+                                           capsys: Any) -> None:
     bucket, _ = bucket_granules
     rc = main(["index", f"s3://{bucket}/src", "-o", f"s3://{bucket}/cli-refs", "--format",
                "json", "--dask", cluster.scheduler.address, "--json",
@@ -217,3 +218,17 @@ def test_cli_index_on_a_running_scheduler(cluster: Any, bucket_granules: Any, s3
     report = json.loads(capsys.readouterr().out)
     assert report["counts"] == {"ok": 2, "failed": 1, "up_to_date": 0}
     assert report["options"]["executor"] == "DaskExecutor" and report["options"]["workers"] == 2
+
+
+def test_on_a_local_cluster(cluster: Any, bucket_granules: tuple[str, dict[str, Path]],
+                            indexed_on_cluster: Any, s3_endpoint: str, tmp_path: Path,
+                            capsys: Any) -> None:
+    """Every cluster check, on one LocalCluster of two worker processes."""
+    check_cluster_indexes_a_prefix_and_isolates_the_corrupt_granule(
+        indexed_on_cluster, bucket_granules, s3_endpoint)
+    check_gridded_mean_height_on_the_cluster_equals_h5py(
+        cluster, indexed_on_cluster, bucket_granules, s3_endpoint, tmp_path)
+    check_transient_failures_are_retried_on_the_worker(cluster, tmp_path)
+    check_a_granule_that_kills_its_worker_is_isolated(cluster, tmp_path, bucket_granules,
+                                                       s3_endpoint)
+    check_cli_index_on_a_running_scheduler(cluster, bucket_granules, s3_endpoint, capsys)
