@@ -12,6 +12,8 @@ fsspec's reference filesystem serves; readers that want Zarr v3 synthesize it (s
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -365,6 +367,22 @@ class GranuleRefs:
                 dict(self.extra),
             ),
         )
+
+    def __dask_tokenize__(self) -> tuple[str, str]:
+        """A cheap, deterministic Dask token.
+
+        Without it Dask pickles the whole model to hash it (seconds for a large granule, and it
+        would load every lazily held manifest).  The references are a function of the source
+        bytes (pinned by size + ETag/mtime), the indexer and its options (``extra``) and the
+        metadata, so those are what the token hashes; manifests are not read.
+        """
+        payload = json.dumps(
+            [self.source.to_dict(), dict(self.extra), [s.to_dict() for s in self.skipped],
+             self.zmetadata()],
+            sort_keys=True,
+            default=str,
+        )
+        return ("h5sidecar.GranuleRefs", hashlib.blake2b(payload.encode(), digest_size=16).hexdigest())
 
     # -- views ----------------------------------------------------------------------------------
     def status(self, path: str) -> VariableStatus:

@@ -109,3 +109,20 @@ def test_source_identity() -> None:
     assert SourceInfo.from_dict(a.to_dict()) == a
     with pytest.raises(InvalidReferenceError):
         SourceInfo.from_dict({"url": "x"})
+
+
+def test_dask_token_is_cheap_and_tracks_the_source() -> None:
+    from dask.base import tokenize
+
+    meta = ArrayMeta(shape=(4,), chunks=(2,), dtype="<i4", dimension_names=("x",))
+    arr = ArrayRefs("v", meta, ChunkManifest.empty((2,), ("u",)))
+    a = GranuleRefs(SourceInfo("u", 8, etag="e1"), {}, {"v": arr})
+    same = GranuleRefs(SourceInfo("u", 8, etag="e1"), {}, {"v": arr})
+    changed = GranuleRefs(SourceInfo("u", 8, etag="e2"), {}, {"v": arr})
+    other_meta = ArrayMeta(shape=(4,), chunks=(2,), dtype="<f4", dimension_names=("x",))
+    retyped = GranuleRefs(
+        SourceInfo("u", 8, etag="e1"), {}, {"v": ArrayRefs("v", other_meta, arr.manifest)}
+    )
+    assert tokenize(a) == tokenize(same)
+    assert tokenize(a) != tokenize(changed)
+    assert tokenize(a) != tokenize(retyped)
