@@ -172,3 +172,26 @@ def fmt_bytes(n: float | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} GB"  # unreachable; keeps type checkers happy
+
+
+def main_for(
+    name: str,
+    args: Any,
+    run: Callable[[Any], dict[str, Any]],
+    report: Callable[[dict[str, Any]], str],
+    readme: Path,
+) -> dict[str, Any]:
+    """The shared ``main`` of a benchmark: run it (or load ``--from-results``), print the report,
+    and with ``--update-readme`` replace the ``<name>-results`` section of ``readme``."""
+    if args.from_results:
+        path = args.from_results
+        results = json.loads(path.read_text())
+    else:
+        results = run(args)
+        path = save_results(name, results)
+    text = report(results)
+    print("\n" + text + f"\n\nresults: {path}")
+    if args.update_readme:
+        replace_section(readme, f"{name}-results", text)
+        print(f"updated {readme}")
+    return results

@@ -244,15 +244,4 @@ def report(results: dict[str, Any]) -> str:
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
-    if args.from_results:
-        path = args.from_results
-        results = json.loads(path.read_text())
-    else:
-        results = run(args)
-        path = c.save_results("index", results)
-    text = report(results)
-    print("\n" + text + f"\n\nresults: {path}")
-    if args.update_readme:
-        c.replace_section(README, "index-results", text)
-        print(f"updated {README}")
-    return results
+    return c.main_for("index", args, run, report, README)

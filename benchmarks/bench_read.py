@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import statistics
 import time
 from collections.abc import Callable
@@ -296,16 +295,5 @@ def targets(results: dict[str, Any]) -> list[str]:
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
-    if args.from_results:
-        path = args.from_results
-        results = json.loads(path.read_text())
-    else:
-        results = run(args)
-        path = c.save_results("read", results)
-    text = report(results)
-    print("\n" + text + f"\n\nresults: {path}")
-    if args.update_readme:
-        c.replace_section(README, "read-results", text)
-        print(f"updated {README}")
-    return results
+    return c.main_for("read", args, run, report, README)
 
