@@ -12,6 +12,7 @@ from __future__ import annotations
 
 __all__ = [
     "HTTP_STATUS",
+    "ChunkDecodeError",
     "ForbiddenSourceError",
     "H5SidecarError",
     "IncompatibleGranulesError",
@@ -110,6 +111,14 @@ class InvalidRequestError(H5SidecarError, ValueError):
     kind = "invalid_request"
 
 
+class ChunkDecodeError(H5SidecarError, ValueError):
+    """A chunk's bytes did not decode with the codecs its sidecar names, or decoded to the
+    wrong size: the source no longer holds what was indexed (or the sidecar is corrupt).
+    Re-index the granule."""
+
+    kind = "chunk_decode"
+
+
 #: HTTP status code for each error class, used by the gateway (most specific class first).
 HTTP_STATUS: dict[type[H5SidecarError], int] = {
     NotIndexedError: 404,
@@ -122,5 +131,6 @@ HTTP_STATUS: dict[type[H5SidecarError], int] = {
     StaleReferenceError: 409,
     NotHDF5Error: 422,
     SourceReadError: 502,
+    ChunkDecodeError: 502,
     H5SidecarError: 500,
 }
