@@ -36,6 +36,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from h5sidecar.errors import NotIndexedError
+from h5sidecar.references._bulk import MANIFESTS_FILE
 from h5sidecar.references._json import decode_json, encode_json
 from h5sidecar.references._lazy import read_parquet_lazy
 from h5sidecar.references._model import GranuleRefs
@@ -53,7 +54,12 @@ __all__ = ["SidecarFormat", "read_refs", "write_json", "write_parquet", "write_r
 SidecarFormat = Literal["parquet", "json"]
 
 #: Files a Parquet sidecar may contain (anything else in the destination is not ours).
-_OURS = re.compile(r"(.*/)?refs\.\d+\.parq|\.zmetadata|" + re.escape(CHECKSUMS_FILE))
+_OURS = re.compile(
+    r"(.*/)?refs\.\d+\.parq|\.zmetadata|"
+    + re.escape(CHECKSUMS_FILE)
+    + "|"
+    + re.escape(MANIFESTS_FILE)
+)
 
 
 def write_json(
@@ -92,6 +98,7 @@ def write_parquet(
     *,
     storage_options: dict[str, Any] | None = None,
     record_size: int = DEFAULT_RECORD_SIZE,
+    manifests_file: bool = True,
 ) -> str:
     """Write ``refs`` as a kerchunk Parquet sidecar directory, atomically.
 
@@ -105,6 +112,10 @@ def write_parquet(
     record_size : int
         Chunks per ``refs.N.parq`` file (fsspec's ``LazyReferenceMapper`` loads one record at a
         time, so smaller records mean less to fetch per chunk read, larger ones fewer files).
+    manifests_file : bool
+        Also write ``.h5sidecar/manifests.parq``, every array's chunk references in one file,
+        so h5sidecar readers load all manifests in one GET (default; plain kerchunk readers
+        ignore it).  ``False`` writes the kerchunk layout alone.
 
     Returns
     -------
@@ -112,7 +123,7 @@ def write_parquet(
         The path written.
     """
     fs, root = _fs(path, storage_options)
-    files = encode_parquet(refs, record_size=record_size)
+    files = encode_parquet(refs, record_size=record_size, manifests_file=manifests_file)
     if isinstance(fs, LocalFileSystem):
         _write_local_dir(Path(root), files)
     else:

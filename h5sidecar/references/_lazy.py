@@ -20,11 +20,13 @@ from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._assemble import ChunkColumns, build_manifest, build_metas
 from h5sidecar.references._assemble import _check_within_source as check_within_source
 from h5sidecar.references._assemble import _checksums as array_checksums
+from h5sidecar.references._bulk import MANIFESTS_FILE, decode_manifests
 from h5sidecar.references._extras import EXTRAS_KEY, ArrayExtras, Extras, parse_extras
 from h5sidecar.references._manifest import ChunkManifest
 from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs
 from h5sidecar.references._parquet import (
     CHECKSUMS_FILE,
+    bulk_file,
     read_checksums,
     read_table,
     record_columns,
@@ -33,6 +35,7 @@ from h5sidecar.references._parquet import (
 from h5sidecar.references._zmeta import split_metadata
 
 __all__ = [
+    "BULK_LOAD_BYTES",
     "MANIFEST_CACHE_BYTES",
     "LazyArrayRefs",
     "ManifestLoader",
@@ -142,6 +145,9 @@ def _lazy_array(
 
 #: Default bound of the manifests one lazily opened sidecar keeps in memory.
 MANIFEST_CACHE_BYTES = 256 * 2**20
+#: A sidecar's all-arrays manifest file up to this size is read whole on the first manifest
+#: needed (one GET instead of one per array); larger ones are read per array.
+BULK_LOAD_BYTES = 32 * 2**20
 
 
 class ParquetManifests:
@@ -161,6 +167,10 @@ class ParquetManifests:
     max_bytes : int
         Manifests kept in memory; the least recently used are dropped (and fetched again when
         next needed) beyond this.
+    bulk_bytes : int, optional
+        Size of the sidecar's all-arrays manifest file (:mod:`~h5sidecar.references._bulk`),
+        None when it has none.  When it is at most :data:`BULK_LOAD_BYTES`, the first manifest
+        needed loads every array's from it, in one fetch.
     """
 
     def __init__(
@@ -170,24 +180,29 @@ class ParquetManifests:
         metas: Mapping[str, ArrayMeta],
         extras: Extras,
         max_bytes: int = MANIFEST_CACHE_BYTES,
+        bulk_bytes: int | None = None,
     ) -> None:
         self._fetch = fetch
         self._record_size = record_size
         self._metas = dict(metas)
         self._extras = extras
         self._max_bytes = max_bytes
+        self._bulk_bytes = bulk_bytes
         self._init_state()
 
     def _init_state(self) -> None:
+        self._bulk_wanted = self._bulk_bytes is not None and self._bulk_bytes <= BULK_LOAD_BYTES
+        self._bulk_lock = threading.Lock()
         self._lock = threading.Lock()
         self._path_locks: dict[str, threading.Lock] = {}
         self._cache: OrderedDict[str, tuple[ChunkManifest, np.ndarray | None, int]] = OrderedDict()
         self._bytes = 0
         self._side: dict[str, np.ndarray] | None = None
+        self._bulk: Mapping[str, ChunkColumns] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Locks and loaded manifests stay behind: a worker fetches what it reads.
-        keep = ("_fetch", "_record_size", "_metas", "_extras", "_max_bytes")
+        keep = ("_fetch", "_record_size", "_metas", "_extras", "_max_bytes", "_bulk_bytes")
         return {k: self.__dict__[k] for k in keep}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -219,6 +234,8 @@ class ParquetManifests:
         hit = self._cached(path)
         if hit is not None:
             return hit
+        if self._bulk_wanted:
+            self._load_bulk()
         with self._lock:
             lock = self._path_locks.setdefault(path, threading.Lock())
         with lock:  # concurrent first readers of one array wait for a single load
@@ -248,10 +265,35 @@ class ParquetManifests:
                 _, (_, _, dropped) = self._cache.popitem(last=False)
                 self._bytes -= dropped
 
+    def _load_bulk(self) -> None:
+        """Fetch and decode the all-arrays manifest file, once (concurrent callers wait);
+        each array's manifest is then built from it when first needed, with no more I/O."""
+        with self._bulk_lock:
+            if not self._bulk_wanted:
+                return
+            side_needed = self._side is None and any(
+                a.checksums == "file" for a in self._extras.arrays.values()
+            )
+            blobs = self._fetch([MANIFESTS_FILE, *([CHECKSUMS_FILE] if side_needed else [])])
+            data = blobs.get(MANIFESTS_FILE)
+            if data is None:
+                raise InvalidReferenceError(
+                    f"{MANIFESTS_FILE} is missing though .zmetadata lists it; re-create the "
+                    "sidecar"
+                )
+            self._bulk = decode_manifests(data, self._metas)
+            if side_needed:
+                self._side = read_checksums(blobs.get(CHECKSUMS_FILE))
+            self._bulk_wanted = False
+
     def _read(self, path: str) -> tuple[ChunkManifest, np.ndarray | None]:
         meta = self._metas[path]
         ax = self._extras.arrays.get(path, ArrayExtras())
         rs = self._record_size
+        if self._bulk is not None:  # every array's chunks are in memory already
+            manifest = build_manifest(path, meta.grid_shape, self._bulk[path], ax.urls)
+            check_within_source(path, manifest, self._extras.source)
+            return manifest, array_checksums(path, ax, meta.grid_shape, self._side or {})
         n = int(np.prod(meta.grid_shape, dtype=np.int64))
         wanted = {record_path(path, r): r for r in range(math.ceil(n / rs))}
         side_needed = ax.checksums == "file" and self._side is None
@@ -287,7 +329,9 @@ def read_parquet_lazy(
     nodes = split_metadata(zmetadata["metadata"])
     extras = parse_extras(zmetadata[EXTRAS_KEY])
     metas = build_metas(nodes, extras)
-    loader = ParquetManifests(fetch, int(zmetadata["record_size"]), metas, extras, max_bytes)
+    loader = ParquetManifests(
+        fetch, int(zmetadata["record_size"]), metas, extras, max_bytes, bulk_file(zmetadata)
+    )
     arrays = {}
     for path, meta in metas.items():
         ax = extras.arrays.get(path)

@@ -10,6 +10,7 @@ Layout (``record_size`` chunks per file, flat C-order chunk index ``k`` of array
       gt1l/heights/h_ph/refs.0.parq   columns path, offset, size, raw
       gt1l/heights/h_ph/refs.1.parq
       .h5sidecar/checksums.parq    only with checksums: array (dictionary), checksum (uint64)
+      .h5sidecar/manifests.parq    every array's chunks in one table (see ``_bulk``)
 
 Rows encode a chunk exactly as fsspec's writer does: a byte range is ``(url, offset, size,
 null)``, an inline chunk ``(null, 0, 0, bytes)``, a missing chunk ``(null, 0, 0, null)``; a 0-d
@@ -46,6 +47,7 @@ import ujson
 
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._assemble import ChunkColumns, assemble, build_metas
+from h5sidecar.references._bulk import MANIFESTS_FILE, decode_manifests, encode_manifests
 from h5sidecar.references._extras import EXTRAS_KEY, build_extras, parse_extras
 from h5sidecar.references._json import json_default
 from h5sidecar.references._manifest import INLINE
@@ -54,6 +56,7 @@ from h5sidecar.references._zmeta import split_metadata
 
 __all__ = [
     "CHECKSUMS_FILE",
+    "MANIFESTS_KEY",
     "DEFAULT_RECORD_SIZE",
     "ZMETADATA",
     "decode_zmetadata",
@@ -75,6 +78,8 @@ ENCODINGS: tuple[tuple[tuple[str, ...], int], ...] = (
 )
 ZMETADATA = ".zmetadata"
 CHECKSUMS_FILE = ".h5sidecar/checksums.parq"
+#: Key of the extras block describing the all-arrays manifest file: ``{"file", "bytes"}``.
+MANIFESTS_KEY = "manifests"
 
 _SCHEMA_FIELDS = (
     pa.field("offset", pa.int64(), nullable=False),
@@ -89,7 +94,7 @@ def record_path(array_path: str, record: int) -> str:
 
 
 def encode_parquet(
-    refs: GranuleRefs, *, record_size: int = DEFAULT_RECORD_SIZE
+    refs: GranuleRefs, *, record_size: int = DEFAULT_RECORD_SIZE, manifests_file: bool = True
 ) -> Iterator[tuple[str, bytes]]:
     """Yield ``(relative path, bytes)`` of every file of the Parquet sidecar, ``.zmetadata`` last.
 
@@ -103,11 +108,16 @@ def encode_parquet(
     with_sums = [a for a in refs.arrays.values() if a.checksums is not None]
     if with_sums:
         yield CHECKSUMS_FILE, _parquet_bytes(_checksum_table(with_sums), ("array",), 3, False)
+    extras = build_extras(refs, checksums="file")
+    if manifests_file:
+        bulk = encode_manifests(refs)
+        yield MANIFESTS_FILE, bulk
+        extras[MANIFESTS_KEY] = {"file": MANIFESTS_FILE, "bytes": len(bulk)}
     zmeta = {
         "metadata": refs.zmetadata(),
         "record_size": record_size,
         "zarr_consolidated_format": 1,
-        EXTRAS_KEY: build_extras(refs, checksums="file"),
+        EXTRAS_KEY: extras,
     }
     text = ujson.dumps(
         zmeta, escape_forward_slashes=False, ensure_ascii=False, default=json_default
@@ -219,13 +229,23 @@ def read_parquet_parts(
     extras = parse_extras(zmetadata[EXTRAS_KEY]) if EXTRAS_KEY in zmetadata else None
     metas = build_metas(nodes, extras)
     rs = int(zmetadata["record_size"])
+    sums_wanted = extras is not None and any(a.checksums == "file" for a in extras.arrays.values())
+    sums = [CHECKSUMS_FILE] if sums_wanted else []
+    if bulk_file(zmetadata) is not None:  # one file holds every array's chunks
+        blobs = fetch([MANIFESTS_FILE, *sums])
+        data = blobs.get(MANIFESTS_FILE)
+        if data is None:
+            raise InvalidReferenceError(
+                f"{MANIFESTS_FILE} is missing though .zmetadata lists it; re-create the sidecar"
+            )
+        side = read_checksums(blobs.get(CHECKSUMS_FILE)) if sums_wanted else {}
+        return assemble(nodes, metas, decode_manifests(data, metas), extras, side)
     wanted = {
         record_path(path, r): (path, r)
         for path, meta in metas.items()
         for r in range(math.ceil(_n_chunks(meta) / rs))
     }
-    sums_wanted = extras is not None and any(a.checksums == "file" for a in extras.arrays.values())
-    blobs = fetch([*wanted, *([CHECKSUMS_FILE] if sums_wanted else [])])
+    blobs = fetch([*wanted, *sums])
     per_array: dict[str, list[tuple[int, pa.Table]]] = {p: [] for p in metas}
     for rel, (path, r) in wanted.items():
         blob = blobs.get(rel)
@@ -236,6 +256,16 @@ def read_parquet_parts(
     }
     side = read_checksums(blobs.get(CHECKSUMS_FILE)) if sums_wanted else {}
     return assemble(nodes, metas, chunks, extras, side)
+
+
+def bulk_file(zmetadata: Mapping[str, Any]) -> int | None:
+    """Byte size of the sidecar's all-arrays manifest file, or None when it has none."""
+    block = zmetadata.get(EXTRAS_KEY)
+    entry = block.get(MANIFESTS_KEY) if isinstance(block, dict) else None
+    if not isinstance(entry, dict) or entry.get("file") != MANIFESTS_FILE:
+        return None
+    size = entry.get("bytes")
+    return size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
 
 
 def _n_chunks(meta: ArrayMeta) -> int:

@@ -77,12 +77,13 @@ def test_parquet_replaces_whole_directory(
     dest = tmp_path / "g.h5.parq"
     big = refs_with_grid([0] * 12, 1)
     write_parquet(big, dest, record_size=1)
-    assert len(_listing(dest)) == 13
+    assert len(_listing(dest)) == 14  # .zmetadata, the manifests file, 12 record files
     small = small_refs()
     write_parquet(small, dest, record_size=10)
     assert read_refs(dest) == small
     assert _listing(dest) == [
         ".h5sidecar/checksums.parq",
+        ".h5sidecar/manifests.parq",
         ".zmetadata",
         "g/v/refs.0.parq",
         "s/refs.0.parq",
@@ -178,6 +179,7 @@ def test_s3_roundtrip_and_overwrite(
     s3.invalidate_cache()
     assert sorted(p.split(".parq/", 1)[1] for p in s3.find(f"{s3_bucket}/g.h5.parq")) == [
         ".h5sidecar/checksums.parq",
+        ".h5sidecar/manifests.parq",
         ".zmetadata",
         "g/v/refs.0.parq",
         "s/refs.0.parq",

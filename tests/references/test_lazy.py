@@ -1,5 +1,7 @@
-"""Lazy Parquet sidecars: opening reads ``.zmetadata`` only, a variable's record files load on
-first use, once; counted at the (moto) S3 server through the request-recording proxy."""
+"""Lazy Parquet sidecars: opening reads ``.zmetadata`` only; the first manifest needed loads the
+all-arrays manifests file (one GET for every array), or -- for sidecars without it -- that
+variable's record files, once; counted at the (moto) S3 server through the request-recording
+proxy."""
 
 from __future__ import annotations
 
@@ -21,12 +23,14 @@ from h5sidecar.gateway._cache import CHUNKS, SIDECARS
 from h5sidecar.gateway.store import SidecarStore
 from h5sidecar.indexer import index_granule
 from h5sidecar.references import GranuleRefs, read_refs, write_parquet
+from h5sidecar.references._bulk import MANIFESTS_FILE
 from h5sidecar.references._lazy import LazyArrayRefs, ParquetManifests
 from h5sidecar.sample import write_atl03_like
 from tests.gateway.faultproxy import FaultProxy
 
 NO_DATA_AT_OPEN = {"create_default_indexes": False, "decode_times": False}
 VAR = "gt1l/heights/h_ph"
+OTHER = "gt2r/heights/signal_conf_ph"
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +62,15 @@ def published(granule: Path, s3_endpoint: str) -> dict[str, Any]:
     fs.put(str(granule), url)
     refs = index_granule(url, storage_options=options)
     sidecar = write_parquet(refs, f"{url}.parq", storage_options=options)
-    return {"refs": refs, "sidecar": sidecar, "prefix": f"/{bucket}/{granule.name}.parq/"}
+    # the same sidecar without the all-arrays manifests file (kerchunk's layout alone)
+    plain = write_parquet(refs, f"{url}.plain.parq", storage_options=options, manifests_file=False)
+    return {
+        "refs": refs,
+        "sidecar": sidecar,
+        "prefix": f"/{bucket}/{granule.name}.parq/",
+        "plain": plain,
+        "plain_prefix": f"/{bucket}/{granule.name}.plain.parq/",
+    }
 
 
 @pytest.fixture
@@ -104,14 +116,28 @@ def test_open_reads_only_zmetadata(on_s3: dict[str, Any], proxy: FaultProxy) -> 
     }
     assert not any(a.manifest_loaded for a in refs.arrays.values()) and refs.nbytes == 0
     assert len(proxy.requests) == 1
-    # first use of one manifest fetches that array's record file, once
+    # first use of one manifest fetches the all-arrays manifests file, once ...
     assert refs.arrays[VAR].manifest == eager.arrays[VAR].manifest
     assert refs.arrays[VAR].manifest == eager.arrays[VAR].manifest
-    assert _sidecar_gets(proxy, on_s3["prefix"]) == [".zmetadata", f"{VAR}/refs.0.parq"]
+    assert _sidecar_gets(proxy, on_s3["prefix"]) == [".zmetadata", MANIFESTS_FILE]
+    assert refs.nbytes == eager.arrays[VAR].manifest.nbytes  # built for this array only
+    # ... and every other manifest comes from it without another request
+    assert all(refs.arrays[p].manifest == a.manifest for p, a in eager.arrays.items())
+    assert _sidecar_gets(proxy, on_s3["prefix"]) == [".zmetadata", MANIFESTS_FILE]
+
+
+def test_without_manifests_file_a_variable_loads_its_records(
+    on_s3: dict[str, Any], proxy: FaultProxy
+) -> None:
+    refs = read_refs(on_s3["plain"], storage_options=on_s3["via_proxy"])
+    eager: GranuleRefs = on_s3["refs"]
+    assert refs.arrays[VAR].manifest == eager.arrays[VAR].manifest
+    assert refs.arrays[VAR].manifest == eager.arrays[VAR].manifest
+    assert _sidecar_gets(proxy, on_s3["plain_prefix"]) == [".zmetadata", f"{VAR}/refs.0.parq"]
     assert refs.nbytes == eager.arrays[VAR].manifest.nbytes
 
 
-def test_store_reads_only_the_variables_records(
+def test_store_reads_manifests_once(
     on_s3: dict[str, Any], proxy: FaultProxy, granule: Path
 ) -> None:
     store = SidecarStore(
@@ -127,14 +153,10 @@ def test_store_reads_only_the_variables_records(
         ("GET", on_s3["prefix"] + ".zmetadata"),
     ]
     np.testing.assert_array_equal(ds[name].values, _h5(granule, VAR))
-    assert _sidecar_gets(proxy, on_s3["prefix"]) == [".zmetadata", f"{VAR}/refs.0.parq"]
+    assert _sidecar_gets(proxy, on_s3["prefix"]) == [".zmetadata", MANIFESTS_FILE]
     other = ds["signal_conf_ph"].values
     np.testing.assert_array_equal(other, _h5(granule, f"{group}/signal_conf_ph"))
-    assert _sidecar_gets(proxy, on_s3["prefix"]) == [
-        ".zmetadata",
-        f"{VAR}/refs.0.parq",
-        f"{group}/signal_conf_ph/refs.0.parq",
-    ]
+    assert _sidecar_gets(proxy, on_s3["prefix"]) == [".zmetadata", MANIFESTS_FILE]
 
 
 def test_lazy_refs_pickle_without_manifests_or_secrets(
@@ -149,16 +171,23 @@ def test_lazy_refs_pickle_without_manifests_or_secrets(
     assert not any(a.manifest_loaded for a in clone.arrays.values())
     n = len(proxy.requests)
     assert clone.arrays[VAR].manifest == on_s3["refs"].arrays[VAR].manifest
-    assert _sidecar_gets(proxy, on_s3["prefix"])[n:] == [f"{VAR}/refs.0.parq"]
+    assert _sidecar_gets(proxy, on_s3["prefix"])[n:] == [MANIFESTS_FILE]
 
 
-def test_concurrent_first_reads_load_once(on_s3: dict[str, Any], proxy: FaultProxy) -> None:
-    refs = read_refs(on_s3["sidecar"], storage_options=on_s3["via_proxy"])
-    arr = refs.arrays[VAR]
+@pytest.mark.parametrize("layout", ["sidecar", "plain"])
+def test_concurrent_first_reads_load_once(
+    on_s3: dict[str, Any], proxy: FaultProxy, layout: str
+) -> None:
+    refs = read_refs(on_s3[layout], storage_options=on_s3["via_proxy"])
+    arr, other = refs.arrays[VAR], refs.arrays[OTHER]
     with ThreadPoolExecutor(8) as pool:
-        got = list(pool.map(lambda _: arr.manifest, range(16)))
-    assert all(m is got[0] for m in got)
-    assert _sidecar_gets(proxy, on_s3["prefix"]).count(f"{VAR}/refs.0.parq") == 1
+        got = list(pool.map(lambda i: (arr if i % 2 else other).manifest, range(16)))
+    assert all(m is got[1] for m in got[1::2]) and all(m is got[0] for m in got[::2])
+    gets = _sidecar_gets(proxy, on_s3["prefix" if layout == "sidecar" else "plain_prefix"])
+    if layout == "sidecar":
+        assert gets.count(MANIFESTS_FILE) == 1 and len(gets) == 2
+    else:
+        assert gets.count(f"{VAR}/refs.0.parq") == gets.count(f"{OTHER}/refs.0.parq") == 1
 
 
 def test_manifest_cache_is_bounded(tmp_path: Path, local_refs: GranuleRefs) -> None:
@@ -191,8 +220,21 @@ def test_lazy_and_eager_agree_locally(tmp_path: Path, local_refs: GranuleRefs) -
     assert lazy == eager
 
 
-def test_damaged_record_raises_on_first_use(tmp_path: Path, local_refs: GranuleRefs) -> None:
+def test_damaged_manifests_file_raises_on_first_use(
+    tmp_path: Path, local_refs: GranuleRefs
+) -> None:
     dest = Path(write_parquet(local_refs, tmp_path / "g.parq"))
+    bulk = dest / MANIFESTS_FILE
+    bulk.write_bytes(bulk.read_bytes()[:30])
+    refs = read_refs(dest)  # .zmetadata is intact
+    with pytest.raises(InvalidReferenceError, match=r"manifests\.parq is not a readable"):
+        refs.arrays[VAR].manifest  # noqa: B018
+    with pytest.raises(InvalidReferenceError, match=r"manifests\.parq is not a readable"):
+        read_refs(dest, lazy=False)
+
+
+def test_damaged_record_raises_on_first_use(tmp_path: Path, local_refs: GranuleRefs) -> None:
+    dest = Path(write_parquet(local_refs, tmp_path / "g.parq", manifests_file=False))
     rec = dest / VAR / "refs.0.parq"
     rec.write_bytes(rec.read_bytes()[:30])
     refs = read_refs(dest)  # .zmetadata is intact

@@ -1,0 +1,210 @@
+"""Every array's chunk references in one file: ``.h5sidecar/manifests.parq``.
+
+kerchunk's Parquet layout keeps each array's references in its own record files, so reading a
+whole granule of a thousand variables means a thousand GETs and a thousand small Parquet
+decodes before the first chunk is fetched.  h5sidecar's Parquet sidecars also carry this single
+table of every stored and inline chunk (one row per chunk, sorted by array then chunk)::
+
+    array   dictionary<int32, string>   array path
+    chunk   int64                       flat C-order chunk number
+    url     dictionary<int32, string>   source URL (null for an inline chunk)
+    offset  int64                       byte offset in the source (0 for inline)
+    size    int64                       byte length (0 for inline)
+    raw     binary                      the chunk's bytes when it is held inline, else null
+
+A lazily opened sidecar reads it on the first manifest it needs (one GET, one decode) when it is
+small enough (:data:`~h5sidecar.references._lazy.BULK_LOAD_BYTES`), else per-array record files
+as before.  Plain kerchunk/fsspec readers ignore the file.  ``chunk`` and ``offset`` use delta
+encoding (readers here are pyarrow only; fastparquet's delta decoding is what the record files
+avoid).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator, Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references._assemble import ChunkColumns
+from h5sidecar.references._manifest import INLINE
+from h5sidecar.references._model import ArrayMeta, GranuleRefs
+
+__all__ = ["MANIFESTS_FILE", "BulkColumns", "decode_manifests", "encode_manifests"]
+
+MANIFESTS_FILE = ".h5sidecar/manifests.parq"
+
+
+def encode_manifests(refs: GranuleRefs) -> bytes:
+    """The bytes of :data:`MANIFESTS_FILE` for ``refs`` (loads every manifest)."""
+    paths = list(refs.arrays)
+    urls: dict[str, int] = {}
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("array", "chunk", "url", "off", "len")}
+    raw_rows: list[int] = []
+    raw_values: list[bytes] = []
+    n_rows = 0
+    for i, arr in enumerate(refs.arrays.values()):
+        m = arr.manifest
+        codes = m.codes.reshape(-1)
+        keep = np.flatnonzero((codes >= 0) | (codes == INLINE))  # not the missing ones
+        if not keep.size:
+            continue
+        local = np.asarray([urls.setdefault(u, len(urls)) for u in m.urls] or [0], np.int32)
+        kc = codes[keep]
+        cols["array"].append(np.full(keep.size, i, np.int32))
+        cols["chunk"].append(keep.astype(np.int64))
+        cols["url"].append(np.where(kc >= 0, local[np.maximum(kc, 0)], -1).astype(np.int32))
+        cols["off"].append(m.offsets.reshape(-1)[keep].astype(np.int64))
+        cols["len"].append(m.lengths.reshape(-1)[keep].astype(np.int64))
+        for row in np.flatnonzero(kc == INLINE).tolist():
+            raw_rows.append(n_rows + row)
+            raw_values.append(m.inline[int(keep[row])])
+        n_rows += keep.size
+
+    def cat(name: str, dtype: type) -> np.ndarray:
+        return np.concatenate(cols[name]) if cols[name] else np.zeros(0, dtype)
+
+    url_codes = cat("url", np.int32)
+    raw: list[bytes | None] = [None] * n_rows
+    for row, value in zip(raw_rows, raw_values, strict=True):
+        raw[row] = value
+    table = pa.table(
+        {
+            "array": pa.DictionaryArray.from_arrays(
+                pa.array(cat("array", np.int32)), pa.array(paths, pa.string())
+            ),
+            "chunk": pa.array(cat("chunk", np.int64)),
+            "url": pa.DictionaryArray.from_arrays(
+                pa.array(np.maximum(url_codes, 0), pa.int32(), mask=url_codes < 0),
+                pa.array(list(urls), pa.string()),
+            ),
+            "offset": pa.array(cat("off", np.int64)),
+            "size": pa.array(cat("len", np.int64)),
+            "raw": pa.array(raw, pa.binary()) if raw_rows else pa.nulls(n_rows, pa.binary()),
+        }
+    )
+    buf = io.BytesIO()
+    pq.write_table(
+        table,
+        buf,
+        compression="zstd",
+        compression_level=3,
+        use_dictionary=["array", "url"],
+        column_encoding={"chunk": "DELTA_BINARY_PACKED", "offset": "DELTA_BINARY_PACKED"},
+        store_schema=False,
+    )
+    return buf.getvalue()
+
+
+def decode_manifests(data: bytes, metas: Mapping[str, ArrayMeta]) -> BulkColumns:
+    """Chunk columns of every array in ``metas`` from :data:`MANIFESTS_FILE`'s bytes (arrays
+    absent from the file have no stored chunks); each array's are cut out on first access.
+
+    Raises
+    ------
+    InvalidReferenceError
+        When the file is unreadable, lacks a column, names an unknown array or holds a chunk
+        number outside its array's grid.
+    """
+    try:
+        table = pq.ParquetFile(pa.BufferReader(data), read_dictionary=["array", "url"]).read(
+            use_threads=False
+        )
+    except (pa.ArrowException, OSError) as exc:
+        raise InvalidReferenceError(
+            f"{MANIFESTS_FILE} is not a readable Parquet file ({exc}); it may be truncated: "
+            "re-create the sidecar"
+        ) from exc
+    need = {"array", "chunk", "url", "offset", "size", "raw"}
+    if need - set(table.column_names):
+        raise InvalidReferenceError(
+            f"{MANIFESTS_FILE} lacks column(s) {sorted(need - set(table.column_names))}"
+        )
+    arrays = table.column("array").combine_chunks()
+    if not pa.types.is_dictionary(arrays.type) or arrays.null_count:
+        raise InvalidReferenceError(f"{MANIFESTS_FILE}: 'array' must be dictionary-encoded paths")
+    names = arrays.dictionary.to_pylist()
+    unknown = [n for n in names if n not in metas]
+    if unknown:
+        raise InvalidReferenceError(
+            f"{MANIFESTS_FILE} names arrays the metadata lacks ({unknown[:3]}); the sidecar is "
+            "inconsistent: re-create it"
+        )
+    idx = arrays.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    order = np.argsort(idx, kind="stable")
+    idx = idx[order]
+    url = table.column("url").combine_chunks()
+    if pa.types.is_dictionary(url.type):
+        url = url.dictionary_decode()
+    return BulkColumns(
+        names=names,
+        bounds=np.searchsorted(idx, np.arange(len(names) + 1)),
+        chunk=_ints(table, "chunk")[order],
+        offset=_ints(table, "offset")[order],
+        size=_ints(table, "size")[order],
+        url=url.take(pa.array(order)),
+        raw=table.column("raw").combine_chunks().take(pa.array(order)),
+        metas=metas,
+    )
+
+
+class BulkColumns(Mapping[str, ChunkColumns]):
+    """Array path -> :class:`ChunkColumns`, cut out of the decoded table when first asked
+    (a read of a few arrays pays for those only).  Every array of the metadata is a key."""
+
+    def __init__(
+        self,
+        *,
+        names: list[str],
+        bounds: np.ndarray,
+        chunk: np.ndarray,
+        offset: np.ndarray,
+        size: np.ndarray,
+        url: pa.Array,
+        raw: pa.Array,
+        metas: Mapping[str, ArrayMeta],
+    ) -> None:
+        self._rows = {n: (int(bounds[i]), int(bounds[i + 1])) for i, n in enumerate(names)}
+        self._chunk, self._offset, self._size = chunk, offset, size
+        self._url, self._raw = url, raw
+        self._has_raw = raw.is_valid().to_numpy(zero_copy_only=False)
+        self._metas = metas
+
+    def __getitem__(self, name: str) -> ChunkColumns:
+        if name not in self._metas:
+            raise KeyError(name)
+        a, b = self._rows.get(name, (0, 0))
+        if a == b:
+            return ChunkColumns()
+        n = int(np.prod(self._metas[name].grid_shape, dtype=np.int64))
+        flat = self._chunk[a:b]
+        if flat.min() < 0 or flat.max() >= n:
+            raise InvalidReferenceError(
+                f"{MANIFESTS_FILE}: {name} has a chunk number outside its {n} chunks; the "
+                "sidecar is corrupt: re-create it"
+            )
+        stored = ~self._has_raw[a:b]
+        rows = np.flatnonzero(stored) + a
+        return ChunkColumns(
+            flat=flat[stored],
+            urls=self._url.slice(a, b - a).filter(pa.array(stored)).cast(pa.string()),
+            offsets=self._offset[rows],
+            lengths=self._size[rows],
+            inline={int(self._chunk[r]): self._raw[int(r)].as_py() for r in np.flatnonzero(~stored) + a},
+        )
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._metas)
+
+    def __len__(self) -> int:
+        return len(self._metas)
+
+
+def _ints(table: pa.Table, name: str) -> np.ndarray:
+    col = table.column(name)
+    if not pa.types.is_integer(col.type) or col.null_count:
+        raise InvalidReferenceError(f"{MANIFESTS_FILE}: '{name}' must be a non-null integer column")
+    return col.to_numpy().astype(np.int64)
