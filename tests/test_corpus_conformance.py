@@ -5,7 +5,9 @@ sidecar formats (kerchunk JSON and kerchunk Parquet) into ``tmp_path``, open eac
 ``ReferenceFileSystem`` + zarr 3 (no h5sidecar reader), and compare every dataset of
 ``profile.datasets`` with what h5py reads from the same file: numbers with
 ``array_equal(equal_nan=True)``, strings as ``str``, compound types field by field, references
-by target object.  Datasets with more than 2**31 elements are compared on slices.  Each result
+by target object.  Datasets with more than 2**31 elements are compared on slices.  Every
+dataset h5sidecar's own batch reader decodes (``SidecarStore.native``, what the xarray engine
+reads through) is compared with h5py too, from the Parquet sidecar.  Each result
 must also open as an xarray ``DataTree`` (dimension names consistent along every path).
 
 What we skip is pinned by :data:`EXPECTED_SKIPS` (path -> kind and reason), so a regression or
@@ -26,6 +28,7 @@ import h5py
 import pytest
 import xarray as xr
 
+from h5sidecar.gateway import SidecarStore
 from h5sidecar.indexer import index_granule
 from h5sidecar.references import write_json, write_parquet
 from tests.conftest import CORPUS
@@ -271,7 +274,10 @@ def test_corpus_file(entry: dict[str, Any], corpus_dir: Path, tmp_path: Path) ->
         "json": open_plain(write_json(refs, tmp_path / "refs.json")),
         "parquet": open_plain(write_parquet(refs, tmp_path / "refs.parq")),
     }
-    counts = {"datasets": 0, "ok": 0, "inlined": 0, "skipped": 0, "h5py_unreadable": 0}
+    native = SidecarStore(tmp_path / "refs.parq").native
+    counts = {
+        "datasets": 0, "ok": 0, "inlined": 0, "skipped": 0, "h5py_unreadable": 0, "native": 0
+    }
     unreadable = _h5py_skips(entry)
     with h5py.File(path, "r") as h5:
         for ds in entry["profile"]["datasets"]:
@@ -290,7 +296,13 @@ def test_corpus_file(entry: dict[str, Any], corpus_dir: Path, tmp_path: Path) ->
                 for fmt, group in groups.items():
                     values = group[rel][selection if selection else ...]
                     assert_values_equal(values, expected, dset, f"{rel} ({fmt}) {selection}")
+                if native.supports(rel):
+                    ndim = len(refs.arrays[rel].meta.shape)  # H5T_ARRAY types add axes
+                    key = (*selection, *(slice(None),) * (ndim - len(selection)))
+                    (values,) = native.read_sync([(rel, key)])
+                    assert_values_equal(values, expected, dset, f"{rel} (native) {selection}")
             counts["ok"] += 1
+            counts["native"] += native.supports(rel)
             counts["inlined"] += refs.arrays[rel].status == "inlined"
     # xarray's DataTree accepts the dimension names (one size per name along every path)
     tree = xr.open_datatree(
@@ -311,7 +323,8 @@ def test_corpus_summary() -> None:
     peers = sum(_best_peer(e) for e in HDF5_FILES if e["name"] in RESULTS)
     print(
         f"corpus: {len(RESULTS)} files, {total['datasets']} datasets: {total['ok']} ok "
-        f"({total['inlined']} inlined), {total['skipped']} skipped with reasons, "
+        f"({total['inlined']} inlined, {total['native']} also by the batch reader), "
+        f"{total['skipped']} skipped with reasons, "
         f"{total['h5py_unreadable']} unreadable by h5py; best peer per file: {peers} ok"
     )
     for name, c in sorted(RESULTS.items()):

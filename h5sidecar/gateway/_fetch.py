@@ -151,8 +151,11 @@ class ChunkFetcher:
         self._validate(plan, offsets, lengths)
         return plan
 
-    async def fetch(self, requests: Sequence[tuple[str, int, int]]) -> list[bytes]:
-        """Read ``(url, offset, length)`` ranges; the bytes come back in input order.
+    async def fetch(
+        self, requests: Sequence[tuple[str, int, int]], *, copy: bool = True
+    ) -> list[Any]:
+        """Read ``(url, offset, length)`` ranges; the bytes come back in input order
+        (``copy=False``: as read-only memoryviews into the fetched buffers, no copy).
 
         Raises
         ------
@@ -166,7 +169,7 @@ class ChunkFetcher:
             A request kept failing after ``settings.retries`` retries.
         """
         plan = self.plan(requests)
-        return await self.fetch_plan(plan)
+        return await self.fetch_plan(plan, copy=copy)
 
     def fetch_sync(self, requests: Sequence[tuple[str, int, int]]) -> list[bytes]:
         """Blocking :meth:`fetch`, run on fsspec's I/O event loop (not from inside a loop)."""
@@ -174,11 +177,11 @@ class ChunkFetcher:
 
         return fsspec.asyn.sync(fsspec.asyn.get_loop(), self.fetch, requests)
 
-    async def fetch_plan(self, plan: ReadPlan) -> list[bytes]:
+    async def fetch_plan(self, plan: ReadPlan, *, copy: bool = True) -> list[Any]:
         """Execute an already validated plan (from :meth:`plan`); bytes in input order."""
         if plan.n_requests == 0:
             self.stats.add(bytes_used=plan.bytes_used)
-            return plan.slice_spans([])
+            return plan.slice_spans([], copy=copy)
         locations = [self.allow_list.check(u) for u in plan.urls]
         jobs = [
             self._get(locations[int(plan.span_url[s])], start, stop)
@@ -192,7 +195,7 @@ class ChunkFetcher:
         parts = await _gather_or_cancel(jobs)
         spans = _assemble_spans(plan, parts)
         self.stats.add(bytes_used=plan.bytes_used)
-        return plan.slice_spans(spans)
+        return plan.slice_spans(spans, copy=copy)
 
     # -- internals -----------------------------------------------------------------------------
     def _validate(self, plan: ReadPlan, offsets: np.ndarray, lengths: np.ndarray) -> None:

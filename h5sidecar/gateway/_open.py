@@ -66,7 +66,7 @@ def open_dataset(ref: Any, group: str | None = None, *, chunks: Any = ..., **kwa
         chunks (``None`` without Dask installed: lazy NumPy-backed arrays).
     **kwargs
         xarray decoding options (``mask_and_scale``, ``decode_times``, ...) and the engine's
-        ``storage_options``, ``remote_options``, ``settings``, ``chunk_bytes``.
+        ``storage_options``, ``remote_options``, ``settings``, ``chunk_bytes``, ``native``.
 
     Examples
     --------

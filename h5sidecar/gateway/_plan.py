@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -105,13 +106,17 @@ class ReadPlan:
         urls = [self.urls[c] for c in self.span_url[self.request_span].tolist()]
         yield from zip(urls, self.request_start.tolist(), self.request_stop.tolist(), strict=True)
 
-    def slice_spans(self, span_bytes: Sequence[bytes | memoryview]) -> list[bytes]:
+    def slice_spans(
+        self, span_bytes: Sequence[bytes | memoryview], *, copy: bool = True
+    ) -> list[Any]:
         """Cut each input range out of its span's bytes (input order).
 
-        ``span_bytes[i]`` must hold exactly ``span_stop[i] - span_start[i]`` bytes.
+        ``span_bytes[i]`` must hold exactly ``span_stop[i] - span_start[i]`` bytes.  With
+        ``copy=False`` the ranges are read-only memoryviews into the spans (no copy; each keeps
+        its whole span alive).
         """
         views = [memoryview(b) for b in span_bytes]
-        out: list[bytes] = []
+        out: list[Any] = []
         for s, o, n in zip(
             self.range_span.tolist(),
             self.range_offset.tolist(),
@@ -123,9 +128,11 @@ class ReadPlan:
                 continue
             view = views[s]
             if o == 0 and n == len(view) and isinstance(span_bytes[s], bytes):
-                out.append(span_bytes[s])  # type: ignore[arg-type]  # whole span: no copy
-            else:
+                out.append(span_bytes[s])  # whole span: no copy
+            elif copy:
                 out.append(view[o : o + n].tobytes())
+            else:
+                out.append(view[o : o + n])
         return out
 
 

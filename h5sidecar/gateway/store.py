@@ -31,6 +31,7 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from h5sidecar.gateway._cache import CHUNKS, ByteLRU, load_refs
 from h5sidecar.gateway._fetch import scrub_credentials
 from h5sidecar.gateway._keyspace import ChunkRef, GranuleKeys, ZarrFormat
+from h5sidecar.gateway._native import NativeReader
 from h5sidecar.gateway._reads import (
     ReadBatcher,
     byte_window,
@@ -125,6 +126,7 @@ class SidecarStore(Store):
         self._batcher = ReadBatcher(self.fetcher.fetch) if self._batch_reads else None
         self._counts = {"inline_chunks": 0, "missing_chunks": 0, "metadata_reads": 0}
         self._root: Any = None
+        self._native: NativeReader | None = None
 
     @classmethod
     async def open(cls, *args: Any, **kwargs: Any) -> SidecarStore:
@@ -146,6 +148,14 @@ class SidecarStore(Store):
                 self, mode="r", use_consolidated=True, zarr_format=self.zarr_format
             )
         return self._root
+
+    @property
+    def native(self) -> NativeReader:
+        """The batch reader over this store's fetcher and chunk cache (decodes without zarr;
+        used by the xarray engine, see :mod:`h5sidecar.gateway._native`)."""
+        if self._native is None:
+            self._native = NativeReader(self._refs, self.fetcher, self._chunk_cache)
+        return self._native
 
     # -- identity, pickling ------------------------------------------------------------------
     @property

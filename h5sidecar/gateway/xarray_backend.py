@@ -16,6 +16,10 @@ decoding identical to opening the HDF5 file with ``engine="h5netcdf"``:
    override this.  Zarr v2 ``"NaN"``/``"Infinity"`` strings become floats.
 3. **Dask chunks are aligned.**  ``encoding["preferred_chunks"]`` is a whole multiple of the
    source chunks (up to ``chunk_bytes``), so ``chunks={}`` reads each chunk exactly once.
+
+Data is read by :class:`~h5sidecar.gateway._xarray_array.SidecarArray` (the native batch reader:
+one coalesced fetch per selection, chunks decoded in parallel threads), not by zarr, except for
+arrays of Python objects; ``native=False`` keeps zarr's reader for every array.
 """
 
 from __future__ import annotations
@@ -29,9 +33,12 @@ import numpy as np
 from xarray.backends import BackendEntrypoint
 from xarray.backends.store import StoreBackendEntrypoint
 from xarray.backends.zarr import ZarrStore
+from xarray.core import indexing
 from xarray.core.variable import Variable
 
 from h5sidecar.errors import NotIndexedError
+from h5sidecar.gateway._native import NativeReader
+from h5sidecar.gateway._xarray_array import SidecarArray
 from h5sidecar.gateway.store import SidecarStore
 from h5sidecar.references import ArrayMeta, GranuleRefs
 from h5sidecar.settings import ReadSettings
@@ -131,10 +138,15 @@ class _SidecarZarrStore(ZarrStore):
 
     h5_refs: GranuleRefs
     h5_chunk_bytes: int
+    h5_native: NativeReader | None
 
     def open_store_variable(self, name: str) -> Variable:
         var = super().open_store_variable(name)
         path = f"{self.zarr_group.path}/{name}".strip("/")
+        data = var._data
+        native = self.h5_native
+        if native is not None and native.supports(path) and data.dtype == native.codec(path).dtype:  # type: ignore[union-attr]
+            data = indexing.LazilyIndexedArray(SidecarArray(native, path))
         meta = self.h5_refs.arrays[path].meta
         hints = self.h5_refs.extra.get("attribute_dtypes", {}).get(path, {})
         encoding = dict(var.encoding)
@@ -142,13 +154,17 @@ class _SidecarZarrStore(ZarrStore):
             meta.shape, meta.chunks, meta.numpy_dtype.itemsize, self.h5_chunk_bytes
         )
         encoding["preferred_chunks"] = dict(zip(var.dims, aligned, strict=True))
-        return Variable(var.dims, var._data, cf_attributes(meta, hints), encoding)
+        return Variable(var.dims, data, cf_attributes(meta, hints), encoding)
 
 
 def open_zarr_store(
-    store: SidecarStore, group: str | None, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    store: SidecarStore,
+    group: str | None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    native: bool = True,
 ) -> _SidecarZarrStore:
-    """xarray's data store for ``group`` of a sidecar store (consolidated metadata, mode "r").
+    """xarray's data store for ``group`` of a sidecar store (consolidated metadata, mode "r");
+    with ``native``, variables read through the store's :class:`NativeReader`.
 
     Raises
     ------
@@ -171,6 +187,7 @@ def open_zarr_store(
     )
     zstore.h5_refs = store.refs
     zstore.h5_chunk_bytes = chunk_bytes
+    zstore.h5_native = store.native if native else None
     return zstore
 
 
@@ -240,6 +257,7 @@ class H5SidecarBackend(BackendEntrypoint):
         "remote_options",
         "settings",
         "chunk_bytes",
+        "native",
     )
 
     def guess_can_open(self, filename_or_obj: Any) -> bool:
@@ -269,6 +287,7 @@ class H5SidecarBackend(BackendEntrypoint):
         remote_options: Mapping[str, Any] | None = None,
         settings: ReadSettings | None = None,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        native: bool = True,
     ) -> Any:
         """Open one group of a sidecar as a Dataset (lazily; no source bytes are read).
 
@@ -287,6 +306,9 @@ class H5SidecarBackend(BackendEntrypoint):
         chunk_bytes : int
             Target size of the Dask chunks ``chunks={}`` creates (whole multiples of the
             source chunks); 0 keeps the source chunks.
+        native : bool
+            Read data with h5sidecar's batch reader (default; coalesced fetches, chunks decoded
+            in parallel threads) rather than zarr's per-chunk reader.
         Other parameters are xarray's CF decoding options.
         """
         store = sidecar_store(
@@ -295,7 +317,7 @@ class H5SidecarBackend(BackendEntrypoint):
             remote_options=remote_options,
             settings=settings,
         )
-        zstore = open_zarr_store(store, group, chunk_bytes)
+        zstore = open_zarr_store(store, group, chunk_bytes, native)
         return StoreBackendEntrypoint().open_dataset(
             zstore,
             mask_and_scale=mask_and_scale,

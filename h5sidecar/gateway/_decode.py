@@ -1,0 +1,293 @@
+"""Native chunk decoding: numcodecs straight into numpy outputs, many chunks per call.
+
+zarr-python reads a selection as one coroutine per chunk, each decoded on its own and handed
+between the event loop and a thread; for a granule of thousands of small chunks that overhead,
+not the network, sets the speed.  This module decodes a whole batch of chunks of one or many
+arrays at once:
+
+* :class:`ChunkCodec` -- an array's codec chain (compressor, then filters in reverse), its dtype,
+  chunk shape, memory order and the value unstored chunks read as, built from the same Zarr v2
+  metadata the store serves (so both paths agree on every value);
+* :func:`chunk_selection` -- which chunks a basic (slice/integer) selection touches and where
+  each lands in the output;
+* :func:`place_chunk` -- decode one chunk and copy the part the selection wants into the output.
+
+HDF5's byte shuffle is undone with numpy (a transposing copy that releases the GIL) instead of
+numcodecs' ``Shuffle``, which holds it: decoding then scales across cores, since zlib releases
+the GIL too.
+
+Arrays whose values are Python objects (variable-length strings materialised by the indexer)
+are not decoded here: :meth:`ChunkCodec.for_array` returns ``None`` and callers read them
+through zarr.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numcodecs
+import numpy as np
+from numcodecs.abc import Codec
+
+from h5sidecar.errors import ChunkDecodeError, UnsupportedFeatureError
+
+__all__ = [
+    "ChunkCodec",
+    "Selection",
+    "chunk_selection",
+    "decode_executor",
+    "place_chunk",
+]
+
+#: dtype kinds decoded natively: numbers, booleans, fixed-length bytes and plain structures.
+_NATIVE_KINDS = frozenset("biufcSV")
+
+_EXECUTOR: ThreadPoolExecutor | None = None
+
+
+def decode_executor() -> ThreadPoolExecutor:
+    """The process-wide pool chunks are decoded in (one thread per CPU, at least 2).
+
+    ``H5SIDECAR_DECODE_THREADS`` overrides the size (read when the pool is first used).
+    """
+    global _EXECUTOR
+    if _EXECUTOR is None:
+        n = int(os.environ.get("H5SIDECAR_DECODE_THREADS", "0") or 0) or max(os.cpu_count() or 2, 2)
+        _EXECUTOR = ThreadPoolExecutor(max_workers=n, thread_name_prefix="h5sidecar-decode")
+    return _EXECUTOR
+
+
+class _Unshuffle(Codec):  # type: ignore[misc]
+    """HDF5 byte shuffle, undone by a numpy transpose (releases the GIL; leftover bytes kept)."""
+
+    codec_id = "h5sidecar.unshuffle"
+
+    def __init__(self, elementsize: int) -> None:
+        self.elementsize = int(elementsize)
+
+    def encode(self, buf: Any) -> Any:  # pragma: no cover - decode-only helper
+        raise NotImplementedError("decode only")
+
+    def decode(self, buf: Any, out: Any = None) -> Any:
+        raw = np.frombuffer(buf, dtype=np.uint8)
+        size = self.elementsize
+        if size <= 1:
+            return raw
+        n = raw.size // size
+        res = np.empty(raw.size, dtype=np.uint8)
+        res[: n * size].reshape(n, size)[...] = raw[: n * size].reshape(size, n).T
+        res[n * size :] = raw[n * size :]  # as HDF5: trailing bytes are not shuffled
+        return res
+
+
+def _codec(config: Mapping[str, Any]) -> Codec:
+    if config.get("id") == "shuffle":
+        return _Unshuffle(int(config.get("elementsize", 4)))
+    try:
+        return numcodecs.get_codec(dict(config))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UnsupportedFeatureError(
+            f"codec {config.get('id')!r} is not available to numcodecs ({exc}); install the "
+            "package that provides it"
+        ) from exc
+
+
+_NON_FINITE = {"NaN": np.nan, "Infinity": np.inf, "-Infinity": -np.inf}
+
+
+def _fill(zarray: Mapping[str, Any], dtype: np.dtype) -> Any:
+    """The value unstored chunks read as: numbers (and zarr's ``"NaN"``/``"Infinity"``) are
+    parsed here, anything else (base64 bytes of strings and structures) exactly as zarr parses
+    the ``.zarray``."""
+    value = zarray.get("fill_value")
+    if value is None:
+        return np.zeros((), dtype=dtype)[()]
+    if dtype.kind in "biuf" and isinstance(value, bool | int | float | str):
+        number = _NON_FINITE.get(value, value) if isinstance(value, str) else value
+        if not isinstance(number, str):
+            with np.errstate(invalid="ignore", over="ignore"):
+                return np.asarray(number).astype(dtype)[()]
+    from zarr.core.metadata.v2 import ArrayV2Metadata
+
+    fill = ArrayV2Metadata.from_dict(dict(zarray) | {"attributes": {}}).fill_value
+    if fill is None:
+        return np.zeros((), dtype=dtype)[()]
+    return np.asarray(fill).astype(dtype) if dtype.fields is None else np.asarray(fill, dtype)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ChunkCodec:
+    """How to turn one stored chunk of an array into numbers.
+
+    Attributes
+    ----------
+    dtype : numpy.dtype
+        Decoded dtype (byte order as stored, as zarr returns it).
+    chunks : tuple of int
+        Chunk shape (edge chunks are stored whole, as in HDF5 and Zarr v2).
+    order : "C" or "F"
+    codecs : tuple of numcodecs.abc.Codec
+        In decode order: the compressor first, then the filters from last to first.
+    fill : Any
+        What unstored chunks read as.
+    """
+
+    dtype: np.dtype
+    chunks: tuple[int, ...]
+    order: str
+    codecs: tuple[Codec, ...]
+    fill: Any
+
+    @classmethod
+    def for_array(cls, zarray: Mapping[str, Any], dtype: np.dtype) -> ChunkCodec | None:
+        """The codec of an array from its ``.zarray`` document, or None when its values are
+        Python objects (read those through zarr).
+
+        Raises
+        ------
+        UnsupportedFeatureError
+            When a codec is not installed.
+        """
+        if dtype.kind not in _NATIVE_KINDS or dtype.hasobject:
+            return None
+        configs = [zarray["compressor"]] if zarray.get("compressor") else []
+        configs += list(reversed(zarray.get("filters") or []))
+        return cls(
+            dtype=dtype,
+            chunks=tuple(int(c) for c in zarray["chunks"]),
+            order=str(zarray.get("order", "C")),
+            codecs=tuple(_codec(c) for c in configs),
+            fill=_fill(zarray, dtype),
+        )
+
+    @property
+    def chunk_items(self) -> int:
+        """Elements in one (whole) chunk."""
+        return math.prod(self.chunks)
+
+    def decode(self, data: Any, where: str = "") -> np.ndarray:
+        """Decode one stored chunk to an array of shape ``chunks``.
+
+        Raises
+        ------
+        ChunkDecodeError
+            When a codec fails or the decoded size is not one chunk's (a corrupt chunk or a
+            reference pointing at the wrong bytes).
+        """
+        buf = data
+        try:
+            for codec in self.codecs:
+                buf = codec.decode(buf)
+        except Exception as exc:  # codecs raise anything from zlib.error to RuntimeError
+            raise ChunkDecodeError(
+                f"chunk {where} did not decode ({type(exc).__name__}: {exc}); the source bytes "
+                "are not what the sidecar describes: re-index the granule"
+            ) from exc
+        flat = np.frombuffer(buf, dtype=np.uint8) if not isinstance(buf, np.ndarray) else buf
+        raw = flat.reshape(-1).view(np.uint8)
+        need = self.chunk_items * self.dtype.itemsize
+        if raw.size != need:
+            raise ChunkDecodeError(
+                f"chunk {where} decoded to {raw.size} bytes, expected {need} "
+                f"({self.chunks} x {self.dtype}); re-index the granule"
+            )
+        return raw.view(self.dtype).reshape(self.chunks, order=self.order)  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The chunks a basic selection touches and where each goes.
+
+    Attributes
+    ----------
+    shape : tuple of int
+        Shape of the bounding box read (before steps and integer axes are applied).
+    grid : numpy.ndarray
+        int64 [n, ndim]: chunk grid indices touched, in C order.
+    post : tuple
+        Index applied to the bounding box to give the result (steps, dropped integer axes).
+    lo : tuple of int
+        Start of the bounding box in array coordinates.
+    """
+
+    shape: tuple[int, ...]
+    grid: np.ndarray
+    post: tuple[Any, ...]
+    lo: tuple[int, ...]
+
+
+def chunk_selection(
+    shape: Sequence[int], chunks: Sequence[int], key: tuple[Any, ...]
+) -> Selection:
+    """Chunks touched by ``key`` (a tuple of ints and slices, one per axis, as xarray's
+    ``BasicIndexer`` gives).
+
+    Raises
+    ------
+    IndexError
+        When an integer is out of bounds or ``key`` has the wrong length.
+    """
+    if len(key) != len(shape):
+        raise IndexError(f"selection {key!r} has {len(key)} axes, the array {len(shape)}")
+    lo: list[int] = []
+    hi: list[int] = []
+    post: list[Any] = []
+    for k, size in zip(key, shape, strict=True):
+        if isinstance(k, slice):
+            r = range(*k.indices(size))
+            if not r:
+                lo.append(0)
+                hi.append(0)
+                post.append(slice(0, 0))
+                continue
+            first, last = min(r[0], r[-1]), max(r[0], r[-1])
+            lo.append(first)
+            hi.append(last + 1)
+            end = r[-1] - first + (1 if r.step > 0 else -1)
+            post.append(slice(r[0] - first, None if end < 0 else end, r.step))
+        else:
+            i = int(k)
+            if i < -size or i >= size:
+                raise IndexError(f"index {i} is out of bounds for an axis of size {size}")
+            i %= size
+            lo.append(i)
+            hi.append(i + 1)
+            post.append(0)
+    ranges = [
+        np.arange(a // c, -(-b // c), dtype=np.int64) if b > a else np.empty(0, np.int64)
+        for a, b, c in zip(lo, hi, chunks, strict=True)
+    ]
+    if ranges:
+        mesh = np.meshgrid(*ranges, indexing="ij")
+        grid = np.stack([m.reshape(-1) for m in mesh], axis=1)
+    else:
+        grid = np.zeros((1, 0), dtype=np.int64)
+    box = tuple(b - a for a, b in zip(lo, hi, strict=True))
+    return Selection(box, grid, tuple(post), tuple(lo))
+
+
+def place_chunk(
+    out: np.ndarray,
+    sel: Selection,
+    chunks: Sequence[int],
+    index: Sequence[int],
+    chunk: np.ndarray | Any,
+) -> None:
+    """Copy the part of ``chunk`` (an array, or a scalar fill value) at grid ``index`` that
+    falls in the selection's bounding box into ``out`` (the box)."""
+    dst: list[slice] = []
+    src: list[slice] = []
+    for i, c, a, n in zip(index, chunks, sel.lo, sel.shape, strict=True):
+        c0 = i * c
+        start, stop = max(c0, a), min(c0 + c, a + n)
+        dst.append(slice(start - a, stop - a))
+        src.append(slice(start - c0, stop - c0))
+    if isinstance(chunk, np.ndarray):
+        out[tuple(dst)] = chunk[tuple(src)]
+    else:
+        out[tuple(dst)] = chunk

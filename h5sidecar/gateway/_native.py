@@ -1,0 +1,335 @@
+"""Batch reads that bypass zarr: one fetch plan per batch, chunks decoded in threads.
+
+:class:`NativeReader` reads basic selections (integers and slices) of any number of a granule's
+arrays at once:
+
+1. the manifests the batch needs are loaded concurrently (lazy Parquet sidecars);
+2. every stored chunk the selections touch becomes one ``(url, offset, length)`` request; the
+   requests are sorted by position in the source and cut into groups of a few MiB;
+3. each group is fetched by the shared :class:`~h5sidecar.gateway._fetch.ChunkFetcher`
+   (coalesced, concurrent, retried, freshness-checked) and, as soon as its bytes arrive, decoded
+   in the process-wide decode pool (:func:`~h5sidecar.gateway._decode.decode_executor`) straight
+   into the output arrays -- so decoding overlaps the network and uses every core;
+4. unstored chunks read as the fill value and inline chunks are decoded from the sidecar.
+
+Values are those zarr returns for the same Zarr v2 metadata (the codec chain and fill value are
+parsed from the very ``.zarray`` the store serves); the tests compare both with h5py.  The xarray
+engine's arrays (:class:`~h5sidecar.gateway.xarray_backend.SidecarArray`) read through this
+path; arrays of Python objects (materialised variable-length strings) are read through zarr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from h5sidecar.gateway._cache import ByteLRU
+from h5sidecar.gateway._decode import (
+    ChunkCodec,
+    Selection,
+    chunk_selection,
+    decode_executor,
+    place_chunk,
+)
+from h5sidecar.gateway._fetch import ChunkFetcher, _gather_or_cancel
+from h5sidecar.references import INLINE, MISSING, ArrayRefs, GranuleRefs
+
+__all__ = ["NativeReader", "out_dtype"]
+
+#: Bounds of one fetch-then-decode group (bytes of stored chunks).
+_GROUP_MIN = 1 * 2**20
+_GROUPS_PER_BATCH = 32
+
+Item = tuple[str, tuple[Any, ...]]
+
+
+def out_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype reads return: numbers in this machine's byte order (as xarray and h5py give
+    them), structured and byte-string types as stored."""
+    return dtype.newbyteorder("=") if dtype.fields is None and dtype.kind in "biufc" else dtype
+
+
+class _Target:
+    """One selection being read: its output box and how chunks land in it."""
+
+    __slots__ = ("codec", "out", "path", "sel")
+
+    def __init__(self, path: str, codec: ChunkCodec, sel: Selection) -> None:
+        self.path = path
+        self.codec = codec
+        self.sel = sel
+        self.out = np.empty(sel.shape, dtype=out_dtype(codec.dtype), order=codec.order)  # type: ignore[call-overload]
+
+    def place(self, index: Sequence[int], chunk: Any) -> None:
+        place_chunk(self.out, self.sel, self.codec.chunks, index, chunk)
+
+    def decode_place(self, index: Sequence[int], data: Any) -> None:
+        self.place(index, self.codec.decode(data, where=f"{self.path} {tuple(index)}"))
+
+    def result(self) -> np.ndarray:
+        return self.out[self.sel.post] if self.sel.post else self.out
+
+
+class NativeReader:
+    """Read selections of a granule's arrays without zarr (see the module docstring).
+
+    Parameters
+    ----------
+    refs : GranuleRefs
+    fetcher : ChunkFetcher
+        Shared with the store that owns this reader (its counters count these reads).
+    chunk_cache : ByteLRU or None
+        Whole encoded chunks kept between reads (the store's cache); None disables it.
+    """
+
+    def __init__(
+        self, refs: GranuleRefs, fetcher: ChunkFetcher, chunk_cache: ByteLRU[bytes] | None = None
+    ) -> None:
+        self.refs = refs
+        self.fetcher = fetcher
+        self.chunk_cache = chunk_cache
+        self._codecs: dict[str, ChunkCodec | None] = {}
+        self._pending: dict[asyncio.AbstractEventLoop, list[tuple[list[Any], asyncio.Future[Any]]]]
+        self._pending = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # what travels to a Dask worker: the references and the fetcher (no credentials, see
+        # ChunkFetcher); a worker uses its own process-wide chunk cache, never a pickled one
+        return (_rebuild, (self.refs, self.fetcher, self.chunk_cache is not None))
+
+    def codec(self, path: str) -> ChunkCodec | None:
+        """The codec of array ``path``, or None when it must be read through zarr."""
+        if path not in self._codecs:
+            arr = self.refs.arrays[path]
+            zarray = arr.meta.zarray(fill_value=arr.zarray_fill_value())
+            self._codecs[path] = ChunkCodec.for_array(zarray, arr.meta.numpy_dtype)
+        return self._codecs[path]
+
+    def supports(self, path: str) -> bool:
+        """True when array ``path`` can be read by this reader."""
+        return path in self.refs.arrays and self.codec(path) is not None
+
+    def read_sync(self, items: Sequence[Item]) -> list[np.ndarray]:
+        """Blocking :meth:`read`, run on fsspec's I/O loop (call it from any thread but that
+        loop's own)."""
+        import fsspec.asyn
+
+        return fsspec.asyn.sync(fsspec.asyn.get_loop(), self.read, items)  # type: ignore[no-any-return]
+
+    async def read(self, items: Sequence[Item]) -> list[np.ndarray]:
+        """Read ``(array path, key)`` selections; ``key`` holds one int or slice per axis.
+        Numbers come back in native byte order (:func:`out_dtype`).
+
+        Reads requested in the same event-loop turn (``Dataset.load_async`` awaits every
+        variable at once; Dask threads call :meth:`read_sync` concurrently) are served as one
+        batch, so their chunks share one coalesced fetch plan.
+
+        Raises
+        ------
+        KeyError, TypeError
+            For an array the sidecar does not have, or one this reader does not decode (see
+            :meth:`supports`).
+        IndexError
+            For an out-of-range integer or a key of the wrong length.
+        ChunkDecodeError, StaleReferenceError, SourceReadError, ForbiddenSourceError
+            As the fetch and decode steps raise them.
+        """
+        # checked here, so a bad key fails its own caller and never a shared batch
+        prepared = []
+        for path, key in items:
+            arr = self._array(path)
+            prepared.append((path, arr, chunk_selection(arr.meta.shape, arr.meta.chunks, key)))
+        if not prepared:
+            return []
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[list[np.ndarray]] = loop.create_future()
+        pending = self._pending.get(loop)
+        if pending is None:
+            pending = self._pending[loop] = []
+            loop.call_soon(self._flush, loop)
+        pending.append((prepared, fut))
+        return await fut
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        batch = [(p, f) for p, f in self._pending.pop(loop, []) if not f.done()]
+        if batch:
+            task = loop.create_task(self._serve(batch))
+            self._tasks.add(task)  # tasks are weakly held: keep it until done
+            task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, batch: list[tuple[list[Any], asyncio.Future[Any]]]) -> None:
+        try:
+            results = await self._read_batch([x for prepared, _ in batch for x in prepared])
+        except BaseException as exc:  # not swallowed: every waiting caller re-raises it
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        i = 0
+        for prepared, fut in batch:
+            if not fut.done():
+                fut.set_result(results[i : i + len(prepared)])
+            i += len(prepared)
+
+    async def _read_batch(self, prepared: list[tuple[str, ArrayRefs, Selection]]) -> list[np.ndarray]:
+        await _load_manifests([arr for _, arr, _ in prepared])
+        targets: list[_Target] = []
+        stored: list[tuple[int, np.ndarray]] = []  # (target, rows of its stored chunks)
+        inline_jobs: list[tuple[_Target, tuple[int, ...], bytes]] = []
+        for path, arr, sel in prepared:
+            codec = self.codec(path)
+            assert codec is not None  # _array checked
+            t = _Target(path, codec, sel)
+            targets.append(t)
+            flat = _flat_numbers(sel.grid, arr.meta.grid_shape)
+            codes = arr.manifest.codes.reshape(-1)[flat]
+            for row in np.flatnonzero(codes == MISSING).tolist():
+                t.place(sel.grid[row], codec.fill)
+            inline_jobs.extend(
+                (t, tuple(sel.grid[row]), arr.manifest.inline[int(flat[row])])
+                for row in np.flatnonzero(codes == INLINE).tolist()
+            )
+            stored.append((len(targets) - 1, np.flatnonzero(codes >= 0)))
+        arrays = [arr for _, arr, _ in prepared]
+        groups = self._groups(targets, arrays, stored)
+        # scan resistance: a batch larger than a quarter of the chunk cache would only evict
+        # what other reads keep hot, so its chunks are not kept
+        total = sum(r.length for g in groups for r in g)
+        keep = self.chunk_cache is not None and total <= self.chunk_cache.max_bytes // 4
+        jobs = [self._fetch_and_decode(group, keep) for group in groups]
+        if inline_jobs:
+            jobs.append(_in_pool(_decode_all, inline_jobs))
+        if jobs:
+            await _gather_or_cancel(jobs)
+        return [t.result() for t in targets]
+
+    # -- internals -----------------------------------------------------------------------------
+    def _array(self, path: str) -> ArrayRefs:
+        arr = self.refs.arrays.get(path)
+        if arr is None:
+            raise KeyError(f"no array {path!r} in the sidecar of {self.refs.source.url}")
+        if self.codec(path) is None:
+            raise TypeError(
+                f"{path} holds Python objects ({arr.meta.dtype}); read it through zarr "
+                "(SidecarStore) instead"
+            )
+        return arr
+
+    def _groups(
+        self,
+        targets: list[_Target],
+        arrays: list[ArrayRefs],
+        stored: list[tuple[int, np.ndarray]],
+    ) -> list[list[_Chunk]]:
+        """Stored chunks (each once, however many selections want it), cut in file order into
+        groups of about ``total / 32`` bytes (at least 1 MiB, at most ``max_request``)."""
+        chunks: dict[tuple[str, tuple[int, ...]], _Chunk] = {}
+        for ti, which in stored:
+            if not which.size:
+                continue
+            t, man = targets[ti], arrays[ti].manifest
+            flat = _flat_numbers(t.sel.grid[which], arrays[ti].meta.grid_shape)
+            codes = man.codes.reshape(-1)[flat].tolist()
+            offs = man.offsets.reshape(-1)[flat].tolist()
+            lens = man.lengths.reshape(-1)[flat].tolist()
+            for g, c, o, n in zip(t.sel.grid[which].tolist(), codes, offs, lens, strict=True):
+                index = tuple(g)
+                chunk = chunks.get((t.path, index))
+                if chunk is None:
+                    chunk = chunks[(t.path, index)] = _Chunk(man.urls[c], o, n, index)
+                chunk.targets.append(t)
+        if not chunks:
+            return []
+        rows = sorted(chunks.values(), key=lambda r: (r.url, r.offset))
+        total = sum(r.length for r in rows)
+        target = min(max(total // _GROUPS_PER_BATCH, _GROUP_MIN), self.fetcher.settings.max_request)
+        groups: list[list[_Chunk]] = [[]]
+        size = 0
+        for r in rows:
+            if size >= target:
+                groups.append([])
+                size = 0
+            groups[-1].append(r)
+            size += r.length
+        return groups
+
+    async def _fetch_and_decode(self, group: list[_Chunk], keep: bool) -> None:
+        cache, src = self.chunk_cache, self.refs.source
+        identity = (src.url, src.size, src.etag, src.mtime)
+        missing: list[_Chunk] = []
+        for r in group:
+            r.data = cache.get((r.url, r.offset, r.length, *identity)) if cache is not None else None
+            if r.data is None:
+                missing.append(r)
+            else:
+                self.fetcher.stats.record_cache_hit(len(r.data))
+        if missing:
+            # no copies: chunks are decoded straight from the fetched buffers
+            got = await self.fetcher.fetch([(r.url, r.offset, r.length) for r in missing], copy=False)
+            for r, data in zip(missing, got, strict=True):
+                r.data = data
+                if keep and cache is not None:
+                    cache.put((r.url, r.offset, r.length, *identity), bytes(data))
+        await _in_pool(_decode_chunks, group)
+
+
+class _Chunk:
+    """One stored chunk a batch reads, and the selections it lands in."""
+
+    __slots__ = ("data", "index", "length", "offset", "targets", "url")
+
+    def __init__(self, url: str, offset: int, length: int, index: tuple[int, ...]) -> None:
+        self.url = url
+        self.offset = offset
+        self.length = length
+        self.index = index
+        self.targets: list[_Target] = []
+        self.data: Any = None
+
+
+def _rebuild(refs: GranuleRefs, fetcher: ChunkFetcher, cached: bool) -> NativeReader:
+    from h5sidecar.gateway._cache import CHUNKS
+
+    return NativeReader(refs, fetcher, CHUNKS if cached else None)
+
+
+def _decode_chunks(group: list[_Chunk]) -> None:
+    for r in group:
+        first = r.targets[0]
+        chunk = first.codec.decode(r.data, where=f"{first.path} {r.index}")
+        r.data = None  # the encoded bytes are not needed any more
+        for t in r.targets:
+            t.place(r.index, chunk)
+
+
+def _decode_all(jobs: list[tuple[_Target, tuple[int, ...], Any]]) -> None:
+    for target, index, data in jobs:
+        target.decode_place(index, data)
+
+
+async def _in_pool(fn: Any, *args: Any) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(decode_executor(), fn, *args)
+
+
+def _flat_numbers(grid: np.ndarray, grid_shape: tuple[int, ...]) -> np.ndarray:
+    """Flat (C-order) chunk numbers of grid indices (``[n, ndim]``)."""
+    if not grid_shape:
+        return np.zeros(grid.shape[0], dtype=np.int64)
+    return np.ravel_multi_index(tuple(grid.T), grid_shape).astype(np.int64)
+
+
+async def _load_manifests(arrays: list[ArrayRefs]) -> None:
+    """Load, concurrently in threads, the manifests not in memory yet (lazy sidecars)."""
+    pending = {id(a): a for a in arrays if not getattr(a, "manifest_loaded", True)}
+    if pending:
+        await asyncio.gather(*(asyncio.to_thread(_touch, a) for a in pending.values()))
+
+
+def _touch(arr: ArrayRefs) -> None:
+    arr.manifest  # noqa: B018 - the access loads it

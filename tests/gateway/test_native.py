@@ -1,0 +1,269 @@
+"""The native batch reader (``SidecarStore.native``): what the xarray engine reads through.
+
+Values are always compared with h5py; batching, de-duplication and the cache rule are checked
+on the fetcher's own counters (local files: one ``pread`` per request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import pickle
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+import xarray as xr
+
+from h5sidecar.errors import ChunkDecodeError
+from h5sidecar.gateway import SidecarStore
+from h5sidecar.gateway._cache import ByteLRU
+from h5sidecar.gateway._decode import chunk_selection
+from h5sidecar.gateway._native import NativeReader
+from h5sidecar.gateway._xarray_array import SidecarArray
+from h5sidecar.references import ArrayRefs, ChunkManifest, GranuleRefs
+from tests.gateway._granules import read_h5
+
+ALL = slice(None)
+
+
+def _store(refs: GranuleRefs, **kw: Any) -> SidecarStore:
+    return SidecarStore(refs, **kw)
+
+
+# -- values ------------------------------------------------------------------------------------
+
+KEYS_1D: list[tuple[Any, ...]] = [
+    (ALL,),
+    (slice(1500, 3700),),  # crosses chunk boundaries
+    (slice(999, 1001),),
+    (slice(10, 4990, 7),),  # a step
+    (slice(None, None, -3),),  # a negative step
+    (slice(4000, 10),),  # empty
+    (4321,),  # an integer drops the axis
+    (-1,),
+]
+
+
+@pytest.mark.parametrize("key", KEYS_1D, ids=repr)
+@pytest.mark.parametrize(
+    "var", ["gt1l/heights/h_ph", "gt1l/heights/quality_ph", "gt1l/heights/lat_ph"]
+)
+def test_selections_equal_h5py(small_refs: GranuleRefs, small_h5: Path, var: str, key: Any) -> None:
+    (got,) = _store(small_refs).native.read_sync([(var, key)])
+    want = read_h5(small_h5, var)[key]
+    assert got.dtype == want.dtype.newbyteorder("=") and got.shape == want.shape  # native order
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [(ALL, ALL), (slice(2, 8), slice(3, 9)), (slice(5, 10), 4), (7, slice(None, None, -1))],
+    ids=repr,
+)
+def test_unstored_chunks_read_as_the_fill_value(
+    small_refs: GranuleRefs, small_h5: Path, key: Any
+) -> None:
+    var = "ancillary_data/sparse"  # 3 of its 4 chunks were never written: fill value -1
+    assert small_refs.arrays[var].manifest.n_missing == 3
+    (got,) = _store(small_refs).native.read_sync([(var, key)])
+    np.testing.assert_array_equal(got, read_h5(small_h5, var)[key])
+
+
+def test_every_numeric_array_of_a_granule_in_one_batch(
+    atl03_refs: GranuleRefs, atl03_h5: Path
+) -> None:
+    store = _store(atl03_refs)
+    paths = [p for p in atl03_refs.arrays if store.native.supports(p)]
+    assert len(paths) > 900
+    items = [(p, (ALL,) * len(atl03_refs.arrays[p].meta.shape)) for p in paths]
+    got = store.native.read_sync(items)
+    with h5py.File(atl03_h5, "r") as f:
+        for p, values in zip(paths, got, strict=True):
+            np.testing.assert_array_equal(values, f[p][()], err_msg=p)
+    # one plan for the whole batch: far fewer requests than arrays
+    assert store.stats["requests"] < len(paths) / 5
+
+
+def test_compact_structured_and_scalar_arrays(small_refs: GranuleRefs, small_h5: Path) -> None:
+    reader = _store(small_refs).native
+    for var in ("ancillary_data/compact_table", "gt1l/geolocation/records",
+                "ancillary_data/atlas_sdp_gps_epoch", "gt1l/geolocation/names"):
+        shape = small_refs.arrays[var].meta.shape
+        (got,) = reader.read_sync([(var, (ALL,) * len(shape))])
+        np.testing.assert_array_equal(got, read_h5(small_h5, var), err_msg=var)
+
+
+# -- batching -----------------------------------------------------------------------------------
+
+
+def test_reads_in_one_loop_turn_share_one_plan(small_refs: GranuleRefs, small_h5: Path) -> None:
+    var = "gt1l/heights/h_ph"
+
+    async def separately(reader: NativeReader) -> None:
+        for part in (slice(0, 1000), slice(1000, 2000)):
+            await reader.read([(var, (part,))])
+
+    async def together(reader: NativeReader) -> list[Any]:
+        return await asyncio.gather(
+            reader.read([(var, (slice(0, 1000),))]), reader.read([(var, (slice(1000, 2000),))])
+        )
+
+    one = _store(small_refs, chunk_cache=None)
+    asyncio.run(separately(one.native))
+    two = _store(small_refs, chunk_cache=None)
+    (a,), (b,) = asyncio.run(together(two.native))
+    assert one.stats["requests"] == 2 and two.stats["requests"] == 1  # adjacent chunks coalesce
+    np.testing.assert_array_equal(np.concatenate([a, b]), read_h5(small_h5, var)[:2000])
+
+
+def test_a_chunk_wanted_twice_is_fetched_once(small_refs: GranuleRefs) -> None:
+    var = "gt1l/heights/h_ph"
+    store = _store(small_refs, chunk_cache=None)
+    whole, part = store.native.read_sync([(var, (slice(0, 1000),)), (var, (slice(10, 20),))])
+    assert store.stats["bytes_fetched"] == small_refs.arrays[var].manifest.lengths[0]
+    np.testing.assert_array_equal(part, whole[10:20])
+
+
+def test_a_bad_key_fails_its_own_caller_only(small_refs: GranuleRefs, small_h5: Path) -> None:
+    reader = _store(small_refs).native
+    var = "gt1l/heights/h_ph"
+
+    async def both() -> list[Any]:
+        return await asyncio.gather(
+            reader.read([(var, (10_000,))]), reader.read([(var, (slice(0, 5),))]),
+            return_exceptions=True,
+        )
+
+    bad, good = asyncio.run(both())
+    assert isinstance(bad, IndexError) and "out of bounds" in str(bad)
+    np.testing.assert_array_equal(good[0], read_h5(small_h5, var)[:5])
+
+
+def test_scans_do_not_flush_the_chunk_cache(small_refs: GranuleRefs) -> None:
+    var = "gt1l/heights/h_ph"
+    size = int(small_refs.arrays[var].manifest.lengths.sum())
+    small = ByteLRU[bytes](size * 8)  # the whole array is a small read for this cache
+    _store(small_refs, chunk_cache=small).native.read_sync([(var, (ALL,))])
+    assert len(small) == 5
+    tiny = ByteLRU[bytes](size)  # reading the whole array is a scan for this one
+    _store(small_refs, chunk_cache=tiny).native.read_sync([(var, (ALL,))])
+    assert len(tiny) == 0
+    again = _store(small_refs, chunk_cache=small)
+    again.native.read_sync([(var, (ALL,))])
+    assert again.stats["cache_hits"] == 5 and again.stats["requests"] == 0
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+def _shifted(refs: GranuleRefs, var: str, by: int) -> GranuleRefs:
+    """``refs`` with ``var``'s chunk offsets moved by ``by`` bytes (wrong bytes, same sizes)."""
+    arr = refs.arrays[var]
+    m = arr.manifest
+    moved = ChunkManifest.from_arrays(
+        urls=m.urls, codes=m.codes, offsets=m.offsets + by, lengths=m.lengths, inline=m.inline
+    )
+    arrays = dict(refs.arrays)
+    arrays[var] = ArrayRefs(path=arr.path, meta=arr.meta, manifest=moved)
+    return dataclasses.replace(refs, arrays=arrays)
+
+
+def test_bytes_that_do_not_decode_raise_chunk_decode_error(small_refs: GranuleRefs) -> None:
+    var = "gt1l/heights/h_ph"  # gzip: shifted bytes are not a zlib stream
+    reader = _store(_shifted(small_refs, var, 3)).native
+    with pytest.raises(ChunkDecodeError, match=r"gt1l/heights/h_ph \(0,\) did not decode.*re-index"):
+        reader.read_sync([(var, (slice(0, 10),))])
+
+
+def test_wrong_size_after_decoding_raises(small_refs: GranuleRefs) -> None:
+    var = "gt1l/geolocation/segment_id"  # uncompressed: shortened bytes decode to too few
+    arr = small_refs.arrays[var]
+    m = arr.manifest
+    short = ChunkManifest.from_arrays(
+        urls=m.urls, codes=m.codes, offsets=m.offsets, lengths=m.lengths - 4, inline=m.inline
+    )
+    arrays = dict(small_refs.arrays)
+    arrays[var] = ArrayRefs(path=arr.path, meta=arr.meta, manifest=short)
+    reader = _store(dataclasses.replace(small_refs, arrays=arrays)).native
+    with pytest.raises(ChunkDecodeError, match=r"decoded to .* bytes, expected"):
+        reader.read_sync([(var, (ALL,))])
+
+
+def test_unknown_array_and_wrong_key_length(small_refs: GranuleRefs) -> None:
+    reader = _store(small_refs).native
+    with pytest.raises(KeyError, match="no array 'nope'"):
+        reader.read_sync([("nope", (ALL,))])
+    with pytest.raises(IndexError, match="has 2 axes, the array 1"):
+        reader.read_sync([("gt1l/heights/h_ph", (ALL, ALL))])
+
+
+def test_chunk_selection_covers_exactly_the_touched_chunks() -> None:
+    sel = chunk_selection((100, 10), (30, 4), (slice(29, 61), 5))
+    assert sel.grid.tolist() == [[0, 1], [1, 1], [2, 1]]
+    assert sel.shape == (32, 1) and sel.lo == (29, 5)
+
+
+# -- the xarray engine reads through it ----------------------------------------------------------
+
+
+def test_xarray_engine_uses_the_batch_reader(small_refs: GranuleRefs, small_h5: Path) -> None:
+    store = _store(small_refs)
+    ds = xr.open_dataset(store, engine="h5sidecar", group="gt1l/heights", chunks=None,
+                         decode_cf=False, create_default_indexes=False)
+    assert "SidecarArray(" in repr(ds["h_ph"].variable._data)  # xarray's wrappers around it
+    np.testing.assert_array_equal(
+        ds["h_ph"][100:2100].values, read_h5(small_h5, "gt1l/heights/h_ph")[100:2100]
+    )
+    zarr_only = xr.open_dataset(store, engine="h5sidecar", group="gt1l/heights", chunks=None,
+                                native=False)
+    assert "SidecarArray(" not in repr(zarr_only["h_ph"].variable._data)
+
+
+def test_load_async_reads_every_variable_in_one_batch(
+    small_refs: GranuleRefs, small_h5: Path
+) -> None:
+    store = _store(small_refs, chunk_cache=None)
+    ds = xr.open_dataset(store, engine="h5sidecar", group="gt1l/heights", chunks=None,
+                         decode_cf=False, create_default_indexes=False)
+    asyncio.run(ds.load_async())
+    with h5py.File(small_h5, "r") as f:
+        for name in ("h_ph", "quality_ph", "lat_ph", "delta_time"):
+            np.testing.assert_array_equal(ds[name].values, f[f"gt1l/heights/{name}"][()])
+    # four arrays, 20 chunks, one plan: contiguous chunks coalesce into a few requests
+    assert store.stats["requests"] <= 4
+
+
+def test_orthogonal_and_vectorized_indexing(small_refs: GranuleRefs, small_h5: Path) -> None:
+    ds = xr.open_dataset(_store(small_refs), engine="h5sidecar", group="ancillary_data",
+                         chunks=None, decode_cf=False)
+    want = read_h5(small_h5, "ancillary_data/sparse")
+    got = ds["sparse"].isel({ds["sparse"].dims[0]: [1, 7, 3], ds["sparse"].dims[1]: [0, 9]})
+    np.testing.assert_array_equal(got.values, want[[1, 7, 3]][:, [0, 9]])
+
+
+def test_arrays_pickle_to_workers_without_caches(small_refs: GranuleRefs, small_h5: Path) -> None:
+    store = _store(small_refs)
+    array = SidecarArray(store.native, "gt1l/heights/h_ph")
+    clone = pickle.loads(pickle.dumps(array))
+    assert clone.reader is not store.native and clone.shape == array.shape
+    np.testing.assert_array_equal(
+        clone._read((slice(0, 50),)), read_h5(small_h5, "gt1l/heights/h_ph")[:50]
+    )
+
+
+def test_object_arrays_stay_with_zarr(tmp_path: Path) -> None:
+    from h5sidecar.indexer import index_granule
+
+    path = tmp_path / "strings.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("names", data=np.array(["a", "bb", "ccc"], dtype=h5py.string_dtype()))
+    refs = index_granule(str(path))
+    store = _store(refs)
+    assert not store.native.supports("names")
+    with pytest.raises(TypeError, match="read it through zarr"):
+        store.native.read_sync([("names", (ALL,))])
+    ds = xr.open_dataset(store, engine="h5sidecar", chunks=None)
+    assert ds["names"].values.tolist() == ["a", "bb", "ccc"]
