@@ -138,7 +138,7 @@ class ReadSettings:
         A single referenced chunk larger than this is refused as malformed.
     """
 
-    max_gap: int = 1 * 2**20
+    max_gap: int = 256 * 2**10
     max_request: int = 16 * 2**20
     max_concurrency: int = 32
     retries: int = 5
