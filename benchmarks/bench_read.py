@@ -65,6 +65,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--latency-ms", type=float, default=20, help="S3 first-byte latency")
     p.add_argument("--only", choices=FAMILIES, action="append", default=None,
                    help="run these tool families only (repeatable; the floor always runs)")
+    p.add_argument("--case", action="append", default=None, metavar="TEXT",
+                   help="run only the cases whose name contains TEXT (repeatable)")
     p.add_argument("--workload", choices=("all", "science"), action="append", default=None,
                    help="run these workloads only (repeatable; default both)")
     p.add_argument("--update-readme", action="store_true",
@@ -200,6 +202,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for case, family, fn in CASES:
                 if family not in families or (fn is kerchunk_xarray and workload == "all"
                                                and not args.kerchunk_xarray_all):
+                    continue
+                if args.case and not any(t in case for t in args.case):
                     continue
                 m, _ = measure(case, workload, lambda fn=fn, items=items: fn(env, items),
                                args.repeats, args.budget_s, url, want, env.failed)
