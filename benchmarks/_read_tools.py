@@ -248,6 +248,13 @@ def h5sidecar_xarray_async(env: Env, items: Items) -> dict[str, Any]:
     return {p: v.values for p, v in zip(lazy, asyncio.run(load()), strict=True)}
 
 
+def h5sidecar_read_arrays(env: Env, items: Items) -> dict[str, Any]:
+    """``h5sidecar.read_arrays``: the batch reader alone (no xarray, no zarr), one call."""
+    from h5sidecar.gateway import read_arrays
+
+    return read_arrays(env.sidecar, {p: sel for p, sel in items}, storage_options=env.opts)
+
+
 CASES: list[tuple[str, str, Callable[[Env, Items], dict[str, Any]]]] = [
     ("h5py + s3fs (default cache)", "h5py+s3fs", lambda e, i: _s3fs_h5py(e, i)),
     ("h5py + s3fs (8 MiB block cache)", "h5py+s3fs",
@@ -264,6 +271,7 @@ CASES: list[tuple[str, str, Callable[[Env, Items], dict[str, Any]]]] = [
      lambda e, i: _zarr_read(_sidecar_store(e, max_gap=0), i, consolidated=True)),
     ("h5sidecar: xarray engine (Dask)", "h5sidecar", h5sidecar_xarray),
     ("h5sidecar: xarray engine, load_async", "h5sidecar", h5sidecar_xarray_async),
+    ("h5sidecar: read_arrays (batch reader)", "h5sidecar", h5sidecar_read_arrays),
 ]
 
 

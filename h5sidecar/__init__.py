@@ -22,6 +22,7 @@ _LAZY = {
     "open_dataset": "h5sidecar.gateway",
     "open_datatree": "h5sidecar.gateway",
     "open_mfdataset": "h5sidecar.gateway",
+    "read_arrays": "h5sidecar.gateway",
     "open_item": "h5sidecar.catalog",
 }
 
@@ -34,6 +35,7 @@ __all__ = [
     "open_datatree",
     "open_item",
     "open_mfdataset",
+    "read_arrays",
     "read_refs",
     "write_json",
     "write_parquet",

@@ -5,6 +5,7 @@
 * :class:`H5SidecarFileSystem` -- fsspec protocol ``"h5sidecar"`` (Zarr v2 keys);
 * the xarray engine ``"h5sidecar"`` and :func:`open_dataset`, :func:`open_datatree`,
   :func:`open_mfdataset` (safe multi-granule combine);
+* :func:`read_arrays` -- many arrays of a granule into NumPy in one batch (no zarr, no xarray);
 * the fetch layer under all of them (:class:`~h5sidecar.gateway._fetch.ChunkFetcher`).
 
 Names load on first use so ``import h5sidecar.gateway`` stays cheap.
@@ -25,6 +26,7 @@ _LAZY = {
     "open_mfdataset": "h5sidecar.gateway._open",
     "check_combinable": "h5sidecar.gateway._open",
     "load_refs": "h5sidecar.gateway._cache",
+    "read_arrays": "h5sidecar.gateway._native",
 }
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "open_dataset",
     "open_datatree",
     "open_mfdataset",
+    "read_arrays",
 ]
 
 

@@ -267,3 +267,25 @@ def test_object_arrays_stay_with_zarr(tmp_path: Path) -> None:
         store.native.read_sync([("names", (ALL,))])
     ds = xr.open_dataset(store, engine="h5sidecar", chunks=None)
     assert ds["names"].values.tolist() == ["a", "bb", "ccc"]
+
+
+def test_read_arrays_mixes_whole_arrays_selections_and_object_arrays(tmp_path: Path) -> None:
+    import h5sidecar
+    from h5sidecar.indexer import index_granule
+    from h5sidecar.references import write_parquet
+
+    path = tmp_path / "mixed.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("a", data=np.arange(5000.0), chunks=(700,), compression="gzip")
+        f.create_dataset("m", data=np.arange(60).reshape(6, 10), chunks=(4, 4), shuffle=True)
+        f.create_dataset("names", data=np.array(["x", "yy"], dtype=h5py.string_dtype()))
+    sidecar = write_parquet(index_granule(str(path)), tmp_path / "mixed.h5.parq")
+    got = h5sidecar.read_arrays(sidecar, {"a": slice(100, 4000, 3), "m": (2, slice(1, 9)),
+                                          "names": None})
+    with h5py.File(path, "r") as f:
+        np.testing.assert_array_equal(got["a"], f["a"][100:4000:3])
+        np.testing.assert_array_equal(got["m"], f["m"][2, 1:9])
+        assert [s.decode() if isinstance(s, bytes) else s for s in got["names"]] == ["x", "yy"]
+    assert list(h5sidecar.read_arrays(sidecar, ["m", "a"])) == ["m", "a"]
+    with pytest.raises(KeyError, match="no array 'zz'"):
+        h5sidecar.read_arrays(sidecar, ["zz"])
