@@ -23,6 +23,7 @@ _LAZY = {
     "open_datatree": "h5sidecar.gateway",
     "open_mfdataset": "h5sidecar.gateway",
     "read_arrays": "h5sidecar.gateway",
+    "load": "h5sidecar.gateway",
     "open_item": "h5sidecar.catalog",
 }
 
@@ -31,6 +32,7 @@ __all__ = [
     "ChunkManifest",
     "GranuleRefs",
     "index_granule",
+    "load",
     "open_dataset",
     "open_datatree",
     "open_item",

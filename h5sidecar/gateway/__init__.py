@@ -5,6 +5,7 @@
 * :class:`H5SidecarFileSystem` -- fsspec protocol ``"h5sidecar"`` (Zarr v2 keys);
 * the xarray engine ``"h5sidecar"`` and :func:`open_dataset`, :func:`open_datatree`,
   :func:`open_mfdataset` (safe multi-granule combine);
+* :func:`load` -- load a Dataset / DataTree opened without Dask in one batch;
 * :func:`read_arrays` -- many arrays of a granule into NumPy in one batch (no zarr, no xarray);
 * the fetch layer under all of them (:class:`~h5sidecar.gateway._fetch.ChunkFetcher`).
 
@@ -27,6 +28,7 @@ _LAZY = {
     "check_combinable": "h5sidecar.gateway._open",
     "load_refs": "h5sidecar.gateway._cache",
     "read_arrays": "h5sidecar.gateway._native",
+    "load": "h5sidecar.gateway._open",
 }
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "H5SidecarFileSystem",
     "SidecarStore",
     "check_combinable",
+    "load",
     "load_refs",
     "open_dataset",
     "open_datatree",

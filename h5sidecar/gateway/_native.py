@@ -67,7 +67,28 @@ class _Target:
         place_chunk(self.out, self.sel, self.codec.chunks, index, chunk)
 
     def decode_place(self, index: Sequence[int], data: Any) -> None:
-        self.place(index, self.codec.decode(data, where=f"{self.path} {tuple(index)}"))
+        dest = self.direct(index)
+        chunk = self.codec.decode(data, where=f"{self.path} {tuple(index)}", dest=dest)
+        if dest is None:
+            self.place(index, chunk)
+
+    def direct(self, index: Sequence[int]) -> np.ndarray | None:
+        """The bytes of the output a whole chunk maps to, when the chunk can be decoded
+        straight into them (it lies wholly inside the selection, the region is contiguous and
+        the output keeps the stored byte order), else None."""
+        codec = self.codec
+        if codec.order != "C" or self.out.dtype != codec.dtype:
+            return None
+        dst = []
+        for i, c, a, n in zip(index, codec.chunks, self.sel.lo, self.sel.shape, strict=True):
+            start = i * c - a
+            if start < 0 or start + c > n:
+                return None  # an edge chunk, or one the selection cuts
+            dst.append(slice(start, start + c))
+        region = self.out[tuple(dst)] if dst else self.out  # out[()] of a 0-d array copies
+        if not region.flags.c_contiguous:
+            return None
+        return region.reshape(-1).view(np.uint8)
 
     def result(self) -> np.ndarray:
         return self.out[self.sel.post] if self.sel.post else self.out
@@ -302,10 +323,12 @@ def _rebuild(refs: GranuleRefs, fetcher: ChunkFetcher, cached: bool) -> NativeRe
 def _decode_chunks(group: list[_Chunk]) -> None:
     for r in group:
         first = r.targets[0]
-        chunk = first.codec.decode(r.data, where=f"{first.path} {r.index}")
+        dest = first.direct(r.index) if len(r.targets) == 1 else None
+        chunk = first.codec.decode(r.data, where=f"{first.path} {r.index}", dest=dest)
         r.data = None  # the encoded bytes are not needed any more
-        for t in r.targets:
-            t.place(r.index, chunk)
+        if dest is None:
+            for t in r.targets:
+                t.place(r.index, chunk)
 
 
 def _decode_all(jobs: list[tuple[_Target, tuple[int, ...], Any]]) -> None:

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._assemble import ChunkColumns
-from h5sidecar.references._manifest import INLINE
+from h5sidecar.references._manifest import INLINE, MISSING, ChunkManifest
 from h5sidecar.references._model import ArrayMeta, GranuleRefs
 
 __all__ = ["MANIFESTS_FILE", "BulkColumns", "decode_manifests", "encode_manifests"]
@@ -137,16 +137,32 @@ def decode_manifests(data: bytes, metas: Mapping[str, ArrayMeta]) -> BulkColumns
     order = np.argsort(idx, kind="stable")
     idx = idx[order]
     url = table.column("url").combine_chunks()
-    if pa.types.is_dictionary(url.type):
-        url = url.dictionary_decode()
+    if not pa.types.is_dictionary(url.type):
+        url = url.dictionary_encode()
+    raw = table.column("raw").combine_chunks().take(pa.array(order))
+    offset, size = _ints(table, "offset")[order], _ints(table, "size")[order]
+    stored = raw.is_valid().to_numpy(zero_copy_only=False) == 0
+    codes = url.indices.to_numpy(zero_copy_only=False)
+    has_url = url.is_valid().to_numpy(zero_copy_only=False)[order]
+    if not has_url[stored].all():
+        raise InvalidReferenceError(f"{MANIFESTS_FILE}: a chunk reference has no URL")
+    bad = stored & ((offset < 0) | (size <= 0))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise InvalidReferenceError(
+            f"{MANIFESTS_FILE}: chunk reference with offset {int(offset[i])} and length "
+            f"{int(size[i])}; offsets must be >= 0 and lengths > 0: re-create the sidecar"
+        )
     return BulkColumns(
         names=names,
         bounds=np.searchsorted(idx, np.arange(len(names) + 1)),
         chunk=_ints(table, "chunk")[order],
-        offset=_ints(table, "offset")[order],
-        size=_ints(table, "size")[order],
+        offset=offset,
+        size=size,
         url=url.take(pa.array(order)),
-        raw=table.column("raw").combine_chunks().take(pa.array(order)),
+        url_codes=np.where(has_url, codes[order] if codes.size else codes, -1).astype(np.int64),
+        urls=url.dictionary.to_pylist(),
+        raw=raw,
         metas=metas,
     )
 
@@ -164,12 +180,15 @@ class BulkColumns(Mapping[str, ChunkColumns]):
         offset: np.ndarray,
         size: np.ndarray,
         url: pa.Array,
+        url_codes: np.ndarray,
+        urls: list[str],
         raw: pa.Array,
         metas: Mapping[str, ArrayMeta],
     ) -> None:
         self._rows = {n: (int(bounds[i]), int(bounds[i + 1])) for i, n in enumerate(names)}
         self._chunk, self._offset, self._size = chunk, offset, size
         self._url, self._raw = url, raw
+        self._url_codes, self._urls = url_codes, urls
         self._has_raw = raw.is_valid().to_numpy(zero_copy_only=False)
         self._metas = metas
 
@@ -194,6 +213,49 @@ class BulkColumns(Mapping[str, ChunkColumns]):
             offsets=self._offset[rows],
             lengths=self._size[rows],
             inline={int(self._chunk[r]): self._raw[int(r)].as_py() for r in np.flatnonzero(~stored) + a},
+        )
+
+    def manifest(self, name: str, url_order: tuple[str, ...] | None) -> ChunkManifest:
+        """``name``'s :class:`ChunkManifest`, built with numpy alone (the columns were checked
+        when the file was decoded; ``url_order`` is the array's URL list from the extras)."""
+        meta = self._metas[name]
+        grid = meta.grid_shape
+        n = int(np.prod(grid, dtype=np.int64))
+        a, b = self._rows.get(name, (0, 0))
+        flat = self._chunk[a:b]
+        if flat.size and (flat.min() < 0 or flat.max() >= n):
+            raise InvalidReferenceError(
+                f"{MANIFESTS_FILE}: {name} has a chunk number outside its {n} chunks; the "
+                "sidecar is corrupt: re-create it"
+            )
+        stored = ~self._has_raw[a:b]
+        used = sorted({int(c) for c in np.unique(self._url_codes[a:b][stored])})
+        urls = tuple(url_order) if url_order is not None else tuple(self._urls[c] for c in used)
+        position = {u: i for i, u in enumerate(urls)}
+        missing = [self._urls[c] for c in used if self._urls[c] not in position]
+        if missing:
+            raise InvalidReferenceError(
+                f"{MANIFESTS_FILE}: {name}: chunk URL {missing[0]!r} is not among the array's "
+                "URLs in the extras; the sidecar is inconsistent: re-create it"
+            )
+        remap = np.full(len(self._urls) or 1, -1, np.int32)
+        for c in used:
+            remap[c] = position[self._urls[c]]
+        codes = np.full(n, MISSING, np.int32)
+        offsets = np.zeros(n, np.uint64)
+        lengths = np.zeros(n, np.uint64)
+        rows = np.flatnonzero(stored) + a
+        codes[self._chunk[rows]] = remap[self._url_codes[rows]]
+        offsets[self._chunk[rows]] = self._offset[rows]
+        lengths[self._chunk[rows]] = self._size[rows]
+        inline = {int(self._chunk[r]): self._raw[int(r)].as_py() for r in np.flatnonzero(~stored) + a}
+        codes[list(inline)] = INLINE
+        return ChunkManifest.from_arrays(
+            urls=urls,
+            codes=codes.reshape(grid),
+            offsets=offsets.reshape(grid),
+            lengths=lengths.reshape(grid),
+            inline=inline,
         )
 
     def __iter__(self) -> Iterator[str]:

@@ -20,7 +20,7 @@ from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._assemble import ChunkColumns, build_manifest, build_metas
 from h5sidecar.references._assemble import _check_within_source as check_within_source
 from h5sidecar.references._assemble import _checksums as array_checksums
-from h5sidecar.references._bulk import MANIFESTS_FILE, decode_manifests
+from h5sidecar.references._bulk import MANIFESTS_FILE, BulkColumns, decode_manifests
 from h5sidecar.references._extras import EXTRAS_KEY, ArrayExtras, Extras, parse_extras
 from h5sidecar.references._manifest import ChunkManifest
 from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs
@@ -198,7 +198,7 @@ class ParquetManifests:
         self._cache: OrderedDict[str, tuple[ChunkManifest, np.ndarray | None, int]] = OrderedDict()
         self._bytes = 0
         self._side: dict[str, np.ndarray] | None = None
-        self._bulk: Mapping[str, ChunkColumns] | None = None
+        self._bulk: BulkColumns | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Locks and loaded manifests stay behind: a worker fetches what it reads.
@@ -291,7 +291,7 @@ class ParquetManifests:
         ax = self._extras.arrays.get(path, ArrayExtras())
         rs = self._record_size
         if self._bulk is not None:  # every array's chunks are in memory already
-            manifest = build_manifest(path, meta.grid_shape, self._bulk[path], ax.urls)
+            manifest = self._bulk.manifest(path, ax.urls)
             check_within_source(path, manifest, self._extras.source)
             return manifest, array_checksums(path, ax, meta.grid_shape, self._side or {})
         n = int(np.prod(meta.grid_shape, dtype=np.int64))

@@ -289,3 +289,59 @@ def test_read_arrays_mixes_whole_arrays_selections_and_object_arrays(tmp_path: P
     assert list(h5sidecar.read_arrays(sidecar, ["m", "a"])) == ["m", "a"]
     with pytest.raises(KeyError, match="no array 'zz'"):
         h5sidecar.read_arrays(sidecar, ["zz"])
+
+
+def test_load_reads_a_whole_datatree_in_one_batch(atl03_refs: GranuleRefs, atl03_h5: Path) -> None:
+    import h5sidecar
+
+    store = _store(atl03_refs, chunk_cache=None)
+    tree = h5sidecar.open_datatree(store, chunks=None, decode_cf=False,
+                                   create_default_indexes=False)
+    assert store.stats["requests"] == 0
+    assert h5sidecar.load(tree) is tree
+    requests = store.stats["requests"]
+    assert 0 < requests < 100  # ~940 arrays, one coalesced plan
+    with h5py.File(atl03_h5, "r") as f:
+        for node in tree.subtree:
+            for name, var in node.variables.items():
+                path = f"{node.path.strip('/')}/{name}".strip("/")
+                if path in f:
+                    np.testing.assert_array_equal(np.asarray(var.data), f[path][()],
+                                                  err_msg=path)
+    h5sidecar.load(tree)  # already in memory: nothing more is fetched
+    assert store.stats["requests"] == requests
+
+
+def test_load_inside_a_running_event_loop(small_refs: GranuleRefs, small_h5: Path) -> None:
+    import h5sidecar
+
+    ds = xr.open_dataset(_store(small_refs), engine="h5sidecar", group="gt1l/heights",
+                         chunks=None, decode_cf=False)
+
+    async def in_a_loop() -> None:  # as in Jupyter, where asyncio.run() is refused
+        h5sidecar.load(ds["h_ph"])
+
+    asyncio.run(in_a_loop())
+    np.testing.assert_array_equal(ds["h_ph"].values, read_h5(small_h5, "gt1l/heights/h_ph"))
+    with pytest.raises(TypeError, match="takes a Dataset, DataArray or DataTree"):
+        h5sidecar.load([1, 2])
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("key", [(ALL, ALL), (slice(0, 8), slice(0, 8)), (slice(3, 13), ALL)],
+                         ids=repr)
+def test_chunks_decoded_in_place_or_copied_agree(tmp_path: Path, shuffle: bool, key: Any) -> None:
+    """Whole chunks inside the selection are inflated straight into the output, others are
+    decoded apart and copied: both must give h5py's values (also for an edge chunk)."""
+    from h5sidecar.indexer import index_granule
+
+    path = tmp_path / "grid.h5"
+    data = np.random.default_rng(1).normal(size=(13, 9)).astype(">f4")  # big-endian: copied
+    with h5py.File(path, "w") as f:
+        f.create_dataset("le", data=data.astype("<f8"), chunks=(4, 9), compression="gzip",
+                         shuffle=shuffle)
+        f.create_dataset("be", data=data, chunks=(4, 4), compression="gzip", shuffle=shuffle)
+    reader = _store(index_granule(str(path))).native
+    le, be = reader.read_sync([("le", key), ("be", key)])
+    np.testing.assert_array_equal(le, data.astype("<f8")[key])
+    np.testing.assert_array_equal(be, data[key])
