@@ -13,9 +13,12 @@ arrays at once:
 4. unstored chunks read as the fill value and inline chunks are decoded from the sidecar.
 
 Values are those zarr returns for the same Zarr v2 metadata (the codec chain and fill value are
-parsed from the very ``.zarray`` the store serves); the tests compare both with h5py.  The xarray
-engine's arrays (:class:`~h5sidecar.gateway.xarray_backend.SidecarArray`) read through this
-path; arrays of Python objects (materialised variable-length strings) are read through zarr.
+parsed from the very ``.zarray`` the store serves), with numbers in native byte order; the tests
+compare both with h5py.  Whole chunks that lie inside a selection are inflated straight into
+the output (no intermediate buffer).  The xarray engine's arrays
+(:class:`~h5sidecar.gateway._xarray_array.SidecarArray`), :func:`read_arrays` and
+:func:`~h5sidecar.gateway._open.load` read through this path; arrays of Python objects
+(materialised variable-length strings) are read through zarr.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from h5sidecar.errors import UnsupportedFeatureError
 from h5sidecar.gateway._cache import ByteLRU
 from h5sidecar.gateway._decode import (
     ChunkCodec,
@@ -131,8 +135,12 @@ class NativeReader:
         return self._codecs[path]
 
     def supports(self, path: str) -> bool:
-        """True when array ``path`` can be read by this reader."""
-        return path in self.refs.arrays and self.codec(path) is not None
+        """True when array ``path`` can be read by this reader (False for arrays of Python
+        objects, and for codecs that are not installed: zarr then reports those on read)."""
+        try:
+            return path in self.refs.arrays and self.codec(path) is not None
+        except UnsupportedFeatureError:
+            return False
 
     def read_sync(self, items: Sequence[Item]) -> list[np.ndarray]:
         """Blocking :meth:`read`, run on fsspec's I/O loop (call it from any thread but that

@@ -345,3 +345,18 @@ def test_chunks_decoded_in_place_or_copied_agree(tmp_path: Path, shuffle: bool, 
     le, be = reader.read_sync([("le", key), ("be", key)])
     np.testing.assert_array_equal(le, data.astype("<f8")[key])
     np.testing.assert_array_equal(be, data[key])
+
+
+def test_an_uninstalled_codec_is_left_to_zarr(small_refs: GranuleRefs) -> None:
+    from h5sidecar.errors import UnsupportedFeatureError
+    from h5sidecar.references import ArrayMeta
+
+    var = "gt1l/heights/h_ph"
+    arr = small_refs.arrays[var]
+    meta = dataclasses.replace(arr.meta, compressor={"id": "no-such-codec"})
+    arrays = dict(small_refs.arrays)
+    arrays[var] = ArrayRefs(path=var, meta=meta, manifest=arr.manifest)
+    reader = _store(dataclasses.replace(small_refs, arrays=arrays)).native
+    assert isinstance(meta, ArrayMeta) and not reader.supports(var)
+    with pytest.raises(UnsupportedFeatureError, match="no-such-codec"):
+        reader.read_sync([(var, (ALL,))])
