@@ -120,6 +120,7 @@ class NativeReader:
         self._pending: dict[asyncio.AbstractEventLoop, list[tuple[list[Any], asyncio.Future[Any]]]]
         self._pending = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._prefetched: dict[str, np.ndarray] = {}  # see prefetch()
 
     def __reduce__(self) -> tuple[Any, ...]:
         # what travels to a Dask worker: the references and the fetcher (no credentials, see
@@ -169,11 +170,16 @@ class NativeReader:
         """
         # checked here, so a bad key fails its own caller and never a shared batch
         prepared = []
-        for path, key in items:
+        done: dict[int, np.ndarray] = {}
+        for i, (path, key) in enumerate(items):
             arr = self._array(path)
-            prepared.append((path, arr, chunk_selection(arr.meta.shape, arr.meta.chunks, key)))
+            sel = chunk_selection(arr.meta.shape, arr.meta.chunks, key)
+            if path in self._prefetched and _is_whole(sel, arr.meta.shape):
+                done[i] = self._prefetched.pop(path)  # read ahead while opening: handed out once
+                continue
+            prepared.append((path, arr, sel))
         if not prepared:
-            return []
+            return [done[i] for i in range(len(items))]
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[list[np.ndarray]] = loop.create_future()
         pending = self._pending.get(loop)
@@ -181,7 +187,43 @@ class NativeReader:
             pending = self._pending[loop] = []
             loop.call_soon(self._flush, loop)
         pending.append((prepared, fut))
-        return await fut
+        read = iter(await fut)
+        return [done[i] if i in done else next(read) for i in range(len(items))]
+
+    def prefetch(self, whole: Iterable[str] = (), edges: Iterable[str] = ()) -> None:
+        """Read in one batch what xarray is about to read one small request at a time while it
+        opens groups (blocking; call it from outside fsspec's loop).
+
+        ``whole`` arrays (the dimension coordinates xarray indexes) are kept decoded until they
+        are read once, whole; the first and last chunks of ``edges`` (CF time variables, whose
+        first and last values xarray peeks at to choose a dtype) go to the chunk cache.
+        """
+        import fsspec.asyn
+
+        whole = [p for p in dict.fromkeys(whole) if self.supports(p)]
+        edge_refs: list[tuple[str, int, int]] = []
+        for path in dict.fromkeys(edges):
+            man = self.refs.arrays[path].manifest
+            grid = man.grid_shape
+            if self.chunk_cache is None or (grid and 0 in grid):
+                continue
+            for index in {tuple(0 for _ in grid), tuple(g - 1 for g in grid)}:
+                ref = man.get(index)
+                if isinstance(ref, tuple):
+                    edge_refs.append(ref)
+
+        async def both() -> None:
+            keys = [(p, (slice(None),) * len(self.refs.arrays[p].meta.shape)) for p in whole]
+            arrays, datas = await asyncio.gather(
+                self.read(keys) if keys else asyncio.sleep(0, []),
+                self.fetcher.fetch(edge_refs) if edge_refs else asyncio.sleep(0, []),
+            )
+            self._prefetched.update(zip(whole, arrays, strict=True))
+            src = self.refs.source
+            for ref, data in zip(edge_refs, datas, strict=True):
+                self.chunk_cache.put((*ref, src.url, src.size, src.etag, src.mtime), data)  # type: ignore[union-attr]
+
+        fsspec.asyn.sync(fsspec.asyn.get_loop(), both)
 
     def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
         batch = [(p, f) for p, f in self._pending.pop(loop, []) if not f.done()]
@@ -320,6 +362,15 @@ class _Chunk:
         self.index = index
         self.targets: list[_Target] = []
         self.data: Any = None
+
+
+def _is_whole(sel: Selection, shape: Sequence[int]) -> bool:
+    """True when a selection is the whole array in order (no step, no dropped axis)."""
+    return (
+        tuple(sel.shape) == tuple(shape)
+        and not any(sel.lo)
+        and all(p == slice(0, n, 1) for p, n in zip(sel.post, shape, strict=True))
+    )
 
 
 def _rebuild(refs: GranuleRefs, fetcher: ChunkFetcher, cached: bool) -> NativeReader:

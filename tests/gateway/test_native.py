@@ -360,3 +360,30 @@ def test_an_uninstalled_codec_is_left_to_zarr(small_refs: GranuleRefs) -> None:
     assert isinstance(meta, ArrayMeta) and not reader.supports(var)
     with pytest.raises(UnsupportedFeatureError, match="no-such-codec"):
         reader.read_sync([(var, (ALL,))])
+
+
+def test_open_datatree_reads_index_coordinates_and_time_ends_in_one_batch(
+    atl03_refs: GranuleRefs, atl03_h5: Path
+) -> None:
+    import h5sidecar
+
+    dims = [p for p, a in atl03_refs.arrays.items()
+            if len(a.meta.shape) == 1 and a.meta.dimension_names == (p.rpartition("/")[2],)]
+    assert len(dims) > 50
+    store = _store(atl03_refs, chunk_cache=ByteLRU[bytes](64 * 2**20))
+    h5sidecar.open_datatree(store, chunks=None)  # indexes and CF times decoded
+    # one batch for every index coordinate and time variable's ends, instead of a read each
+    assert store.stats["requests"] < len(dims) / 3
+    assert store.native._prefetched == {}  # every coordinate read ahead was used by xarray
+    store = _store(atl03_refs)
+    tree = h5sidecar.open_datatree(store, chunks=None, decode_times=False)
+    assert store.stats["requests"] < len(dims) / 3 and store.native._prefetched == {}
+    with h5py.File(atl03_h5, "r") as f:
+        for path in dims[:20]:
+            group, _, name = path.rpartition("/")
+            node = tree[group] if group else tree
+            np.testing.assert_array_equal(node[name].values, f[path][()], err_msg=path)
+    # opting out of indexes and time decoding still opens without reading anything
+    quiet = _store(atl03_refs)
+    h5sidecar.open_datatree(quiet, chunks=None, create_default_indexes=False, decode_times=False)
+    assert quiet.stats["requests"] == 0
