@@ -27,8 +27,8 @@ _LAZY = {
     "open_mfdataset": "h5sidecar.gateway._open",
     "check_combinable": "h5sidecar.gateway._open",
     "load_refs": "h5sidecar.gateway._cache",
-    "read_arrays": "h5sidecar.gateway._native",
-    "load": "h5sidecar.gateway._open",
+    "read_arrays": "h5sidecar.gateway._load",
+    "load": "h5sidecar.gateway._load",
 }
 
 __all__ = [

@@ -16,15 +16,15 @@ Values are those zarr returns for the same Zarr v2 metadata (the codec chain and
 parsed from the very ``.zarray`` the store serves), with numbers in native byte order; the tests
 compare both with h5py.  Whole chunks that lie inside a selection are inflated straight into
 the output (no intermediate buffer).  The xarray engine's arrays
-(:class:`~h5sidecar.gateway._xarray_array.SidecarArray`), :func:`read_arrays` and
-:func:`~h5sidecar.gateway._open.load` read through this path; arrays of Python objects
+(:class:`~h5sidecar.gateway._xarray_array.SidecarArray`), :func:`~h5sidecar.gateway._load.read_arrays`
+and :func:`~h5sidecar.gateway._load.load` read through this path; arrays of Python objects
 (materialised variable-length strings) are read through zarr.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,7 +41,7 @@ from h5sidecar.gateway._decode import (
 from h5sidecar.gateway._fetch import ChunkFetcher, _gather_or_cancel
 from h5sidecar.references import INLINE, MISSING, ArrayRefs, GranuleRefs
 
-__all__ = ["NativeReader", "out_dtype", "read_arrays"]
+__all__ = ["NativeReader", "out_dtype"]
 
 #: Bounds of one fetch-then-decode group (bytes of stored chunks).
 _GROUP_MIN = 1 * 2**20
@@ -416,57 +416,3 @@ async def _load_manifests(arrays: list[ArrayRefs]) -> None:
 def _touch(arr: ArrayRefs) -> None:
     arr.manifest  # noqa: B018 - the access loads it
 
-
-def read_arrays(
-    ref: Any,
-    selections: Iterable[str] | Mapping[str, Any],
-    *,
-    storage_options: Mapping[str, Any] | None = None,
-    remote_options: Mapping[str, Any] | None = None,
-    settings: Any = None,
-) -> dict[str, np.ndarray]:
-    """Read many arrays (or basic selections of them) of one granule into NumPy, in one batch.
-
-    Parameters
-    ----------
-    ref : str, path-like, GranuleRefs or SidecarStore
-        The sidecar (``x.h5.parq`` / ``x.h5.json``, local or ``s3://``) or an open store.
-    selections : iterable of str, or mapping
-        Array paths to read whole, or ``{path: key}`` with ``key`` an int, a slice or a tuple of
-        them (one per leading axis; missing axes are read whole).
-    storage_options, remote_options, settings
-        As for :class:`~h5sidecar.gateway.store.SidecarStore`.
-
-    Returns
-    -------
-    dict
-        Path -> array (numbers in native byte order).  Arrays of Python objects are read
-        through zarr, with the same values.
-
-    Examples
-    --------
-    >>> out = read_arrays("ATL03_x.h5.parq", {"gt1l/heights/h_ph": slice(0, 10_000),
-    ...                                       "gt1l/heights/lat_ph": slice(0, 10_000)})  # doctest: +SKIP
-    """
-    from h5sidecar.gateway.store import SidecarStore
-
-    store = ref if isinstance(ref, SidecarStore) else SidecarStore(
-        ref, storage_options=storage_options, remote_options=remote_options, settings=settings
-    )
-    wanted = dict(selections) if isinstance(selections, Mapping) else dict.fromkeys(selections)
-    items: list[Item] = []
-    others: dict[str, Any] = {}
-    for path, key in wanted.items():
-        arr = store.refs.arrays.get(path)
-        if arr is None:
-            raise KeyError(f"no array {path!r} in the sidecar of {store.refs.source.url}")
-        key = () if key is None else key if isinstance(key, tuple) else (key,)
-        full = (*key, *(slice(None),) * (len(arr.meta.shape) - len(key)))
-        if store.native.supports(path):
-            items.append((path, full))
-        else:
-            others[path] = full
-    out = dict(zip([p for p, _ in items], store.native.read_sync(items), strict=True))
-    for path, key in others.items():
-        out[path] = np.asarray(store.zarr_root()[path][key])
-    return {p: out[p] for p in wanted}

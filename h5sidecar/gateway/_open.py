@@ -18,7 +18,6 @@ decoded with its own attributes before concatenation; when the caller disabled t
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -32,7 +31,6 @@ from h5sidecar.references import GranuleRefs
 __all__ = [
     "build_datatree",
     "check_combinable",
-    "load",
     "open_dataset",
     "open_datatree",
     "open_groups",
@@ -376,42 +374,3 @@ def open_mfdataset(
         return xr.combine_nested(datasets, concat_dim=concat_dim, **options)
     return xr.combine_by_coords(datasets, **options)
 
-
-def load(obj: Any) -> Any:
-    """Load every lazy variable of ``obj`` (Dataset, DataArray or DataTree) in one batch.
-
-    xarray's ``load()`` reads variables one after another (one round trip each); this awaits
-    every variable's ``load_async()`` together, so the batch reader merges them into one
-    coalesced fetch plan.  Runs on fsspec's I/O loop, so it also works where an event loop is
-    already running (Jupyter).  Dask-backed variables are computed in one ``dask.compute``
-    first.  Returns ``obj``, loaded in place.
-
-    Examples
-    --------
-    >>> tree = h5sidecar.open_datatree("ATL03_x.h5.parq", chunks=None)   # doctest: +SKIP
-    >>> h5sidecar.load(tree)                                              # doctest: +SKIP
-    """
-    import fsspec.asyn
-    import xarray as xr
-
-    if isinstance(obj, xr.DataTree):
-        variables = [v for node in obj.subtree for v in node.variables.values()]
-    elif isinstance(obj, xr.DataArray):
-        variables = [obj.variable, *obj.coords.variables.values()]
-    elif isinstance(obj, xr.Dataset):
-        variables = list(obj.variables.values())
-    else:
-        raise TypeError(f"load() takes a Dataset, DataArray or DataTree, not {type(obj).__name__}")
-    chunked = [v for v in variables if v.chunks is not None]
-    if chunked:
-        import dask
-
-        for v, data in zip(chunked, dask.compute(*(v.data for v in chunked)), strict=True):
-            v.data = data
-    lazy = {id(v): v for v in variables if v.chunks is None}  # a coordinate shared by many
-
-    async def _all() -> None:
-        await asyncio.gather(*(v.load_async() for v in lazy.values()))
-
-    fsspec.asyn.sync(fsspec.asyn.get_loop(), _all)
-    return obj
