@@ -39,7 +39,7 @@ from h5sidecar.gateway._decode import (
     place_chunk,
 )
 from h5sidecar.gateway._fetch import ChunkFetcher, _gather_or_cancel
-from h5sidecar.references import INLINE, MISSING, ArrayRefs, GranuleRefs
+from h5sidecar.references import INLINE, MISSING, ArrayRefs, ChunkManifest, GranuleRefs
 
 __all__ = ["NativeReader", "out_dtype"]
 
@@ -253,22 +253,24 @@ class NativeReader:
         targets: list[_Target] = []
         stored: list[tuple[int, np.ndarray]] = []  # (target, rows of its stored chunks)
         inline_jobs: list[tuple[_Target, tuple[int, ...], bytes]] = []
-        for path, arr, sel in prepared:
+        # each manifest once: a lazy array's property asks its loader every time
+        manifests = [arr.manifest for _, arr, _ in prepared]
+        for (path, arr, sel), man in zip(prepared, manifests, strict=True):
             codec = self.codec(path)
             assert codec is not None  # _array checked
             t = _Target(path, codec, sel)
             targets.append(t)
             flat = _flat_numbers(sel.grid, arr.meta.grid_shape)
-            codes = arr.manifest.codes.reshape(-1)[flat]
+            codes = man.codes.reshape(-1)[flat]
             for row in np.flatnonzero(codes == MISSING).tolist():
                 t.place(sel.grid[row], codec.fill)
             inline_jobs.extend(
-                (t, tuple(sel.grid[row]), arr.manifest.inline[int(flat[row])])
+                (t, tuple(sel.grid[row]), man.inline[int(flat[row])])
                 for row in np.flatnonzero(codes == INLINE).tolist()
             )
             stored.append((len(targets) - 1, np.flatnonzero(codes >= 0)))
-        arrays = [arr for _, arr, _ in prepared]
-        groups = self._groups(targets, arrays, stored)
+        grids = [arr.meta.grid_shape for _, arr, _ in prepared]
+        groups = self._groups(targets, manifests, grids, stored)
         # scan resistance: a batch larger than a quarter of the chunk cache would only evict
         # what other reads keep hot, so its chunks are not kept
         total = sum(r.length for g in groups for r in g)
@@ -295,7 +297,8 @@ class NativeReader:
     def _groups(
         self,
         targets: list[_Target],
-        arrays: list[ArrayRefs],
+        manifests: list[ChunkManifest],
+        grids: list[tuple[int, ...]],
         stored: list[tuple[int, np.ndarray]],
     ) -> list[list[_Chunk]]:
         """Stored chunks (each once, however many selections want it), cut in file order into
@@ -304,8 +307,8 @@ class NativeReader:
         for ti, which in stored:
             if not which.size:
                 continue
-            t, man = targets[ti], arrays[ti].manifest
-            flat = _flat_numbers(t.sel.grid[which], arrays[ti].meta.grid_shape)
+            t, man = targets[ti], manifests[ti]
+            flat = _flat_numbers(t.sel.grid[which], grids[ti])
             codes = man.codes.reshape(-1)[flat].tolist()
             offs = man.offsets.reshape(-1)[flat].tolist()
             lens = man.lengths.reshape(-1)[flat].tolist()
