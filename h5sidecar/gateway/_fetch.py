@@ -47,6 +47,7 @@ from h5sidecar.gateway._backends import (
 from h5sidecar.gateway._plan import ReadPlan, plan_reads
 from h5sidecar.gateway._stats import FetchStats
 from h5sidecar.references import SourceInfo
+from h5sidecar.references._io import scrub_credentials
 from h5sidecar.settings import ReadSettings
 
 __all__ = ["ChunkFetcher", "scrub_credentials"]
@@ -55,8 +56,6 @@ log = logging.getLogger("h5sidecar.fetch")
 
 #: Upper bound of one backoff sleep (seconds), whatever the attempt number.
 _MAX_BACKOFF = 20.0
-#: Substrings of option names that hold secrets; such options never enter a pickle.
-_SECRET_MARKERS = ("key", "secret", "token", "password", "credential", "session")
 
 
 class ChunkFetcher:
@@ -357,12 +356,3 @@ def _assemble_spans(plan: ReadPlan, parts: list[Any]) -> list[Any]:
         i += c
     return out
 
-
-def scrub_credentials(options: Mapping[str, Any]) -> dict[str, Any]:
-    """Copy of s3fs-style ``options`` without secrets (keys, tokens, passwords), recursively."""
-    out: dict[str, Any] = {}
-    for k, v in options.items():
-        if any(m in str(k).lower() for m in _SECRET_MARKERS):
-            continue
-        out[k] = scrub_credentials(v) if isinstance(v, Mapping) else v
-    return out

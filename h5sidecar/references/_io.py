@@ -28,7 +28,7 @@ import re
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -225,19 +225,24 @@ class SidecarFiles:
         return _fetch(self._fs, self._root, rels)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (SidecarFiles, (self.url, _without_secrets(self.storage_options)))
+        return (SidecarFiles, (self.url, scrub_credentials(self.storage_options)))
 
 
 #: Option names that carry secrets (matched as substrings, case-insensitively).
 _SECRET_MARKERS = ("key", "secret", "token", "password", "credential", "session")
 
 
-def _without_secrets(options: dict[str, Any]) -> dict[str, Any]:
+def scrub_credentials(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Copy of s3fs-style ``options`` without secrets (keys, tokens, passwords), recursively.
+
+    What pickles (sidecar readers, fetchers, stores) and what keys caches keep of storage
+    options: workers and caches never see credentials.
+    """
     out: dict[str, Any] = {}
     for k, v in options.items():
         if any(m in str(k).lower() for m in _SECRET_MARKERS):
             continue
-        out[k] = _without_secrets(v) if isinstance(v, dict) else v
+        out[k] = scrub_credentials(v) if isinstance(v, Mapping) else v
     return out
 
 
