@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import http.server
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,28 +24,10 @@ from h5sidecar.gateway.app import create_app
 from h5sidecar.settings import GatewaySettings
 from tests.catalog.conftest import Indexed
 from tests.conftest import free_port
+from tests.gateway._http import running
 
 #: one xdist worker for the session's sample granules and catalog (where grouping works)
 pytestmark = pytest.mark.xdist_group("catalog")
-
-
-@contextmanager
-def _uvicorn(app: Any, port: int) -> Iterator[str]:
-    import uvicorn
-
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="off", access_log=False))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
 
 
 @contextmanager
@@ -79,7 +60,7 @@ def stac_gateway(indexed: Indexed, tmp_path_factory: pytest.TempPathFactory) -> 
     assert build_catalog(str(indexed.dest_parquet), stac, collection_id="samples",
                          gateway_url=url).ok
     app = create_app(GatewaySettings(), str(indexed.dest_parquet), stac_api=StacApi(stac))
-    with _uvicorn(app, port):
+    with running(app, port):
         yield url
 
 
@@ -153,6 +134,6 @@ def test_stac_http_errors(stac_gateway: str, indexed: Indexed) -> None:
     assert httpx.get(f"{stac_gateway}/stac/..%2f..%2fetc/passwd").status_code in (400, 404)
     # a gateway started without a catalog says how to get one
     app = create_app(GatewaySettings(), str(indexed.dest_parquet))
-    with _uvicorn(app, free_port()) as url:
+    with running(app) as url:
         r = httpx.get(f"{url}/stac/")
         assert r.status_code == 404 and "--stac STACDIR" in r.json()["message"]

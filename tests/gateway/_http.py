@@ -88,11 +88,12 @@ def _build_corpus(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @contextmanager
-def running(app: Any) -> Iterator[str]:
-    """Run an ASGI app with uvicorn in a thread on a free port of 127.0.0.1; yield its URL."""
+def running(app: Any, port: int | None = None) -> Iterator[str]:
+    """Run an ASGI app with uvicorn in a thread on ``port`` (a free one by default) of
+    127.0.0.1; yield its URL."""
     import uvicorn
 
-    port = free_port()
+    port = free_port() if port is None else port
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                             lifespan="off", access_log=False)  # fmt: skip
     server = uvicorn.Server(config)
