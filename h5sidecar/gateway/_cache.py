@@ -16,7 +16,16 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-__all__ = ["CHUNKS", "SIDECARS", "ByteLRU", "CacheStats", "load_refs", "sidecar_identity", "sizeof"]
+__all__ = [
+    "CHUNKS",
+    "SIDECARS",
+    "ByteLRU",
+    "CacheStats",
+    "chunk_key",
+    "load_refs",
+    "sidecar_identity",
+    "sizeof",
+]
 
 V = TypeVar("V")
 
@@ -147,6 +156,12 @@ SIDECARS: ByteLRU[Any] = ByteLRU(256 * 2**20)
 #: some chunks twice when it opens a dataset (the first and last value of each time variable to
 #: choose its dtype, then the whole coordinate to index it); this makes those re-reads free.
 CHUNKS: ByteLRU[bytes] = ByteLRU(64 * 2**20)
+
+
+def chunk_key(url: str, offset: int, length: int, source: Any) -> tuple[Any, ...]:
+    """The :data:`CHUNKS` key of a byte range: the range plus the identity of the granule the
+    sidecar describes (``SourceInfo``), so a changed, re-indexed source never hits."""
+    return (url, offset, length, source.url, source.size, source.etag, source.mtime)
 
 
 def _options_key(options: Mapping[str, Any]) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from h5sidecar.errors import UnsupportedFeatureError
-from h5sidecar.gateway._cache import ByteLRU
+from h5sidecar.gateway._cache import ByteLRU, chunk_key
 from h5sidecar.gateway._decode import (
     ChunkCodec,
     Selection,
@@ -219,9 +219,8 @@ class NativeReader:
                 self.fetcher.fetch(edge_refs) if edge_refs else asyncio.sleep(0, []),
             )
             self._prefetched.update(zip(whole, arrays, strict=True))
-            src = self.refs.source
             for ref, data in zip(edge_refs, datas, strict=True):
-                self.chunk_cache.put((*ref, src.url, src.size, src.etag, src.mtime), data)  # type: ignore[union-attr]
+                self.chunk_cache.put(chunk_key(*ref, self.refs.source), data)  # type: ignore[union-attr]
 
         fsspec.asyn.sync(fsspec.asyn.get_loop(), both)
 
@@ -335,10 +334,9 @@ class NativeReader:
 
     async def _fetch_and_decode(self, group: list[_Chunk], keep: bool) -> None:
         cache, src = self.chunk_cache, self.refs.source
-        identity = (src.url, src.size, src.etag, src.mtime)
         missing: list[_Chunk] = []
         for r in group:
-            r.data = cache.get((r.url, r.offset, r.length, *identity)) if cache is not None else None
+            r.data = cache.get(chunk_key(r.url, r.offset, r.length, src)) if cache is not None else None
             if r.data is None:
                 missing.append(r)
             else:
@@ -349,7 +347,7 @@ class NativeReader:
             for r, data in zip(missing, got, strict=True):
                 r.data = data
                 if keep and cache is not None:
-                    cache.put((r.url, r.offset, r.length, *identity), bytes(data))
+                    cache.put(chunk_key(r.url, r.offset, r.length, src), bytes(data))
         await _in_pool(_decode_chunks, group)
 
 

@@ -28,7 +28,7 @@ from typing import Any
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 
-from h5sidecar.gateway._cache import CHUNKS, ByteLRU, load_refs
+from h5sidecar.gateway._cache import CHUNKS, ByteLRU, chunk_key, load_refs
 from h5sidecar.gateway._fetch import scrub_credentials
 from h5sidecar.gateway._keyspace import ChunkRef, GranuleKeys, ZarrFormat
 from h5sidecar.gateway._native import NativeReader
@@ -303,9 +303,7 @@ class SidecarStore(Store):
         return prototype.buffer.from_bytes(data)
 
     def _cache_key(self, ref: ChunkRef) -> tuple[Any, ...]:
-        # the source identity is part of the key: a changed, re-indexed source never hits
-        src = self._refs.source
-        return (*ref, src.url, src.size, src.etag, src.mtime)
+        return chunk_key(*ref, self._refs.source)
 
     async def get_partial_values(
         self,
