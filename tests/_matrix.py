@@ -32,6 +32,8 @@ class Tally:
 
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("equal", "widened", "refused", "differ"), 0))  # fmt: skip
+    files: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
+        ("equal", "refused", "differ"), 0))  # fmt: skip
     differ: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
 

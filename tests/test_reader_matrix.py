@@ -22,7 +22,6 @@ Readers:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import warnings
 from collections.abc import Callable, Iterator
@@ -157,13 +156,13 @@ def opener(reader: str, ix: Indexed, name: str, tmp: Path) -> Callable[[str], xr
         return lambda g: xr.open_dataset(ix.sidecar(name, "parquet"), engine="h5sidecar",
                                          group=g or None)  # fmt: skip
     if reader == "fsspec":
-        return lambda g: xr.open_zarr("h5sidecar://", group=g or None, zarr_format=2,
+        return lambda g: xr.open_zarr("h5sidecar://", group=g or None, zarr_format=2, chunks=None,
                                       storage_options={"fo": str(ix.sidecar(name, "json"))})  # fmt: skip
     if reader.startswith("gateway"):
         view = {"gateway-v2": "zarr", "gateway-v3": "zarr3", "gateway-sharded": "zarr3-shard/4"}
         fmt = 2 if reader == "gateway-v2" else 3
         url = f"{ix.gateway_url()}/{view[reader]}/{name}/"
-        return lambda g: xr.open_zarr(url, group=g or None, zarr_format=fmt)
+        return lambda g: xr.open_zarr(url, group=g or None, zarr_format=fmt, chunks=None)
     if reader.startswith("virtualizarr"):
         fmt = reader.removeprefix("virtualizarr-")
 
@@ -179,50 +178,53 @@ def opener(reader: str, ix: Indexed, name: str, tmp: Path) -> Callable[[str], xr
 
 
 # -- the matrix -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("reader", READERS)
 @pytest.mark.parametrize("name", FILES)
-def test_reader_matrix(name: str, reader: str, indexed: Indexed, tmp_path: Path) -> None:
-    with contextlib.ExitStack() as stack:
-        _check_file(name, reader, indexed, tmp_path, stack)
-
-
-def _check_file(name: str, reader: str, indexed: Indexed, tmp_path: Path,
-                stack: contextlib.ExitStack) -> None:  # fmt: skip
+def test_reader_matrix(name: str, indexed: Indexed, tmp_path: Path) -> None:
+    """Every reader, every group and variable of one file (the truth is opened once)."""
     path = CORPUS / "files" / name
     if not indexed.sidecar(name, "json").exists():
         pytest.fail(f"{name} was not indexed (see DEST/_report.json)")
     refs = indexed.refs(name)
     skipped = {s.path for s in refs.skipped}
-    tally = TALLIES.setdefault(reader, Tally())
-    local = Tally()
-    open_group = opener(reader, indexed, name, tmp_path)
-    h5 = stack.enter_context(h5py.File(path, "r"))
-    for group, pair in iter_truth(path):
-        if group and reader == "zarr-unconsolidated":
-            continue  # zarr's FsspecStore lists "/g" on fsspec's reference:// (see below)
-        prefix = f"{group}/" if group else ""
-        names = {p[len(prefix):] for p in skipped if p.startswith(prefix)}
-        if reader.startswith(("virtualizarr", "icechunk")):
-            names |= set(virtualizarr_skips(refs, group))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            compare_group(lambda g=group: open_group(g), pair, f"{name}:/{group}", local, names,
-                          reference_resolver(h5))  # fmt: skip
-    for k, v in local.counts.items():
-        tally.counts[k] += v
-    tally.differ += local.differ
-    tally.refused += local.refused
-    assert not local.differ, "silent differences:\n" + "\n".join(local.differ)
+    truths = list(iter_truth(path))
+    differ: list[str] = []
+    with h5py.File(path, "r") as h5:
+        resolve = reference_resolver(h5)
+        for reader in READERS:
+            local = Tally()
+            open_group = opener(reader, indexed, name, tmp_path / reader)
+            for group, pair in truths:
+                if group and reader == "zarr-unconsolidated":
+                    continue  # zarr's FsspecStore lists "/g" on fsspec's reference:// (below)
+                prefix = f"{group}/" if group else ""
+                names = {p[len(prefix):] for p in skipped if p.startswith(prefix)}
+                if reader.startswith(("virtualizarr", "icechunk")):
+                    names |= set(virtualizarr_skips(refs, group))
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    compare_group(lambda g=group, o=open_group: o(g), pair, f"{name}:/{group}",
+                                  local, names, resolve)  # fmt: skip
+            tally = TALLIES.setdefault(reader, Tally())
+            for k, v in local.counts.items():
+                tally.counts[k] += v
+            tally.files[("differ" if local.differ else "refused" if local.refused
+                         else "equal")] += 1  # fmt: skip
+            tally.differ += local.differ
+            tally.refused += local.refused
+            differ += [f"[{reader}] {d}" for d in local.differ]
+    assert not differ, "silent differences:\n" + "\n".join(differ)
 
 
 def test_reader_matrix_summary() -> None:
     """Prints reader x verdict counts (this worker's share; ``-p no:xdist`` for all)."""
     if not TALLIES:
         pytest.skip("no matrix case ran in this worker")
-    print("\nreader                 equal  widened  refused  differ")
+    print("\n| reader | files all equal | files with refusals | files differing | variables "
+          "equal | widened | refused | differ |\n|---|---|---|---|---|---|---|---|")
     for reader, t in TALLIES.items():
-        c = t.counts
-        print(f"{reader:<22} {c['equal']:>5} {c['widened']:>8} {c['refused']:>8} {c['differ']:>7}")
+        c, f = t.counts, t.files
+        print(f"| {reader} | {f['equal']} | {f['refused']} | {f['differ']} | {c['equal']} | "
+              f"{c['widened']} | {c['refused']} | {c['differ']} |")
     for reader, t in TALLIES.items():
         for r in t.refused[:400]:
             print(f"  refused by {reader}: {r}")

@@ -11,9 +11,11 @@ def virtualizarr_unreadable(refs: GranuleRefs) -> list[str]:
     """Paths of the arrays VirtualiZarr's kerchunk parsers (2.x) refuse.
 
     VirtualiZarr raises ``NotImplementedError`` for chunks held inside the reference file
-    (compact datasets, materialized strings, never-written chunks stored as the fill value)
-    and cannot give a Zarr v3 data type to object arrays (variable-length strings), which fails
-    the whole group.  Pass the names to the parser's ``skip_variables``.
+    (compact datasets, materialized strings, never-written chunks stored as the fill value),
+    cannot give a Zarr v3 data type to object arrays (variable-length strings), and fails on
+    structured (compound) types given as JSON lists (``TypeError: Field elements must be 2- or
+    3-tuples``); the last two fail the whole group.  Pass the names to the parser's
+    ``skip_variables``.
 
     Examples
     --------
@@ -23,5 +25,7 @@ def virtualizarr_unreadable(refs: GranuleRefs) -> list[str]:
     return [
         path
         for path, arr in refs.arrays.items()
-        if arr.manifest.n_inline or arr.meta.dtype in ("|O", "O")
+        if arr.manifest.n_inline
+        or arr.meta.dtype in ("|O", "O")
+        or isinstance(arr.meta.dtype, list)
     ]

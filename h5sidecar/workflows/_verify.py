@@ -6,12 +6,16 @@ pass means plain tools get the right values, not only h5sidecar's own reader.  T
 1. the source still has the identity recorded at index time (size + ETag/mtime);
 2. for ``sample`` chunks per variable (all with ``sample=0``), values decoded through the sidecar
    equal what h5py reads from the source;
-3. where the sidecar records chunk checksums, the referenced bytes still hash to them.
+3. where the sidecar records chunk checksums, the referenced bytes still hash to them;
+4. for the same chunks, the CF-decoded values plain xarray gives through the sidecar equal what
+   xarray + h5netcdf gives from the source (masking, packing, times), when h5netcdf is
+   installed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -28,6 +32,7 @@ from zarr.storage import FsspecStore
 from h5sidecar.errors import InvalidReferenceError, SourceNotFoundError
 from h5sidecar.indexer import chunk_hash
 from h5sidecar.references import MISSING, ArrayRefs, GranuleRefs, SourceInfo, read_refs
+from h5sidecar.workflows._cfcheck import decoded_differences
 from h5sidecar.workflows._compare import h5_dataset, read_h5_region, values_equal
 from h5sidecar.workflows._listing import filesystem, identity_from_info, is_remote, normalize_url
 
@@ -151,15 +156,55 @@ def verify_refs(
     current = _current_identity(src, ref, opts)
     rng = np.random.default_rng(seed)
     group = _open_plain(ref, refs, opts)
+    chosen = {arr.path: _choose_chunks(arr, sample, rng) for arr in refs.arrays.values()}
     with _open_h5(src, opts) as h5:
         checks = [
-            _check_array(arr, group, h5, _choose_chunks(arr, sample, rng), ref, opts)
+            _check_array(arr, group, h5, chosen[arr.path], ref, opts)
             for arr in refs.arrays.values()
         ]
+        decoded = _decoded_check(refs, group, src, opts, chosen, h5)
+    checks = [_with_decoded(c, decoded.get(c.path)) for c in checks]
     checks += [
         VariableCheck(s.path, "skipped", message=f"{s.kind}: {s.reason}") for s in refs.skipped
     ]
     return VerifyReport(ref=ref, recorded=refs.source, current=current, variables=tuple(checks))
+
+
+def _decoded_check(
+    refs: GranuleRefs,
+    group: zarr.Group,
+    src: str,
+    opts: dict[str, Any] | None,
+    chosen: dict[str, list[tuple[int, ...]]],
+    h5: h5py.File,
+) -> dict[str, str]:
+    """Check 4: CF-decoded values through plain xarray equal xarray + h5netcdf's on the source
+    (the same chunks as check 2).  Skipped when h5netcdf is not installed."""
+    try:
+        import h5netcdf  # noqa: F401
+    except ImportError:
+        return {}
+    regions = {
+        path: [_region(refs.arrays[path], index) for index in indices]
+        for path, indices in chosen.items()
+        if refs.arrays[path].manifest.codes.ndim  # 0-d: compared whole below
+    }
+    regions.update({p: [()] for p, i in chosen.items() if not refs.arrays[p].manifest.codes.ndim})
+
+    def resolve(r: Any) -> str:
+        return h5[r].name if isinstance(r, h5py.Reference) and r else str(r)
+
+    with contextlib.ExitStack() as stack:
+        source: Any = src
+        if is_remote(src):
+            source = stack.enter_context(fsspec.open(src, "rb", **(opts or {})))
+        return decoded_differences(group.store, source, list(refs.groups), regions, resolve)
+
+
+def _with_decoded(check: VariableCheck, problem: str | None) -> VariableCheck:
+    if problem is None or check.status != "ok":
+        return check
+    return dataclasses.replace(check, status="different", message=problem)
 
 
 def _current_identity(src: str, ref: str, opts: dict[str, Any] | None) -> SourceInfo:

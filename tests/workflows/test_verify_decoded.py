@@ -1,0 +1,40 @@
+"""``verify`` checks CF-decoded values too: a sidecar whose fill value makes plain xarray mask
+real data fails (issue 9: verify passed the broken sidecars)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from h5sidecar.indexer import index_granule
+from h5sidecar.references import write_json
+from h5sidecar.workflows import verify_refs
+from tests.references.test_fill_values import _netcdf_like
+
+
+def test_verify_passes_a_correct_sidecar(tmp_path: Path) -> None:
+    granule = _netcdf_like(tmp_path / "g.h5")
+    ref = write_json(index_granule(str(granule)), tmp_path / "g.h5.json")
+    report = verify_refs(str(ref), sample=0)
+    assert report.ok, [v.to_dict() for v in report.variables if v.status != "ok"]
+
+
+def test_verify_fails_when_plain_xarray_masks_real_values(tmp_path: Path) -> None:
+    granule = _netcdf_like(tmp_path / "g.h5")
+    ref = Path(write_json(index_granule(str(granule)), tmp_path / "g.h5.json"))
+    # what sidecars held before: .zarray fill_value = the HDF5 storage fill (0), which plain
+    # xarray masks, turning real zeros into NaN; the raw bytes are still right
+    doc = json.loads(ref.read_text())
+    zarray = json.loads(doc["refs"]["precip/.zarray"])
+    zarray["fill_value"] = 0.0
+    doc["refs"]["precip/.zarray"] = json.dumps(zarray)
+    zmeta = json.loads(doc["refs"][".zmetadata"])
+    zmeta["metadata"]["precip/.zarray"] = zarray
+    doc["refs"][".zmetadata"] = json.dumps(zmeta)
+    ref.write_text(json.dumps(doc))
+    report = verify_refs(str(ref), sample=0)
+    checks = {v.path: v for v in report.variables}
+    assert not report.ok
+    assert checks["precip"].status == "different"
+    assert "differ from xarray + h5netcdf" in checks["precip"].message
+    assert checks["offset"].status == "ok"
