@@ -47,10 +47,35 @@ class IndexContext:
     read_many: Callable[[str, list[tuple[int, int]]], list[bytes]]
     #: opens another HDF5 file (sources of virtual datasets); closed with the granule
     open_h5: Callable[[str], h5py.File]
+    #: array path -> CF attribute -> numpy type string (JSON keeps no float width)
+    attribute_dtypes: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
 
 
 def _join(*parts: str) -> str:
     return "; ".join(p for p in parts if p)
+
+
+#: CF attributes whose numeric type decides how xarray decodes (packing, masks, ranges).
+CF_TYPED_ATTRS = (
+    "scale_factor", "add_offset", "_FillValue", "missing_value", "valid_min", "valid_max",
+    "valid_range",
+)  # fmt: skip
+
+
+def cf_attribute_dtypes(dset: h5py.Dataset) -> dict[str, str]:
+    """Numeric types of the CF attributes of ``dset`` (JSON loses float32 vs float64, which
+    decides the dtype xarray unpacks to: a float64 ``scale_factor`` of 0.5 means float64)."""
+    out: dict[str, str] = {}
+    for name in CF_TYPED_ATTRS:
+        try:
+            if name not in dset.attrs:
+                continue
+            dtype = dset.attrs.get_id(name).dtype
+        except H5PY_ERRORS:
+            continue
+        if dtype.kind in "biuf":
+            out[name] = dtype.newbyteorder("=").str
+    return out
 
 
 # -- quirks ---------------------------------------------------------------------------------------
@@ -225,6 +250,9 @@ def index_dataset(entry: DatasetEntry, ctx: IndexContext) -> ArrayRefs:
         hshape = vds_extent(dset, ctx.url, ctx.open_h5)
     shape = hshape + plan.extra_shape
     attrs = read_attrs(dset, ctx.deref, is_scale=is_dimension_scale(dset))
+    types = cf_attribute_dtypes(dset)
+    if types:
+        ctx.attribute_dtypes[entry.path] = types
     dim_names, dim_note = ctx.dims.names(entry, shape, len(plan.extra_shape))
     fill_json, fill_raw = _fill(dset, plan)
     all_attrs = {**attrs.attrs, **plan.attrs}

@@ -167,6 +167,8 @@ def index_open_granule(
     if check_unchanged is not None:
         check_unchanged()
     extra = _provenance(settings, time.perf_counter() - started, dropped)
+    if ctx.attribute_dtypes:
+        extra["attribute_dtypes"] = ctx.attribute_dtypes
     return GranuleRefs(granule.identity, groups, arrays, tuple(skipped), extra)
 
 

@@ -217,6 +217,9 @@ def write_small_granule(path: str | Path) -> Path:
             "sparse", shape=(10, 10), chunks=(5, 5), dtype="f4", fillvalue=-1.0
         )
         sparse[0:5, 0:5] = 7.0
+        # CF _FillValue = the storage fill: never-written chunks stay missing in the sidecar
+        # (with another or no _FillValue they would be stored as -1.0 instead)
+        sparse.attrs["_FillValue"] = np.float32(-1.0)
     return path
 
 

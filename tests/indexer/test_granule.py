@@ -11,7 +11,7 @@ import pytest
 
 from h5sidecar.errors import NotHDF5Error, SourceNotFoundError, UnsupportedFeatureError
 from h5sidecar.indexer import chunk_hash, index_granule
-from h5sidecar.references import MISSING
+from h5sidecar.references import INLINE
 from h5sidecar.settings import IndexSettings
 from tests.indexer._compare import assert_refs_match_h5py, open_refs
 
@@ -75,7 +75,10 @@ def test_storage_fill_value_is_not_the_fillvalue_attribute(make_h5) -> None:
     refs = index_granule(str(path))
     arr = refs.arrays["x"]
     assert arr.meta.fill_value == -9 and arr.meta.attrs["_FillValue"] == -1
-    assert arr.manifest.codes.tolist() == [0, MISSING]
+    # Zarr readers would read the missing chunk as .zarray's fill_value (the CF -1): it is
+    # stored in the sidecar as HDF5's -9 instead (issue 9)
+    assert arr.manifest.codes.tolist() == [0, INLINE]
+    assert arr.zarray_fill_value() == -1
     group = assert_refs_match_h5py(refs, path)  # the missing chunk reads -9, as in HDF5
     assert group["x"][3:].tolist() == [-9, -9, -9]
 

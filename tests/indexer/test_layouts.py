@@ -43,9 +43,10 @@ def test_unallocated_chunks_read_as_storage_fill(make_h5) -> None:
     path = make_h5(build)
     refs = index_granule(str(path))
     arr = refs.arrays["x"]
-    assert (arr.manifest.n_stored, arr.manifest.n_missing) == (1, 3)
+    # never-written chunks are stored as -7: a Zarr fill_value would be a CF mask (issue 9)
+    assert (arr.manifest.n_stored, arr.manifest.n_inline, arr.manifest.n_missing) == (1, 3, 0)
     assert arr.meta.fill_value == -7
-    assert arr.zarray_fill_value() == -7  # missing chunks + non-default fill: persisted
+    assert arr.zarray_fill_value() is None  # no _FillValue attribute: nothing masked
     assert_refs_match_h5py(refs, path)
 
 
@@ -111,8 +112,9 @@ def test_unallocated_contiguous(make_h5) -> None:
     path = make_h5(lambda f: f.create_dataset("x", shape=(6,), dtype="f4", fillvalue=np.nan))
     refs = index_granule(str(path))
     arr = refs.arrays["x"]
-    assert arr.manifest.n_missing == 1 and arr.manifest.n_stored == 0
-    assert arr.meta.fill_value == "NaN"
+    # stored as NaN in the sidecar: a null fill_value reads as 0 in zarr (issue 9)
+    assert arr.manifest.n_inline == 1 and arr.manifest.n_stored == 0
+    assert arr.meta.fill_value == "NaN" and arr.status == "inlined"
     assert_refs_match_h5py(refs, path)
 
 
@@ -148,7 +150,7 @@ def test_scalars_and_empty_datasets(make_h5) -> None:
     assert refs.arrays["scalar"].meta.shape == ()
     assert refs.arrays["scalar"].manifest.n_stored == 1
     assert refs.arrays["empty2d"].manifest.n_chunks == 0
-    assert refs.arrays["scalar_unwritten"].manifest.n_missing == 1
+    assert refs.arrays["scalar_unwritten"].manifest.n_inline == 1  # reads 5, not 0 (issue 9)
     assert_refs_match_h5py(refs, path)
 
 
