@@ -16,6 +16,8 @@ def test_inspect_agrees_with_h5py(tmp_path: Path) -> None:
     with h5py.File(src, "a") as f:
         f.create_dataset("sparse", shape=(100,), chunks=(10,), dtype="i4", fillvalue=-1)
         f["sparse"][:25] = 7  # three chunks allocated, seven not
+        # _FillValue = the storage fill: the seven stay missing (else stored as -1; issue 9)
+        f["sparse"].attrs["_FillValue"] = np.int32(-1)
         ragged = f.create_dataset("ragged", (2,), dtype=h5py.vlen_dtype(np.int32))
         ragged[0], ragged[1] = [1, 2], [3]  # variable-length sequences: skipped
     report = index_many(str(src), str(tmp_path / "out"), executor="serial")
