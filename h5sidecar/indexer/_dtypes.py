@@ -132,6 +132,40 @@ def _conversion(t: h5t.TypeID) -> str | None:
     return None
 
 
+#: NUL-terminated string variables up to this many bytes are read once at index time to find
+#: bytes after a terminator (the default ``materialize_limit``: larger ones could not be held
+#: in the sidecar anyway).
+NULLTERM_CHECK_BYTES = 64 * 2**20
+
+
+def _bytes_after_terminator(dset: h5py.Dataset, t: h5t.TypeID) -> str | None:
+    """Why HDF5 changes the values of a ``NULLTERM`` string dataset on read (``None``: it does
+    not).
+
+    HDF5 reads a NUL-terminated string up to its first NUL and drops what follows; Zarr's
+    ``|S<n>`` keeps every byte but trailing NULs.  The two agree unless a value has non-NUL
+    bytes after a NUL (left by writers that reuse a buffer), which only reading the values shows.
+    """
+    size = t.get_size()
+    nbytes = size * int(np.prod(dset.shape or ()))
+    if size < 2 or not nbytes:
+        return None
+    if nbytes > NULLTERM_CHECK_BYTES:
+        return None  # not checked: documented (README "Strings") and noted on the variable
+    raw = np.empty(dset.shape, dtype=f"S{size}")
+    try:
+        dset.id.read(h5py.h5s.ALL, h5py.h5s.ALL, raw, mtype=t)
+    except H5PY_ERRORS as exc:
+        reraise_io_failure(exc)
+        return None  # unreadable values: the variable's own read reports it
+    cells = raw.reshape(-1).view(np.uint8).reshape(-1, size) != 0
+    # a NUL followed by a non-NUL byte: some later byte is set while an earlier one is not
+    after = np.logical_and.accumulate(cells, axis=1)
+    if np.any(cells & ~after):
+        return "NUL-terminated strings with bytes after the terminator (HDF5 drops them on read)"
+    return None
+
+
 def _unsupported(t: h5t.TypeID, *, top: bool) -> str | None:
     """Why values of file type ``t`` have no Zarr form (``None`` when they have one)."""
     cls = t.get_class()
@@ -242,6 +276,9 @@ def plan_dtype(dset: h5py.Dataset) -> DtypePlan:
         return DtypePlan("objref", "|O", np.dtype(object), extra, ref_attrs)
     attrs = _enum_attrs(base_dt)
     conversion = _conversion(base_tid)
+    nullterm = cls == h5t.STRING and base_tid.get_strpad() == h5t.STR_NULLTERM
+    if nullterm and not (conversion or extra):
+        conversion = _bytes_after_terminator(dset, base_tid)
     if base_tid.get_size() != base_dt.itemsize and not conversion:
         conversion = f"file elements are {base_tid.get_size()} bytes, h5py reads {base_dt}"
     json_form, np_dtype, note = zarr_dtype_json(base_dt)
