@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import time
+import traceback
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import h5py
 
-from h5sidecar.errors import UnsupportedFeatureError
+from h5sidecar.errors import H5SidecarError, UnsupportedFeatureError
 from h5sidecar.indexer._attrs import read_attrs
 from h5sidecar.indexer._checksums import manifest_checksums
 from h5sidecar.indexer._common import (
@@ -28,6 +31,8 @@ from h5sidecar.references import ArrayRefs, GranuleRefs, Skipped
 from h5sidecar.settings import IndexSettings
 
 __all__ = ["BENIGN_KINDS", "index_open_granule"]
+
+log = logging.getLogger("h5sidecar.indexer")
 
 #: Skips that lose no data (a dangling link has none); ``on_unsupported="raise"`` ignores them.
 BENIGN_KINDS = frozenset({"soft_link_dangling"})
@@ -80,6 +85,34 @@ def _record(skip: Skip, path: str, settings: IndexSettings) -> Skipped:
             "as skipped and keep the other variables"
         ) from skip
     return record
+
+
+def _failure(exc: Exception, path: str, settings: IndexSettings) -> Skipped:
+    """The record of a variable whose indexing raised ``exc`` (or re-raise it).
+
+    A source read failure aborts the granule (its other variables cannot be read either); an
+    error HDF5 raised about this dataset is ``unreadable``; anything else is an error of
+    h5sidecar itself (``internal_error``): one variable must not sink the granule, so it is
+    recorded with the error and where it happened, the rest of the granule is indexed and the
+    granule is reported as partial.  ``on_unsupported="raise"`` re-raises it unchanged.
+    """
+    if isinstance(exc, H5PY_ERRORS):
+        reraise_io_failure(exc)
+        if raised_by_h5py(exc):
+            failed = Skip("unreadable", f"HDF5 failed on it: {describe_h5_error(exc)}")
+            return _record(failed, path, settings)
+    if isinstance(exc, (H5SidecarError, MemoryError)) or settings.on_unsupported == "raise":
+        raise exc
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    log.warning("indexing %s failed with an unexpected error", path, exc_info=exc)
+    return Skipped(
+        path,
+        "internal_error",
+        f"an unexpected error inside h5sidecar{where} ({describe_h5_error(exc)}); the rest of "
+        "the granule was indexed: report this with the file, or index with "
+        "on_unsupported='raise' to get the traceback",
+    )
 
 
 def _check_links(skipped: list[Skipped], settings: IndexSettings) -> None:
@@ -151,12 +184,8 @@ def index_open_granule(
             except Skip as skip:
                 by_path[entry.path] = _record(skip, entry.path, settings)
                 skipped.append(by_path[entry.path])
-            except H5PY_ERRORS as exc:  # HDF5 failing on this dataset's metadata or data
-                reraise_io_failure(exc)
-                if not raised_by_h5py(exc):
-                    raise
-                failed = Skip("unreadable", f"HDF5 failed on it: {describe_h5_error(exc)}")
-                by_path[entry.path] = _record(failed, entry.path, settings)
+            except Exception as exc:  # noqa: BLE001 - recorded per variable, see _failure
+                by_path[entry.path] = _failure(exc, entry.path, settings)
                 skipped.append(by_path[entry.path])
     finally:
         reader.close()
