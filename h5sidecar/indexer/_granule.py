@@ -158,11 +158,16 @@ def index_open_granule(
     )
     groups: dict[str, dict[str, Any]] = {}
     dropped: dict[str, dict[str, str]] = {}
+    escaped: dict[str, list[str]] = {"links": list(hierarchy.escaped)}
     for gpath, group in hierarchy.groups:
         result = read_attrs(group, deref.path)
         groups[gpath] = result.attrs
         if result.dropped:
             dropped[gpath] = result.dropped
+        if result.escaped:
+            escaped.setdefault("group_attributes", []).extend(
+                f"{gpath}/{name}" if gpath else name for name in result.escaped
+            )
     arrays: dict[str, ArrayRefs] = {}
     skipped = list(hierarchy.skipped)
     by_path: dict[str, Skipped] = {}
@@ -196,6 +201,8 @@ def index_open_granule(
     if check_unchanged is not None:
         check_unchanged()
     extra = _provenance(settings, time.perf_counter() - started, dropped)
+    if len(escaped) > 1 or escaped["links"]:
+        extra["names_escaped"] = escaped  # see _walk.escape_name
     return GranuleRefs(granule.identity, groups, arrays, tuple(skipped), extra)
 
 
