@@ -1,7 +1,8 @@
 """HDF5 attributes -> JSON-ready Zarr attributes.
 
 Every attribute whose value JSON can hold is kept (CF attributes verbatim, ``_FillValue``
-included); the bookkeeping HDF5 and netCDF-4 write for themselves is dropped.  An attribute that
+included); the bookkeeping HDF5 and netCDF-4 write for themselves is dropped, and so are the
+``CLASS``/``NAME`` attributes netCDF readers hide (the attributes seen are h5netcdf's).  An attribute that
 cannot be read or has no JSON form never fails the granule: it is left out and reported.
 """
 
@@ -35,7 +36,9 @@ ALWAYS_DROPPED = frozenset(
     }
 )
 
-#: Dropped only on dimension scales, where they are the scale API's markers.
+#: On dimension scales the scale API's markers (dropped silently); elsewhere (PyTables'
+#: ``CLASS``, an image's ``CLASS``) netCDF readers hide them too (h5netcdf's hidden
+#: attributes), so they are left out with that reason: readers must see what h5netcdf shows.
 SCALE_MARKERS = frozenset({"CLASS", "NAME"})
 
 
@@ -128,7 +131,9 @@ def read_attrs(
             reraise_io_failure(exc)
             result.dropped[name] = f"HDF5 cannot read it: {describe_h5_error(exc)}"
             continue
-        if is_scale and name in SCALE_MARKERS and _is_scale_marker(name, value):
+        if name in SCALE_MARKERS:
+            if not (is_scale and _is_scale_marker(name, value)):
+                result.dropped[name] = "hidden, as netCDF readers (h5netcdf) hide it"
             continue
         try:
             result.attrs[name] = to_json(value, deref)

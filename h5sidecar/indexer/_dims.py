@@ -10,9 +10,12 @@ Sources, in order of preference for each dimension:
 4. a phony name ``phony_dim_<n>``.
 
 xarray (and its DataTree) require that one name never has two sizes in a group and its
-ancestors/descendants, and that no array repeats a name.  A candidate breaking either rule falls
-through to a phony name, and phony names are unique per (group, length) across the whole file:
-``n`` counts every distinct (group, length, k-th repeat within one array) the file needs.
+ancestors/descendants.  A candidate breaking that rule falls through to a phony name, and phony
+names are unique per (group, length) across the whole file: ``n`` counts every distinct (group,
+length, k-th repeat within one array) the file needs.  A name the file itself repeats within
+one array (a netCDF variable ``c(n, n)``) is kept repeated, as h5netcdf shows it: renaming one
+axis would change how xarray decodes the array (a ``|S1`` array whose last dimension no other
+variable uses is joined into strings), so the shape would differ from h5netcdf's.
 """
 
 from __future__ import annotations
@@ -169,10 +172,9 @@ class DimensionNamer:
         notes: list[str] = []
         repeats: dict[int, int] = {}
         for i, (cand, size) in enumerate(zip(candidates, shape, strict=True)):
-            if cand is not None and (cand in names or not self._fits(cand, size, group)):
+            if cand is not None and not self._fits(cand, size, group):
                 notes.append(
-                    f"dimension {i} is not named {cand!r}: that name has another size "
-                    "here or is already used by this array"
+                    f"dimension {i} is not named {cand!r}: that name has another size here"
                 )
                 cand = None
             if cand is None:

@@ -28,12 +28,22 @@ from h5py import h5t
 from h5sidecar.indexer._common import H5PY_ERRORS, describe_h5_error, fail, reraise_io_failure
 from h5sidecar.indexer._structured import structured_json
 
-__all__ = ["ENUM_ATTR", "REFERENCE_ATTR", "DtypePlan", "plan_dtype", "zarr_dtype_json"]
+__all__ = [
+    "ENUMS_KEY",
+    "REFERENCES_KEY",
+    "DtypePlan",
+    "enum_mapping",
+    "plan_dtype",
+    "zarr_dtype_json",
+]
 
-#: Attribute holding an enumeration's ``{name: value}`` mapping (the values are the base ints).
-ENUM_ATTR = "_h5sidecar_enum"
-#: Attribute marking variables whose object references were replaced by target paths.
-REFERENCE_ATTR = "_h5sidecar_reference"
+#: Key of ``GranuleRefs.extra`` (the sidecar's h5sidecar extras, which plain readers ignore)
+#: mapping each enumeration variable to its ``{name: value}`` mapping.  Not an attribute:
+#: netCDF readers (h5netcdf) show none, and readers must see the attributes they show.
+ENUMS_KEY = "enums"
+#: Key of ``GranuleRefs.extra`` listing the variables whose object references were replaced
+#: by the target's path.
+REFERENCES_KEY = "object_references"
 
 Mode = Literal["raw", "convert", "vlen_str", "objref"]
 
@@ -52,7 +62,8 @@ class DtypePlan:
     extra_shape : tuple of int
         Trailing dimensions contributed by an HDF5 array (``H5T_ARRAY``) element type.
     attrs : dict
-        Attributes to add (enumeration mapping, reference marker).
+        Attributes to add (none today: enumerations and references are described in the
+        granule's extras, where plain readers do not show them as attributes).
     note : str
         Why values were transformed ("" for plain raw variables).
     """
@@ -243,11 +254,19 @@ def _h5py_dtype(dset: h5py.Dataset) -> np.dtype:
         fail("unsupported_dtype", f"h5py cannot map the datatype ({describe_h5_error(exc)})")
 
 
-def _enum_attrs(dt: np.dtype) -> dict[str, Any]:
-    mapping = h5py.check_enum_dtype(dt)
-    if not mapping or dt.kind == "b":
-        return {}
-    return {ENUM_ATTR: {str(k): int(v) for k, v in mapping.items()}}
+def enum_mapping(dset: h5py.Dataset) -> dict[str, int] | None:
+    """The ``{name: value}`` mapping of an enumeration dataset (also of an array of enums);
+    ``None`` for other types and for h5py's boolean enum (stored as ``|b1``)."""
+    try:
+        dt = dset.dtype
+    except H5PY_ERRORS as exc:
+        reraise_io_failure(exc)
+        return None
+    base = dt.subdtype[0] if dt.subdtype is not None else dt
+    mapping = h5py.check_enum_dtype(base)
+    if not mapping or base.kind == "b":
+        return None
+    return {str(k): int(v) for k, v in mapping.items()}
 
 
 def plan_dtype(dset: h5py.Dataset) -> DtypePlan:
@@ -272,9 +291,8 @@ def plan_dtype(dset: h5py.Dataset) -> DtypePlan:
     if cls == h5t.STRING and base_tid.is_variable_str():
         return DtypePlan("vlen_str", "|O", np.dtype(object), extra)
     if cls == h5t.REFERENCE:
-        ref_attrs = {REFERENCE_ATTR: "object references replaced by the target's path"}
-        return DtypePlan("objref", "|O", np.dtype(object), extra, ref_attrs)
-    attrs = _enum_attrs(base_dt)
+        return DtypePlan("objref", "|O", np.dtype(object), extra)
+    attrs: dict[str, Any] = {}  # enumerations are described in the extras (ENUMS_KEY)
     conversion = _conversion(base_tid)
     nullterm = cls == h5t.STRING and base_tid.get_strpad() == h5t.STR_NULLTERM
     if nullterm and not (conversion or extra):

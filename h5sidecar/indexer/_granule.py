@@ -25,8 +25,9 @@ from h5sidecar.indexer._common import (
 )
 from h5sidecar.indexer._dataset import IndexContext, index_alias, index_dataset
 from h5sidecar.indexer._dims import DimensionNamer
+from h5sidecar.indexer._dtypes import ENUMS_KEY, REFERENCES_KEY, enum_mapping
 from h5sidecar.indexer._open import OpenGranule, RangeReader, open_granule
-from h5sidecar.indexer._walk import ObjectKey, object_key, walk
+from h5sidecar.indexer._walk import DatasetEntry, ObjectKey, object_key, walk
 from h5sidecar.references import ArrayRefs, GranuleRefs, Skipped
 from h5sidecar.settings import IndexSettings
 
@@ -115,6 +116,18 @@ def _failure(exc: Exception, path: str, settings: IndexSettings) -> Skipped:
     )
 
 
+def _describe_type(entry: DatasetEntry, out: dict[str, Any]) -> None:
+    """Record what an enumeration's integers mean, and which arrays hold reference paths, in
+    the granule's extras (``ENUMS_KEY``, ``REFERENCES_KEY``): not as attributes, which netCDF
+    readers do not show either."""
+    mapping = enum_mapping(entry.dset)
+    if mapping:
+        out.setdefault(ENUMS_KEY, {})[entry.path] = mapping
+    dt = entry.dset.dtype
+    if h5py.check_ref_dtype(dt.subdtype[0] if dt.subdtype is not None else dt) is h5py.Reference:
+        out.setdefault(REFERENCES_KEY, []).append(entry.path)
+
+
 def _check_links(skipped: list[Skipped], settings: IndexSettings) -> None:
     if settings.on_unsupported != "raise":
         return
@@ -169,6 +182,7 @@ def index_open_granule(
                 f"{gpath}/{name}" if gpath else name for name in result.escaped
             )
     arrays: dict[str, ArrayRefs] = {}
+    described: dict[str, Any] = {}  # enums and object references, see _describe_type
     skipped = list(hierarchy.skipped)
     by_path: dict[str, Skipped] = {}
     try:
@@ -186,6 +200,7 @@ def index_open_granule(
                         arr, checksums=manifest_checksums(arr.manifest, reader.read_many)
                     )
                 arrays[entry.path] = arr
+                _describe_type(entry, described)
             except Skip as skip:
                 by_path[entry.path] = _record(skip, entry.path, settings)
                 skipped.append(by_path[entry.path])
@@ -201,6 +216,7 @@ def index_open_granule(
     if check_unchanged is not None:
         check_unchanged()
     extra = _provenance(settings, time.perf_counter() - started, dropped)
+    extra.update(described)
     if len(escaped) > 1 or escaped["links"]:
         extra["names_escaped"] = escaped  # see _walk.escape_name
     return GranuleRefs(granule.identity, groups, arrays, tuple(skipped), extra)
