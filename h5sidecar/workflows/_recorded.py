@@ -70,15 +70,24 @@ class Recorded:
 
 
 def settings_differ(recorded: Mapping[str, Any] | None, settings: IndexSettings) -> list[str]:
-    """The :data:`CONTENT_SETTINGS` whose recorded value differs from ``settings`` (all of them
-    when the sidecar records none)."""
+    """The :data:`CONTENT_SETTINGS` whose recorded value does not give what ``settings`` asks
+    for (all of them when the sidecar records none).
+
+    Checksums are the one superset: a sidecar with checksums also serves a run that does not
+    ask for them (re-indexing would only drop them); a run asking for them re-indexes a sidecar
+    without.
+    """
     if recorded is None:
         return list(CONTENT_SETTINGS)
-    return [
-        name
-        for name in CONTENT_SETTINGS
-        if name not in recorded or recorded[name] != getattr(settings, name)
-    ]
+    out = []
+    for name in CONTENT_SETTINGS:
+        want = getattr(settings, name)
+        if name == "checksums":
+            if want and not recorded.get(name):
+                out.append(name)
+        elif name not in recorded or recorded[name] != want:
+            out.append(name)
+    return out
 
 
 def read_recorded(

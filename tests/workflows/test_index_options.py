@@ -35,6 +35,8 @@ def test_a_change_of_index_options_reindexes(granule_dir: Path, tmp_path: Path) 
     assert index_many(str(granule_dir), dest, executor="serial", checksums=True).counts == {
         "ok": 0, "failed": 0, "up_to_date": 3
     }
+    # not asking for checksums is served by sidecars that have them (nothing is dropped)
+    assert index_many(str(granule_dir), dest, executor="serial").counts["up_to_date"] == 3
 
     # a setting that changes the sidecar's content, and one that does not
     inlined = IndexSettings(checksums=True, inline_threshold=1 << 20)
