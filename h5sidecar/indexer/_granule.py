@@ -27,7 +27,7 @@ from h5sidecar.indexer._dataset import IndexContext, index_alias, index_dataset
 from h5sidecar.indexer._dims import DimensionNamer
 from h5sidecar.indexer._dtypes import ENUMS_KEY, REFERENCES_KEY, enum_mapping
 from h5sidecar.indexer._open import OpenGranule, RangeReader, open_granule
-from h5sidecar.indexer._walk import DatasetEntry, ObjectKey, object_key, walk
+from h5sidecar.indexer._walk import DatasetEntry, ObjectKey, escape_name, object_key, walk
 from h5sidecar.references import ArrayRefs, GranuleRefs, Skipped
 from h5sidecar.settings import IndexSettings
 
@@ -75,7 +75,10 @@ class _Dereferencer:
         if obj is None:
             return None
         first = self._canonical.get(object_key(obj))
-        return "/" + first if first is not None else obj.name
+        if first is not None:
+            return "/" + first
+        name = obj.name  # bytes when a name on the path is not UTF-8: escape each one
+        return name if isinstance(name, str) else "/".join(map(escape_name, name.split(b"/")))
 
 
 def _record(skip: Skip, path: str, settings: IndexSettings) -> Skipped:

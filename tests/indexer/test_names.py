@@ -75,3 +75,15 @@ def test_non_utf8_names_are_kept_escaped(tmp_path: Path) -> None:
                 assert group[rel][...].tolist() == h5[raw][()].tolist(), rel
             assert group["ok"].attrs["caf%E9"] == h5["ok"].attrs[b"caf\xe9"]
             assert group.attrs["caf%E9"] == "x"
+
+
+def test_references_to_escaped_names_are_escaped_paths(tmp_path: Path) -> None:
+    path = tmp_path / "refs.h5"
+    with h5py.File(path, "w") as f:
+        target = f.create_dataset(b"temp\xe9rature", data=np.arange(2))
+        refs_ds = f.create_dataset("refs", shape=(1,), dtype=h5py.ref_dtype)
+        refs_ds[0] = target.ref
+        f.attrs["points_to"] = target.ref
+    refs = index_granule(str(path))
+    assert open_plain(str(write_json(refs, tmp_path / "r.json")))["refs"][0] == "/temp%E9rature"
+    assert refs.groups[""]["points_to"] == "/temp%E9rature"
