@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from h5sidecar.indexer._dataset import IndexContext, index_alias, index_dataset
 from h5sidecar.indexer._dims import DimensionNamer
 from h5sidecar.indexer._dtypes import ENUMS_KEY, REFERENCES_KEY, enum_mapping
 from h5sidecar.indexer._open import OpenGranule, RangeReader, open_granule
+from h5sidecar.indexer._vds import vds_extent
 from h5sidecar.indexer._walk import DatasetEntry, ObjectKey, escape_name, object_key, walk
 from h5sidecar.references import ArrayRefs, GranuleRefs, Skipped
 from h5sidecar.settings import IndexSettings
@@ -119,6 +120,27 @@ def _failure(exc: Exception, path: str, settings: IndexSettings) -> Skipped:
     )
 
 
+def _shape_of(
+    url: str, open_h5: Callable[[str], h5py.File]
+) -> Callable[[DatasetEntry], tuple[int, ...]]:
+    """Dataset shapes as h5netcdf sees them: a virtual dataset's extent is worked out from its
+    sources (HDF5 cannot find them for a file object, so ``dset.shape`` may say 0)."""
+
+    def shape_of(entry: DatasetEntry) -> tuple[int, ...]:
+        dset = entry.dset
+        try:
+            if dset.id.get_create_plist().get_layout() == h5py.h5d.VIRTUAL:
+                return vds_extent(dset, url, open_h5)
+            return tuple(dset.shape or ())
+        except Skip:
+            return tuple(dset.shape or ())  # the variable's own indexing records why
+        except H5PY_ERRORS as exc:
+            reraise_io_failure(exc)
+            return ()
+
+    return shape_of
+
+
 def _describe_type(entry: DatasetEntry, out: dict[str, Any]) -> None:
     """Record what an enumeration's integers mean, and which arrays hold reference paths, in
     the granule's extras (``ENUMS_KEY``, ``REFERENCES_KEY``): not as attributes, which netCDF
@@ -166,7 +188,7 @@ def index_open_granule(
         url=granule.identity.url,
         file_size=granule.identity.size,
         settings=settings,
-        dims=DimensionNamer(hierarchy, deref.key),
+        dims=DimensionNamer(hierarchy, deref.key, _shape_of(granule.identity.url, open_h5)),
         deref=deref.path,
         identity=reader.identity,
         read_many=reader.read_many,

@@ -96,6 +96,8 @@ class Hierarchy:
     canonical: dict[ObjectKey, str] = field(default_factory=dict)
     #: paths whose last name was escaped (not valid UTF-8, see :func:`escape_name`)
     escaped: list[str] = field(default_factory=list)
+    #: group path -> the paths of its dataset links (hard and soft), in the file's link order
+    members: dict[str, list[str]] = field(default_factory=dict)
 
 
 def _join(parent: str, name: str) -> str:
@@ -198,6 +200,7 @@ class _Walker:
         elif isinstance(obj, h5py.Dataset):
             alias = None if first == path else first
             self.out.datasets.append(DatasetEntry(path, obj, key, alias, "hard"))
+            self.out.members.setdefault(path.rpartition("/")[0], []).append(path)
         # committed datatypes are types, not variables: nothing to index
 
     def soft(self, group: h5py.Group, name: str | bytes, path: str) -> None:
@@ -222,6 +225,7 @@ class _Walker:
             return
         if isinstance(obj, h5py.Dataset):
             self.soft_datasets.append((path, target, obj))
+            self.out.members.setdefault(path.rpartition("/")[0], []).append(path)
         elif isinstance(obj, h5py.Group):
             self.skip(
                 path,
