@@ -185,10 +185,18 @@ def array_metadata_v3(meta: ArrayMeta, *, fill_value: Any = ..., path: str = "")
         "chunk_key_encoding": V2_KEY_ENCODING,
         "fill_value": fv_v3,
         "codecs": _codecs(meta, zdtype, path),
-        "attributes": dict(meta.attrs),
+        "attributes": _attributes(meta),
         "dimension_names": list(meta.dimension_names) if meta.dimension_names else None,
         "storage_transformers": [],
     }
+
+
+def _attributes(meta: ArrayMeta) -> dict[str, Any]:
+    """The array's attributes as Zarr v3 readers (xarray) expect them: ``_FillValue`` in
+    xarray's encoding, as in the sidecar's ``.zattrs`` (see :mod:`h5sidecar.references._cf`)."""
+    attrs = meta.zattrs()
+    attrs.pop("_ARRAY_DIMENSIONS", None)
+    return attrs
 
 
 def _default_scalar(zdtype: Any) -> Any:

@@ -16,6 +16,7 @@ from h5sidecar.indexer._common import H5PY_ERRORS, fail, reraise_io_failure
 from h5sidecar.indexer._dims import DimensionNamer, is_dimension_scale
 from h5sidecar.indexer._dtypes import DtypePlan, plan_dtype
 from h5sidecar.indexer._external import external_segments, external_table
+from h5sidecar.indexer._fillchunks import materialize_missing
 from h5sidecar.indexer._filtermask import describe_mask, effective_masks, pick_mask
 from h5sidecar.indexer._filters import chunk_pipeline, hdf5_filters, pipeline_for
 from h5sidecar.indexer._layout import ChunkTable, chunked_table, contiguous_table
@@ -249,7 +250,8 @@ def index_dataset(entry: DatasetEntry, ctx: IndexContext) -> ArrayRefs:
             shape, chunks, plan.zarr_dtype, fill_json, mat.filters, None, dim_names, all_attrs
         )
         note = _join(why, mat.note, plan.note, dim_note, attrs.note())
-        return ArrayRefs(entry.path, meta, manifest, "inlined", note)
+        arr = ArrayRefs(entry.path, meta, manifest, "inlined", note)
+        return materialize_missing(arr, fill_raw, ctx.settings.materialize_limit)
     if layout == h5py.h5d.VIRTUAL:
         table, pipeline, source_dtype = vds_table(dset, hshape, ctx.url, ctx.open_h5)
         zarr_dtype = plan.zarr_dtype if source_dtype is None else source_dtype.str
@@ -264,7 +266,8 @@ def index_dataset(entry: DatasetEntry, ctx: IndexContext) -> ArrayRefs:
         "inlined" if manifest.n_inline and not manifest.n_stored else "virtual"
     )
     note = _join(table.note, plan.note, dim_note, attrs.note())
-    return ArrayRefs(entry.path, meta, manifest, status, note)
+    arr = ArrayRefs(entry.path, meta, manifest, status, note)
+    return materialize_missing(arr, fill_raw, ctx.settings.materialize_limit)
 
 
 def index_alias(entry: DatasetEntry, first: ArrayRefs, ctx: IndexContext) -> ArrayRefs:

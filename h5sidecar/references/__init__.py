@@ -28,6 +28,7 @@ from h5sidecar.references._model import (
     SourceInfo,
     VariableStatus,
 )
+from h5sidecar.references._readers import virtualizarr_unreadable
 
 __all__ = [
     "INLINE",
@@ -48,5 +49,6 @@ __all__ = [
     "to_kerchunk",
     "write_json",
     "write_parquet",
+    "virtualizarr_unreadable",
     "write_refs",
 ]

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import numpy as np
 
 from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references._cf import cf_fill_value, encode_fill_attr
 from h5sidecar.references._manifest import ChunkManifest, chunk_grid_shape
 
 __all__ = [
@@ -196,8 +197,14 @@ class ArrayMeta:
         }
 
     def zattrs(self) -> dict[str, Any]:
-        """The ``.zattrs`` document: attributes plus ``_ARRAY_DIMENSIONS``."""
+        """The ``.zattrs`` document: attributes plus ``_ARRAY_DIMENSIONS``.
+
+        ``_FillValue`` is written in xarray's Zarr encoding (floats as base64 of ``<f8``) so Zarr
+        v3 readers decode it; :func:`~h5sidecar.references._zmeta.array_meta` reverses it.
+        """
         out = dict(self.attrs)
+        if "_FillValue" in out and not isinstance(self.dtype, list):
+            out["_FillValue"] = encode_fill_attr(out["_FillValue"], self.numpy_dtype)
         out["_ARRAY_DIMENSIONS"] = list(self.dimension_names)
         return out
 
@@ -260,17 +267,16 @@ class ArrayRefs:
         ) and (a is b or (a is not None and b is not None and np.array_equal(a, b)))
 
     def zarray_fill_value(self) -> Any:
-        """The ``fill_value`` to persist in ``.zarray``.
+        """The ``fill_value`` to persist in ``.zarray`` (see :mod:`h5sidecar.references._cf`).
 
-        xarray treats a Zarr v2 ``fill_value`` as the CF ``_FillValue`` (masking it), while HDF5's
-        storage fill value only says what unallocated chunks hold.  So we persist it only when it
-        matters or agrees with the CF attribute: when ``_FillValue`` is present, or when some
-        chunk is missing and the storage fill value is not the type's default; otherwise ``None``
-        (unallocated chunks then read as zeros, which is what HDF5 gives too).
+        The CF ``_FillValue`` cast to the dtype when the attribute exists (what xarray's Zarr v2
+        backend masks), else ``None``.  Never-written chunks are materialized by the indexer
+        when this would read them as anything but the storage fill value; for sidecars written
+        before that rule, missing chunks with a non-default storage fill keep that value.
         """
         fv = self.meta.fill_value
         if "_FillValue" in self.meta.attrs:
-            return fv
+            return cf_fill_value(self.meta.attrs, self.meta.numpy_dtype, fv)
         if self.manifest.n_missing and not _is_default_fill(fv):
             return fv
         return None

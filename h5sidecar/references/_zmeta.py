@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references._cf import decode_fill_attr
 from h5sidecar.references._model import ArrayMeta
 
 __all__ = ["ZarrNodes", "array_meta", "split_metadata"]
@@ -117,6 +120,8 @@ def array_meta(
     dims = attrs.pop("_ARRAY_DIMENSIONS", [])
     if not isinstance(dims, list) or not all(isinstance(d, str) for d in dims):
         raise InvalidReferenceError(f"{path}/.zattrs: _ARRAY_DIMENSIONS must be a list of names")
+    if "_FillValue" in attrs and isinstance(zarray["dtype"], str):
+        attrs["_FillValue"] = decode_fill_attr(attrs["_FillValue"], _np_dtype(zarray["dtype"]))
     return ArrayMeta(
         shape=tuple(shape),
         chunks=tuple(chunks),
@@ -128,6 +133,13 @@ def array_meta(
         attrs=attrs,
         order=order,
     )
+
+
+def _np_dtype(dtype: str) -> np.dtype:
+    try:
+        return np.dtype(dtype)
+    except TypeError as exc:
+        raise InvalidReferenceError(f"dtype {dtype!r} is not a numpy type string") from exc
 
 
 def _int_list(v: Any) -> bool:

@@ -1,0 +1,140 @@
+"""Decoded values: what xarray users see through a sidecar against xarray + h5netcdf on the file.
+
+The raw check of ``verify`` (h5py against plain zarr) proves the bytes; this proves the CF
+decoding plain xarray applies on top of them (fill values, packing, times).  The verdict of one
+variable, shared with the test suite's reader matrix:
+
+* ``equal``: same values (NaN where NaN, times to the nanosecond, strings as text, structured
+  types field by field);
+* ``widened``: values equal to what xarray gives from the file when it unpacks with float64
+  ``scale_factor`` / ``add_offset``.  Zarr attributes are JSON, which has no float32, so plain
+  xarray unpacks float32-packed data in float64: more precise, not the same bits;
+* ``differ``: anything else.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Literal
+
+import numpy as np
+
+__all__ = ["DecodedVerdict", "decoded_verdict", "open_truth", "same_values"]
+
+DecodedVerdict = Literal["equal", "widened", "differ"]
+
+
+def open_truth(source: Any, group: str) -> tuple[Any, Any] | None:
+    """``(decoded, decoded with float64 packing attributes)`` of one group with h5netcdf.
+
+    ``source`` is a path or an open binary file object.  ``None`` when xarray + h5netcdf cannot
+    open the group (nothing to compare with).
+    """
+    import xarray as xr
+
+    kw: dict[str, Any] = {"engine": "h5netcdf", "group": group or None, "phony_dims": "access"}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            raw = xr.open_dataset(source, decode_cf=False, **kw)
+            decoded = xr.open_dataset(source, **kw)
+    except Exception:  # noqa: BLE001 - h5netcdf's own refusals are not ours to judge
+        return None
+    wide = raw.copy()
+    widened = False
+    for v in wide.variables.values():
+        for k in ("scale_factor", "add_offset"):
+            if k in v.attrs and np.size(v.attrs[k]) == 1 and np.asarray(v.attrs[k]).dtype != "f8":
+                v.attrs[k] = float(np.asarray(v.attrs[k]).reshape(-1)[0])
+                widened = True
+    if not widened:
+        return decoded, decoded
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            wide = xr.decode_cf(wide)
+    except Exception:  # noqa: BLE001
+        wide = decoded
+    return decoded, wide
+
+
+def _as_text(a: np.ndarray, resolve: Any = None) -> list[str]:
+    out = []
+    for x in a.ravel():
+        if isinstance(x, bytes):
+            out.append(x.decode("utf-8", "replace"))
+        elif resolve is not None and not isinstance(x, str):
+            out.append(str(resolve(x)))
+        else:
+            out.append(str(x))
+    return out
+
+
+def _leaves(dtype: np.dtype) -> list[tuple[tuple[Any, ...], np.dtype]]:
+    """Access paths of the scalar leaves of a structured type, padding left out (nested
+    members and sub-array elements in C order)."""
+    out: list[tuple[tuple[Any, ...], np.dtype]] = []
+    for name in dtype.names or ():
+        sub = dtype.fields[name][0]  # type: ignore[index]
+        base, shape = (sub.subdtype if sub.subdtype is not None else (sub, ()))
+        for index in np.ndindex(*shape) if shape else [None]:
+            key: tuple[Any, ...] = (name,) if index is None else (name, index)
+            if base.names:
+                out += [(key + k, d) for k, d in _leaves(base)]
+            elif not (base.kind == "V" and name.startswith("_pad")):
+                out.append((key, base))
+    return out
+
+
+def _leaf(a: np.ndarray, path: tuple[Any, ...]) -> np.ndarray:
+    for step in path:
+        a = a[step] if isinstance(step, str) else a[(Ellipsis, *step)]
+    return a
+
+
+def _structured_equal(a: np.ndarray, b: np.ndarray, resolve: Any) -> bool:
+    """Field by field; a sidecar may flatten nested members and sub-arrays (one field per
+    leaf, in the same order), which is the same values in another layout."""
+    la, lb = _leaves(a.dtype), _leaves(b.dtype)
+    if len(la) != len(lb):
+        return False
+    return all(
+        same_values(_leaf(a, pa), _leaf(b, pb), resolve)
+        for (pa, _), (pb, _) in zip(la, lb, strict=True)
+    )
+
+
+def same_values(got: Any, want: Any, resolve: Any = None) -> bool:
+    """Exact equality (NaN equal to NaN; strings as text; structured types leaf by leaf).
+
+    ``resolve`` turns an object reference of ``want`` (h5py) into the target's name, which is
+    how sidecars hold references.
+    """
+    a, b = np.asarray(got), np.asarray(want)
+    if a.shape != b.shape:
+        return False
+    if b.dtype.fields is not None or a.dtype.fields is not None:
+        if a.dtype.fields is None or b.dtype.fields is None:
+            return False
+        return _structured_equal(a, b, resolve)
+    if b.dtype.kind in "OUS" or a.dtype.kind in "OUST":
+        return _as_text(a) == _as_text(b, resolve)
+    if b.dtype.kind in "mM" or a.dtype.kind in "mM":
+        return a.dtype.kind == b.dtype.kind and bool(np.array_equal(a, b, equal_nan=True))
+    if a.dtype.kind != b.dtype.kind and {a.dtype.kind, b.dtype.kind} - {"i", "u"}:
+        return False
+    try:
+        return bool(np.array_equal(a, b, equal_nan=b.dtype.kind in "fc"))
+    except TypeError:
+        return bool(np.array_equal(a, b))
+
+
+def decoded_verdict(
+    got: Any, want: Any, wide: Any | None = None, resolve: Any = None
+) -> DecodedVerdict:
+    """Verdict for one variable (numpy-like values; ``wide`` from :func:`open_truth`)."""
+    if same_values(got, want, resolve):
+        return "equal"
+    if wide is not None and wide is not want and same_values(got, wide, resolve):
+        return "widened"
+    return "differ"

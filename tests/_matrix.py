@@ -1,0 +1,144 @@
+"""The reader-conformance matrix: what each reader a user might pick returns, against the truth.
+
+Truth is ``xr.open_dataset(file, engine="h5netcdf", phony_dims="access")`` for every group of
+every corpus file.  Each reader opens the same group from h5sidecar's sidecars and each variable
+gets one verdict:
+
+* ``equal`` / ``widened``: see :mod:`h5sidecar.workflows._cfcheck` (``widened``: float32
+  packing attributes, which JSON cannot carry, unpacked in float64; checked, not assumed);
+* ``refused``: the reader raised, or the variable is absent and the sidecar lists it as skipped
+  (or the reader is told to skip it for a documented reason) -- an explicit refusal;
+* ``differ``: anything else.  The matrix tests allow none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import h5py
+import xarray as xr
+
+from h5sidecar.workflows._cfcheck import decoded_verdict, open_truth
+
+Verdict = str  # "equal" | "widened" | "refused" | "differ"
+
+
+@dataclass
+class Tally:
+    """Verdicts of one reader over some files."""
+
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
+        ("equal", "widened", "refused", "differ"), 0))  # fmt: skip
+    differ: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+    def add(self, verdict: Verdict, where: str) -> None:
+        self.counts[verdict] += 1
+        if verdict == "differ":
+            self.differ.append(where)
+        elif verdict == "refused":
+            self.refused.append(where)
+
+
+def groups_of(path: Path) -> list[str]:
+    """Every group reachable by hard links ("" for the root), each object once."""
+    out = [""]
+    seen: set[int] = set()
+
+    def walk(g: h5py.Group, prefix: str) -> None:
+        for k in g:
+            try:
+                link = g.get(k, getlink=True)
+            except (TypeError, KeyError, OSError):  # user-defined links
+                continue
+            if not isinstance(link, h5py.HardLink):
+                continue  # soft and external links: their targets are indexed where they live
+            try:
+                obj = g[k]
+            except (KeyError, OSError, ValueError):
+                continue
+            if isinstance(obj, h5py.Group):
+                addr = h5py.h5o.get_info(obj.id).addr
+                if addr not in seen:
+                    seen.add(addr)
+                    out.append(prefix + k)
+                    walk(obj, prefix + k + "/")
+
+    with h5py.File(path, "r") as f:
+        seen.add(h5py.h5o.get_info(f.id).addr)
+        walk(f, "")
+    return out
+
+
+def truth(path: Path, group: str) -> tuple[xr.Dataset, xr.Dataset] | None:
+    """(decoded as h5netcdf decodes, decoded with float64 packing attributes), or None."""
+    return open_truth(path, group)
+
+
+#: Variables larger than this are compared on three windows (head, middle, tail) of their
+#: first axis, as the corpus README asks for the arrays of more than 2**31 elements.
+WHOLE_LIMIT = 2**24
+
+
+def _windows(v: xr.DataArray) -> list[dict[str, slice]]:
+    if v.size <= WHOLE_LIMIT or not v.dims:
+        return [{}]
+    n, dim = v.shape[0], v.dims[0]
+    w = 4096
+    return [{dim: slice(0, w)}, {dim: slice(n // 2, n // 2 + w)}, {dim: slice(max(n - w, 0), n)}]
+
+
+def verdict(got: xr.DataArray, want: xr.DataArray, wide: xr.DataArray | None,
+            resolve: Any = None) -> Verdict:  # fmt: skip
+    verdicts = set()
+    for sel in _windows(want):
+        g, w = got.isel(sel).values, want.isel(sel).values
+        wv = None if wide is None else wide.isel(sel).values
+        verdicts.add(decoded_verdict(g, w, wv, resolve))
+    return "differ" if "differ" in verdicts else "widened" if "widened" in verdicts else "equal"
+
+
+def compare_group(open_group: Callable[[], xr.Dataset], truth_pair: tuple[xr.Dataset, xr.Dataset],
+                  where: str, tally: Tally, skipped: set[str],
+                  resolve: Any = None) -> None:  # fmt: skip
+    """Open one group with a reader and add a verdict per truth variable to ``tally``."""
+    want, wide = truth_pair
+    try:
+        ds = open_group()
+    except Exception as exc:  # noqa: BLE001 - a refusal is a verdict
+        for name in want.variables:
+            tally.add("refused", f"{where}/{name}: {type(exc).__name__}: {str(exc)[:120]}")
+        return
+    for name in want.variables:
+        at = f"{where}/{name}"
+        if name not in ds.variables:
+            tally.add("refused" if name in skipped else "differ", f"{at}: absent")
+            continue
+        try:
+            v = verdict(ds[name], want[name], wide[name] if name in wide.variables else None,
+                        resolve)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001
+            tally.add("refused", f"{at}: {type(exc).__name__}: {str(exc)[:120]}")
+            continue
+        tally.add(v, f"{at}: {ds[name].dtype} vs {want[name].dtype}" if v == "differ" else at)
+
+
+def iter_truth(path: Path) -> Iterator[tuple[str, tuple[xr.Dataset, xr.Dataset]]]:
+    for g in groups_of(path):
+        pair = truth(path, g)
+        if pair is not None:
+            yield g, pair
+
+
+def reference_resolver(h5: h5py.File) -> Callable[[Any], str]:
+    """h5py object reference -> the target's path, as sidecars hold references."""
+
+    def resolve(ref: Any) -> str:
+        if not isinstance(ref, h5py.Reference):
+            return str(ref)
+        return h5[ref].name if ref else ""
+
+    return resolve
