@@ -280,6 +280,12 @@ def _cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
         assert g.error is not None
         out.print(f"[red]FAILED[/] {g.name or g.url}: [{g.error.kind}] {g.error.message}")
         out.print(f"       what to do: {g.error.hint}")
+    for g in report.partial:
+        lost = [s["path"] for s in g.skipped if s.get("kind") == "internal_error"]
+        out.print(
+            f"[red]PARTIAL[/] {g.name or g.url}: {len(lost)} variable(s) left out by an "
+            f"unexpected error ({', '.join(lost[:5])}); reasons in the report"
+        )
     skipped = sum(g.n_skipped for g in report.granules)
     if skipped:
         out.print(f"{skipped} variable(s) skipped (reasons in the report and `h5sidecar inspect`)")

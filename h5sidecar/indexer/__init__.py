@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from h5sidecar.indexer._checksums import chunk_hash
-from h5sidecar.indexer._dtypes import ENUM_ATTR, REFERENCE_ATTR
+from h5sidecar.indexer._dtypes import ENUMS_KEY, REFERENCES_KEY
 from h5sidecar.indexer._granule import index_open_granule
 from h5sidecar.indexer._open import open_granule
 from h5sidecar.references import GranuleRefs
@@ -25,7 +25,7 @@ from h5sidecar.settings import IndexSettings
 #: Settings used when none are given (frozen, so sharing one instance is safe).
 DEFAULT_SETTINGS = IndexSettings()
 
-__all__ = ["ENUM_ATTR", "REFERENCE_ATTR", "Indexer", "chunk_hash", "index_granule"]
+__all__ = ["ENUMS_KEY", "REFERENCES_KEY", "Indexer", "chunk_hash", "index_granule"]
 
 
 class Indexer(Protocol):

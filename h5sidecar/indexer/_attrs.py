@@ -1,7 +1,8 @@
 """HDF5 attributes -> JSON-ready Zarr attributes.
 
 Every attribute whose value JSON can hold is kept (CF attributes verbatim, ``_FillValue``
-included); the bookkeeping HDF5 and netCDF-4 write for themselves is dropped.  An attribute that
+included); the bookkeeping HDF5 and netCDF-4 write for themselves is dropped, and so are the
+``CLASS``/``NAME`` attributes netCDF readers hide (the attributes seen are h5netcdf's).  An attribute that
 cannot be read or has no JSON form never fails the granule: it is left out and reported.
 """
 
@@ -15,6 +16,7 @@ import h5py
 
 from h5sidecar.indexer._common import H5PY_ERRORS, describe_h5_error, reraise_io_failure
 from h5sidecar.indexer._values import NotJSONable, decode_text, to_json
+from h5sidecar.indexer._walk import escape_name
 
 __all__ = ["ALWAYS_DROPPED", "AttrResult", "read_attrs"]
 
@@ -34,7 +36,9 @@ ALWAYS_DROPPED = frozenset(
     }
 )
 
-#: Dropped only on dimension scales, where they are the scale API's markers.
+#: On dimension scales the scale API's markers (dropped silently); elsewhere (PyTables'
+#: ``CLASS``, an image's ``CLASS``) netCDF readers hide them too (h5netcdf's hidden
+#: attributes), so they are left out with that reason: readers must see what h5netcdf shows.
 SCALE_MARKERS = frozenset({"CLASS", "NAME"})
 
 
@@ -44,16 +48,23 @@ class AttrResult:
 
     attrs: dict[str, Any] = field(default_factory=dict)
     dropped: dict[str, str] = field(default_factory=dict)
+    #: names kept in escaped form (not valid UTF-8, see :func:`escape_name`)
+    escaped: list[str] = field(default_factory=list)
 
     def note(self) -> str:
-        """A sentence for ``ArrayRefs.note`` listing dropped attributes ("" when none)."""
-        if not self.dropped:
-            return ""
-        parts = "; ".join(f"{k!r} ({v})" for k, v in self.dropped.items())
-        return f"attributes left out: {parts}"
+        """A sentence for ``ArrayRefs.note`` listing dropped and escaped attributes ("" when
+        none)."""
+        notes = []
+        if self.dropped:
+            parts = "; ".join(f"{k!r} ({v})" for k, v in self.dropped.items())
+            notes.append(f"attributes left out: {parts}")
+        if self.escaped:
+            names = ", ".join(repr(k) for k in self.escaped)
+            notes.append(f"attribute names that are not UTF-8 kept %-escaped: {names}")
+        return "; ".join(notes)
 
 
-def _attr_names(obj: h5py.HLObject) -> list[str]:
+def _attr_names(obj: h5py.HLObject) -> list[str | bytes]:
     # Iterating the AttributeManager yields names without reading values, so a broken value
     # cannot hide the names of the others.
     return list(obj.attrs)
@@ -100,16 +111,29 @@ def read_attrs(
         reraise_io_failure(exc)
         result.dropped["*"] = f"the attribute table cannot be read ({describe_h5_error(exc)})"
         return result
-    for name in names:
-        if name in ALWAYS_DROPPED:
+    taken = {n for n in names if isinstance(n, str)}
+    for raw in names:
+        if raw in ALWAYS_DROPPED:
             continue
+        name = escape_name(raw)
+        if isinstance(raw, bytes):  # not UTF-8: kept under its escaped name unless taken
+            if name in taken:
+                result.dropped[name] = (
+                    f"the HDF5 name {raw!r} is not UTF-8 and its escaped form is the name of "
+                    "another attribute"
+                )
+                continue
+            taken.add(name)
+            result.escaped.append(name)
         try:
-            value = obj.attrs[name]
+            value = obj.attrs[raw]
         except H5PY_ERRORS as exc:
             reraise_io_failure(exc)
             result.dropped[name] = f"HDF5 cannot read it: {describe_h5_error(exc)}"
             continue
-        if is_scale and name in SCALE_MARKERS and _is_scale_marker(name, value):
+        if name in SCALE_MARKERS:
+            if not (is_scale and _is_scale_marker(name, value)):
+                result.dropped[name] = "hidden, as netCDF readers (h5netcdf) hide it"
             continue
         try:
             result.attrs[name] = to_json(value, deref)

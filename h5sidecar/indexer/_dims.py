@@ -1,30 +1,41 @@
-"""Dimension names (``_ARRAY_DIMENSIONS``) for every array.
+"""Dimension names (``_ARRAY_DIMENSIONS``) for every array, as h5netcdf names them.
 
+The reference is ``xr.open_dataset(file, engine="h5netcdf", phony_dims="access", group=g)``.
 Sources, in order of preference for each dimension:
 
-1. the dimension scale attached to it (``DIMENSION_LIST``), named by the scale's base name, as
-   netCDF-4 and h5netcdf do;
+1. the dimension scale attached to it (``DIMENSION_LIST``; the last one when several are, as
+   netCDF-C does), named by the base of the path HDF5 gives the scale (``h5py``'s ``.name`` of
+   the dereferenced scale, what h5netcdf uses);
 2. for a dimension scale itself, its own name for its first dimension; netCDF-4 multi-dimensional
    coordinate variables list their dimension ids in ``_Netcdf4Coordinates``;
 3. a dimension label (``H5DSset_label``, stored in ``DIMENSION_LABELS``);
-4. a phony name ``phony_dim_<n>``.
+4. for an axis without a scale, h5netcdf's "access" rule: each group has, per length, the
+   dimension scales of that group (in link order) followed by ``phony_dim_<n>`` names; the
+   k-th axis of that length of an array takes the k-th of them.  A group gets as many phony
+   names per length as one of its unscaled arrays needs beyond its scales of that length, and
+   ``n`` counts on from the phony names of the group's ancestors (root first), as h5netcdf
+   numbers them when it opens that group.
 
 xarray (and its DataTree) require that one name never has two sizes in a group and its
-ancestors/descendants, and that no array repeats a name.  A candidate breaking either rule falls
-through to a phony name, and phony names are unique per (group, length) across the whole file:
-``n`` counts every distinct (group, length, k-th repeat within one array) the file needs.
+ancestors/descendants.  A candidate breaking that rule falls through to a fallback phony name
+(numbered after every name above, unique per (group, length, k-th repeat)).  A name the file
+itself repeats within one array (a netCDF variable ``c(n, n)``) is kept repeated, as h5netcdf
+shows it: renaming one axis would change how xarray decodes the array (a ``|S1`` array whose
+last dimension no other variable uses is joined into strings), so the shape would differ.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import h5py
 import numpy as np
 
 from h5sidecar.indexer._common import H5PY_ERRORS, reraise_io_failure
-from h5sidecar.indexer._walk import DatasetEntry, Hierarchy, ObjectKey
+from h5sidecar.indexer._walk import DatasetEntry, Hierarchy, ObjectKey, escape_name
 
 __all__ = ["DimensionNamer", "is_dimension_scale"]
 
@@ -57,6 +68,44 @@ def _attr(dset: h5py.Dataset, name: str) -> Any:
         return None
 
 
+@dataclass
+class _GroupDims:
+    """The names h5netcdf gives the unscaled axes of one group's arrays, per length."""
+
+    pools: dict[int, list[str]]
+    n_phony: int
+
+
+def _scale_name(entry: DatasetEntry) -> str:
+    """The base of the path HDF5 gives the scale when dereferenced (what h5netcdf shows)."""
+    try:
+        name = entry.dset.file[entry.dset.ref].name
+    except H5PY_ERRORS as exc:
+        reraise_io_failure(exc)
+        name = None
+    if not name:
+        return entry.path.rpartition("/")[2]
+    text = name if isinstance(name, str) else "/".join(map(escape_name, name.split(b"/")))
+    return text.rpartition("/")[2]
+
+
+def _unscaled(dset: h5py.Dataset, rank: int) -> bool:
+    """True when no axis of ``dset`` has a dimension scale attached (h5netcdf: "unlabeled")."""
+    try:
+        return all(h5py.h5ds.get_num_scales(dset.id, i) == 0 for i in range(rank))
+    except H5PY_ERRORS as exc:
+        reraise_io_failure(exc)
+        return False
+
+
+def _unlimited(dset: h5py.Dataset) -> bool:
+    try:
+        return bool(dset.maxshape) and dset.maxshape[0] is None
+    except H5PY_ERRORS as exc:
+        reraise_io_failure(exc)
+        return False
+
+
 class DimensionNamer:
     """Assigns dimension names for the arrays of one file (see the module docstring).
 
@@ -67,25 +116,69 @@ class DimensionNamer:
     key_of : callable
         Maps an object reference to the referenced object's :data:`ObjectKey` (``None`` when
         it cannot be resolved).
+    shape_of : callable, optional
+        The shape of a dataset as h5netcdf sees it (a virtual dataset's extent worked out from
+        its sources); ``dset.shape`` when not given.
     """
 
     def __init__(
-        self, hierarchy: Hierarchy, key_of: Callable[[h5py.Reference], ObjectKey | None]
+        self,
+        hierarchy: Hierarchy,
+        key_of: Callable[[h5py.Reference], ObjectKey | None],
+        shape_of: Callable[[DatasetEntry], tuple[int, ...]] | None = None,
     ) -> None:
         self._key_of = key_of
+        self._shape_of = shape_of or (lambda entry: tuple(entry.dset.shape or ()))
+        self._entries = {e.path: e for e in hierarchy.datasets}
+        self._members = hierarchy.members
         self.scale_names: dict[ObjectKey, str] = {}
         self._dimids: dict[int, str] = {}
         for entry in hierarchy.datasets:
             if entry.alias_of is None and is_dimension_scale(entry.dset):
-                name = entry.path.rpartition("/")[2]
+                name = _scale_name(entry)
                 self.scale_names[entry.key] = name
                 dimid = _attr(entry.dset, "_Netcdf4Dimid")
                 if dimid is not None and np.size(dimid) == 1:
                     self._dimids[int(np.asarray(dimid).reshape(-1)[0])] = name
         self._real = set(self.scale_names.values())
         self._sizes: dict[str, list[tuple[str, int]]] = {}
+        self._groups: dict[str, _GroupDims] = {}
         self._phony: dict[tuple[str, int, int], str] = {}
-        self._counter = 0
+        self._counter: int | None = None  # fallback names: numbered after h5netcdf's
+
+    # -- h5netcdf's phony dimensions -------------------------------------------------------------
+    def _group_dims(self, group: str) -> _GroupDims:
+        if group in self._groups:
+            return self._groups[group]
+        parents = group.split("/")[:-1] if group else None
+        offset = 0
+        if parents is not None:  # root first, then each ancestor down to the parent
+            chain = [""] + ["/".join(parents[: i + 1]) for i in range(len(parents))]
+            offset = sum(self._group_dims(g).n_phony for g in chain)
+        real: list[tuple[str, int]] = []
+        labeled: Counter[int] = Counter()
+        needed: Counter[int] = Counter()
+        for path in self._members.get(group, []):
+            entry = self._entries.get(path)
+            shape = self._shape_of(entry) if entry is not None else ()
+            if entry is None or not shape:
+                continue
+            if is_dimension_scale(entry.dset):
+                real.append((path.rpartition("/")[2], shape[0]))
+                if not _unlimited(entry.dset):
+                    labeled[shape[0]] += 1
+            elif _unscaled(entry.dset, len(shape)):
+                needed |= Counter(shape)
+        pools: dict[int, list[str]] = {}
+        for name, size in real:
+            pools.setdefault(size, []).append(name)
+        n = 0
+        for size, count in needed.items():
+            for _ in range(labeled[size], count):
+                pools.setdefault(size, []).append(PHONY.format(offset + n))
+                n += 1
+        self._groups[group] = _GroupDims(pools, n)
+        return self._groups[group]
 
     # -- candidates from the file ---------------------------------------------------------------
     def _from_dimension_list(self, dset: h5py.Dataset, rank: int) -> list[str | None]:
@@ -94,7 +187,8 @@ class DimensionNamer:
         if value is None:
             return out
         for i, refs in enumerate(np.asarray(value, dtype=object).reshape(-1)[:rank]):
-            for ref in np.atleast_1d(np.asarray(refs, dtype=object)).reshape(-1):
+            # several scales on one axis: the last one names it, as in netCDF-C and h5netcdf
+            for ref in np.atleast_1d(np.asarray(refs, dtype=object)).reshape(-1)[::-1]:
                 key = self._key_of(ref) if isinstance(ref, h5py.Reference) and ref else None
                 if key is not None and key in self.scale_names:
                     out[i] = self.scale_names[key]
@@ -128,6 +222,9 @@ class DimensionNamer:
             seen.append((group, size))
 
     def _phony_name(self, group: str, size: int, repeat: int) -> str:
+        """A fallback name, unique per (group, length, repeat), after all of h5netcdf's."""
+        if self._counter is None:
+            self._counter = sum(self._group_dims(g).n_phony for g in {"", *self._members})
         key = (group, size, repeat)
         if key not in self._phony:
             name = PHONY.format(self._counter)
@@ -164,15 +261,23 @@ class DimensionNamer:
             candidates[0] = self.scale_names[entry.key]
         self._from_netcdf_coordinates(entry.dset, candidates)
         self._from_labels(entry.dset, candidates)
+        pools = self._group_dims(group).pools
+        taken: dict[int, int] = {}
+        for i, size in enumerate(shape[:rank]):  # axes without a scale: h5netcdf's rule
+            if candidates[i] is not None:
+                continue
+            k = taken.get(size, 0)
+            taken[size] = k + 1
+            if k < len(pools.get(size, ())):
+                candidates[i] = pools[size][k]
         candidates += [None] * n_extra
         names: list[str] = []
         notes: list[str] = []
         repeats: dict[int, int] = {}
         for i, (cand, size) in enumerate(zip(candidates, shape, strict=True)):
-            if cand is not None and (cand in names or not self._fits(cand, size, group)):
+            if cand is not None and not self._fits(cand, size, group):
                 notes.append(
-                    f"dimension {i} is not named {cand!r}: that name has another size "
-                    "here or is already used by this array"
+                    f"dimension {i} is not named {cand!r}: that name has another size here"
                 )
                 cand = None
             if cand is None:

@@ -28,12 +28,22 @@ from h5py import h5t
 from h5sidecar.indexer._common import H5PY_ERRORS, describe_h5_error, fail, reraise_io_failure
 from h5sidecar.indexer._structured import structured_json
 
-__all__ = ["ENUM_ATTR", "REFERENCE_ATTR", "DtypePlan", "plan_dtype", "zarr_dtype_json"]
+__all__ = [
+    "ENUMS_KEY",
+    "REFERENCES_KEY",
+    "DtypePlan",
+    "enum_mapping",
+    "plan_dtype",
+    "zarr_dtype_json",
+]
 
-#: Attribute holding an enumeration's ``{name: value}`` mapping (the values are the base ints).
-ENUM_ATTR = "_h5sidecar_enum"
-#: Attribute marking variables whose object references were replaced by target paths.
-REFERENCE_ATTR = "_h5sidecar_reference"
+#: Key of ``GranuleRefs.extra`` (the sidecar's h5sidecar extras, which plain readers ignore)
+#: mapping each enumeration variable to its ``{name: value}`` mapping.  Not an attribute:
+#: netCDF readers (h5netcdf) show none, and readers must see the attributes they show.
+ENUMS_KEY = "enums"
+#: Key of ``GranuleRefs.extra`` listing the variables whose object references were replaced
+#: by the target's path.
+REFERENCES_KEY = "object_references"
 
 Mode = Literal["raw", "convert", "vlen_str", "objref"]
 
@@ -52,7 +62,8 @@ class DtypePlan:
     extra_shape : tuple of int
         Trailing dimensions contributed by an HDF5 array (``H5T_ARRAY``) element type.
     attrs : dict
-        Attributes to add (enumeration mapping, reference marker).
+        Attributes to add (none today: enumerations and references are described in the
+        granule's extras, where plain readers do not show them as attributes).
     note : str
         Why values were transformed ("" for plain raw variables).
     """
@@ -129,6 +140,40 @@ def _conversion(t: h5t.TypeID) -> str | None:
             why = _conversion(t.get_member_type(i))
             if why:
                 return f"member {t.get_member_name(i).decode(errors='replace')!r}: {why}"
+    return None
+
+
+#: NUL-terminated string variables up to this many bytes are read once at index time to find
+#: bytes after a terminator (the default ``materialize_limit``: larger ones could not be held
+#: in the sidecar anyway).
+NULLTERM_CHECK_BYTES = 64 * 2**20
+
+
+def _bytes_after_terminator(dset: h5py.Dataset, t: h5t.TypeID) -> str | None:
+    """Why HDF5 changes the values of a ``NULLTERM`` string dataset on read (``None``: it does
+    not).
+
+    HDF5 reads a NUL-terminated string up to its first NUL and drops what follows; Zarr's
+    ``|S<n>`` keeps every byte but trailing NULs.  The two agree unless a value has non-NUL
+    bytes after a NUL (left by writers that reuse a buffer), which only reading the values shows.
+    """
+    size = t.get_size()
+    nbytes = size * int(np.prod(dset.shape or ()))
+    if size < 2 or not nbytes:
+        return None
+    if nbytes > NULLTERM_CHECK_BYTES:
+        return None  # not checked: documented (README "Strings") and noted on the variable
+    raw = np.empty(dset.shape, dtype=f"S{size}")
+    try:
+        dset.id.read(h5py.h5s.ALL, h5py.h5s.ALL, raw, mtype=t)
+    except H5PY_ERRORS as exc:
+        reraise_io_failure(exc)
+        return None  # unreadable values: the variable's own read reports it
+    cells = raw.reshape(-1).view(np.uint8).reshape(-1, size) != 0
+    # a NUL followed by a non-NUL byte: some later byte is set while an earlier one is not
+    after = np.logical_and.accumulate(cells, axis=1)
+    if np.any(cells & ~after):
+        return "NUL-terminated strings with bytes after the terminator (HDF5 drops them on read)"
     return None
 
 
@@ -209,11 +254,19 @@ def _h5py_dtype(dset: h5py.Dataset) -> np.dtype:
         fail("unsupported_dtype", f"h5py cannot map the datatype ({describe_h5_error(exc)})")
 
 
-def _enum_attrs(dt: np.dtype) -> dict[str, Any]:
-    mapping = h5py.check_enum_dtype(dt)
-    if not mapping or dt.kind == "b":
-        return {}
-    return {ENUM_ATTR: {str(k): int(v) for k, v in mapping.items()}}
+def enum_mapping(dset: h5py.Dataset) -> dict[str, int] | None:
+    """The ``{name: value}`` mapping of an enumeration dataset (also of an array of enums);
+    ``None`` for other types and for h5py's boolean enum (stored as ``|b1``)."""
+    try:
+        dt = dset.dtype
+    except H5PY_ERRORS as exc:
+        reraise_io_failure(exc)
+        return None
+    base = dt.subdtype[0] if dt.subdtype is not None else dt
+    mapping = h5py.check_enum_dtype(base)
+    if not mapping or base.kind == "b":
+        return None
+    return {str(k): int(v) for k, v in mapping.items()}
 
 
 def plan_dtype(dset: h5py.Dataset) -> DtypePlan:
@@ -238,10 +291,12 @@ def plan_dtype(dset: h5py.Dataset) -> DtypePlan:
     if cls == h5t.STRING and base_tid.is_variable_str():
         return DtypePlan("vlen_str", "|O", np.dtype(object), extra)
     if cls == h5t.REFERENCE:
-        ref_attrs = {REFERENCE_ATTR: "object references replaced by the target's path"}
-        return DtypePlan("objref", "|O", np.dtype(object), extra, ref_attrs)
-    attrs = _enum_attrs(base_dt)
+        return DtypePlan("objref", "|O", np.dtype(object), extra)
+    attrs: dict[str, Any] = {}  # enumerations are described in the extras (ENUMS_KEY)
     conversion = _conversion(base_tid)
+    nullterm = cls == h5t.STRING and base_tid.get_strpad() == h5t.STR_NULLTERM
+    if nullterm and not (conversion or extra):
+        conversion = _bytes_after_terminator(dset, base_tid)
     if base_tid.get_size() != base_dt.itemsize and not conversion:
         conversion = f"file elements are {base_tid.get_size()} bytes, h5py reads {base_dt}"
     json_form, np_dtype, note = zarr_dtype_json(base_dt)

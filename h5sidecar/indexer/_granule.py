@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import time
-from collections.abc import Mapping
+import traceback
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import h5py
 
-from h5sidecar.errors import UnsupportedFeatureError
+from h5sidecar.errors import H5SidecarError, UnsupportedFeatureError
 from h5sidecar.indexer._attrs import read_attrs
 from h5sidecar.indexer._checksums import manifest_checksums
 from h5sidecar.indexer._common import (
@@ -22,12 +25,16 @@ from h5sidecar.indexer._common import (
 )
 from h5sidecar.indexer._dataset import IndexContext, index_alias, index_dataset
 from h5sidecar.indexer._dims import DimensionNamer
+from h5sidecar.indexer._dtypes import ENUMS_KEY, REFERENCES_KEY, enum_mapping
 from h5sidecar.indexer._open import OpenGranule, RangeReader, open_granule
-from h5sidecar.indexer._walk import ObjectKey, object_key, walk
+from h5sidecar.indexer._vds import vds_extent
+from h5sidecar.indexer._walk import DatasetEntry, ObjectKey, escape_name, object_key, walk
 from h5sidecar.references import ArrayRefs, GranuleRefs, Skipped
 from h5sidecar.settings import IndexSettings
 
 __all__ = ["BENIGN_KINDS", "index_open_granule"]
+
+log = logging.getLogger("h5sidecar.indexer")
 
 #: Skips that lose no data (a dangling link has none); ``on_unsupported="raise"`` ignores them.
 BENIGN_KINDS = frozenset({"soft_link_dangling"})
@@ -69,7 +76,10 @@ class _Dereferencer:
         if obj is None:
             return None
         first = self._canonical.get(object_key(obj))
-        return "/" + first if first is not None else obj.name
+        if first is not None:
+            return "/" + first
+        name = obj.name  # bytes when a name on the path is not UTF-8: escape each one
+        return name if isinstance(name, str) else "/".join(map(escape_name, name.split(b"/")))
 
 
 def _record(skip: Skip, path: str, settings: IndexSettings) -> Skipped:
@@ -80,6 +90,67 @@ def _record(skip: Skip, path: str, settings: IndexSettings) -> Skipped:
             "as skipped and keep the other variables"
         ) from skip
     return record
+
+
+def _failure(exc: Exception, path: str, settings: IndexSettings) -> Skipped:
+    """The record of a variable whose indexing raised ``exc`` (or re-raise it).
+
+    A source read failure aborts the granule (its other variables cannot be read either); an
+    error HDF5 raised about this dataset is ``unreadable``; anything else is an error of
+    h5sidecar itself (``internal_error``): one variable must not sink the granule, so it is
+    recorded with the error and where it happened, the rest of the granule is indexed and the
+    granule is reported as partial.  ``on_unsupported="raise"`` re-raises it unchanged.
+    """
+    if isinstance(exc, H5PY_ERRORS):
+        reraise_io_failure(exc)
+        if raised_by_h5py(exc):
+            failed = Skip("unreadable", f"HDF5 failed on it: {describe_h5_error(exc)}")
+            return _record(failed, path, settings)
+    if isinstance(exc, (H5SidecarError, MemoryError)) or settings.on_unsupported == "raise":
+        raise exc
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    log.warning("indexing %s failed with an unexpected error", path, exc_info=exc)
+    return Skipped(
+        path,
+        "internal_error",
+        f"an unexpected error inside h5sidecar{where} ({describe_h5_error(exc)}); the rest of "
+        "the granule was indexed: report this with the file, or index with "
+        "on_unsupported='raise' to get the traceback",
+    )
+
+
+def _shape_of(
+    url: str, open_h5: Callable[[str], h5py.File]
+) -> Callable[[DatasetEntry], tuple[int, ...]]:
+    """Dataset shapes as h5netcdf sees them: a virtual dataset's extent is worked out from its
+    sources (HDF5 cannot find them for a file object, so ``dset.shape`` may say 0)."""
+
+    def shape_of(entry: DatasetEntry) -> tuple[int, ...]:
+        dset = entry.dset
+        try:
+            if dset.id.get_create_plist().get_layout() == h5py.h5d.VIRTUAL:
+                return vds_extent(dset, url, open_h5)
+            return tuple(dset.shape or ())
+        except Skip:
+            return tuple(dset.shape or ())  # the variable's own indexing records why
+        except H5PY_ERRORS as exc:
+            reraise_io_failure(exc)
+            return ()
+
+    return shape_of
+
+
+def _describe_type(entry: DatasetEntry, out: dict[str, Any]) -> None:
+    """Record what an enumeration's integers mean, and which arrays hold reference paths, in
+    the granule's extras (``ENUMS_KEY``, ``REFERENCES_KEY``): not as attributes, which netCDF
+    readers do not show either."""
+    mapping = enum_mapping(entry.dset)
+    if mapping:
+        out.setdefault(ENUMS_KEY, {})[entry.path] = mapping
+    dt = entry.dset.dtype
+    if h5py.check_ref_dtype(dt.subdtype[0] if dt.subdtype is not None else dt) is h5py.Reference:
+        out.setdefault(REFERENCES_KEY, []).append(entry.path)
 
 
 def _check_links(skipped: list[Skipped], settings: IndexSettings) -> None:
@@ -117,7 +188,7 @@ def index_open_granule(
         url=granule.identity.url,
         file_size=granule.identity.size,
         settings=settings,
-        dims=DimensionNamer(hierarchy, deref.key),
+        dims=DimensionNamer(hierarchy, deref.key, _shape_of(granule.identity.url, open_h5)),
         deref=deref.path,
         identity=reader.identity,
         read_many=reader.read_many,
@@ -125,12 +196,18 @@ def index_open_granule(
     )
     groups: dict[str, dict[str, Any]] = {}
     dropped: dict[str, dict[str, str]] = {}
+    escaped: dict[str, list[str]] = {"links": list(hierarchy.escaped)}
     for gpath, group in hierarchy.groups:
         result = read_attrs(group, deref.path)
         groups[gpath] = result.attrs
         if result.dropped:
             dropped[gpath] = result.dropped
+        if result.escaped:
+            escaped.setdefault("group_attributes", []).extend(
+                f"{gpath}/{name}" if gpath else name for name in result.escaped
+            )
     arrays: dict[str, ArrayRefs] = {}
+    described: dict[str, Any] = {}  # enums and object references, see _describe_type
     skipped = list(hierarchy.skipped)
     by_path: dict[str, Skipped] = {}
     try:
@@ -148,15 +225,12 @@ def index_open_granule(
                         arr, checksums=manifest_checksums(arr.manifest, reader.read_many)
                     )
                 arrays[entry.path] = arr
+                _describe_type(entry, described)
             except Skip as skip:
                 by_path[entry.path] = _record(skip, entry.path, settings)
                 skipped.append(by_path[entry.path])
-            except H5PY_ERRORS as exc:  # HDF5 failing on this dataset's metadata or data
-                reraise_io_failure(exc)
-                if not raised_by_h5py(exc):
-                    raise
-                failed = Skip("unreadable", f"HDF5 failed on it: {describe_h5_error(exc)}")
-                by_path[entry.path] = _record(failed, entry.path, settings)
+            except Exception as exc:  # noqa: BLE001 - recorded per variable, see _failure
+                by_path[entry.path] = _failure(exc, entry.path, settings)
                 skipped.append(by_path[entry.path])
     finally:
         reader.close()
@@ -167,6 +241,9 @@ def index_open_granule(
     if check_unchanged is not None:
         check_unchanged()
     extra = _provenance(settings, time.perf_counter() - started, dropped)
+    extra.update(described)
+    if len(escaped) > 1 or escaped["links"]:
+        extra["names_escaped"] = escaped  # see _walk.escape_name
     if ctx.attribute_dtypes:
         extra["attribute_dtypes"] = ctx.attribute_dtypes
     return GranuleRefs(granule.identity, groups, arrays, tuple(skipped), extra)

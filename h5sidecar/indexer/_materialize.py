@@ -139,16 +139,24 @@ def _string_codec(values: np.ndarray) -> tuple[np.ndarray, Config, str]:
     return np.array(text, dtype=object).reshape(values.shape), {"id": "vlen-utf8"}, "utf-8"
 
 
+def _scalar_array(raw: Any, dset: h5py.Dataset, plan: DtypePlan) -> np.ndarray:
+    """A 0-d array of the element type h5py reads, for a scalar dataset's value.
+
+    h5py returns a scalar as a Python/numpy scalar: a string as ``bytes``/``str``, a fixed-length
+    string as ``numpy.bytes_`` *without its trailing NULs* (a NUL-terminated or space-padded
+    value shorter than its type).  Letting numpy infer the dtype from that gives ``|S<n>`` of
+    the value's length, not the type's; the element type must come from the dataset.
+    """
+    if plan.np_dtype.kind == "O":
+        return np.asarray(raw, dtype=object)  # a variable-length string stays a Python object
+    return np.asarray(raw, dtype=dset.dtype)
+
+
 def _decoded_values(
     dset: h5py.Dataset, plan: DtypePlan, deref: Callable[[h5py.Reference], str | None]
 ) -> tuple[np.ndarray, tuple[Config, ...], str]:
     raw = _read(dset, (), "the variable")
-    # a scalar string comes back as bytes/str: keep it an object, not a fixed-width array
-    values = (
-        raw
-        if isinstance(raw, np.ndarray)
-        else np.asarray(raw, dtype=object if plan.np_dtype.kind == "O" else None)
-    )
+    values = raw if isinstance(raw, np.ndarray) else _scalar_array(raw, dset, plan)
     if plan.mode == "vlen_str":
         strings, codec, kind = _string_codec(values)
         return strings, (codec,), f"variable-length strings stored in the sidecar ({kind})"

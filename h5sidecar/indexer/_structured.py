@@ -9,6 +9,12 @@ three: explicit member offsets (with gaps), nested compounds and array members. 
 * **nested compounds** are flattened to dotted names (``position.x``);
 * **array members** are flattened to one field per element (``matrix[0,1]``).
 
+In a flattened type ``.`` and ``[i,j]`` are separators only: inside each member name ``%``,
+``.``, ``[`` and ``]`` are written ``%25``, ``%2E``, ``%5B`` and ``%5D`` (a member ``"a.b"`` of
+``outer`` is ``outer.a%2Eb``; split on the separators and ``urllib.parse.unquote`` each part to
+get the names back).  A compound with neither nested nor array members keeps its member names
+verbatim, as netCDF readers show them.
+
 The flattened dtype has the same itemsize and every value at the same byte offset, so chunks
 are still referenced in place.
 """
@@ -22,18 +28,29 @@ import numpy as np
 
 from h5sidecar.indexer._common import fail
 
-__all__ = ["structured_json"]
+__all__ = ["escape_member", "structured_json"]
 
 #: Compound types flattening to more fields than this are refused (zarr would be very slow).
 MAX_FIELDS = 4096
 
 
-def _leaves(dt: np.dtype, prefix: str, base: int) -> Iterator[tuple[str, np.dtype, int]]:
+_ESCAPES = str.maketrans({"%": "%25", ".": "%2E", "[": "%5B", "]": "%5D"})
+
+
+def escape_member(name: str) -> str:
+    """A member name inside a flattened compound (separators ``.``/``[`` escaped)."""
+    return name.translate(_ESCAPES)
+
+
+def _leaves(
+    dt: np.dtype, prefix: str, base: int, escape: bool = True
+) -> Iterator[tuple[str, np.dtype, int]]:
     """Yield ``(flat name, scalar dtype, byte offset)`` for every leaf of a structured dtype."""
     assert dt.names is not None
     for name in dt.names:
         fdt, off = dt.fields[name][:2]  # type: ignore[index]
-        yield from _field_leaves(fdt, prefix + name, base + off)
+        label = escape_member(name) if escape else name
+        yield from _field_leaves(fdt, prefix + label, base + off)
 
 
 def _field_leaves(fdt: np.dtype, name: str, off: int) -> Iterator[tuple[str, np.dtype, int]]:
@@ -71,7 +88,8 @@ def structured_json(dt: np.dtype) -> tuple[list[Any], str]:
     Skip
         When the compound overlaps itself, has duplicate flattened names or too many fields.
     """
-    leaves = sorted(_leaves(dt, "", 0), key=lambda leaf: leaf[2])
+    flat = _is_flat(dt)
+    leaves = sorted(_leaves(dt, "", 0, escape=not flat), key=lambda leaf: leaf[2])
     if len(leaves) > MAX_FIELDS:
         fail(
             "unsupported_dtype", f"compound type flattens to {len(leaves)} fields (> {MAX_FIELDS})"
@@ -95,10 +113,11 @@ def structured_json(dt: np.dtype) -> tuple[list[Any], str]:
         fields.append([f"_pad{pos}", f"|V{dt.itemsize - pos}"])
         pads += 1
     notes = []
-    if not _is_flat(dt):
+    if not flat:
         notes.append(
             "compound type flattened (nested members as 'outer.inner', array members as "
-            "'name[i,j]') because zarr 3.1 reads only flat structured dtypes"
+            "'name[i,j]'; '%', '.', '[' and ']' inside member names %-escaped) because zarr "
+            "3.1 reads only flat structured dtypes"
         )
     if pads:
         notes.append(f"{pads} padding gap(s) of the compound layout kept as '_pad<offset>' fields")

@@ -134,6 +134,32 @@ def _source_url(name: str, granule_url: str) -> str:
     return granule_url if name == "." else resolve_external(name, granule_url)
 
 
+def _require_a_source(dset: h5py.Dataset, granule_url: str, opener: Opener) -> None:
+    """Skip a VDS none of whose source datasets can be found.
+
+    HDF5 reads such a VDS as fill values only, and gives it no extent at all along an unlimited
+    dimension; either way the values it was made to show are elsewhere (source files not
+    beside the granule), so an empty or fill-only array would be a silent loss.
+    """
+    dcpl = dset.id.get_create_plist()
+    count = dcpl.get_virtual_count()
+    names = []
+    for i in range(count):
+        fname, dname = dcpl.get_virtual_filename(i), dcpl.get_virtual_dsetname(i)
+        url = _source_url(_expand(fname, 0), granule_url)
+        if _source_dataset(url, _expand(dname, 0), opener) is not None:
+            return
+        names.append(f"{fname}:{dname}")
+    if count:
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        fail(
+            "virtual_dataset",
+            f"none of its {count} source dataset(s) can be found ({shown}), so HDF5 would read "
+            "it as fill values only (with no extent along an unlimited dimension); put the "
+            "source files beside the granule (paths are relative to it) and index it again",
+        )
+
+
 def vds_extent(dset: h5py.Dataset, granule_url: str, opener: Opener) -> tuple[int, ...]:
     """The extent HDF5 gives the VDS (view "last available"), computed from its sources.
 
@@ -142,6 +168,7 @@ def vds_extent(dset: h5py.Dataset, granule_url: str, opener: Opener) -> tuple[in
     extent is therefore worked out here: ``%b`` patterns count source files until the first
     missing one; other mappings count the source blocks inside the source's extent.
     """
+    _require_a_source(dset, granule_url, opener)
     shape = list(dset.shape)
     dcpl = dset.id.get_create_plist()
     for i in range(dcpl.get_virtual_count()):
@@ -236,11 +263,17 @@ def vds_table(
         The sources' dtype when it differs from the VDS's in byte order only.
     """
     if 0 in shape or not shape:
-        return ChunkTable.empty(shape, tuple(max(s, 1) for s in shape), []), (), None
+        table = ChunkTable.empty(shape, tuple(max(s, 1) for s in shape), [])
+        table.note = "virtual dataset without elements (HDF5 gives it the same extent)"
+        return table, (), None
     pieces = vds_pieces(dset, shape)
-    sources = [s for s in _open_sources(pieces, granule_url, opener) if s.dset is not None]
+    opened = _open_sources(pieces, granule_url, opener)
+    sources = [s for s in opened if s.dset is not None]
+    missing = sorted({s.url for s in opened if s.dset is None})
     if not sources:
-        return ChunkTable.empty(shape, shape, []), (), None
+        table = ChunkTable.empty(shape, shape, [])
+        table.note = "virtual dataset whose mapped blocks have no source: fill values only"
+        return table, (), None
     src_dtype = _common([s.dset.dtype for s in sources if s.dset is not None], "dtype")
     if src_dtype != dset.dtype and src_dtype.newbyteorder("=") != dset.dtype.newbyteorder("="):
         fail("virtual_dataset", f"sources hold {src_dtype}, the virtual dataset {dset.dtype}")
@@ -250,6 +283,12 @@ def vds_table(
     pipeline = _common([tuple(pipeline_for(s.dset)) for s in sources], "filter pipeline")
     zchunks, slab = _zarr_chunks(sources, shape, pipeline)
     table = _assemble(dset, shape, zchunks, slab, sources, pipeline)
+    if missing:
+        table.note += (
+            f"; {len(missing)} source(s) missing ({', '.join(missing[:3])}"
+            f"{', ...' if len(missing) > 3 else ''}): their blocks read as the fill value, as "
+            "in HDF5"
+        )
     return table, pipeline, (src_dtype if src_dtype != dset.dtype else None)
 
 

@@ -24,10 +24,32 @@ from h5sidecar.errors import NotHDF5Error
 from h5sidecar.indexer._common import H5PY_ERRORS, describe_h5_error, reraise_io_failure
 from h5sidecar.references import Skipped
 
-__all__ = ["DatasetEntry", "Hierarchy", "ObjectKey", "object_key", "walk"]
+__all__ = ["DatasetEntry", "Hierarchy", "ObjectKey", "escape_name", "object_key", "walk"]
 
 #: Identity of an HDF5 object inside one file: (file number, object header address).
 ObjectKey = tuple[int, int]
+
+
+def escape_name(name: str | bytes) -> str:
+    """The model name of an HDF5 link or attribute name (UTF-8 names are kept verbatim).
+
+    HDF5 names are bytes; Zarr keys and JSON need text.  A name that is not valid UTF-8 (h5py
+    hands it over as ``bytes``) is decoded as UTF-8 where it can be, with every other byte
+    written ``%XX`` (upper-case hex) and every ``%`` written ``%25``, so
+    ``urllib.parse.unquote_to_bytes(escaped)`` gives the exact bytes back.  Only such names are
+    escaped; the granule's extras list them (``names_escaped``).
+    """
+    if isinstance(name, str):
+        return name
+    try:
+        return name.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    text = name.decode("utf-8", "surrogateescape")  # undecodable bytes -> U+DC80..U+DCFF
+    return "".join(
+        f"%{ord(c) - 0xDC00:02X}" if "\udc80" <= c <= "\udcff" else "%25" if c == "%" else c
+        for c in text
+    )
 
 
 def object_key(obj: h5py.HLObject) -> ObjectKey:
@@ -72,13 +94,17 @@ class Hierarchy:
     skipped: list[Skipped] = field(default_factory=list)
     #: first (canonical) path of every object seen
     canonical: dict[ObjectKey, str] = field(default_factory=dict)
+    #: paths whose last name was escaped (not valid UTF-8, see :func:`escape_name`)
+    escaped: list[str] = field(default_factory=list)
+    #: group path -> the paths of its dataset links (hard and soft), in the file's link order
+    members: dict[str, list[str]] = field(default_factory=dict)
 
 
 def _join(parent: str, name: str) -> str:
     return f"{parent}/{name}" if parent else name
 
 
-def _names(group: h5py.Group, path: str) -> list[str]:
+def _names(group: h5py.Group, path: str) -> list[str | bytes]:
     try:
         return list(group)
     except H5PY_ERRORS as exc:
@@ -91,8 +117,12 @@ def _names(group: h5py.Group, path: str) -> list[str]:
         raise
 
 
-def _link_type(group: h5py.Group, name: str) -> int:
-    return int(group.id.links.get_info(name.encode("utf-8", "surrogateescape")).type)
+def _raw(name: str | bytes) -> bytes:
+    return name if isinstance(name, bytes) else name.encode("utf-8")
+
+
+def _link_type(group: h5py.Group, name: str | bytes) -> int:
+    return int(group.id.links.get_info(_raw(name)).type)
 
 
 class _Walker:
@@ -113,8 +143,20 @@ class _Walker:
                 gpath, "unreadable", f"the group's links cannot be read: {describe_h5_error(exc)}"
             )
             return
+        taken = {n for n in names if isinstance(n, str)}
         for name in names:
-            path = _join(gpath, name)
+            path = _join(gpath, escape_name(name))
+            if isinstance(name, bytes):
+                if escape_name(name) in taken:
+                    self.skip(
+                        path,
+                        "other",
+                        f"the HDF5 name {name!r} is not UTF-8 and its escaped form is the name "
+                        "of another link of the group",
+                    )
+                    continue
+                taken.add(escape_name(name))
+                self.out.escaped.append(path)
             try:
                 ltype = _link_type(group, name)
             except H5PY_ERRORS as exc:
@@ -135,7 +177,7 @@ class _Walker:
                     "only hard, soft and external links are understood",
                 )
 
-    def hard(self, group: h5py.Group, name: str, path: str) -> Iterator[tuple[str, h5py.Group]]:
+    def hard(self, group: h5py.Group, name: str | bytes, path: str) -> Iterator[tuple[str, h5py.Group]]:
         try:
             obj = group[name]
             key = object_key(obj)
@@ -158,11 +200,12 @@ class _Walker:
         elif isinstance(obj, h5py.Dataset):
             alias = None if first == path else first
             self.out.datasets.append(DatasetEntry(path, obj, key, alias, "hard"))
+            self.out.members.setdefault(path.rpartition("/")[0], []).append(path)
         # committed datatypes are types, not variables: nothing to index
 
-    def soft(self, group: h5py.Group, name: str, path: str) -> None:
+    def soft(self, group: h5py.Group, name: str | bytes, path: str) -> None:
         try:
-            target = group.get(name, getlink=True).path
+            target = escape_name(group.id.links.get_val(_raw(name)))
         except H5PY_ERRORS as exc:
             reraise_io_failure(exc)
             self.skip(path, "unreadable", f"the soft link cannot be read: {describe_h5_error(exc)}")
@@ -182,6 +225,7 @@ class _Walker:
             return
         if isinstance(obj, h5py.Dataset):
             self.soft_datasets.append((path, target, obj))
+            self.out.members.setdefault(path.rpartition("/")[0], []).append(path)
         elif isinstance(obj, h5py.Group):
             self.skip(
                 path,
@@ -190,10 +234,10 @@ class _Walker:
                 "indexed under the target, not repeated here",
             )
 
-    def external(self, group: h5py.Group, name: str, path: str) -> None:
+    def external(self, group: h5py.Group, name: str | bytes, path: str) -> None:
         try:
-            link = group.get(name, getlink=True)
-            where = f"{link.filename}:{link.path}"
+            filename, target = group.id.links.get_val(_raw(name))
+            where = f"{escape_name(filename)}:{escape_name(target)}"
         except H5PY_ERRORS as exc:
             reraise_io_failure(exc)
             where = f"(unreadable link value: {describe_h5_error(exc)})"

@@ -51,6 +51,7 @@ SkipKind = Literal[
     "unreadable",
     "too_large_to_materialize",
     "other",
+    "internal_error",
 ]
 
 

@@ -110,7 +110,13 @@ def index_one(
     try:
         sweep_leftovers(dest_url)
         if not options.force:
-            done = check_up_to_date(url, dest_url, listed, storage_options=options.storage_options)
+            done = check_up_to_date(
+                url,
+                dest_url,
+                listed,
+                storage_options=options.storage_options,
+                settings=options.settings,
+            )
             if done is not None:
                 return done
         t1 = time.perf_counter()

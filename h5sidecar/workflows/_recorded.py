@@ -22,15 +22,18 @@ from typing import Any
 
 from h5sidecar.errors import H5SidecarError, InvalidReferenceError
 from h5sidecar.references import SourceInfo
+from h5sidecar.settings import IndexSettings
 from h5sidecar.workflows._executors import Task
 from h5sidecar.workflows._listing import filesystem, identity_from_info, is_remote
 from h5sidecar.workflows._report import GranuleResult
 
 __all__ = [
+    "CONTENT_SETTINGS",
     "Recorded",
     "check_up_to_date",
     "precheck",
     "read_recorded",
+    "settings_differ",
     "sidecar_bytes",
     "sweep_leftovers",
 ]
@@ -44,14 +47,47 @@ log = logging.getLogger("h5sidecar.workflows")
 EXTRAS_KEY = "h5sidecar"
 
 
+#: Indexer settings that change what a sidecar holds (the others only change how fast it is
+#: made): a sidecar written with other values is not up to date for this run.
+CONTENT_SETTINGS = (
+    "on_unsupported",
+    "inline_threshold",
+    "contiguous_chunk_bytes",
+    "materialize_limit",
+    "checksums",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Recorded:
-    """The source identity and variable statuses a sidecar records."""
+    """The source identity, variable statuses and indexer settings a sidecar records."""
 
     source: SourceInfo
     n_virtual: int
     n_inlined: int
     skipped: tuple[Mapping[str, str], ...]
+    settings: Mapping[str, Any] | None = None
+
+
+def settings_differ(recorded: Mapping[str, Any] | None, settings: IndexSettings) -> list[str]:
+    """The :data:`CONTENT_SETTINGS` whose recorded value does not give what ``settings`` asks
+    for (all of them when the sidecar records none).
+
+    Checksums are the one superset: a sidecar with checksums also serves a run that does not
+    ask for them (re-indexing would only drop them); a run asking for them re-indexes a sidecar
+    without.
+    """
+    if recorded is None:
+        return list(CONTENT_SETTINGS)
+    out = []
+    for name in CONTENT_SETTINGS:
+        want = getattr(settings, name)
+        if name == "checksums":
+            if want and not recorded.get(name):
+                out.append(name)
+        elif name not in recorded or recorded[name] != want:
+            out.append(name)
+    return out
 
 
 def read_recorded(
@@ -85,11 +121,13 @@ def _parse(doc: Mapping[str, Any]) -> Recorded | None:
         {"path": str(s["path"]), "kind": str(s["kind"]), "reason": str(s["reason"])}
         for s in extras.get("skipped", ())
     )
+    settings = extras.get("extra", {}).get("settings")
     return Recorded(
         source=SourceInfo.from_dict(extras["source"]),
         n_virtual=statuses.count("virtual"),
         n_inlined=statuses.count("inlined"),
         skipped=skipped,
+        settings=settings if isinstance(settings, dict) else None,
     )
 
 
@@ -99,17 +137,25 @@ def check_up_to_date(
     listed: SourceInfo | None = None,
     *,
     storage_options: Mapping[str, Any] | None = None,
+    settings: IndexSettings | None = None,
 ) -> GranuleResult | None:
-    """An ``up_to_date`` result when ``sidecar`` records the current identity of ``url``.
+    """An ``up_to_date`` result when ``sidecar`` records the current identity of ``url``
+    (and was written with the same :data:`CONTENT_SETTINGS` as ``settings``, when given).
 
     ``listed`` is the identity from the listing (looked up when None).  Returns None when the
-    granule needs indexing: no sidecar, another source URL, or a different size/ETag/mtime.
+    granule needs indexing: no sidecar, another source URL, a different size/ETag/mtime, or
+    index options that change the sidecar's content (``--checksums`` added, another
+    ``inline_threshold``, ...), so that the report says what every sidecar holds.
     """
     t0 = time.perf_counter()
     if listed is None:
         listed = identity_from_info(url, filesystem(url, storage_options).info(url))
     rec = read_recorded(sidecar, storage_options=storage_options)
     if rec is None or rec.source.url != url or not rec.source.same_object(listed):
+        return None
+    changed = [] if settings is None else settings_differ(rec.settings, settings)
+    if changed:
+        log.info("%s was indexed with other %s: indexing it again", sidecar, ", ".join(changed))
         return None
     seconds = {"check": time.perf_counter() - t0}
     seconds["total"] = seconds["check"]
@@ -139,10 +185,12 @@ def precheck(
     """
 
     def one(task: Task) -> GranuleResult | None:
-        url, sidecar, _, listed = task.args
+        url, sidecar, options, listed = task.args
         try:
             sweep_leftovers(sidecar)
-            return check_up_to_date(url, sidecar, listed, storage_options=storage_options)
+            return check_up_to_date(
+                url, sidecar, listed, storage_options=storage_options, settings=options.settings
+            )
         except (H5SidecarError, OSError) as exc:
             log.debug("cannot check %s (%s): indexing it", sidecar, exc)
             return None

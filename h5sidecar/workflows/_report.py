@@ -34,6 +34,9 @@ __all__ = [
 REPORT_NAME = "_report.json"
 REPORT_VERSION = 1
 
+#: Skip kind of a variable lost to an unexpected error: its granule is reported as partial.
+PARTIAL_KIND = "internal_error"
+
 #: Outcome of one granule in a run.
 GranuleStatus = Literal["ok", "failed", "up_to_date"]
 
@@ -146,6 +149,7 @@ class GranuleResult:
             "sidecar_bytes": self.sidecar_bytes,
             "seconds": dict(self.seconds),
             "error": None if self.error is None else self.error.to_dict(),
+            "partial": self.partial,
         }
 
     @classmethod
@@ -168,6 +172,12 @@ class GranuleResult:
             seconds=dict(d.get("seconds", {})),
             error=None if err is None else ErrorRecord(**err),
         )
+
+    @property
+    def partial(self) -> bool:
+        """True when a variable was left out by an unexpected error of h5sidecar
+        (``internal_error``): the sidecar holds the rest of the granule."""
+        return any(s.get("kind") == PARTIAL_KIND for s in self.skipped)
 
     def renamed(self, name: str) -> GranuleResult:
         """A copy with ``name`` set (workers do not know the listing root)."""
@@ -219,9 +229,14 @@ class RunReport:
         return tuple(g for g in self.granules if g.status == "failed")
 
     @property
+    def partial(self) -> tuple[GranuleResult, ...]:
+        """The granules indexed without some variable because of an unexpected error."""
+        return tuple(g for g in self.granules if g.partial)
+
+    @property
     def ok(self) -> bool:
-        """True when the run completed and no granule failed."""
-        return self.complete and not self.failed
+        """True when the run completed, no granule failed and none is partial."""
+        return self.complete and not self.failed and not self.partial
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the ``_report.json`` document)."""

@@ -46,11 +46,26 @@ def open_refs(refs: GranuleRefs) -> zarr.Group:
 
 
 # -- h5py side ------------------------------------------------------------------------------------
-def _leaves(arr: np.ndarray, prefix: str = "") -> Iterator[tuple[str, np.ndarray]]:
+def _is_flat(dt: np.dtype) -> bool:
+    assert dt.names is not None
+    return all(dt.fields[n][0].names is None and dt.fields[n][0].subdtype is None for n in dt.names)
+
+
+def _esc(name: str) -> str:
+    """A member name in a flattened compound: ``%``, ``.``, ``[`` and ``]`` %-escaped."""
+    return "".join({"%": "%25", ".": "%2E", "[": "%5B", "]": "%5D"}.get(c, c) for c in name)
+
+
+def _leaves(
+    arr: np.ndarray, prefix: str = "", escape: bool | None = None
+) -> Iterator[tuple[str, np.ndarray]]:
     """Fields of a structured array flattened the way the indexer names them."""
     assert arr.dtype.names is not None
+    if escape is None:
+        escape = not _is_flat(arr.dtype)
     for name in arr.dtype.names:
-        yield from _field_leaves(arr[name], arr.dtype.fields[name][0], prefix + name)
+        label = _esc(name) if escape else name
+        yield from _field_leaves(arr[name], arr.dtype.fields[name][0], prefix + label)
 
 
 def _field_leaves(values: np.ndarray, fdt: np.dtype, name: str) -> Iterator[tuple[str, np.ndarray]]:
@@ -61,7 +76,7 @@ def _field_leaves(values: np.ndarray, fdt: np.dtype, name: str) -> Iterator[tupl
             label = f"{name}[{','.join(str(i) for i in idx)}]"
             yield from _field_leaves(values[(Ellipsis, *idx)], sub, label)
     elif values.dtype.names is not None:
-        yield from _leaves(values, name + ".")
+        yield from _leaves(values, name + ".", escape=True)
     else:
         yield name, values
 

@@ -81,12 +81,13 @@ def test_bookkeeping_attributes_are_dropped(make_h5) -> None:
         f["v"].dims[0].attach_scale(f["x"])
         f["v"].dims[0].label = "label"
         f["v"].attrs["_Netcdf4Coordinates"] = np.array([0], "i4")
-        f["v"].attrs["CLASS"] = b"TABLE"  # not a scale marker here: kept
+        f["v"].attrs["CLASS"] = b"TABLE"  # not a scale marker, but h5netcdf hides it too
         f["v"].attrs["units"] = "m"
 
     refs = index_granule(str(make_h5(build)))
     assert dict(refs.arrays["x"].meta.attrs) == {}  # CLASS/NAME/REFERENCE_LIST dropped
-    assert dict(refs.arrays["v"].meta.attrs) == {"CLASS": "TABLE", "units": "m"}
+    assert dict(refs.arrays["v"].meta.attrs) == {"units": "m"}
+    assert "'CLASS' (hidden, as netCDF readers (h5netcdf) hide it)" in refs.arrays["v"].note
 
 
 def test_group_attributes_and_nested_groups(make_h5) -> None:

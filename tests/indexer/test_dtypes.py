@@ -6,7 +6,7 @@ import h5py
 import numpy as np
 import pytest
 
-from h5sidecar.indexer import ENUM_ATTR, REFERENCE_ATTR, index_granule
+from h5sidecar.indexer import ENUMS_KEY, REFERENCES_KEY, index_granule
 from tests.indexer._compare import assert_refs_match_h5py, open_refs
 
 
@@ -46,7 +46,9 @@ def test_enum_keeps_base_integers_and_the_mapping(make_h5) -> None:
     refs = index_granule(str(path))
     arr = refs.arrays["e"]
     assert arr.meta.dtype == "|i1"
-    assert arr.meta.attrs[ENUM_ATTR] == {"RED": 0, "GREEN": 1, "BLUE": 42}
+    # the mapping is in the extras, not an attribute (h5netcdf shows none)
+    assert dict(arr.meta.attrs) == {}
+    assert refs.extra[ENUMS_KEY] == {"e": {"RED": 0, "GREEN": 1, "BLUE": 42}}
     assert_refs_match_h5py(refs, path)
 
 
@@ -182,7 +184,8 @@ def test_object_references_become_target_paths(make_h5) -> None:
     path = make_h5(build)
     refs = index_granule(str(path))
     arr = refs.arrays["refs"]
-    assert arr.status == "inlined" and REFERENCE_ATTR in arr.meta.attrs
+    assert arr.status == "inlined" and dict(arr.meta.attrs) == {}
+    assert refs.extra[REFERENCES_KEY] == ["refs"]
     assert open_refs(refs)["refs"][...].tolist() == ["/grp", "/grp/data", ""]
     assert_refs_match_h5py(refs, path)
 
@@ -271,3 +274,26 @@ def test_array_types_of_strings_and_references_and_mixed_compounds(make_h5) -> N
     assert refs.arrays["refs"].meta.shape == (2, 2)
     assert refs.arrays["mixed"].meta.dtype == [["e", "|u1"], ["b", "|b1"], ["c", "<c8"]]
     assert_refs_match_h5py(refs, path)
+
+
+def test_flattened_compound_names_are_unambiguous_with_dots_in_member_names(make_h5) -> None:
+    """``outer.inner`` was ambiguous when a member name has a dot: in a flattened compound,
+    ``%``, ``.``, ``[`` and ``]`` inside member names are %-escaped; flat compounds keep their
+    names verbatim (as h5netcdf shows them)."""
+    inner = np.dtype([("b", "<i4"), ("c.d", "<f4")])
+    nested = np.dtype([("a", inner), ("a.b", "<i2"), ("m[0]", "<u1", (2,)), ("p%", "u1")])
+    flat = np.dtype([("x.y", "<i4"), ("z[1]", "<f8")])
+
+    def build(f: h5py.File) -> None:
+        f.create_dataset("nested", data=np.zeros(3, nested), dtype=nested)
+        f["nested"][1] = ((7, 1.5), 3, (4, 5), 9)
+        f.create_dataset("flat", data=np.array([(1, 2.0), (3, 4.0)], flat))
+
+    path = make_h5(build)
+    refs = index_granule(str(path))
+    assert [f[0] for f in refs.arrays["nested"].meta.dtype] == [
+        "a.b", "a.c%2Ed", "a%2Eb", "m%5B0%5D[0]", "m%5B0%5D[1]", "p%25"
+    ]
+    assert [f[0] for f in refs.arrays["flat"].meta.dtype] == ["x.y", "z[1]"]
+    group = assert_refs_match_h5py(refs, path)
+    assert group["nested"][1]["a%2Eb"] == 3 and group["nested"][1]["a.b"] == 7

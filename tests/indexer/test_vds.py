@@ -71,3 +71,47 @@ def test_empty_and_unmappable_virtual_datasets(make_h5, tmp_path: Path) -> None:
     assert set(reasons) == {"odd", "cast"}
     assert "do not line up" in reasons["odd"] and "sources hold int64" in reasons["cast"]
     assert_refs_match_h5py(refs, path)
+
+
+def _unlimited_vds(f: h5py.File, name: str, source: str) -> None:
+    """A VDS repeating one-row blocks of ``source``'s ``d`` without limit (the form of the
+    HDF5 test files ``3_1_vds.h5``): extent 0 in the file, computed from the source on open."""
+    unlimited = h5py.h5s.UNLIMITED
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_fill_value(np.array(-1, "i8"))
+    spaces = []
+    for _ in range(2):
+        space = h5py.h5s.create_simple((0, 4), (unlimited, 4))
+        space.select_hyperslab((0, 0), (unlimited, 1), (1, 1), (1, 4))
+        spaces.append(space)
+    dcpl.set_virtual(spaces[0], source.encode(), b"d", spaces[1])
+    extent = h5py.h5s.create_simple((0, 4), (unlimited, 4))
+    h5py.h5d.create(f.id, name.encode(), h5py.h5t.STD_I64LE, extent, dcpl=dcpl)
+
+
+def test_a_virtual_dataset_without_any_source_is_skipped_not_empty(
+    make_h5, tmp_path: Path
+) -> None:
+    """Unlimited mappings of absent sources gave shape 0, no chunks, no reason (and fixed ones
+    fill values only): both are skipped, saying which sources are missing; a VDS whose sources
+    exist gets h5py's shape (computed from the sources) and its values."""
+    _source(tmp_path / "here.h5", np.arange(12).reshape(3, 4), chunks=(1, 4), maxshape=(None, 4))
+    fixed = h5py.VirtualLayout(shape=(3, 4), dtype="i8")
+    fixed[:] = h5py.VirtualSource("gone.h5", "d", shape=(3, 4))
+
+    def build(f: h5py.File) -> None:
+        _unlimited_vds(f, "unlimited", "gone.h5")
+        f.create_virtual_dataset("fixed", fixed, fillvalue=-1)
+        _unlimited_vds(f, "found", "here.h5")
+
+    path = make_h5(build)
+    refs = index_granule(str(path))
+    skipped = {s.path: s for s in refs.skipped}
+    assert set(skipped) == {"unlimited", "fixed"}
+    for s in skipped.values():
+        assert s.kind == "virtual_dataset" and "gone.h5:d" in s.reason
+        assert "none of its 1 source dataset(s) can be found" in s.reason
+    with h5py.File(path) as h5:
+        assert refs.arrays["found"].meta.shape == h5["found"].shape == (3, 4)
+    assert refs.arrays["found"].manifest.n_stored == 3
+    assert_refs_match_h5py(refs, path)
