@@ -109,7 +109,8 @@ def check_request_path(raw_path: str, path: str, *, max_length: int) -> None:
         Longer than ``max_length``.
     BadRequestError
         ``.``/``..`` segments (in any encoding), backslashes, encoded ``/`` ``\\`` ``%`` or NUL,
-        control characters or empty segments.
+        or control characters.  (Empty segments are merged: a store URL written with a
+        trailing ``/`` makes clients send ``G//key``.)
     """
     if len(raw_path) > max_length or len(path) > max_length:
         raise KeyTooLongError(
@@ -127,8 +128,6 @@ def check_request_path(raw_path: str, path: str, *, max_length: int) -> None:
     segments = path.split("/")[1:]
     if any(s in (".", "..") for s in segments):
         raise BadRequestError("request path contains a '.' or '..' segment (path traversal)")
-    if any(s == "" for s in segments[:-1]):
-        raise BadRequestError("request path contains an empty segment ('//')")
 
 
 # -- ranges -------------------------------------------------------------------------------------

@@ -61,12 +61,14 @@ def _effective_factor(grid0: int, k: int) -> int:
 def sharded_array_doc(doc: Mapping[str, Any], k: int) -> dict[str, Any]:
     """The ``zarr.json`` of an array in the sharded view, from its plain v3 document.
 
-    Scalars (0-d) are left unsharded: they have exactly one chunk.
+    Scalars (0-d) are left unsharded: they have exactly one chunk.  So are structured
+    (compound) types: zarr 3.1's sharding codec fails on their fill value ("unhashable type:
+    'writeable void-scalar'"), while it reads them fine as plain chunks.
     """
     out = copy.deepcopy(dict(doc))
     chunks = list(out["chunk_grid"]["configuration"]["chunk_shape"])
     shape = list(out["shape"])
-    if not chunks:
+    if not chunks or _structured(out.get("data_type")):
         return out
     grid0 = -(-shape[0] // chunks[0])
     kk = _effective_factor(grid0, k)
@@ -86,6 +88,10 @@ def sharded_array_doc(doc: Mapping[str, Any], k: int) -> dict[str, Any]:
         }
     ]
     return out
+
+
+def _structured(data_type: Any) -> bool:
+    return isinstance(data_type, dict) and data_type.get("name") == "structured"
 
 
 def _shard_node(doc: dict[str, Any], k: int) -> dict[str, Any]:
@@ -207,8 +213,10 @@ def shard_layout(arr: ArrayRefs, shard_index: tuple[int, ...], k: int) -> ShardL
     stored (zarr then reads the whole shard as the fill value).
     """
     grid = arr.manifest.grid_shape
-    if not grid:
-        return None  # scalars are not sharded; their one chunk is served as a plain chunk
+    if not grid or isinstance(arr.meta.dtype, list):
+        # scalars and structured types are not sharded (see sharded_array_doc): their chunks
+        # are served as plain chunks
+        return None
     kk = _effective_factor(grid[0], k)
     shard_grid = (-(-grid[0] // kk), *grid[1:])
     if len(shard_index) != len(grid) or any(

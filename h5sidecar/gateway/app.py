@@ -16,6 +16,7 @@ import asyncio
 import hmac
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
@@ -110,6 +111,16 @@ class _Metrics:
                                  time.perf_counter() - t0, route=route)  # fmt: skip
 
 
+def _merge_slashes(scope: Scope) -> Scope:
+    """``/zarr/G//g/.zmetadata`` -> ``/zarr/G/g/.zmetadata``: what a client makes of a store URL
+    written with a trailing ``/`` (as the README and the STAC zarr asset write it)."""
+    scope = dict(scope)
+    scope["path"] = re.sub("/{2,}", "/", scope["path"])
+    if scope.get("raw_path"):
+        scope["raw_path"] = re.sub(b"/{2,}", b"/", scope["raw_path"])
+    return scope
+
+
 class _Guard:
     """Inside CORS: read-only methods, safe paths, and the bearer token."""
 
@@ -122,6 +133,8 @@ class _Guard:
             await self.app(scope, receive, send)
             return
         response = self._refuse(scope)
+        if response is None and "//" in scope["path"]:
+            scope = _merge_slashes(scope)
         await (response or self.app)(scope, receive, send)
 
     def _refuse(self, scope: Scope) -> Response | None:

@@ -37,7 +37,7 @@ from h5sidecar.errors import H5SidecarError, NotIndexedError, SourceReadError
 from h5sidecar.gateway._allow import AllowList
 from h5sidecar.gateway._cache import ByteLRU, load_refs, sidecar_identity
 from h5sidecar.gateway._dest import DestIndex, DestSnapshot
-from h5sidecar.gateway._http import Admission, ResponseTooLargeError, etag_of
+from h5sidecar.gateway._http import Admission, BadRequestError, ResponseTooLargeError, etag_of
 from h5sidecar.gateway._keyspace import ChunkRef
 from h5sidecar.gateway._metrics import GatewayMetrics
 from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, ShardLayout, shard_layout
@@ -230,6 +230,15 @@ class Gateway:
             (Zarr reads them as the fill value).
         """
         name, key = await self.split(path)
+        if not key:
+            # zarr never asks for an empty key; fsspec's HTTP client sends one when a group or
+            # variable name holds '#' or '?' (the rest of the key becomes a fragment or a query
+            # the server never sees).  404 would make zarr read fill values silently.
+            raise BadRequestError(
+                f"no Zarr key after the granule {name!r}: names containing '#' or '?' cannot be "
+                "read over HTTP with clients that do not percent-encode them (fsspec); read "
+                "them through the sidecar (engine='h5sidecar' or reference://)"
+            )
         entry = await self.entry(name)
         keys = await self.view_of(entry, view)
         doc = self._document(entry, view, key)
