@@ -134,3 +134,26 @@ def test_hdf5_codecs_reach_zarr_v3_through_entry_points() -> None:
     assert out.stdout.split() == [
         "Szip", "Nbit", "ScaleOffset", "LZF", "LZ4", "Bitshuffle", "ZFP", "Blosc2", "FilterPlugin"
     ]  # fmt: skip
+
+
+def test_v3_views_carry_the_fill_attribute_xarray_decodes(granule: Path, tmp_path: Path) -> None:
+    """Zarr v3 readers decode ``_FillValue`` with xarray's FillValueCoder (a float given as a
+    JSON number failed: 'expected str or bytes for dtype float32')."""
+    from xarray.backends.zarr import FillValueCoder
+
+    from h5sidecar.gateway import SidecarStore
+    from h5sidecar.gateway._v3 import array_metadata_v3
+
+    refs = index_granule(str(granule))
+    arr = refs.arrays["precip"]
+    doc = array_metadata_v3(arr.meta, fill_value=arr.zarray_fill_value(), path="precip")
+    assert FillValueCoder.decode(doc["attributes"]["_FillValue"], "float32") == pytest.approx(
+        -9999.9, rel=1e-6
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zarr: numcodecs codecs are not in the v3 spec
+        got = xr.open_dataset(SidecarStore(refs, zarr_format=3), engine="zarr", zarr_format=3,
+                              consolidated=False)  # fmt: skip
+        want = xr.open_dataset(granule, engine="h5netcdf", phony_dims="access")
+        for name in ("precip", "sparse", "offset", "empty"):
+            np.testing.assert_array_equal(got[name].values, want[name].values, err_msg=name)
