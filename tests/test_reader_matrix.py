@@ -17,11 +17,14 @@ Readers:
   gateway's views (uvicorn on 127.0.0.1), URLs with a trailing ``/`` as the README writes them;
 * ``virtualizarr-json`` / ``virtualizarr-parquet``: VirtualiZarr's kerchunk parsers, the
   ``ManifestStore`` opened with xarray;
-* ``icechunk``: the VirtualiZarr dataset written to a local Icechunk repository and read back.
+* ``icechunk``: the VirtualiZarr dataset written to a local Icechunk repository and read back;
+* ``xpystac``: ``xr.open_dataset(asset, engine="stac")`` on the ``zarr`` asset the catalog
+  writes for the granule (the gateway's v2 view, trailing ``/`` included).
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import warnings
 from collections.abc import Callable, Iterator
@@ -44,7 +47,7 @@ PATTERNS = ("*.h5", "*.hdf5", "*.nc", "*.nc4", "*.he5", "*.mat", "*.hdf")
 READERS = (
     "zarr-json", "zarr-parquet", "zarr-unconsolidated", "h5sidecar", "fsspec",
     "gateway-v2", "gateway-v3", "gateway-sharded",
-    "virtualizarr-json", "virtualizarr-parquet", "icechunk",
+    "virtualizarr-json", "virtualizarr-parquet", "icechunk", "xpystac",
 )  # fmt: skip
 
 #: reader -> verdict tallies of the files checked in this worker (printed by the summary).
@@ -145,6 +148,22 @@ def _icechunk(ix: Indexed, name: str, group: str, tmp: Path) -> xr.Dataset:
     return xr.open_dataset(store, engine="zarr", consolidated=False, zarr_format=3)
 
 
+def _zarr_asset(ix: Indexed, name: str) -> Any:
+    """The catalog's ``zarr`` asset of a granule, as ``h5sidecar catalog --gateway-url`` writes
+    it into the STAC item."""
+    import pystac
+
+    from h5sidecar.catalog._item import GranuleInfo, _assets
+
+    sidecar = ix.sidecar(name, "json")
+    info = GranuleInfo(name, str(sidecar), "json", sidecar.stat().st_size)
+    assets = _assets(ix.refs(name), info, gateway_url=ix.gateway_url(),
+                     references_href=str(sidecar))  # fmt: skip
+    item = pystac.Item("g", None, None, datetime.datetime(2020, 1, 1), {})
+    item.add_asset("zarr", pystac.Asset.from_dict(assets["zarr"]))
+    return item.assets["zarr"]
+
+
 def opener(reader: str, ix: Indexed, name: str, tmp: Path) -> Callable[[str], xr.Dataset]:
     if reader == "zarr-json":
         return lambda g: _plain(ix, name, "json", g)
@@ -171,6 +190,9 @@ def opener(reader: str, ix: Indexed, name: str, tmp: Path) -> Callable[[str], xr
             return xr.open_dataset(store, engine="zarr", consolidated=False, zarr_format=3)
 
         return open_manifest
+    if reader == "xpystac":
+        asset = _zarr_asset(ix, name)
+        return lambda g: xr.open_dataset(asset, engine="stac", group=g or None, chunks=None)
     if reader == "icechunk":
         counter = iter(range(10_000))
         return lambda g: _icechunk(ix, name, g, tmp / f"ice{next(counter)}")

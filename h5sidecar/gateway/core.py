@@ -250,7 +250,8 @@ class Gateway:
         sid = entry.source_id
         if view.shard:
             found = entry.split_shard_key(key)
-            if found is not None and found[1]:
+            # scalars and structured types are served unsharded (see _shard.sharded_array_doc)
+            if found is not None and found[1] and not isinstance(found[0].meta.dtype, list):
                 arr, index = found
                 layout = shard_layout(arr, index, view.shard)
                 if layout is not None:
