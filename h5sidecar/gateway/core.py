@@ -312,10 +312,15 @@ class Gateway:
         assert res.layout is not None
         return await self._read_shard(res, res.layout, start, stop)
 
-    def _cached_chunk(self, res: Resolved, ref: ChunkRef) -> bytes | None:
+    async def _cached_chunk(self, res: Resolved, ref: ChunkRef) -> bytes | None:
         data = self._chunks.get((res.source_id, *ref))
         self.metrics.inc("h5sidecar_cache_" + ("hits" if data else "misses") + "_total",
                          cache="chunk")  # fmt: skip
+        if data is not None:
+            # a hit is served only while the source was seen unchanged within
+            # revalidate_seconds (else one HEAD/stat; StaleReferenceError -> 409)
+            assert res.fetcher is not None
+            await res.fetcher.revalidate([ref[0]])
         return data
 
     def _keep_chunk(self, res: Resolved, ref: ChunkRef, data: bytes) -> None:
@@ -323,7 +328,7 @@ class Gateway:
             self._chunks.put((res.source_id, *ref), data)
 
     async def _read_chunk(self, res: Resolved, ref: ChunkRef, start: int, stop: int) -> bytes:
-        cached = self._cached_chunk(res, ref)
+        cached = await self._cached_chunk(res, ref)
         if cached is not None:
             return cached[start:stop]
         url, offset, _ = ref
@@ -341,7 +346,7 @@ class Gateway:
                 parts.append(piece.data)
                 continue
             assert piece.chunk is not None
-            cached = self._cached_chunk(res, piece.chunk)
+            cached = await self._cached_chunk(res, piece.chunk)
             if cached is not None:
                 parts.append(cached[piece.skip : piece.skip + piece.ref[2]])
                 continue
