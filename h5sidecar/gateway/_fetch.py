@@ -108,7 +108,7 @@ class ChunkFetcher:
         for s in self.sources:
             try:
                 self._known[parse_location(s.url).canonical] = s
-            except ForbiddenSourceError as exc:  # refused again, loudly, if it is ever fetched
+            except (ForbiddenSourceError, InvalidReferenceError) as exc:  # refused again, loudly, if it is ever fetched
                 log.debug("source %r cannot be read: %s", s.url, exc)
         self._confirmed: set[str] = set()
         # canonical URL -> time.monotonic() when the source was last seen to match its sidecar

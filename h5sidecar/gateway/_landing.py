@@ -18,7 +18,7 @@ from urllib.parse import quote, urlencode
 
 import numpy as np
 
-from h5sidecar.errors import UnsupportedFeatureError
+from h5sidecar.errors import H5SidecarError, InvalidReferenceError, UnsupportedFeatureError
 from h5sidecar.references import MISSING, ArrayRefs, GranuleRefs, chunk_key
 
 __all__ = ["PREVIEW_POINTS", "describe", "preview", "render_page", "render_png"]
@@ -230,8 +230,20 @@ async def preview(store: Any, arr: ArrayRefs) -> np.ndarray:
         raise UnsupportedFeatureError(
             f"{arr.path} has data type {dt}, which has no quick look: read it with xarray"
         )
-    z = await za.open_array(store=store, path=arr.path, mode="r", zarr_format=2)
-    values = np.asarray(await z.getitem(_window(arr.meta.shape)), dtype=np.float64)
+    try:
+        z = await za.open_array(store=store, path=arr.path, mode="r", zarr_format=2)
+        raw = await z.getitem(_window(arr.meta.shape))
+    except H5SidecarError:
+        raise
+    except (ValueError, TypeError, RuntimeError, KeyError) as exc:
+        # zarr/numcodecs report an unknown codec or a chunk that does not decode to its shape
+        # with builtin errors: that is the sidecar's problem (422), not the gateway's (500)
+        raise InvalidReferenceError(
+            f"{arr.path}: its chunks do not decode with the codecs and chunk shape the sidecar "
+            f"names ({type(exc).__name__}: {str(exc)[:200]}); the sidecar is corrupt or needs "
+            "a codec that is not installed: re-index the granule"
+        ) from exc
+    values = np.asarray(raw, dtype=np.float64)
     fill = arr.meta.attrs.get("_FillValue")
     if isinstance(fill, int | float) and not isinstance(fill, bool):
         values = np.where(values == fill, np.nan, values)
