@@ -88,8 +88,8 @@ class LocalReader:
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(_LOCAL_POOL, fn, path, *args)
-        except SourceReadError:
-            raise  # an OSError too, but final: not worth retrying
+        except (SourceReadError, SourceGoneError):
+            raise  # SourceReadError is an OSError too, but final: not worth retrying
         except FileNotFoundError as exc:
             raise SourceGoneError(f"{path} does not exist") from exc
         except (PermissionError, IsADirectoryError) as exc:
@@ -102,11 +102,8 @@ class LocalReader:
 
 def _observed(st: os.stat_result, path: str) -> ObservedIdentity:
     if not stat.S_ISREG(st.st_mode):
-        raise SourceReadError(
-            f"{path} is not a regular file (a FIFO, device or socket); a granule source must "
-            "be a regular file: restore the file or re-index the granule",
-            url=path,
-        )
+        # it was a regular file when indexed: the object the sidecar describes is gone
+        raise SourceGoneError(f"{path} is no longer a regular file (a FIFO, device or socket)")
     return ObservedIdentity(
         size=st.st_size, etag=None, mtime=st.st_mtime, mtime_ns=st.st_mtime_ns
     )

@@ -228,7 +228,7 @@ class _Handlers:
         if arr is None:
             raise NotIndexedError(f"granule {name!r} has no variable {var!r} (see /api/granules)")
         self.gw.check_sources(arr.urls)  # the plot reads through the store's fetcher
-        async with self.plots.slot(), self.gw.admission.slot():
+        async with self.plots.slot(), self.gw.upstream(name):
             values = await preview(entry.store(2), arr)
         title = f"{name}: {var} (first {values.size:,} values)"
         png = await asyncio.to_thread(render_png, values, title, str(arr.meta.attrs.get("units", "")))
@@ -419,5 +419,8 @@ def serve(
 
     app = create_app(settings, dest, storage_options=storage_options,
                      read_settings=read_settings, stac_api=stac_api)  # fmt: skip
+    # timeout_graceful_shutdown: on SIGTERM/SIGINT in-flight requests get shutdown_seconds,
+    # then they are cancelled -- a request stuck on a stalled source cannot keep it alive
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level,
-                proxy_headers=False, server_header=False, access_log=log_level == "debug")  # fmt: skip
+                proxy_headers=False, server_header=False, access_log=log_level == "debug",
+                timeout_graceful_shutdown=settings.shutdown_seconds)  # fmt: skip

@@ -235,3 +235,140 @@ def test_invalid_utf8_in_path_is_400(planted_gateway, path: bytes) -> None:
     status, body = raw_get(url, path)
     assert status == 400, body
     assert b"UTF-8" in body
+
+
+# -- blocking sources ------------------------------------------------------------------------------
+def _two_granules(root: Path) -> Path:
+    """DEST with granules ``a.h5`` and ``b.h5`` (sources beside DEST)."""
+    dest = root / "dest"
+    dest.mkdir()
+    for name in ("a.h5", "b.h5"):
+        src = write_source(root / name)
+        write_json(h5sidecar.index_granule(str(src)), dest / f"{name}.json")
+    return dest
+
+
+def _get_many(url: str, paths: list[str], timeout: float) -> list[int]:
+    """GET every path at once (one thread each); status codes (599 for a client timeout, 598
+    when the server closed the connection without answering)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(path: str) -> int:
+        try:
+            return httpx.get(url + path, timeout=timeout).status_code
+        except httpx.TimeoutException:
+            return 599
+        except httpx.TransportError:
+            return 598
+
+    with ThreadPoolExecutor(len(paths)) as pool:
+        return list(pool.map(one, paths))
+
+
+def test_fifo_source_does_not_wedge_the_gateway(tmp_path: Path) -> None:
+    import time
+
+    dest = _two_granules(tmp_path)
+    src = tmp_path / "a.h5"
+    kept = src.rename(tmp_path / "a.h5.kept")
+    os.mkfifo(src)  # a reader opening it blocking would wait for a writer forever
+    with gateway(str(dest), allow=(str(tmp_path),)) as (url, _app):
+        t0 = time.monotonic()
+        statuses = _get_many(url, [f"/zarr/a.h5/{VAR}/{i % 4}" for i in range(40)], timeout=20)
+        assert set(statuses) == {409}, statuses  # the source is no longer the indexed file
+        assert time.monotonic() - t0 < 10
+        t1 = time.monotonic()
+        r = httpx.get(f"{url}/zarr/b.h5/{VAR}/2", timeout=10)
+        assert r.status_code == 200 and time.monotonic() - t1 < 2
+        with h5py.File(tmp_path / "b.h5") as f:
+            np.testing.assert_array_equal(np.frombuffer(r.content, "<i4"), f[VAR][2000:3000])
+        src.unlink()
+        kept.rename(src)  # restored (same bytes, same mtime): served again
+        assert httpx.get(f"{url}/zarr/a.h5/{VAR}/1", timeout=10).status_code == 200
+
+
+@pytest.fixture
+def stalled_s3(tmp_path: Path, s3, s3_bucket: str, s3_storage_options) -> Iterator[Any]:
+    """Granules a.h5 and b.h5 on moto S3 behind a fault proxy; DEST holds their sidecars."""
+    from tests.gateway.faultproxy import FaultProxy
+
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    for name in ("a.h5", "b.h5"):
+        s3.put_file(str(write_source(tmp_path / name)), f"{s3_bucket}/{name}")
+        refs = h5sidecar.index_granule(f"s3://{s3_bucket}/{name}", storage_options=s3_storage_options)
+        write_json(refs, dest / f"{name}.json")
+    with FaultProxy(str(s3_storage_options["endpoint_url"])) as proxy:
+        yield dest, proxy, {**s3_storage_options, "endpoint_url": proxy.url}, s3_bucket
+
+
+def test_stalled_upstream_times_out_and_other_granules_are_served(stalled_s3) -> None:
+    import time
+
+    from h5sidecar.settings import ReadSettings
+
+    dest, proxy, options, bucket = stalled_s3
+    proxy.inject("hang", times=1000, match=lambda r: r.path.endswith("/a.h5"))
+    read = ReadSettings(request_timeout=0.5, retries=1, backoff=0.0)
+    with gateway(str(dest), options, read_settings=read, allow=(f"s3://{bucket}/",),
+                 max_upstream=8, max_per_granule=2) as (url, _app):  # fmt: skip
+        t0 = time.monotonic()
+        statuses = _get_many(url, [f"/zarr/a.h5/{VAR}/{i % 4}" for i in range(12)], timeout=30)
+        # each answer is a clean error: 502 after the timeouts, or 503 when the granule's queue
+        # is full -- never a hang, never 500
+        assert set(statuses) <= {502, 503} and 502 in statuses, statuses
+        assert time.monotonic() - t0 < 15
+        # the stalled granule holds at most max_per_granule upstream slots: b.h5 is served
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1) as pool:
+            stuck = pool.submit(_get_many, url, [f"/zarr/a.h5/{VAR}/{i}" for i in range(4)], 30)
+            time.sleep(0.1)
+            t1 = time.monotonic()
+            r = httpx.get(f"{url}/zarr/b.h5/{VAR}/0", timeout=10)
+            assert r.status_code == 200 and time.monotonic() - t1 < 2
+            assert set(stuck.result()) <= {502, 503}
+
+
+def test_sigterm_stops_the_server_within_the_shutdown_bound(stalled_s3) -> None:
+    import signal
+    import time
+
+    from tests.conftest import free_port
+
+    dest, proxy, options, bucket = stalled_s3
+    proxy.inject("hang", times=1000, match=lambda r: r.path.endswith("/a.h5"))
+    port = free_port()
+    env = {**os.environ, "H5SIDECAR_REQUEST_TIMEOUT": "60", "H5SIDECAR_SHUTDOWN_SECONDS": "1",
+           "AWS_ENDPOINT_URL": options["endpoint_url"]}  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "h5sidecar.cli", "serve", str(dest), "--port", str(port),
+         "--allow", f"s3://{bucket}/", "--storage-option", f"endpoint_url={options['endpoint_url']}"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stdout.read()
+            time.sleep(0.1)
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1) as pool:
+            hung = pool.submit(_get_many, url, [f"/zarr/a.h5/{VAR}/0"] * 3, 30)
+            time.sleep(0.5)  # the requests now wait on the stalled source
+            t0 = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=15)
+            stopped = time.monotonic() - t0
+            hung.result()
+        assert stopped < 5, stopped
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
