@@ -125,7 +125,7 @@ class AllowList:
         """True when ``url`` parses and lies under an allowed prefix."""
         try:
             canon = parse_location(url).canonical
-        except ForbiddenSourceError:
+        except (ForbiddenSourceError, InvalidReferenceError):
             return False
         return any(canon == p or canon.startswith(p + "/") for p in self._canon)
 
