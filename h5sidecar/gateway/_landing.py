@@ -25,6 +25,9 @@ __all__ = ["PREVIEW_POINTS", "describe", "preview", "render_page", "render_png"]
 
 #: Values read at most for a quick look (a window at the start of the variable).
 PREVIEW_POINTS = 250_000
+#: Decoded bytes of one chunk a quick look may inflate (it decodes whole chunks): beyond this a
+#: small compressed chunk could expand to gigabytes in the gateway's memory.
+PREVIEW_CHUNK_BYTES = 64 * 2**20
 #: Granule names listed on the page at most.
 MAX_LISTED = 2000
 
@@ -229,6 +232,12 @@ async def preview(store: Any, arr: ArrayRefs) -> np.ndarray:
     if dt.kind not in "biuf":
         raise UnsupportedFeatureError(
             f"{arr.path} has data type {dt}, which has no quick look: read it with xarray"
+        )
+    chunk_bytes = math.prod(arr.meta.chunks) * dt.itemsize
+    if chunk_bytes > PREVIEW_CHUNK_BYTES:
+        raise UnsupportedFeatureError(
+            f"{arr.path} has chunks of {chunk_bytes} bytes decoded, more than the quick look's "
+            f"{PREVIEW_CHUNK_BYTES}: read a window of it with xarray or zarr instead"
         )
     try:
         z = await za.open_array(store=store, path=arr.path, mode="r", zarr_format=2)

@@ -101,13 +101,19 @@ BAD_REFS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "unknown_codec": lambda d: _zarray(d, compressor={"id": "no-such-codec"}),
 }
 
+#: Sidecars a careful reader may serve but must not decode into the gateway's memory.
+TOO_BIG_TO_LOOK = {
+    # chunks of 1 GiB of int32 each (a zlib stream of 1 MiB can inflate so)
+    "chunk_1gib": lambda d: _zarray(d, shape=[2**30], chunks=[2**28]),
+}
+
 
 @pytest.fixture(scope="module")
 def planted_dest(base: tuple[Path, dict[str, Any]]) -> Path:
     root, doc = base
     dest = root / "dest"
     dest.mkdir()
-    for name, make in {**PLANTED, **BAD_REFS}.items():
+    for name, make in {**PLANTED, **BAD_REFS, **TOO_BIG_TO_LOOK}.items():
         (dest / f"{name}.h5.json").write_text(json.dumps(make(doc)))
     (dest / "good.h5.json").write_text(json.dumps(doc))
     return dest
@@ -202,6 +208,14 @@ def test_gateway_answers_4xx_for_bad_references(planted_gateway, client, name: s
         assert statuses[chunk] == 200 and statuses[look] == 422, statuses
     else:
         assert statuses[chunk] == 422 and statuses[look] == 422, statuses
+
+
+def test_quick_look_refuses_chunks_too_big_to_decode(planted_gateway, client) -> None:
+    url, _ = planted_gateway
+    rss = _rss()
+    r = client.get(f"{url}/quicklook.png?granule=chunk_1gib.h5&variable={VAR}")
+    assert r.status_code == 501 and "quick look" in r.json()["message"]
+    assert _rss() - rss < 100 * 2**20
 
 
 def test_good_sidecar_still_served(planted_gateway, client, planted_dest: Path) -> None:
