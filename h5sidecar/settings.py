@@ -184,6 +184,8 @@ class GatewaySettings:
         blocking source cannot take every upstream slot.
     shutdown_seconds : float
         On SIGTERM/SIGINT, in-flight requests get this long to finish before they are cut.
+    max_connections : int
+        Connections served at once (slow clients included); more are answered 503 at once.
     """
 
     host: str = "127.0.0.1"
@@ -198,3 +200,4 @@ class GatewaySettings:
     max_response_bytes: int = 256 * 2**20
     max_per_granule: int = 16
     shutdown_seconds: float = 5.0
+    max_connections: int = 1000

@@ -64,7 +64,23 @@ class ObservedIdentity:
 
 #: Threads of local reads: their own pool, so a stuck file system (or a source that is not a
 #: regular file) can never take the threads everything else runs ``asyncio.to_thread`` on.
-_LOCAL_POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="h5sidecar-pread")
+_LOCAL_POOL: ThreadPoolExecutor | None = None
+
+
+def _local_pool() -> ThreadPoolExecutor:
+    global _LOCAL_POOL
+    if _LOCAL_POOL is None:
+        _LOCAL_POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="h5sidecar-pread")
+    return _LOCAL_POOL
+
+
+def drop_queued_reads() -> None:
+    """Cancel local reads not started yet and retire the pool (a server shutting down must not
+    wait for the queued reads of requests it already cut); the next read starts a new pool."""
+    global _LOCAL_POOL
+    pool, _LOCAL_POOL = _LOCAL_POOL, None
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 class LocalReader:
@@ -87,7 +103,7 @@ class LocalReader:
     async def _run(self, fn: Any, path: str, *args: Any) -> Any:
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(_LOCAL_POOL, fn, path, *args)
+            return await loop.run_in_executor(_local_pool(), fn, path, *args)
         except (SourceReadError, SourceGoneError):
             raise  # SourceReadError is an OSError too, but final: not worth retrying
         except FileNotFoundError as exc:
