@@ -200,4 +200,4 @@ class GatewaySettings:
     max_response_bytes: int = 256 * 2**20
     max_per_granule: int = 16
     shutdown_seconds: float = 5.0
-    max_connections: int = 1000
+    max_connections: int = 4096

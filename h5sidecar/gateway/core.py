@@ -392,7 +392,7 @@ class Gateway:
         if gate is None:
             limit = self.settings.max_per_granule
             gate = self._per_granule[name] = Admission(
-                limit, 4 * limit, wait_timeout=self.read_settings.request_timeout
+                limit, self.settings.max_pending, wait_timeout=self.read_settings.request_timeout
             )
         try:
             async with gate.slot(), self.admission.slot():
