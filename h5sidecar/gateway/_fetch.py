@@ -334,7 +334,7 @@ class ChunkFetcher:
                 continue
             except SourceGoneError as exc:
                 raise self._stale(loc, str(exc)) from exc
-            self.stats.add(requests=1)
+            self.stats.add(revalidations=1)
             self._check_fresh(loc, seen)
             return
 

@@ -118,10 +118,21 @@ def test_within_the_window_cached_chunks_are_served_without_a_check(indexed) -> 
     _, sidecar, _ = indexed
     store = SidecarStore(sidecar, settings=ReadSettings(revalidate_seconds=3600.0))
     h5sidecar.read_arrays(store, [VAR])
-    before = store.stats["requests"]
+    before = store.stats
     np.testing.assert_array_equal(h5sidecar.read_arrays(store, [VAR])[VAR], np.arange(N))
-    assert store.stats["requests"] == before
-    assert store.stats["cache_hits"] > 0
+    after = store.stats
+    assert after["requests"] == before["requests"]
+    assert after["revalidations"] == before["revalidations"] == 0  # the fetch confirmed it
+    assert after["cache_hits"] > 0
+
+
+def test_a_new_open_revalidates_once_then_serves_hits(indexed) -> None:
+    _, sidecar, _ = indexed
+    h5sidecar.read_arrays(sidecar, [VAR])  # fills the process-wide chunk cache
+    store = SidecarStore(sidecar, settings=ReadSettings(revalidate_seconds=3600.0))
+    for _ in range(3):
+        np.testing.assert_array_equal(h5sidecar.read_arrays(store, [VAR])[VAR], np.arange(N))
+    assert store.stats["requests"] == 0 and store.stats["revalidations"] == 1
 
 
 def test_fetch_of_same_size_rewrite_is_stale_not_a_decode_error(indexed) -> None:
