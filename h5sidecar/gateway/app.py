@@ -16,6 +16,7 @@ import asyncio
 import hmac
 import json
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
@@ -426,7 +427,7 @@ def serve(
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=log_level,
                             proxy_headers=False, server_header=False,
                             access_log=log_level == "debug",
-                            timeout_graceful_shutdown=settings.shutdown_seconds,
+                            timeout_graceful_shutdown=math.ceil(settings.shutdown_seconds),
                             limit_concurrency=settings.max_connections)  # fmt: skip
     server = uvicorn.Server(config)
     asyncio_run(_serve_then_drop_queued(server), loop_factory=config.get_loop_factory())
