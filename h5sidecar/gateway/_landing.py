@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import io
 import math
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -244,7 +245,8 @@ async def preview(store: Any, arr: ArrayRefs) -> np.ndarray:
         raw = await z.getitem(_window(arr.meta.shape))
     except H5SidecarError:
         raise
-    except (ValueError, TypeError, RuntimeError, KeyError) as exc:
+    except (ValueError, TypeError, RuntimeError, KeyError, IndexError, OverflowError,
+            zlib.error) as exc:
         # zarr/numcodecs report an unknown codec or a chunk that does not decode to its shape
         # with builtin errors: that is the sidecar's problem (422), not the gateway's (500)
         raise InvalidReferenceError(
