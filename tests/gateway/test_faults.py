@@ -147,7 +147,10 @@ def test_inspect_of_planted_sidecar_exits_2_within_memory(planted_dest: Path, na
     proc = subprocess.run(
         [sys.executable, "-c", code, "inspect", str(planted_dest / f"{name}.h5.json")],
         check=False, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "COLUMNS": "200"},
+        # one thread per pool: thread stacks and BLAS buffers of a many-core machine would
+        # count against the address-space limit
+        env={**os.environ, "COLUMNS": "200", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+             "MKL_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"},
     )  # fmt: skip
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "values/.zarray" in proc.stdout + proc.stderr
