@@ -32,7 +32,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote, urlsplit
@@ -423,7 +423,8 @@ def _strip_etag(etag: str | None) -> str | None:
 def identity_from_meta(url: str, meta: ObjectMeta) -> SourceInfo:
     """A :class:`SourceInfo` from obstore's ``ObjectMeta`` (of a GET or HEAD response).
 
-    The ETag is recorded without quotes; ``mtime`` is POSIX seconds of ``last_modified``.
+    The ETag is recorded without quotes; ``mtime_ns`` is ``last_modified`` in exact integer
+    nanoseconds (``mtime`` the same in float seconds).
     """
     modified: datetime | None = meta.get("last_modified")
     return SourceInfo(
@@ -431,7 +432,14 @@ def identity_from_meta(url: str, meta: ObjectMeta) -> SourceInfo:
         size=int(meta["size"]),
         etag=_strip_etag(meta.get("e_tag")),
         mtime=None if modified is None else modified.timestamp(),
+        mtime_ns=None if modified is None else datetime_ns(modified),
     )
+
+
+def datetime_ns(when: datetime) -> int:
+    """POSIX nanoseconds of an aware ``datetime``, exactly (integer arithmetic, no float)."""
+    delta = when - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 10**9 + delta.microseconds * 1_000
 
 
 def identity_from_stat(
@@ -440,7 +448,13 @@ def identity_from_stat(
     """A :class:`SourceInfo` for a local file from ``os.stat`` (no ETag)."""
     absolute = normalize_url(Path(path))
     st = os.stat(absolute) if st is None else st
-    return SourceInfo(url=absolute, size=int(st.st_size), etag=None, mtime=float(st.st_mtime))
+    return SourceInfo(
+        url=absolute,
+        size=int(st.st_size),
+        etag=None,
+        mtime=float(st.st_mtime),
+        mtime_ns=int(st.st_mtime_ns),
+    )
 
 
 def source_identity(

@@ -136,6 +136,13 @@ class ReadSettings:
         sidecars being read.  ``file://`` sources are never fetched outside these prefixes.
     max_range_bytes : int
         A single referenced chunk larger than this is refused as malformed.
+    revalidate_seconds : float
+        A cached chunk is served only while its source was seen, at most this long ago, to still
+        be the object the sidecar describes (any fetch of the source counts; otherwise one
+        HEAD/``stat``).  Each opened store/reader checks at least once.  0 checks on every hit.
+    request_timeout : float
+        Seconds one upstream request (one attempt) may take before it counts as failed (and is
+        retried); a source that never answers (a FIFO, a stalled server) cannot hold a reader.
     """
 
     max_gap: int = 256 * 2**10
@@ -146,6 +153,8 @@ class ReadSettings:
     check_freshness: bool = True
     allowed_prefixes: tuple[str, ...] = ()
     max_range_bytes: int = 512 * 2**20
+    revalidate_seconds: float = 5.0
+    request_timeout: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +179,13 @@ class GatewaySettings:
     max_pending : int
     max_key_length : int
     max_response_bytes : int
+    max_per_granule : int
+        Upstream reads of one granule in flight at once; more wait (then 503), so one slow or
+        blocking source cannot take every upstream slot.
+    shutdown_seconds : float
+        On SIGTERM/SIGINT, in-flight requests get this long to finish before they are cut.
+    max_connections : int
+        Connections served at once (slow clients included); more are answered 503 at once.
     """
 
     host: str = "127.0.0.1"
@@ -182,3 +198,6 @@ class GatewaySettings:
     max_pending: int = 256
     max_key_length: int = 512
     max_response_bytes: int = 256 * 2**20
+    max_per_granule: int = 16
+    shutdown_seconds: float = 5.0
+    max_connections: int = 4096

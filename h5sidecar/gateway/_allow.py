@@ -9,13 +9,14 @@ the allowed prefixes *before* any I/O; local paths are compared after resolving 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 from urllib.parse import unquote, urlsplit
 
-from h5sidecar.errors import ForbiddenSourceError
+from h5sidecar.errors import ForbiddenSourceError, InvalidReferenceError
 
 __all__ = ["AllowList", "Location", "parse_location"]
 
@@ -48,6 +49,10 @@ class Location:
         return f"{self.scheme}://{self.authority}/{self.path}"
 
 
+#: NUL and other control characters never appear in a real object key or path.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 @lru_cache(maxsize=4096)
 def parse_location(url: str) -> Location:
     """Parse a source URL: ``s3://bucket/key``, ``/abs/path`` or ``file:///abs/path``.
@@ -58,7 +63,14 @@ def parse_location(url: str) -> Location:
     ------
     ForbiddenSourceError
         For relative paths, other schemes, remote file URLs and ``.``/``..`` key segments.
+    InvalidReferenceError
+        For URLs holding NUL or other control characters (a corrupt or planted sidecar).
     """
+    if _CONTROL.search(url):
+        raise InvalidReferenceError(
+            f"source URL {url!r} contains a NUL or control character; the sidecar is corrupt: "
+            "re-index the granule"
+        )
     if url.startswith("/"):
         return Location("local", "", os.path.realpath(url))
     scheme, sep, rest = url.partition("://")
@@ -113,7 +125,7 @@ class AllowList:
         """True when ``url`` parses and lies under an allowed prefix."""
         try:
             canon = parse_location(url).canonical
-        except ForbiddenSourceError:
+        except (ForbiddenSourceError, InvalidReferenceError):
             return False
         return any(canon == p or canon.startswith(p + "/") for p in self._canon)
 

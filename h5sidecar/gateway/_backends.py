@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import obstore
 from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
 
-from h5sidecar._stores import STORE_ERRORS, http_status, resolve_store
+from h5sidecar._stores import STORE_ERRORS, datetime_ns, http_status, resolve_store
 from h5sidecar.errors import SourceReadError
 from h5sidecar.gateway._allow import Location
 
@@ -57,37 +59,86 @@ class ObservedIdentity:
     size: int
     etag: str | None
     mtime: float | None
+    mtime_ns: int | None = None
+
+
+#: Threads of local reads: their own pool, so a stuck file system (or a source that is not a
+#: regular file) can never take the threads everything else runs ``asyncio.to_thread`` on.
+_LOCAL_POOL: ThreadPoolExecutor | None = None
+
+
+def _local_pool() -> ThreadPoolExecutor:
+    global _LOCAL_POOL
+    if _LOCAL_POOL is None:
+        _LOCAL_POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="h5sidecar-pread")
+    return _LOCAL_POOL
+
+
+def drop_queued_reads() -> None:
+    """Cancel local reads not started yet and retire the pool (a server shutting down must not
+    wait for the queued reads of requests it already cut); the next read starts a new pool."""
+    global _LOCAL_POOL
+    pool, _LOCAL_POOL = _LOCAL_POOL, None
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 class LocalReader:
     """Reads local files with ``os.pread`` in worker threads (one open/fstat/pread/close each).
 
     The ``fstat`` is taken on the descriptor that is read, so the identity checked by the
-    freshness guard is the identity of the very bytes returned.
+    freshness guard is the identity of the very bytes returned.  Files are opened non-blocking
+    and anything but a regular file (a FIFO, a device) is refused before it is read: a FIFO
+    would block the reading thread forever.
     """
 
     async def read(self, loc: Location, start: int, stop: int) -> tuple[bytes, ObservedIdentity]:
         """Read ``[start, stop)`` of the file at ``loc.path``."""
+        return await self._run(_pread, loc.path, start, stop - start)
+
+    async def stat(self, loc: Location) -> ObservedIdentity:
+        """The current identity of the file (no data read)."""
+        return await self._run(_stat, loc.path)
+
+    async def _run(self, fn: Any, path: str, *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
         try:
-            return await asyncio.to_thread(_pread, loc.path, start, stop - start)
+            return await loop.run_in_executor(_local_pool(), fn, path, *args)
+        except (SourceReadError, SourceGoneError):
+            raise  # SourceReadError is an OSError too, but final: not worth retrying
         except FileNotFoundError as exc:
-            raise SourceGoneError(f"{loc.path} does not exist") from exc
+            raise SourceGoneError(f"{path} does not exist") from exc
         except (PermissionError, IsADirectoryError) as exc:
             raise SourceReadError(
-                f"cannot read {loc.path}: {exc}; check the file's permissions", url=loc.path
+                f"cannot read {path}: {exc}; check the file's permissions", url=path
             ) from exc
         except OSError as exc:
-            raise TransientReadError(f"reading {loc.path}: {exc}") from exc
+            raise TransientReadError(f"reading {path}: {exc}") from exc
+
+
+def _observed(st: os.stat_result, path: str) -> ObservedIdentity:
+    if not stat.S_ISREG(st.st_mode):
+        # it was a regular file when indexed: the object the sidecar describes is gone
+        raise SourceGoneError(f"{path} is no longer a regular file (a FIFO, device or socket)")
+    return ObservedIdentity(
+        size=st.st_size, etag=None, mtime=st.st_mtime, mtime_ns=st.st_mtime_ns
+    )
 
 
 def _pread(path: str, offset: int, length: int) -> tuple[bytes, ObservedIdentity]:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
     try:
-        st = os.fstat(fd)
+        seen = _observed(os.fstat(fd), path)
         data = os.pread(fd, length, offset)
     finally:
         os.close(fd)
-    return data, ObservedIdentity(size=st.st_size, etag=None, mtime=st.st_mtime)
+    return data, seen
+
+
+def _stat(path: str) -> ObservedIdentity:
+    return _observed(os.stat(path), path)
 
 
 class ObjectStoreReader:
@@ -134,13 +185,34 @@ class ObjectStoreReader:
             # obstore reports HTTP failures and transport failures (resets, timeouts, truncated
             # bodies) as generic errors; the HTTP status, when there is one, is in the message.
             raise _classify(exc, loc) from exc
-        meta = result.meta
-        mtime = meta.get("last_modified")
-        return data, ObservedIdentity(
-            size=int(meta["size"]),
-            etag=_strip_etag(meta.get("e_tag")),
-            mtime=None if mtime is None else mtime.timestamp(),
-        )
+        return data, _identity(result.meta)
+
+    async def stat(self, loc: Location) -> ObservedIdentity:
+        """The object's current identity: one HEAD request."""
+        store = self.store_for(loc)
+        try:
+            meta = await obstore.head_async(store, loc.path)
+        except FileNotFoundError as exc:
+            raise SourceGoneError(f"{loc.canonical} does not exist") from exc
+        except (PermissionDeniedError, UnauthenticatedError) as exc:
+            raise SourceReadError(
+                f"access to {loc.canonical} was denied: {_first_line(exc)}. Check the "
+                "credentials and the bucket policy.",
+                url=loc.canonical,
+            ) from exc
+        except STORE_ERRORS as exc:
+            raise _classify(exc, loc) from exc
+        return _identity(meta)
+
+
+def _identity(meta: Any) -> ObservedIdentity:
+    mtime = meta.get("last_modified")
+    return ObservedIdentity(
+        size=int(meta["size"]),
+        etag=_strip_etag(meta.get("e_tag")),
+        mtime=None if mtime is None else mtime.timestamp(),
+        mtime_ns=None if mtime is None else datetime_ns(mtime),
+    )
 
 
 def _classify(exc: BaseException, loc: Location) -> Exception:

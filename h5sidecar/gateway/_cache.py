@@ -161,7 +161,8 @@ CHUNKS: ByteLRU[bytes] = ByteLRU(64 * 2**20)
 def chunk_key(url: str, offset: int, length: int, source: Any) -> tuple[Any, ...]:
     """The :data:`CHUNKS` key of a byte range: the range plus the identity of the granule the
     sidecar describes (``SourceInfo``), so a changed, re-indexed source never hits."""
-    return (url, offset, length, source.url, source.size, source.etag, source.mtime)
+    return (url, offset, length, source.url, source.size, source.etag, source.mtime,
+            source.mtime_ns)
 
 
 def _options_key(options: Mapping[str, Any]) -> str:

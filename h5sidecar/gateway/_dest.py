@@ -7,8 +7,9 @@ relative to DEST without the sidecar suffix.
 
 Sidecars are untrusted: anyone able to drop a file into DEST could point a reference at
 ``file:///etc/passwd`` or at another bucket.  So the sources the gateway may read come from the
-*report* (written by the indexer, listing the source URL of every granule it indexed), plus the
-prefixes the operator allows explicitly (``--allow``), never from the sidecars themselves.
+*report* (written by the indexer: the source root of every run merged into it, and the source
+URL of every granule indexed), plus the prefixes the operator allows explicitly (``--allow``),
+never from the sidecars themselves.
 """
 
 from __future__ import annotations
@@ -165,7 +166,10 @@ class DestIndex:
             raise SourceReadError(f"reading {self.dest}/{REPORT_NAME} failed: {exc}") from exc
         try:
             report = json.loads(raw)
-            sources = []
+            # every source root an index run read (merged reports accumulate them): a run
+            # interrupted before it reached a granule must not lock out its good sidecar
+            roots = report.get("roots") or [report.get("source")]
+            sources = [r for r in roots if isinstance(r, str) and r]
             for g in report.get("granules", []):
                 if g.get("status") not in ("ok", "up_to_date"):
                     continue

@@ -108,9 +108,11 @@ class ChunkFetcher:
         for s in self.sources:
             try:
                 self._known[parse_location(s.url).canonical] = s
-            except ForbiddenSourceError as exc:  # refused again, loudly, if it is ever fetched
+            except (ForbiddenSourceError, InvalidReferenceError) as exc:  # refused again, loudly, if it is ever fetched
                 log.debug("source %r cannot be read: %s", s.url, exc)
         self._confirmed: set[str] = set()
+        # canonical URL -> time.monotonic() when the source was last seen to match its sidecar
+        self._confirmed_at: dict[str, float] = {}
         self._local = LocalReader()
         self._remote = ObjectStoreReader(self.storage_options)
         self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]
@@ -246,7 +248,7 @@ class ChunkFetcher:
             t0 = time.perf_counter()
             try:
                 async with self._semaphore():
-                    data, seen = await reader.read(loc, start, stop)
+                    data, seen = await self._timed(reader.read(loc, start, stop), loc)
                 # identity first: a replaced, shorter object is stale, not a flaky network
                 self._check_fresh(loc, seen)
                 if len(data) != stop - start:
@@ -272,6 +274,70 @@ class ChunkFetcher:
             url=loc.canonical,
         )
 
+    async def _timed(self, aw: Any, loc: Location) -> Any:
+        """``await aw`` within ``settings.request_timeout`` (a timeout is a transient failure)."""
+        try:
+            return await asyncio.wait_for(aw, self.settings.request_timeout)
+        except TimeoutError as exc:
+            raise TransientReadError(
+                f"no answer from {loc.canonical} within request_timeout="
+                f"{self.settings.request_timeout} s"
+            ) from exc
+
+    async def revalidate(self, urls: Iterable[str]) -> None:
+        """Confirm that the sources ``urls`` are still the objects their sidecar describes,
+        before a cached chunk of theirs is served.
+
+        A source counts as confirmed for ``settings.revalidate_seconds`` after any response of
+        it matched (a fetch) or after one HEAD/``stat`` here; a fetcher starts with nothing
+        confirmed, so each opened store checks at least once.  No-op when
+        ``settings.check_freshness`` is off.
+
+        Raises
+        ------
+        StaleReferenceError
+            A source changed or is gone since it was indexed.
+        SourceReadError
+            The source could not be asked (after retries).
+        """
+        if not self.settings.check_freshness:
+            return
+        now = time.monotonic()
+        window = self.settings.revalidate_seconds
+        due = []
+        for url in dict.fromkeys(urls):
+            loc = self.allow_list.check(url)
+            if loc.canonical not in self._known:
+                continue
+            seen_at = self._confirmed_at.get(loc.canonical)
+            if seen_at is None or now - seen_at >= window:
+                due.append(loc)
+        if due:
+            await _gather_or_cancel([self._stat(loc) for loc in due])
+
+    async def _stat(self, loc: Location) -> None:
+        reader = self._local if loc.scheme == "local" else self._remote
+        attempts = self.settings.retries + 1
+        for attempt in range(attempts):
+            try:
+                async with self._semaphore():
+                    seen = await self._timed(reader.stat(loc), loc)
+            except TransientReadError as exc:
+                if attempt + 1 >= attempts:
+                    raise SourceReadError(
+                        f"checking {loc.canonical} failed {attempts} times; last error: {exc}. "
+                        "Retry later.",
+                        url=loc.canonical,
+                    ) from exc
+                self.stats.add(retries=1)
+                await asyncio.sleep(self._backoff(attempt))
+                continue
+            except SourceGoneError as exc:
+                raise self._stale(loc, str(exc)) from exc
+            self.stats.add(revalidations=1)
+            self._check_fresh(loc, seen)
+            return
+
     def _backoff(self, attempt: int) -> float:
         # "full jitter": uniform in [0, base * 2**attempt], so synchronised clients spread out
         return random.uniform(0.0, min(_MAX_BACKOFF, self.settings.backoff * 2**attempt))
@@ -282,12 +348,14 @@ class ChunkFetcher:
         info = self._known.get(loc.canonical)
         if info is None:
             return  # allowed by prefix but not described by any sidecar: nothing to compare
-        now = SourceInfo(url=info.url, size=seen.size, etag=seen.etag, mtime=seen.mtime)
+        now = SourceInfo(url=info.url, size=seen.size, etag=seen.etag, mtime=seen.mtime,
+                         mtime_ns=seen.mtime_ns)  # fmt: skip
         if not info.same_object(now):
             raise self._stale(
                 loc,
                 f"it is now {_describe(now)} but was {_describe(info)} when indexed",
             )
+        self._confirmed_at[loc.canonical] = time.monotonic()
         if loc.canonical not in self._confirmed:
             self._confirmed.add(loc.canonical)
             self.stats.add(freshness_checks=1)
@@ -312,6 +380,8 @@ def _check_settings(s: ReadSettings) -> None:
         "max_gap": s.max_gap < 0,
         "retries": s.retries < 0,
         "backoff": not s.backoff >= 0,
+        "revalidate_seconds": not s.revalidate_seconds >= 0,
+        "request_timeout": not s.request_timeout > 0,
     }
     wrong = [name for name, is_bad in bad.items() if is_bad]
     if wrong:
@@ -327,7 +397,7 @@ def _describe(info: SourceInfo) -> str:
     if info.etag is not None:
         bits.append(f"ETag {info.etag}")
     if info.mtime is not None:
-        bits.append(f"mtime {info.mtime:.3f}")
+        bits.append(f"mtime {info.mtime:.6f}")
     return ", ".join(bits)
 
 

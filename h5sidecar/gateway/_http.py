@@ -9,6 +9,7 @@ import hashlib
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from urllib.parse import unquote_to_bytes
 
 from h5sidecar.errors import HTTP_STATUS, H5SidecarError, InvalidRequestError
 
@@ -123,6 +124,15 @@ def check_request_path(raw_path: str, path: str, *, max_length: int) -> None:
             "request path contains an encoded '/', '\\', '%' or NUL: Zarr keys never need them; "
             "send the key with plain '/' separators"
         )
+    try:
+        # servers decode invalid UTF-8 to U+FFFD, so an undecodable path would otherwise
+        # reach routing as some other (never existing) name and answer 404
+        unquote_to_bytes(raw_path).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequestError(
+            "request path is not valid UTF-8 once percent-decoded (byte "
+            f"{exc.object[exc.start:exc.start + 1]!r}): percent-encode UTF-8 names"
+        ) from None
     if _CONTROL.search(path):
         raise BadRequestError("request path contains a backslash or a control character")
     segments = path.split("/")[1:]

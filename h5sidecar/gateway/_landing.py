@@ -12,19 +12,23 @@ from __future__ import annotations
 import html
 import io
 import math
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import numpy as np
 
-from h5sidecar.errors import UnsupportedFeatureError
+from h5sidecar.errors import H5SidecarError, InvalidReferenceError, UnsupportedFeatureError
 from h5sidecar.references import MISSING, ArrayRefs, GranuleRefs, chunk_key
 
 __all__ = ["PREVIEW_POINTS", "describe", "preview", "render_page", "render_png"]
 
 #: Values read at most for a quick look (a window at the start of the variable).
 PREVIEW_POINTS = 250_000
+#: Decoded bytes of one chunk a quick look may inflate (it decodes whole chunks): beyond this a
+#: small compressed chunk could expand to gigabytes in the gateway's memory.
+PREVIEW_CHUNK_BYTES = 64 * 2**20
 #: Granule names listed on the page at most.
 MAX_LISTED = 2000
 
@@ -230,8 +234,27 @@ async def preview(store: Any, arr: ArrayRefs) -> np.ndarray:
         raise UnsupportedFeatureError(
             f"{arr.path} has data type {dt}, which has no quick look: read it with xarray"
         )
-    z = await za.open_array(store=store, path=arr.path, mode="r", zarr_format=2)
-    values = np.asarray(await z.getitem(_window(arr.meta.shape)), dtype=np.float64)
+    chunk_bytes = math.prod(arr.meta.chunks) * dt.itemsize
+    if chunk_bytes > PREVIEW_CHUNK_BYTES:
+        raise UnsupportedFeatureError(
+            f"{arr.path} has chunks of {chunk_bytes} bytes decoded, more than the quick look's "
+            f"{PREVIEW_CHUNK_BYTES}: read a window of it with xarray or zarr instead"
+        )
+    try:
+        z = await za.open_array(store=store, path=arr.path, mode="r", zarr_format=2)
+        raw = await z.getitem(_window(arr.meta.shape))
+    except H5SidecarError:
+        raise
+    except (ValueError, TypeError, RuntimeError, KeyError, IndexError, OverflowError,
+            zlib.error) as exc:
+        # zarr/numcodecs report an unknown codec or a chunk that does not decode to its shape
+        # with builtin errors: that is the sidecar's problem (422), not the gateway's (500)
+        raise InvalidReferenceError(
+            f"{arr.path}: its chunks do not decode with the codecs and chunk shape the sidecar "
+            f"names ({type(exc).__name__}: {str(exc)[:200]}); the sidecar is corrupt or needs "
+            "a codec that is not installed: re-index the granule"
+        ) from exc
+    values = np.asarray(raw, dtype=np.float64)
     fill = arr.meta.attrs.get("_FillValue")
     if isinstance(fill, int | float) and not isinstance(fill, bool):
         values = np.where(values == fill, np.nan, values)

@@ -335,11 +335,13 @@ class NativeReader:
     async def _fetch_and_decode(self, group: list[_Chunk], keep: bool) -> None:
         cache, src = self.chunk_cache, self.refs.source
         missing: list[_Chunk] = []
+        hit_urls: set[str] = set()
         for r in group:
             r.data = cache.get(chunk_key(r.url, r.offset, r.length, src)) if cache is not None else None
             if r.data is None:
                 missing.append(r)
             else:
+                hit_urls.add(r.url)
                 self.fetcher.stats.record_cache_hit(len(r.data))
         if missing:
             # no copies: chunks are decoded straight from the fetched buffers
@@ -348,6 +350,10 @@ class NativeReader:
                 r.data = data
                 if keep and cache is not None:
                     cache.put(chunk_key(r.url, r.offset, r.length, src), bytes(data))
+        if hit_urls:
+            # cached bytes are served only for a source seen unchanged recently (the fetch
+            # above counts): else one HEAD/stat, StaleReferenceError if it changed
+            await self.fetcher.revalidate(hit_urls)
         await _in_pool(_decode_chunks, group)
 
 

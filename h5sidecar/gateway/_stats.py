@@ -33,6 +33,9 @@ class FetchStats:
     freshness_checks : int
         Source identities confirmed against the sidecar (at most one per source per fetcher
         for local files; free on S3, where every response carries the ETag).
+    revalidations : int
+        HEAD requests / ``stat`` calls made to confirm a source before serving cached chunks of
+        it (see ``ReadSettings.revalidate_seconds``); not counted in ``requests``.
     """
 
     requests: int = 0
@@ -41,6 +44,7 @@ class FetchStats:
     retries: int = 0
     cache_hits: int = 0
     freshness_checks: int = 0
+    revalidations: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
@@ -70,6 +74,7 @@ class FetchStats:
                 "retries": self.retries,
                 "cache_hits": self.cache_hits,
                 "freshness_checks": self.freshness_checks,
+                "revalidations": self.revalidations,
             }
         out["over_read_ratio"] = (
             out["bytes_fetched"] / out["bytes_used"] if out["bytes_used"] else 1.0
@@ -80,7 +85,7 @@ class FetchStats:
         """Set every counter back to zero."""
         with self._lock:
             self.requests = self.bytes_fetched = self.bytes_used = 0
-            self.retries = self.cache_hits = self.freshness_checks = 0
+            self.retries = self.cache_hits = self.freshness_checks = self.revalidations = 0
 
     def __getstate__(self) -> dict[str, Any]:
         return self.snapshot()
@@ -94,5 +99,6 @@ class FetchStats:
             "retries",
             "cache_hits",
             "freshness_checks",
+            "revalidations",
         ):
             setattr(self, k, int(state.get(k, 0)))

@@ -16,6 +16,7 @@ import asyncio
 import hmac
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
@@ -241,7 +242,7 @@ class _Handlers:
         if arr is None:
             raise NotIndexedError(f"granule {name!r} has no variable {var!r} (see /api/granules)")
         self.gw.check_sources(arr.urls)  # the plot reads through the store's fetcher
-        async with self.plots.slot(), self.gw.admission.slot():
+        async with self.plots.slot(), self.gw.upstream(name):
             values = await preview(entry.store(2), arr)
         title = f"{name}: {var} (first {values.size:,} values)"
         png = await asyncio.to_thread(render_png, values, title, str(arr.meta.attrs.get("units", "")))
@@ -429,8 +430,40 @@ def serve(
 ) -> None:
     """Run the gateway with uvicorn on ``settings.host:settings.port`` until interrupted."""
     import uvicorn
+    from uvicorn._compat import asyncio_run
 
     app = create_app(settings, dest, storage_options=storage_options,
                      read_settings=read_settings, stac_api=stac_api)  # fmt: skip
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level,
-                proxy_headers=False, server_header=False, access_log=log_level == "debug")  # fmt: skip
+    # timeout_graceful_shutdown: on SIGTERM/SIGINT in-flight requests get shutdown_seconds,
+    # then they are cancelled -- a request stuck on a stalled source cannot keep it alive.
+    # limit_concurrency: connections beyond max_connections are answered 503 at once.
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=log_level,
+                            proxy_headers=False, server_header=False,
+                            access_log=log_level == "debug",
+                            timeout_graceful_shutdown=math.ceil(settings.shutdown_seconds),
+                            limit_concurrency=settings.max_connections)  # fmt: skip
+    server = uvicorn.Server(config)
+    asyncio_run(_serve_then_drop_queued(server), loop_factory=config.get_loop_factory())
+
+
+async def _serve_then_drop_queued(server: Any) -> None:
+    """Run ``server``; once it stops, cancel the thread-pool work that cut requests queued.
+
+    Without this the interpreter would finish every queued job (sidecar loads, reads,
+    decodes) of requests already answered or cut before exiting: minutes after an overload.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from h5sidecar.gateway import _decode
+    from h5sidecar.gateway._backends import drop_queued_reads
+
+    pool = ThreadPoolExecutor(thread_name_prefix="h5sidecar-gateway")
+    asyncio.get_running_loop().set_default_executor(pool)
+    try:
+        await server.serve()
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        drop_queued_reads()
+        decode = _decode._EXECUTOR  # the decode pool is process-wide and made on first use
+        if decode is not None:
+            decode.shutdown(wait=False, cancel_futures=True)

@@ -30,7 +30,8 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from typing import Any
 
 from h5sidecar.errors import H5SidecarError, NotIndexedError, SourceReadError
@@ -103,6 +104,9 @@ class Gateway:
         self._allow = AllowList(())
         self._listing: asyncio.Future[DestSnapshot] | None = None
         self._loading: dict[str, asyncio.Future[GranuleEntry]] = {}
+        # per-granule upstream gates (created on demand, dropped when idle): one slow or
+        # blocking source holds at most max_per_granule of the max_upstream slots
+        self._per_granule: dict[str, Admission] = {}
 
     # -- DEST ------------------------------------------------------------------------------------
     @property
@@ -322,10 +326,15 @@ class Gateway:
         assert res.layout is not None
         return await self._read_shard(res, res.layout, start, stop)
 
-    def _cached_chunk(self, res: Resolved, ref: ChunkRef) -> bytes | None:
+    async def _cached_chunk(self, res: Resolved, ref: ChunkRef) -> bytes | None:
         data = self._chunks.get((res.source_id, *ref))
         self.metrics.inc("h5sidecar_cache_" + ("hits" if data else "misses") + "_total",
                          cache="chunk")  # fmt: skip
+        if data is not None:
+            # a hit is served only while the source was seen unchanged within
+            # revalidate_seconds (else one HEAD/stat; StaleReferenceError -> 409)
+            assert res.fetcher is not None
+            await res.fetcher.revalidate([ref[0]])
         return data
 
     def _keep_chunk(self, res: Resolved, ref: ChunkRef, data: bytes) -> None:
@@ -333,7 +342,7 @@ class Gateway:
             self._chunks.put((res.source_id, *ref), data)
 
     async def _read_chunk(self, res: Resolved, ref: ChunkRef, start: int, stop: int) -> bytes:
-        cached = self._cached_chunk(res, ref)
+        cached = await self._cached_chunk(res, ref)
         if cached is not None:
             return cached[start:stop]
         url, offset, _ = ref
@@ -351,7 +360,7 @@ class Gateway:
                 parts.append(piece.data)
                 continue
             assert piece.chunk is not None
-            cached = self._cached_chunk(res, piece.chunk)
+            cached = await self._cached_chunk(res, piece.chunk)
             if cached is not None:
                 parts.append(cached[piece.skip : piece.skip + piece.ref[2]])
                 continue
@@ -370,13 +379,37 @@ class Gateway:
         for url, _, _ in requests:
             self._allow.check(url)  # before any I/O, whatever the sidecar says
         assert res.fetcher is not None
-        async with self.admission.slot():
+        async with self.upstream(res.granule):
             plan = res.fetcher.plan(requests)
             self.metrics.inc("h5sidecar_upstream_requests_total", plan.n_requests)
             self.metrics.inc("h5sidecar_upstream_bytes_total",
                              float((plan.request_stop - plan.request_start).sum()))  # fmt: skip
             data = await res.fetcher.fetch_plan(plan)
         return [bytes(d) for d in data]
+
+    @asynccontextmanager
+    async def upstream(self, name: str) -> AsyncIterator[None]:
+        """Hold an upstream slot for granule ``name``: one of its ``max_per_granule``, then one
+        of the gateway's ``max_upstream`` (the granule's gate first, so requests queued behind
+        a stalled source never hold gateway-wide slots).
+
+        Raises
+        ------
+        SaturatedError
+            Too many requests already wait (503 with ``Retry-After``).
+        """
+        gate = self._per_granule.get(name)
+        if gate is None:
+            limit = self.settings.max_per_granule
+            gate = self._per_granule[name] = Admission(
+                limit, self.settings.max_pending, wait_timeout=self.read_settings.request_timeout
+            )
+        try:
+            async with gate.slot(), self.admission.slot():
+                yield
+        finally:
+            if gate.active == 0 and gate.waiting == 0 and self._per_granule.get(name) is gate:
+                del self._per_granule[name]
 
     def check_sources(self, urls: tuple[str, ...]) -> None:
         """Raise :class:`~h5sidecar.errors.ForbiddenSourceError` unless every URL is allowed."""

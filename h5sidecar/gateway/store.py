@@ -291,6 +291,7 @@ class SidecarStore(Store):
         if whole and self._chunk_cache is not None:
             cached = self._chunk_cache.get(self._cache_key(ref))
             if cached is not None:
+                await self.fetcher.revalidate([url])  # the source must still be the indexed one
                 self.fetcher.stats.record_cache_hit(len(cached))
                 return prototype.buffer.from_bytes(cached)
         request = (url, offset + start, stop - start)

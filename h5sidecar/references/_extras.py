@@ -5,7 +5,7 @@ The extras block is a JSON object stored under the top-level key ``"h5sidecar"``
 directory's ``.zmetadata``).  fsspec, kerchunk and zarr read neither place.  It holds::
 
     {"version": 1,
-     "source": {"url", "size", "etag", "mtime"},            # identity for the freshness guard
+     "source": {"url", "size", "etag", "mtime", "mtime_ns"},  # identity for the freshness guard
      "urls": ["s3://bucket/granule.h5", ...],              # URL table, indexed below
      "arrays": {path: {"status": "virtual"|"inlined",
                        "note": str,

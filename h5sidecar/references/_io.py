@@ -35,7 +35,7 @@ from typing import Any, Literal
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from h5sidecar.errors import NotIndexedError
+from h5sidecar.errors import InvalidReferenceError, NotIndexedError
 from h5sidecar.references._bulk import MANIFESTS_FILE
 from h5sidecar.references._json import decode_json, encode_json
 from h5sidecar.references._lazy import read_parquet_lazy
@@ -188,14 +188,36 @@ def read_refs(
                 zmeta = decode_zmetadata(fs.cat_file(f"{root}/{ZMETADATA}", start=0))
                 files = SidecarFiles(os.fspath(path), storage_options, fs=fs, root=root)
                 refs = read_parquet_lazy(zmeta, files) if lazy else None
-                return refs if refs is not None else read_parquet_parts(zmeta, files)
-            return decode_json(fs.cat_file(root, start=0))
+                return _checked(refs if refs is not None else read_parquet_parts(zmeta, files))
+            return _checked(decode_json(fs.cat_file(root, start=0)))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             continue
     raise NotIndexedError(
         f"no sidecar at {path}: neither a JSON file nor a directory with {ZMETADATA}; "
         "index the granule first (h5sidecar index)"
     )
+
+
+#: NUL and other control characters never appear in a real object key or path.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _checked(refs: GranuleRefs) -> GranuleRefs:
+    """Refuse source URLs no store holds (control characters: a corrupt or planted sidecar).
+
+    Manifests not loaded yet (lazy Parquet) are checked by the fetcher when they are read.
+    """
+    urls = [refs.source.url]
+    for arr in refs.arrays.values():
+        if getattr(arr, "manifest_loaded", True):
+            urls.extend(arr.manifest.urls)
+    for url in dict.fromkeys(urls):
+        if _CONTROL.search(url):
+            raise InvalidReferenceError(
+                f"source URL {url!r} of the sidecar contains a NUL or control character; the "
+                "sidecar is corrupt: re-index the granule"
+            )
+    return refs
 
 
 class SidecarFiles:

@@ -8,6 +8,7 @@ Anything a plain Zarr reader would choke on is rejected here with an
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,7 +18,26 @@ from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._cf import decode_fill_attr
 from h5sidecar.references._model import ArrayMeta
 
-__all__ = ["ZarrNodes", "array_meta", "split_metadata"]
+__all__ = [
+    "MAX_CHUNK_BYTES",
+    "MAX_GRID_POSITIONS",
+    "MAX_NDIM",
+    "ZarrNodes",
+    "array_meta",
+    "split_metadata",
+]
+
+#: Chunk-grid positions of one array a reader accepts: the limit the indexer applies
+#: (``indexer._layout.MAX_GRID_CHUNKS``).  A manifest is dense over its grid (offsets, lengths
+#: and codes: 17 bytes a position), so this bounds one array's manifest at ~570 MB; a planted
+#: sidecar claiming more is refused before anything is allocated.
+MAX_GRID_POSITIONS = 2**25
+#: Decoded bytes of one chunk: HDF5 itself caps a chunk at 4 GiB.
+MAX_CHUNK_BYTES = 2**32
+#: Dimensions of one array (numpy's own limit is 64).
+MAX_NDIM = 32
+#: Largest extent of one dimension (an int64 index must hold it).
+_MAX_EXTENT = 2**63 - 1
 
 _META_NAMES = (".zgroup", ".zattrs", ".zarray")
 
@@ -107,6 +127,7 @@ def array_meta(
         )
     if not isinstance(zarray["dtype"], (str, list)):
         raise InvalidReferenceError(f"{where}: dtype must be a string or a list of fields")
+    _check_bounds(where, shape, chunks)
     filters = zarray.get("filters") or []
     compressor = zarray.get("compressor")
     if not isinstance(filters, list) or not all(_codec(f) for f in filters):
@@ -122,7 +143,7 @@ def array_meta(
         raise InvalidReferenceError(f"{path}/.zattrs: _ARRAY_DIMENSIONS must be a list of names")
     if "_FillValue" in attrs and isinstance(zarray["dtype"], str):
         attrs["_FillValue"] = decode_fill_attr(attrs["_FillValue"], _np_dtype(zarray["dtype"]))
-    return ArrayMeta(
+    meta = ArrayMeta(
         shape=tuple(shape),
         chunks=tuple(chunks),
         dtype=zarray["dtype"],
@@ -133,6 +154,47 @@ def array_meta(
         attrs=attrs,
         order=order,
     )
+    _check_dtype(where, meta)
+    return meta
+
+
+def _check_bounds(where: str, shape: list[int], chunks: list[int]) -> None:
+    """Refuse, before anything is allocated, grids and chunks no HDF5 granule can have."""
+    if len(shape) != len(chunks):
+        raise InvalidReferenceError(f"{where}: shape {shape} and chunks {chunks} differ in rank")
+    if len(shape) > MAX_NDIM:
+        raise InvalidReferenceError(f"{where}: {len(shape)} dimensions, more than {MAX_NDIM}")
+    if any(c <= 0 or c > _MAX_EXTENT for c in chunks) or any(s > _MAX_EXTENT for s in shape):
+        raise InvalidReferenceError(
+            f"{where}: chunks {chunks} must be positive and shape {shape} below 2**63"
+        )
+    positions = math.prod(-(-s // c) for s, c in zip(shape, chunks, strict=True))
+    if positions > MAX_GRID_POSITIONS:
+        raise InvalidReferenceError(
+            f"{where}: shape {shape} in chunks {chunks} is a grid of {positions} chunks, more "
+            f"than the {MAX_GRID_POSITIONS} a sidecar may hold; the sidecar is corrupt or was "
+            "not written by an indexer: re-index the granule"
+        )
+
+
+def _check_dtype(where: str, meta: ArrayMeta) -> None:
+    try:
+        dtype = meta.numpy_dtype
+    except (TypeError, ValueError, OverflowError, KeyError, IndexError) as exc:
+        raise InvalidReferenceError(
+            f"{where}: dtype {meta.dtype!r} is not a numpy type ({exc}); re-create the sidecar"
+        ) from exc
+    if dtype.hasobject and dtype != np.dtype(object):
+        raise InvalidReferenceError(
+            f"{where}: dtype {meta.dtype!r} mixes Python objects into a structure; re-create "
+            "the sidecar"
+        )
+    nbytes = math.prod(meta.chunks) * max(dtype.itemsize, 1)
+    if nbytes > MAX_CHUNK_BYTES:
+        raise InvalidReferenceError(
+            f"{where}: one chunk of {list(meta.chunks)} x {dtype} is {nbytes} bytes decoded, "
+            f"more than {MAX_CHUNK_BYTES} (HDF5's limit); the sidecar is corrupt: re-index"
+        )
 
 
 def _np_dtype(dtype: str) -> np.dtype:

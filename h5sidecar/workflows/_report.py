@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import tempfile
 import time
@@ -27,9 +28,12 @@ __all__ = [
     "GranuleStatus",
     "RunReport",
     "error_record",
+    "merge_reports",
     "read_report",
     "write_report",
 ]
+
+log = logging.getLogger("h5sidecar.workflows")
 
 REPORT_NAME = "_report.json"
 REPORT_VERSION = 1
@@ -202,6 +206,11 @@ class RunReport:
         One per listed granule, sorted by name.
     complete : bool
         False when the run was interrupted before every granule was processed.
+    roots : tuple of str
+        The source roots (``source``) of every run merged into this report, oldest first: the
+        prefixes the gateway allows (see :func:`merge_reports`).  Empty means ``(source,)``.
+    carried_over : int
+        Granules kept from earlier reports because this run did not process them.
     """
 
     source: str
@@ -214,6 +223,8 @@ class RunReport:
     granules: tuple[GranuleResult, ...]
     complete: bool = True
     version: str = ""
+    roots: tuple[str, ...] = ()
+    carried_over: int = 0
 
     @property
     def counts(self) -> dict[str, int]:
@@ -251,6 +262,8 @@ class RunReport:
             "finished": self.finished,
             "seconds": self.seconds,
             "complete": self.complete,
+            "roots": list(self.roots),
+            "carried_over": self.carried_over,
             "counts": self.counts,
             "granules": [g.to_dict() for g in self.granules],
         }
@@ -269,13 +282,43 @@ class RunReport:
             granules=tuple(GranuleResult.from_dict(g) for g in d["granules"]),
             complete=bool(d.get("complete", True)),
             version=str(d.get("h5sidecar_version", "")),
+            roots=tuple(str(r) for r in d.get("roots", ())),
+            carried_over=int(d.get("carried_over", 0)),
         )
 
 
+def merge_reports(previous: RunReport | None, current: RunReport) -> RunReport:
+    """``current`` with the granules of ``previous`` it did not process carried over.
+
+    A report never shrinks: an interrupted run (or one over a narrower ``--pattern``) keeps
+    the entries of granules it did not reach, whose sidecars are still in DEST.  A granule
+    present in both takes ``current``'s entry, whatever its status.  ``roots`` accumulates
+    every run's source root; counts cover the merged granules, ``complete`` and the options
+    are ``current``'s.
+    """
+    if previous is None:
+        return current  # empty roots stand for (source,)
+    own_roots = current.roots or (current.source,)
+    fresh = {g.url for g in current.granules}
+    carried = [g for g in previous.granules if g.url not in fresh]
+    roots = tuple(dict.fromkeys((*(previous.roots or (previous.source,)), *own_roots)))
+    granules = tuple(sorted((*current.granules, *carried), key=lambda g: (g.name, g.url)))
+    return replace(current, granules=granules, roots=roots, carried_over=len(carried))
+
+
 def write_report(
-    report: RunReport, dest: str, *, storage_options: Mapping[str, Any] | None = None
+    report: RunReport,
+    dest: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    merge: bool = True,
 ) -> str:
     """Write ``DEST/_report.json`` atomically and return its URL.
+
+    With ``merge`` (the default) the report already in DEST is merged in first
+    (:func:`merge_reports`), so granules this run did not process keep their entries.  A
+    malformed earlier report is replaced (with a warning).  Two runs writing into one DEST at
+    the same moment may lose each other's entries (last writer wins).
 
     Locally the JSON goes to a temporary file in the same folder which then replaces the report
     (``os.replace``), so a killed run never leaves half a report; on object stores it is a
@@ -283,6 +326,8 @@ def write_report(
     """
     dest = normalize_url(dest)
     url = join_url(dest, REPORT_NAME)
+    if merge:
+        report = merge_reports(_previous(dest, storage_options), report)
     data = json.dumps(report.to_dict(), indent=1, allow_nan=False).encode()
     if is_remote(url):
         filesystem(url, storage_options).pipe_file(url, data)
@@ -302,6 +347,16 @@ def write_report(
             os.unlink(tmp)
         raise
     return url
+
+
+def _previous(dest: str, storage_options: Mapping[str, Any] | None) -> RunReport | None:
+    try:
+        return read_report(dest, storage_options=storage_options)
+    except FileNotFoundError:
+        return None
+    except InvalidReferenceError as exc:
+        log.warning("%s; it is replaced by this run's report", exc)
+        return None
 
 
 def _sweep_stale_temporaries(dest: str, min_age: float = 60.0) -> None:

@@ -9,6 +9,7 @@ forwards each request upstream and relays the answer -- unless a queued fault sa
 ``"reset"``     the connection is dropped (TCP RST) without an answer
 ``"truncate"``  the upstream headers (true ``Content-Length``) but only half the body, then close
 ``"short"``     a 206 whose ``Content-Length`` and body are both cut to half: looks complete
+``"hang"``      never answers (until the client or the proxy closes the connection)
 
 Faults are consumed by the next matching requests (``proxy.inject("reset", times=2)``).  Every
 request is recorded (method, path, Range header, fault applied) so tests can count exactly what
@@ -28,7 +29,7 @@ from urllib.parse import urlsplit
 
 __all__ = ["FaultProxy", "Recorded"]
 
-FAULTS = ("slowdown", "500", "403", "reset", "truncate", "short")
+FAULTS = ("slowdown", "500", "403", "reset", "truncate", "short", "hang")
 
 _ERROR_BODIES = {
     "slowdown": (503, "Slow Down", "SlowDown", "Please reduce your request rate."),
@@ -98,7 +99,12 @@ class FaultProxy:
             for w in list(self._writers):
                 w.close()
             handlers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            await asyncio.wait(handlers, timeout=5) if handlers else None
+            if handlers:
+                _, pending = await asyncio.wait(handlers, timeout=1)
+                for t in pending:  # "hang" handlers never end on their own
+                    t.cancel()
+                if pending:
+                    await asyncio.wait(pending, timeout=5)
 
         asyncio.run_coroutine_threadsafe(_close(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -174,6 +180,9 @@ class FaultProxy:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             writer.transport.abort()
             return False
+        if fault == "hang":
+            # a stalled server: the client's timeout must act (cancelled when the proxy exits)
+            await asyncio.Event().wait()
         if fault in _ERROR_BODIES:
             writer.write(_error_response(*_ERROR_BODIES[fault]))
             await writer.drain()
