@@ -110,8 +110,8 @@ def check_request_path(raw_path: str, path: str, *, max_length: int) -> None:
         Longer than ``max_length``.
     BadRequestError
         ``.``/``..`` segments (in any encoding), backslashes, encoded ``/`` ``\\`` ``%`` or NUL,
-        or control characters.  (Empty segments are merged: a store URL written with a
-        trailing ``/`` makes clients send ``G//key``.)
+        control characters, or a leading empty segment.  (Later empty segments are merged by
+        the app: a store URL written with a trailing ``/`` makes clients send ``G//key``.)
     """
     if len(raw_path) > max_length or len(path) > max_length:
         raise KeyTooLongError(
@@ -138,6 +138,10 @@ def check_request_path(raw_path: str, path: str, *, max_length: int) -> None:
     segments = path.split("/")[1:]
     if any(s in (".", "..") for s in segments):
         raise BadRequestError("request path contains a '.' or '..' segment (path traversal)")
+    if path.startswith("//"):
+        # a scheme-relative form ("//host/...") to anything that re-parses it; later empty
+        # segments are merged by the app (trailing '/' of a store URL + key)
+        raise BadRequestError("request path starts with an empty segment ('//')")
 
 
 # -- ranges -------------------------------------------------------------------------------------

@@ -69,13 +69,21 @@ def test_parse_range_refusals_and_ignored_forms() -> None:
 
 @pytest.mark.parametrize("raw", [
     "/zarr/../x", "/zarr/./x", "/zarr/a/%2e%2e/x", "/zarr/a%2Fb", "/zarr/%252e", "/zarr/a%5cb",
-    "/zarr/a%00", "/zarr//x", "/zarr/a\\b",
+    "/zarr/a%00", "//zarr/x", "/zarr/a\\b",
 ])  # fmt: skip
 def test_unsafe_paths_are_refused(raw: str) -> None:
     from urllib.parse import unquote
 
     with pytest.raises(BadRequestError):
         check_request_path(raw, unquote(raw), max_length=100)
+
+
+def test_inner_empty_segments_pass_the_check() -> None:
+    """``G//key``: what a store URL with a trailing '/' makes clients send (issue 9); the app
+    merges the slashes before routing.  A leading '//' stays refused."""
+    check_request_path("/zarr/g.h5//.zmetadata", "/zarr/g.h5//.zmetadata", max_length=100)
+    with pytest.raises(BadRequestError):
+        check_request_path("//zarr/g.h5/.zmetadata", "//zarr/g.h5/.zmetadata", max_length=100)
 
 
 def test_safe_paths_and_length_limit() -> None:
