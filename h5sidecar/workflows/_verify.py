@@ -153,7 +153,7 @@ def verify_refs(
     group = _open_plain(ref, refs, opts)
     with _open_h5(src, opts) as h5:
         checks = [
-            _check_array(arr, group, h5, _choose_chunks(arr, sample, rng), ref, opts)
+            _check_array(arr, group, h5, sample, rng, ref, opts, current)
             for arr in refs.arrays.values()
         ]
     checks += [
@@ -229,13 +229,20 @@ def _check_array(
     arr: ArrayRefs,
     group: zarr.Group,
     h5: h5py.File,
-    indices: list[tuple[int, ...]],
+    sample: int,
+    rng: np.random.Generator,
     ref: str,
     opts: dict[str, Any] | None,
+    current: SourceInfo,
 ) -> VariableCheck:
-    total = arr.manifest.n_chunks
+    total, indices = 0, []
     mismatched, first = 0, ""
     try:
+        # a lazily read manifest is validated here (e.g. a chunk past the end of the source):
+        # a bad one is this variable's error, not the end of the verification
+        total = arr.manifest.n_chunks
+        indices = _choose_chunks(arr, sample, rng)
+        _check_within(arr, current)
         zarr_arr = group[arr.path]
         if not isinstance(zarr_arr, zarr.Array):
             raise InvalidReferenceError(f"{arr.path} is a group in the sidecar, not an array")
@@ -271,6 +278,25 @@ def _check_array(
         checksums_failed=n_bad,
         message=first or sum_msg,
     )
+
+
+def _check_within(arr: ArrayRefs, current: SourceInfo) -> None:
+    """Refuse the variable when a chunk lies past the end of the source (a corrupt chunk index
+    indexed by an older version, or a sidecar edited since), naming the first such chunk."""
+    manifest = arr.manifest
+    if current.url not in manifest.urls:
+        return
+    mine = manifest.codes == manifest.urls.index(current.url)
+    ends = manifest.offsets + manifest.lengths
+    outside = mine & (ends > np.uint64(current.size))
+    if outside.any():
+        index = tuple(int(i) for i in np.argwhere(outside)[0])
+        raise InvalidReferenceError(
+            f"{int(outside.sum())} chunk reference(s) lie past the end of the source "
+            f"({current.size} bytes), the first, chunk {index}, at bytes "
+            f"{int(manifest.offsets[index])}+{int(manifest.lengths[index])}: a corrupt chunk "
+            "index; re-index the granule (this variable is then skipped with the reason)"
+        )
 
 
 def _check_checksums(
