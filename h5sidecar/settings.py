@@ -110,6 +110,10 @@ class IndexSettings:
         it the granule fails with kind ``limit_exceeded`` (metadata that loops).  0: no limit.
     max_hdf5_read_bytes : int
         Bytes HDF5 may read from one granule, repeats included (also ``limit_exceeded``).
+    max_worker_memory : int
+        Memory (data segment and anonymous mappings, ``RLIMIT_DATA``) of each worker process
+        of a batch; an allocation past it fails inside that worker (HDF5 skips the variable, or
+        the granule fails with kind ``memory``).  Linux; 0: no limit.
     """
 
     on_unsupported: Literal["skip", "raise"] = "skip"
@@ -121,6 +125,7 @@ class IndexSettings:
     max_granule_seconds: float = 1800.0
     max_hdf5_reads: int = 5_000_000
     max_hdf5_read_bytes: int = 64 * 2**30
+    max_worker_memory: int = 4 * 2**30
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import resource
 import select
 import threading
 import time
@@ -72,8 +73,14 @@ class SerialExecutor(Executor):
         return fut
 
 
-def process_pool(workers: int, *, log_level: int | None = None) -> ProcessPoolExecutor:
-    """A process pool whose workers never inherit fsspec state (forkserver, else spawn)."""
+def process_pool(
+    workers: int, *, log_level: int | None = None, memory_limit: int = 0
+) -> ProcessPoolExecutor:
+    """A process pool whose workers never inherit fsspec state (forkserver, else spawn).
+
+    ``memory_limit`` (bytes, 0: none) caps each worker's data memory (``RLIMIT_DATA``): a
+    corrupt file can make HDF5 allocate gigabytes for one structure.
+    """
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
     if ctx.get_start_method() == "forkserver":
@@ -84,7 +91,7 @@ def process_pool(workers: int, *, log_level: int | None = None) -> ProcessPoolEx
         max_workers=workers,
         mp_context=ctx,
         initializer=_init_worker,
-        initargs=(level, _env_snapshot(), os.getpid()),
+        initargs=(level, _env_snapshot(), os.getpid(), memory_limit),
         max_tasks_per_child=_MAX_TASKS_PER_CHILD,
     )
 
@@ -109,7 +116,11 @@ def _env_snapshot() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
 
 
-def _init_worker(level: int, env: dict[str, str], parent: int) -> None:
+def _init_worker(level: int, env: dict[str, str], parent: int, memory_limit: int = 0) -> None:
+    if memory_limit > 0 and hasattr(resource, "RLIMIT_DATA"):
+        hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+        soft = memory_limit if hard == resource.RLIM_INFINITY else min(memory_limit, hard)
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
     for key in [k for k in os.environ if k.startswith(_ENV_PREFIXES) and k not in env]:
         del os.environ[key]
     os.environ.update(env)
@@ -153,19 +164,21 @@ def run_tasks(
     *,
     workers: int,
     time_limit: float | None = None,
+    memory_limit: int = 0,
 ) -> Generator[GranuleResult, None, None]:
     """Yield one :class:`GranuleResult` per task, in completion order.
 
     A task that raises (a bug, a dead worker) yields a ``failed`` result instead of stopping the
     batch.  With ``time_limit`` (seconds), a task still running in a worker process after it is
     ended with its worker and reported as ``timeout`` (the ``"process"`` executor only: a
-    thread or a caller's executor cannot be stopped from outside).
+    thread or a caller's executor cannot be stopped from outside).  ``memory_limit`` caps each
+    worker process's memory (see :func:`process_pool`).
     """
     tasks = list(tasks)
     if executor == "serial":
         yield from _run_on(SerialExecutor(), fn, deque(tasks), window=1, suspects=None)
     elif executor == "process":
-        yield from _run_processes(fn, tasks, workers, time_limit)
+        yield from _run_processes(fn, tasks, workers, time_limit, memory_limit)
     elif isinstance(executor, Executor):
         yield from _run_on(executor, fn, deque(tasks), window=2 * workers, suspects=None)
     else:
@@ -173,7 +186,11 @@ def run_tasks(
 
 
 def _run_processes(
-    fn: Callable[..., GranuleResult], tasks: list[Task], workers: int, time_limit: float | None
+    fn: Callable[..., GranuleResult],
+    tasks: list[Task],
+    workers: int,
+    time_limit: float | None,
+    memory_limit: int = 0,
 ) -> Iterator[GranuleResult]:
     queue = deque(tasks)
     suspects: list[Task] = []
@@ -181,23 +198,23 @@ def _run_processes(
     # time limit, no more tasks than workers, so a task's clock starts when a worker takes it
     window = workers if time_limit else workers + 1
     while queue:
-        with _owned_pool(workers) as pool:
+        with _owned_pool(workers, memory_limit) as pool:
             yield from _run_on(
                 pool, fn, queue, window=window, suspects=suspects, time_limit=time_limit
             )
     for task in suspects:
         # alone in a fresh single-worker pool: a second crash identifies the culprit
-        with _owned_pool(1) as pool:
+        with _owned_pool(1, memory_limit) as pool:
             yield from _run_on(
                 pool, fn, deque([task]), window=1, suspects=None, time_limit=time_limit
             )
 
 
 @contextlib.contextmanager
-def _owned_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+def _owned_pool(workers: int, memory_limit: int) -> Iterator[ProcessPoolExecutor]:
     """A process pool shut down on exit; its workers are ended at once unless the block
     finished normally (an interrupt, an error, a closed generator, a timed-out task)."""
-    pool = process_pool(workers)
+    pool = process_pool(workers, memory_limit=memory_limit)
     clean = False
     try:
         yield pool

@@ -122,9 +122,9 @@ def index_one(
         seconds["total"] = time.perf_counter() - t0
         log.info("indexed %s -> %s (%.2f s)", url, dest_url, seconds["total"])
         return _ok_result(url, dest_url, refs, seconds, options)
-    except (H5SidecarError, OSError) as exc:
-        # expected failures of one granule (not HDF5, unsupported, unreadable, unwritable):
-        # recorded so the batch goes on
+    except (H5SidecarError, OSError, MemoryError) as exc:
+        # expected failures of one granule (not HDF5, unsupported, unreadable, unwritable, past
+        # the worker's memory limit): recorded so the batch goes on
         seconds["total"] = time.perf_counter() - t0
         log.info("failed %s: %s", url, exc)
         return GranuleResult(
@@ -133,7 +133,7 @@ def index_one(
             status="failed",
             source=None if listed is None else listed.to_dict(),
             seconds=seconds,
-            error=error_record(exc),
+            error=error_record(exc, kind="memory" if isinstance(exc, MemoryError) else None),
         )
 
 
@@ -238,7 +238,12 @@ def index_many(
     done, todo = ([], tasks) if force else precheck(tasks, storage_options=storage_options)
     limit = options.settings.max_granule_seconds
     pending = run_tasks(
-        index_one, todo, executor, workers=n_workers, time_limit=_hard_limit(limit)
+        index_one,
+        todo,
+        executor,
+        workers=n_workers,
+        time_limit=_hard_limit(limit),
+        memory_limit=options.settings.max_worker_memory,
     )
     try:
         for res in itertools.chain(done, pending):

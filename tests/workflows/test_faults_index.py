@@ -331,3 +331,21 @@ def test_an_etag_change_in_a_response_is_noticed(sample: Path) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def rlimit_task(url: str, sidecar: str, options: object, listed: object) -> object:
+    """A picklable task reporting its process's data-memory limit."""
+    import resource
+
+    from h5sidecar.workflows import GranuleResult
+
+    limit = resource.getrlimit(resource.RLIMIT_DATA)[0]
+    return GranuleResult(url=url, sidecar=sidecar, status="ok", n_chunks=limit)
+
+
+def test_workers_run_under_the_memory_limit() -> None:
+    # a corrupt granule made HDF5 allocate (and touch) 4.3 GB for one structure
+    task = Task("/a", "/a.parq", ("/a", "/a.parq", None, None))
+    [res] = run_tasks(rlimit_task, [task], "process", workers=1, memory_limit=3 * 2**30)
+    assert res.n_chunks == 3 * 2**30
+    assert IndexSettings().max_worker_memory == 4 * 2**30
