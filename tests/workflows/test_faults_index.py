@@ -25,14 +25,14 @@ import psutil
 import pytest
 
 from benchmarks.s3server import start_server
-from h5sidecar.errors import NotHDF5Error, StaleReferenceError
+from h5sidecar.errors import NotHDF5Error, SourceNotFoundError, StaleReferenceError
 from h5sidecar.indexer import index_granule
 from h5sidecar.indexer._source import open_source
 from h5sidecar.indexer._source_hints import BadStructure
 from h5sidecar.indexer._source_hints_dense import _btree2_widths, _eaib_block_sizes
 from h5sidecar.sample import write_atl03_like
 from h5sidecar.settings import IndexSettings
-from h5sidecar.workflows import index_many, read_report, verify_refs
+from h5sidecar.workflows import index_many, list_granules, read_report, verify_refs
 from h5sidecar.workflows._executors import Task, run_tasks
 from h5sidecar.workflows._index import IndexOptions, index_one
 from tests.conftest import S3_CREDENTIALS, free_port
@@ -159,8 +159,9 @@ def test_a_worker_stuck_past_the_time_limit_is_ended() -> None:
     urls = ["/a", "/b-stuck", "/c", "/d"]
     tasks = [Task(u, u + ".parq", (u, u + ".parq", None, None)) for u in urls]
     t0 = time.monotonic()
-    results = {r.url: r for r in run_tasks(sleepy, tasks, "process", workers=2, time_limit=2)}
-    assert time.monotonic() - t0 < 30
+    # the clock starts at submission, so the limit leaves room for starting the fork server
+    results = {r.url: r for r in run_tasks(sleepy, tasks, "process", workers=2, time_limit=8)}
+    assert time.monotonic() - t0 < 40
     assert set(results) == set(urls)
     stuck = results.pop("/b-stuck")
     assert stuck.status == "failed" and stuck.error is not None and stuck.error.kind == "timeout"
@@ -349,3 +350,24 @@ def test_workers_run_under_the_memory_limit() -> None:
     [res] = run_tasks(rlimit_task, [task], "process", workers=1, memory_limit=3 * 2**30)
     assert res.n_chunks == 3 * 2**30
     assert IndexSettings().max_worker_memory == 4 * 2**30
+
+
+# -- 10. DEST equal to SOURCE ----------------------------------------------------------------------
+@pytest.mark.parametrize("patterns", [("*.h5",), ("*",)])
+def test_dest_equal_to_source_says_so(
+    patterns: tuple[str, ...], sample: Path, tmp_path: Path
+) -> None:
+    shutil.copy(sample, tmp_path / "a.h5")
+    with pytest.raises(SourceNotFoundError) as info:
+        index_many(str(tmp_path), str(tmp_path), patterns=patterns, executor="serial")
+    message = str(info.value)
+    assert "DEST outside SOURCE" in message and "--pattern" not in message
+
+
+def test_nothing_found_with_pattern_star_does_not_suggest_it(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(SourceNotFoundError) as info:
+        list_granules(str(tmp_path), patterns=("*",))
+    assert "--pattern" not in str(info.value) and "no regular files" in str(info.value)
+    with pytest.raises(SourceNotFoundError, match="--pattern"):
+        list_granules(str(tmp_path))
