@@ -16,6 +16,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import posixpath
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -173,7 +174,7 @@ def list_granules(
             in_dest += 1
             continue
         gurl = _full_url(url, path)
-        if info.get("type") not in (None, "file"):  # "other": a FIFO, socket or device
+        if not _regular(path, info, is_remote(url)):
             if not_regular is not None:
                 not_regular.append(gurl)
             continue
@@ -181,6 +182,20 @@ def list_granules(
     if not granules:
         raise SourceNotFoundError(_nothing_found(source, patterns, in_dest, excluded))
     return sorted(granules, key=lambda g: g.name)
+
+
+def _regular(path: str, info: Mapping[str, Any], remote: bool) -> bool:
+    """Whether a listed entry is a regular file.  fsspec types local symlinks, FIFOs, sockets
+    and devices alike as ``"other"``: a symlink to a regular file is one (a dangling one is
+    not)."""
+    if info.get("type") in (None, "file"):
+        return True
+    if remote:
+        return False
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)  # follows symlinks
+    except OSError:
+        return False
 
 
 def _nothing_found(

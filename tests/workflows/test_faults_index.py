@@ -129,12 +129,13 @@ def test_fifo_in_the_source_folder_is_left_out_and_reported(sample: Path, tmp_pa
     src.mkdir()
     shutil.copy(sample, src / "a.h5")
     os.mkfifo(src / "pipe.h5")  # opening it for reading would block until a writer comes
+    (src / "link.h5").symlink_to(src / "a.h5")  # a symlink to a regular file is one
+    (src / "dangling.h5").symlink_to(src / "gone.h5")
     report = index_many(str(src), str(tmp_path / "out"), executor="serial")
-    assert report.ok and [g.name for g in report.granules] == ["a.h5"]
-    assert report.options["not_regular_files"] == [str(src / "pipe.h5")]
-    assert read_report(str(tmp_path / "out")).options["not_regular_files"] == [
-        str(src / "pipe.h5")
-    ]
+    assert report.ok and [g.name for g in report.granules] == ["a.h5", "link.h5"]
+    odd = sorted([str(src / "dangling.h5"), str(src / "pipe.h5")])
+    assert sorted(report.options["not_regular_files"]) == odd
+    assert sorted(read_report(str(tmp_path / "out")).options["not_regular_files"]) == odd
     assert_matches_h5py(report.granules[0].sidecar, src / "a.h5")
 
 
