@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import json
 import logging
+import signal
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, Self
@@ -251,9 +252,14 @@ def _setup_logging(verbose: int, console: Console) -> None:
 
 # -- commands -----------------------------------------------------------------------------------
 def _cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from h5sidecar.settings import IndexSettings, from_env
     from h5sidecar.workflows import DEFAULT_PATTERNS, index_many
 
-    with _executor(args, err) as (executor, workers), _ProgressBar(err) as bar:
+    with (
+        _terminate_as_interrupt(),
+        _executor(args, err) as (executor, workers),
+        _ProgressBar(err) as bar,
+    ):
         report = index_many(
             args.source,
             args.dest,
@@ -266,6 +272,7 @@ def _cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
             executor=executor,
             workers=workers,
             progress=bar,
+            settings=from_env(IndexSettings),
         )
     if args.json:
         out.print_json(data=report.to_dict())
@@ -286,11 +293,30 @@ def _cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
             f"[red]PARTIAL[/] {g.name or g.url}: {len(lost)} variable(s) left out by an "
             f"unexpected error ({', '.join(lost[:5])}); reasons in the report"
         )
+    odd = report.options.get("not_regular_files", [])
+    if odd:
+        out.print(f"[yellow]{len(odd)} file(s) left out, not regular files (FIFOs, sockets, "
+                  f"devices)[/]: {', '.join(odd)}")
     skipped = sum(g.n_skipped for g in report.granules)
     if skipped:
         out.print(f"{skipped} variable(s) skipped (reasons in the report and `h5sidecar inspect`)")
     out.print(f"report: {report.dest.rstrip('/')}/_report.json")
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops ``index`` like Ctrl-C: workers ended, report written (``complete:
+    false``), exit code 130."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager

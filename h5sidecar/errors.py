@@ -13,7 +13,10 @@ from __future__ import annotations
 __all__ = [
     "HTTP_STATUS",
     "ChunkDecodeError",
+    "CorruptFileError",
     "ForbiddenSourceError",
+    "GranuleLimitError",
+    "GranuleTimeoutError",
     "H5SidecarError",
     "IncompatibleGranulesError",
     "InvalidReferenceError",
@@ -53,6 +56,27 @@ class NotHDF5Error(H5SidecarError, ValueError):
     """The object is not an HDF5 file (no signature), or is truncated or corrupt."""
 
     kind = "not_hdf5"
+
+
+class CorruptFileError(NotHDF5Error):
+    """The object starts like HDF5 but its metadata is inconsistent: a length or address past
+    the end of the object, a chunk index pointing outside it, structures HDF5 refuses."""
+
+    kind = "corrupt"
+
+
+class GranuleLimitError(H5SidecarError, RuntimeError):
+    """Indexing one granule went past a per-granule bound (HDF5 read calls or bytes read, see
+    ``IndexSettings.max_hdf5_reads`` / ``max_hdf5_read_bytes``): its metadata most likely loops
+    (a corrupt file); raise the bound only for a file known to be sound."""
+
+    kind = "limit_exceeded"
+
+
+class GranuleTimeoutError(GranuleLimitError, TimeoutError):
+    """Indexing one granule took longer than ``IndexSettings.max_granule_seconds``."""
+
+    kind = "timeout"
 
 
 class SourceReadError(H5SidecarError, OSError):

@@ -102,6 +102,18 @@ class IndexSettings:
         Record a content hash of every chunk (reads all the data).
     metadata_block_size : int
         Block size of the read-ahead cache used while scanning metadata over the network.
+    max_granule_seconds : float
+        Wall-clock limit of one granule (opening, reading, indexing); past it the granule fails
+        with kind ``timeout``, and a worker process that does not stop is ended.  0: no limit.
+    max_hdf5_reads : int
+        Read calls HDF5 may make on one granule (about 4,300 for a 935-variable granule); past
+        it the granule fails with kind ``limit_exceeded`` (metadata that loops).  0: no limit.
+    max_hdf5_read_bytes : int
+        Bytes HDF5 may read from one granule, repeats included (also ``limit_exceeded``).
+    max_worker_memory : int
+        Memory (data segment and anonymous mappings, ``RLIMIT_DATA``) of each worker process
+        of a batch; an allocation past it fails inside that worker (HDF5 skips the variable, or
+        the granule fails with kind ``memory``).  Linux; 0: no limit.
     """
 
     on_unsupported: Literal["skip", "raise"] = "skip"
@@ -110,6 +122,10 @@ class IndexSettings:
     materialize_limit: int = 64 * 2**20
     checksums: bool = False
     metadata_block_size: int = 4 * 2**20
+    max_granule_seconds: float = 1800.0
+    max_hdf5_reads: int = 5_000_000
+    max_hdf5_read_bytes: int = 64 * 2**30
+    max_worker_memory: int = 4 * 2**30
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from h5sidecar.indexer._filtermask import describe_mask, effective_masks, pick_m
 from h5sidecar.indexer._filters import chunk_pipeline, hdf5_filters, pipeline_for
 from h5sidecar.indexer._layout import ChunkTable, chunked_table, contiguous_table
 from h5sidecar.indexer._materialize import materialize_chunks, materialize_variable
+from h5sidecar.indexer._refcheck import check_references
 from h5sidecar.indexer._values import fill_bytes, fill_value_json
 from h5sidecar.indexer._vds import vds_extent, vds_table
 from h5sidecar.indexer._walk import DatasetEntry
@@ -134,6 +135,7 @@ def _table(
     target = ctx.settings.contiguous_chunk_bytes
     if layout == h5py.h5d.CHUNKED:
         table = chunked_table(dset, shape, ctx.url)
+        check_references(table, ctx.url, ctx.file_size)  # a corrupt index: skip, not a bad ref
         return _reconcile_pipeline(dset, plan, table)
     if external_segments(dset):
         table = external_table(dset, shape, itemsize, ctx.url, target, ctx.identity)
@@ -141,6 +143,7 @@ def _table(
         return table, ()
     if layout == h5py.h5d.CONTIGUOUS:
         table = contiguous_table(dset, shape, itemsize, ctx.url, ctx.file_size, target)
+        check_references(table, ctx.url, ctx.file_size)
         return table, ()
     fail("unsupported_layout", f"HDF5 storage layout {layout} is not understood")
 

@@ -2,7 +2,10 @@
 
 The granule is read through :func:`h5sidecar.indexer._source.open_source` (few, large,
 concurrent metadata requests; identity taken from the first response).  h5py opens the file
-object it yields; a file HDF5 refuses is reported as :class:`~h5sidecar.errors.NotHDF5Error`.
+object it yields; a file HDF5 refuses is reported as :class:`~h5sidecar.errors.NotHDF5Error`,
+and an HDF5 error escaping the per-variable handling while the open granule is indexed (the
+group tree or the file's own structures are unreadable) as
+:class:`~h5sidecar.errors.CorruptFileError`.
 """
 
 from __future__ import annotations
@@ -17,9 +20,14 @@ import h5py
 import obstore
 
 from h5sidecar._stores import STORE_ERRORS, resolve_store, source_identity, translate_store_error
-from h5sidecar.errors import NotHDF5Error, SourceReadError
-from h5sidecar.indexer._common import H5PY_ERRORS, describe_h5_error, reraise_io_failure
-from h5sidecar.indexer._source import open_source
+from h5sidecar.errors import CorruptFileError, NotHDF5Error, SourceReadError
+from h5sidecar.indexer._common import (
+    H5PY_ERRORS,
+    describe_h5_error,
+    raised_by_h5py,
+    reraise_io_failure,
+)
+from h5sidecar.indexer._source import open_regular, open_source
 from h5sidecar.references import SourceInfo
 from h5sidecar.settings import IndexSettings
 
@@ -59,8 +67,12 @@ def open_granule(
     ------
     NotHDF5Error
         The object is not HDF5, or is truncated or corrupt.
+    CorruptFileError
+        HDF5 failed on the file's structures while it was being indexed.
     SourceNotFoundError, SourceReadError
         The object cannot be read.
+    GranuleLimitError, GranuleTimeoutError
+        A per-granule bound was reached (see :class:`~h5sidecar.settings.IndexSettings`).
     """
     with open_source(url, storage_options=storage_options, settings=settings) as fileobj:
         identity = fileobj.identity
@@ -71,6 +83,14 @@ def open_granule(
             raise _not_hdf5(identity.url, exc) from exc
         try:
             yield OpenGranule(h5, identity, fileobj)
+        except H5PY_ERRORS as exc:
+            reraise_io_failure(exc)
+            if not raised_by_h5py(exc):
+                raise  # a bug of ours, not the file
+            raise CorruptFileError(
+                f"HDF5 failed on the structures of {identity.url} ({describe_h5_error(exc)}): "
+                "the file is corrupt; check it with h5dump, or re-stage it from its origin"
+            ) from exc
         finally:
             h5.close()
 
@@ -117,7 +137,7 @@ class RangeReader:
         store, location = resolve_store(url, self._options)
         if location.kind == "local":
             if url not in self._fds:
-                self._fds[url] = os.open(location.url, os.O_RDONLY)
+                self._fds[url] = open_regular(location.url)  # never a FIFO that blocks
             return [os.pread(self._fds[url], length, offset) for offset, length in ranges]
         try:
             got = obstore.get_ranges(

@@ -21,13 +21,16 @@ a read the crawl did not foresee is fetched on demand with a little read-ahead.
 from __future__ import annotations
 
 import io
+import logging
 import os
+import stat
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import fsspec.asyn
+from fsspec.exceptions import FSTimeoutError
 
 from h5sidecar._stores import identity_from_stat, resolve_store
 from h5sidecar.errors import (
@@ -37,6 +40,7 @@ from h5sidecar.errors import (
     StaleReferenceError,
 )
 from h5sidecar.indexer import _source_hints as hints
+from h5sidecar.indexer._budget import Budget
 from h5sidecar.indexer._source_fetch import (
     CACHE_BYTES,
     CONCURRENCY,
@@ -55,6 +59,11 @@ if TYPE_CHECKING:
 
 __all__ = ["LocalSource", "RemoteSource", "SourceStats", "open_source"]
 
+log = logging.getLogger("h5sidecar.indexer")
+
+#: Seconds to wait for background requests to cancel when a source is closed.
+_CLOSE_SECONDS = 10.0
+
 #: obstore retries for the indexer: enough for throttling and resets, short enough that a dead
 #: endpoint fails within seconds with a clear message.
 RETRY_CONFIG: dict[str, Any] = {
@@ -71,9 +80,10 @@ class _SourceFile(io.RawIOBase):
     identity: SourceInfo
     _counters: Counters
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, budget: Budget | None = None) -> None:
         super().__init__()
         self.size = size
+        self.budget = budget
         self._pos = 0
 
     @property
@@ -114,6 +124,9 @@ class _SourceFile(io.RawIOBase):
         self._pos += len(data)
         self._counters.add("reads_by_hdf5")
         self._counters.add("bytes_read_by_hdf5", len(data))
+        if self.budget is not None:  # a corrupt file whose metadata loops stops here
+            counts = self._counters.values
+            self.budget.check(counts["reads_by_hdf5"], counts["bytes_read_by_hdf5"])
         return len(data)
 
     def view(self, start: int, stop: int) -> bytes:
@@ -134,14 +147,19 @@ class _SourceFile(io.RawIOBase):
 
 
 class LocalSource(_SourceFile):
-    """A local file opened read-only, read with ``os.pread`` (no shared file position)."""
+    """A local file opened read-only, read with ``os.pread`` (no shared file position).
 
-    def __init__(self, path: str) -> None:
+    Only regular files are read: a FIFO or a device would block or never end, so they are
+    refused with :class:`NotHDF5Error` (opened non-blocking, so a FIFO without a writer does
+    not hang the open either).
+    """
+
+    def __init__(self, path: str, budget: Budget | None = None) -> None:
         self.path = path
-        self._fd = os.open(path, os.O_RDONLY)
+        self._fd = open_regular(path)
         self.identity = identity_from_stat(path, os.fstat(self._fd))
         self._counters = Counters()
-        super().__init__(self.identity.size)
+        super().__init__(self.identity.size, budget)
 
     def view(self, start: int, stop: int) -> bytes:
         """Bytes ``[start, stop)`` (one ``pread``)."""
@@ -169,12 +187,18 @@ class LocalSource(_SourceFile):
 class RemoteSource(_SourceFile):
     """A read-only file object over an object-store source (see the module docstring)."""
 
-    def __init__(self, fetcher: Fetcher, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, fetcher: Fetcher, loop: asyncio.AbstractEventLoop, budget: Budget | None = None
+    ) -> None:
         assert fetcher.identity is not None
         self._fetcher, self._loop = fetcher, loop
         self.identity = fetcher.identity
         self._counters = fetcher.counters
-        super().__init__(self.identity.size)
+        super().__init__(self.identity.size, budget)
+
+    def _wait(self, func: Any, *args: Any) -> Any:
+        """Run ``func(*args)`` on the I/O loop, within what is left of the time limit."""
+        return _sync(self._loop, self.budget, func, *args)
 
     def view(self, start: int, stop: int) -> bytes:
         """Bytes ``[start, stop)``, waiting for the network if they are not cached yet."""
@@ -186,9 +210,9 @@ class RemoteSource(_SourceFile):
         data = fetcher.cache.read(start, stop)
         if data is None:
             self._counters.add("waits")
-            data = fsspec.asyn.sync(self._loop, fetcher.demand, start, stop)
+            data = self._wait(fetcher.demand, start, stop)
         if data is None:  # evicted while waiting (a tiny cache): fetch all of it again
-            data = fsspec.asyn.sync(self._loop, fetcher.demand, start, stop, True)
+            data = self._wait(fetcher.demand, start, stop, True)
         assert data is not None
         return data
 
@@ -197,13 +221,48 @@ class RemoteSource(_SourceFile):
         ``If-Match``-pinned requests (bypassing the metadata cache)."""
         if self._fetcher.fault is not None:
             raise self._fetcher.fault
-        return fsspec.asyn.sync(self._loop, self._fetcher.fetch_ranges, list(ranges))
+        return self._wait(self._fetcher.fetch_ranges, list(ranges))  # type: ignore[no-any-return]
 
     def close(self) -> None:
         """Stop the crawl and cancel requests still in flight."""
         if not self.closed:
-            fsspec.asyn.sync(self._loop, self._fetcher.aclose)
+            try:
+                fsspec.asyn.sync(self._loop, self._fetcher.aclose, timeout=_CLOSE_SECONDS)
+            except FSTimeoutError:  # the loop is wedged: closing must not wedge the caller too
+                log.warning("requests of %s did not cancel within %g s", self.url, _CLOSE_SECONDS)
         super().close()
+
+
+def _sync(loop: asyncio.AbstractEventLoop, budget: Budget | None, func: Any, *args: Any) -> Any:
+    """``fsspec.asyn.sync`` bounded by ``budget``'s deadline (:class:`GranuleTimeoutError`)."""
+    timeout = None if budget is None else budget.remaining()
+    try:
+        return fsspec.asyn.sync(loop, func, *args, timeout=timeout)
+    except FSTimeoutError:
+        assert budget is not None
+        raise budget.timeout() from None
+
+
+def open_regular(path: str) -> int:
+    """A read-only descriptor of ``path``, which must be a regular file (:class:`NotHDF5Error`
+    for a FIFO, socket or device: reading those blocks or never ends)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO without a writer must not block
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotHDF5Error(
+            f"{path} is not a regular file ({_file_type(mode)}): only regular files are indexed"
+        )
+    return fd
+
+
+def _file_type(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a folder"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
 
 
 @contextmanager
@@ -226,7 +285,8 @@ def open_source(
         s3fs-style options for S3 (``key``, ``secret``, ``token``, ``endpoint_url``, ``anon``,
         ``client_kwargs={"region_name": ...}``); ``AWS_*`` variables fill what is missing.
     settings : IndexSettings
-        ``metadata_block_size`` caps the size of one prefetch request.
+        ``metadata_block_size`` caps the size of one prefetch request; ``max_granule_seconds``,
+        ``max_hdf5_reads`` and ``max_hdf5_read_bytes`` bound what reading the granule may cost.
     prefetch : bool
         Crawl metadata ahead of HDF5 (default).  ``False`` fetches only what HDF5 asks for,
         plus a little read-ahead (useful to measure what the crawl saves).
@@ -251,6 +311,8 @@ def open_source(
         The object has no HDF5 signature, or is shorter than its superblock says (truncated).
     StaleReferenceError
         The object changed while it was being read.
+    GranuleLimitError, GranuleTimeoutError
+        A per-granule bound was reached (most likely a corrupt file).
     SourceReadError
         The store could not be read (network, permissions); the message says what to check.
 
@@ -261,8 +323,9 @@ def open_source(
     ...         print(list(h5), f.identity.etag, f.stats.requests)
     """
     store, location = resolve_store(url, storage_options, retry_config=RETRY_CONFIG)
+    budget = Budget.start(location.url, settings)
     if location.kind == "local":
-        with _open_local(location.url) as local:
+        with _open_local(location.url, budget) as local:
             yield local
         return
     options = FetchOptions(
@@ -273,8 +336,8 @@ def open_source(
     )
     loop = fsspec.asyn.get_loop()
     fetcher = Fetcher(store, location, options)
-    fsspec.asyn.sync(loop, fetcher.open)
-    with RemoteSource(fetcher, loop) as remote:
+    _sync(loop, budget, fetcher.open)
+    with RemoteSource(fetcher, loop, budget) as remote:
         layout, found = _find_superblock(remote)
         fetcher.layout = layout
         if prefetch:
@@ -283,9 +346,9 @@ def open_source(
 
 
 @contextmanager
-def _open_local(path: str) -> Iterator[LocalSource]:
+def _open_local(path: str, budget: Budget) -> Iterator[LocalSource]:
     try:
-        source = LocalSource(path)
+        source = LocalSource(path, budget)
     except FileNotFoundError as exc:
         raise SourceNotFoundError(f"{path} does not exist; check the path") from exc
     except OSError as exc:

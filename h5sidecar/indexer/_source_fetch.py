@@ -10,7 +10,14 @@ Runs on fsspec's I/O loop (one async core for the package).  Two kinds of reques
   few and large while ``concurrency`` of them are in flight.
 
 Every request after the first carries ``If-Match`` on the first response's ETag (or
-``If-Unmodified-Since`` when the store gives no ETag).
+``If-Unmodified-Since`` when the store gives no ETag), and every response's size and ETag are
+compared with the first one's: a server that ignores the condition cannot mix two versions.
+
+The crawl is bounded, because a corrupt file's structures claim any length: a structure is
+parsed from at most ``max_request`` bytes (a longer one is left to HDF5's own reads), a
+structure waiting for its bytes is parked on one missing page at a time (so it is parsed again
+at most once per request that brings its bytes), and the crawl stops after
+``max_crawl_steps`` parses.
 """
 
 from __future__ import annotations
@@ -71,6 +78,7 @@ class FetchOptions:
     readahead: int = 64 * 1024
     max_gap: int = MAX_GAP
     max_request: int = 4 * 2**20
+    max_crawl_steps: int = 200_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +244,7 @@ class Fetcher:
         self._wanted: dict[int, None] = {}  # pages to prefetch, oldest first
         self._prefetching = 0
         self._prefetched = 0
+        self._steps = 0
         self._closed = False
 
     # -- requests -------------------------------------------------------------------------------
@@ -275,6 +284,14 @@ class Fetcher:
         if int(result.meta["size"]) != self.identity.size:
             raise StaleReferenceError(
                 f"{self.url} changed size while it was being read; index it again", url=self.url
+            )
+        etag = identity_from_meta(self.url, result.meta).etag
+        if self.identity.etag is not None and etag != self.identity.etag:
+            # a server that ignores If-Match answers with another version's bytes: refuse them
+            raise StaleReferenceError(
+                f"{self.url} changed while it was being read (ETag {etag!r} in a response, "
+                f"{self.identity.etag!r} when it was opened); index it again",
+                url=self.url,
             )
         if len(data) != stop - start:
             raise SourceReadError(
@@ -381,6 +398,8 @@ class Fetcher:
                 self.counters.add("structures_found")
 
     def _view(self, start: int, stop: int) -> bytes:
+        if stop - start > self.opts.max_request:  # a corrupt length, or a huge structure
+            raise hints.BadStructure(f"{stop - start} bytes at {start}: too long to prefetch")
         data = self.cache.read(start, stop) if stop > start else b""
         if data is None:
             raise hints.Missing(start, stop)
@@ -390,21 +409,34 @@ class Fetcher:
         """Parse every queued structure whose bytes are here; want the pages of the others."""
         if self._closed or self.layout is None or self.fault is not None:
             return
-        while self._queue:
+        while self._queue and self._steps < self.opts.max_crawl_steps:
             hint = self._queue.popleft()
+            self._steps += 1
             try:
                 self._enqueue(hints.expand(hint, self._view, self.layout))
             except hints.Missing as missing:
-                lo = min(missing.start, hint.addr)
-                hi = max(missing.stop, hint.addr + hint.size)
-                for page in range(lo // PAGE, (hi - 1) // PAGE + 1):
-                    if not self.cache.has(page):
-                        self._waiting.setdefault(page, []).append(hint)
-                        if page not in self._inflight:
-                            self._wanted[page] = None
+                self._park(hint, min(missing.start, hint.addr), max(missing.stop, hint.addr + hint.size))
             except hints.BadStructure:
                 pass  # a wrong guess: HDF5 reads what it really needs on demand
+        if self._steps >= self.opts.max_crawl_steps:
+            self._queue.clear()  # enough: HDF5's own reads are fetched on demand
         self._pump()
+
+    def _park(self, hint: hints.Hint, lo: int, hi: int) -> None:
+        """Want the missing pages of ``[lo, hi)``; ``hint`` waits for the first of them only.
+
+        Waiting on every page would parse the hint again as each one arrives, each time
+        parking it again on all the pages still missing: work that grows without bound.
+        """
+        hi = min(hi, lo + self.opts.max_request)
+        parked = False
+        for page in range(lo // PAGE, (hi - 1) // PAGE + 1):
+            if not self.cache.has(page):
+                if not parked:
+                    self._waiting.setdefault(page, []).append(hint)
+                    parked = True
+                if page not in self._inflight:
+                    self._wanted[page] = None
 
     def _pump(self) -> None:
         """Send prefetch requests while slots are free: the run of the oldest wanted page."""

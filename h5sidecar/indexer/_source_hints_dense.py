@@ -21,6 +21,9 @@ from h5sidecar.indexer._source_hints import (
 
 __all__ = ["PARSERS"]
 
+#: Deeper version-2 B-trees are taken for corrupt headers (HDF5's reach a depth of a few).
+MAX_BTREE_DEPTH = 32
+
 
 def _fahd(hint: Hint, view: View, layout: Layout) -> list[Hint]:
     """Fixed-array header -> its data block (element size x count bytes, plus a header)."""
@@ -55,13 +58,24 @@ def _eaib(hint: Hint, view: View, layout: Layout) -> list[Hint]:
     if data[:4] != b"EAIB":
         raise BadStructure(f"no EAIB at {hint.addr}")
     hints: list[Hint] = []
-    sizes = [min_elmts << ((s + 1) // 2) for s in range(2 * n_dblk) for _ in range(1 << (s // 2))]
+    sizes = _eaib_block_sizes(min_elmts, n_dblk)
     for i in range(n_dblk):
         nbytes = 6 + o + (max_bits + 7) // 8 + sizes[i] * esize + 4
         hints += address_hint(layout, "blob", u(data, start + i * o, o), nbytes)
     for i in range(max(n_sblk, 0)):
         hints += address_hint(layout, "blob", u(data, start + (n_dblk + i) * o, o))
     return hints
+
+
+def _eaib_block_sizes(min_elmts: int, n: int) -> list[int]:
+    """Elements of the first ``n`` data blocks (super block ``s`` holds ``2**(s//2)`` blocks):
+    stops at ``n``, since a corrupt header makes the super block count anything."""
+    sizes: list[int] = []
+    s = 0
+    while len(sizes) < n:
+        sizes += [min_elmts << ((s + 1) // 2)] * min(1 << (s // 2), n - len(sizes))
+        s += 1
+    return sizes
 
 
 # -- version-2 B-trees ---------------------------------------------------------------------------
@@ -107,8 +121,8 @@ def _btree2_widths(node_size: int, record_size: int, depth: int, o: int) -> tupl
     def width(n: int) -> int:
         return (max(n, 1).bit_length() - 1) // 8 + 1
 
-    if record_size <= 0 or node_size <= 10 + record_size:
-        raise BadStructure(f"implausible B-tree geometry ({node_size}, {record_size})")
+    if record_size <= 0 or node_size <= 10 + record_size or depth > MAX_BTREE_DEPTH:
+        raise BadStructure(f"implausible B-tree geometry ({node_size}, {record_size}, {depth})")
     leaf_max = (node_size - 10) // record_size  # 10: signature, version, type, checksum
     nrec_width = width(leaf_max)
     cumulative, widths = [leaf_max], [0]

@@ -8,13 +8,25 @@ The HDF5 library can crash the process on a corrupt file; a crashed worker break
 ``ProcessPoolExecutor`` and every task in flight with it.  When we own the pool we start a fresh
 one and re-run the tasks that were in flight one by one, so only the culprit is reported
 (``worker_crashed``) and the batch goes on.
+
+A worker is never left running on its own: one that outlives the per-granule time limit (stuck in
+HDF5's C code or a blocking read) is ended with its pool, its granule reported as ``timeout`` and
+the other granules in flight re-run; an interrupted batch (Ctrl-C, SIGTERM, an error) ends its
+workers at once instead of waiting for their granules; and each worker watches the process that
+started it and exits when it dies (even by ``kill -9``), so no worker, fork server or resource
+tracker outlives the batch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
+import resource
+import select
+import threading
+import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
@@ -61,8 +73,14 @@ class SerialExecutor(Executor):
         return fut
 
 
-def process_pool(workers: int, *, log_level: int | None = None) -> ProcessPoolExecutor:
-    """A process pool whose workers never inherit fsspec state (forkserver, else spawn)."""
+def process_pool(
+    workers: int, *, log_level: int | None = None, memory_limit: int = 0
+) -> ProcessPoolExecutor:
+    """A process pool whose workers never inherit fsspec state (forkserver, else spawn).
+
+    ``memory_limit`` (bytes, 0: none) caps each worker's data memory (``RLIMIT_DATA``): a
+    corrupt file can make HDF5 allocate gigabytes for one structure.
+    """
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
     if ctx.get_start_method() == "forkserver":
@@ -73,9 +91,20 @@ def process_pool(workers: int, *, log_level: int | None = None) -> ProcessPoolEx
         max_workers=workers,
         mp_context=ctx,
         initializer=_init_worker,
-        initargs=(level, _env_snapshot()),
+        initargs=(level, _env_snapshot(), os.getpid(), memory_limit),
         max_tasks_per_child=_MAX_TASKS_PER_CHILD,
     )
+
+
+def kill_workers(pool: ProcessPoolExecutor) -> None:
+    """End the pool's worker processes now (their granules are abandoned).
+
+    ``ProcessPoolExecutor`` can only wait for workers to finish their current task (Python <
+    3.14 has no ``terminate_workers``); its ``_processes`` mapping is the only handle on them.
+    """
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        if proc.is_alive():
+            proc.kill()
 
 
 def _env_snapshot() -> dict[str, str]:
@@ -87,11 +116,45 @@ def _env_snapshot() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
 
 
-def _init_worker(level: int, env: dict[str, str]) -> None:
+def _init_worker(level: int, env: dict[str, str], parent: int, memory_limit: int = 0) -> None:
+    if memory_limit > 0 and hasattr(resource, "RLIMIT_DATA"):
+        hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+        soft = memory_limit if hard == resource.RLIM_INFINITY else min(memory_limit, hard)
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
     for key in [k for k in os.environ if k.startswith(_ENV_PREFIXES) and k not in env]:
         del os.environ[key]
     os.environ.update(env)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s [%(process)d] %(message)s")
+    threading.Thread(target=_exit_with, args=(parent,), name="h5sidecar-parent", daemon=True).start()
+
+
+def _exit_with(pid: int) -> None:
+    """Exit this worker when process ``pid`` (the batch) ends.
+
+    A worker's parent is the fork server, not the batch, so the kernel's parent-death signal
+    does not help; and a worker waiting for its next task would wait forever.  A pidfd becomes
+    readable when the process exits (polling ``kill(pid, 0)`` where pidfds are missing).
+    """
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        os._exit(1)
+    except (AttributeError, OSError):  # not Linux >= 5.3
+        while _alive(pid):
+            time.sleep(1.0)
+    else:
+        select.select([fd], [], [])
+    os._exit(1)  # no cleanup: the batch is gone, and a running HDF5 call must not delay this
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def run_tasks(
@@ -100,17 +163,22 @@ def run_tasks(
     executor: ExecutorSpec,
     *,
     workers: int,
+    time_limit: float | None = None,
+    memory_limit: int = 0,
 ) -> Generator[GranuleResult, None, None]:
     """Yield one :class:`GranuleResult` per task, in completion order.
 
     A task that raises (a bug, a dead worker) yields a ``failed`` result instead of stopping the
-    batch.
+    batch.  With ``time_limit`` (seconds), a task still running in a worker process after it is
+    ended with its worker and reported as ``timeout`` (the ``"process"`` executor only: a
+    thread or a caller's executor cannot be stopped from outside).  ``memory_limit`` caps each
+    worker process's memory (see :func:`process_pool`).
     """
     tasks = list(tasks)
     if executor == "serial":
         yield from _run_on(SerialExecutor(), fn, deque(tasks), window=1, suspects=None)
     elif executor == "process":
-        yield from _run_processes(fn, tasks, workers)
+        yield from _run_processes(fn, tasks, workers, time_limit, memory_limit)
     elif isinstance(executor, Executor):
         yield from _run_on(executor, fn, deque(tasks), window=2 * workers, suspects=None)
     else:
@@ -118,26 +186,45 @@ def run_tasks(
 
 
 def _run_processes(
-    fn: Callable[..., GranuleResult], tasks: list[Task], workers: int
+    fn: Callable[..., GranuleResult],
+    tasks: list[Task],
+    workers: int,
+    time_limit: float | None,
+    memory_limit: int = 0,
 ) -> Iterator[GranuleResult]:
     queue = deque(tasks)
     suspects: list[Task] = []
+    # a small window keeps few tasks in flight, so few are suspects when a worker dies; with a
+    # time limit, no more tasks than workers, so a task's clock starts when a worker takes it
+    window = workers if time_limit else workers + 1
     while queue:
-        pool = process_pool(workers)
-        clean = False
-        try:
-            # a small window keeps few tasks in flight, so few are suspects when a worker dies
-            yield from _run_on(pool, fn, queue, window=workers + 1, suspects=suspects)
-            clean = True
-        finally:
-            pool.shutdown(wait=clean, cancel_futures=True)
+        with _owned_pool(workers, memory_limit) as pool:
+            yield from _run_on(
+                pool, fn, queue, window=window, suspects=suspects, time_limit=time_limit
+            )
     for task in suspects:
         # alone in a fresh single-worker pool: a second crash identifies the culprit
-        pool = process_pool(1)
-        try:
-            yield from _run_on(pool, fn, deque([task]), window=1, suspects=None)
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        with _owned_pool(1, memory_limit) as pool:
+            yield from _run_on(
+                pool, fn, deque([task]), window=1, suspects=None, time_limit=time_limit
+            )
+
+
+@contextlib.contextmanager
+def _owned_pool(workers: int, memory_limit: int) -> Iterator[ProcessPoolExecutor]:
+    """A process pool shut down on exit; its workers are ended at once unless the block
+    finished normally (an interrupt, an error, a closed generator, a timed-out task)."""
+    pool = process_pool(workers, memory_limit=memory_limit)
+    clean = False
+    try:
+        yield pool
+        clean = True
+    except _PoolAbandoned:
+        log.warning("a granule outlived the time limit: its worker was ended; going on")
+    finally:
+        if not clean:
+            kill_workers(pool)
+        pool.shutdown(wait=clean, cancel_futures=True)
 
 
 def _run_on(
@@ -147,21 +234,31 @@ def _run_on(
     *,
     window: int,
     suspects: list[Task] | None,
+    time_limit: float | None = None,
 ) -> Iterator[GranuleResult]:
     """Run ``queue`` on ``executor`` with at most ``window`` tasks in flight.
 
     With ``suspects`` given, a broken pool moves the in-flight tasks there and returns (the
     caller starts a new pool for the rest of ``queue``); without, they are reported as crashed.
+    With ``time_limit``, a task in flight for longer is reported as ``timeout``, the others go
+    back to the front of ``queue``, and this raises :class:`_PoolAbandoned` so the caller ends
+    the pool (with the stuck worker) and starts a new one.
     """
     inflight: dict[Future[GranuleResult], Task] = {}
+    started: dict[Future[GranuleResult], float] = {}
     while queue or inflight:
         while queue and len(inflight) < window:
             task = queue.popleft()
-            inflight[executor.submit(fn, *task.args)] = task
-        done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+            fut = executor.submit(fn, *task.args)
+            inflight[fut], started[fut] = task, time.monotonic()
+        timeout = None
+        if time_limit:
+            timeout = max(0.0, min(started.values()) + time_limit - time.monotonic()) + 0.1
+        done, _ = wait(inflight, timeout=timeout, return_when=FIRST_COMPLETED)
         crashed: list[Task] = []
         for fut in done:
             task = inflight.pop(fut)
+            started.pop(fut)
             exc = fut.exception()
             if exc is None:
                 yield fut.result()
@@ -181,6 +278,27 @@ def _run_on(
                 len(crashed),
             )
             return
+        now = time.monotonic()
+        overdue = [f for f in inflight if time_limit and now - started[f] > time_limit]
+        if overdue:
+            for fut in overdue:
+                yield _timed_out(inflight.pop(fut), time_limit or 0.0)
+            queue.extendleft(reversed(list(inflight.values())))  # innocent: run them again
+            raise _PoolAbandoned
+
+
+class _PoolAbandoned(Exception):
+    """Internal: the pool holds a stuck worker; end it and go on with a new one."""
+
+
+def _timed_out(task: Task, limit: float) -> GranuleResult:
+    """A failed result for a task ended after ``limit`` seconds in a worker."""
+    message = (
+        f"indexing {task.url} was still running after {limit:g} s (max_granule_seconds plus a "
+        "grace period); its worker process was ended"
+    )
+    err = error_record(TimeoutError(message), kind="timeout")
+    return GranuleResult(url=task.url, sidecar=task.sidecar, status="failed", error=err)
 
 
 def _failure(task: Task, exc: BaseException) -> GranuleResult:

@@ -128,9 +128,9 @@ def index_one(
         seconds["total"] = time.perf_counter() - t0
         log.info("indexed %s -> %s (%.2f s)", url, dest_url, seconds["total"])
         return _ok_result(url, dest_url, refs, seconds, options)
-    except (H5SidecarError, OSError) as exc:
-        # expected failures of one granule (not HDF5, unsupported, unreadable, unwritable):
-        # recorded so the batch goes on
+    except (H5SidecarError, OSError, MemoryError) as exc:
+        # expected failures of one granule (not HDF5, unsupported, unreadable, unwritable, past
+        # the worker's memory limit): recorded so the batch goes on
         seconds["total"] = time.perf_counter() - t0
         log.info("failed %s: %s", url, exc)
         return GranuleResult(
@@ -139,7 +139,7 @@ def index_one(
             status="failed",
             source=None if listed is None else listed.to_dict(),
             seconds=seconds,
-            error=error_record(exc),
+            error=error_record(exc, kind="memory" if isinstance(exc, MemoryError) else None),
         )
 
 
@@ -216,9 +216,16 @@ def index_many(
         raise NotADirectoryError(
             f"DEST {dest} exists and is not a folder: pass a folder (created if missing)"
         )
+    not_regular: list[str] = []
     granules = list_granules(
-        source, storage_options=storage_options, patterns=patterns, exclude=[dest]
+        source,
+        storage_options=storage_options,
+        patterns=patterns,
+        exclude=[dest],
+        not_regular=not_regular,
     )
+    for url in not_regular:
+        log.warning("skipped %s: not a regular file (a FIFO, socket or device)", url)
     names = {g.url: g.name for g in granules}
     listed = {g.url: g.identity.to_dict() for g in granules}
     sidecars = [sidecar_url(dest, g.name, format) for g in granules]
@@ -235,7 +242,15 @@ def index_many(
     # up-to-date granules are found here, with threads (one small read each), so workers
     # are started only for granules that need indexing
     done, todo = ([], tasks) if force else precheck(tasks, storage_options=storage_options)
-    pending = run_tasks(index_one, todo, executor, workers=n_workers)
+    limit = options.settings.max_granule_seconds
+    pending = run_tasks(
+        index_one,
+        todo,
+        executor,
+        workers=n_workers,
+        time_limit=_hard_limit(limit),
+        memory_limit=options.settings.max_worker_memory,
+    )
     try:
         for res in itertools.chain(done, pending):
             res = res.renamed(names.get(res.url, res.name))
@@ -261,6 +276,7 @@ def index_many(
                 "patterns": list(patterns),
                 "executor": executor if isinstance(executor, str) else type(executor).__name__,
                 "workers": n_workers,
+                **({"not_regular_files": not_regular} if not_regular else {}),
             },
             started=started.isoformat(timespec="seconds"),
             finished=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -271,6 +287,13 @@ def index_many(
         )
         write_report(report, dest, storage_options=storage_options)
     return report
+
+
+def _hard_limit(seconds: float) -> float | None:
+    """When a worker still busy with one granule is ended: the granule's own time limit (which
+    the indexer enforces itself at each read) plus a grace period, for a worker stuck where it
+    cannot check (inside HDF5, in a blocking system call)."""
+    return seconds + min(seconds, 30.0) if seconds > 0 else None
 
 
 def _previous_chunk_counts(

@@ -6,6 +6,9 @@ same request that finds it, so change detection needs no extra request per granu
 
 Granule URLs follow the package convention: local objects are absolute paths without a scheme,
 S3 objects ``s3://bucket/key``.
+
+Only regular files are granules: FIFOs, sockets and devices found in a local folder or glob are
+left out (reading them would block or never end) and named to the caller, who reports them.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import posixpath
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -105,6 +109,7 @@ def list_granules(
     storage_options: Mapping[str, Any] | None = None,
     patterns: Sequence[str] = DEFAULT_PATTERNS,
     exclude: Iterable[str] = (),
+    not_regular: list[str] | None = None,
 ) -> list[Granule]:
     """List the granules under ``source``, sorted by name.
 
@@ -120,6 +125,9 @@ def list_granules(
         as given).  ``("*",)`` keeps every object.
     exclude : iterable of str
         URLs of folders whose contents are never listed (the destination of the batch).
+    not_regular : list, optional
+        Receives the URLs of the matching files left out because they are not regular files
+        (FIFOs, sockets, devices).
 
     Returns
     -------
@@ -137,6 +145,11 @@ def list_granules(
         root = _glob_root(url)
         found = fs.glob(_strip(url), detail=True)
         entries = {p: i for p, i in found.items() if i.get("type") != "directory"}
+    elif fs.exists(_strip(url)) and fs.info(_strip(url)).get("type") == "other":
+        raise SourceNotFoundError(
+            f"{source!r} is not a regular file (a FIFO, socket or device): only regular files "
+            "are indexed"
+        )
     elif fs.isfile(_strip(url)):
         info = fs.info(_strip(url))
         root = posixpath.dirname(_strip(url)) if is_remote(url) else os.path.dirname(url)
@@ -155,17 +168,50 @@ def list_granules(
             "(and for S3 the bucket, credentials and endpoint: AWS_* variables or --storage-option)"
         )
     granules = []
+    in_dest = 0
     for path, info in entries.items():
         if any((_strip(path) + "/").startswith(e) for e in excluded):
+            in_dest += 1
             continue
         gurl = _full_url(url, path)
+        if not _regular(path, info, is_remote(url)):
+            if not_regular is not None:
+                not_regular.append(gurl)
+            continue
         granules.append(Granule(gurl, _relative(gurl, root), identity_from_info(gurl, info)))
     if not granules:
-        raise SourceNotFoundError(
-            f"no granules found under {source!r} matching {list(patterns)}: pass --pattern "
-            "(e.g. --pattern '*') to select other file names"
-        )
+        raise SourceNotFoundError(_nothing_found(source, patterns, in_dest, excluded))
     return sorted(granules, key=lambda g: g.name)
+
+
+def _regular(path: str, info: Mapping[str, Any], remote: bool) -> bool:
+    """Whether a listed entry is a regular file.  fsspec types local symlinks, FIFOs, sockets
+    and devices alike as ``"other"``: a symlink to a regular file is one (a dangling one is
+    not)."""
+    if info.get("type") in (None, "file"):
+        return True
+    if remote:
+        return False
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)  # follows symlinks
+    except OSError:
+        return False
+
+
+def _nothing_found(
+    source: str, patterns: Sequence[str], in_dest: int, excluded: tuple[str, ...]
+) -> str:
+    """Why a listing found no granule, and what to do (never a flag the user already gave)."""
+    if in_dest:
+        return (
+            f"every file matching {list(patterns)} under {source!r} lies inside the destination "
+            f"({excluded[0].rstrip('/')}), whose contents are never indexed: choose a DEST "
+            "outside SOURCE"
+        )
+    what = f"no granules found under {source!r} matching {list(patterns)}"
+    if "*" in patterns:
+        return f"{what}: the folder holds no regular files (check the path)"
+    return f"{what}: pass --pattern (e.g. --pattern '*') to select other file names"
 
 
 def identity_from_info(url: str, info: Mapping[str, Any]) -> SourceInfo:

@@ -62,6 +62,15 @@ _HINTS: dict[str, str] = {
     "readable and the destination writable (permissions, free space), then re-run",
     "worker_crashed": "the worker process died while indexing this granule (the HDF5 library "
     "can crash on corrupt files): check the file with h5dump, re-stage it, or leave it out",
+    "corrupt": "the file is HDF5 but its structures are damaged: check it with h5dump, re-stage "
+    "it from its origin, or leave it out with --pattern",
+    "limit_exceeded": "reading the file went past a per-granule bound (its metadata loops: a "
+    "corrupt file): check it with h5dump; raise the H5SIDECAR_MAX_HDF5_* setting only for a "
+    "file known to be sound",
+    "memory": "indexing the granule needed more memory than H5SIDECAR_MAX_WORKER_MEMORY (most "
+    "likely a corrupt file claiming huge structures): check it with h5dump, or raise the limit",
+    "timeout": "the granule took longer than H5SIDECAR_MAX_GRANULE_SECONDS (a slow source or a "
+    "corrupt file): re-run, or raise the limit for large granules on slow storage",
     "bug": "an unexpected error inside h5sidecar: re-run with -v and report it with the file",
 }
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -156,10 +156,16 @@ def verify_refs(
     current = _current_identity(src, ref, opts)
     rng = np.random.default_rng(seed)
     group = _open_plain(ref, refs, opts)
-    chosen = {arr.path: _choose_chunks(arr, sample, rng) for arr in refs.arrays.values()}
+    chosen: dict[str, list[tuple[int, ...]]] = {}
+
+    def pick(arr: ArrayRefs) -> list[tuple[int, ...]]:
+        # the chunks of checks 2-4, drawn once (check 4 compares the same ones)
+        chosen[arr.path] = _choose_chunks(arr, sample, rng)
+        return chosen[arr.path]
+
     with _open_h5(src, opts) as h5:
         checks = [
-            _check_array(arr, group, h5, chosen[arr.path], ref, opts)
+            _check_array(arr, group, h5, pick, ref, opts, current)
             for arr in refs.arrays.values()
         ]
         decoded = _decoded_check(refs, group, src, opts, chosen, h5)
@@ -187,9 +193,9 @@ def _decoded_check(
     regions = {
         path: [_region(refs.arrays[path], index) for index in indices]
         for path, indices in chosen.items()
-        if refs.arrays[path].manifest.codes.ndim  # 0-d: compared whole below
+        if indices and indices != [()]  # 0-d: compared whole below
     }
-    regions.update({p: [()] for p, i in chosen.items() if not refs.arrays[p].manifest.codes.ndim})
+    regions.update({p: [()] for p, i in chosen.items() if i == [()]})
 
     def resolve(r: Any) -> str:
         return h5[r].name if isinstance(r, h5py.Reference) and r else str(r)
@@ -274,13 +280,19 @@ def _check_array(
     arr: ArrayRefs,
     group: zarr.Group,
     h5: h5py.File,
-    indices: list[tuple[int, ...]],
+    pick: Callable[[ArrayRefs], list[tuple[int, ...]]],
     ref: str,
     opts: dict[str, Any] | None,
+    current: SourceInfo,
 ) -> VariableCheck:
-    total = arr.manifest.n_chunks
+    total, indices = 0, []
     mismatched, first = 0, ""
     try:
+        # a lazily read manifest is validated here (e.g. a chunk past the end of the source):
+        # a bad one is this variable's error, not the end of the verification
+        total = arr.manifest.n_chunks
+        indices = pick(arr)
+        _check_within(arr, current)
         zarr_arr = group[arr.path]
         if not isinstance(zarr_arr, zarr.Array):
             raise InvalidReferenceError(f"{arr.path} is a group in the sidecar, not an array")
@@ -316,6 +328,25 @@ def _check_array(
         checksums_failed=n_bad,
         message=first or sum_msg,
     )
+
+
+def _check_within(arr: ArrayRefs, current: SourceInfo) -> None:
+    """Refuse the variable when a chunk lies past the end of the source (a corrupt chunk index
+    indexed by an older version, or a sidecar edited since), naming the first such chunk."""
+    manifest = arr.manifest
+    if current.url not in manifest.urls:
+        return
+    mine = manifest.codes == manifest.urls.index(current.url)
+    ends = manifest.offsets + manifest.lengths
+    outside = mine & (ends > np.uint64(current.size))
+    if outside.any():
+        index = tuple(int(i) for i in np.argwhere(outside)[0])
+        raise InvalidReferenceError(
+            f"{int(outside.sum())} chunk reference(s) lie past the end of the source "
+            f"({current.size} bytes), the first, chunk {index}, at bytes "
+            f"{int(manifest.offsets[index])}+{int(manifest.lengths[index])}: a corrupt chunk "
+            "index; re-index the granule (this variable is then skipped with the reason)"
+        )
 
 
 def _check_checksums(
