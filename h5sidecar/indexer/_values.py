@@ -40,6 +40,20 @@ def decode_text(raw: bytes) -> str:
         return raw.decode("latin-1")
 
 
+def text_without_surrogates(text: str) -> str:
+    """h5py decodes invalid UTF-8 in a string with ``surrogateescape`` (lone U+DC80..U+DCFF),
+    which no JSON or Parquet writer can encode.  Get the bytes back and decode them as
+    :func:`decode_text` does (UTF-8, else Latin-1: nothing is lost)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            return decode_text(text.encode("utf-8", "surrogateescape"))
+        except UnicodeEncodeError:  # other lone surrogates: no bytes behind them
+            return text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
 def json_float(x: float) -> float | str:
     """A float in Zarr v2 ``fill_value`` form (``"NaN"``, ``"Infinity"``, ``"-Infinity"``)."""
     if math.isnan(x):
@@ -118,7 +132,7 @@ def _scalar_to_json(value: Any, deref: Deref) -> Any:
     if isinstance(value, (bytes, np.bytes_)):
         return decode_text(bytes(value))
     if isinstance(value, (str, np.str_)):
-        return str(value)
+        return text_without_surrogates(str(value))
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     if isinstance(value, (int, np.integer)):

@@ -87,3 +87,18 @@ def test_references_to_escaped_names_are_escaped_paths(tmp_path: Path) -> None:
     refs = index_granule(str(path))
     assert open_plain(str(write_json(refs, tmp_path / "r.json")))["refs"][0] == "/temp%E9rature"
     assert refs.groups[""]["points_to"] == "/temp%E9rature"
+
+
+def test_invalid_utf8_in_a_utf8_string_attribute_is_kept(tmp_path: Path) -> None:
+    """h5py gives such values with lone surrogates, which no JSON or Parquet writer encodes: a
+    bit-flipped granule failed as 'bug' on them (issue 14 item 7)."""
+    path = tmp_path / "bad_text.h5"
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("x", data=np.arange(3))
+        d.attrs.create("note", data=b"caf\xe9 ok", dtype=h5py.string_dtype("utf-8"))
+    with h5py.File(path) as f:
+        assert "\udce9" in f["x"].attrs["note"]  # what h5py hands the indexer
+    refs = index_granule(str(path))
+    assert refs.arrays["x"].meta.attrs["note"] == "café ok"  # the bytes, read as Latin-1
+    for back in (write_json(refs, tmp_path / "r.json"), write_parquet(refs, tmp_path / "r.parq")):
+        assert read_refs(str(back)).arrays["x"].meta.attrs["note"] == "café ok"
