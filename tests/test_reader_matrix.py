@@ -200,6 +200,7 @@ def opener(reader: str, ix: Indexed, name: str, tmp: Path) -> Callable[[str], xr
 
 
 # -- the matrix -----------------------------------------------------------------------------------
+@pytest.mark.timeout(900)  # 12 readers; files of thousands of tiny chunks take minutes over HTTP
 @pytest.mark.parametrize("name", FILES)
 def test_reader_matrix(name: str, indexed: Indexed, tmp_path: Path) -> None:
     """Every reader, every group and variable of one file (the truth is opened once)."""
