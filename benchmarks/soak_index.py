@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ if __package__:
 else:  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from benchmarks.s3server import start_server
+from h5sidecar.sample import flip_bits
 
 BUCKET = "soak"
 
@@ -57,15 +57,6 @@ print(json.dumps({"status": r.status, "kind": r.error.kind if r.error else "",
 """
 
 
-def flip_bits(data: bytes, seed: int, windows: int = 3, span: int = 1_500_000) -> bytes:
-    """Every 2048th byte inverted in ``windows`` 64 KiB windows of the first ``span`` bytes."""
-    out = bytearray(data)
-    rng = random.Random(seed)
-    for _ in range(windows):
-        start = rng.randrange(0, min(span, len(out)) - 65536)
-        for i in range(start, start + 65536, 2048):
-            out[i] ^= 0xFF
-    return bytes(out)
 
 
 def run_case(name: str, endpoint: str, out: Path, timeout: float) -> dict[str, object]:

@@ -14,12 +14,13 @@ Two encodings are needed:
 from __future__ import annotations
 
 import base64
-import math
 from collections.abc import Callable
 from typing import Any
 
 import h5py
 import numpy as np
+
+from h5sidecar.references._cf import json_float
 
 __all__ = ["NotJSONable", "decode_text", "fill_bytes", "fill_value_json", "json_float", "to_json"]
 
@@ -54,13 +55,6 @@ def text_without_surrogates(text: str) -> str:
     return text
 
 
-def json_float(x: float) -> float | str:
-    """A float in Zarr v2 ``fill_value`` form (``"NaN"``, ``"Infinity"``, ``"-Infinity"``)."""
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "Infinity" if x > 0 else "-Infinity"
-    return float(x)
 
 
 def fill_bytes(dset: h5py.Dataset) -> bytes:

@@ -38,6 +38,7 @@ __all__ = [
     "decode_fill_attr",
     "encode_fill_attr",
     "fill_json",
+    "json_float",
     "reads_as_storage_fill",
 ]
 
@@ -81,7 +82,8 @@ def _is_real(value: Any) -> bool:
     return arr.size == 1 and arr.dtype.kind in "biuf"
 
 
-def _json_float(x: float) -> float | str:
+def json_float(x: float) -> float | str:
+    """A float in Zarr v2 ``fill_value`` form (``"NaN"``, ``"Infinity"``, ``"-Infinity"``)."""
     if math.isnan(x):
         return "NaN"
     if math.isinf(x):
@@ -109,9 +111,9 @@ def fill_json(value: Any, dtype: np.dtype) -> Any:
     if dtype.kind in "iu":
         return int(scalar)
     if dtype.kind == "f":
-        return _json_float(float(scalar))
+        return json_float(float(scalar))
     if dtype.kind == "c":
-        return [_json_float(float(scalar.real)), _json_float(float(scalar.imag))]
+        return [json_float(float(scalar.real)), json_float(float(scalar.imag))]
     return str(scalar)
 
 

@@ -8,7 +8,6 @@ corrupt granules is ``benchmarks/soak_index.py``.
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -30,7 +29,7 @@ from h5sidecar.indexer import index_granule
 from h5sidecar.indexer._source import open_source
 from h5sidecar.indexer._source_hints import BadStructure
 from h5sidecar.indexer._source_hints_dense import _btree2_widths, _eaib_block_sizes
-from h5sidecar.sample import write_atl03_like
+from h5sidecar.sample import flip_bits, write_atl03_like
 from h5sidecar.settings import IndexSettings
 from h5sidecar.workflows import index_many, list_granules, read_report, verify_refs
 from h5sidecar.workflows._executors import Task, run_tasks
@@ -39,20 +38,11 @@ from tests.conftest import S3_CREDENTIALS, free_port
 from tests.workflows.conftest import open_plain
 
 #: Kinds a corrupt granule may fail with (never ``timeout``/``limit_exceeded`` in these cases:
-#: they must end on their own, quickly).  ``bug`` stays until garbled (non-UTF-8) names and
-#: attribute values are kept or skipped by the indexer: these two granules end there.
-CLEAN_KINDS = {"not_hdf5", "corrupt", "unsupported", "source_read", "invalid_reference", "bug"}
+#: they must end on their own, quickly; never ``bug``: garbled names and attribute values are
+#: kept by the indexer).
+CLEAN_KINDS = {"not_hdf5", "corrupt", "unsupported", "source_read", "invalid_reference"}
 
 
-def flip_bits(data: bytes, seed: int, windows: int = 3, span: int = 1_500_000) -> bytes:
-    """Every 2048th byte inverted in ``windows`` 64 KiB windows of the first ``span`` bytes."""
-    out = bytearray(data)
-    rng = random.Random(seed)
-    for _ in range(windows):
-        start = rng.randrange(0, min(span, len(out)) - 65536)
-        for i in range(start, start + 65536, 2048):
-            out[i] ^= 0xFF
-    return bytes(out)
 
 
 SAMPLE_VARIABLES = ("gt1l/heights/h_ph", "gt1l/heights/delta_time", "gt2r/geolocation/segment_id",
