@@ -26,6 +26,7 @@ import h5sidecar
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references import read_refs, write_json
 from tests.gateway._http import gateway, raw_get
+from tests.references._h5refs import edit_zarray
 
 VAR = "values"
 N, CHUNK = 4000, 1000
@@ -51,14 +52,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]
 
 def _zarray(doc: dict[str, Any], **changes: Any) -> dict[str, Any]:
     """``doc`` with ``values/.zarray`` changed (in the document and the consolidated copy)."""
-    doc = copy.deepcopy(doc)
-    refs = doc["refs"]
-    zarray = {**json.loads(refs[f"{VAR}/.zarray"]), **changes}
-    refs[f"{VAR}/.zarray"] = json.dumps(zarray)
-    zmeta = json.loads(refs[".zmetadata"])
-    zmeta["metadata"][f"{VAR}/.zarray"] = zarray
-    refs[".zmetadata"] = json.dumps(zmeta)
-    return doc
+    return edit_zarray(doc, VAR, **changes)
 
 
 def _chunk(doc: dict[str, Any], ref: Any) -> dict[str, Any]:

@@ -169,3 +169,19 @@ def _attrs(attrs: h5py.AttributeManager) -> dict[str, Any]:
             v = v.item()
         out[k] = v
     return out
+
+
+def edit_zarray(doc: dict[str, Any], path: str, **changes: Any) -> dict[str, Any]:
+    """A copy of a JSON sidecar document with ``path/.zarray`` changed, in the document and in
+    its consolidated ``.zmetadata`` copy (what planted or damaged sidecars look like)."""
+    import copy
+    import json
+
+    doc = copy.deepcopy(doc)
+    refs = doc["refs"]
+    zarray = {**json.loads(refs[f"{path}/.zarray"]), **changes}
+    refs[f"{path}/.zarray"] = json.dumps(zarray)
+    zmeta = json.loads(refs[".zmetadata"])
+    zmeta["metadata"][f"{path}/.zarray"] = zarray
+    refs[".zmetadata"] = json.dumps(zmeta)
+    return doc

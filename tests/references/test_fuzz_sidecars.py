@@ -9,7 +9,6 @@ documents, a landing summary and a quick-look window without any error outside
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from hypothesis import strategies as st
 import h5sidecar
 from h5sidecar.errors import H5SidecarError, InvalidReferenceError
 from h5sidecar.references import read_refs, write_json
+from tests.references._h5refs import edit_zarray
 
 VAR = "values"
 
@@ -74,13 +74,8 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]
 
 def _plant(doc: dict[str, Any], zchanges: dict[str, Any], chunk: Any, source: Any,
            extras_array: Any) -> dict[str, Any]:  # fmt: skip
-    doc = copy.deepcopy(doc)
+    doc = edit_zarray(doc, VAR, **zchanges)
     refs = doc["refs"]
-    zarray = {**json.loads(refs[f"{VAR}/.zarray"]), **zchanges}
-    refs[f"{VAR}/.zarray"] = json.dumps(zarray)
-    zmeta = json.loads(refs[".zmetadata"])
-    zmeta["metadata"][f"{VAR}/.zarray"] = zarray
-    refs[".zmetadata"] = json.dumps(zmeta)
     if chunk is not None:
         refs[f"{VAR}/1"] = chunk
     if source is not None:

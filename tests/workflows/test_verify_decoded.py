@@ -9,6 +9,7 @@ from pathlib import Path
 from h5sidecar.indexer import index_granule
 from h5sidecar.references import write_json
 from h5sidecar.workflows import verify_refs
+from tests.references._h5refs import edit_zarray
 from tests.references.test_fill_values import _netcdf_like
 
 
@@ -24,13 +25,7 @@ def test_verify_fails_when_plain_xarray_masks_real_values(tmp_path: Path) -> Non
     ref = Path(write_json(index_granule(str(granule)), tmp_path / "g.h5.json"))
     # what sidecars held before: .zarray fill_value = the HDF5 storage fill (0), which plain
     # xarray masks, turning real zeros into NaN; the raw bytes are still right
-    doc = json.loads(ref.read_text())
-    zarray = json.loads(doc["refs"]["precip/.zarray"])
-    zarray["fill_value"] = 0.0
-    doc["refs"]["precip/.zarray"] = json.dumps(zarray)
-    zmeta = json.loads(doc["refs"][".zmetadata"])
-    zmeta["metadata"]["precip/.zarray"] = zarray
-    doc["refs"][".zmetadata"] = json.dumps(zmeta)
+    doc = edit_zarray(json.loads(ref.read_text()), "precip", fill_value=0.0)
     ref.write_text(json.dumps(doc))
     report = verify_refs(str(ref), sample=0)
     checks = {v.path: v for v in report.variables}
