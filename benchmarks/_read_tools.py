@@ -41,7 +41,7 @@ class Env:
 def prepare(granule: Path, url: str, need_kerchunk: bool) -> Env:
     """Index the granule once (h5sidecar from the endpoint, kerchunk from the local file with
     its URLs pointed at the endpoint) and put both sidecars next to it on the endpoint."""
-    from h5sidecar.gateway import load_refs
+    from h5sidecar.read import load_refs
 
     opts = {"endpoint_url": url, "anon": True}
     s3url = f"s3://{c.s3_key(granule)}"
@@ -79,7 +79,7 @@ def prepare(granule: Path, url: str, need_kerchunk: bool) -> Env:
 
 def clear_caches() -> None:
     """Every run starts cold: no parsed sidecar, no cached chunk."""
-    from h5sidecar.gateway._cache import CHUNKS, SIDECARS
+    from h5sidecar.read._cache import CHUNKS, SIDECARS
 
     SIDECARS.clear()
     CHUNKS.clear()
@@ -172,7 +172,7 @@ def _h5sidecar_fs_store(env: Env) -> Any:
 
 
 def _sidecar_store(env: Env, **settings: Any) -> Any:
-    from h5sidecar.gateway import SidecarStore
+    from h5sidecar.read import SidecarStore
     from h5sidecar.settings import ReadSettings
 
     return SidecarStore(env.sidecar, storage_options=env.opts,
@@ -250,7 +250,7 @@ def h5sidecar_xarray_async(env: Env, items: Items) -> dict[str, Any]:
 
 def h5sidecar_read_arrays(env: Env, items: Items) -> dict[str, Any]:
     """``h5sidecar.read_arrays``: the batch reader alone (no xarray, no zarr), one call."""
-    from h5sidecar.gateway import read_arrays
+    from h5sidecar.read import read_arrays
 
     return read_arrays(env.sidecar, {p: sel for p, sel in items}, storage_options=env.opts)
 

@@ -34,9 +34,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from s3server import start_server
 
-from h5sidecar._stores import resolve_store, source_identity
-from h5sidecar.gateway._backends import NO_RETRY
-from h5sidecar.gateway._fetch import ChunkFetcher
+from h5sidecar.sources._stores import resolve_store, source_identity
+from h5sidecar.sources._backends import NO_RETRY
+from h5sidecar.sources._fetch import ChunkFetcher
 from h5sidecar.settings import ReadSettings
 
 OBJECT_BYTES = 256 * 2**20

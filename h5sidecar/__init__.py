@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+from h5sidecar._version import __version__
 
 # public name -> module that defines it (imported lazily so `import h5sidecar` stays cheap)
 _LAZY = {
@@ -19,11 +19,11 @@ _LAZY = {
     "read_refs": "h5sidecar.references",
     "write_json": "h5sidecar.references",
     "write_parquet": "h5sidecar.references",
-    "open_dataset": "h5sidecar.gateway",
-    "open_datatree": "h5sidecar.gateway",
-    "open_mfdataset": "h5sidecar.gateway",
-    "read_arrays": "h5sidecar.gateway",
-    "load": "h5sidecar.gateway",
+    "open_dataset": "h5sidecar.read",
+    "open_datatree": "h5sidecar.read",
+    "open_mfdataset": "h5sidecar.read",
+    "read_arrays": "h5sidecar.read",
+    "load": "h5sidecar.read",
     "open_item": "h5sidecar.catalog",
 }
 

@@ -31,7 +31,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from h5sidecar import __version__
+from h5sidecar._version import __version__
 from h5sidecar.errors import H5SidecarError
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "main"]

@@ -28,7 +28,7 @@ import h5py
 import pytest
 import xarray as xr
 
-from h5sidecar.gateway import SidecarStore
+from h5sidecar.read import SidecarStore
 from h5sidecar.indexer import index_granule
 from h5sidecar.references import write_json, write_parquet
 from tests.conftest import CORPUS

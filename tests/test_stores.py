@@ -13,7 +13,7 @@ import obstore
 import pytest
 
 from h5sidecar import _stores
-from h5sidecar._stores import (
+from h5sidecar.sources._stores import (
     MAX_CACHED_STORES,
     cached_store_count,
     clear_store_cache,

@@ -1,52 +1,55 @@
-"""Everything that exposes sidecars as Zarr: zarr store, fsspec filesystem, xarray engine.
+"""The HTTP gateway: sidecars served as Zarr v2 / v3 / virtual-shard stores over HTTP.
 
-* :class:`SidecarStore` -- a read-only ``zarr.abc.store.Store`` (Zarr v2 view by default, v3 on
-  request);
-* :class:`H5SidecarFileSystem` -- fsspec protocol ``"h5sidecar"`` (Zarr v2 keys);
-* the xarray engine ``"h5sidecar"`` and :func:`open_dataset`, :func:`open_datatree`,
-  :func:`open_mfdataset` (safe multi-granule combine);
-* :func:`load` -- load a Dataset / DataTree opened without Dask in one batch;
-* :func:`read_arrays` -- many arrays of a granule into NumPy in one batch (no zarr, no xarray);
-* the fetch layer under all of them (:class:`~h5sidecar.gateway._fetch.ChunkFetcher`).
+:func:`h5sidecar.gateway.app.create_app` builds the ASGI application that ``h5sidecar serve``
+runs; it reads through :mod:`h5sidecar.read` and knows nothing of HDF5.
 
-Names load on first use so ``import h5sidecar.gateway`` stays cheap.
+The Zarr access classes and functions (``SidecarStore``, ``H5SidecarFileSystem``, the xarray
+engine, ``open_dataset`` ...) moved to :mod:`h5sidecar.read`.  Importing them from here still
+works for one release and emits a :class:`DeprecationWarning`.
 """
 
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import Any
 
-_LAZY = {
-    "SidecarStore": "h5sidecar.gateway.store",
-    "H5SidecarFileSystem": "h5sidecar.gateway.fs",
-    "H5SidecarBackend": "h5sidecar.gateway.xarray_backend",
-    "ChunkFetcher": "h5sidecar.gateway._fetch",
-    "open_dataset": "h5sidecar.gateway._open",
-    "open_datatree": "h5sidecar.gateway._open",
-    "open_mfdataset": "h5sidecar.gateway._open",
-    "check_combinable": "h5sidecar.gateway._open",
-    "load_refs": "h5sidecar.gateway._cache",
-    "read_arrays": "h5sidecar.gateway._load",
-    "load": "h5sidecar.gateway._load",
-}
+#: names that moved to ``h5sidecar.read`` (deprecated here; removed in the next release)
+_MOVED = frozenset(
+    {
+        "SidecarStore",
+        "H5SidecarFileSystem",
+        "H5SidecarBackend",
+        "ChunkFetcher",
+        "open_dataset",
+        "open_datatree",
+        "open_mfdataset",
+        "check_combinable",
+        "load_refs",
+        "read_arrays",
+        "load",
+    }
+)
 
-__all__ = [
-    "ChunkFetcher",
-    "H5SidecarBackend",
-    "H5SidecarFileSystem",
-    "SidecarStore",
-    "check_combinable",
-    "load",
-    "load_refs",
-    "open_dataset",
-    "open_datatree",
-    "open_mfdataset",
-    "read_arrays",
-]
+__all__: list[str] = []
+
+
+def moved(old: str, new: str) -> None:
+    """Warn that module ``old`` is now ``new`` (called by the one-release shim modules)."""
+    warnings.warn(
+        f"{old} moved to {new}; import it from there ({old} will be removed in the next release)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _MOVED:
+        warnings.warn(
+            f"h5sidecar.gateway.{name} moved to h5sidecar.read.{name}; import it from "
+            "h5sidecar.read (the old path will be removed in the next release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module("h5sidecar.read"), name)
     raise AttributeError(f"module 'h5sidecar.gateway' has no attribute {name!r}")

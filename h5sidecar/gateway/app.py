@@ -32,7 +32,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from h5sidecar import __version__
+from h5sidecar._version import __version__
 from h5sidecar.errors import H5SidecarError, NotIndexedError
 from h5sidecar.gateway._http import Admission, BadRequestError, SaturatedError, check_request_path
 from h5sidecar.gateway._landing import describe, preview, render_page, render_png
@@ -454,8 +454,8 @@ async def _serve_then_drop_queued(server: Any) -> None:
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from h5sidecar.gateway import _decode
-    from h5sidecar.gateway._backends import drop_queued_reads
+    from h5sidecar.read import _decode
+    from h5sidecar.sources._backends import drop_queued_reads
 
     pool = ThreadPoolExecutor(thread_name_prefix="h5sidecar-gateway")
     asyncio.get_running_loop().set_default_executor(pool)

@@ -1,16 +1,16 @@
 """The framework-free core of the HTTP gateway (``h5sidecar serve``).
 
 :class:`Gateway` turns a request path into bytes: it finds the granule's sidecar under DEST
-(:mod:`h5sidecar.gateway._dest`), opens it as a :class:`~h5sidecar.gateway.store.SidecarStore`
+(:mod:`h5sidecar.gateway._dest`), opens it as a :class:`~h5sidecar.read.store.SidecarStore`
 per Zarr view (v2, v3), resolves the key with the store's key space, and reads chunk bytes with
-the store's :class:`~h5sidecar.gateway._fetch.ChunkFetcher`.  The web layer
+the store's :class:`~h5sidecar.sources._fetch.ChunkFetcher`.  The web layer
 (:mod:`h5sidecar.gateway.app`) only maps this to HTTP.
 
 Views of one granule:
 
 * ``View(2)`` -- Zarr v2: ``.zmetadata`` (consolidated), ``.zgroup``/``.zattrs``/``.zarray``
   and chunk keys answered with the original (compressed) chunk bytes;
-* ``View(3)`` -- Zarr v3: ``zarr.json`` documents (synthesized by :mod:`~h5sidecar.gateway._v3`),
+* ``View(3)`` -- Zarr v3: ``zarr.json`` documents (synthesized by :mod:`~h5sidecar.read._v3`),
   same chunk keys;
 * ``View(3, shard=K)`` -- Zarr v3 whose ``sharding_indexed`` shards each hold K consecutive
   chunks along the first dimension (:mod:`~h5sidecar.gateway._shard`).
@@ -35,11 +35,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from h5sidecar.errors import H5SidecarError, NotIndexedError, SourceReadError
-from h5sidecar.gateway._allow import AllowList
-from h5sidecar.gateway._cache import ByteLRU, load_refs, sidecar_identity
+from h5sidecar.sources._allow import AllowList
+from h5sidecar.read._cache import ByteLRU, load_refs, sidecar_identity
 from h5sidecar.gateway._dest import DestIndex, DestSnapshot
 from h5sidecar.gateway._http import Admission, BadRequestError, ResponseTooLargeError, etag_of
-from h5sidecar.gateway._keyspace import ChunkRef
+from h5sidecar.read._keyspace import ChunkRef
 from h5sidecar.gateway._metrics import GatewayMetrics
 from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, ShardLayout, shard_layout
 from h5sidecar.gateway._views import GranuleEntry, Resolved, View

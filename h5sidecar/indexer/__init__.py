@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from h5sidecar.indexer._checksums import chunk_hash
 from h5sidecar.indexer._dtypes import ENUMS_KEY, REFERENCES_KEY
 from h5sidecar.indexer._granule import index_open_granule
-from h5sidecar.indexer._open import open_granule
+from h5sidecar.indexer._h5file import open_granule
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import IndexSettings
 

@@ -26,7 +26,7 @@ from h5sidecar.indexer._common import (
 from h5sidecar.indexer._dataset import IndexContext, index_alias, index_dataset
 from h5sidecar.indexer._dims import DimensionNamer
 from h5sidecar.indexer._dtypes import ENUMS_KEY, REFERENCES_KEY, enum_mapping
-from h5sidecar.indexer._open import OpenGranule, RangeReader, open_granule
+from h5sidecar.indexer._h5file import OpenGranule, RangeReader, open_granule
 from h5sidecar.indexer._vds import vds_extent
 from h5sidecar.indexer._walk import DatasetEntry, ObjectKey, escape_name, object_key, walk
 from h5sidecar.references import ArrayRefs, GranuleRefs, Skipped
@@ -252,7 +252,7 @@ def index_open_granule(
 def _provenance(
     settings: IndexSettings, seconds: float, dropped: dict[str, dict[str, str]]
 ) -> dict[str, Any]:
-    from h5sidecar import __version__
+    from h5sidecar._version import __version__
 
     extra: dict[str, Any] = {
         "indexer": f"h5sidecar {__version__}",

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import fsspec.asyn
 from fsspec.exceptions import FSTimeoutError
 
-from h5sidecar._stores import identity_from_stat, resolve_store
+from h5sidecar.sources._stores import identity_from_stat, resolve_store
 from h5sidecar.errors import (
     NotHDF5Error,
     SourceNotFoundError,

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import obstore
 
-from h5sidecar._stores import (
+from h5sidecar.sources._stores import (
     STORE_ERRORS,
     http_status,
     identity_from_meta,
@@ -46,7 +46,7 @@ from h5sidecar.errors import (
 from h5sidecar.indexer import _source_hints as hints
 
 if TYPE_CHECKING:
-    from h5sidecar._stores import SourceLocation
+    from h5sidecar.sources._stores import SourceLocation
     from h5sidecar.references import SourceInfo
 
 __all__ = [

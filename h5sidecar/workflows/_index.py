@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
-from h5sidecar import __version__
+from h5sidecar._version import __version__
 from h5sidecar.errors import H5SidecarError
 from h5sidecar.indexer import index_granule
 from h5sidecar.references import GranuleRefs, SourceInfo, write_refs

@@ -2,7 +2,7 @@
 
 import pytest
 
-from h5sidecar.gateway._cache import CHUNKS, SIDECARS
+from h5sidecar.read._cache import CHUNKS, SIDECARS
 from tests.gateway._granules import (  # noqa: F401  (re-exported as fixtures)
     atl03_h5,
     atl03_refs,

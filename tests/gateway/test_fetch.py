@@ -17,14 +17,14 @@ import h5py
 import numpy as np
 import pytest
 
-from h5sidecar._stores import identity_from_stat, source_identity
+from h5sidecar.sources._stores import identity_from_stat, source_identity
 from h5sidecar.errors import (
     ForbiddenSourceError,
     InvalidReferenceError,
     SourceReadError,
     StaleReferenceError,
 )
-from h5sidecar.gateway._fetch import ChunkFetcher, scrub_credentials
+from h5sidecar.sources._fetch import ChunkFetcher, scrub_credentials
 from h5sidecar.references import SourceInfo
 from h5sidecar.settings import ReadSettings
 from tests.gateway.faultproxy import FaultProxy

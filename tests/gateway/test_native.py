@@ -18,11 +18,11 @@ import pytest
 import xarray as xr
 
 from h5sidecar.errors import ChunkDecodeError
-from h5sidecar.gateway import SidecarStore
-from h5sidecar.gateway._cache import ByteLRU
-from h5sidecar.gateway._decode import chunk_selection
-from h5sidecar.gateway._native import NativeReader
-from h5sidecar.gateway._xarray_array import SidecarArray
+from h5sidecar.read import SidecarStore
+from h5sidecar.read._cache import ByteLRU
+from h5sidecar.read._decode import chunk_selection
+from h5sidecar.read._batch import NativeReader
+from h5sidecar.read._lazy_array import SidecarArray
 from h5sidecar.references import ArrayRefs, ChunkManifest, GranuleRefs
 from tests.gateway._granules import read_h5
 

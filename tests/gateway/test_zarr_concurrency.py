@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import zarr
 
-from h5sidecar.gateway._reads import ZARR_READ_CONCURRENCY
-from h5sidecar.gateway.store import SidecarStore
+from h5sidecar.read._zarr_batcher import ZARR_READ_CONCURRENCY
+from h5sidecar.read.store import SidecarStore
 from h5sidecar.references import GranuleRefs
 from tests.gateway._granules import read_h5, refs_for
 

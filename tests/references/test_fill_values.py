@@ -141,8 +141,8 @@ def test_v3_views_carry_the_fill_attribute_xarray_decodes(granule: Path, tmp_pat
     JSON number failed: 'expected str or bytes for dtype float32')."""
     from xarray.backends.zarr import FillValueCoder
 
-    from h5sidecar.gateway import SidecarStore
-    from h5sidecar.gateway._v3 import array_metadata_v3
+    from h5sidecar.read import SidecarStore
+    from h5sidecar.read._v3 import array_metadata_v3
 
     refs = index_granule(str(granule))
     arr = refs.arrays["precip"]

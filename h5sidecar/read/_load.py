@@ -1,6 +1,6 @@
 """Loading many arrays at once: :func:`read_arrays` (NumPy) and :func:`load` (xarray objects).
 
-Both hand whole batches to the store's :class:`~h5sidecar.gateway._native.NativeReader`, so
+Both hand whole batches to the store's :class:`~h5sidecar.read._batch.NativeReader`, so
 every chunk they need shares one coalesced fetch plan and decoding runs in parallel threads.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from h5sidecar.gateway._native import Item
+from h5sidecar.read._batch import Item
 
 __all__ = ["load", "read_arrays"]
 
@@ -35,7 +35,7 @@ def read_arrays(
         Array paths to read whole, or ``{path: key}`` with ``key`` an int, a slice or a tuple of
         them (one per leading axis; missing axes are read whole).
     storage_options, remote_options, settings
-        As for :class:`~h5sidecar.gateway.store.SidecarStore`.
+        As for :class:`~h5sidecar.read.store.SidecarStore`.
 
     Returns
     -------
@@ -48,7 +48,7 @@ def read_arrays(
     >>> out = read_arrays("ATL03_x.h5.parq", {"gt1l/heights/h_ph": slice(0, 10_000),
     ...                                       "gt1l/heights/lat_ph": slice(0, 10_000)})  # doctest: +SKIP
     """
-    from h5sidecar.gateway.store import SidecarStore
+    from h5sidecar.read.store import SidecarStore
 
     store = ref if isinstance(ref, SidecarStore) else SidecarStore(
         ref, storage_options=storage_options, remote_options=remote_options, settings=settings

@@ -1,6 +1,6 @@
 """How the store and the filesystem read: byte windows, the allow-listed fetcher, batching.
 
-Kept apart from :mod:`h5sidecar.gateway.store` so the fsspec filesystem and the HTTP gateway
+Kept apart from :mod:`h5sidecar.read.store` so the fsspec filesystem and the HTTP gateway
 share exactly the same read rules.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 
-from h5sidecar.gateway._fetch import ChunkFetcher
-from h5sidecar.gateway._keyspace import ChunkRef
+from h5sidecar.sources._fetch import ChunkFetcher
+from h5sidecar.read._keyspace import ChunkRef
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
 
@@ -67,7 +67,7 @@ def raise_zarr_concurrency(target: int = ZARR_READ_CONCURRENCY) -> bool:
     then becomes thousands of small plans and GETs, and CPU goes to per-request overhead.
     Measured on an 80 MB ATL03-like granule at 20 ms latency (SidecarStore + zarr, every
     variable): 128 cut wall time from 23.7 s to 13.6 s and client CPU from 10.4 s to 8.4 s.
-    Raising it is safe for our store because :class:`~h5sidecar.gateway._fetch.ChunkFetcher`
+    Raising it is safe for our store because :class:`~h5sidecar.sources._fetch.ChunkFetcher`
     bounds the requests in flight itself (``max_concurrency``).  zarr's setting is
     process-wide, so it is left alone when set explicitly (``ZARR_ASYNC__CONCURRENCY`` or any
     value other than zarr's default).

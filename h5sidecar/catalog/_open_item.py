@@ -107,13 +107,13 @@ def open_item(
     href = item_asset_href(doc, asset, base)
     roles = set(doc["assets"][asset].get("roles") or ())
     if "references" in roles:
-        import h5sidecar
+        from h5sidecar.read import open_dataset, open_datatree
 
         opts = {"storage_options": dict(storage_options)} if storage_options else {}
         if datatree:
-            tree = h5sidecar.open_datatree(href, **opts, **kwargs)
+            tree = open_datatree(href, **opts, **kwargs)
             return tree[group] if group else tree
-        return h5sidecar.open_dataset(href, group=group, **opts, **kwargs)
+        return open_dataset(href, group=group, **opts, **kwargs)
     import xarray as xr
 
     kwargs.setdefault("chunks", {})

@@ -1,6 +1,6 @@
 """Counters of the read path (requests, bytes, retries, cache hits).
 
-One :class:`FetchStats` belongs to one :class:`~h5sidecar.gateway._fetch.ChunkFetcher`; layers
+One :class:`FetchStats` belongs to one :class:`~h5sidecar.sources._fetch.ChunkFetcher`; layers
 above it (store, filesystem, gateway caches) record their cache hits into the same object so a
 single ``stats`` tells the whole story of a read.
 """

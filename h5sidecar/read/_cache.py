@@ -167,7 +167,7 @@ def chunk_key(url: str, offset: int, length: int, source: Any) -> tuple[Any, ...
 
 def _options_key(options: Mapping[str, Any]) -> str:
     # Secrets never become part of a cache key (keys are visible in reprs and debuggers).
-    from h5sidecar.gateway._fetch import scrub_credentials
+    from h5sidecar.sources._fetch import scrub_credentials
 
     return repr(sorted(scrub_credentials(options).items(), key=lambda kv: str(kv[0])))
 

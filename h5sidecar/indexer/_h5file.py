@@ -19,7 +19,7 @@ from typing import Any
 import h5py
 import obstore
 
-from h5sidecar._stores import STORE_ERRORS, resolve_store, source_identity, translate_store_error
+from h5sidecar.sources._stores import STORE_ERRORS, resolve_store, source_identity, translate_store_error
 from h5sidecar.errors import CorruptFileError, NotHDF5Error, SourceReadError
 from h5sidecar.indexer._common import (
     H5PY_ERRORS,

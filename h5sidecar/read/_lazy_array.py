@@ -1,5 +1,5 @@
 """The lazy array behind each variable the xarray engine opens: reads go to the native batch
-reader (:mod:`h5sidecar.gateway._native`) instead of zarr's per-chunk pipeline."""
+reader (:mod:`h5sidecar.read._batch`) instead of zarr's per-chunk pipeline."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 from xarray.backends.common import BackendArray
 from xarray.core import indexing
 
-from h5sidecar.gateway._native import NativeReader, out_dtype
+from h5sidecar.read._batch import NativeReader, out_dtype
 
 __all__ = ["SidecarArray"]
 

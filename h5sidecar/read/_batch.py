@@ -6,9 +6,9 @@ arrays at once:
 1. the manifests the batch needs are loaded concurrently (lazy Parquet sidecars);
 2. every stored chunk the selections touch becomes one ``(url, offset, length)`` request; the
    requests are sorted by position in the source and cut into groups of a few MiB;
-3. each group is fetched by the shared :class:`~h5sidecar.gateway._fetch.ChunkFetcher`
+3. each group is fetched by the shared :class:`~h5sidecar.sources._fetch.ChunkFetcher`
    (coalesced, concurrent, retried, freshness-checked) and, as soon as its bytes arrive, decoded
-   in the process-wide decode pool (:func:`~h5sidecar.gateway._decode.decode_executor`) straight
+   in the process-wide decode pool (:func:`~h5sidecar.read._decode.decode_executor`) straight
    into the output arrays -- so decoding overlaps the network and uses every core;
 4. unstored chunks read as the fill value and inline chunks are decoded from the sidecar.
 
@@ -16,8 +16,8 @@ Values are those zarr returns for the same Zarr v2 metadata (the codec chain and
 parsed from the very ``.zarray`` the store serves), with numbers in native byte order; the tests
 compare both with h5py.  Whole chunks that lie inside a selection are inflated straight into
 the output (no intermediate buffer).  The xarray engine's arrays
-(:class:`~h5sidecar.gateway._xarray_array.SidecarArray`), :func:`~h5sidecar.gateway._load.read_arrays`
-and :func:`~h5sidecar.gateway._load.load` read through this path; arrays of Python objects
+(:class:`~h5sidecar.read._lazy_array.SidecarArray`), :func:`~h5sidecar.read._load.read_arrays`
+and :func:`~h5sidecar.read._load.load` read through this path; arrays of Python objects
 (materialised variable-length strings) are read through zarr.
 """
 
@@ -30,15 +30,15 @@ from typing import Any
 import numpy as np
 
 from h5sidecar.errors import UnsupportedFeatureError
-from h5sidecar.gateway._cache import ByteLRU, chunk_key
-from h5sidecar.gateway._decode import (
+from h5sidecar.read._cache import ByteLRU, chunk_key
+from h5sidecar.read._decode import (
     ChunkCodec,
     Selection,
     chunk_selection,
     decode_executor,
     place_chunk,
 )
-from h5sidecar.gateway._fetch import ChunkFetcher, _gather_or_cancel
+from h5sidecar.sources._fetch import ChunkFetcher, _gather_or_cancel
 from h5sidecar.references import INLINE, MISSING, ArrayRefs, ChunkManifest, GranuleRefs
 
 __all__ = ["NativeReader", "out_dtype"]
@@ -381,7 +381,7 @@ def _is_whole(sel: Selection, shape: Sequence[int]) -> bool:
 
 
 def _rebuild(refs: GranuleRefs, fetcher: ChunkFetcher, cached: bool) -> NativeReader:
-    from h5sidecar.gateway._cache import CHUNKS
+    from h5sidecar.read._cache import CHUNKS
 
     return NativeReader(refs, fetcher, CHUNKS if cached else None)
 

@@ -1,7 +1,7 @@
 """Byte-range readers under the fetch executor: obstore for object stores, ``os.pread`` for files.
 
 A reader does one attempt of one request and reports what it saw; the executor
-(:mod:`h5sidecar.gateway._fetch`) owns retries, concurrency and the freshness verdict.  Failures
+(:mod:`h5sidecar.sources._fetch`) owns retries, concurrency and the freshness verdict.  Failures
 are sorted here into three internal kinds the executor acts on:
 
 * :class:`TransientReadError` -- throttling (503 SlowDown), other 5xx, 408/429, connection
@@ -28,9 +28,9 @@ from typing import Any
 import obstore
 from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
 
-from h5sidecar._stores import STORE_ERRORS, datetime_ns, http_status, resolve_store
+from h5sidecar.sources._stores import STORE_ERRORS, datetime_ns, http_status, resolve_store
 from h5sidecar.errors import SourceReadError
-from h5sidecar.gateway._allow import Location
+from h5sidecar.sources._allow import Location
 
 __all__ = [
     "LocalReader",
@@ -157,7 +157,7 @@ class ObjectStoreReader:
         self._stores: dict[str, Any] = {}
 
     def store_for(self, loc: Location) -> Any:
-        """The obstore store serving ``loc``'s bucket (shared pool; see :mod:`h5sidecar._stores`)."""
+        """The obstore store serving ``loc``'s bucket (shared pool; see :mod:`h5sidecar.sources._stores`)."""
         store = self._stores.get(loc.authority)
         if store is None:
             store, _ = resolve_store(loc.canonical, self._options, retry_config=NO_RETRY)

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import numpy as np
 
 from h5sidecar.errors import IncompatibleGranulesError
-from h5sidecar.gateway._cache import load_refs
+from h5sidecar.read._cache import load_refs
 from h5sidecar.references import GranuleRefs
 
 __all__ = [
@@ -95,7 +95,7 @@ def open_datatree(ref: Any, *, chunks: Any = ..., **kwargs: Any) -> Any:
 
 def open_groups(ref: Any, *, group: str | None = None, **kwargs: Any) -> dict[str, Any]:
     """Every group at or below ``group`` as a Dataset, keyed by absolute path (``"/"``, ...)."""
-    from h5sidecar.gateway.xarray_backend import H5SidecarBackend, sidecar_store
+    from h5sidecar.read.xarray_backend import H5SidecarBackend, sidecar_store
 
     store_kw = {
         k: kwargs.pop(k) for k in ("storage_options", "remote_options", "settings") if k in kwargs
@@ -228,7 +228,7 @@ def _name(ref: Any) -> str:
 
 
 def _refs_of(ref: Any, storage_options: Mapping[str, Any] | None) -> GranuleRefs:
-    from h5sidecar.gateway.store import SidecarStore
+    from h5sidecar.read.store import SidecarStore
 
     if isinstance(ref, GranuleRefs):
         return ref

@@ -5,7 +5,7 @@
 
 1. refuses, before any I/O, URLs outside the allow-list, ranges longer than
    ``max_range_bytes`` and ranges past the end of a source's recorded size;
-2. coalesces the ranges with :func:`~h5sidecar.gateway._plan.plan_reads`;
+2. coalesces the ranges with :func:`~h5sidecar.sources._plan.plan_reads`;
 3. issues the plan's requests concurrently, at most ``max_concurrency`` at a time per fetcher,
    through one connection pool per bucket/host (obstore) or ``os.pread`` in threads;
 4. retries throttling, 5xx, resets, timeouts and short bodies with exponential backoff and full
@@ -36,16 +36,16 @@ from h5sidecar.errors import (
     SourceReadError,
     StaleReferenceError,
 )
-from h5sidecar.gateway._allow import AllowList, Location, parse_location
-from h5sidecar.gateway._backends import (
+from h5sidecar.sources._allow import AllowList, Location, parse_location
+from h5sidecar.sources._backends import (
     LocalReader,
     ObjectStoreReader,
     ObservedIdentity,
     SourceGoneError,
     TransientReadError,
 )
-from h5sidecar.gateway._plan import ReadPlan, plan_reads
-from h5sidecar.gateway._stats import FetchStats
+from h5sidecar.sources._plan import ReadPlan, plan_reads
+from h5sidecar.sources._stats import FetchStats
 from h5sidecar.references import SourceInfo
 from h5sidecar.references._io import scrub_credentials
 from h5sidecar.settings import ReadSettings

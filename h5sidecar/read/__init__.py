@@ -1,0 +1,52 @@
+"""Everything that exposes sidecars as Zarr: zarr store, fsspec filesystem, xarray engine.
+
+* :class:`SidecarStore` -- a read-only ``zarr.abc.store.Store`` (Zarr v2 view by default, v3 on
+  request);
+* :class:`H5SidecarFileSystem` -- fsspec protocol ``"h5sidecar"`` (Zarr v2 keys);
+* the xarray engine ``"h5sidecar"`` and :func:`open_dataset`, :func:`open_datatree`,
+  :func:`open_mfdataset` (safe multi-granule combine);
+* :func:`load` -- load a Dataset / DataTree opened without Dask in one batch;
+* :func:`read_arrays` -- many arrays of a granule into NumPy in one batch (no zarr, no xarray);
+* the fetch layer under all of them (:class:`~h5sidecar.sources._fetch.ChunkFetcher`).
+
+Names load on first use so ``import h5sidecar.read`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "SidecarStore": "h5sidecar.read.store",
+    "H5SidecarFileSystem": "h5sidecar.read.fs",
+    "H5SidecarBackend": "h5sidecar.read.xarray_backend",
+    "ChunkFetcher": "h5sidecar.sources._fetch",
+    "open_dataset": "h5sidecar.read._datasets",
+    "open_datatree": "h5sidecar.read._datasets",
+    "open_mfdataset": "h5sidecar.read._datasets",
+    "check_combinable": "h5sidecar.read._datasets",
+    "load_refs": "h5sidecar.read._cache",
+    "read_arrays": "h5sidecar.read._load",
+    "load": "h5sidecar.read._load",
+}
+
+__all__ = [
+    "ChunkFetcher",
+    "H5SidecarBackend",
+    "H5SidecarFileSystem",
+    "SidecarStore",
+    "check_combinable",
+    "load",
+    "load_refs",
+    "open_dataset",
+    "open_datatree",
+    "open_mfdataset",
+    "read_arrays",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'h5sidecar.read' has no attribute {name!r}")

@@ -1,0 +1,381 @@
+"""``SidecarStore``: a read-only zarr v3 ``Store`` over one granule's sidecar.
+
+The store serves the granule as Zarr: metadata documents synthesized from the sidecar (held in
+memory), inline chunks from the sidecar, and every other chunk as a byte range of the source
+object, read through one :class:`~h5sidecar.sources._fetch.ChunkFetcher` (coalescing,
+concurrency, retries, allow-list, freshness guard).
+
+Which Zarr format it serves was decided by measurement with zarr 3.1 (see README, "Reading:
+xarray, zarr, fsspec"): the **v2 view is the default** because zarr reads every data type the
+indexer emits through it -- structured types with big-endian fields (v3 decodes them as
+little-endian, silently wrong), fixed-length byte strings and structured types (v3 warns
+``UnstableSpecificationWarning`` on each), and the HDF5 filter codecs (v3 needs a wrapper per
+numcodecs codec and warns on every array opened).  ``zarr_format=3`` serves the synthesized v3
+view (same chunk keys) for clients that want it.
+
+Reads are batched: concurrent ``get`` calls issued by zarr in the same event-loop turn are sent
+to the fetcher as one batch, and ``get_partial_values`` is always one batch, so neighbouring
+chunks coalesce into few requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
+
+from zarr.abc.store import ByteRequest, Store
+from zarr.core.buffer import Buffer, BufferPrototype
+
+from h5sidecar.read._cache import CHUNKS, ByteLRU, chunk_key, load_refs
+from h5sidecar.sources._fetch import scrub_credentials
+from h5sidecar.read._keyspace import ChunkRef, GranuleKeys, ZarrFormat
+from h5sidecar.read._batch import NativeReader
+from h5sidecar.read._zarr_batcher import (
+    ReadBatcher,
+    byte_window,
+    make_fetcher,
+    raise_zarr_concurrency,
+    refs_equal,
+)
+from h5sidecar.read._v3 import codec_ids, register_numcodecs_v3
+from h5sidecar.references import GranuleRefs
+from h5sidecar.settings import ReadSettings
+
+__all__ = ["SidecarStore"]
+
+_READ_ONLY = (
+    "SidecarStore is read-only: a sidecar describes bytes inside an archival HDF5 file, which "
+    "h5sidecar never modifies. Open it with mode='r' (e.g. zarr.open_group(store, mode='r'))."
+)
+
+
+class SidecarStore(Store):
+    """Read-only zarr store serving one granule from its sidecar.
+
+    Parameters
+    ----------
+    refs : GranuleRefs or str or path-like
+        The granule's references, or the path/URL of its sidecar (kerchunk JSON file or Parquet
+        directory; parsed once per process, see :func:`h5sidecar.read._cache.load_refs`).
+    zarr_format : 2 or 3
+        Serve the Zarr v2 view (default; ``.zmetadata`` consolidated) or the synthesized v3 view
+        (``zarr.json`` with inline consolidated metadata).  Chunk keys are the same.
+    settings : ReadSettings, optional
+        Fetch settings (coalescing, concurrency, retries, allow-list, freshness check).
+    storage_options : mapping, optional
+        fsspec options to read the sidecar, and the default for reading the source.
+    remote_options : mapping, optional
+        Options for reading the source objects when they differ from ``storage_options``.
+    read_only : bool
+        Must be True (the store cannot write); accepted for zarr's ``Store.open`` protocol.
+    batch_reads : bool
+        Coalesce concurrent ``get`` calls into one fetch (default True).
+    chunk_cache : ByteLRU or None
+        Where whole chunks just read are kept (the process-wide, byte-bounded
+        :data:`~h5sidecar.read._cache.CHUNKS` by default); ``None`` disables caching.
+
+    Examples
+    --------
+    >>> store = SidecarStore("ATL03_x.h5.parq")                      # doctest: +SKIP
+    >>> root = zarr.open_group(store, mode="r")                      # doctest: +SKIP
+    >>> root["gt1l/heights/h_ph"][:10]                               # doctest: +SKIP
+    >>> store.stats["requests"]                                      # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        refs: GranuleRefs | str | os.PathLike[str],
+        *,
+        zarr_format: ZarrFormat = 2,
+        settings: ReadSettings | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        remote_options: Mapping[str, Any] | None = None,
+        read_only: bool = True,
+        batch_reads: bool = True,
+        chunk_cache: ByteLRU[bytes] | None = CHUNKS,
+    ) -> None:
+        if not read_only:
+            raise ValueError(_READ_ONLY)
+        super().__init__(read_only=True)
+        self._storage_options = dict(storage_options or {})
+        self._remote_options = (
+            dict(remote_options) if remote_options is not None else dict(self._storage_options)
+        )
+        if isinstance(refs, GranuleRefs):
+            self._sidecar: str | None = None
+            self._refs = refs
+        else:
+            self._sidecar = os.fspath(refs)
+            self._refs = load_refs(self._sidecar, self._storage_options)
+        self.settings = settings if settings is not None else ReadSettings()
+        self.zarr_format: ZarrFormat = zarr_format
+        self._batch_reads = batch_reads
+        self._chunk_cache = chunk_cache
+        self._setup()
+
+    def _setup(self) -> None:
+        # zarr's default of 10 chunk reads in flight makes whole-array reads thousands of tiny
+        # batches; our fetcher bounds real concurrency, so let zarr hand us more at once
+        raise_zarr_concurrency()
+        if self.zarr_format == 3:
+            register_numcodecs_v3(codec_ids(self._refs))
+        self.keyspace = GranuleKeys(self._refs, self.zarr_format)
+        self.fetcher = make_fetcher(self._refs, self.settings, self._remote_options)
+        self._batcher = ReadBatcher(self.fetcher.fetch) if self._batch_reads else None
+        self._counts = {"inline_chunks": 0, "missing_chunks": 0, "metadata_reads": 0}
+        self._root: Any = None
+        self._native: NativeReader | None = None
+
+    @classmethod
+    async def open(cls, *args: Any, **kwargs: Any) -> SidecarStore:
+        """Create and open a store (zarr's async protocol); a sidecar path is read in a thread."""
+        store = await asyncio.to_thread(cls, *args, **kwargs)
+        await store._open()
+        return store
+
+    def zarr_root(self) -> Any:
+        """The root ``zarr.Group`` (consolidated, read-only), parsed once and cached.
+
+        Opening many groups of one granule (a DataTree) then parses the metadata once, not once
+        per group.
+        """
+        if self._root is None:
+            import zarr
+
+            self._root = zarr.open_group(
+                self, mode="r", use_consolidated=True, zarr_format=self.zarr_format
+            )
+        return self._root
+
+    @property
+    def native(self) -> NativeReader:
+        """The batch reader over this store's fetcher and chunk cache (decodes without zarr;
+        used by the xarray engine, see :mod:`h5sidecar.read._batch`)."""
+        if self._native is None:
+            self._native = NativeReader(self._refs, self.fetcher, self._chunk_cache)
+        return self._native
+
+    # -- identity, pickling ------------------------------------------------------------------
+    @property
+    def refs(self) -> GranuleRefs:
+        """The granule's references."""
+        return self._refs
+
+    @property
+    def sidecar(self) -> str | None:
+        """Path/URL of the sidecar this store was opened from (None when built from refs)."""
+        return self._sidecar
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SidecarStore):
+            return False
+        if self.zarr_format != other.zarr_format:
+            return False
+        if self._sidecar is not None and self._sidecar == other._sidecar:
+            return True
+        return self._refs is other._refs or refs_equal(self._refs, other._refs)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __dask_tokenize__(self) -> tuple[Any, ...]:
+        # Without this, Dask tokenizes a store by pickling *and unpickling* it (rebuilding the
+        # key space) once per variable: seconds for a granule with a thousand arrays.
+        import hashlib
+
+        src = self._refs.source
+        root = ".zmetadata" if self.zarr_format == 2 else "zarr.json"
+        digest = hashlib.sha1(self.keyspace.documents[root], usedforsecurity=False).hexdigest()
+        return ("SidecarStore", src.url, src.size, src.etag, src.mtime, self.zarr_format, digest)
+
+    def __repr__(self) -> str:
+        where = self._sidecar or self._refs.source.url
+        return f"SidecarStore({where!r}, zarr_format={self.zarr_format})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Credentials never enter a pickle: workers resolve them from their own environment.
+        return {
+            "refs": self._refs if self._sidecar is None else None,
+            "sidecar": self._sidecar,
+            "storage_options": scrub_credentials(self._storage_options),
+            "remote_options": scrub_credentials(self._remote_options),
+            "settings": self.settings,
+            "zarr_format": self.zarr_format,
+            "batch_reads": self._batch_reads,
+            # a worker uses its own process-wide cache (caches never travel in pickles)
+            "chunk_cache": self._chunk_cache is not None,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        Store.__init__(self, read_only=True)
+        self._storage_options = state["storage_options"]
+        self._remote_options = state["remote_options"]
+        self._sidecar = state["sidecar"]
+        self._refs = state["refs"] or load_refs(self._sidecar, self._storage_options)  # type: ignore[arg-type]
+        self.settings = state["settings"]
+        self.zarr_format = state["zarr_format"]
+        self._batch_reads = state["batch_reads"]
+        self._chunk_cache = CHUNKS if state.get("chunk_cache", True) else None
+        self._setup()
+
+    def with_read_only(self, read_only: bool = False) -> SidecarStore:
+        """A new (unopened) store over the same sidecar; ``read_only=False`` is refused."""
+        if not read_only:
+            raise ValueError(_READ_ONLY)
+        clone = object.__new__(type(self))
+        Store.__init__(clone, read_only=True)
+        clone._storage_options = dict(self._storage_options)
+        clone._remote_options = dict(self._remote_options)
+        clone._sidecar = self._sidecar
+        clone._refs = self._refs
+        clone.settings = self.settings
+        clone.zarr_format = self.zarr_format
+        clone._batch_reads = self._batch_reads
+        clone._chunk_cache = self._chunk_cache
+        clone._setup()
+        return clone
+
+    # -- capabilities --------------------------------------------------------------------------
+    @property
+    def supports_writes(self) -> bool:
+        """False: sidecars are read-only views."""
+        return False
+
+    @property
+    def supports_deletes(self) -> bool:
+        """False."""
+        return False
+
+    @property
+    def supports_listing(self) -> bool:
+        """True: keys are listed from the sidecar without any I/O."""
+        return True
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """Counters: the fetcher's (requests, bytes fetched/used, over-read ratio, retries,
+        cache hits, freshness checks) plus chunks served inline / as fill value and metadata
+        documents served."""
+        return {**self.fetcher.stats.snapshot(), **self._counts}
+
+    # -- reads -----------------------------------------------------------------------------------
+    def _note(self, key: str, value: object) -> None:
+        if key in self.keyspace.documents:
+            self._counts["metadata_reads"] += 1
+        elif value is None:
+            if self.keyspace.split_chunk_key(key) is not None:
+                self._counts["missing_chunks"] += 1
+        elif isinstance(value, bytes):
+            self._counts["inline_chunks"] += 1
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        """The value of ``key`` (``None`` for absent keys and unstored chunks)."""
+        if not self._is_open:
+            await self._open()
+        await self.keyspace.load_manifests([key])
+        ref = self.keyspace.resolve(key)
+        self._note(key, ref)
+        if ref is None:
+            return None
+        if isinstance(ref, bytes):
+            start, stop = byte_window(len(ref), byte_range)
+            return prototype.buffer.from_bytes(ref[start:stop])
+        url, offset, length = ref
+        start, stop = byte_window(length, byte_range)
+        if stop == start:
+            return prototype.buffer.from_bytes(b"")
+        whole = start == 0 and stop == length
+        if whole and self._chunk_cache is not None:
+            cached = self._chunk_cache.get(self._cache_key(ref))
+            if cached is not None:
+                await self.fetcher.revalidate([url])  # the source must still be the indexed one
+                self.fetcher.stats.record_cache_hit(len(cached))
+                return prototype.buffer.from_bytes(cached)
+        request = (url, offset + start, stop - start)
+        if self._batcher is not None:
+            data = await self._batcher.read(request)
+        else:
+            (data,) = await self.fetcher.fetch([request])
+        if whole and self._chunk_cache is not None:
+            self._chunk_cache.put(self._cache_key(ref), bytes(data))
+        return prototype.buffer.from_bytes(data)
+
+    def _cache_key(self, ref: ChunkRef) -> tuple[Any, ...]:
+        return chunk_key(*ref, self._refs.source)
+
+    async def get_partial_values(
+        self,
+        prototype: BufferPrototype,
+        key_ranges: Iterable[tuple[str, ByteRequest | None]],
+    ) -> list[Buffer | None]:
+        """Values of many ``(key, byte_range)`` pairs, fetched in ONE batch (ranges coalesce)."""
+        key_ranges = list(key_ranges)
+        await self.keyspace.load_manifests([k for k, _ in key_ranges])
+        out: list[Buffer | None] = [None] * len(key_ranges)
+        requests: list[ChunkRef] = []
+        where: list[int] = []
+        for i, (key, byte_range) in enumerate(key_ranges):
+            ref = self.keyspace.resolve(key)
+            self._note(key, ref)
+            if ref is None:
+                continue
+            if isinstance(ref, bytes):
+                start, stop = byte_window(len(ref), byte_range)
+                out[i] = prototype.buffer.from_bytes(ref[start:stop])
+                continue
+            url, offset, length = ref
+            start, stop = byte_window(length, byte_range)
+            if stop == start:
+                out[i] = prototype.buffer.from_bytes(b"")
+                continue
+            requests.append((url, offset + start, stop - start))
+            where.append(i)
+        if requests:
+            for i, data in zip(where, await self.fetcher.fetch(requests), strict=True):
+                out[i] = prototype.buffer.from_bytes(data)
+        return out
+
+    async def exists(self, key: str) -> bool:
+        """True when ``key`` has a value (unstored chunks do not exist)."""
+        await self.keyspace.load_manifests([key])
+        return self.keyspace.resolve(key) is not None
+
+    async def getsize(self, key: str) -> int:
+        """Size of the value of ``key`` from the sidecar, without fetching it."""
+        await self.keyspace.load_manifests([key])
+        size = self.keyspace.size(key)
+        if size is None:
+            raise FileNotFoundError(key)
+        return size
+
+    # -- writes (refused) -------------------------------------------------------------------------
+    async def set(self, key: str, value: Buffer) -> None:
+        """Refused: the store is read-only."""
+        self._check_writable()
+
+    async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+        """Refused: the store is read-only."""
+        self._check_writable()
+
+    async def delete(self, key: str) -> None:
+        """Refused: the store is read-only."""
+        self._check_writable()
+
+    # -- listing ----------------------------------------------------------------------------------
+    async def list(self) -> AsyncIterator[str]:
+        """Every key: metadata documents and existing chunks."""
+        for key in self.keyspace.all_keys():
+            yield key
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        """Every key starting with ``prefix``."""
+        for key in self.keyspace.keys_with_prefix(prefix):
+            yield key
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        """Names directly under the node ``prefix``."""
+        for name in self.keyspace.list_dir(prefix):
+            yield name

@@ -1,0 +1,40 @@
+"""Bytes from object stores and files, for the indexer and the readers alike.
+
+Knows nothing of HDF5 or Zarr.  One URL parser, one store per (scheme, bucket, options), the
+allow-list of source prefixes, the pure range planner and the fetch executor:
+
+* :func:`parse_url` / :class:`SourceLocation` -- the one URL parser (``s3://``, ``s3a://``,
+  ``file://``, plain paths);
+* :func:`resolve_store` -- a cached obstore store for a URL;
+* :class:`AllowList` -- which source URLs may be fetched at all;
+* :func:`plan_reads` / :class:`ReadPlan` -- pure, vectorised coalescing of byte ranges;
+* :class:`ChunkFetcher` -- the executor: bounded concurrency, retries, freshness guard;
+* :class:`FetchStats` -- request and byte counters.
+
+Names load on first use so ``import h5sidecar.sources`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "SourceLocation": "h5sidecar.sources._stores",
+    "parse_url": "h5sidecar.sources._stores",
+    "resolve_store": "h5sidecar.sources._stores",
+    "source_identity": "h5sidecar.sources._stores",
+    "AllowList": "h5sidecar.sources._allow",
+    "ReadPlan": "h5sidecar.sources._plan",
+    "plan_reads": "h5sidecar.sources._plan",
+    "ChunkFetcher": "h5sidecar.sources._fetch",
+    "FetchStats": "h5sidecar.sources._stats",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'h5sidecar.sources' has no attribute {name!r}")
