@@ -1,12 +1,12 @@
-"""Fixtures of the read-path tests (sample granules and their sidecars, see ``_granules``)."""
+"""Fixtures of the gateway tests (sample granules and their sidecars, see ``tests._granules``)."""
 
 import pytest
 
-from h5sidecar.read._cache import CHUNKS, SIDECARS
-from tests.gateway._granules import (  # noqa: F401  (re-exported as fixtures)
+from tests._granules import (  # noqa: F401  (re-exported as fixtures)
     atl03_h5,
     atl03_refs,
     cf_nc,
+    fresh_read_caches,
     small_h5,
     small_refs,
     small_sidecars,
@@ -14,7 +14,5 @@ from tests.gateway._granules import (  # noqa: F401  (re-exported as fixtures)
 
 
 @pytest.fixture(autouse=True)
-def _fresh_read_caches() -> None:
+def _fresh_read_caches(fresh_read_caches: None) -> None:
     """Each test starts with empty process-wide caches, so request counts are its own."""
-    CHUNKS.clear()
-    SIDECARS.clear()

@@ -301,7 +301,7 @@ def test_fifo_source_does_not_wedge_the_gateway(tmp_path: Path) -> None:
 @pytest.fixture
 def stalled_s3(tmp_path: Path, s3, s3_bucket: str, s3_storage_options) -> Iterator[Any]:
     """Granules a.h5 and b.h5 on moto S3 behind a fault proxy; DEST holds their sidecars."""
-    from tests.gateway.faultproxy import FaultProxy
+    from tests.faultproxy import FaultProxy
 
     dest = tmp_path / "dest"
     dest.mkdir()

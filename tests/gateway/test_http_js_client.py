@@ -27,7 +27,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.gateway._granules import write_small_granule
+from tests._granules import write_small_granule
 from tests.gateway._http import gateway
 
 JS_DIR = Path(__file__).parent / "js"

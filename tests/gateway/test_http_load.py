@@ -16,7 +16,7 @@ import h5py
 import httpx
 
 from tests.gateway._http import ATL03, SMALL, Corpus, gateway, http, http_corpus, settled
-from tests.gateway.faultproxy import FaultProxy
+from tests.faultproxy import FaultProxy
 
 __all__ = ["http", "http_corpus"]
 

@@ -25,7 +25,7 @@ from h5sidecar.indexer import _source_hints as hints
 from h5sidecar.indexer._source import LocalSource, RemoteSource, open_source
 from h5sidecar.indexer._source_fetch import PAGE, PageCache, coalesce
 from h5sidecar.settings import IndexSettings
-from tests.gateway.faultproxy import FaultProxy
+from tests.faultproxy import FaultProxy
 
 #: (libver, user block size): classic format, newest format, classic behind a 1 KiB user block
 VARIANTS = {"earliest": ("earliest", 0), "latest": ("latest", 0), "userblock": ("earliest", 1024)}

@@ -26,7 +26,7 @@ from h5sidecar.references import GranuleRefs, read_refs, write_parquet
 from h5sidecar.references._bulk import MANIFESTS_FILE
 from h5sidecar.references._lazy import LazyArrayRefs, ParquetManifests
 from h5sidecar.sample import write_atl03_like
-from tests.gateway.faultproxy import FaultProxy
+from tests.faultproxy import FaultProxy
 
 NO_DATA_AT_OPEN = {"create_default_indexes": False, "decode_times": False}
 VAR = "gt1l/heights/h_ph"

@@ -20,7 +20,7 @@ from zarr.testing.store import StoreTests
 from h5sidecar.errors import ForbiddenSourceError, StaleReferenceError
 from h5sidecar.read.store import SidecarStore
 from h5sidecar.references import ArrayRefs, ChunkManifest, GranuleRefs
-from tests.gateway._granules import read_h5, refs_for, source_bytes
+from tests._granules import read_h5, refs_for, source_bytes
 
 pytestmark = pytest.mark.anyio
 

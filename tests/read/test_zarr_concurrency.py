@@ -12,7 +12,7 @@ import zarr
 from h5sidecar.read._zarr_batcher import ZARR_READ_CONCURRENCY
 from h5sidecar.read.store import SidecarStore
 from h5sidecar.references import GranuleRefs
-from tests.gateway._granules import read_h5, refs_for
+from tests._granules import read_h5, refs_for
 
 ZARR_DEFAULT = 10
 

@@ -13,7 +13,7 @@ import xarray as xr
 import h5sidecar
 from h5sidecar.errors import IncompatibleGranulesError
 from h5sidecar.references import write_refs
-from tests.gateway._granules import read_h5, refs_for
+from tests._granules import read_h5, refs_for
 
 COMBINE = {
     "combine_attrs": "drop_conflicts",

@@ -15,7 +15,7 @@ from zarr.storage import FsspecStore
 
 from h5sidecar.read.fs import H5SidecarFileSystem
 from h5sidecar.references import GranuleRefs
-from tests.gateway._granules import read_h5, refs_for, source_bytes
+from tests._granules import read_h5, refs_for, source_bytes
 
 
 def _is_document(key: str) -> bool:

@@ -294,3 +294,12 @@ def source_bytes(refs: GranuleRefs, key: str) -> bytes | None:
     with open(url, "rb") as f:
         f.seek(offset)
         return f.read(length)
+
+
+@pytest.fixture(autouse=False)
+def fresh_read_caches() -> None:
+    """Empty the process-wide read caches, so a test's request counts are its own."""
+    from h5sidecar.read._cache import CHUNKS, SIDECARS
+
+    CHUNKS.clear()
+    SIDECARS.clear()

@@ -24,7 +24,7 @@ from h5sidecar.read._decode import chunk_selection
 from h5sidecar.read._batch import NativeReader
 from h5sidecar.read._lazy_array import SidecarArray
 from h5sidecar.references import ArrayRefs, ChunkManifest, GranuleRefs
-from tests.gateway._granules import read_h5
+from tests._granules import read_h5
 
 ALL = slice(None)
 

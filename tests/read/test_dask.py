@@ -13,7 +13,7 @@ import xarray as xr
 from h5sidecar.read.fs import H5SidecarFileSystem
 from h5sidecar.read.store import SidecarStore
 from h5sidecar.references import write_refs
-from tests.gateway._granules import read_h5, refs_for
+from tests._granules import read_h5, refs_for
 
 distributed = pytest.importorskip("distributed")
 

@@ -15,8 +15,8 @@ import xarray as xr
 import h5sidecar
 from h5sidecar.read.store import SidecarStore
 from h5sidecar.references import GranuleRefs, write_refs
-from tests.gateway._granules import read_h5, refs_for
-from tests.gateway.faultproxy import FaultProxy
+from tests._granules import read_h5, refs_for
+from tests.faultproxy import FaultProxy
 
 #: xarray reads data at open time for two things: the values of dimension coordinates (to build
 #: indexes) and the first and last value of every CF time variable (to choose its dtype).

@@ -12,7 +12,7 @@ from pathlib import Path
 import obstore
 import pytest
 
-from h5sidecar import _stores
+from h5sidecar.sources import _stores
 from h5sidecar.sources._stores import (
     MAX_CACHED_STORES,
     cached_store_count,

@@ -27,7 +27,7 @@ from h5sidecar.errors import (
 from h5sidecar.sources._fetch import ChunkFetcher, scrub_credentials
 from h5sidecar.references import SourceInfo
 from h5sidecar.settings import ReadSettings
-from tests.gateway.faultproxy import FaultProxy
+from tests.faultproxy import FaultProxy
 
 #: fast retries so fault tests take milliseconds; small limits so plans have several requests
 FAST = ReadSettings(max_gap=512, max_request=16 * 1024, retries=3, backoff=0.001)

@@ -1,0 +1,18 @@
+"""Fixtures of the read-path tests (sample granules and their sidecars, see ``tests._granules``)."""
+
+import pytest
+
+from tests._granules import (  # noqa: F401  (re-exported as fixtures)
+    atl03_h5,
+    atl03_refs,
+    cf_nc,
+    fresh_read_caches,
+    small_h5,
+    small_refs,
+    small_sidecars,
+)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_read_caches(fresh_read_caches: None) -> None:
+    """Each test starts with empty process-wide caches, so request counts are its own."""
