@@ -28,8 +28,8 @@ import h5py
 import pytest
 import xarray as xr
 
-from h5sidecar.read import SidecarStore
 from h5sidecar.indexer import index_granule
+from h5sidecar.read import SidecarStore
 from h5sidecar.references import write_json, write_parquet
 from tests.conftest import CORPUS
 from tests.indexer._compare import assert_values_equal, h5_dataset, h5_read, open_plain

@@ -10,13 +10,13 @@ from typing import Any, Literal
 
 import ujson
 
-from h5sidecar.sources._fetch import ChunkFetcher
 from h5sidecar.gateway._http import BadRequestError
-from h5sidecar.read._keyspace import ChunkRef, GranuleKeys
 from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, ShardLayout, sharded_documents
+from h5sidecar.read._keyspace import ChunkRef, GranuleKeys
 from h5sidecar.read.store import SidecarStore
 from h5sidecar.references import ArrayRefs, GranuleRefs
 from h5sidecar.settings import ReadSettings
+from h5sidecar.sources._fetch import ChunkFetcher
 
 __all__ = ["GranuleEntry", "Resolved", "View"]
 

@@ -35,16 +35,16 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from h5sidecar.errors import H5SidecarError, NotIndexedError, SourceReadError
-from h5sidecar.sources._allow import AllowList
-from h5sidecar.read._cache import ByteLRU, load_refs, sidecar_identity
 from h5sidecar.gateway._dest import DestIndex, DestSnapshot
 from h5sidecar.gateway._http import Admission, BadRequestError, ResponseTooLargeError, etag_of
-from h5sidecar.read._keyspace import ChunkRef
 from h5sidecar.gateway._metrics import GatewayMetrics
 from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, ShardLayout, shard_layout
 from h5sidecar.gateway._views import GranuleEntry, Resolved, View
+from h5sidecar.read._cache import ByteLRU, load_refs, sidecar_identity
+from h5sidecar.read._keyspace import ChunkRef
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import GatewaySettings, ReadSettings
+from h5sidecar.sources._allow import AllowList
 
 __all__ = ["MAX_SHARD_FACTOR", "Gateway", "Resolved", "View"]
 

@@ -4,5 +4,5 @@ from h5sidecar.gateway import moved as _moved
 
 _moved("h5sidecar.gateway.fs", "h5sidecar.read.fs")
 
-from h5sidecar.read.fs import *  # noqa: E402,F403
-from h5sidecar.read.fs import __all__  # noqa: E402,F401
+from h5sidecar.read.fs import *
+from h5sidecar.read.fs import __all__  # noqa: F401

@@ -4,5 +4,5 @@ from h5sidecar.gateway import moved as _moved
 
 _moved("h5sidecar.gateway.store", "h5sidecar.read.store")
 
-from h5sidecar.read.store import *  # noqa: E402,F403
-from h5sidecar.read.store import __all__  # noqa: E402,F401
+from h5sidecar.read.store import *
+from h5sidecar.read.store import __all__  # noqa: F401

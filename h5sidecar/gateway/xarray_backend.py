@@ -4,5 +4,5 @@ from h5sidecar.gateway import moved as _moved
 
 _moved("h5sidecar.gateway.xarray_backend", "h5sidecar.read.xarray_backend")
 
-from h5sidecar.read.xarray_backend import *  # noqa: E402,F403
-from h5sidecar.read.xarray_backend import __all__  # noqa: E402,F401
+from h5sidecar.read.xarray_backend import *
+from h5sidecar.read.xarray_backend import __all__  # noqa: F401

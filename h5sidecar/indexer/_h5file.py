@@ -19,7 +19,6 @@ from typing import Any
 import h5py
 import obstore
 
-from h5sidecar.sources._stores import STORE_ERRORS, resolve_store, source_identity, translate_store_error
 from h5sidecar.errors import CorruptFileError, NotHDF5Error, SourceReadError
 from h5sidecar.indexer._common import (
     H5PY_ERRORS,
@@ -30,6 +29,12 @@ from h5sidecar.indexer._common import (
 from h5sidecar.indexer._source import open_regular, open_source
 from h5sidecar.references import SourceInfo
 from h5sidecar.settings import IndexSettings
+from h5sidecar.sources._stores import (
+    STORE_ERRORS,
+    resolve_store,
+    source_identity,
+    translate_store_error,
+)
 
 __all__ = ["OpenGranule", "RangeReader", "open_granule"]
 

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 import fsspec.asyn
 from fsspec.exceptions import FSTimeoutError
 
-from h5sidecar.sources._stores import identity_from_stat, resolve_store
 from h5sidecar.errors import (
     NotHDF5Error,
     SourceNotFoundError,
@@ -51,6 +50,7 @@ from h5sidecar.indexer._source_fetch import (
     SourceStats,
 )
 from h5sidecar.settings import IndexSettings
+from h5sidecar.sources._stores import identity_from_stat, resolve_store
 
 if TYPE_CHECKING:
     import asyncio

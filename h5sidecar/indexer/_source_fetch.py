@@ -31,12 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 import obstore
 
-from h5sidecar.sources._stores import (
-    STORE_ERRORS,
-    http_status,
-    identity_from_meta,
-    translate_store_error,
-)
 from h5sidecar.errors import (
     NotHDF5Error,
     SourceNotFoundError,
@@ -44,10 +38,16 @@ from h5sidecar.errors import (
     StaleReferenceError,
 )
 from h5sidecar.indexer import _source_hints as hints
+from h5sidecar.sources._stores import (
+    STORE_ERRORS,
+    http_status,
+    identity_from_meta,
+    translate_store_error,
+)
 
 if TYPE_CHECKING:
-    from h5sidecar.sources._stores import SourceLocation
     from h5sidecar.references import SourceInfo
+    from h5sidecar.sources._stores import SourceLocation
 
 __all__ = [
     "CACHE_BYTES",

@@ -38,8 +38,8 @@ from h5sidecar.read._decode import (
     decode_executor,
     place_chunk,
 )
-from h5sidecar.sources._fetch import ChunkFetcher, _gather_or_cancel
 from h5sidecar.references import INLINE, MISSING, ArrayRefs, ChunkManifest, GranuleRefs
+from h5sidecar.sources._fetch import ChunkFetcher, _gather_or_cancel
 
 __all__ = ["NativeReader", "out_dtype"]
 

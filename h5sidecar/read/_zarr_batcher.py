@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 
-from h5sidecar.sources._fetch import ChunkFetcher
 from h5sidecar.read._keyspace import ChunkRef
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
+from h5sidecar.sources._fetch import ChunkFetcher
 
 __all__ = [
     "ZARR_READ_CONCURRENCY",

@@ -28,9 +28,9 @@ from typing import Any
 import obstore
 from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
 
-from h5sidecar.sources._stores import STORE_ERRORS, datetime_ns, http_status, resolve_store
 from h5sidecar.errors import SourceReadError
 from h5sidecar.sources._allow import Location
+from h5sidecar.sources._stores import STORE_ERRORS, datetime_ns, http_status, resolve_store
 
 __all__ = [
     "LocalReader",

@@ -36,6 +36,9 @@ from h5sidecar.errors import (
     SourceReadError,
     StaleReferenceError,
 )
+from h5sidecar.references import SourceInfo
+from h5sidecar.references._io import scrub_credentials
+from h5sidecar.settings import ReadSettings
 from h5sidecar.sources._allow import AllowList, Location, parse_location
 from h5sidecar.sources._backends import (
     LocalReader,
@@ -46,9 +49,6 @@ from h5sidecar.sources._backends import (
 )
 from h5sidecar.sources._plan import ReadPlan, plan_reads
 from h5sidecar.sources._stats import FetchStats
-from h5sidecar.references import SourceInfo
-from h5sidecar.references._io import scrub_credentials
-from h5sidecar.settings import ReadSettings
 
 __all__ = ["ChunkFetcher", "scrub_credentials"]
 

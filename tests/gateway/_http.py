@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from h5sidecar.settings import GatewaySettings, ReadSettings
-from tests.conftest import free_port
 from tests._granules import write_small_granule
+from tests.conftest import free_port
 
 #: Photons of the ATL03-like sample: strong beams get two 10,000-row chunks, weak beams one.
 PHOTONS = 60_000

@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 import h5py
 import httpx
 
-from tests.gateway._http import ATL03, SMALL, Corpus, gateway, http, http_corpus, settled
 from tests.faultproxy import FaultProxy
+from tests.gateway._http import ATL03, SMALL, Corpus, gateway, http, http_corpus, settled
 
 __all__ = ["http", "http_corpus"]
 

@@ -17,8 +17,8 @@ import s3fs
 
 from h5sidecar.references import GranuleRefs, SourceInfo, read_refs, write_json
 from h5sidecar.workflows import index_many
-from tests.gateway._http import ATL03, SMALL, Corpus, gateway, http, http_corpus, raw_get, served
 from tests.faultproxy import FaultProxy
+from tests.gateway._http import ATL03, SMALL, Corpus, gateway, http, http_corpus, raw_get, served
 
 __all__ = ["http", "http_corpus", "served"]
 

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from h5py import h5d, h5p, h5s, h5t
 
-from h5sidecar.read import SidecarStore
 from h5sidecar.indexer import index_granule
+from h5sidecar.read import SidecarStore
 from h5sidecar.references import write_json, write_parquet
 from tests.indexer._compare import assert_values_equal, open_plain
 

@@ -19,9 +19,9 @@ import xarray as xr
 
 from h5sidecar.errors import ChunkDecodeError
 from h5sidecar.read import SidecarStore
+from h5sidecar.read._batch import NativeReader
 from h5sidecar.read._cache import ByteLRU
 from h5sidecar.read._decode import chunk_selection
-from h5sidecar.read._batch import NativeReader
 from h5sidecar.read._lazy_array import SidecarArray
 from h5sidecar.references import ArrayRefs, ChunkManifest, GranuleRefs
 from tests._granules import read_h5

@@ -12,6 +12,12 @@ from pathlib import Path
 import obstore
 import pytest
 
+from h5sidecar.errors import (
+    SourceNotFoundError,
+    SourceReadError,
+    StaleReferenceError,
+    UnsupportedFeatureError,
+)
 from h5sidecar.sources import _stores
 from h5sidecar.sources._stores import (
     MAX_CACHED_STORES,
@@ -22,12 +28,6 @@ from h5sidecar.sources._stores import (
     resolve_store,
     source_identity,
     translate_store_error,
-)
-from h5sidecar.errors import (
-    SourceNotFoundError,
-    SourceReadError,
-    StaleReferenceError,
-    UnsupportedFeatureError,
 )
 
 
