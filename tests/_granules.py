@@ -296,9 +296,11 @@ def source_bytes(refs: GranuleRefs, key: str) -> bytes | None:
         return f.read(length)
 
 
-@pytest.fixture(autouse=False)
+@pytest.fixture(autouse=True)
 def fresh_read_caches() -> None:
-    """Empty the process-wide read caches, so a test's request counts are its own."""
+    """Each test starts with empty process-wide read caches, so request counts are its own.
+
+    Autouse wherever a conftest imports it."""
     from h5sidecar.read._cache import CHUNKS, SIDECARS
 
     CHUNKS.clear()

@@ -31,7 +31,17 @@ _LAZY = {
     "FetchStats": "h5sidecar.sources._stats",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = [
+    "AllowList",
+    "ChunkFetcher",
+    "FetchStats",
+    "ReadPlan",
+    "SourceLocation",
+    "parse_url",
+    "plan_reads",
+    "resolve_store",
+    "source_identity",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,7 +1,5 @@
 """Fixtures of the read-path tests (sample granules and their sidecars, see ``tests._granules``)."""
 
-import pytest
-
 from tests._granules import (  # noqa: F401  (re-exported as fixtures)
     atl03_h5,
     atl03_refs,
@@ -12,7 +10,3 @@ from tests._granules import (  # noqa: F401  (re-exported as fixtures)
     small_sidecars,
 )
 
-
-@pytest.fixture(autouse=True)
-def _fresh_read_caches(fresh_read_caches: None) -> None:
-    """Each test starts with empty process-wide caches, so request counts are its own."""
