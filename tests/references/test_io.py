@@ -385,6 +385,22 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
     return out
 
 
+def test_every_lazy_public_name_resolves() -> None:
+    """Each package's lazily exported names import (a moved module would otherwise surface
+    only when a user first touches the name)."""
+    import importlib
+
+    missing = []
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        package = importlib.import_module(_module_of(init))
+        for name in getattr(package, "__all__", ()):
+            try:
+                getattr(package, name)
+            except (AttributeError, ImportError) as exc:
+                missing.append(f"{package.__name__}.{name}: {exc}")
+    assert not missing, "\n".join(missing)
+
+
 def test_references_import_no_h5py_at_runtime() -> None:
     code = (
         "import sys, h5sidecar.references\n"
