@@ -196,6 +196,6 @@ def test_kinds_are_written_byte_for_byte_as_plain_strings(tmp_path: Path) -> Non
     as_str = dataclasses.replace(record, kind=str(record.kind))
     assert json.dumps(record.to_dict()) == json.dumps(as_str.to_dict())
     kind = ErrorKind.NOT_HDF5
-    assert (f"{kind}", str(kind), "%s" % kind, format(kind, ">9")) == (
+    assert (f"{kind}", str(kind), "{}".format(kind), format(kind, ">9")) == (  # noqa: UP032
         "not_hdf5", "not_hdf5", "not_hdf5", " not_hdf5"
     )
