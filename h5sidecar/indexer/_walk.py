@@ -22,7 +22,7 @@ import h5py
 
 from h5sidecar.errors import ErrorKind, NotHDF5Error
 from h5sidecar.indexer._common import H5PY_ERRORS, describe_h5_error, reraise_io_failure
-from h5sidecar.references import Skipped
+from h5sidecar.references import SkipKind, Skipped
 
 __all__ = ["DatasetEntry", "Hierarchy", "ObjectKey", "escape_name", "object_key", "walk"]
 
@@ -130,8 +130,8 @@ class _Walker:
         self.out = Hierarchy()
         self.soft_datasets: list[tuple[str, str, h5py.Dataset]] = []
 
-    def skip(self, path: str, kind: str, reason: str) -> None:
-        self.out.skipped.append(Skipped(path, kind, reason))  # type: ignore[arg-type]
+    def skip(self, path: str, kind: SkipKind, reason: str) -> None:
+        self.out.skipped.append(Skipped(path, kind, reason))
 
     def children(self, group: h5py.Group, gpath: str) -> Iterator[tuple[str, h5py.Group]]:
         """Handle every link of ``group``; yield the subgroups to descend into."""
