@@ -32,7 +32,7 @@ from rich.progress import (
 from rich.table import Table
 
 from h5sidecar._version import __version__
-from h5sidecar.errors import H5SidecarError
+from h5sidecar.errors import ErrorKind, H5SidecarError
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "main"]
 
@@ -288,7 +288,7 @@ def _cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
         out.print(f"[red]FAILED[/] {g.name or g.url}: [{g.error.kind}] {g.error.message}")
         out.print(f"       what to do: {g.error.hint}")
     for g in report.partial:
-        lost = [s["path"] for s in g.skipped if s.get("kind") == "internal_error"]
+        lost = [s["path"] for s in g.skipped if s.get("kind") == ErrorKind.INTERNAL_ERROR]
         out.print(
             f"[red]PARTIAL[/] {g.name or g.url}: {len(lost)} variable(s) left out by an "
             f"unexpected error ({', '.join(lost[:5])}); reasons in the report"

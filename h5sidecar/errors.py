@@ -4,16 +4,21 @@ Every error raised on purpose by h5sidecar derives from :class:`H5SidecarError` 
 builtin exception callers already catch (``OSError``, ``ValueError``, ...), so code written against
 plain fsspec/zarr keeps working.  Messages say what happened and what to do next.
 
-Each class carries an append-only ``kind`` code, used in run reports and mapped to HTTP status
-codes by the gateway in one table (``HTTP_STATUS``).
+Each class carries a ``kind`` code, a member of :class:`ErrorKind`: the one list of every code
+h5sidecar writes into run reports, sidecars (skipped variables), catalog results and HTTP error
+bodies.  Which HTTP status each class gets is the gateway's business
+(:data:`h5sidecar.gateway._http.STATUS`).
 """
 
 from __future__ import annotations
 
+import enum
+from typing import Any
+
 __all__ = [
-    "HTTP_STATUS",
     "ChunkDecodeError",
     "CorruptFileError",
+    "ErrorKind",
     "ForbiddenSourceError",
     "GranuleLimitError",
     "GranuleTimeoutError",
@@ -23,6 +28,7 @@ __all__ = [
     "InvalidRequestError",
     "NotHDF5Error",
     "NotIndexedError",
+    "STACValidationError",
     "SourceNotFoundError",
     "SourceReadError",
     "StaleReferenceError",
@@ -30,10 +36,70 @@ __all__ = [
 ]
 
 
+@enum.unique
+class ErrorKind(enum.StrEnum):
+    """Every kind code h5sidecar emits, in one place.
+
+    Append-only: never rename, remove or reuse a value.  Run reports (``DEST/_report.json``),
+    sidecars (the ``kind`` of each skipped variable), catalog results and HTTP error bodies
+    carry these strings, and readers of older files match on them.  Add new codes at the end.
+    A member *is* its string (``ErrorKind.NOT_HDF5 == "not_hdf5"``), so JSON, Parquet and
+    f-strings write the plain value.
+    """
+
+    # -- the ``kind`` of each error class (``H5SidecarError.kind``) ---------------------------
+    ERROR = "error"
+    UNSUPPORTED = "unsupported"
+    INVALID_REFERENCE = "invalid_reference"
+    NOT_HDF5 = "not_hdf5"
+    CORRUPT = "corrupt"
+    LIMIT_EXCEEDED = "limit_exceeded"
+    TIMEOUT = "timeout"
+    SOURCE_READ = "source_read"
+    STALE_REFERENCE = "stale_reference"
+    FORBIDDEN_SOURCE = "forbidden_source"
+    NOT_INDEXED = "not_indexed"
+    SOURCE_NOT_FOUND = "source_not_found"
+    INCOMPATIBLE_GRANULES = "incompatible_granules"
+    INVALID_REQUEST = "invalid_request"
+    CHUNK_DECODE = "chunk_decode"
+    INVALID_STAC = "invalid_stac"
+    # -- errors of the HTTP gateway (classes in ``gateway/_http.py``, bodies of ``gateway/app``)
+    BAD_REQUEST = "bad_request"
+    KEY_TOO_LONG = "key_too_long"
+    RANGE_NOT_SATISFIABLE = "range_not_satisfiable"
+    RESPONSE_TOO_LARGE = "response_too_large"
+    SATURATED = "saturated"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    UNAUTHORIZED = "unauthorized"
+    HTTP = "http"
+    INTERNAL = "internal"
+    # -- a failed granule of a run report that raised no H5SidecarError ------------------------
+    OS_ERROR = "os_error"
+    MEMORY = "memory"
+    WORKER_CRASHED = "worker_crashed"
+    BUG = "bug"
+    # -- a granule left out of a STAC catalog ---------------------------------------------------
+    NO_TIME = "no_time"
+    # -- why a variable was skipped (``Skipped.kind`` in sidecars and reports) -------------------
+    UNSUPPORTED_FILTER = "unsupported_filter"
+    UNSUPPORTED_DTYPE = "unsupported_dtype"
+    UNSUPPORTED_LAYOUT = "unsupported_layout"
+    EXTERNAL_LINK = "external_link"
+    SOFT_LINK_DANGLING = "soft_link_dangling"
+    VIRTUAL_DATASET = "virtual_dataset"
+    EXTERNAL_STORAGE = "external_storage"
+    UNREADABLE = "unreadable"
+    TOO_LARGE_TO_MATERIALIZE = "too_large_to_materialize"
+    OTHER = "other"
+    INTERNAL_ERROR = "internal_error"
+    # -- append new codes here ------------------------------------------------------------------
+
+
 class H5SidecarError(Exception):
     """Base class of every error h5sidecar raises on purpose."""
 
-    kind: str = "error"
+    kind: ErrorKind = ErrorKind.ERROR
 
 
 class UnsupportedFeatureError(H5SidecarError, NotImplementedError):
@@ -43,26 +109,26 @@ class UnsupportedFeatureError(H5SidecarError, NotImplementedError):
     with ``on_unsupported="skip"`` (the default of the batch workflow).
     """
 
-    kind = "unsupported"
+    kind = ErrorKind.UNSUPPORTED
 
 
 class InvalidReferenceError(H5SidecarError, ValueError):
     """A sidecar (reference file) is malformed, truncated or inconsistent."""
 
-    kind = "invalid_reference"
+    kind = ErrorKind.INVALID_REFERENCE
 
 
 class NotHDF5Error(H5SidecarError, ValueError):
     """The object is not an HDF5 file (no signature), or is truncated or corrupt."""
 
-    kind = "not_hdf5"
+    kind = ErrorKind.NOT_HDF5
 
 
 class CorruptFileError(NotHDF5Error):
     """The object starts like HDF5 but its metadata is inconsistent: a length or address past
     the end of the object, a chunk index pointing outside it, structures HDF5 refuses."""
 
-    kind = "corrupt"
+    kind = ErrorKind.CORRUPT
 
 
 class GranuleLimitError(H5SidecarError, RuntimeError):
@@ -70,19 +136,19 @@ class GranuleLimitError(H5SidecarError, RuntimeError):
     ``IndexSettings.max_hdf5_reads`` / ``max_hdf5_read_bytes``): its metadata most likely loops
     (a corrupt file); raise the bound only for a file known to be sound."""
 
-    kind = "limit_exceeded"
+    kind = ErrorKind.LIMIT_EXCEEDED
 
 
 class GranuleTimeoutError(GranuleLimitError, TimeoutError):
     """Indexing one granule took longer than ``IndexSettings.max_granule_seconds``."""
 
-    kind = "timeout"
+    kind = ErrorKind.TIMEOUT
 
 
 class SourceReadError(H5SidecarError, OSError):
     """Reading bytes of a source object failed after retries (network fault, short read, 5xx)."""
 
-    kind = "source_read"
+    kind = ErrorKind.SOURCE_READ
 
     def __init__(self, message: str, *, url: str | None = None) -> None:
         super().__init__(message)
@@ -95,7 +161,7 @@ class StaleReferenceError(H5SidecarError, OSError):
     Re-index the granule (``h5sidecar index SOURCE -o DEST``; changed sources are re-indexed).
     """
 
-    kind = "stale_reference"
+    kind = ErrorKind.STALE_REFERENCE
 
     def __init__(self, message: str, *, url: str | None = None) -> None:
         super().__init__(message)
@@ -105,19 +171,19 @@ class StaleReferenceError(H5SidecarError, OSError):
 class ForbiddenSourceError(H5SidecarError, PermissionError):
     """A sidecar points at a URL outside the allowed source prefixes; it is never fetched."""
 
-    kind = "forbidden_source"
+    kind = ErrorKind.FORBIDDEN_SOURCE
 
 
 class NotIndexedError(H5SidecarError, FileNotFoundError):
     """No sidecar exists for the requested granule (or key)."""
 
-    kind = "not_indexed"
+    kind = ErrorKind.NOT_INDEXED
 
 
 class SourceNotFoundError(H5SidecarError, FileNotFoundError):
     """A source given to index (file, folder, glob or S3 prefix) does not exist or matches nothing."""
 
-    kind = "source_not_found"
+    kind = ErrorKind.SOURCE_NOT_FOUND
 
 
 class IncompatibleGranulesError(H5SidecarError, ValueError):
@@ -125,14 +191,14 @@ class IncompatibleGranulesError(H5SidecarError, ValueError):
     requested decoding would not reconcile (e.g. ``scale_factor`` differs but
     ``mask_and_scale=False``).  The message names the granules, variables and attributes."""
 
-    kind = "incompatible_granules"
+    kind = ErrorKind.INCOMPATIBLE_GRANULES
 
 
 class InvalidRequestError(H5SidecarError, ValueError):
     """A request's parameters are malformed (e.g. a STAC item search with a bad ``bbox`` or
     ``datetime``); the message names the parameter and the expected form."""
 
-    kind = "invalid_request"
+    kind = ErrorKind.INVALID_REQUEST
 
 
 class ChunkDecodeError(H5SidecarError, ValueError):
@@ -140,21 +206,14 @@ class ChunkDecodeError(H5SidecarError, ValueError):
     wrong size: the source no longer holds what was indexed (or the sidecar is corrupt).
     Re-index the granule."""
 
-    kind = "chunk_decode"
+    kind = ErrorKind.CHUNK_DECODE
 
 
-#: HTTP status code for each error class, used by the gateway (most specific class first).
-HTTP_STATUS: dict[type[H5SidecarError], int] = {
-    NotIndexedError: 404,
-    SourceNotFoundError: 404,
-    ForbiddenSourceError: 403,
-    InvalidReferenceError: 422,
-    IncompatibleGranulesError: 422,
-    InvalidRequestError: 400,
-    UnsupportedFeatureError: 501,
-    StaleReferenceError: 409,
-    NotHDF5Error: 422,
-    SourceReadError: 502,
-    ChunkDecodeError: 502,
-    H5SidecarError: 500,
-}
+class STACValidationError(H5SidecarError, ValueError):
+    """A STAC document does not validate; ``errors`` holds every schema violation."""
+
+    kind = ErrorKind.INVALID_STAC
+
+    def __init__(self, message: str, errors: list[Any]) -> None:
+        super().__init__(message)
+        self.errors = errors

@@ -28,7 +28,7 @@ from h5sidecar.catalog._extent import granule_extent
 from h5sidecar.catalog._item import GranuleInfo, build_item
 from h5sidecar.catalog._union import union_bbox
 from h5sidecar.catalog._validate import validate_tree
-from h5sidecar.errors import H5SidecarError
+from h5sidecar.errors import ErrorKind, H5SidecarError
 from h5sidecar.references import read_refs
 
 __all__ = ["ItemError", "CatalogResult", "build_catalog", "list_indexed"]
@@ -185,7 +185,7 @@ def _catalogue_one(
                             "check the sidecar with `h5sidecar verify`, re-index the granule "
                             "(h5sidecar index --force), then re-run `h5sidecar catalog`")
     if ext.start is None:
-        return ItemError(g.name, g.sidecar, "no_time",
+        return ItemError(g.name, g.sidecar, ErrorKind.NO_TIME,
                             "no time information: no decodable CF time variable and no "
                             "time_coverage_start attribute",
                             "add time_coverage_start/end global attributes or a CF time "

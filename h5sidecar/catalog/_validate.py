@@ -14,6 +14,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+# defined in the error tree (an H5SidecarError and a ValueError); re-exported here
+from h5sidecar.errors import STACValidationError
+
 __all__ = ["STACValidationError", "shipped_schemas", "validate_document", "validate_tree"]
 
 _STAC = "https://schemas.stacspec.org/v1.1.0"
@@ -36,14 +39,6 @@ _CORE = {
     "Catalog": f"{_STAC}/catalog-spec/json-schema/catalog.json",
     "Collection": f"{_STAC}/collection-spec/json-schema/collection.json",
 }
-
-
-class STACValidationError(ValueError):
-    """A STAC document does not validate; ``errors`` holds every schema violation."""
-
-    def __init__(self, message: str, errors: list[Any]) -> None:
-        super().__init__(message)
-        self.errors = errors
 
 
 @functools.cache

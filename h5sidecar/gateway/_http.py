@@ -11,7 +11,21 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import unquote_to_bytes
 
-from h5sidecar.errors import HTTP_STATUS, H5SidecarError, InvalidRequestError
+from h5sidecar.errors import (
+    ChunkDecodeError,
+    ErrorKind,
+    ForbiddenSourceError,
+    H5SidecarError,
+    IncompatibleGranulesError,
+    InvalidReferenceError,
+    InvalidRequestError,
+    NotHDF5Error,
+    NotIndexedError,
+    SourceNotFoundError,
+    SourceReadError,
+    StaleReferenceError,
+    UnsupportedFeatureError,
+)
 
 __all__ = [
     "STATUS",
@@ -31,19 +45,19 @@ __all__ = [
 class BadRequestError(InvalidRequestError):
     """The request path or a parameter is malformed or unsafe (path traversal, bad encoding)."""
 
-    kind = "bad_request"
+    kind = ErrorKind.BAD_REQUEST
 
 
 class KeyTooLongError(BadRequestError):
     """The request path is longer than ``max_key_length``."""
 
-    kind = "key_too_long"
+    kind = ErrorKind.KEY_TOO_LONG
 
 
 class RangeNotSatisfiableError(H5SidecarError, ValueError):
     """The ``Range`` asks for bytes past the end of the value, or for several ranges."""
 
-    kind = "range_not_satisfiable"
+    kind = ErrorKind.RANGE_NOT_SATISFIABLE
 
     def __init__(self, message: str, *, size: int) -> None:
         super().__init__(message)
@@ -53,27 +67,40 @@ class RangeNotSatisfiableError(H5SidecarError, ValueError):
 class ResponseTooLargeError(H5SidecarError, ValueError):
     """The response would exceed ``max_response_bytes``; ask for a part with ``Range``."""
 
-    kind = "response_too_large"
+    kind = ErrorKind.RESPONSE_TOO_LARGE
 
 
 class SaturatedError(H5SidecarError, OSError):
     """Too many requests wait for an upstream read; retry after ``retry_after`` seconds."""
 
-    kind = "saturated"
+    kind = ErrorKind.SATURATED
 
     def __init__(self, message: str, *, retry_after: int = 1) -> None:
         super().__init__(message)
         self.retry_after = retry_after
 
 
-#: HTTP status of every error class the gateway answers with (most specific class first).
+#: HTTP status of every error class the gateway answers with, in one table: the first class
+#: an error is an instance of wins, so a subclass comes before its bases.  The error classes
+#: know nothing of HTTP; this table is the only place statuses are chosen.
 STATUS: dict[type[H5SidecarError], int] = {
     KeyTooLongError: 414,
     BadRequestError: 400,
     RangeNotSatisfiableError: 416,
     ResponseTooLargeError: 413,
     SaturatedError: 503,
-    **HTTP_STATUS,
+    NotIndexedError: 404,
+    SourceNotFoundError: 404,
+    ForbiddenSourceError: 403,
+    InvalidReferenceError: 422,
+    IncompatibleGranulesError: 422,
+    InvalidRequestError: 400,
+    UnsupportedFeatureError: 501,
+    StaleReferenceError: 409,
+    NotHDF5Error: 422,
+    SourceReadError: 502,
+    ChunkDecodeError: 502,
+    H5SidecarError: 500,
 }
 
 

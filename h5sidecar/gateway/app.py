@@ -33,7 +33,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from h5sidecar._version import __version__
-from h5sidecar.errors import H5SidecarError, NotIndexedError
+from h5sidecar.errors import ErrorKind, H5SidecarError, NotIndexedError
 from h5sidecar.gateway._http import Admission, BadRequestError, SaturatedError, check_request_path
 from h5sidecar.gateway._landing import describe, preview, render_page, render_png
 from h5sidecar.gateway._openapi import openapi_document
@@ -142,9 +142,9 @@ class _Guard:
         method = scope["method"]
         allow = {"Allow": ", ".join(METHODS)}
         if method not in METHODS and not (method == "POST" and scope["path"] in POST_PATHS):
-            return JSONResponse({"error": "method_not_allowed", "message": f"{method} is not "
-                                 "allowed: the gateway is read-only (GET, HEAD, OPTIONS)"},
-                                405, headers=allow)  # fmt: skip
+            return JSONResponse({"error": ErrorKind.METHOD_NOT_ALLOWED,
+                                 "message": f"{method} is not allowed: the gateway is read-only "
+                                 "(GET, HEAD, OPTIONS)"}, 405, headers=allow)  # fmt: skip
         if method == "OPTIONS":  # not a CORS preflight (CORSMiddleware answers those)
             return Response(status_code=204, headers=allow)
         raw = scope.get("raw_path") or scope["path"].encode()
@@ -157,9 +157,9 @@ class _Guard:
             headers = dict(scope.get("headers") or [])
             scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
             if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self._token):
-                return JSONResponse({"error": "unauthorized", "message": "this gateway needs "
-                                     "'Authorization: Bearer <token>' (the --token it was "
-                                     "started with)"}, 401,
+                return JSONResponse({"error": ErrorKind.UNAUTHORIZED,
+                                     "message": "this gateway needs 'Authorization: Bearer "
+                                     "<token>' (the --token it was started with)"}, 401,
                                     headers={"WWW-Authenticate": 'Bearer realm="h5sidecar"'})  # fmt: skip
         return None
 
@@ -406,11 +406,11 @@ def create_app(
         if isinstance(exc, H5SidecarError):
             return _error(exc)
         if isinstance(exc, HTTPException):
-            return JSONResponse({"error": "http", "message": str(exc.detail)}, exc.status_code,
-                                headers=exc.headers)  # fmt: skip
+            return JSONResponse({"error": ErrorKind.HTTP, "message": str(exc.detail)},
+                                exc.status_code, headers=exc.headers)  # fmt: skip
         log.exception("unexpected error serving %s", request.url.path)
-        return JSONResponse({"error": "internal", "message": "internal error (logged by the "
-                             "gateway); please report it"}, 500)  # fmt: skip
+        return JSONResponse({"error": ErrorKind.INTERNAL, "message": "internal error (logged by "
+                             "the gateway); please report it"}, 500)  # fmt: skip
 
     app = Starlette(routes=routes, middleware=middleware,
                     exception_handlers={H5SidecarError: on_error, HTTPException: on_error,

@@ -10,7 +10,7 @@ from typing import Any, Literal
 import h5py
 import numpy as np
 
-from h5sidecar.errors import UnsupportedFeatureError
+from h5sidecar.errors import ErrorKind, UnsupportedFeatureError
 from h5sidecar.indexer._attrs import read_attrs
 from h5sidecar.indexer._common import H5PY_ERRORS, fail, reraise_io_failure
 from h5sidecar.indexer._dims import DimensionNamer, is_dimension_scale
@@ -111,7 +111,7 @@ def _hdf5_shape(dset: h5py.Dataset) -> tuple[int, ...]:
     shape = dset.shape
     if shape is None:
         fail(
-            "other",
+            ErrorKind.OTHER,
             "the dataset has a null dataspace (no shape and no values); Zarr arrays "
             "always have a shape",
         )
@@ -122,7 +122,7 @@ def _pipeline(dset: h5py.Dataset) -> tuple[dict[str, Any], ...]:
     try:
         return tuple(dict(c) for c in pipeline_for(dset))
     except UnsupportedFeatureError as exc:
-        fail("unsupported_filter", str(exc))
+        fail(ErrorKind.UNSUPPORTED_FILTER, str(exc))
 
 
 # -- layouts --------------------------------------------------------------------------------------
@@ -145,7 +145,7 @@ def _table(
         table = contiguous_table(dset, shape, itemsize, ctx.url, ctx.file_size, target)
         check_references(table, ctx.url, ctx.file_size)
         return table, ()
-    fail("unsupported_layout", f"HDF5 storage layout {layout} is not understood")
+    fail(ErrorKind.UNSUPPORTED_LAYOUT, f"HDF5 storage layout {layout} is not understood")
 
 
 def _reconcile_pipeline(
@@ -164,7 +164,7 @@ def _reconcile_pipeline(
         try:
             pipeline = tuple(dict(c) for c in chunk_pipeline(dset, chosen))
         except UnsupportedFeatureError as exc:
-            fail("unsupported_filter", str(exc))
+            fail(ErrorKind.UNSUPPORTED_FILTER, str(exc))
     else:
         pipeline = _pipeline(dset)
     notes = []
@@ -240,7 +240,7 @@ def index_dataset(entry: DatasetEntry, ctx: IndexContext) -> ArrayRefs:
     dset = entry.dset
     if _netcdf_dimension_only(dset):
         fail(
-            "other",
+            ErrorKind.OTHER,
             "netCDF-4 dimension without a variable: HDF5 holds no values for it and "
             "netCDF readers hide it; its name is kept as a dimension name",
         )
@@ -249,7 +249,10 @@ def index_dataset(entry: DatasetEntry, ctx: IndexContext) -> ArrayRefs:
     plan = plan_dtype(dset)
     if layout == h5py.h5d.VIRTUAL:
         if plan.mode != "raw":
-            fail("virtual_dataset", f"virtual dataset of values HDF5 must convert ({plan.note})")
+            fail(
+                ErrorKind.VIRTUAL_DATASET,
+                f"virtual dataset of values HDF5 must convert ({plan.note})",
+            )
         hshape = vds_extent(dset, ctx.url, ctx.open_h5)
     shape = hshape + plan.extra_shape
     attrs = read_attrs(dset, ctx.deref, is_scale=is_dimension_scale(dset))

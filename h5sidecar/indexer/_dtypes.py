@@ -25,6 +25,7 @@ import h5py
 import numpy as np
 from h5py import h5t
 
+from h5sidecar.errors import ErrorKind
 from h5sidecar.indexer._common import H5PY_ERRORS, describe_h5_error, fail, reraise_io_failure
 from h5sidecar.indexer._structured import structured_json
 
@@ -232,7 +233,7 @@ def zarr_dtype_json(dt: np.dtype) -> tuple[str | list[Any], np.dtype, str]:
         json_form, note, np_dtype = dt.str, "", dt
     _check_zarr_reads(json_form)
     if np_dtype.itemsize != dt.itemsize:  # pragma: no cover - structured_json guarantees it
-        fail("unsupported_dtype", f"dtype {dt} changed size when expressed for Zarr")
+        fail(ErrorKind.UNSUPPORTED_DTYPE, f"dtype {dt} changed size when expressed for Zarr")
     return json_form, np_dtype, note
 
 
@@ -242,7 +243,10 @@ def _check_zarr_reads(json_form: str | list[Any]) -> None:
     try:
         get_data_type_from_json({"name": json_form, "object_codec_id": None}, zarr_format=2)
     except (ValueError, TypeError, KeyError) as exc:
-        fail("unsupported_dtype", f"zarr 3.1 cannot read the Zarr v2 dtype {json_form!r} ({exc})")
+        fail(
+            ErrorKind.UNSUPPORTED_DTYPE,
+            f"zarr 3.1 cannot read the Zarr v2 dtype {json_form!r} ({exc})",
+        )
 
 
 # -- the plan ------------------------------------------------------------------------------------
@@ -251,7 +255,9 @@ def _h5py_dtype(dset: h5py.Dataset) -> np.dtype:
         return dset.dtype
     except H5PY_ERRORS as exc:
         reraise_io_failure(exc)
-        fail("unsupported_dtype", f"h5py cannot map the datatype ({describe_h5_error(exc)})")
+        fail(
+            ErrorKind.UNSUPPORTED_DTYPE, f"h5py cannot map the datatype ({describe_h5_error(exc)})"
+        )
 
 
 def enum_mapping(dset: h5py.Dataset) -> dict[str, int] | None:
@@ -281,7 +287,7 @@ def plan_dtype(dset: h5py.Dataset) -> DtypePlan:
     dt = _h5py_dtype(dset)
     why = _unsupported(tid, top=True)
     if why:
-        fail("unsupported_dtype", f"{why} (HDF5 type {dt})")
+        fail(ErrorKind.UNSUPPORTED_DTYPE, f"{why} (HDF5 type {dt})")
     extra: tuple[int, ...] = ()
     base_tid, base_dt = tid, dt
     if tid.get_class() == h5t.ARRAY and dt.subdtype is not None:

@@ -22,7 +22,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from h5sidecar.errors import SourceNotFoundError
+from h5sidecar.errors import ErrorKind, SourceNotFoundError
 from h5sidecar.indexer._common import fail
 from h5sidecar.indexer._layout import ChunkTable
 
@@ -57,7 +57,7 @@ def resolve_external(name: str, granule_url: str) -> str:
     if granule_url.startswith("s3://"):
         if name.startswith("/"):
             fail(
-                "external_storage",
+                ErrorKind.EXTERNAL_STORAGE,
                 f"the raw data file {name!r} is an absolute local path, which cannot be resolved "
                 f"next to {granule_url}; store it beside the granule under a relative name",
             )
@@ -119,10 +119,13 @@ def external_table(
             break
         bounds.append(pos)
     if pos < total:
-        fail("external_storage", f"the external segments hold {pos} bytes, the data need {total}")
+        fail(
+            ErrorKind.EXTERNAL_STORAGE,
+            f"the external segments hold {pos} bytes, the data need {total}",
+        )
     if any(b % row_bytes for b in bounds):
         fail(
-            "external_storage",
+            ErrorKind.EXTERNAL_STORAGE,
             "an external segment boundary falls inside a row of the array, so no chunking keeps "
             "chunks inside one file",
         )
@@ -132,14 +135,14 @@ def external_table(
             size = int(identity(url)["size"])
         except SourceNotFoundError:
             fail(
-                "external_storage",
+                ErrorKind.EXTERNAL_STORAGE,
                 f"the raw data file {url} does not exist (named "
                 f"{seg.name!r} in the dataset); put it beside the granule",
             )
         end = seg.offset + (seg.size if seg.size != _UNLIMITED else total)
         if size < min(end, seg.offset + total):
             fail(
-                "external_storage",
+                ErrorKind.EXTERNAL_STORAGE,
                 f"the raw data file {url} has {size} bytes, the dataset needs bytes up to {end}",
             )
     rows = _rows_per_chunk([b // row_bytes for b in bounds], n_rows, row_bytes, target)

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from h5sidecar.errors import ErrorKind
 from h5sidecar.indexer._common import fail
 from h5sidecar.references import INLINE, MISSING, ArrayRefs, ChunkManifest
 from h5sidecar.references._cf import cf_fill_value, reads_as_storage_fill
@@ -61,7 +62,7 @@ def materialize_missing(arr: ArrayRefs, fill_raw: bytes | None, limit: int) -> A
     total = len(encoded) * manifest.n_missing
     if total > limit:
         fail(
-            "too_large_to_materialize",
+            ErrorKind.TOO_LARGE_TO_MATERIALIZE,
             f"{manifest.n_missing} never-written chunk(s) must be stored in the sidecar "
             f"({total} bytes) so that Zarr readers read them as the HDF5 fill value "
             f"{meta.fill_value!r}, over the materialize limit of {limit} bytes; raise "
@@ -107,7 +108,7 @@ def _encode_fill_chunk(arr: ArrayRefs, filters: tuple[dict[str, Any], ...], fill
             data = numcodecs.get_codec(dict(config)).encode(data)
     except (NotImplementedError, ValueError, TypeError, RuntimeError) as exc:
         fail(
-            "unsupported_filter",
+            ErrorKind.UNSUPPORTED_FILTER,
             f"never-written chunks must be stored in the sidecar as the HDF5 fill value "
             f"{arr.meta.fill_value!r}, but codec pipeline {list(filters)!r} cannot encode: {exc}",
         )

@@ -13,7 +13,7 @@ from typing import Any
 
 import h5py
 
-from h5sidecar.errors import H5SidecarError, UnsupportedFeatureError
+from h5sidecar.errors import ErrorKind, H5SidecarError, UnsupportedFeatureError
 from h5sidecar.indexer._attrs import read_attrs
 from h5sidecar.indexer._checksums import manifest_checksums
 from h5sidecar.indexer._common import (
@@ -37,7 +37,7 @@ __all__ = ["BENIGN_KINDS", "index_open_granule"]
 log = logging.getLogger("h5sidecar.indexer")
 
 #: Skips that lose no data (a dangling link has none); ``on_unsupported="raise"`` ignores them.
-BENIGN_KINDS = frozenset({"soft_link_dangling"})
+BENIGN_KINDS = frozenset({ErrorKind.SOFT_LINK_DANGLING})
 
 #: Reasons starting like this lose no data either (duplicates, dimension-only datasets).
 _BENIGN_PREFIXES = (
@@ -104,7 +104,7 @@ def _failure(exc: Exception, path: str, settings: IndexSettings) -> Skipped:
     if isinstance(exc, H5PY_ERRORS):
         reraise_io_failure(exc)
         if raised_by_h5py(exc):
-            failed = Skip("unreadable", f"HDF5 failed on it: {describe_h5_error(exc)}")
+            failed = Skip(ErrorKind.UNREADABLE, f"HDF5 failed on it: {describe_h5_error(exc)}")
             return _record(failed, path, settings)
     if isinstance(exc, (H5SidecarError, MemoryError)) or settings.on_unsupported == "raise":
         raise exc
@@ -113,7 +113,7 @@ def _failure(exc: Exception, path: str, settings: IndexSettings) -> Skipped:
     log.warning("indexing %s failed with an unexpected error", path, exc_info=exc)
     return Skipped(
         path,
-        "internal_error",
+        ErrorKind.INTERNAL_ERROR,
         f"an unexpected error inside h5sidecar{where} ({describe_h5_error(exc)}); the rest of "
         "the granule was indexed: report this with the file, or index with "
         "on_unsupported='raise' to get the traceback",

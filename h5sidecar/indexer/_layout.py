@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import h5py
 import numpy as np
 
+from h5sidecar.errors import ErrorKind
 from h5sidecar.indexer._common import fail
 from h5sidecar.indexer._earray import swizzled_unlimited_dim, unswizzle_positions
 from h5sidecar.references import MISSING
@@ -57,7 +58,7 @@ class ChunkTable:
         n = math.prod(grid)
         if n > MAX_GRID_CHUNKS:
             fail(
-                "unsupported_layout",
+                ErrorKind.UNSUPPORTED_LAYOUT,
                 f"the chunk grid has {n} positions ({grid}, chunks {chunks}), more than the "
                 f"{MAX_GRID_CHUNKS} a dense manifest holds; rechunk the source with larger chunks",
             )

@@ -24,6 +24,7 @@ import numcodecs
 import numpy as np
 from numcodecs.compat import ensure_bytes
 
+from h5sidecar.errors import ErrorKind
 from h5sidecar.indexer._common import H5PY_ERRORS, describe_h5_error, fail, reraise_io_failure
 from h5sidecar.indexer._dtypes import DtypePlan
 from h5sidecar.references import INLINE
@@ -63,7 +64,7 @@ def encode_chunk(data: np.ndarray, pipeline: Sequence[Config]) -> bytes:
             buf = codec.encode(buf)
         except NotImplementedError:
             fail(
-                "unsupported_filter",
+                ErrorKind.UNSUPPORTED_FILTER,
                 f"a chunk must be re-encoded with codec {cfg.get('id')!r}, which cannot encode",
             )
     return ensure_bytes(buf) if not isinstance(buf, bytes) else buf
@@ -84,7 +85,7 @@ def _read(dset: h5py.Dataset, selection: Any, what: str) -> Any:
         return dset[selection]
     except H5PY_ERRORS as exc:
         reraise_io_failure(exc)
-        fail("unreadable", f"HDF5 cannot read {what}: {describe_h5_error(exc)}")
+        fail(ErrorKind.UNREADABLE, f"HDF5 cannot read {what}: {describe_h5_error(exc)}")
 
 
 def materialize_chunks(
@@ -197,7 +198,7 @@ def materialize_variable(
     per_item = plan.np_dtype.itemsize if plan.np_dtype.kind != "O" else 8
     if n * per_item > limit:
         fail(
-            "too_large_to_materialize",
+            ErrorKind.TOO_LARGE_TO_MATERIALIZE,
             f"decoding it would hold {n * per_item} bytes in the "
             f"sidecar, above materialize_limit={limit}; raise the limit to include it",
         )
@@ -219,7 +220,7 @@ def materialize_variable(
         total += len(inline[flat])
         if total > limit:
             fail(
-                "too_large_to_materialize",
+                ErrorKind.TOO_LARGE_TO_MATERIALIZE,
                 f"its encoded values exceed materialize_limit={limit}"
                 " bytes; raise the limit to include it",
             )

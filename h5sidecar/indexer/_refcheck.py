@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from h5sidecar.errors import ErrorKind
 from h5sidecar.indexer._common import fail
 from h5sidecar.indexer._layout import ChunkTable
 
@@ -36,7 +37,7 @@ def check_references(table: ChunkTable, url: str, size: int) -> None:
         return
     index = tuple(int(i) for i in np.argwhere(outside)[0])
     fail(
-        "unreadable",
+        ErrorKind.UNREADABLE,
         f"corrupt chunk index: {int(outside.sum())} chunk reference(s) lie past the end of the "
         f"{size}-byte file, the first, chunk {index}, at bytes {int(offsets[index])}+"
         f"{int(lengths[index])}; re-stage the file from its origin",

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from h5sidecar.errors import ErrorKind
 from h5sidecar.indexer._common import fail
 
 __all__ = ["escape_member", "structured_json"]
@@ -92,7 +93,8 @@ def structured_json(dt: np.dtype) -> tuple[list[Any], str]:
     leaves = sorted(_leaves(dt, "", 0, escape=not flat), key=lambda leaf: leaf[2])
     if len(leaves) > MAX_FIELDS:
         fail(
-            "unsupported_dtype", f"compound type flattens to {len(leaves)} fields (> {MAX_FIELDS})"
+            ErrorKind.UNSUPPORTED_DTYPE,
+            f"compound type flattens to {len(leaves)} fields (> {MAX_FIELDS})"
         )
     fields: list[Any] = []
     names: set[str] = set()
@@ -100,12 +102,18 @@ def structured_json(dt: np.dtype) -> tuple[list[Any], str]:
     pads = 0
     for name, ldt, off in leaves:
         if off < pos:
-            fail("unsupported_dtype", f"compound member {name!r} overlaps the previous member")
+            fail(
+                ErrorKind.UNSUPPORTED_DTYPE,
+                f"compound member {name!r} overlaps the previous member",
+            )
         if off > pos:
             fields.append([f"_pad{pos}", f"|V{off - pos}"])
             pads += 1
         if name in names or name.startswith("_pad"):
-            fail("unsupported_dtype", f"compound member name {name!r} is ambiguous once flattened")
+            fail(
+                ErrorKind.UNSUPPORTED_DTYPE,
+                f"compound member name {name!r} is ambiguous once flattened",
+            )
         names.add(name)
         fields.append([name, ldt.str])
         pos = off + ldt.itemsize

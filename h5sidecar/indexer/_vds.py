@@ -27,7 +27,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from h5sidecar.errors import NotHDF5Error, SourceNotFoundError
+from h5sidecar.errors import ErrorKind, NotHDF5Error, SourceNotFoundError
 from h5sidecar.indexer._common import H5PY_ERRORS, fail, reraise_io_failure
 from h5sidecar.indexer._dtypes import plan_dtype
 from h5sidecar.indexer._external import resolve_external
@@ -73,7 +73,10 @@ class _Blocks:
             self.all = True
             return
         if kind != h5py.h5s.SEL_HYPERSLABS or not space.is_regular_hyperslab():
-            fail("virtual_dataset", "a virtual mapping selects something other than whole blocks")
+            fail(
+                ErrorKind.VIRTUAL_DATASET,
+                "a virtual mapping selects something other than whole blocks",
+            )
         self.all = False
         start, stride, count, block = space.get_regular_hyperslab()
         self.start = tuple(int(v) for v in start)
@@ -85,7 +88,10 @@ class _Blocks:
             len(self.unlimited) > 1
             or any(c != 1 for d, c in enumerate(self.count) if d != self.unlimited[0])
         ):
-            fail("virtual_dataset", "an unlimited mapping repeats along more than one dimension")
+            fail(
+                ErrorKind.VIRTUAL_DATASET,
+                "an unlimited mapping repeats along more than one dimension",
+            )
 
     def n_within(self, extent: tuple[int, ...]) -> int:
         """How many blocks start inside ``extent``."""
@@ -121,7 +127,7 @@ def _source_dataset(url: str, name: str, opener: Opener) -> h5py.Dataset | None:
     except SourceNotFoundError:
         return None  # HDF5 reads a missing source as the fill value too
     except NotHDF5Error as exc:
-        fail("virtual_dataset", f"the source file {url} cannot be opened: {exc}")
+        fail(ErrorKind.VIRTUAL_DATASET, f"the source file {url} cannot be opened: {exc}")
     try:
         obj = h5.get(name)
     except H5PY_ERRORS as exc:
@@ -153,7 +159,7 @@ def _require_a_source(dset: h5py.Dataset, granule_url: str, opener: Opener) -> N
     if count:
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
         fail(
-            "virtual_dataset",
+            ErrorKind.VIRTUAL_DATASET,
             f"none of its {count} source dataset(s) can be found ({shown}), so HDF5 would read "
             "it as fill values only (with no extent along an unlimited dimension); put the "
             "source files beside the granule (paths are relative to it) and index it again",
@@ -222,7 +228,9 @@ def vds_pieces(dset: h5py.Dataset, shape: tuple[int, ...]) -> list[Piece]:
                 # with a %b pattern every block has its own source: its selection's first block
                 sstart, sshape = sblocks[0 if pattern else b]
                 if sshape != vshape:
-                    fail("virtual_dataset", "virtual and source selections have other blocks")
+                    fail(
+                        ErrorKind.VIRTUAL_DATASET, "virtual and source selections have other blocks"
+                    )
             pieces.append(
                 Piece(vstart, vshape, _expand(fname, b), _expand(dname, b), sstart, rows_of_all)
             )
@@ -246,7 +254,7 @@ def _open_sources(pieces: list[Piece], granule_url: str, opener: Opener) -> list
 
 def _common(values: list[Any], what: str) -> Any:
     if any(v != values[0] for v in values[1:]):
-        fail("virtual_dataset", f"the source datasets differ in {what}")
+        fail(ErrorKind.VIRTUAL_DATASET, f"the source datasets differ in {what}")
     return values[0]
 
 
@@ -276,10 +284,12 @@ def vds_table(
         return table, (), None
     src_dtype = _common([s.dset.dtype for s in sources if s.dset is not None], "dtype")
     if src_dtype != dset.dtype and src_dtype.newbyteorder("=") != dset.dtype.newbyteorder("="):
-        fail("virtual_dataset", f"sources hold {src_dtype}, the virtual dataset {dset.dtype}")
+        fail(
+            ErrorKind.VIRTUAL_DATASET, f"sources hold {src_dtype}, the virtual dataset {dset.dtype}"
+        )
     for s in sources:
         if plan_dtype(s.dset).mode != "raw":
-            fail("virtual_dataset", "source values are not addressable in place")
+            fail(ErrorKind.VIRTUAL_DATASET, "source values are not addressable in place")
     pipeline = _common([tuple(pipeline_for(s.dset)) for s in sources], "filter pipeline")
     zchunks, slab = _zarr_chunks(sources, shape, pipeline)
     table = _assemble(dset, shape, zchunks, slab, sources, pipeline)
@@ -315,11 +325,13 @@ def _zarr_chunks(
     datasets = [s.dset for s in sources if s.dset is not None]
     for s, d in zip(sources, datasets, strict=True):
         if s.piece.rows_of_all and tuple(d.shape[1:]) != s.piece.shape[1:]:
-            fail("virtual_dataset", "blocks read a whole source in an order that is not rows")
+            fail(
+                ErrorKind.VIRTUAL_DATASET, "blocks read a whole source in an order that is not rows"
+            )
     if not _common([d.chunks is not None for d in datasets], "layout"):
         for s, d in zip(sources, datasets, strict=True):
             if s.piece.sstart not in (None, (0,) * len(shape)) or s.piece.shape != d.shape:
-                fail("virtual_dataset", "a block maps part of a contiguous source dataset")
+                fail(ErrorKind.VIRTUAL_DATASET, "a block maps part of a contiguous source dataset")
         return _common([s.piece.shape for s in sources], "block shape"), False
     chunks = _common([tuple(d.chunks) for d in datasets], "chunk shape")
     if all(_aligned(s, chunks, shape) for s in sources):
@@ -334,7 +346,10 @@ def _zarr_chunks(
         and all(_aligned(s, block, shape) for s in sources)
     ):
         return block, True
-    fail("virtual_dataset", f"the mapped blocks do not line up with the source chunks {chunks}")
+    fail(
+        ErrorKind.VIRTUAL_DATASET,
+        f"the mapped blocks do not line up with the source chunks {chunks}",
+    )
 
 
 def _assemble(
@@ -379,7 +394,10 @@ def _assemble(
                     table.inline[int(np.ravel_multi_index(vidx, table.grid))] = fills[fill_raw]
                 continue
             if st.masks[sidx]:
-                fail("virtual_dataset", "a source chunk is stored with another filter pipeline")
+                fail(
+                    ErrorKind.VIRTUAL_DATASET,
+                    "a source chunk is stored with another filter pipeline",
+                )
             table.codes[vidx] = code
             table.offsets[vidx] = int(st.offsets[sidx]) + int(within[0]) * row_bytes
             table.lengths[vidx] = (

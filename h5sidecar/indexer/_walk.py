@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import h5py
 
-from h5sidecar.errors import NotHDF5Error
+from h5sidecar.errors import ErrorKind, NotHDF5Error
 from h5sidecar.indexer._common import H5PY_ERRORS, describe_h5_error, reraise_io_failure
-from h5sidecar.references import Skipped
+from h5sidecar.references import SkipKind, Skipped
 
 __all__ = ["DatasetEntry", "Hierarchy", "ObjectKey", "escape_name", "object_key", "walk"]
 
@@ -130,8 +130,8 @@ class _Walker:
         self.out = Hierarchy()
         self.soft_datasets: list[tuple[str, str, h5py.Dataset]] = []
 
-    def skip(self, path: str, kind: str, reason: str) -> None:
-        self.out.skipped.append(Skipped(path, kind, reason))  # type: ignore[arg-type]
+    def skip(self, path: str, kind: SkipKind, reason: str) -> None:
+        self.out.skipped.append(Skipped(path, kind, reason))
 
     def children(self, group: h5py.Group, gpath: str) -> Iterator[tuple[str, h5py.Group]]:
         """Handle every link of ``group``; yield the subgroups to descend into."""
@@ -140,7 +140,8 @@ class _Walker:
         except H5PY_ERRORS as exc:
             reraise_io_failure(exc)  # includes NotHDF5Error for the root group
             self.skip(
-                gpath, "unreadable", f"the group's links cannot be read: {describe_h5_error(exc)}"
+                gpath, ErrorKind.UNREADABLE,
+                f"the group's links cannot be read: {describe_h5_error(exc)}"
             )
             return
         taken = {n for n in names if isinstance(n, str)}
@@ -150,7 +151,7 @@ class _Walker:
                 if escape_name(name) in taken:
                     self.skip(
                         path,
-                        "other",
+                        ErrorKind.OTHER,
                         f"the HDF5 name {name!r} is not UTF-8 and its escaped form is the name "
                         "of another link of the group",
                     )
@@ -161,7 +162,9 @@ class _Walker:
                 ltype = _link_type(group, name)
             except H5PY_ERRORS as exc:
                 reraise_io_failure(exc)
-                self.skip(path, "unreadable", f"the link cannot be read: {describe_h5_error(exc)}")
+                self.skip(
+                    path, ErrorKind.UNREADABLE, f"the link cannot be read: {describe_h5_error(exc)}"
+                )
                 continue
             if ltype == h5py.h5l.TYPE_HARD:
                 yield from self.hard(group, name, path)
@@ -172,7 +175,7 @@ class _Walker:
             else:
                 self.skip(
                     path,
-                    "other",
+                    ErrorKind.OTHER,
                     f"user-defined link (type {ltype}) cannot be followed; "
                     "only hard, soft and external links are understood",
                 )
@@ -183,14 +186,16 @@ class _Walker:
             key = object_key(obj)
         except H5PY_ERRORS as exc:
             reraise_io_failure(exc)
-            self.skip(path, "unreadable", f"HDF5 cannot open the object: {describe_h5_error(exc)}")
+            self.skip(
+                path, ErrorKind.UNREADABLE, f"HDF5 cannot open the object: {describe_h5_error(exc)}"
+            )
             return
         first = self.out.canonical.setdefault(key, path)
         if isinstance(obj, h5py.Group):
             if first != path:
                 self.skip(
                     path,
-                    "other",
+                    ErrorKind.OTHER,
                     f"second hard link to the group {first!r} (indexed "
                     "there); not descended again, which also stops link cycles",
                 )
@@ -208,18 +213,23 @@ class _Walker:
             target = escape_name(group.id.links.get_val(_raw(name)))
         except H5PY_ERRORS as exc:
             reraise_io_failure(exc)
-            self.skip(path, "unreadable", f"the soft link cannot be read: {describe_h5_error(exc)}")
+            self.skip(
+                path, ErrorKind.UNREADABLE,
+                f"the soft link cannot be read: {describe_h5_error(exc)}",
+            )
             return
         try:
             obj = group[name]
         except KeyError:
-            self.skip(path, "soft_link_dangling", f"soft link to {target!r}, which does not exist")
+            self.skip(
+                path, ErrorKind.SOFT_LINK_DANGLING, f"soft link to {target!r}, which does not exist"
+            )
             return
         except H5PY_ERRORS as exc:
             reraise_io_failure(exc)
             self.skip(
                 path,
-                "unreadable",
+                ErrorKind.UNREADABLE,
                 f"soft link to {target!r} cannot be resolved: {describe_h5_error(exc)}",
             )
             return
@@ -229,7 +239,7 @@ class _Walker:
         elif isinstance(obj, h5py.Group):
             self.skip(
                 path,
-                "other",
+                ErrorKind.OTHER,
                 f"soft link to the group {target!r}; its contents are "
                 "indexed under the target, not repeated here",
             )
@@ -243,7 +253,7 @@ class _Walker:
             where = f"(unreadable link value: {describe_h5_error(exc)})"
         self.skip(
             path,
-            "external_link",
+            ErrorKind.EXTERNAL_LINK,
             f"external link to {where}; links into other files "
             "are not followed: index that file separately",
         )

@@ -24,11 +24,11 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 import numpy as np
 
-from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.errors import ErrorKind, InvalidReferenceError
 from h5sidecar.references._model import GranuleRefs, SkipKind, Skipped, SourceInfo
 from h5sidecar.references._zmeta import KEEP
 
@@ -187,4 +187,4 @@ def _parse_skipped(s: Any) -> Skipped:
         raise InvalidReferenceError(f"skipped entry {s!r} needs string path, kind and reason")
     if s["kind"] not in _SKIP_KINDS:
         raise InvalidReferenceError(f"skipped entry {s['path']!r}: unknown kind {s['kind']!r}")
-    return Skipped(path=s["path"], kind=s["kind"], reason=s["reason"])
+    return Skipped(path=s["path"], kind=cast(SkipKind, ErrorKind(s["kind"])), reason=s["reason"])

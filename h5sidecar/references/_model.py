@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.errors import ErrorKind, InvalidReferenceError
 from h5sidecar.references._cf import cf_fill_value, encode_fill_attr
 from h5sidecar.references._manifest import ChunkManifest, chunk_grid_shape
 
@@ -39,19 +39,20 @@ __all__ = [
 #: How a variable is represented: byte ranges into the source, bytes held in the sidecar, or not.
 VariableStatus = Literal["virtual", "inlined", "skipped"]
 
-#: Why a variable was skipped (append-only).
+#: Why a variable was skipped: the skip codes of :class:`~h5sidecar.errors.ErrorKind`
+#: (append-only, like every kind).
 SkipKind = Literal[
-    "unsupported_filter",
-    "unsupported_dtype",
-    "unsupported_layout",
-    "external_link",
-    "soft_link_dangling",
-    "virtual_dataset",
-    "external_storage",
-    "unreadable",
-    "too_large_to_materialize",
-    "other",
-    "internal_error",
+    ErrorKind.UNSUPPORTED_FILTER,
+    ErrorKind.UNSUPPORTED_DTYPE,
+    ErrorKind.UNSUPPORTED_LAYOUT,
+    ErrorKind.EXTERNAL_LINK,
+    ErrorKind.SOFT_LINK_DANGLING,
+    ErrorKind.VIRTUAL_DATASET,
+    ErrorKind.EXTERNAL_STORAGE,
+    ErrorKind.UNREADABLE,
+    ErrorKind.TOO_LARGE_TO_MATERIALIZE,
+    ErrorKind.OTHER,
+    ErrorKind.INTERNAL_ERROR,
 ]
 
 

@@ -31,6 +31,7 @@ from concurrent.futures import Executor, Future
 from dataclasses import replace
 from typing import Any
 
+from h5sidecar.errors import ErrorKind
 from h5sidecar.workflows._report import ErrorRecord, GranuleResult, error_record
 
 __all__ = [
@@ -44,7 +45,7 @@ __all__ = [
 log = logging.getLogger("h5sidecar.workflows")
 
 #: Error kinds worth another attempt (the same granule may well succeed a moment later).
-TRANSIENT_KINDS = frozenset({"source_read", "stale_reference"})
+TRANSIENT_KINDS = frozenset({ErrorKind.SOURCE_READ, ErrorKind.STALE_REFERENCE})
 
 
 def run_with_retries(
@@ -74,8 +75,8 @@ def run_with_retries(
 
 
 def _crashed(url: str, sidecar: str, exc: BaseException) -> GranuleResult:
-    base = error_record(exc, kind="worker_crashed")
-    err = ErrorRecord(kind="worker_crashed", type=type(exc).__name__, hint=base.hint,
+    base = error_record(exc, kind=ErrorKind.WORKER_CRASHED)
+    err = ErrorRecord(kind=ErrorKind.WORKER_CRASHED, type=type(exc).__name__, hint=base.hint,
                       message=f"every worker that tried {url} died ({exc})")
     return GranuleResult(url=url, sidecar=sidecar, status="failed", error=err)
 

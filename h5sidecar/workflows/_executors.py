@@ -35,6 +35,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from h5sidecar.errors import ErrorKind
 from h5sidecar.workflows._report import ErrorRecord, GranuleResult, error_record
 
 __all__ = ["ExecutorSpec", "SerialExecutor", "Task", "process_pool", "run_tasks"]
@@ -297,14 +298,14 @@ def _timed_out(task: Task, limit: float) -> GranuleResult:
         f"indexing {task.url} was still running after {limit:g} s (max_granule_seconds plus a "
         "grace period); its worker process was ended"
     )
-    err = error_record(TimeoutError(message), kind="timeout")
+    err = error_record(TimeoutError(message), kind=ErrorKind.TIMEOUT)
     return GranuleResult(url=task.url, sidecar=task.sidecar, status="failed", error=err)
 
 
 def _failure(task: Task, exc: BaseException) -> GranuleResult:
     """A failed result for a task whose call raised instead of returning a result."""
     if isinstance(exc, BrokenProcessPool):
-        err = error_record(exc, kind="worker_crashed")
+        err = error_record(exc, kind=ErrorKind.WORKER_CRASHED)
         err = ErrorRecord(
             kind=err.kind,
             message=f"the worker process died while indexing {task.url} ({exc})",
@@ -316,9 +317,9 @@ def _failure(task: Task, exc: BaseException) -> GranuleResult:
         # a bug: keep the batch going, record the traceback for the bug report.
         log.error("unexpected error indexing %s:\n%s", task.url, "".join(
             traceback.format_exception(exc)))
-        err = error_record(exc, kind="bug")
+        err = error_record(exc, kind=ErrorKind.BUG)
         err = ErrorRecord(
-            kind="bug", message=f"{type(exc).__name__}: {exc}", hint=err.hint, type=err.type
+            kind=ErrorKind.BUG, message=f"{type(exc).__name__}: {exc}", hint=err.hint, type=err.type
         )
     return GranuleResult(url=task.url, sidecar=task.sidecar, status="failed", error=err)
 

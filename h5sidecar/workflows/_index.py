@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from h5sidecar._version import __version__
-from h5sidecar.errors import H5SidecarError
+from h5sidecar.errors import ErrorKind, H5SidecarError
 from h5sidecar.indexer import index_granule
 from h5sidecar.references import GranuleRefs, SourceInfo, write_refs
 from h5sidecar.settings import IndexSettings
@@ -139,7 +139,9 @@ def index_one(
             status="failed",
             source=None if listed is None else listed.to_dict(),
             seconds=seconds,
-            error=error_record(exc, kind="memory" if isinstance(exc, MemoryError) else None),
+            error=error_record(
+                exc, kind=ErrorKind.MEMORY if isinstance(exc, MemoryError) else None
+            ),
         )
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from h5sidecar.errors import H5SidecarError, InvalidReferenceError
+from h5sidecar.errors import ErrorKind, H5SidecarError, InvalidReferenceError
 from h5sidecar.workflows._listing import filesystem, is_remote, join_url, normalize_url
 
 __all__ = [
@@ -39,39 +39,44 @@ REPORT_NAME = "_report.json"
 REPORT_VERSION = 1
 
 #: Skip kind of a variable lost to an unexpected error: its granule is reported as partial.
-PARTIAL_KIND = "internal_error"
+PARTIAL_KIND = ErrorKind.INTERNAL_ERROR
 
 #: Outcome of one granule in a run.
 GranuleStatus = Literal["ok", "failed", "up_to_date"]
 
 #: What to do about each kind of failure (``kind`` codes of :mod:`h5sidecar.errors`).
 _HINTS: dict[str, str] = {
-    "not_hdf5": "the object is not a readable HDF5/netCDF-4 file (truncated, corrupt or another "
-    "format): re-stage it from its origin, or leave it out with --pattern",
-    "unsupported": "a variable cannot be expressed as Zarr references: re-run with "
+    ErrorKind.NOT_HDF5: "the object is not a readable HDF5/netCDF-4 file (truncated, corrupt or "
+    "another format): re-stage it from its origin, or leave it out with --pattern",
+    ErrorKind.UNSUPPORTED: "a variable cannot be expressed as Zarr references: re-run with "
     "--on-unsupported skip to index the rest and record the variable as skipped",
-    "source_read": "reading the object failed: check the network, endpoint and credentials, then "
-    "re-run (finished granules are not redone)",
-    "stale_reference": "the object changed while it was being indexed: re-run to index its "
-    "current version",
-    "forbidden_source": "the object lies outside the allowed source prefixes: allow it or move it",
-    "invalid_reference": "a reference could not be built or written consistently: re-run with "
-    "--force for this granule and report the file if it persists",
-    "source_not_found": "the object disappeared after listing: re-run to refresh the listing",
-    "os_error": "the operating system refused a read or write: check that the source is "
+    ErrorKind.SOURCE_READ: "reading the object failed: check the network, endpoint and "
+    "credentials, then re-run (finished granules are not redone)",
+    ErrorKind.STALE_REFERENCE: "the object changed while it was being indexed: re-run to index "
+    "its current version",
+    ErrorKind.FORBIDDEN_SOURCE: "the object lies outside the allowed source prefixes: allow it or "
+    "move it",
+    ErrorKind.INVALID_REFERENCE: "a reference could not be built or written consistently: re-run "
+    "with --force for this granule and report the file if it persists",
+    ErrorKind.SOURCE_NOT_FOUND: "the object disappeared after listing: re-run to refresh the "
+    "listing",
+    ErrorKind.OS_ERROR: "the operating system refused a read or write: check that the source is "
     "readable and the destination writable (permissions, free space), then re-run",
-    "worker_crashed": "the worker process died while indexing this granule (the HDF5 library "
-    "can crash on corrupt files): check the file with h5dump, re-stage it, or leave it out",
-    "corrupt": "the file is HDF5 but its structures are damaged: check it with h5dump, re-stage "
-    "it from its origin, or leave it out with --pattern",
-    "limit_exceeded": "reading the file went past a per-granule bound (its metadata loops: a "
-    "corrupt file): check it with h5dump; raise the H5SIDECAR_MAX_HDF5_* setting only for a "
-    "file known to be sound",
-    "memory": "indexing the granule needed more memory than H5SIDECAR_MAX_WORKER_MEMORY (most "
-    "likely a corrupt file claiming huge structures): check it with h5dump, or raise the limit",
-    "timeout": "the granule took longer than H5SIDECAR_MAX_GRANULE_SECONDS (a slow source or a "
-    "corrupt file): re-run, or raise the limit for large granules on slow storage",
-    "bug": "an unexpected error inside h5sidecar: re-run with -v and report it with the file",
+    ErrorKind.WORKER_CRASHED: "the worker process died while indexing this granule (the HDF5 "
+    "library can crash on corrupt files): check the file with h5dump, re-stage it, or leave it "
+    "out",
+    ErrorKind.CORRUPT: "the file is HDF5 but its structures are damaged: check it with h5dump, "
+    "re-stage it from its origin, or leave it out with --pattern",
+    ErrorKind.LIMIT_EXCEEDED: "reading the file went past a per-granule bound (its metadata "
+    "loops: a corrupt file): check it with h5dump; raise the H5SIDECAR_MAX_HDF5_* setting only "
+    "for a file known to be sound",
+    ErrorKind.MEMORY: "indexing the granule needed more memory than H5SIDECAR_MAX_WORKER_MEMORY "
+    "(most likely a corrupt file claiming huge structures): check it with h5dump, or raise the "
+    "limit",
+    ErrorKind.TIMEOUT: "the granule took longer than H5SIDECAR_MAX_GRANULE_SECONDS (a slow source "
+    "or a corrupt file): re-run, or raise the limit for large granules on slow storage",
+    ErrorKind.BUG: "an unexpected error inside h5sidecar: re-run with -v and report it with the "
+    "file",
 }
 
 
@@ -92,11 +97,11 @@ class ErrorRecord:
 def error_record(exc: BaseException, *, kind: str | None = None) -> ErrorRecord:
     """An :class:`ErrorRecord` for an exception (its ``kind`` code picks the hint)."""
     if kind is None:
-        kind = exc.kind if isinstance(exc, H5SidecarError) else "os_error"
+        kind = exc.kind if isinstance(exc, H5SidecarError) else ErrorKind.OS_ERROR
     return ErrorRecord(
         kind=kind,
         message=str(exc) or type(exc).__name__,
-        hint=_HINTS.get(kind, _HINTS["bug"]),
+        hint=_HINTS.get(kind, _HINTS[ErrorKind.BUG]),
         type=type(exc).__name__,
     )
 

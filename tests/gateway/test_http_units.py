@@ -273,3 +273,31 @@ def test_metrics_exposition() -> None:
     assert 'h5sidecar_http_request_duration_seconds_bucket{route="zarr",le="0.025"} 2' in text
     assert 'h5sidecar_http_request_duration_seconds_bucket{route="zarr",le="+Inf"} 3' in text
     assert 'h5sidecar_http_request_duration_seconds_count{route="zarr"} 3' in text
+
+
+# -- error statuses ------------------------------------------------------------------------------
+#: The status of every error class, as the gateway answered before the table moved out of
+#: ``errors.py`` (kind -> status; classes the table does not name answer 500).
+_STATUSES = {
+    "key_too_long": 414, "bad_request": 400, "range_not_satisfiable": 416,
+    "response_too_large": 413, "saturated": 503, "not_indexed": 404, "source_not_found": 404,
+    "forbidden_source": 403, "invalid_reference": 422, "incompatible_granules": 422,
+    "invalid_request": 400, "unsupported": 501, "stale_reference": 409, "not_hdf5": 422,
+    "corrupt": 422, "source_read": 502, "chunk_decode": 502, "error": 500,
+    "limit_exceeded": 500, "timeout": 500, "invalid_stac": 500,
+}
+
+
+def test_status_table_is_ordered_and_unchanged() -> None:
+    from h5sidecar import errors
+    from h5sidecar.gateway._http import STATUS, status_for
+
+    table = list(STATUS)
+    # first match wins: no class may come after one of its bases
+    for i, cls in enumerate(table):
+        assert not any(issubclass(cls, base) for base in table[:i]), cls.__name__
+    classes = {c for c in vars(errors).values() if isinstance(c, type)
+               and issubclass(c, errors.H5SidecarError)} | set(table)
+    extra: dict[str, Any] = {"range_not_satisfiable": {"size": 1}, "invalid_stac": {"errors": []}}
+    got = {cls.kind: status_for(cls("m", **extra.get(cls.kind, {}))) for cls in classes}
+    assert got == _STATUSES
