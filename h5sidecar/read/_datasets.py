@@ -88,7 +88,7 @@ def _name(ref: Any) -> str:
     return os.fspath(ref) if isinstance(ref, str | os.PathLike) else repr(ref)
 
 
-def _refs_of(ref: Any, storage_options: Mapping[str, Any] | None) -> GranuleRefs:
+def _granule_refs(ref: Any, storage_options: Mapping[str, Any] | None) -> GranuleRefs:
     if isinstance(ref, GranuleRefs):
         return ref
     if isinstance(ref, SidecarStore):
@@ -197,7 +197,7 @@ def open_mfdataset(
     if not refs:
         raise ValueError("open_mfdataset needs at least one sidecar")
     names = [_name(r) for r in refs]
-    loaded = [_refs_of(r, storage_options) for r in refs]
+    loaded = [_granule_refs(r, storage_options) for r in refs]
     check_combinable(
         loaded,
         names,
