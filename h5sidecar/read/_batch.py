@@ -337,9 +337,9 @@ class NativeReader:
         missing: list[_Chunk] = []
         hit_urls: set[str] = set()
         for r in group:
-            r.data = (
-                None if cache is None else cache.get(range_cache_key(r.url, r.offset, r.length, src))
-            )
+            r.data = None
+            if cache is not None:
+                r.data = cache.get(range_cache_key(r.url, r.offset, r.length, src))
             if r.data is None:
                 missing.append(r)
             else:
