@@ -42,7 +42,7 @@ _LAZY = {
     "STACValidationError": "_validate",
     "validate_document": "_validate",
     "validate_tree": "_validate",
-    "open_item": "_open",
+    "open_item": "_open_item",
     "StacApi": "_search",
     "search_items": "_search",
 }
