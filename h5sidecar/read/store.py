@@ -28,10 +28,10 @@ from typing import Any
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 
-from h5sidecar.read._cache import CHUNKS, ByteLRU, load_refs, range_cache_key
-from h5sidecar.sources._fetch import scrub_credentials
-from h5sidecar.read._keyspace import ChunkRef, GranuleKeys, ZarrFormat
 from h5sidecar.read._batch import NativeReader
+from h5sidecar.read._cache import CHUNKS, ByteLRU, load_refs, range_cache_key
+from h5sidecar.read._keyspace import ChunkRef, GranuleKeys, ZarrFormat
+from h5sidecar.read._v3 import codec_ids, register_numcodecs_v3
 from h5sidecar.read._zarr_batcher import (
     ReadBatcher,
     byte_window,
@@ -39,9 +39,9 @@ from h5sidecar.read._zarr_batcher import (
     raise_zarr_concurrency,
     refs_equal,
 )
-from h5sidecar.read._v3 import codec_ids, register_numcodecs_v3
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
+from h5sidecar.sources._fetch import scrub_credentials
 
 __all__ = ["SidecarStore"]
 
