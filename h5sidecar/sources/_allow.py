@@ -17,8 +17,8 @@ from h5sidecar.sources._urls import S3_SCHEMES, SourceLocation, parse_url
 __all__ = ["AllowList"]
 
 
-def _prefix_canonical(prefix: str) -> str:
-    """Canonical form of an allowed prefix, without a trailing slash."""
+def _normalized_prefix(prefix: str) -> str:
+    """Normalised form of an allowed prefix, without a trailing slash."""
     stripped = prefix.rstrip("/")
     scheme, sep, rest = stripped.partition("://")
     if sep and scheme.lower() in S3_SCHEMES and "/" not in rest:
@@ -41,7 +41,7 @@ class AllowList:
 
     def __init__(self, prefixes: Iterable[str]) -> None:
         self.prefixes: tuple[str, ...] = tuple(dict.fromkeys(prefixes))
-        self._canon = tuple(_prefix_canonical(p) for p in self.prefixes)
+        self._canon = tuple(_normalized_prefix(p) for p in self.prefixes)
 
     def allows(self, url: str) -> bool:
         """True when ``url`` parses and lies under an allowed prefix."""
