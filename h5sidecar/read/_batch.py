@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from h5sidecar.errors import UnsupportedFeatureError
-from h5sidecar.read._cache import ByteLRU, chunk_key
+from h5sidecar.read._cache import ByteLRU, range_cache_key
 from h5sidecar.read._decode import (
     ChunkCodec,
     Selection,
@@ -220,7 +220,7 @@ class NativeReader:
             )
             self._prefetched.update(zip(whole, arrays, strict=True))
             for ref, data in zip(edge_refs, datas, strict=True):
-                self.chunk_cache.put(chunk_key(*ref, self.refs.source), data)  # type: ignore[union-attr]
+                self.chunk_cache.put(range_cache_key(*ref, self.refs.source), data)  # type: ignore[union-attr]
 
         fsspec.asyn.sync(fsspec.asyn.get_loop(), both)
 
@@ -337,7 +337,9 @@ class NativeReader:
         missing: list[_Chunk] = []
         hit_urls: set[str] = set()
         for r in group:
-            r.data = cache.get(chunk_key(r.url, r.offset, r.length, src)) if cache is not None else None
+            r.data = None
+            if cache is not None:
+                r.data = cache.get(range_cache_key(r.url, r.offset, r.length, src))
             if r.data is None:
                 missing.append(r)
             else:
@@ -349,7 +351,7 @@ class NativeReader:
             for r, data in zip(missing, got, strict=True):
                 r.data = data
                 if keep and cache is not None:
-                    cache.put(chunk_key(r.url, r.offset, r.length, src), bytes(data))
+                    cache.put(range_cache_key(r.url, r.offset, r.length, src), bytes(data))
         if hit_urls:
             # cached bytes are served only for a source seen unchanged recently (the fetch
             # above counts): else one HEAD/stat, StaleReferenceError if it changed

@@ -21,8 +21,8 @@ __all__ = [
     "SIDECARS",
     "ByteLRU",
     "CacheStats",
-    "chunk_key",
     "load_refs",
+    "range_cache_key",
     "sidecar_identity",
     "sizeof",
 ]
@@ -158,7 +158,7 @@ SIDECARS: ByteLRU[Any] = ByteLRU(256 * 2**20)
 CHUNKS: ByteLRU[bytes] = ByteLRU(64 * 2**20)
 
 
-def chunk_key(url: str, offset: int, length: int, source: Any) -> tuple[Any, ...]:
+def range_cache_key(url: str, offset: int, length: int, source: Any) -> tuple[Any, ...]:
     """The :data:`CHUNKS` key of a byte range: the range plus the identity of the granule the
     sidecar describes (``SourceInfo``), so a changed, re-indexed source never hits."""
     return (url, offset, length, source.url, source.size, source.etag, source.mtime,

@@ -1,12 +1,8 @@
 """High-level openers: ``open_dataset``, ``open_datatree`` and a *safe* ``open_mfdataset``.
 
-``open_datatree`` opens every group of a granule.  xarray's DataTree requires each group to align
-with its ancestors: a dimension name may not have two sizes along a branch, and an inherited
-index may not change its values.  HDF5 products break this (a ``delta_time`` of photons under a
-group whose parent has a ``delta_time`` of segments; phony dimensions reused with other lengths),
-which makes plain xarray-over-kerchunk fail on many groups.  Here a clashing dimension is renamed
-in the *child* group only (``delta_time`` -> ``delta_time_<group>``, together with its coordinate
-variable), and the renaming is recorded in that node's ``encoding["h5sidecar_renamed"]``.
+All three go through the xarray engine ``"h5sidecar"``.  ``open_datatree`` opens every group of
+a granule, renaming a dimension that clashes with an ancestor group's in the child group only
+(see :mod:`h5sidecar.read._groups`).
 
 ``open_mfdataset`` concatenates granules.  Tools that combine *references* (kerchunk's
 MultiZarrToZarr, VirtualiZarr) keep the first granule's ``scale_factor``/``add_offset``/
@@ -22,21 +18,13 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-import numpy as np
-
 from h5sidecar.errors import IncompatibleGranulesError
 from h5sidecar.read._cache import load_refs
+from h5sidecar.read._xr_store import is_cf_time
+from h5sidecar.read.store import SidecarStore
 from h5sidecar.references import GranuleRefs
 
-__all__ = [
-    "build_datatree",
-    "check_combinable",
-    "open_dataset",
-    "open_datatree",
-    "open_groups",
-    "open_mfdataset",
-    "resolve_dimension_clashes",
-]
+__all__ = ["check_combinable", "open_dataset", "open_datatree", "open_mfdataset"]
 
 #: Attributes xarray's mask/scale decoding consumes.
 MASK_AND_SCALE_ATTRS = ("scale_factor", "add_offset", "_FillValue", "missing_value", "_Unsigned")
@@ -93,133 +81,6 @@ def open_datatree(ref: Any, *, chunks: Any = ..., **kwargs: Any) -> Any:
     )
 
 
-def open_groups(ref: Any, *, group: str | None = None, **kwargs: Any) -> dict[str, Any]:
-    """Every group at or below ``group`` as a Dataset, keyed by absolute path (``"/"``, ...)."""
-    from h5sidecar.read.xarray_backend import H5SidecarBackend, sidecar_store
-
-    store_kw = {
-        k: kwargs.pop(k) for k in ("storage_options", "remote_options", "settings") if k in kwargs
-    }
-    indexes = kwargs.pop("_prefetch_indexes", False)
-    store = sidecar_store(ref, **store_kw)
-    root = (group or "").strip("/")
-    backend = H5SidecarBackend()
-    groups = [
-        g
-        for g in sorted(store.refs.groups, key=lambda p: (p.count("/") if p else -1, p))
-        if not root or g == root or g.startswith(root + "/")
-    ]
-    if kwargs.get("native", True):
-        _prefetch_for_open(store, groups, indexes, kwargs.get("decode_times", True) is not False)
-    out: dict[str, Any] = {}
-    for g in groups:
-        rel = g[len(root) :].strip("/") if root else g
-        out["/" + rel] = backend.open_dataset(store, group=g, **kwargs)
-    return out
-
-
-def _prefetch_for_open(store: Any, groups: list[str], indexes: bool, times: bool) -> None:
-    """Read in one batch what xarray reads one variable at a time while opening every group:
-    dimension coordinates (when it will index them) and the ends of CF time variables (when it
-    decodes times).  Without this, opening a granule's 140 groups waits for ~100 sequential
-    round trips."""
-    wanted = set(groups)
-    whole, edges = [], []
-    for path, arr in store.refs.arrays.items():
-        group, _, name = path.rpartition("/")
-        if group not in wanted or not arr.meta.shape:
-            continue
-        if indexes and len(arr.meta.shape) == 1 and arr.meta.dimension_names[:1] == (name,):
-            whole.append(path)
-        if times and _is_time(arr.meta.attrs) and store.native.supports(path):
-            edges.append(path)
-    if whole or edges:
-        store.native.prefetch(whole, edges)
-
-
-def _ancestors(path: str) -> list[str]:
-    parts = [p for p in path.split("/") if p]
-    return ["/" + "/".join(parts[:i]) for i in range(len(parts))]
-
-
-def _clashes(ds: Any, inherited: Mapping[str, Any]) -> list[str]:
-    """Dimensions of ``ds`` that would not align with the datasets of its ancestors.
-
-    A clash is a dimension with another size in an ancestor, or a dimension coordinate whose
-    values differ from the ancestor's (DataTree indexes both and requires them equal).
-    """
-    out = []
-    for dim, size in ds.sizes.items():
-        for anc in inherited.values():
-            if dim not in anc.sizes:
-                continue
-            if anc.sizes[dim] != size or (
-                dim in ds.variables
-                and dim in anc.variables
-                and ds[dim].dims == (dim,)
-                and anc[dim].dims == (dim,)
-                and not np.array_equal(ds[dim].values, anc[dim].values, equal_nan=True)
-            ):
-                out.append(dim)
-                break
-    return out
-
-
-def resolve_dimension_clashes(groups: Mapping[str, Any]) -> dict[str, Any]:
-    """Rename dimensions that clash with an ancestor group's (child side only, recorded).
-
-    Parameters
-    ----------
-    groups : mapping
-        Absolute group path (``"/"``, ``"/gt1l"``...) -> Dataset.
-
-    Returns
-    -------
-    dict
-        The same datasets, clashing dimensions renamed ``<dim>_<group name>`` (plus a counter
-        if needed), with ``encoding["h5sidecar_renamed"] = {new: old}``.
-    """
-    out: dict[str, Any] = {}
-    for path in sorted(groups, key=lambda p: (p.rstrip("/").count("/"), p)):
-        ds = groups[path]
-        inherited = {a: out[a] for a in _ancestors(path) if a in out and a != path}
-        clashes = _clashes(ds, inherited)
-        if clashes:
-            taken = set(ds.variables) | set(ds.sizes)
-            for anc in inherited.values():
-                taken |= set(anc.variables) | set(anc.sizes)
-            base = path.rstrip("/").rpartition("/")[2] or "root"
-            renames: dict[str, str] = {}
-            for dim in clashes:
-                new, i = f"{dim}_{base}", 1
-                while new in taken:
-                    i += 1
-                    new = f"{dim}_{base}{i}"
-                taken.add(new)
-                renames[dim] = new
-            encoding = dict(ds.encoding)
-            with_vars = {d: n for d, n in renames.items() if d in ds.variables}
-            ds = ds.rename(with_vars).rename_dims(
-                {d: n for d, n in renames.items() if d not in with_vars}
-            )
-            encoding["h5sidecar_renamed"] = {n: d for d, n in renames.items()}
-            ds.encoding = encoding
-        out[path] = ds
-    return out
-
-
-def build_datatree(ref: Any, *, group: str | None = None, **kwargs: Any) -> Any:
-    """The backend's DataTree: every group opened, clashes resolved, assembled."""
-    import xarray as xr
-
-    groups = resolve_dimension_clashes(open_groups(ref, group=group, **kwargs))
-    tree = xr.DataTree.from_dict(groups)
-    for path, ds in groups.items():
-        if "h5sidecar_renamed" in ds.encoding:
-            tree[path].encoding = {**tree[path].encoding, **ds.encoding}
-    return tree
-
-
 # -- safe multi-granule combine ---------------------------------------------------------------
 def _name(ref: Any) -> str:
     if isinstance(ref, GranuleRefs):
@@ -227,18 +88,12 @@ def _name(ref: Any) -> str:
     return os.fspath(ref) if isinstance(ref, str | os.PathLike) else repr(ref)
 
 
-def _refs_of(ref: Any, storage_options: Mapping[str, Any] | None) -> GranuleRefs:
-    from h5sidecar.read.store import SidecarStore
-
+def _granule_refs(ref: Any, storage_options: Mapping[str, Any] | None) -> GranuleRefs:
     if isinstance(ref, GranuleRefs):
         return ref
     if isinstance(ref, SidecarStore):
         return ref.refs
     return load_refs(ref, storage_options)
-
-
-def _is_time(attrs: Mapping[str, Any]) -> bool:
-    return isinstance(attrs.get("units"), str) and " since " in attrs["units"]
 
 
 def check_combinable(
@@ -274,7 +129,7 @@ def check_combinable(
             values = {repr(a.get(attr)) for _, a in present}
             if len(values) < 2:
                 continue
-            time_attr = attr in TIME_ATTRS and any(_is_time(a) for _, a in present)
+            time_attr = attr in TIME_ATTRS and any(is_cf_time(a) for _, a in present)
             detail = ", ".join(f"{n}: {a.get(attr)!r}" for n, a in present)
             line = f"{path}.{attr} differs ({detail})"
             if attr in TIME_ATTRS and not time_attr:
@@ -342,7 +197,7 @@ def open_mfdataset(
     if not refs:
         raise ValueError("open_mfdataset needs at least one sidecar")
     names = [_name(r) for r in refs]
-    loaded = [_refs_of(r, storage_options) for r in refs]
+    loaded = [_granule_refs(r, storage_options) for r in refs]
     check_combinable(
         loaded,
         names,

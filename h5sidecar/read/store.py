@@ -29,7 +29,7 @@ from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 
 from h5sidecar.read._batch import NativeReader
-from h5sidecar.read._cache import CHUNKS, ByteLRU, chunk_key, load_refs
+from h5sidecar.read._cache import CHUNKS, ByteLRU, load_refs, range_cache_key
 from h5sidecar.read._keyspace import ChunkRef, GranuleKeys, ZarrFormat
 from h5sidecar.read._v3 import codec_ids, register_numcodecs_v3
 from h5sidecar.read._zarr_batcher import (
@@ -304,7 +304,7 @@ class SidecarStore(Store):
         return prototype.buffer.from_bytes(data)
 
     def _cache_key(self, ref: ChunkRef) -> tuple[Any, ...]:
-        return chunk_key(*ref, self._refs.source)
+        return range_cache_key(*ref, self._refs.source)
 
     async def get_partial_values(
         self,

@@ -4,7 +4,8 @@ Knows nothing of HDF5 or Zarr.  One URL parser, one store per (scheme, bucket, o
 allow-list of source prefixes, the pure range planner and the fetch executor:
 
 * :func:`parse_url` / :class:`SourceLocation` -- the one URL parser (``s3://``, ``s3a://``,
-  ``file://``, plain paths);
+  ``file://``, plain paths), and :func:`normalize_url`, the one normaliser (``s3a://`` is
+  spelled ``s3://``, local paths absolute without a scheme);
 * :func:`resolve_store` -- a cached obstore store for a URL;
 * :class:`AllowList` -- which source URLs may be fetched at all;
 * :func:`plan_reads` / :class:`ReadPlan` -- pure, vectorised coalescing of byte ranges;
@@ -20,8 +21,9 @@ import importlib
 from typing import Any
 
 _LAZY = {
-    "SourceLocation": "h5sidecar.sources._stores",
-    "parse_url": "h5sidecar.sources._stores",
+    "SourceLocation": "h5sidecar.sources._urls",
+    "normalize_url": "h5sidecar.sources._urls",
+    "parse_url": "h5sidecar.sources._urls",
     "resolve_store": "h5sidecar.sources._stores",
     "source_identity": "h5sidecar.sources._stores",
     "AllowList": "h5sidecar.sources._allow",
@@ -37,6 +39,7 @@ __all__ = [
     "FetchStats",
     "ReadPlan",
     "SourceLocation",
+    "normalize_url",
     "parse_url",
     "plan_reads",
     "resolve_store",

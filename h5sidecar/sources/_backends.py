@@ -29,8 +29,8 @@ import obstore
 from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
 
 from h5sidecar.errors import SourceReadError
-from h5sidecar.sources._allow import Location
 from h5sidecar.sources._stores import STORE_ERRORS, datetime_ns, http_status, resolve_store
+from h5sidecar.sources._urls import SourceLocation
 
 __all__ = [
     "LocalReader",
@@ -92,13 +92,15 @@ class LocalReader:
     would block the reading thread forever.
     """
 
-    async def read(self, loc: Location, start: int, stop: int) -> tuple[bytes, ObservedIdentity]:
-        """Read ``[start, stop)`` of the file at ``loc.path``."""
-        return await self._run(_pread, loc.path, start, stop - start)
+    async def read(
+        self, loc: SourceLocation, start: int, stop: int
+    ) -> tuple[bytes, ObservedIdentity]:
+        """Read ``[start, stop)`` of the file at ``loc.local_path``."""
+        return await self._run(_pread, loc.local_path, start, stop - start)
 
-    async def stat(self, loc: Location) -> ObservedIdentity:
+    async def stat(self, loc: SourceLocation) -> ObservedIdentity:
         """The current identity of the file (no data read)."""
-        return await self._run(_stat, loc.path)
+        return await self._run(_stat, loc.local_path)
 
     async def _run(self, fn: Any, path: str, *args: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -154,32 +156,34 @@ class ObjectStoreReader:
 
     def __init__(self, storage_options: Mapping[str, Any] | None = None) -> None:
         self._options = dict(storage_options or {})
-        self._stores: dict[str, Any] = {}
+        self._stores: dict[str | None, Any] = {}  # by bucket
 
-    def store_for(self, loc: Location) -> Any:
+    def store_for(self, loc: SourceLocation) -> Any:
         """The obstore store serving ``loc``'s bucket (shared pool; see :mod:`h5sidecar.sources._stores`)."""
-        store = self._stores.get(loc.authority)
+        store = self._stores.get(loc.bucket)
         if store is None:
-            store, _ = resolve_store(loc.canonical, self._options, retry_config=NO_RETRY)
-            self._stores[loc.authority] = store
+            store, _ = resolve_store(loc.url, self._options, retry_config=NO_RETRY)
+            self._stores[loc.bucket] = store
         return store
 
-    async def read(self, loc: Location, start: int, stop: int) -> tuple[Any, ObservedIdentity]:
+    async def read(
+        self, loc: SourceLocation, start: int, stop: int
+    ) -> tuple[Any, ObservedIdentity]:
         """GET ``[start, stop)``; the response's headers give the object's current identity."""
         store = self.store_for(loc)
         try:
             result = await obstore.get_async(store, loc.path, options={"range": (start, stop)})
             data = await result.bytes_async()
         except FileNotFoundError as exc:
-            raise SourceGoneError(f"{loc.canonical} does not exist") from exc
+            raise SourceGoneError(f"{loc.url} does not exist") from exc
         except PreconditionError as exc:
-            raise SourceGoneError(f"{loc.canonical} changed (precondition failed)") from exc
+            raise SourceGoneError(f"{loc.url} changed (precondition failed)") from exc
         except (PermissionDeniedError, UnauthenticatedError) as exc:
             raise SourceReadError(
-                f"access to {loc.canonical} was denied: {_first_line(exc)}. Check the "
+                f"access to {loc.url} was denied: {_first_line(exc)}. Check the "
                 "credentials (storage_options or AWS_* environment variables) and the bucket "
                 "policy.",
-                url=loc.canonical,
+                url=loc.url,
             ) from exc
         except STORE_ERRORS as exc:
             # obstore reports HTTP failures and transport failures (resets, timeouts, truncated
@@ -187,18 +191,18 @@ class ObjectStoreReader:
             raise _classify(exc, loc) from exc
         return data, _identity(result.meta)
 
-    async def stat(self, loc: Location) -> ObservedIdentity:
+    async def stat(self, loc: SourceLocation) -> ObservedIdentity:
         """The object's current identity: one HEAD request."""
         store = self.store_for(loc)
         try:
             meta = await obstore.head_async(store, loc.path)
         except FileNotFoundError as exc:
-            raise SourceGoneError(f"{loc.canonical} does not exist") from exc
+            raise SourceGoneError(f"{loc.url} does not exist") from exc
         except (PermissionDeniedError, UnauthenticatedError) as exc:
             raise SourceReadError(
-                f"access to {loc.canonical} was denied: {_first_line(exc)}. Check the "
+                f"access to {loc.url} was denied: {_first_line(exc)}. Check the "
                 "credentials and the bucket policy.",
-                url=loc.canonical,
+                url=loc.url,
             ) from exc
         except STORE_ERRORS as exc:
             raise _classify(exc, loc) from exc
@@ -215,16 +219,16 @@ def _identity(meta: Any) -> ObservedIdentity:
     )
 
 
-def _classify(exc: BaseException, loc: Location) -> Exception:
+def _classify(exc: BaseException, loc: SourceLocation) -> Exception:
     status = http_status(exc)
     if status == 416:
         # ranges were checked against the size recorded at index time, so the object shrank
-        return SourceGoneError(f"{loc.canonical} is now shorter than the referenced range")
+        return SourceGoneError(f"{loc.url} is now shorter than the referenced range")
     if status is not None and 400 <= status < 500 and status not in _RETRYABLE_4XX:
         return SourceReadError(
-            f"GET {loc.canonical} failed with HTTP {status}: {_first_line(exc)}. Retrying will "
+            f"GET {loc.url} failed with HTTP {status}: {_first_line(exc)}. Retrying will "
             "not help; check the URL, the endpoint and the credentials.",
-            url=loc.canonical,
+            url=loc.url,
         )
     what = f"HTTP {status}" if status else type(exc).__name__
     return TransientReadError(f"{what}: {_first_line(exc)}")

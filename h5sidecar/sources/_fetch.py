@@ -39,7 +39,7 @@ from h5sidecar.errors import (
 from h5sidecar.references import SourceInfo
 from h5sidecar.references._io import scrub_credentials
 from h5sidecar.settings import ReadSettings
-from h5sidecar.sources._allow import AllowList, Location, parse_location
+from h5sidecar.sources._allow import AllowList
 from h5sidecar.sources._backends import (
     LocalReader,
     ObjectStoreReader,
@@ -49,6 +49,7 @@ from h5sidecar.sources._backends import (
 )
 from h5sidecar.sources._plan import ReadPlan, plan_reads
 from h5sidecar.sources._stats import FetchStats
+from h5sidecar.sources._urls import SourceLocation, parse_url
 
 __all__ = ["ChunkFetcher", "scrub_credentials"]
 
@@ -107,7 +108,7 @@ class ChunkFetcher:
         self._known: dict[str, SourceInfo] = {}
         for s in self.sources:
             try:
-                self._known[parse_location(s.url).canonical] = s
+                self._known[parse_url(s.url, untrusted=True).url] = s
             except (ForbiddenSourceError, InvalidReferenceError) as exc:  # refused again, loudly, if it is ever fetched
                 log.debug("source %r cannot be read: %s", s.url, exc)
         self._confirmed: set[str] = set()
@@ -229,7 +230,7 @@ class ChunkFetcher:
                 )
 
     def _size_of(self, url: str) -> int:
-        info = self._known.get(parse_location(url).canonical)
+        info = self._known.get(parse_url(url, untrusted=True).url)
         return -1 if info is None else info.size
 
     def _semaphore(self) -> asyncio.Semaphore:
@@ -240,8 +241,8 @@ class ChunkFetcher:
             sem = self._semaphores[loop] = asyncio.Semaphore(self.settings.max_concurrency)
         return sem
 
-    async def _get(self, loc: Location, start: int, stop: int) -> Any:
-        reader = self._local if loc.scheme == "local" else self._remote
+    async def _get(self, loc: SourceLocation, start: int, stop: int) -> Any:
+        reader = self._local if loc.kind == "local" else self._remote
         attempts = self.settings.retries + 1
         last: Exception | None = None
         for attempt in range(attempts):
@@ -255,7 +256,7 @@ class ChunkFetcher:
                     raise TransientReadError(f"short read: got {len(data)} of {stop - start} bytes")
             except TransientReadError as exc:
                 last = exc
-                log.debug("GET %s [%d, %d) attempt %d failed: %s", loc.canonical, start, stop,
+                log.debug("GET %s [%d, %d) attempt %d failed: %s", loc.url, start, stop,
                           attempt + 1, exc)  # fmt: skip
                 if attempt + 1 < attempts:
                     self.stats.add(retries=1)
@@ -264,23 +265,23 @@ class ChunkFetcher:
             except SourceGoneError as exc:
                 raise self._stale(loc, str(exc)) from exc
             self.stats.add(requests=1, bytes_fetched=len(data))
-            log.debug("GET %s [%d, %d) %d bytes in %.1f ms (attempt %d)", loc.canonical, start,
+            log.debug("GET %s [%d, %d) %d bytes in %.1f ms (attempt %d)", loc.url, start,
                       stop, len(data), 1e3 * (time.perf_counter() - t0), attempt + 1)  # fmt: skip
             return data
         raise SourceReadError(
-            f"reading bytes [{start}, {stop}) of {loc.canonical} failed {attempts} times; last "
+            f"reading bytes [{start}, {stop}) of {loc.url} failed {attempts} times; last "
             f"error: {last}. The store may be throttling or unreachable: retry later, lower "
             "H5SIDECAR_MAX_CONCURRENCY, or raise H5SIDECAR_RETRIES / H5SIDECAR_BACKOFF.",
-            url=loc.canonical,
+            url=loc.url,
         )
 
-    async def _timed(self, aw: Any, loc: Location) -> Any:
+    async def _timed(self, aw: Any, loc: SourceLocation) -> Any:
         """``await aw`` within ``settings.request_timeout`` (a timeout is a transient failure)."""
         try:
             return await asyncio.wait_for(aw, self.settings.request_timeout)
         except TimeoutError as exc:
             raise TransientReadError(
-                f"no answer from {loc.canonical} within request_timeout="
+                f"no answer from {loc.url} within request_timeout="
                 f"{self.settings.request_timeout} s"
             ) from exc
 
@@ -307,16 +308,16 @@ class ChunkFetcher:
         due = []
         for url in dict.fromkeys(urls):
             loc = self.allow_list.check(url)
-            if loc.canonical not in self._known:
+            if loc.url not in self._known:
                 continue
-            seen_at = self._confirmed_at.get(loc.canonical)
+            seen_at = self._confirmed_at.get(loc.url)
             if seen_at is None or now - seen_at >= window:
                 due.append(loc)
         if due:
             await _gather_or_cancel([self._stat(loc) for loc in due])
 
-    async def _stat(self, loc: Location) -> None:
-        reader = self._local if loc.scheme == "local" else self._remote
+    async def _stat(self, loc: SourceLocation) -> None:
+        reader = self._local if loc.kind == "local" else self._remote
         attempts = self.settings.retries + 1
         for attempt in range(attempts):
             try:
@@ -325,9 +326,9 @@ class ChunkFetcher:
             except TransientReadError as exc:
                 if attempt + 1 >= attempts:
                     raise SourceReadError(
-                        f"checking {loc.canonical} failed {attempts} times; last error: {exc}. "
+                        f"checking {loc.url} failed {attempts} times; last error: {exc}. "
                         "Retry later.",
-                        url=loc.canonical,
+                        url=loc.url,
                     ) from exc
                 self.stats.add(retries=1)
                 await asyncio.sleep(self._backoff(attempt))
@@ -342,10 +343,10 @@ class ChunkFetcher:
         # "full jitter": uniform in [0, base * 2**attempt], so synchronised clients spread out
         return random.uniform(0.0, min(_MAX_BACKOFF, self.settings.backoff * 2**attempt))
 
-    def _check_fresh(self, loc: Location, seen: ObservedIdentity) -> None:
+    def _check_fresh(self, loc: SourceLocation, seen: ObservedIdentity) -> None:
         if not self.settings.check_freshness:
             return
-        info = self._known.get(loc.canonical)
+        info = self._known.get(loc.url)
         if info is None:
             return  # allowed by prefix but not described by any sidecar: nothing to compare
         now = SourceInfo(url=info.url, size=seen.size, etag=seen.etag, mtime=seen.mtime,
@@ -355,14 +356,14 @@ class ChunkFetcher:
                 loc,
                 f"it is now {_describe(now)} but was {_describe(info)} when indexed",
             )
-        self._confirmed_at[loc.canonical] = time.monotonic()
-        if loc.canonical not in self._confirmed:
-            self._confirmed.add(loc.canonical)
+        self._confirmed_at[loc.url] = time.monotonic()
+        if loc.url not in self._confirmed:
+            self._confirmed.add(loc.url)
             self.stats.add(freshness_checks=1)
 
-    def _stale(self, loc: Location, why: str) -> StaleReferenceError:
-        info = self._known.get(loc.canonical)
-        name = info.url if info is not None else loc.canonical
+    def _stale(self, loc: SourceLocation, why: str) -> StaleReferenceError:
+        info = self._known.get(loc.url)
+        name = info.url if info is not None else loc.url
         return StaleReferenceError(
             f"granule {name} changed since its sidecar was written ({why}); its references no "
             "longer point at the right bytes: re-index it (h5sidecar index) and read the new "

@@ -1,8 +1,8 @@
 """Counters of the read path (requests, bytes, retries, cache hits).
 
-One :class:`FetchStats` belongs to one :class:`~h5sidecar.sources._fetch.ChunkFetcher`; layers
-above it (store, filesystem, gateway caches) record their cache hits into the same object so a
-single ``stats`` tells the whole story of a read.
+One :class:`FetchStats` belongs to one :class:`~h5sidecar.sources._fetch.ChunkFetcher`; the
+readers above it (the zarr store and the batch reader, serving from the chunk cache) record
+their cache hits into the same object so a single ``stats`` tells the whole story of a read.
 """
 
 from __future__ import annotations

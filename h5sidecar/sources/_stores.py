@@ -1,13 +1,11 @@
 """Map a source URL (+ s3fs-style storage options) to an obstore store and a path in it.
 
-Accepted URLs:
+URLs are parsed by :func:`h5sidecar.sources._urls.parse_url` (re-exported here, with
+:class:`SourceLocation` and :func:`normalize_url`):
 
 * ``s3://bucket/key`` (and ``s3a://``) -> :class:`obstore.store.S3Store` for the bucket;
 * ``/abs/path``, ``relative/path``, ``~/path`` and ``file:///abs/path`` -> one shared
   :class:`obstore.store.LocalStore` rooted at ``/``.
-
-URLs are normalised the way sidecars record them: local sources as absolute paths without a
-scheme, S3 sources as ``s3://bucket/key``.
 
 Options follow s3fs, so the same ``storage_options`` a user passes to fsspec work here:
 ``key``, ``secret``, ``token``, ``endpoint_url`` (also inside ``client_kwargs``),
@@ -34,8 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import unquote, urlsplit
+from typing import TYPE_CHECKING, Any
 
 import obstore
 from obstore import exceptions as obstore_errors
@@ -48,6 +45,7 @@ from h5sidecar.errors import (
     UnsupportedFeatureError,
 )
 from h5sidecar.references import SourceInfo
+from h5sidecar.sources._urls import SourceLocation, normalize_url, parse_url
 
 if TYPE_CHECKING:
     from obstore import ObjectMeta
@@ -96,90 +94,6 @@ _MAPPED_OPTIONS = frozenset(
     {"key", "secret", "token", "endpoint_url", "client_kwargs", "anon", "requester_pays"}
 )
 _CLIENT_KWARGS = frozenset({"region_name", "endpoint_url"})
-
-
-@dataclass(frozen=True, slots=True)
-class SourceLocation:
-    """Where a source lives, parsed and normalised (no store, no credentials).
-
-    Attributes
-    ----------
-    url : str
-        Normalised URL: ``s3://bucket/key`` or an absolute local path without a scheme.
-    kind : "s3" or "local"
-    bucket : str or None
-        The S3 bucket (``None`` for local files).
-    path : str
-        The object's path inside its store: the S3 key, or the absolute local path without its
-        leading ``/`` (the shared :class:`~obstore.store.LocalStore` is rooted at ``/``).
-    """
-
-    url: str
-    kind: Literal["s3", "local"]
-    bucket: str | None
-    path: str
-
-    @property
-    def local_path(self) -> str:
-        """The absolute local path (only for ``kind == "local"``)."""
-        if self.kind != "local":
-            raise ValueError(f"{self.url} is not a local file")
-        return self.url
-
-
-def parse_url(url: str | os.PathLike[str]) -> SourceLocation:
-    """Parse and normalise a source URL.
-
-    Parameters
-    ----------
-    url : str or path-like
-        ``s3://bucket/key``, ``s3a://bucket/key``, ``file:///abs/path`` or a local path
-        (absolute, relative to the working directory, or starting with ``~``).
-
-    Returns
-    -------
-    SourceLocation
-
-    Raises
-    ------
-    UnsupportedFeatureError
-        For any other scheme (``gs://``, ``https://``, ...).
-    SourceReadError
-        For an S3 URL without a bucket or a key.
-    """
-    text = os.fspath(url)
-    scheme, sep, rest = text.partition("://")
-    if not sep:
-        return _local_location(text)
-    scheme = scheme.lower()
-    if scheme == "file":
-        parts = urlsplit(text)
-        if parts.netloc not in ("", "localhost"):
-            raise UnsupportedFeatureError(
-                f"{text}: file:// URLs on another host ({parts.netloc}) are not supported; "
-                "mount the share and pass its local path"
-            )
-        return _local_location(unquote(parts.path))
-    if scheme in ("s3", "s3a"):
-        bucket, _, key = rest.partition("/")
-        if not bucket or not key or key.endswith("/"):
-            raise SourceReadError(
-                f"{text} does not name an object; expected s3://bucket/path/to/file.h5", url=text
-            )
-        return SourceLocation(url=f"s3://{bucket}/{key}", kind="s3", bucket=bucket, path=key)
-    raise UnsupportedFeatureError(
-        f"{text}: the {scheme}:// scheme is not supported; use s3://bucket/key or a local path"
-    )
-
-
-def _local_location(path: str) -> SourceLocation:
-    absolute = os.path.abspath(os.path.expanduser(path))
-    return SourceLocation(url=absolute, kind="local", bucket=None, path=absolute.lstrip("/"))
-
-
-def normalize_url(url: str | os.PathLike[str]) -> str:
-    """The normalised form of ``url`` (see :func:`parse_url`)."""
-    return parse_url(url).url
 
 
 # -- credentials ---------------------------------------------------------------------------------

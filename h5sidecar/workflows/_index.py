@@ -21,12 +21,12 @@ from h5sidecar.errors import ErrorKind, H5SidecarError
 from h5sidecar.indexer import index_granule
 from h5sidecar.references import GranuleRefs, SourceInfo, write_refs
 from h5sidecar.settings import IndexSettings
+from h5sidecar.sources._urls import normalize_url
 from h5sidecar.workflows._executors import ExecutorSpec, Task, default_workers, run_tasks
 from h5sidecar.workflows._listing import (
     DEFAULT_PATTERNS,
     is_remote,
     list_granules,
-    normalize_url,
     sidecar_url,
 )
 from h5sidecar.workflows._recorded import (

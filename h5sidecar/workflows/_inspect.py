@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from h5sidecar.references import ArrayRefs, GranuleRefs, Skipped, SourceInfo, read_refs
-from h5sidecar.workflows._listing import filesystem, is_remote, normalize_url
+from h5sidecar.sources._urls import normalize_url
+from h5sidecar.workflows._listing import filesystem, is_remote
 
 __all__ = ["SidecarSummary", "VariableSummary", "inspect_refs", "summarize"]
 

@@ -4,8 +4,9 @@ A SOURCE is one local file, a local folder (searched recursively), a glob (local
 ``s3://bucket/prefix`` folder.  Listing captures each object's identity (size + ETag/mtime) in the
 same request that finds it, so change detection needs no extra request per granule.
 
-Granule URLs follow the package convention: local objects are absolute paths without a scheme,
-S3 objects ``s3://bucket/key``.
+Granule URLs follow the package convention (:func:`h5sidecar.sources._urls.normalize_url`, the
+normaliser sidecars and the store resolver use too): local objects are absolute paths without a
+scheme, S3 objects ``s3://bucket/key`` (``s3a://`` is spelled ``s3://``).
 
 Only regular files are granules: FIFOs, sockets and devices found in a local folder or glob are
 left out (reading them would block or never end) and named to the caller, who reports them.
@@ -27,6 +28,7 @@ from fsspec.core import url_to_fs
 
 from h5sidecar.errors import SourceNotFoundError
 from h5sidecar.references import SourceInfo
+from h5sidecar.sources._urls import normalize_url
 
 __all__ = [
     "DEFAULT_PATTERNS",
@@ -36,7 +38,6 @@ __all__ = [
     "is_remote",
     "join_url",
     "list_granules",
-    "normalize_url",
     "sidecar_url",
 ]
 
@@ -72,15 +73,6 @@ def is_remote(url: str) -> bool:
     """True for URLs with a scheme other than ``file``."""
     scheme = url.split("://", 1)[0] if "://" in url else ""
     return scheme not in ("", "file", "local")
-
-
-def normalize_url(url: str) -> str:
-    """Absolute local path without scheme, or the URL unchanged (``s3://...``)."""
-    url = os.fspath(url)
-    url = url.removeprefix("file://")
-    if is_remote(url):
-        return url
-    return os.path.abspath(os.path.expanduser(url))
 
 
 def filesystem(url: str, storage_options: Mapping[str, Any] | None = None) -> fsspec.AbstractFileSystem:

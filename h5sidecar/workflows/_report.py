@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from h5sidecar.errors import ErrorKind, H5SidecarError, InvalidReferenceError
-from h5sidecar.workflows._listing import filesystem, is_remote, join_url, normalize_url
+from h5sidecar.sources._urls import normalize_url
+from h5sidecar.workflows._listing import filesystem, is_remote, join_url
 
 __all__ = [
     "REPORT_NAME",

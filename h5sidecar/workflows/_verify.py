@@ -32,9 +32,10 @@ from zarr.storage import FsspecStore
 from h5sidecar.errors import InvalidReferenceError, SourceNotFoundError
 from h5sidecar.indexer import chunk_hash
 from h5sidecar.references import MISSING, ArrayRefs, GranuleRefs, SourceInfo, read_refs
+from h5sidecar.sources._urls import normalize_url
 from h5sidecar.workflows._cfcheck import decoded_differences
 from h5sidecar.workflows._compare import h5_dataset, read_h5_region, values_equal
-from h5sidecar.workflows._listing import filesystem, identity_from_info, is_remote, normalize_url
+from h5sidecar.workflows._listing import filesystem, identity_from_info, is_remote
 
 __all__ = ["VariableCheck", "VerifyReport", "verify_refs"]
 
