@@ -1,7 +1,7 @@
 """Where HDF5 will read next: addresses of metadata structures, parsed from metadata already read.
 
-The remote source reader (:mod:`h5sidecar.indexer._source_fetch`) uses these *hints* to fetch
-metadata before h5py asks for it.  HDF5 reads its metadata one small structure at a time (object
+The indexer's metadata crawl (:class:`h5sidecar.indexer._source.MetadataCrawl`) uses these
+*hints* to fetch metadata before h5py asks for it.  HDF5 reads its metadata one small structure at a time (object
 headers, B-tree nodes, symbol-table nodes, heaps), each found through an address stored in the
 one read before; over a network every such step costs a round trip.  Parsing just enough of each
 structure to learn the addresses it points to lets the reader fetch a whole level of the tree at

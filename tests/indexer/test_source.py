@@ -23,8 +23,8 @@ from h5sidecar.errors import (
 )
 from h5sidecar.indexer import _source_hints as hints
 from h5sidecar.indexer._source import LocalSource, RemoteSource, open_source
-from h5sidecar.indexer._source_fetch import PAGE, PageCache, coalesce
 from h5sidecar.settings import IndexSettings
+from h5sidecar.sources._pages import PAGE
 from tests.faultproxy import FaultProxy
 
 #: (libver, user block size): classic format, newest format, classic behind a 1 KiB user block
@@ -515,26 +515,3 @@ def test_hints_are_safe_on_the_corpus(corpus_dir: Path) -> None:
         }
         coverage.append(len(read & located) / len(read))
     assert np.mean(coverage) > 0.97  # the pages of ~99% of the reads (name traversal)
-
-
-# -- pieces --------------------------------------------------------------------------------------
-def test_page_cache_is_bounded_and_serves_exact_bytes() -> None:
-    cache = PageCache(limit=3 * PAGE)
-    blob = bytes(range(256)) * 64  # 16 KiB
-    cache.put(0, blob[: 2 * PAGE])
-    assert cache.read(10, 5000) == blob[10:5000]
-    cache.put(2 * PAGE, blob[2 * PAGE : 4 * PAGE])  # over the limit: the oldest block goes
-    assert cache.read(0, 10) is None
-    assert cache.read(2 * PAGE + 3, 4 * PAGE) == blob[2 * PAGE + 3 : 4 * PAGE]
-
-
-@pytest.mark.parametrize("seed", range(5))
-def test_coalesce_covers_every_page_within_limits(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    pages = sorted(set(rng.integers(0, 2000, 300).tolist()))
-    runs = list(coalesce(pages, max_gap=8 * PAGE, max_request=40 * PAGE))
-    covered = [p for first, last in runs for p in range(first, last + 1)]
-    assert set(pages) <= set(covered) and len(covered) == len(set(covered))
-    assert all((last - first + 1) * PAGE <= 40 * PAGE for first, last in runs)
-    assert all(b[0] - a[1] - 1 > 8 or (b[0] - a[0] + 1) > 40 for a, b in itertools.pairwise(runs))
-    assert all(first in pages and last in pages for first, last in runs)
