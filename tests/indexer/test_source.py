@@ -23,7 +23,7 @@ from h5sidecar.errors import (
 )
 from h5sidecar.indexer import _source_hints as hints
 from h5sidecar.indexer._source import LocalSource, RemoteSource, open_source
-from h5sidecar.settings import IndexSettings
+from h5sidecar.settings import IndexSettings, ReadSettings, from_env
 from h5sidecar.sources._pages import PAGE
 from tests.faultproxy import FaultProxy
 
@@ -370,6 +370,39 @@ def test_transient_faults_are_retried_transparently(
     with open_source(url, storage_options=proxied) as f:
         assert scan(f, values=False) == scan(classic, values=False)
     assert sum(r.fault is not None for r in proxy.requests) == 2
+
+
+@pytest.mark.parametrize(("retries", "counted"), [(0, 0), (2, 1)])
+def test_retries_follow_index_settings_and_are_counted(
+    classic: Path,
+    upload: Any,
+    proxied: dict[str, object],
+    proxy: FaultProxy,
+    retries: int,
+    counted: int,
+) -> None:
+    url = upload(classic, f"retried-{retries}.h5")
+    settings = IndexSettings(source_retries=retries, source_backoff=0.0)
+    with open_source(url, storage_options=proxied, settings=settings, prefetch=False) as f:
+        proxy.inject("500", times=1)  # the next GET; without retries, demand asks once more
+        assert scan(f, values=False) == scan(classic, values=False)
+        assert f.fetch_stats.retries == counted
+    assert sum(r.fault is not None for r in proxy.requests) == 1
+
+
+def test_source_settings_tune_the_remote_reader(
+    classic: Path, upload: Any, proxied: dict[str, object], proxy: FaultProxy
+) -> None:
+    url = upload(classic, "tuned.h5")
+    env = {"H5SIDECAR_SOURCE_FIRST_REQUEST": "8192", "H5SIDECAR_SOURCE_READAHEAD": "0"}
+    settings = from_env(IndexSettings, env=env)
+    assert from_env(ReadSettings, env={"H5SIDECAR_SOURCE_RETRIES": "9"}).retries == 5
+    with open_source(url, storage_options=proxied, settings=settings, prefetch=False) as f:
+        assert proxy.gets()[0].range == "bytes=0-8191"
+        scan(f, values=False)
+        assert f.stats.prefetch_requests == 0 and f.stats.structures_found == 0
+    with open_source(url, storage_options=proxied, prefetch=False) as f:
+        assert proxy.gets()[-1].range == f"bytes=0-{256 * 1024 - 1}"  # the default
 
 
 @pytest.mark.parametrize(("fault", "message"), [("500", "retry"), ("403", "access denied")])
