@@ -9,8 +9,8 @@ Runs on fsspec's I/O loop (one async core for the package).  Three kinds of requ
   free the pool is cut into runs (:func:`~h5sidecar.sources._pages.run_holding`: the planner's
   coalescing, never across pages already cached or coming) and the run holding the oldest wanted
   page goes out.  So requests stay few and large while ``concurrency`` of them are in flight;
-* **batched ranges** (:meth:`PinnedFetcher.fetch_ranges`, e.g. chunk data), coalesced by
-  :func:`~h5sidecar.sources._plan.plan_reads` and not cached.
+* **batched ranges** (:meth:`PinnedFetcher.fetch_ranges`, e.g. chunk data), coalesced by the
+  read path's planner (:func:`~h5sidecar.sources._plan.plan_coded`) and not cached.
 
 Every request after the first carries ``If-Match`` on the first response's ETag (or
 ``If-Unmodified-Since`` when the store gives no ETag), and every response's size and ETag are
@@ -25,6 +25,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import obstore
 
 from h5sidecar.errors import (
@@ -36,7 +37,7 @@ from h5sidecar.errors import (
 )
 from h5sidecar.sources._backends import transient_store_error
 from h5sidecar.sources._pages import PAGE, PageCache, assemble_pages, run_holding
-from h5sidecar.sources._plan import plan_reads
+from h5sidecar.sources._plan import plan_coded
 from h5sidecar.sources._retry import retrying
 from h5sidecar.sources._stats import FetchStats
 from h5sidecar.sources._stores import (
@@ -333,7 +334,7 @@ class PinnedFetcher:
     # -- batched ranges --------------------------------------------------------------------------
     async def fetch_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         """Bytes of many ``(offset, length)`` ranges at once, coalesced by
-        :func:`~h5sidecar.sources._plan.plan_reads` (``max_gap`` / ``max_request``) with one
+        :func:`~h5sidecar.sources._plan.plan_coded` (``max_gap`` / ``max_request``) with one
         pinned GET per planned span (a range longer than ``max_request`` is one GET of its own);
         ``concurrency`` requests run at a time.  Chunk data, so the cache is left alone.
 
@@ -351,8 +352,9 @@ class PinnedFetcher:
                     f"range {start}+{length} lies outside {self.url} ({self.identity.size} bytes)",
                     url=self.url,
                 )
-        plan = plan_reads(
-            [self.url] * len(ranges),
+        plan = plan_coded(
+            [self.url],
+            np.zeros(len(ranges), dtype=np.int64),  # one object: no URL per range to sort
             [r[0] for r in ranges],
             [r[1] for r in ranges],
             max_gap=self.max_gap,

@@ -54,7 +54,7 @@ __all__ = [
     "sync_within",
 ]
 
-log = logging.getLogger("h5sidecar.indexer")
+log = logging.getLogger("h5sidecar.sources")
 
 #: Seconds to wait for background requests to cancel when a source is closed.
 _CLOSE_SECONDS = 10.0

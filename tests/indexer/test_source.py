@@ -296,6 +296,18 @@ def test_read_ranges_returns_chunk_bytes_in_few_requests(
             f.read_ranges([(f.size - 10, 20)])
 
 
+def test_a_range_longer_than_one_request_is_still_one_get(
+    classic: Path, upload: Any, proxied: dict[str, object], proxy: FaultProxy
+) -> None:
+    data = classic.read_bytes()
+    url = upload(classic, "long-range.h5")
+    settings = IndexSettings(metadata_block_size=64 * 1024, source_max_gap=0)
+    with open_source(url, storage_options=proxied, settings=settings, prefetch=False) as f:
+        before = len(proxy.gets())
+        assert f.read_ranges([(0, 200_000), (10, 5)]) == [data[:200_000], data[10:15]]
+        assert len(proxy.gets()) - before == 1  # the planner's span, not its parallel parts
+
+
 # -- a changing object ---------------------------------------------------------------------------
 def test_object_replaced_mid_scan_is_stale(
     granule: Path, upload: Any, s3_storage_options: dict[str, object]
