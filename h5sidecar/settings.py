@@ -114,6 +114,26 @@ class IndexSettings:
         Memory (data segment and anonymous mappings, ``RLIMIT_DATA``) of each worker process
         of a batch; an allocation past it fails inside that worker (HDF5 skips the variable, or
         the granule fails with kind ``memory``).  Linux; 0: no limit.
+    source_first_request : int
+        Bytes of the first GET of a granule on an object store (its head, and its identity).
+    source_cache_bytes : int
+        Bytes of the page cache a granule on an object store is read through (least recently
+        used blocks go first); metadata is prefetched into at most half of it.
+    source_concurrency : int
+        Requests in flight at once per granule (prefetch, and chunk ranges read together).
+    source_readahead : int
+        Bytes read past a read that was not prefetched (HDF5 tends to read on from there).
+    source_max_gap : int
+        Ranges (pages) of one granule at most this many bytes apart share a request; one request
+        spans at most ``metadata_block_size`` bytes (or this gap, if larger).
+    source_retries : int
+        Attempts after the first for throttling, 5xx, resets and short reads of a granule
+        (exponential backoff with full jitter, as on the read path).
+    source_backoff : float
+        Base delay in seconds of that backoff.
+    max_crawl_steps : int
+        Metadata structures parsed ahead of HDF5 per granule at most; past it HDF5's own reads
+        are fetched on demand (a bound for corrupt files whose structures loop).
     """
 
     on_unsupported: Literal["skip", "raise"] = "skip"
@@ -126,6 +146,14 @@ class IndexSettings:
     max_hdf5_reads: int = 5_000_000
     max_hdf5_read_bytes: int = 64 * 2**30
     max_worker_memory: int = 4 * 2**30
+    source_first_request: int = 256 * 2**10
+    source_cache_bytes: int = 256 * 2**20
+    source_concurrency: int = 16
+    source_readahead: int = 64 * 2**10
+    source_max_gap: int = 64 * 2**10
+    source_retries: int = 4
+    source_backoff: float = 0.1
+    max_crawl_steps: int = 200_000
 
 
 @dataclass(frozen=True, slots=True)

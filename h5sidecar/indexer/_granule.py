@@ -26,11 +26,12 @@ from h5sidecar.indexer._common import (
 from h5sidecar.indexer._dataset import IndexContext, index_alias, index_dataset
 from h5sidecar.indexer._dims import DimensionNamer
 from h5sidecar.indexer._dtypes import ENUMS_KEY, REFERENCES_KEY, enum_mapping
-from h5sidecar.indexer._h5file import OpenGranule, RangeReader, open_granule
+from h5sidecar.indexer._h5file import OpenGranule, open_granule
 from h5sidecar.indexer._vds import vds_extent
 from h5sidecar.indexer._walk import DatasetEntry, ObjectKey, escape_name, object_key, walk
 from h5sidecar.references import ArrayRefs, GranuleRefs, Skipped
 from h5sidecar.settings import IndexSettings
+from h5sidecar.sources._ranged import RangeReader
 
 __all__ = ["BENIGN_KINDS", "index_open_granule"]
 
@@ -174,7 +175,8 @@ def index_open_granule(
     hierarchy = walk(granule.h5)
     _check_links(hierarchy.skipped, settings)
     deref = _Dereferencer(granule.h5, hierarchy.canonical)
-    reader = RangeReader(granule, storage_options)
+    reader = RangeReader(granule.fileobj, storage_options, retries=settings.source_retries,
+                         backoff=settings.source_backoff)  # fmt: skip
     others = contextlib.ExitStack()
     opened: dict[str, h5py.File] = {granule.identity.url: granule.h5}
 

@@ -1,8 +1,9 @@
-"""Open a granule for h5py, and read byte ranges of it (and of its companion files).
+"""Open a granule for h5py.
 
 The granule is read through :func:`h5sidecar.indexer._source.open_source` (few, large,
 concurrent metadata requests; identity taken from the first response).  h5py opens the file
-object it yields; a file HDF5 refuses is reported as :class:`~h5sidecar.errors.NotHDF5Error`,
+object it yields (byte ranges of it and of its companion files are read with
+:class:`h5sidecar.sources._ranged.RangeReader`); a file HDF5 refuses is reported as :class:`~h5sidecar.errors.NotHDF5Error`,
 and an HDF5 error escaping the per-variable handling while the open granule is indexed (the
 group tree or the file's own structures are unreadable) as
 :class:`~h5sidecar.errors.CorruptFileError`.
@@ -11,32 +12,24 @@ group tree or the file's own structures are unreadable) as
 from __future__ import annotations
 
 import contextlib
-import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import h5py
-import obstore
 
-from h5sidecar.errors import CorruptFileError, NotHDF5Error, SourceReadError
+from h5sidecar.errors import CorruptFileError, NotHDF5Error
 from h5sidecar.indexer._common import (
     H5PY_ERRORS,
     describe_h5_error,
     raised_by_h5py,
     reraise_io_failure,
 )
-from h5sidecar.indexer._source import open_regular, open_source
+from h5sidecar.indexer._source import open_source
 from h5sidecar.references import SourceInfo
 from h5sidecar.settings import IndexSettings
-from h5sidecar.sources._stores import (
-    STORE_ERRORS,
-    resolve_store,
-    source_identity,
-    translate_store_error,
-)
 
-__all__ = ["OpenGranule", "RangeReader", "open_granule"]
+__all__ = ["OpenGranule", "open_granule"]
 
 _DEFAULT_SETTINGS = IndexSettings()
 
@@ -98,66 +91,3 @@ def open_granule(
             ) from exc
         finally:
             h5.close()
-
-
-class RangeReader:
-    """Reads byte ranges of the granule and of its companion files (external raw data, VDS
-    sources), for inlining small chunks and for checksums.
-
-    The granule's ranges go through its source object (``read_ranges``: coalesced, concurrent
-    and pinned to the version being indexed on S3); companion files are read with ``pread``
-    locally or obstore's ``get_ranges`` on S3.
-    """
-
-    def __init__(
-        self, granule: OpenGranule, storage_options: Mapping[str, Any] | None = None
-    ) -> None:
-        self._granule = granule
-        self._options = dict(storage_options or {})
-        self._fds: dict[str, int] = {}
-
-    def read_many(self, url: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        """The bytes of ``(offset, length)`` ranges of ``url`` (short reads raise)."""
-        if not ranges:
-            return []
-        if url == self._granule.identity.url:
-            out = [bytes(b) for b in self._granule.fileobj.read_ranges(list(ranges))]
-        else:
-            out = self._companion(url, ranges)
-        for (offset, length), data in zip(ranges, out, strict=True):
-            if len(data) != length:
-                raise SourceReadError(
-                    f"{url}: expected {length} bytes at offset {offset}, got {len(data)}; the "
-                    "object is shorter than its references say (changed or truncated): index "
-                    "it again",
-                    url=url,
-                )
-        return out
-
-    def read(self, url: str, offset: int, length: int) -> bytes:
-        """``length`` bytes of ``url`` at ``offset``."""
-        return self.read_many(url, [(offset, length)])[0]
-
-    def _companion(self, url: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        store, location = resolve_store(url, self._options)
-        if location.kind == "local":
-            if url not in self._fds:
-                self._fds[url] = open_regular(location.url)  # never a FIFO that blocks
-            return [os.pread(self._fds[url], length, offset) for offset, length in ranges]
-        try:
-            got = obstore.get_ranges(
-                store, location.path, starts=[o for o, _ in ranges], lengths=[n for _, n in ranges]
-            )
-        except STORE_ERRORS as exc:
-            raise translate_store_error(exc, url, "GET") from exc
-        return [bytes(b) for b in got]
-
-    def identity(self, url: str) -> dict[str, Any]:
-        """``{"size": ...}`` of a companion file (raises SourceNotFoundError when absent)."""
-        return source_identity(url, self._options).to_dict()
-
-    def close(self) -> None:
-        """Close the companion files opened so far."""
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()

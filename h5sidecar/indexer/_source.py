@@ -1,268 +1,196 @@
 """The indexer's view of a granule: a read-only file object h5py opens, fed by few large requests.
 
-:func:`open_source` yields a seekable, read-only file object for ``h5py.File(f, "r")``:
+:func:`open_source` yields a seekable, read-only file object for ``h5py.File(f, "r")``, one of
+the ranged files of :mod:`h5sidecar.sources._ranged`:
 
 * **local files**: the file itself, read with ``os.pread`` (identity from ``os.fstat``);
 * **S3 objects**: reads served from a page cache filled by ranged GETs through obstore
-  (:mod:`h5sidecar.indexer._source_fetch`).  The first GET (the file's head) gives the object's
-  identity (size, ETag, mtime); every later GET carries ``If-Match`` on that ETag, so an object
-  replaced mid-scan raises :class:`~h5sidecar.errors.StaleReferenceError` instead of mixing two
-  versions.
+  (:class:`~h5sidecar.sources._pinned.PinnedFetcher`).  The first GET (the file's head) gives
+  the object's identity (size, ETag, mtime); every later GET carries ``If-Match`` on that ETag,
+  so an object replaced mid-scan raises :class:`~h5sidecar.errors.StaleReferenceError` instead
+  of mixing two versions.
 
 HDF5 reads metadata as a chain of small dependent reads (superblock -> object header -> B-tree ->
-symbol node -> object header ...), each one a network round trip if served naively.  The remote
-reader instead *crawls ahead* of h5py: it parses each metadata structure as soon as its bytes
-arrive (:mod:`h5sidecar.indexer._source_hints`), learns where the next structures are, and
-fetches a whole level of the tree at once, in few coalesced requests that run concurrently.
-h5py still reads everything through the cache, so a wrong guess costs bytes, never correctness;
-a read the crawl did not foresee is fetched on demand with a little read-ahead.
+symbol node -> object header ...), each one a network round trip if served naively.  The
+indexer instead *crawls ahead* of h5py (:class:`MetadataCrawl`, the one HDF5-specific part): it
+parses each metadata structure as soon as its bytes arrive (:mod:`h5sidecar.indexer._source_hints`),
+learns where the next structures are, and asks the fetcher for them, which sends a whole level
+of the tree at once in few coalesced requests that run concurrently.  h5py still reads
+everything through the cache, so a wrong guess costs bytes, never correctness; a read the crawl
+did not foresee is fetched on demand with a little read-ahead.
+
+The crawl is bounded, because a corrupt file's structures claim any length: a structure is
+parsed from at most one request's bytes (a longer one is left to HDF5's own reads), a structure
+waiting for its bytes is parked on one missing page at a time (so it is parsed again at most
+once per request that brings its bytes), and the crawl stops after ``max_crawl_steps`` parses.
 """
 
 from __future__ import annotations
 
-import io
-import logging
 import os
-import stat
-from collections.abc import Iterator, Mapping, Sequence
+from collections import deque
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import fsspec.asyn
-from fsspec.exceptions import FSTimeoutError
 
-from h5sidecar.errors import (
-    NotHDF5Error,
-    SourceNotFoundError,
-    SourceReadError,
-    StaleReferenceError,
-)
+from h5sidecar.errors import NotHDF5Error, SourceNotFoundError, SourceReadError
 from h5sidecar.indexer import _source_hints as hints
 from h5sidecar.indexer._budget import Budget
-from h5sidecar.indexer._source_fetch import (
-    CACHE_BYTES,
-    CONCURRENCY,
-    MAX_GAP,
-    Counters,
-    Fetcher,
-    FetchOptions,
-    SourceStats,
-)
 from h5sidecar.settings import IndexSettings
-from h5sidecar.sources._stores import identity_from_stat, resolve_store
+from h5sidecar.sources._backends import NO_RETRY
+from h5sidecar.sources._pages import PAGE
+from h5sidecar.sources._pinned import PinnedFetcher
+from h5sidecar.sources._ranged import (
+    LocalRangedFile,
+    RangedFile,
+    RemoteRangedFile,
+    sync_within,
+)
+from h5sidecar.sources._stats import FetchStats
+from h5sidecar.sources._stores import resolve_store
 
-if TYPE_CHECKING:
-    import asyncio
-
-    from h5sidecar.references import SourceInfo
-
-__all__ = ["LocalSource", "RemoteSource", "SourceStats", "open_source"]
-
-log = logging.getLogger("h5sidecar.indexer")
-
-#: Seconds to wait for background requests to cancel when a source is closed.
-_CLOSE_SECONDS = 10.0
-
-#: obstore retries for the indexer: enough for throttling and resets, short enough that a dead
-#: endpoint fails within seconds with a clear message.
-RETRY_CONFIG: dict[str, Any] = {
-    "max_retries": 4,
-    "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=2)},
-    "retry_timeout": timedelta(seconds=30),
-}
+__all__ = ["LocalSource", "MetadataCrawl", "RemoteSource", "SourceStats", "open_source"]
 
 
-class _SourceFile(io.RawIOBase):
-    """Read-only, seekable raw file over ``view(start, stop)``; h5py's ``fileobj`` driver calls
-    ``seek``/``tell``/``readinto`` for every read."""
+@dataclass(frozen=True, slots=True)
+class SourceStats:
+    """What reading a source cost so far: a frozen view of the reader's
+    :class:`~h5sidecar.sources._stats.FetchStats`, under the names of the index report.
 
-    identity: SourceInfo
-    _counters: Counters
+    Attributes
+    ----------
+    requests : int
+        Requests sent (ranged GETs; ``pread`` calls for local files).
+    bytes_fetched : int
+        Bytes received from the store (read from the file, for local files).
+    bytes_read_by_hdf5 : int
+        Bytes HDF5 asked for (repeats included); ``FetchStats.bytes_read``.
+    reads_by_hdf5 : int
+        Read calls HDF5 made; ``FetchStats.reads``.
+    waits : int
+        HDF5 reads that had to wait for the network (the others were served from the cache).
+    prefetch_requests : int
+        Requests sent ahead of HDF5 for metadata the crawl located (part of ``requests``).
+    structures_found : int
+        Metadata structures the crawl located; ``FetchStats.hints_found``.
+    """
 
-    def __init__(self, size: int, budget: Budget | None = None) -> None:
-        super().__init__()
-        self.size = size
-        self.budget = budget
-        self._pos = 0
+    requests: int = 0
+    bytes_fetched: int = 0
+    bytes_read_by_hdf5: int = 0
+    reads_by_hdf5: int = 0
+    waits: int = 0
+    prefetch_requests: int = 0
+    structures_found: int = 0
 
-    @property
-    def url(self) -> str:
-        """The normalised source URL (absolute path, or ``s3://bucket/key``)."""
-        return self.identity.url
+    @classmethod
+    def of(cls, stats: FetchStats) -> SourceStats:
+        """The view of ``stats`` now."""
+        s = stats.snapshot()
+        return cls(
+            requests=s["requests"],
+            bytes_fetched=s["bytes_fetched"],
+            bytes_read_by_hdf5=s["bytes_read"],
+            reads_by_hdf5=s["reads"],
+            waits=s["waits"],
+            prefetch_requests=s["prefetch_requests"],
+            structures_found=s["hints_found"],
+        )
+
+
+class LocalSource(LocalRangedFile):
+    """A local granule (see :class:`~h5sidecar.sources._ranged.LocalRangedFile`)."""
 
     @property
     def stats(self) -> SourceStats:
         """Requests and bytes so far."""
-        return self._counters.snapshot()
-
-    def readable(self) -> bool:
-        """Always ``True``."""
-        return True
-
-    def seekable(self) -> bool:
-        """Always ``True``."""
-        return True
-
-    def tell(self) -> int:
-        """The current position."""
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        """Move the position (``SEEK_SET``, ``SEEK_CUR`` or ``SEEK_END``)."""
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}.get(whence)
-        if base is None or base + offset < 0:
-            raise ValueError(f"invalid seek (offset={offset}, whence={whence})")
-        self._pos = base + offset
-        return self._pos
-
-    def readinto(self, buffer: Any) -> int:
-        """Read up to ``len(buffer)`` bytes at the position (fewer at the end of the object)."""
-        out = memoryview(buffer).cast("B")
-        data = self.view(self._pos, min(self._pos + len(out), self.size))
-        out[: len(data)] = data
-        self._pos += len(data)
-        self._counters.add("reads_by_hdf5")
-        self._counters.add("bytes_read_by_hdf5", len(data))
-        if self.budget is not None:  # a corrupt file whose metadata loops stops here
-            counts = self._counters.values
-            self.budget.check(counts["reads_by_hdf5"], counts["bytes_read_by_hdf5"])
-        return len(data)
-
-    def view(self, start: int, stop: int) -> bytes:
-        """Bytes ``[start, stop)`` of the source."""
-        raise NotImplementedError
-
-    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        """The bytes of many ``(offset, length)`` ranges (e.g. chunks to inline or checksum),
-        read together: concurrently and coalesced for S3.  Does not move the position."""
-        out = [self.view(start, start + length) for start, length in ranges]
-        for (start, length), data in zip(ranges, out, strict=True):
-            if len(data) != length:
-                raise SourceReadError(
-                    f"range {start}+{length} lies outside {self.url} ({self.size} bytes)",
-                    url=self.url,
-                )
-        return out
+        return SourceStats.of(self.fetch_stats)
 
 
-class LocalSource(_SourceFile):
-    """A local file opened read-only, read with ``os.pread`` (no shared file position).
+class RemoteSource(RemoteRangedFile):
+    """A granule on an object store (see :class:`~h5sidecar.sources._ranged.RemoteRangedFile`)."""
 
-    Only regular files are read: a FIFO or a device would block or never end, so they are
-    refused with :class:`NotHDF5Error` (opened non-blocking, so a FIFO without a writer does
-    not hang the open either).
-    """
-
-    def __init__(self, path: str, budget: Budget | None = None) -> None:
-        self.path = path
-        self._fd = open_regular(path)
-        self.identity = identity_from_stat(path, os.fstat(self._fd))
-        self._counters = Counters()
-        super().__init__(self.identity.size, budget)
-
-    def view(self, start: int, stop: int) -> bytes:
-        """Bytes ``[start, stop)`` (one ``pread``)."""
-        data = os.pread(self._fd, max(stop - start, 0), start) if stop > start else b""
-        self._counters.add("requests")
-        self._counters.add("bytes_fetched", len(data))
-        return data
-
-    def close(self) -> None:
-        """Close the file descriptor."""
-        if not self.closed:
-            os.close(self._fd)
-        super().close()
-
-    def check_unchanged(self) -> None:
-        """Raise :class:`StaleReferenceError` if the file changed since it was opened."""
-        if not identity_from_stat(self.path).same_object(self.identity):
-            raise StaleReferenceError(
-                f"{self.url} changed while it was being indexed (size or mtime differ); index "
-                "it again once writers are done",
-                url=self.url,
-            )
+    @property
+    def stats(self) -> SourceStats:
+        """Requests and bytes so far."""
+        return SourceStats.of(self.fetch_stats)
 
 
-class RemoteSource(_SourceFile):
-    """A read-only file object over an object-store source (see the module docstring)."""
+class MetadataCrawl:
+    """Parses HDF5 metadata structures as their bytes arrive and asks ``fetcher`` for the pages
+    of the structures they point at (runs on the loop thread, driven by the fetcher's
+    ``on_fetched``)."""
 
-    def __init__(
-        self, fetcher: Fetcher, loop: asyncio.AbstractEventLoop, budget: Budget | None = None
-    ) -> None:
-        assert fetcher.identity is not None
-        self._fetcher, self._loop = fetcher, loop
-        self.identity = fetcher.identity
-        self._counters = fetcher.counters
-        super().__init__(self.identity.size, budget)
+    def __init__(self, fetcher: PinnedFetcher, layout: hints.Layout, max_steps: int) -> None:
+        self.fetcher, self.layout, self.max_steps = fetcher, layout, max_steps
+        self._queue: deque[hints.Hint] = deque()
+        self._seen: set[tuple[str, int]] = set()
+        self._waiting: dict[int, list[hints.Hint]] = {}
+        self._steps = 0
+        fetcher.on_fetched = self._fetched
 
-    def _wait(self, func: Any, *args: Any) -> Any:
-        """Run ``func(*args)`` on the I/O loop, within what is left of the time limit."""
-        return _sync(self._loop, self.budget, func, *args)
+    def seed(self, found: list[hints.Hint]) -> None:
+        """Start crawling from the superblock's hints."""
+        self._enqueue(found)
+        self._crawl()
 
-    def view(self, start: int, stop: int) -> bytes:
-        """Bytes ``[start, stop)``, waiting for the network if they are not cached yet."""
-        if stop <= start:
-            return b""
-        fetcher = self._fetcher
-        if fetcher.fault is not None:
-            raise fetcher.fault
-        data = fetcher.cache.read(start, stop)
+    def _fetched(self, first: int, last: int, ok: bool) -> None:
+        if ok:
+            for page in range(first, last + 1):
+                self._queue.extend(self._waiting.pop(page, ()))
+        self._crawl()
+
+    def _enqueue(self, found: list[hints.Hint]) -> None:
+        for hint in found:
+            key = (hint.kind, hint.addr)
+            if key not in self._seen:
+                self._seen.add(key)
+                self._queue.append(hint)
+                self.fetcher.stats.add(hints_found=1)
+
+    def _view(self, start: int, stop: int) -> bytes:
+        if stop - start > self.fetcher.max_request:  # a corrupt length, or a huge structure
+            raise hints.BadStructure(f"{stop - start} bytes at {start}: too long to prefetch")
+        data = self.fetcher.cache.read(start, stop) if stop > start else b""
         if data is None:
-            self._counters.add("waits")
-            data = self._wait(fetcher.demand, start, stop)
-        if data is None:  # evicted while waiting (a tiny cache): fetch all of it again
-            data = self._wait(fetcher.demand, start, stop, True)
-        assert data is not None
+            raise hints.Missing(start, stop)
         return data
 
-    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        """The bytes of many ``(offset, length)`` ranges, fetched concurrently in coalesced,
-        ``If-Match``-pinned requests (bypassing the metadata cache)."""
-        if self._fetcher.fault is not None:
-            raise self._fetcher.fault
-        return self._wait(self._fetcher.fetch_ranges, list(ranges))  # type: ignore[no-any-return]
-
-    def close(self) -> None:
-        """Stop the crawl and cancel requests still in flight."""
-        if not self.closed:
+    def _crawl(self) -> None:
+        """Parse every queued structure whose bytes are here; want the pages of the others."""
+        fetcher = self.fetcher
+        if fetcher.closed or fetcher.fault is not None:
+            return
+        while self._queue and self._steps < self.max_steps:
+            hint = self._queue.popleft()
+            self._steps += 1
             try:
-                fsspec.asyn.sync(self._loop, self._fetcher.aclose, timeout=_CLOSE_SECONDS)
-            except FSTimeoutError:  # the loop is wedged: closing must not wedge the caller too
-                log.warning("requests of %s did not cancel within %g s", self.url, _CLOSE_SECONDS)
-        super().close()
+                self._enqueue(hints.expand(hint, self._view, self.layout))
+            except hints.Missing as missing:
+                self._park(hint, min(missing.start, hint.addr), max(missing.stop, hint.addr + hint.size))
+            except hints.BadStructure:
+                pass  # a wrong guess: HDF5 reads what it really needs on demand
+        if self._steps >= self.max_steps:
+            self._queue.clear()  # enough: HDF5's own reads are fetched on demand
+        fetcher.pump()
 
+    def _park(self, hint: hints.Hint, lo: int, hi: int) -> None:
+        """Want the missing pages of ``[lo, hi)``; ``hint`` waits for the first of them only.
 
-def _sync(loop: asyncio.AbstractEventLoop, budget: Budget | None, func: Any, *args: Any) -> Any:
-    """``fsspec.asyn.sync`` bounded by ``budget``'s deadline (:class:`GranuleTimeoutError`)."""
-    timeout = None if budget is None else budget.remaining()
-    try:
-        return fsspec.asyn.sync(loop, func, *args, timeout=timeout)
-    except FSTimeoutError:
-        assert budget is not None
-        raise budget.timeout() from None
-
-
-def open_regular(path: str) -> int:
-    """A read-only descriptor of ``path``, which must be a regular file (:class:`NotHDF5Error`
-    for a FIFO, socket or device: reading those blocks or never ends)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO without a writer must not block
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise NotHDF5Error(
-            f"{path} is not a regular file ({_file_type(mode)}): only regular files are indexed"
-        )
-    return fd
-
-
-def _file_type(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a folder"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
+        Waiting on every page would parse the hint again as each one arrives, each time
+        parking it again on all the pages still missing: work that grows without bound.
+        """
+        hi = min(hi, lo + self.fetcher.max_request)
+        parked = False
+        for page in range(lo // PAGE, (hi - 1) // PAGE + 1):
+            if not self.fetcher.cache.has(page):
+                if not parked:
+                    self._waiting.setdefault(page, []).append(hint)
+                    parked = True
+                self.fetcher.want(page)
 
 
 @contextmanager
@@ -272,8 +200,8 @@ def open_source(
     storage_options: Mapping[str, Any] | None = None,
     settings: IndexSettings = IndexSettings(),  # noqa: B008 - frozen, immutable default
     prefetch: bool = True,
-    cache_bytes: int = CACHE_BYTES,
-    concurrency: int = CONCURRENCY,
+    cache_bytes: int | None = None,
+    concurrency: int | None = None,
 ) -> Iterator[LocalSource | RemoteSource]:
     """Open a granule for indexing as a read-only file object that ``h5py.File`` accepts.
 
@@ -285,16 +213,18 @@ def open_source(
         s3fs-style options for S3 (``key``, ``secret``, ``token``, ``endpoint_url``, ``anon``,
         ``client_kwargs={"region_name": ...}``); ``AWS_*`` variables fill what is missing.
     settings : IndexSettings
-        ``metadata_block_size`` caps the size of one prefetch request; ``max_granule_seconds``,
-        ``max_hdf5_reads`` and ``max_hdf5_read_bytes`` bound what reading the granule may cost.
+        ``metadata_block_size`` caps the size of one request; the ``source_*`` fields tune the
+        remote reader (cache, concurrency, read-ahead, gap, retries) and ``max_crawl_steps`` the
+        crawl; ``max_granule_seconds``, ``max_hdf5_reads`` and ``max_hdf5_read_bytes`` bound
+        what reading the granule may cost.
     prefetch : bool
         Crawl metadata ahead of HDF5 (default).  ``False`` fetches only what HDF5 asks for,
         plus a little read-ahead (useful to measure what the crawl saves).
-    cache_bytes : int
-        Upper bound of the bytes kept in the read cache (least recently used blocks go first);
-        prefetching stops after half of it.
-    concurrency : int
-        Prefetch requests in flight at once.
+    cache_bytes : int, optional
+        Override ``settings.source_cache_bytes``: the bytes kept in the read cache (least
+        recently used blocks go first); prefetching stops after half of it.
+    concurrency : int, optional
+        Override ``settings.source_concurrency``: prefetch requests in flight at once.
 
     Yields
     ------
@@ -322,26 +252,22 @@ def open_source(
     ...     with h5py.File(f, "r") as h5:
     ...         print(list(h5), f.identity.etag, f.stats.requests)
     """
-    store, location = resolve_store(url, storage_options, retry_config=RETRY_CONFIG)
+    # the client's own retries are off: the fetcher retries (the package's one policy)
+    store, location = resolve_store(url, storage_options, retry_config=NO_RETRY)
     budget = Budget.start(location.url, settings)
     if location.kind == "local":
         with _open_local(location.url, budget) as local:
             yield local
         return
-    options = FetchOptions(
-        cache_bytes=cache_bytes,
-        prefetch_bytes=cache_bytes // 2 if prefetch else 0,
-        concurrency=concurrency,
-        max_request=max(settings.metadata_block_size, MAX_GAP),
-    )
     loop = fsspec.asyn.get_loop()
-    fetcher = Fetcher(store, location, options)
-    _sync(loop, budget, fetcher.open)
+    fetcher = PinnedFetcher(store, location, settings, prefetch=prefetch,
+                            cache_bytes=cache_bytes, concurrency=concurrency)  # fmt: skip
+    sync_within(loop, budget, fetcher.open)
     with RemoteSource(fetcher, loop, budget) as remote:
         layout, found = _find_superblock(remote)
-        fetcher.layout = layout
         if prefetch:
-            loop.call_soon_threadsafe(fetcher.seed, found)
+            crawl = MetadataCrawl(fetcher, layout, settings.max_crawl_steps)
+            loop.call_soon_threadsafe(crawl.seed, found)
         yield remote
 
 
@@ -359,7 +285,7 @@ def _open_local(path: str, budget: Budget) -> Iterator[LocalSource]:
         source.check_unchanged()
 
 
-def _find_superblock(source: _SourceFile) -> tuple[hints.Layout, list[hints.Hint]]:
+def _find_superblock(source: RangedFile) -> tuple[hints.Layout, list[hints.Hint]]:
     """The superblock's layout and first hints; :class:`NotHDF5Error` when there is none."""
     if source.size == 0:
         raise NotHDF5Error(f"{source.url} is empty, not an HDF5 file")

@@ -1,7 +1,7 @@
 """Where HDF5 will read next: addresses of metadata structures, parsed from metadata already read.
 
-The remote source reader (:mod:`h5sidecar.indexer._source_fetch`) uses these *hints* to fetch
-metadata before h5py asks for it.  HDF5 reads its metadata one small structure at a time (object
+The indexer's metadata crawl (:class:`h5sidecar.indexer._source.MetadataCrawl`) uses these
+*hints* to fetch metadata before h5py asks for it.  HDF5 reads its metadata one small structure at a time (object
 headers, B-tree nodes, symbol-table nodes, heaps), each found through an address stored in the
 one read before; over a network every such step costs a round trip.  Parsing just enough of each
 structure to learn the addresses it points to lets the reader fetch a whole level of the tree at
@@ -12,7 +12,8 @@ h5py still reads everything it needs through the cache.  So parsers here are del
 (the common structures of superblock versions 0-3), validate lightly, and report anything they do
 not understand as :class:`BadStructure` for the caller to drop.  This module holds the classic
 structures (superblock, object headers and their messages, version-1 B-trees, symbol-table nodes,
-local and global heaps); :mod:`._source_hints_dense` the newer indexes and dense storage.
+local and global heaps); :mod:`._source_hints_dense` the newer indexes and dense storage;
+:mod:`._source_hints_base` the records and primitives both share.
 
 Each parser takes ``view(start, stop) -> bytes`` (absolute offsets) and lets :class:`Missing`
 (raised by ``view``) escape when bytes it needs are not available yet; the caller fetches them
@@ -22,10 +23,23 @@ and calls again.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Literal
+from dataclasses import replace
 
 from h5sidecar.errors import NotHDF5Error
+from h5sidecar.indexer._source_hints_base import (
+    SIGNATURE,
+    BadStructure,
+    Hint,
+    HintKind,
+    Layout,
+    Missing,
+    Parser,
+    View,
+    address_hint,
+    link_target,
+    u,
+)
+from h5sidecar.indexer._source_hints_dense import PARSERS as _DENSE
 
 __all__ = [
     "SIGNATURE",
@@ -36,128 +50,8 @@ __all__ = [
     "Missing",
     "expand",
     "find_superblock",
+    "link_target",
 ]
-
-SIGNATURE = b"\x89HDF\r\n\x1a\n"
-
-#: Kinds of structure a hint points at.  ``blob`` is fetched but not parsed.
-HintKind = Literal[
-    "ohdr",
-    "ochk1",
-    "ochk2",
-    "tree0",
-    "tree1",
-    "snod",
-    "heap",
-    "gcol",
-    "fahd",
-    "eahd",
-    "eaib",
-    "bthd",
-    "btin",
-    "frhp",
-    "fhib",
-    "fhdb",
-    "blob",
-]
-
-View = Callable[[int, int], bytes]
-Parser = Callable[["Hint", View, "Layout"], list["Hint"]]
-
-
-class Missing(Exception):  # a signal, not an error
-    """Raised by a ``view`` when bytes ``[start, stop)`` are not available yet."""
-
-    def __init__(self, start: int, stop: int) -> None:
-        super().__init__(start, stop)
-        self.start, self.stop = start, stop
-
-
-class BadStructure(Exception):  # internal: the caller drops the hint
-    """The bytes at a hinted address are not the expected structure."""
-
-
-@dataclass(frozen=True, slots=True)
-class Layout:
-    """What the superblock says about address arithmetic.
-
-    Attributes
-    ----------
-    base : int
-        Absolute offset that file addresses are relative to (the superblock's position).
-    offset_size, length_size : int
-        Bytes per address and per length field (usually 8).
-    eof : int
-        End-of-file address declared by the superblock.
-    size : int
-        Actual size of the object.
-    leaf_k, internal_k, chunk_k : int
-        Version-1 B-tree "K" values (symbol-table node, group node and chunk node capacities
-        halved); they fix the on-disk size of those nodes, which HDF5 reads whole.
-    """
-
-    base: int
-    offset_size: int
-    length_size: int
-    eof: int
-    size: int
-    leaf_k: int = 4
-    internal_k: int = 16
-    chunk_k: int = 32
-
-    @property
-    def undefined(self) -> int:
-        """The "undefined address" value (all bits set)."""
-        return (1 << (8 * self.offset_size)) - 1
-
-
-@dataclass(frozen=True, slots=True)
-class Hint:
-    """A structure expected at ``addr`` (absolute), probably ``size`` bytes long.
-
-    ``extra`` carries what parsing needs from the parent: the dimensionality (rank + 1) of a
-    chunk B-tree, the message layout of a continuation chunk, a version-2 B-tree's geometry, a
-    fractal heap's doubling table.
-    """
-
-    kind: HintKind
-    addr: int
-    size: int
-    extra: tuple[int, ...] = ()
-
-
-def u(data: bytes, off: int, n: int) -> int:
-    """Little-endian unsigned integer of ``n`` bytes at ``off`` (:class:`BadStructure` if short)."""
-    if off + n > len(data):
-        raise BadStructure(f"field at {off}+{n} past the end of a {len(data)}-byte structure")
-    return int.from_bytes(data[off : off + n], "little")
-
-
-def address_hint(
-    layout: Layout, kind: HintKind, addr: int, size: int = 0, extra: tuple[int, ...] = ()
-) -> list[Hint]:
-    """``[Hint]`` for a file address, or ``[]`` when it is undefined or outside the object."""
-    if addr == layout.undefined:
-        return []
-    absolute = layout.base + addr
-    if not 0 <= absolute < layout.size:
-        return []
-    size = size or _guess_size(kind, layout, extra)
-    return [Hint(kind, absolute, min(size, layout.size - absolute), extra)]
-
-
-def _guess_size(kind: HintKind, layout: Layout, extra: tuple[int, ...]) -> int:
-    """Bytes HDF5 will read at a structure: whole version-1 B-tree and symbol-table nodes (sized
-    by the K values), else its 512-byte speculative read, or a minimal global heap collection."""
-    o, ln = layout.offset_size, layout.length_size
-    if kind == "tree0":
-        return 8 + 2 * o + (2 * layout.internal_k + 1) * ln + 2 * layout.internal_k * o
-    if kind == "tree1" and extra:
-        key = 8 + 8 * extra[0]
-        return 8 + 2 * o + (2 * layout.chunk_k + 1) * key + 2 * layout.chunk_k * o
-    if kind == "snod":
-        return 8 + 2 * layout.leaf_k * (2 * o + 24)
-    return 4096 if kind in ("gcol", "blob") else 512
 
 
 def find_superblock(view: View, size: int) -> tuple[Layout, list[Hint]]:
@@ -232,7 +126,7 @@ def expand(hint: Hint, view: View, layout: Layout) -> list[Hint]:
     BadStructure
         The bytes are not the expected structure (drop the hint).
     """
-    parser = _parsers().get(hint.kind)
+    parser = _PARSERS.get(hint.kind)
     if parser is None:
         return []
     try:
@@ -349,23 +243,6 @@ def _msg_link(body: bytes, layout: Layout, v1: bool) -> list[Hint]:
     return [] if target is None else address_hint(layout, "ohdr", target[0])
 
 
-def link_target(data: bytes, pos: int, layout: Layout) -> tuple[int, int] | None:
-    """(object header address or -1 for soft/external links, encoded length) of the link message
-    at ``pos``; ``None`` when the bytes are not a link message."""
-    if data[pos] != 1:
-        return None
-    flags, start = data[pos + 1], pos
-    link_type = data[pos + 2] if flags & 0x08 else 0
-    pos += 2 + (1 if flags & 0x08 else 0) + (8 if flags & 0x04 else 0) + (1 if flags & 0x10 else 0)
-    width = 1 << (flags & 0x03)
-    pos += width + u(data, pos, width)
-    if link_type == 0:
-        return u(data, pos, layout.offset_size), pos + layout.offset_size - start
-    if link_type in (1, 64):  # soft or external: a length-prefixed value
-        return -1, pos + 2 + u(data, pos, 2) - start
-    return None
-
-
 def _msg_dense_index(creation_order_width: int, links: int) -> Callable[..., list[Hint]]:
     """Link-info (0x02) / attribute-info (0x15) message: dense storage in a fractal heap, indexed
     by name in a version-2 B-tree."""
@@ -476,12 +353,4 @@ _CLASSIC: dict[str, Parser] = {
     "heap": _heap,
     "gcol": _gcol,
 }
-_ALL: dict[str, Parser] = {}
-
-
-def _parsers() -> dict[str, Parser]:
-    if not _ALL:  # the dense-storage parsers import this module's primitives: join them late
-        from h5sidecar.indexer._source_hints_dense import PARSERS
-
-        _ALL.update(_CLASSIC, **PARSERS)
-    return _ALL
+_PARSERS: dict[str, Parser] = {**_CLASSIC, **_DENSE}

@@ -3,12 +3,12 @@
 Chunk indexes of ``libver="latest"`` files (fixed arrays, extensible arrays, version-2 B-trees)
 and the dense storage of groups and attributes with many members (a fractal heap indexed by a
 version-2 B-tree).  One or two levels are parsed: enough to reach the blocks HDF5 reads next,
-and, for dense groups, the object headers their links point at.  See :mod:`._source_hints`.
+and, for dense groups, the object headers their links point at.  See :mod:`._source_hints`; the shared primitives are in :mod:`._source_hints_base`.
 """
 
 from __future__ import annotations
 
-from h5sidecar.indexer._source_hints import (
+from h5sidecar.indexer._source_hints_base import (
     BadStructure,
     Hint,
     Layout,

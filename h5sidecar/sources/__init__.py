@@ -10,6 +10,11 @@ allow-list of source prefixes, the pure range planner and the fetch executor:
 * :class:`AllowList` -- which source URLs may be fetched at all;
 * :func:`plan_reads` / :class:`ReadPlan` -- pure, vectorised coalescing of byte ranges;
 * :class:`ChunkFetcher` -- the executor: bounded concurrency, retries, freshness guard;
+* :class:`PinnedFetcher`, :class:`PageCache` -- ``If-Match``-pinned ranged GETs of one object
+  into a page cache, with demand reads and a prefetch pool (the indexer reads through them);
+* :class:`LocalRangedFile` / :class:`RemoteRangedFile` / :class:`RangeReader` -- ranged readers:
+  file objects a format library opens, and many ranges of a source and its companion files;
+* :func:`retrying` -- the one retry policy (exponential backoff with full jitter);
 * :class:`FetchStats` -- request and byte counters.
 
 Names load on first use so ``import h5sidecar.sources`` stays cheap.
@@ -31,6 +36,12 @@ _LAZY = {
     "plan_reads": "h5sidecar.sources._plan",
     "ChunkFetcher": "h5sidecar.sources._fetch",
     "FetchStats": "h5sidecar.sources._stats",
+    "PinnedFetcher": "h5sidecar.sources._pinned",
+    "PageCache": "h5sidecar.sources._pages",
+    "LocalRangedFile": "h5sidecar.sources._ranged",
+    "RemoteRangedFile": "h5sidecar.sources._ranged",
+    "RangeReader": "h5sidecar.sources._ranged",
+    "retrying": "h5sidecar.sources._retry",
 }
 
 __all__ = [

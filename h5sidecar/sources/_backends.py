@@ -28,7 +28,7 @@ from typing import Any
 import obstore
 from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
 
-from h5sidecar.errors import SourceReadError
+from h5sidecar.errors import H5SidecarError, SourceReadError
 from h5sidecar.sources._stores import STORE_ERRORS, datetime_ns, http_status, resolve_store
 from h5sidecar.sources._urls import SourceLocation
 
@@ -38,6 +38,7 @@ __all__ = [
     "ObservedIdentity",
     "SourceGoneError",
     "TransientReadError",
+    "transient_store_error",
 ]
 
 #: 4xx codes that mean "try again later" rather than "you asked for something wrong".
@@ -232,6 +233,18 @@ def _classify(exc: BaseException, loc: SourceLocation) -> Exception:
         )
     what = f"HTTP {status}" if status else type(exc).__name__
     return TransientReadError(f"{what}: {_first_line(exc)}")
+
+
+def transient_store_error(exc: Exception) -> bool:
+    """Whether an obstore failure is worth another attempt: throttling (408/429), 5xx and
+    transport failures (resets, timeouts, truncated bodies); not a missing object, a failed
+    precondition or denied access.  The same verdict :func:`_classify` gives the read path."""
+    final = (H5SidecarError, FileNotFoundError, PreconditionError, PermissionDeniedError,
+             UnauthenticatedError)  # fmt: skip
+    if not isinstance(exc, STORE_ERRORS) or isinstance(exc, final):
+        return False
+    status = http_status(exc)
+    return status is None or status >= 500 or status in _RETRYABLE_4XX
 
 
 def _first_line(exc: BaseException) -> str:

@@ -9,7 +9,7 @@
 3. issues the plan's requests concurrently, at most ``max_concurrency`` at a time per fetcher,
    through one connection pool per bucket/host (obstore) or ``os.pread`` in threads;
 4. retries throttling, 5xx, resets, timeouts and short bodies with exponential backoff and full
-   jitter, and raises :class:`~h5sidecar.errors.SourceReadError` when retries run out;
+   jitter (the package's one retry policy, :mod:`h5sidecar.sources._retry`), and raises :class:`~h5sidecar.errors.SourceReadError` when retries run out;
 5. confirms, before serving any byte, that the object is the one the sidecar describes (size and
    ETag or mtime, from the very response that carried the bytes) -- else
    :class:`~h5sidecar.errors.StaleReferenceError`.
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
@@ -48,16 +47,13 @@ from h5sidecar.sources._backends import (
     TransientReadError,
 )
 from h5sidecar.sources._plan import ReadPlan, plan_reads
+from h5sidecar.sources._retry import retrying
 from h5sidecar.sources._stats import FetchStats
 from h5sidecar.sources._urls import SourceLocation, parse_url
 
 __all__ = ["ChunkFetcher", "scrub_credentials"]
 
 log = logging.getLogger("h5sidecar.fetch")
-
-#: Upper bound of one backoff sleep (seconds), whatever the attempt number.
-_MAX_BACKOFF = 20.0
-
 
 class ChunkFetcher:
     """Fetch byte ranges of allowed sources, concurrently, with retries and a freshness guard.
@@ -243,37 +239,42 @@ class ChunkFetcher:
 
     async def _get(self, loc: SourceLocation, start: int, stop: int) -> Any:
         reader = self._local if loc.kind == "local" else self._remote
-        attempts = self.settings.retries + 1
-        last: Exception | None = None
-        for attempt in range(attempts):
+
+        async def once() -> Any:
             t0 = time.perf_counter()
-            try:
-                async with self._semaphore():
-                    data, seen = await self._timed(reader.read(loc, start, stop), loc)
-                # identity first: a replaced, shorter object is stale, not a flaky network
-                self._check_fresh(loc, seen)
-                if len(data) != stop - start:
-                    raise TransientReadError(f"short read: got {len(data)} of {stop - start} bytes")
-            except TransientReadError as exc:
-                last = exc
-                log.debug("GET %s [%d, %d) attempt %d failed: %s", loc.url, start, stop,
-                          attempt + 1, exc)  # fmt: skip
-                if attempt + 1 < attempts:
-                    self.stats.add(retries=1)
-                    await asyncio.sleep(self._backoff(attempt))
-                continue
-            except SourceGoneError as exc:
-                raise self._stale(loc, str(exc)) from exc
-            self.stats.add(requests=1, bytes_fetched=len(data))
-            log.debug("GET %s [%d, %d) %d bytes in %.1f ms (attempt %d)", loc.url, start,
-                      stop, len(data), 1e3 * (time.perf_counter() - t0), attempt + 1)  # fmt: skip
+            async with self._semaphore():
+                data, seen = await self._timed(reader.read(loc, start, stop), loc)
+            # identity first: a replaced, shorter object is stale, not a flaky network
+            self._check_fresh(loc, seen)
+            if len(data) != stop - start:
+                raise TransientReadError(f"short read: got {len(data)} of {stop - start} bytes")
+            log.debug("GET %s [%d, %d) %d bytes in %.1f ms", loc.url, start, stop,
+                      len(data), 1e3 * (time.perf_counter() - t0))  # fmt: skip
             return data
-        raise SourceReadError(
-            f"reading bytes [{start}, {stop}) of {loc.url} failed {attempts} times; last "
-            f"error: {last}. The store may be throttling or unreachable: retry later, lower "
-            "H5SIDECAR_MAX_CONCURRENCY, or raise H5SIDECAR_RETRIES / H5SIDECAR_BACKOFF.",
-            url=loc.url,
-        )
+
+        def count(exc: Exception, attempt: int) -> None:
+            log.debug("GET %s [%d, %d) attempt %d failed: %s", loc.url, start, stop,
+                      attempt + 1, exc)  # fmt: skip
+            self.stats.add(retries=1)
+
+        try:
+            data = await retrying(once, retries=self.settings.retries,
+                                  backoff=self.settings.backoff, retry_if=_transient,
+                                  on_retry=count)  # fmt: skip
+        except TransientReadError as last:
+            log.debug("GET %s [%d, %d) attempt %d failed: %s", loc.url, start, stop,
+                      self.settings.retries + 1, last)  # fmt: skip
+            raise SourceReadError(
+                f"reading bytes [{start}, {stop}) of {loc.url} failed "
+                f"{self.settings.retries + 1} times; last error: {last}. The store may be "
+                "throttling or unreachable: retry later, lower H5SIDECAR_MAX_CONCURRENCY, or raise "
+                "H5SIDECAR_RETRIES / H5SIDECAR_BACKOFF.",
+                url=loc.url,
+            ) from last
+        except SourceGoneError as exc:
+            raise self._stale(loc, str(exc)) from exc
+        self.stats.add(requests=1, bytes_fetched=len(data))
+        return data
 
     async def _timed(self, aw: Any, loc: SourceLocation) -> Any:
         """``await aw`` within ``settings.request_timeout`` (a timeout is a transient failure)."""
@@ -318,30 +319,25 @@ class ChunkFetcher:
 
     async def _stat(self, loc: SourceLocation) -> None:
         reader = self._local if loc.kind == "local" else self._remote
-        attempts = self.settings.retries + 1
-        for attempt in range(attempts):
-            try:
-                async with self._semaphore():
-                    seen = await self._timed(reader.stat(loc), loc)
-            except TransientReadError as exc:
-                if attempt + 1 >= attempts:
-                    raise SourceReadError(
-                        f"checking {loc.url} failed {attempts} times; last error: {exc}. "
-                        "Retry later.",
-                        url=loc.url,
-                    ) from exc
-                self.stats.add(retries=1)
-                await asyncio.sleep(self._backoff(attempt))
-                continue
-            except SourceGoneError as exc:
-                raise self._stale(loc, str(exc)) from exc
-            self.stats.add(revalidations=1)
-            self._check_fresh(loc, seen)
-            return
 
-    def _backoff(self, attempt: int) -> float:
-        # "full jitter": uniform in [0, base * 2**attempt], so synchronised clients spread out
-        return random.uniform(0.0, min(_MAX_BACKOFF, self.settings.backoff * 2**attempt))
+        async def once() -> ObservedIdentity:
+            async with self._semaphore():
+                return await self._timed(reader.stat(loc), loc)  # type: ignore[no-any-return]
+
+        try:
+            seen = await retrying(once, retries=self.settings.retries,
+                                  backoff=self.settings.backoff, retry_if=_transient,
+                                  on_retry=lambda exc, n: self.stats.add(retries=1))  # fmt: skip
+        except TransientReadError as exc:
+            raise SourceReadError(
+                f"checking {loc.url} failed {self.settings.retries + 1} times; last "
+                f"error: {exc}. Retry later.",
+                url=loc.url,
+            ) from exc
+        except SourceGoneError as exc:
+            raise self._stale(loc, str(exc)) from exc
+        self.stats.add(revalidations=1)
+        self._check_fresh(loc, seen)
 
     def _check_fresh(self, loc: SourceLocation, seen: ObservedIdentity) -> None:
         if not self.settings.check_freshness:
@@ -370,6 +366,11 @@ class ChunkFetcher:
             "sidecar",
             url=name,
         )
+
+
+def _transient(exc: Exception) -> bool:
+    """Whether a failed attempt is worth another (throttling, 5xx, reset, timeout, short read)."""
+    return isinstance(exc, TransientReadError)
 
 
 def _check_settings(s: ReadSettings) -> None:

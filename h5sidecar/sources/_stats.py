@@ -1,14 +1,18 @@
-"""Counters of the read path (requests, bytes, retries, cache hits).
+"""Counters of everything that moves bytes (requests, bytes, retries, cache hits, reads).
 
-One :class:`FetchStats` belongs to one :class:`~h5sidecar.sources._fetch.ChunkFetcher`; the
-readers above it (the zarr store and the batch reader, serving from the chunk cache) record
-their cache hits into the same object so a single ``stats`` tells the whole story of a read.
+The package's one stats record.  One :class:`FetchStats` belongs to one
+:class:`~h5sidecar.sources._fetch.ChunkFetcher`; the readers above it (the zarr store and the
+batch reader, serving from the chunk cache) record their cache hits into the same object so a
+single ``stats`` tells the whole story of a read.  The indexer's ranged reader
+(:mod:`h5sidecar.sources._ranged`) counts into one too, including the reads made through its file
+object and the requests sent ahead of them; the indexer shows those under its own names
+(:class:`h5sidecar.indexer._source.SourceStats`).
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = ["FetchStats"]
@@ -36,6 +40,19 @@ class FetchStats:
     revalidations : int
         HEAD requests / ``stat`` calls made to confirm a source before serving cached chunks of
         it (see ``ReadSettings.revalidate_seconds``); not counted in ``requests``.
+    reads : int
+        Read calls made through a ranged file object (e.g. HDF5's reads while indexing).
+    bytes_read : int
+        Bytes those read calls asked for (repeats included).
+    waits : int
+        Reads through a ranged file object that had to wait for the network (the others were
+        served from its page cache).
+    prefetch_requests : int
+        Requests sent ahead of the reader, for locations it was told it will need (part of
+        ``requests``).
+    hints_found : int
+        Such locations handed to the ranged reader (for the indexer: metadata structures its
+        crawl located).
     """
 
     requests: int = 0
@@ -45,6 +62,11 @@ class FetchStats:
     cache_hits: int = 0
     freshness_checks: int = 0
     revalidations: int = 0
+    reads: int = 0
+    bytes_read: int = 0
+    waits: int = 0
+    prefetch_requests: int = 0
+    hints_found: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
@@ -67,15 +89,7 @@ class FetchStats:
     def snapshot(self) -> dict[str, Any]:
         """A plain dict of the counters and the over-read ratio (for reports and logs)."""
         with self._lock:
-            out: dict[str, Any] = {
-                "requests": self.requests,
-                "bytes_fetched": self.bytes_fetched,
-                "bytes_used": self.bytes_used,
-                "retries": self.retries,
-                "cache_hits": self.cache_hits,
-                "freshness_checks": self.freshness_checks,
-                "revalidations": self.revalidations,
-            }
+            out: dict[str, Any] = {name: getattr(self, name) for name in _COUNTERS}
         out["over_read_ratio"] = (
             out["bytes_fetched"] / out["bytes_used"] if out["bytes_used"] else 1.0
         )
@@ -84,21 +98,17 @@ class FetchStats:
     def reset(self) -> None:
         """Set every counter back to zero."""
         with self._lock:
-            self.requests = self.bytes_fetched = self.bytes_used = 0
-            self.retries = self.cache_hits = self.freshness_checks = self.revalidations = 0
+            for name in _COUNTERS:
+                setattr(self, name, 0)
 
     def __getstate__(self) -> dict[str, Any]:
         return self.snapshot()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__()  # type: ignore[misc]
-        for k in (
-            "requests",
-            "bytes_fetched",
-            "bytes_used",
-            "retries",
-            "cache_hits",
-            "freshness_checks",
-            "revalidations",
-        ):
+        for k in _COUNTERS:
             setattr(self, k, int(state.get(k, 0)))
+
+
+#: The counter fields, in declaration order.
+_COUNTERS = tuple(f.name for f in fields(FetchStats) if not f.name.startswith("_"))

@@ -23,8 +23,8 @@ from h5sidecar.errors import (
 )
 from h5sidecar.indexer import _source_hints as hints
 from h5sidecar.indexer._source import LocalSource, RemoteSource, open_source
-from h5sidecar.indexer._source_fetch import PAGE, PageCache, coalesce
-from h5sidecar.settings import IndexSettings
+from h5sidecar.settings import IndexSettings, ReadSettings, from_env
+from h5sidecar.sources._pages import PAGE
 from tests.faultproxy import FaultProxy
 
 #: (libver, user block size): classic format, newest format, classic behind a 1 KiB user block
@@ -296,6 +296,18 @@ def test_read_ranges_returns_chunk_bytes_in_few_requests(
             f.read_ranges([(f.size - 10, 20)])
 
 
+def test_a_range_longer_than_one_request_is_still_one_get(
+    classic: Path, upload: Any, proxied: dict[str, object], proxy: FaultProxy
+) -> None:
+    data = classic.read_bytes()
+    url = upload(classic, "long-range.h5")
+    settings = IndexSettings(metadata_block_size=64 * 1024, source_max_gap=0)
+    with open_source(url, storage_options=proxied, settings=settings, prefetch=False) as f:
+        before = len(proxy.gets())
+        assert f.read_ranges([(0, 200_000), (10, 5)]) == [data[:200_000], data[10:15]]
+        assert len(proxy.gets()) - before == 1  # the planner's span, not its parallel parts
+
+
 # -- a changing object ---------------------------------------------------------------------------
 def test_object_replaced_mid_scan_is_stale(
     granule: Path, upload: Any, s3_storage_options: dict[str, object]
@@ -370,6 +382,39 @@ def test_transient_faults_are_retried_transparently(
     with open_source(url, storage_options=proxied) as f:
         assert scan(f, values=False) == scan(classic, values=False)
     assert sum(r.fault is not None for r in proxy.requests) == 2
+
+
+@pytest.mark.parametrize(("retries", "counted"), [(0, 0), (2, 1)])
+def test_retries_follow_index_settings_and_are_counted(
+    classic: Path,
+    upload: Any,
+    proxied: dict[str, object],
+    proxy: FaultProxy,
+    retries: int,
+    counted: int,
+) -> None:
+    url = upload(classic, f"retried-{retries}.h5")
+    settings = IndexSettings(source_retries=retries, source_backoff=0.0)
+    with open_source(url, storage_options=proxied, settings=settings, prefetch=False) as f:
+        proxy.inject("500", times=1)  # the next GET; without retries, demand asks once more
+        assert scan(f, values=False) == scan(classic, values=False)
+        assert f.fetch_stats.retries == counted
+    assert sum(r.fault is not None for r in proxy.requests) == 1
+
+
+def test_source_settings_tune_the_remote_reader(
+    classic: Path, upload: Any, proxied: dict[str, object], proxy: FaultProxy
+) -> None:
+    url = upload(classic, "tuned.h5")
+    env = {"H5SIDECAR_SOURCE_FIRST_REQUEST": "8192", "H5SIDECAR_SOURCE_READAHEAD": "0"}
+    settings = from_env(IndexSettings, env=env)
+    assert from_env(ReadSettings, env={"H5SIDECAR_SOURCE_RETRIES": "9"}).retries == 5
+    with open_source(url, storage_options=proxied, settings=settings, prefetch=False) as f:
+        assert proxy.gets()[0].range == "bytes=0-8191"
+        scan(f, values=False)
+        assert f.stats.prefetch_requests == 0 and f.stats.structures_found == 0
+    with open_source(url, storage_options=proxied, prefetch=False) as f:
+        assert proxy.gets()[-1].range == f"bytes=0-{256 * 1024 - 1}"  # the default
 
 
 @pytest.mark.parametrize(("fault", "message"), [("500", "retry"), ("403", "access denied")])
@@ -515,26 +560,3 @@ def test_hints_are_safe_on_the_corpus(corpus_dir: Path) -> None:
         }
         coverage.append(len(read & located) / len(read))
     assert np.mean(coverage) > 0.97  # the pages of ~99% of the reads (name traversal)
-
-
-# -- pieces --------------------------------------------------------------------------------------
-def test_page_cache_is_bounded_and_serves_exact_bytes() -> None:
-    cache = PageCache(limit=3 * PAGE)
-    blob = bytes(range(256)) * 64  # 16 KiB
-    cache.put(0, blob[: 2 * PAGE])
-    assert cache.read(10, 5000) == blob[10:5000]
-    cache.put(2 * PAGE, blob[2 * PAGE : 4 * PAGE])  # over the limit: the oldest block goes
-    assert cache.read(0, 10) is None
-    assert cache.read(2 * PAGE + 3, 4 * PAGE) == blob[2 * PAGE + 3 : 4 * PAGE]
-
-
-@pytest.mark.parametrize("seed", range(5))
-def test_coalesce_covers_every_page_within_limits(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    pages = sorted(set(rng.integers(0, 2000, 300).tolist()))
-    runs = list(coalesce(pages, max_gap=8 * PAGE, max_request=40 * PAGE))
-    covered = [p for first, last in runs for p in range(first, last + 1)]
-    assert set(pages) <= set(covered) and len(covered) == len(set(covered))
-    assert all((last - first + 1) * PAGE <= 40 * PAGE for first, last in runs)
-    assert all(b[0] - a[1] - 1 > 8 or (b[0] - a[0] + 1) > 40 for a, b in itertools.pairwise(runs))
-    assert all(first in pages and last in pages for first, last in runs)
