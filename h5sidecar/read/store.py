@@ -77,8 +77,9 @@ class SidecarStore(Store):
     batch_reads : bool
         Coalesce concurrent ``get`` calls into one fetch (default True).
     chunk_cache : ByteLRU or None
-        Where whole chunks just read are kept (the process-wide, byte-bounded
-        :data:`~h5sidecar.read._cache.CHUNKS` by default); ``None`` disables caching.
+        Where whole chunks just read are kept (by default the process-wide, byte-bounded
+        chunk cache, sized by ``ReadSettings.chunk_cache_bytes`` through
+        :func:`h5sidecar.read.configure`); ``None`` disables caching.
 
     Examples
     --------
