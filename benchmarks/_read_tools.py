@@ -79,10 +79,9 @@ def prepare(granule: Path, url: str, need_kerchunk: bool) -> Env:
 
 def clear_caches() -> None:
     """Every run starts cold: no parsed sidecar, no cached chunk."""
-    from h5sidecar.read._cache import CHUNKS, SIDECARS
+    from h5sidecar.read import clear_caches as clear
 
-    SIDECARS.clear()
-    CHUNKS.clear()
+    clear()
 
 
 def _h5_read(f: h5py.File, items: Items) -> dict[str, Any]:

@@ -187,6 +187,19 @@ class ReadSettings:
     request_timeout : float
         Seconds one upstream request (one attempt) may take before it counts as failed (and is
         retried); a source that never answers (a FIFO, a stalled server) cannot hold a reader.
+    sidecar_cache_bytes : int
+        Process-wide: byte limit of the cache of parsed sidecars shared by every store,
+        filesystem and dataset of the process.  0 disables it.
+    chunk_cache_bytes : int
+        Process-wide: byte limit of the cache of recently read whole chunks shared by every store
+        and batch reader of the process.  0 disables it.
+    decode_threads : int
+        Process-wide: threads of the pool chunks are decoded in; 0 means one per CPU (at least 2).
+
+    The three process-wide fields are not per store: a store ignores them.  They take effect
+    through :func:`h5sidecar.read.configure`, or from ``H5SIDECAR_SIDECAR_CACHE_BYTES``,
+    ``H5SIDECAR_CHUNK_CACHE_BYTES`` and ``H5SIDECAR_DECODE_THREADS`` when the process first
+    uses the caches or the pool without that call.
     """
 
     max_gap: int = 256 * 2**10
@@ -199,6 +212,9 @@ class ReadSettings:
     max_range_bytes: int = 512 * 2**20
     revalidate_seconds: float = 5.0
     request_timeout: float = 30.0
+    sidecar_cache_bytes: int = 256 * 2**20
+    chunk_cache_bytes: int = 64 * 2**20
+    decode_threads: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -301,7 +301,6 @@ def fresh_read_caches() -> None:
     """Each test starts with empty process-wide read caches, so request counts are its own.
 
     Autouse wherever a conftest imports it."""
-    from h5sidecar.read._cache import CHUNKS, SIDECARS
+    from h5sidecar.read import clear_caches
 
-    CHUNKS.clear()
-    SIDECARS.clear()
+    clear_caches()

@@ -7,7 +7,11 @@
   :func:`open_mfdataset` (safe multi-granule combine);
 * :func:`load` -- load a Dataset / DataTree opened without Dask in one batch;
 * :func:`read_arrays` -- many arrays of a granule into NumPy in one batch (no zarr, no xarray);
-* the fetch layer under all of them (:class:`~h5sidecar.sources._fetch.ChunkFetcher`).
+* the fetch layer under all of them (:class:`~h5sidecar.sources._fetch.ChunkFetcher`);
+* process-wide tuning: :func:`configure` (cache sizes, decode threads), :func:`clear_caches`,
+  :func:`cache_stats`, and :func:`register_numcodecs_v3` for Zarr v3 views of sidecars with
+  numcodecs codecs zarr has no v3 class for (per-store options are
+  :class:`~h5sidecar.settings.ReadSettings`).
 
 Names load on first use so ``import h5sidecar.read`` stays cheap.
 """
@@ -29,20 +33,30 @@ _LAZY = {
     "load_refs": "h5sidecar.read._cache",
     "read_arrays": "h5sidecar.read._load",
     "load": "h5sidecar.read._load",
+    "ByteLRU": "h5sidecar.read._cache",
+    "configure": "h5sidecar.read._tuning",
+    "clear_caches": "h5sidecar.read._tuning",
+    "cache_stats": "h5sidecar.read._tuning",
+    "register_numcodecs_v3": "h5sidecar.read._v3",
 }
 
 __all__ = [
+    "ByteLRU",
     "ChunkFetcher",
     "H5SidecarBackend",
     "H5SidecarFileSystem",
     "SidecarStore",
+    "cache_stats",
     "check_combinable",
+    "clear_caches",
+    "configure",
     "load",
     "load_refs",
     "open_dataset",
     "open_datatree",
     "open_mfdataset",
     "read_arrays",
+    "register_numcodecs_v3",
 ]
 
 

@@ -383,8 +383,10 @@ def _is_whole(sel: Selection, shape: Sequence[int]) -> bool:
 
 
 def _rebuild(refs: GranuleRefs, fetcher: ChunkFetcher, cached: bool) -> NativeReader:
-    from h5sidecar.read._cache import CHUNKS
+    from h5sidecar.read._cache import CHUNKS, fit_shared_caches
 
+    if cached:
+        fit_shared_caches()  # this process's sizes (a worker's own environment)
     return NativeReader(refs, fetcher, CHUNKS if cached else None)
 
 

@@ -16,6 +16,8 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from h5sidecar.read._process import process_settings
+
 __all__ = [
     "CHUNKS",
     "SIDECARS",
@@ -92,7 +94,7 @@ class ByteLRU(Generic[V]):
     def put(self, key: Hashable, value: V) -> None:
         """Cache ``value`` under ``key``, evicting least recently used entries to fit."""
         nbytes = int(self._size(value))
-        if nbytes > self.max_bytes:
+        if nbytes > self.max_bytes or not self.max_bytes:  # 0 disables, even for empty values
             return
         with self._lock:
             old = self._data.pop(key, None)
@@ -112,6 +114,17 @@ class ByteLRU(Generic[V]):
             value = factory()
             self.put(key, value)
         return value
+
+    def resize(self, max_bytes: int) -> None:
+        """Change the bound, evicting least recently used entries until the total fits."""
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+        with self._lock:
+            self.max_bytes = int(max_bytes)
+            while self._data and (self._bytes > self.max_bytes or not self.max_bytes):
+                _, (_, evicted) = self._data.popitem(last=False)
+                self._bytes -= evicted
+                self._evictions += 1
 
     def clear(self) -> None:
         """Drop every entry (counters are kept)."""
@@ -246,7 +259,19 @@ def load_refs(
 
     path = os.fspath(path)
     options = dict(storage_options or {})
+    if cache is SIDECARS:
+        fit_shared_caches()
     if cache is None:
         return read_refs(path, storage_options=options)
     key = sidecar_identity(path, options)
     return cache.get_or_create(key, lambda: read_refs(path, storage_options=options))
+
+
+def fit_shared_caches() -> None:
+    """Size :data:`SIDECARS` and :data:`CHUNKS` as the process-wide settings say (evicting
+    least recently used entries when they shrink); called whenever a reader picks them."""
+    settings = process_settings()
+    if SIDECARS.max_bytes != settings.sidecar_cache_bytes:
+        SIDECARS.resize(settings.sidecar_cache_bytes)
+    if CHUNKS.max_bytes != settings.chunk_cache_bytes:
+        CHUNKS.resize(settings.chunk_cache_bytes)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import zlib
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -36,19 +37,25 @@ import numpy as np
 from numcodecs.abc import Codec
 
 from h5sidecar.errors import ChunkDecodeError, UnsupportedFeatureError
+from h5sidecar.read._process import process_settings
 
 __all__ = [
     "ChunkCodec",
     "Selection",
     "chunk_selection",
     "decode_executor",
+    "decode_threads",
     "place_chunk",
 ]
 
 #: dtype kinds decoded natively: numbers, booleans, fixed-length bytes and plain structures.
 _NATIVE_KINDS = frozenset("biufcSV")
 
+#: the decode pool, made on first use (the gateway cancels its queued work on shutdown)
 _EXECUTOR: ThreadPoolExecutor | None = None
+#: (threads, pool): what :func:`decode_executor` compares with the settings
+_SIZED_POOL: tuple[int, ThreadPoolExecutor] | None = None
+_EXECUTOR_LOCK = threading.Lock()
 
 try:  # libdeflate (a dependency through imagecodecs); plain zlib if it is missing
     from imagecodecs import deflate_decode as _deflate_decode
@@ -56,16 +63,32 @@ except ImportError:  # pragma: no cover - imagecodecs is a dependency
     _deflate_decode = None
 
 
-def decode_executor() -> ThreadPoolExecutor:
-    """The process-wide pool chunks are decoded in (one thread per CPU, at least 2).
+def decode_threads() -> int:
+    """Threads of the decode pool: ``ReadSettings.decode_threads`` of the process-wide settings
+    (``H5SIDECAR_DECODE_THREADS``, or :func:`h5sidecar.read.configure`), 0 meaning one per
+    CPU, at least 2."""
+    return process_settings().decode_threads or max(os.cpu_count() or 2, 2)
 
-    ``H5SIDECAR_DECODE_THREADS`` overrides the size (read when the pool is first used).
+
+def decode_executor() -> ThreadPoolExecutor:
+    """The process-wide pool chunks are decoded in, of :func:`decode_threads` threads.
+
+    When :func:`h5sidecar.read.configure` changed the size since the pool was made, a new pool
+    replaces it; work already given to the old one still finishes there.
     """
-    global _EXECUTOR
-    if _EXECUTOR is None:
-        n = int(os.environ.get("H5SIDECAR_DECODE_THREADS", "0") or 0) or max(os.cpu_count() or 2, 2)
-        _EXECUTOR = ThreadPoolExecutor(max_workers=n, thread_name_prefix="h5sidecar-decode")
-    return _EXECUTOR
+    global _EXECUTOR, _SIZED_POOL
+    n = decode_threads()
+    current = _SIZED_POOL  # one read: size and pool always match
+    if current is not None and current[0] == n:
+        return current[1]
+    with _EXECUTOR_LOCK:
+        current = _SIZED_POOL
+        if current is None or current[0] != n:
+            pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="h5sidecar-decode")
+            # the old pool is not shut down (a reader may be about to submit to it): it
+            # finishes what it was given, and its threads end once nothing refers to it
+            _SIZED_POOL, _EXECUTOR = (n, pool), pool
+        return _SIZED_POOL[1]
 
 
 class _Unshuffle(Codec):  # type: ignore[misc]

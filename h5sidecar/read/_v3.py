@@ -278,12 +278,26 @@ _REGISTERED: set[str] = set()
 def register_numcodecs_v3(codec_ids: Mapping[str, Any] | set[str] | list[str]) -> None:
     """Teach zarr-python's v3 codec registry the ``numcodecs.<id>`` names it lacks.
 
-    zarr ships v3 wrappers for the common numcodecs codecs only; the HDF5 codecs of
-    :mod:`h5sidecar.codecs` (and any other numcodecs registered through entry points) need one
-    to be read through a Zarr v3 view.  Bytes-to-bytes wrappers are registered (HDF5 filters
-    work on serialized chunks).  Idempotent.
+    zarr ships v3 classes for the common numcodecs codecs, and finds those of the HDF5 codecs
+    of :mod:`h5sidecar.codecs` through its ``zarr.codecs`` entry points: every codec the indexer
+    writes is known to zarr without this call.  A sidecar written by another tool may name a
+    numcodecs codec zarr has no v3 class for; to read it through a Zarr v3 view
+    (``SidecarStore(zarr_format=3)``), call this once with its codec ids.  zarr's registry is
+    process-wide, so no store calls it for you.  Names zarr already knows are left alone; the
+    array-to-array codecs (``ARRAY_ARRAY_CODECS``) get array-to-array wrappers, every other id
+    a bytes-to-bytes one (HDF5 filters work on serialized chunks).  Idempotent.
+
+    Parameters
+    ----------
+    codec_ids : iterable of str
+        numcodecs ids (``"categorize"``, not ``"numcodecs.categorize"``).
+
+    Examples
+    --------
+    >>> from h5sidecar.read import register_numcodecs_v3
+    >>> register_numcodecs_v3(["imagecodecs_lerc"])                   # doctest: +SKIP
     """
-    from zarr.codecs.numcodecs import _NumcodecsBytesBytesCodec
+    from zarr.codecs.numcodecs import _NumcodecsArrayArrayCodec, _NumcodecsBytesBytesCodec
     from zarr.registry import get_codec_class, register_codec
 
     for codec_id in codec_ids:
@@ -295,9 +309,14 @@ def register_numcodecs_v3(codec_ids: Mapping[str, Any] | set[str] | list[str]) -
             continue
         except KeyError:
             pass
+        base = (
+            _NumcodecsArrayArrayCodec
+            if codec_id in ARRAY_ARRAY_CODECS
+            else _NumcodecsBytesBytesCodec
+        )
         cls = type(
             f"V3_{codec_id.replace('.', '_').replace('-', '_')}",
-            (_NumcodecsBytesBytesCodec,),
+            (base,),
             {"__module__": __name__},
             codec_name=codec_id,
         )

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
-import os
+import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -22,21 +21,28 @@ from h5sidecar.settings import ReadSettings
 from h5sidecar.sources._fetch import ChunkFetcher
 
 __all__ = [
-    "ZARR_READ_CONCURRENCY",
     "ReadBatcher",
     "byte_window",
     "make_fetcher",
-    "raise_zarr_concurrency",
     "refs_equal",
 ]
 
-log = logging.getLogger("h5sidecar.fetch")
+#: The ``async.concurrency`` the README suggests for whole-array reads through zarr (stores
+#: no longer set it: zarr's setting is process-wide, so it is the user's call).
+_SUGGESTED_ZARR_CONCURRENCY = 128
 
-#: zarr 3.1's packaged ``async.concurrency`` (chunk reads one array read keeps in flight).
-_ZARR_DEFAULT_CONCURRENCY = 10
-#: What sidecar reads raise it to when the user left zarr's default: the fetcher's own
-#: ``max_concurrency`` still bounds the requests actually in flight.
-ZARR_READ_CONCURRENCY = 128
+
+def __getattr__(name: str) -> Any:
+    if name == "ZARR_READ_CONCURRENCY":
+        warnings.warn(
+            "ZARR_READ_CONCURRENCY is deprecated (removed in the next release): SidecarStore no "
+            "longer raises zarr's process-wide async.concurrency. Set it once yourself, e.g. "
+            "zarr.config.set({'async.concurrency': 128}) (README, \"zarr's concurrency\")",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return _SUGGESTED_ZARR_CONCURRENCY
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def byte_window(length: int, byte_range: ByteRequest | None) -> tuple[int, int]:
@@ -57,35 +63,6 @@ def byte_window(length: int, byte_range: ByteRequest | None) -> tuple[int, int]:
     if isinstance(byte_range, SuffixByteRequest):
         return max(length - byte_range.suffix, 0), length
     raise TypeError(f"Unexpected byte_range, got {byte_range!r}.")
-
-
-def raise_zarr_concurrency(target: int = ZARR_READ_CONCURRENCY) -> bool:
-    """Let zarr keep ``target`` chunk reads of one array in flight, unless the user chose a value.
-
-    zarr 3.1 hands a store at most ``async.concurrency`` (default 10) ``get`` calls at a time
-    per array read, so the store's batcher sees batches of <= 10 chunks: a whole-granule read
-    then becomes thousands of small plans and GETs, and CPU goes to per-request overhead.
-    Measured on an 80 MB ATL03-like granule at 20 ms latency (SidecarStore + zarr, every
-    variable): 128 cut wall time from 23.7 s to 13.6 s and client CPU from 10.4 s to 8.4 s.
-    Raising it is safe for our store because :class:`~h5sidecar.sources._fetch.ChunkFetcher`
-    bounds the requests in flight itself (``max_concurrency``).  zarr's setting is
-    process-wide, so it is left alone when set explicitly (``ZARR_ASYNC__CONCURRENCY`` or any
-    value other than zarr's default).
-
-    Returns
-    -------
-    bool
-        True when the setting was raised by this call.
-    """
-    import zarr
-
-    if "ZARR_ASYNC__CONCURRENCY" in os.environ:
-        return False
-    if zarr.config.get("async.concurrency") != _ZARR_DEFAULT_CONCURRENCY:
-        return False
-    zarr.config.set({"async.concurrency": target})
-    log.debug("zarr async.concurrency raised from %d to %d", _ZARR_DEFAULT_CONCURRENCY, target)
-    return True
 
 
 def _same_dir(url: str, other: str) -> bool:

@@ -29,14 +29,18 @@ from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 
 from h5sidecar.read._batch import NativeReader
-from h5sidecar.read._cache import CHUNKS, ByteLRU, load_refs, range_cache_key
+from h5sidecar.read._cache import (
+    CHUNKS,
+    ByteLRU,
+    fit_shared_caches,
+    load_refs,
+    range_cache_key,
+)
 from h5sidecar.read._keyspace import ChunkRef, GranuleKeys, ZarrFormat
-from h5sidecar.read._v3 import codec_ids, register_numcodecs_v3
 from h5sidecar.read._zarr_batcher import (
     ReadBatcher,
     byte_window,
     make_fetcher,
-    raise_zarr_concurrency,
     refs_equal,
 )
 from h5sidecar.references import GranuleRefs
@@ -73,8 +77,9 @@ class SidecarStore(Store):
     batch_reads : bool
         Coalesce concurrent ``get`` calls into one fetch (default True).
     chunk_cache : ByteLRU or None
-        Where whole chunks just read are kept (the process-wide, byte-bounded
-        :data:`~h5sidecar.read._cache.CHUNKS` by default); ``None`` disables caching.
+        Where whole chunks just read are kept (by default the process-wide, byte-bounded
+        chunk cache, sized by ``ReadSettings.chunk_cache_bytes`` through
+        :func:`h5sidecar.read.configure`); ``None`` disables caching.
 
     Examples
     --------
@@ -116,11 +121,10 @@ class SidecarStore(Store):
         self._setup()
 
     def _setup(self) -> None:
-        # zarr's default of 10 chunk reads in flight makes whole-array reads thousands of tiny
-        # batches; our fetcher bounds real concurrency, so let zarr hand us more at once
-        raise_zarr_concurrency()
-        if self.zarr_format == 3:
-            register_numcodecs_v3(codec_ids(self._refs))
+        # Nothing here changes zarr's process-wide state (``async.concurrency``, its codec
+        # registry): that is the user's call (README, "zarr's concurrency").
+        if self._chunk_cache is CHUNKS:
+            fit_shared_caches()
         self.keyspace = GranuleKeys(self._refs, self.zarr_format)
         self.fetcher = make_fetcher(self._refs, self.settings, self._remote_options)
         self._batcher = ReadBatcher(self.fetcher.fetch) if self._batch_reads else None

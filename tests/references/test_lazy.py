@@ -20,7 +20,7 @@ import xarray as xr
 import h5sidecar
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.indexer import index_granule
-from h5sidecar.read._cache import CHUNKS, SIDECARS
+from h5sidecar.read import clear_caches
 from h5sidecar.read.store import SidecarStore
 from h5sidecar.references import GranuleRefs, read_refs, write_parquet
 from h5sidecar.references._bulk import MANIFESTS_FILE
@@ -82,8 +82,7 @@ def proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
 @pytest.fixture
 def on_s3(published: dict[str, Any], proxy: FaultProxy) -> dict[str, Any]:
     """``published`` plus storage options that send every request through the counting proxy."""
-    CHUNKS.clear()
-    SIDECARS.clear()
+    clear_caches()
     return {**published, "via_proxy": {"endpoint_url": proxy.url}}
 
 
