@@ -17,15 +17,33 @@ from typing import Any, Protocol
 
 from h5sidecar.indexer._checksums import chunk_hash
 from h5sidecar.indexer._dtypes import ENUMS_KEY, REFERENCES_KEY
+from h5sidecar.indexer._filters import (
+    chunk_pipeline,
+    chunk_pipeline_differs,
+    partial_edge_chunks_unfiltered,
+    pipeline_for,
+)
 from h5sidecar.indexer._granule import index_open_granule
 from h5sidecar.indexer._h5file import open_granule
+from h5sidecar.indexer._source import open_source
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import IndexSettings
 
 #: Settings used when none are given (frozen, so sharing one instance is safe).
 DEFAULT_SETTINGS = IndexSettings()
 
-__all__ = ["ENUMS_KEY", "REFERENCES_KEY", "Indexer", "chunk_hash", "index_granule"]
+__all__ = [
+    "ENUMS_KEY",
+    "REFERENCES_KEY",
+    "Indexer",
+    "chunk_hash",
+    "chunk_pipeline",
+    "chunk_pipeline_differs",
+    "index_granule",
+    "open_source",
+    "partial_edge_chunks_unfiltered",
+    "pipeline_for",
+]
 
 
 class Indexer(Protocol):
