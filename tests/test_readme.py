@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-_FROM = re.compile(r"^\s*from (h5sidecar[\w.]*) import \(?([\w, \n]+?)\)?\s*$", re.M)
-_IMPORT = re.compile(r"^\s*import (h5sidecar[\w.]*)", re.M)
+_FROM = re.compile(r"^\s*from (h5sidecar[\w.]*) import \(?([\w, \n]+?)\)?\s*$", re.MULTILINE)
+_IMPORT = re.compile(r"^\s*import (h5sidecar[\w.]*)", re.MULTILINE)
 
 
 def _code_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
 
 
 def _imports() -> list[tuple[str, tuple[str, ...]]]:
