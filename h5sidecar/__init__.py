@@ -6,9 +6,7 @@ xarray engine, fsspec protocol, zarr store and HTTP gateway.  Heavy modules load
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from h5sidecar._lazy import lazy_exports
 from h5sidecar._version import __version__
 
 # public name -> module that defines it (imported lazily so `import h5sidecar` stays cheap)
@@ -44,7 +42,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'h5sidecar' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

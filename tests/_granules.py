@@ -304,3 +304,15 @@ def fresh_read_caches() -> None:
     from h5sidecar.read import clear_caches
 
     clear_caches()
+
+
+#: The fixtures a test folder gets with ``from tests._granules import *`` in its conftest.
+__all__ = [
+    "atl03_h5",
+    "atl03_refs",
+    "cf_nc",
+    "fresh_read_caches",
+    "small_h5",
+    "small_refs",
+    "small_sidecars",
+]

@@ -14,8 +14,7 @@ Names load on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from h5sidecar._lazy import lazy_exports
 
 __all__ = [
     "CatalogResult",
@@ -48,11 +47,5 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"h5sidecar.catalog.{_LAZY[name]}"), name)
-    raise AttributeError(f"module 'h5sidecar.catalog' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
-
-def __dir__() -> list[str]:
-    return sorted(__all__)

@@ -18,8 +18,7 @@ Names load on first use so ``import h5sidecar.read`` stays cheap.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from h5sidecar._lazy import lazy_exports
 
 _LAZY = {
     "SidecarStore": "h5sidecar.read.store",
@@ -60,7 +59,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'h5sidecar.read' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -22,8 +22,7 @@ Names load on first use so ``import h5sidecar.sources`` stays cheap.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from h5sidecar._lazy import lazy_exports
 
 _LAZY = {
     "SourceLocation": "h5sidecar.sources._urls",
@@ -58,7 +57,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'h5sidecar.sources' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

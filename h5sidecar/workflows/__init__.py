@@ -15,8 +15,7 @@ Heavy modules (h5py, zarr, xarray) load on first use of the function that needs 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from h5sidecar._lazy import lazy_exports
 
 __all__ = [
     "DEFAULT_PATTERNS",
@@ -81,11 +80,5 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"h5sidecar.workflows.{_LAZY[name]}"), name)
-    raise AttributeError(f"module 'h5sidecar.workflows' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
-
-def __dir__() -> list[str]:
-    return sorted(__all__)

@@ -247,6 +247,7 @@ LAYERS: dict[str, int] = {
     "workflows": 5,
     "cli": 6,
     "_version": 0,
+    "_lazy": 0,
     "__main__": 7,
     "": 8,
 }
