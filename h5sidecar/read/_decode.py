@@ -60,7 +60,7 @@ _EXECUTOR_LOCK = threading.Lock()
 try:  # libdeflate (a dependency through imagecodecs); plain zlib if it is missing
     from imagecodecs import deflate_decode as _deflate_decode
 except ImportError:  # pragma: no cover - imagecodecs is a dependency
-    _deflate_decode = None
+    _deflate_decode = None  # type: ignore[assignment]
 
 
 def decode_threads() -> int:
@@ -87,8 +87,9 @@ def decode_executor() -> ThreadPoolExecutor:
             pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="h5sidecar-decode")
             # the old pool is not shut down (a reader may be about to submit to it): it
             # finishes what it was given, and its threads end once nothing refers to it
-            _SIZED_POOL, _EXECUTOR = (n, pool), pool
-        return _SIZED_POOL[1]
+            current = (n, pool)
+            _SIZED_POOL, _EXECUTOR = current, pool
+        return current[1]
 
 
 class _Unshuffle(Codec):  # type: ignore[misc]
