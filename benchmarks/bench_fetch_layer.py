@@ -37,7 +37,8 @@ from s3server import start_server
 from h5sidecar.settings import ReadSettings
 from h5sidecar.sources._backends import NO_RETRY
 from h5sidecar.sources._fetch import ChunkFetcher
-from h5sidecar.sources._stores import resolve_store, source_identity
+from h5sidecar.sources._identity import source_identity
+from h5sidecar.sources._stores import resolve_store
 
 OBJECT_BYTES = 256 * 2**20
 CONCURRENCY = 32

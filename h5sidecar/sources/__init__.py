@@ -29,7 +29,7 @@ _LAZY = {
     "normalize_url": "h5sidecar.sources._urls",
     "parse_url": "h5sidecar.sources._urls",
     "resolve_store": "h5sidecar.sources._stores",
-    "source_identity": "h5sidecar.sources._stores",
+    "source_identity": "h5sidecar.sources._identity",
     "AllowList": "h5sidecar.sources._allow",
     "ReadPlan": "h5sidecar.sources._plan",
     "plan_reads": "h5sidecar.sources._plan",

@@ -29,7 +29,8 @@ import obstore
 from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
 
 from h5sidecar.errors import H5SidecarError, SourceReadError
-from h5sidecar.sources._stores import STORE_ERRORS, datetime_ns, http_status, resolve_store
+from h5sidecar.sources._identity import datetime_ns
+from h5sidecar.sources._stores import STORE_ERRORS, http_status, resolve_store
 from h5sidecar.sources._urls import SourceLocation
 
 __all__ = [

@@ -36,21 +36,17 @@ from h5sidecar.errors import (
     StaleReferenceError,
 )
 from h5sidecar.sources._backends import transient_store_error
+from h5sidecar.sources._identity import identity_from_meta
 from h5sidecar.sources._pages import PAGE, PageCache, assemble_pages, run_holding
 from h5sidecar.sources._plan import plan_coded
 from h5sidecar.sources._retry import retrying
 from h5sidecar.sources._stats import FetchStats
-from h5sidecar.sources._stores import (
-    STORE_ERRORS,
-    http_status,
-    identity_from_meta,
-    translate_store_error,
-)
+from h5sidecar.sources._stores import STORE_ERRORS, http_status, translate_store_error
 
 if TYPE_CHECKING:
     from h5sidecar.references import SourceInfo
     from h5sidecar.settings import IndexSettings
-    from h5sidecar.sources._stores import SourceLocation
+    from h5sidecar.sources._urls import SourceLocation
 
 __all__ = ["PinnedFetcher"]
 

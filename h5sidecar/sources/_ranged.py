@@ -30,15 +30,10 @@ from fsspec.exceptions import FSTimeoutError
 
 from h5sidecar.errors import NotHDF5Error, SourceReadError, StaleReferenceError
 from h5sidecar.sources._backends import NO_RETRY, transient_store_error
+from h5sidecar.sources._identity import identity_from_stat, source_identity
 from h5sidecar.sources._retry import retrying
 from h5sidecar.sources._stats import FetchStats
-from h5sidecar.sources._stores import (
-    STORE_ERRORS,
-    identity_from_stat,
-    resolve_store,
-    source_identity,
-    translate_store_error,
-)
+from h5sidecar.sources._stores import STORE_ERRORS, resolve_store, translate_store_error
 
 if TYPE_CHECKING:
     from h5sidecar.references import SourceInfo

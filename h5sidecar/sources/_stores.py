@@ -30,11 +30,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import obstore
 from obstore import exceptions as obstore_errors
 from obstore.store import LocalStore, S3Store
 
@@ -44,11 +41,9 @@ from h5sidecar.errors import (
     StaleReferenceError,
     UnsupportedFeatureError,
 )
-from h5sidecar.references import SourceInfo
 from h5sidecar.sources._urls import SourceLocation, normalize_url, parse_url
 
 if TYPE_CHECKING:
-    from obstore import ObjectMeta
     from obstore.store import ObjectStore
 
 __all__ = [
@@ -57,12 +52,9 @@ __all__ = [
     "SourceLocation",
     "cached_store_count",
     "clear_store_cache",
-    "identity_from_meta",
-    "identity_from_stat",
     "normalize_url",
     "parse_url",
     "resolve_store",
-    "source_identity",
     "translate_store_error",
 ]
 
@@ -323,93 +315,6 @@ def http_status(exc: BaseException) -> int | None:
     """
     match = _HTTP_STATUS.search(str(exc))
     return int(match.group(1)) if match else None
-
-
-# -- identity ------------------------------------------------------------------------------------
-def _strip_etag(etag: str | None) -> str | None:
-    if not etag:
-        return None
-    etag = etag.strip()
-    etag = etag.removeprefix("W/")
-    return etag.strip('"') or None
-
-
-def identity_from_meta(url: str, meta: ObjectMeta) -> SourceInfo:
-    """A :class:`SourceInfo` from obstore's ``ObjectMeta`` (of a GET or HEAD response).
-
-    The ETag is recorded without quotes; ``mtime_ns`` is ``last_modified`` in exact integer
-    nanoseconds (``mtime`` the same in float seconds).
-    """
-    modified: datetime | None = meta.get("last_modified")
-    return SourceInfo(
-        url=url,
-        size=int(meta["size"]),
-        etag=_strip_etag(meta.get("e_tag")),
-        mtime=None if modified is None else modified.timestamp(),
-        mtime_ns=None if modified is None else datetime_ns(modified),
-    )
-
-
-def datetime_ns(when: datetime) -> int:
-    """POSIX nanoseconds of an aware ``datetime``, exactly (integer arithmetic, no float)."""
-    delta = when - datetime(1970, 1, 1, tzinfo=UTC)
-    return (delta.days * 86_400 + delta.seconds) * 10**9 + delta.microseconds * 1_000
-
-
-def identity_from_stat(
-    path: str | os.PathLike[str], st: os.stat_result | None = None
-) -> SourceInfo:
-    """A :class:`SourceInfo` for a local file from ``os.stat`` (no ETag)."""
-    absolute = normalize_url(Path(path))
-    st = os.stat(absolute) if st is None else st
-    return SourceInfo(
-        url=absolute,
-        size=int(st.st_size),
-        etag=None,
-        mtime=float(st.st_mtime),
-        mtime_ns=int(st.st_mtime_ns),
-    )
-
-
-def source_identity(
-    url: str | os.PathLike[str],
-    storage_options: Mapping[str, Any] | None = None,
-    *,
-    env: Mapping[str, str] | None = None,
-) -> SourceInfo:
-    """The current identity (size, ETag, mtime) of a source: one HEAD request, or ``os.stat``.
-
-    Parameters
-    ----------
-    url : str or path-like
-    storage_options : mapping, optional
-        s3fs-style options (see the module docstring).
-    env : mapping, optional
-        Environment for ``AWS_*`` variables (default ``os.environ``).
-
-    Raises
-    ------
-    SourceNotFoundError
-        The object does not exist.
-    SourceReadError
-        The object cannot be reached (the message says why).
-    """
-    store, location = resolve_store(url, storage_options, env=env)
-    if location.kind == "local":
-        try:
-            return identity_from_stat(location.url)
-        except FileNotFoundError as exc:
-            raise SourceNotFoundError(f"{location.url} does not exist; check the path") from exc
-        except OSError as exc:
-            raise SourceReadError(
-                f"cannot stat {location.url}: {exc.strerror or exc}; check the path",
-                url=location.url,
-            ) from exc
-    try:
-        meta = obstore.head(store, location.path)
-    except STORE_ERRORS as exc:
-        raise translate_store_error(exc, location.url, "HEAD") from exc
-    return identity_from_meta(location.url, meta)
 
 
 def translate_store_error(exc: BaseException, url: str, action: str) -> Exception:

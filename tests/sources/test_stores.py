@@ -19,6 +19,7 @@ from h5sidecar.errors import (
     UnsupportedFeatureError,
 )
 from h5sidecar.sources import _stores
+from h5sidecar.sources._identity import source_identity
 from h5sidecar.sources._stores import (
     MAX_CACHED_STORES,
     cached_store_count,
@@ -26,7 +27,6 @@ from h5sidecar.sources._stores import (
     normalize_url,
     parse_url,
     resolve_store,
-    source_identity,
     translate_store_error,
 )
 
