@@ -1,6 +1,7 @@
 """The HTTP gateway as an ASGI app (Starlette) and its server (uvicorn): ``h5sidecar serve``.
 
-This is the only module that imports the web framework.  Everything it serves comes from
+This module and its route handlers (:mod:`h5sidecar.gateway._stac_routes`) are the only ones that
+import the web framework.  Everything it serves comes from
 :class:`~h5sidecar.gateway.core.Gateway`; this module maps requests to it and answers with
 HTTP: status codes from one table (:data:`~h5sidecar.gateway._http.STATUS`), ``Range`` (206 /
 416), ``HEAD``, ``ETag`` / ``If-None-Match`` (304), ``Cache-Control``, gzip for metadata only,
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 import math
 import re
@@ -38,6 +38,7 @@ from h5sidecar.gateway._http import Admission, BadRequestError, SaturatedError, 
 from h5sidecar.gateway._landing import describe, preview, render_page, render_png
 from h5sidecar.gateway._openapi import openapi_document
 from h5sidecar.gateway._reply import Reply, error_reply, key_reply
+from h5sidecar.gateway._stac_routes import StacHandlers
 from h5sidecar.gateway.core import Gateway, View
 from h5sidecar.settings import GatewaySettings, ReadSettings
 
@@ -53,8 +54,6 @@ STATIC = Path(__file__).with_name("static")
 METHODS = ("GET", "HEAD", "OPTIONS")
 #: The only route accepting POST: STAC API item search (a query in the body; nothing is written).
 POST_PATHS = ("/stac/search",)
-#: Largest STAC search body read (bytes).
-MAX_SEARCH_BODY = 64 * 1024
 #: Route families used as the ``route`` label of metrics (bounded cardinality).
 ROUTES = ("zarr", "zarr3", "zarr3-shard", "api", "quicklook.png", "static", "healthz",
           "metrics", "openapi.json", "stac")  # fmt: skip
@@ -261,70 +260,6 @@ class _Handlers:
         return JSONResponse(openapi_document(__version__))
 
 
-class _StacHandlers:
-    """``/stac/``: the static catalog of ``h5sidecar catalog`` and a STAC API item search,
-    answered by a framework-free :class:`h5sidecar.catalog.StacApi` (passed in by the caller:
-    the gateway does not import the catalog package)."""
-
-    def __init__(self, api: Any | None) -> None:
-        self.api = api
-
-    def _base(self, request: Request) -> str:
-        if self.api is None:
-            raise NotIndexedError("this gateway serves no STAC catalog: write one with "
-                                  "`h5sidecar catalog DEST -o STACDIR` and start it with "
-                                  "--stac STACDIR")  # fmt: skip
-        return f"{str(request.base_url).rstrip('/')}/stac"
-
-    async def landing(self, request: Request) -> Response:
-        base = self._base(request)  # first: it refuses when no catalog is served
-        return JSONResponse(self.api.landing(base))  # type: ignore[union-attr]
-
-    async def conformance(self, request: Request) -> Response:
-        self._base(request)
-        return JSONResponse(self.api.conformance())  # type: ignore[union-attr]
-
-    async def collections(self, request: Request) -> Response:
-        base = self._base(request)
-        return JSONResponse(self.api.list_collections(base))  # type: ignore[union-attr]
-
-    async def collection(self, request: Request) -> Response:
-        base, cid = self._base(request), request.path_params["cid"]
-        return JSONResponse(self.api.collection(cid, base))  # type: ignore[union-attr]
-
-    async def items(self, request: Request) -> Response:
-        base, cid = self._base(request), request.path_params["cid"]
-        page = self.api.search(dict(request.query_params), base, collection=cid)  # type: ignore[union-attr]
-        return JSONResponse(page, media_type="application/geo+json")
-
-    async def item(self, request: Request) -> Response:
-        base, p = self._base(request), request.path_params
-        return JSONResponse(self.api.item(p["cid"], p["iid"], base),  # type: ignore[union-attr]
-                            media_type="application/geo+json")  # fmt: skip
-
-    async def search(self, request: Request) -> Response:
-        base = self._base(request)
-        if request.method == "POST":
-            body = await request.body()
-            if len(body) > MAX_SEARCH_BODY:
-                raise BadRequestError(f"search body over {MAX_SEARCH_BODY} bytes")
-            try:
-                params = json.loads(body or b"{}")
-            except ValueError as exc:
-                raise BadRequestError(f"search body is not JSON: {exc}") from exc
-            if not isinstance(params, dict):
-                raise BadRequestError("search body must be a JSON object")
-        else:
-            params = dict(request.query_params)
-        page = self.api.search(params, base, method=request.method)  # type: ignore[union-attr]
-        return JSONResponse(page, media_type="application/geo+json")
-
-    async def file(self, request: Request) -> Response:
-        self._base(request)
-        data = self.api.static_file(request.path_params["path"])  # type: ignore[union-attr]
-        return Response(data, media_type="application/json")
-
-
 # -- app ----------------------------------------------------------------------------------------
 def create_app(
     settings: GatewaySettings,
@@ -375,7 +310,7 @@ def create_app(
         Route("/zarr3-shard/{k}/{path:path}", h.zarr_v3_shard, methods=key_methods),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    stac = _StacHandlers(stac_api)
+    stac = StacHandlers(stac_api)
     routes += [
         Route("/stac", stac.landing, methods=key_methods),
         Route("/stac/", stac.landing, methods=key_methods),
