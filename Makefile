@@ -20,6 +20,7 @@ demo: setup
 test: setup
 	bash scripts/ensure-test-tools.sh
 	$(PY) -m ruff check h5sidecar tests benchmarks
+	$(PY) -m mypy h5sidecar
 	$(PY) -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 lint: setup

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -87,7 +87,7 @@ def materialize_missing(arr: ArrayRefs, fill_raw: bytes | None, limit: int) -> A
         f"{int(missing.sum())} never-written chunk(s) stored in the sidecar as the HDF5 fill "
         f"value {meta.fill_value!r} (Zarr readers would read fill_value {persisted!r})"
     )
-    status = "virtual" if new_manifest.n_stored else "inlined"
+    status: Literal["virtual", "inlined"] = "virtual" if new_manifest.n_stored else "inlined"
     note = "; ".join(p for p in (arr.note, why) if p)
     return dataclasses.replace(arr, meta=new_meta, manifest=new_manifest, status=status, note=note)
 

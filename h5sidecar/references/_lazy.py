@@ -75,6 +75,8 @@ class LazyArrayRefs(ArrayRefs):
 
     # The parent's ``manifest``/``checksums`` slots stay unset: the properties below shadow them.
     __slots__ = ("_fill", "_loader")
+    _fill: Any
+    _loader: ManifestLoader
 
     def __init__(
         self,
