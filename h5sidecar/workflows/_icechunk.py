@@ -27,8 +27,8 @@ import logging
 import os
 import posixpath
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import numpy as np
 
@@ -48,6 +48,9 @@ _ICECHUNK_KEYS: dict[str, Any] = {"name": "default", "configuration": {"separato
 
 #: Chunks handed to one ``set_virtual_refs`` call (bounds the per-chunk spec objects alive).
 _BATCH = 65_536
+
+#: Characters a location may hold unencoded (RFC 3986 path characters).
+_URL_SAFE = "/:@!$&'()*+,;=-._~"
 
 
 def write_icechunk(
@@ -170,13 +173,19 @@ def container_prefixes(urls: Iterable[str]) -> list[str]:
 def _location(url: str) -> str:
     """Icechunk's spelling of a source URL: ``s3://bucket/key`` or ``file:///abs/path``."""
     norm = normalize_url(url)
-    if norm.startswith("s3://"):
-        return norm
-    if "://" in norm:
+    if "://" in norm and not norm.startswith("s3://"):
         raise UnsupportedFeatureError(
             f"{url}: Icechunk virtual references support S3 and local sources only"
         )
-    return Path(norm).as_uri()
+    loc = norm if norm.startswith("s3://") else "file://" + norm
+    if quote(loc, safe=_URL_SAFE) != loc:
+        # icechunk 1.1 matches containers against percent-encoded locations inconsistently
+        # (written, then "no virtual chunk container can handle" on read): refuse up front
+        raise UnsupportedFeatureError(
+            f"{url}: Icechunk cannot reference paths that need percent-encoding (spaces, "
+            "non-ASCII, '%'); move or link the files to a plain path"
+        )
+    return loc
 
 
 def _identities(

@@ -18,7 +18,7 @@ import pytest
 import xarray as xr
 import zarr
 
-from h5sidecar.errors import ErrorKind, InvalidReferenceError
+from h5sidecar.errors import ErrorKind, InvalidReferenceError, UnsupportedFeatureError
 from h5sidecar.indexer import index_granule
 from h5sidecar.references import GranuleRefs, Skipped
 from h5sidecar.sample import write_atl03_like, write_netcdf_like
@@ -284,3 +284,21 @@ def test_s3_sources_and_repository(
     fresh = _store(open_icechunk(repo_url, storage_options=s3_storage_options))
     with pytest.raises(icechunk.IcechunkError, match="checksum"):
         zarr.open_group(fresh, mode="r")["pr"][...]
+
+
+def test_a_rewrite_drops_arrays_no_longer_referenced(tmp_path: Path) -> None:
+    src = _netcdf(tmp_path / "src" / "grid.nc")
+    refs = index_granule(str(src))
+    first = write_icechunk(refs, tmp_path / "repo")
+    only_pr = GranuleRefs(refs.source, refs.groups, {"pr": refs.arrays["pr"]}, extra=refs.extra)
+    write_icechunk(only_pr, tmp_path / "repo")
+    repo = open_icechunk(tmp_path / "repo")
+    now = zarr.open_group(_store(repo), mode="r")
+    assert sorted(now.array_keys()) == ["pr"]
+    assert "tas" in zarr.open_group(_store(repo, first), mode="r")  # history keeps it
+
+
+def test_paths_needing_percent_encoding_are_refused(tmp_path: Path) -> None:
+    src = _netcdf(tmp_path / "with space" / "grid.nc")
+    with pytest.raises(UnsupportedFeatureError, match="percent-encoding"):
+        write_icechunk(index_granule(str(src)), tmp_path / "repo")
