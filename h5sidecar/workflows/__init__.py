@@ -81,7 +81,7 @@ _LAZY = {
     "DemoSummary": "_demo",
     "run_demo": "_demo",
     "write_samples": "_demo",
-    "open_icechunk": "_icechunk",
+    "open_icechunk": "_icechunk_repo",
     "write_icechunk": "_icechunk",
 }
 

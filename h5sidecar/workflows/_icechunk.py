@@ -12,7 +12,8 @@ datacube whose manifests point into many objects) into one commit of an Icechunk
   absent (they read as the fill value);
 * one virtual chunk container per source prefix (the tightest common directory of the sources
   in each bucket, or on the local disk), authorized for the write; readers authorize it again
-  (:func:`open_icechunk`), and Icechunk refuses references outside every container.
+  (:func:`~h5sidecar.workflows.open_icechunk`), and Icechunk refuses references outside every
+  container.
 
 Arrays Zarr v3 cannot represent without changing values are left out, each with a
 :class:`~h5sidecar.references.Skipped` record (logged, added to ``left_out`` and to the
@@ -25,8 +26,7 @@ import datetime as dt
 import json
 import logging
 import os
-import posixpath
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -35,11 +35,12 @@ import numpy as np
 from h5sidecar.errors import ErrorKind, InvalidReferenceError, UnsupportedFeatureError
 from h5sidecar.references import GranuleRefs, Skipped, SourceInfo
 from h5sidecar.sources._urls import normalize_url
+from h5sidecar.workflows._icechunk_repo import container_prefixes, open_repository
 
 if TYPE_CHECKING:
     import icechunk
 
-__all__ = ["container_prefixes", "open_icechunk", "write_icechunk"]
+__all__ = ["write_icechunk"]
 
 log = logging.getLogger("h5sidecar.workflows")
 
@@ -103,7 +104,7 @@ def write_icechunk(
     """
     identities = _identities(refs, sources, storage_options)
     prefixes = container_prefixes(identities)
-    repository = _repository(repo, prefixes, storage_options)
+    repository = open_repository(repo, prefixes, storage_options)
     if branch not in repository.list_branches():
         repository.create_branch(branch, repository.lookup_branch("main"))
     session = repository.writable_session(branch)
@@ -125,48 +126,6 @@ def write_icechunk(
     }
     text = message or f"h5sidecar: references of {refs.source.url}"
     return str(session.commit(text, metadata=metadata))
-
-
-def open_icechunk(
-    repo: str | os.PathLike[str] | icechunk.Storage,
-    *,
-    storage_options: Mapping[str, Any] | None = None,
-) -> icechunk.Repository:
-    """Open a repository written by :func:`write_icechunk`, authorized to read its containers.
-
-    Authorizes exactly the virtual chunk containers the repository declares (credentials from
-    ``storage_options`` for S3 ones); references outside them stay unreadable.
-
-    Examples
-    --------
-    >>> repo = open_icechunk("cube.icechunk")                                 # doctest: +SKIP
-    >>> ds = xr.open_zarr(repo.readonly_session("main").store, consolidated=False)  # doctest: +SKIP
-    """
-    import icechunk as ic
-
-    storage = _storage(repo, storage_options)
-    config = ic.Repository.fetch_config(storage)
-    containers = (config.virtual_chunk_containers or {}) if config else {}
-    creds = _credentials(list(containers), storage_options)
-    return ic.Repository.open(storage, authorize_virtual_chunk_access=creds)
-
-
-def container_prefixes(urls: Iterable[str]) -> list[str]:
-    """The virtual chunk container prefixes covering ``urls`` (Icechunk locations).
-
-    One per S3 bucket and one for local files: the tightest common directory of the URLs
-    there, ending in ``/`` (``s3://bucket/data/2024/``, ``file:///data/granules/``).
-    """
-    by_root: dict[str, list[str]] = {}
-    for url in urls:
-        scheme, _, rest = url.partition("://")
-        root, _, key = rest.partition("/") if scheme == "s3" else ("", "", rest.lstrip("/"))
-        by_root.setdefault(f"{scheme}://{root}/", []).append(posixpath.dirname(key))
-    out = []
-    for root, dirs in sorted(by_root.items()):
-        common = posixpath.commonpath(["/" + d for d in dirs]).strip("/")
-        out.append(root + (common + "/" if common else ""))
-    return out
 
 
 # -- sources and their identities ------------------------------------------------------------------
@@ -233,99 +192,6 @@ def _checksum(info: SourceInfo) -> str | dt.datetime | None:
         seconds = -(-int(info.mtime_ns) // 1_000_000_000)
         return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
     return None
-
-
-# -- repository, containers and credentials ---------------------------------------------------------
-def _s3_options(storage_options: Mapping[str, Any] | None) -> Any:
-    from h5sidecar.sources._stores import _resolve_s3_options
-
-    return _resolve_s3_options(storage_options, os.environ)
-
-
-def _storage(repo: Any, storage_options: Mapping[str, Any] | None) -> icechunk.Storage:
-    import icechunk as ic
-
-    if isinstance(repo, ic.Storage):
-        return repo
-    text = os.fspath(repo)
-    if not normalize_url(text).startswith("s3://"):
-        return ic.local_filesystem_storage(normalize_url(text))
-    bucket, _, prefix = normalize_url(text)[len("s3://"):].partition("/")
-    o = _s3_options(storage_options)
-    return ic.s3_storage(
-        bucket=bucket, prefix=prefix.strip("/") or None, region=o.region,
-        endpoint_url=o.endpoint, allow_http=bool(o.endpoint and o.endpoint.startswith("http:")),
-        access_key_id=o.key, secret_access_key=o.secret, session_token=o.token,
-        anonymous=o.anon or None, force_path_style=bool(o.endpoint),
-        requester_pays=o.requester_pays,
-    )  # fmt: skip
-
-
-def _container(prefix: str, storage_options: Mapping[str, Any] | None) -> Any:
-    import icechunk as ic
-
-    if prefix.startswith("file://"):
-        return ic.VirtualChunkContainer(prefix, ic.local_filesystem_store(prefix[len("file://"):]))
-    o = _s3_options(storage_options)
-    store = ic.s3_store(
-        region=o.region, endpoint_url=o.endpoint, anonymous=o.anon,
-        allow_http=bool(o.endpoint and o.endpoint.startswith("http:")),
-        s3_compatible=bool(o.endpoint), force_path_style=bool(o.endpoint),
-        requester_pays=o.requester_pays,
-    )  # fmt: skip
-    return ic.VirtualChunkContainer(prefix, store)
-
-
-def _credentials(prefixes: list[str], storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
-    import icechunk as ic
-
-    creds: dict[str, Any] = {}
-    for p in prefixes:
-        if not p.startswith("s3://"):
-            creds[p] = None
-            continue
-        o = _s3_options(storage_options)
-        creds[p] = (
-            ic.s3_credentials(anonymous=True) if o.anon
-            else ic.s3_credentials(access_key_id=o.key, secret_access_key=o.secret,
-                                   session_token=o.token) if o.key
-            else ic.s3_credentials(from_env=True)
-        )  # fmt: skip
-    return ic.containers_credentials(creds)
-
-
-def _repository(
-    repo: Any, prefixes: list[str], storage_options: Mapping[str, Any] | None
-) -> icechunk.Repository:
-    """Open or create the repository with a container (saved in its config) per prefix."""
-    import icechunk as ic
-
-    existing = repo if isinstance(repo, ic.Repository) else None
-    if existing is not None:
-        config = existing.config
-    else:
-        storage = _storage(repo, storage_options)
-        if not ic.Repository.exists(storage):
-            config = ic.RepositoryConfig.default()
-            for p in prefixes:
-                config.set_virtual_chunk_container(_container(p, storage_options))
-            return ic.Repository.create(
-                storage, config=config,
-                authorize_virtual_chunk_access=_credentials(prefixes, storage_options),
-            )  # fmt: skip
-        config = ic.Repository.fetch_config(storage) or ic.RepositoryConfig.default()
-    have = set((config.virtual_chunk_containers or {}).keys())
-    missing = [p for p in prefixes if not any(p.startswith(h) for h in have)]
-    for p in missing:
-        config.set_virtual_chunk_container(_container(p, storage_options))
-    creds = _credentials(sorted(have | set(missing)), storage_options)
-    if existing is not None:
-        out = existing.reopen(config=config, authorize_virtual_chunk_access=creds)
-    else:
-        out = ic.Repository.open(storage, config=config, authorize_virtual_chunk_access=creds)
-    if missing:
-        out.save_config()
-    return out
 
 
 # -- nodes and chunks -----------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from h5sidecar.indexer import index_granule
 from h5sidecar.references import GranuleRefs, Skipped
 from h5sidecar.sample import write_atl03_like, write_netcdf_like
 from h5sidecar.workflows import open_icechunk, write_icechunk
-from h5sidecar.workflows._icechunk import container_prefixes
+from h5sidecar.workflows._icechunk_repo import container_prefixes
 from tests._matrix import Tally, compare_group, groups_of, truth
 from tests.indexer._compare import h5_dataset, h5_read
 
