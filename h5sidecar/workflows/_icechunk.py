@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import math
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -219,7 +220,25 @@ def _node_documents(refs: GranuleRefs, skipped: list[Skipped]) -> dict[str, dict
             skipped.append(Skipped(path, ErrorKind.UNSUPPORTED_DTYPE, reason))
             continue
         docs[path] = {**doc, "chunk_key_encoding": _ICECHUNK_KEYS}
-    return docs
+    return {path: _strict_json(doc) for path, doc in docs.items()}
+
+
+_NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+
+
+def _strict_json(obj: Any) -> Any:
+    """``obj`` with non-finite floats spelled ``"NaN"`` / ``"Infinity"`` / ``"-Infinity"``.
+
+    Icechunk parses ``zarr.json`` as strict JSON and refuses the bare ``NaN`` zarr would write
+    ("bad metadata"); Zarr v3 spells special floats as these strings.
+    """
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "NaN" if math.isnan(obj) else _NON_FINITE[obj]
+    if isinstance(obj, dict):
+        return {k: _strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_strict_json(v) for v in obj]
+    return obj
 
 
 async def _write(
@@ -234,7 +253,7 @@ async def _write(
         if doc["node_type"] == "array":
             ArrayV3Metadata.from_dict(dict(doc))  # zarr validates what it will have to read
         key = f"{path}/zarr.json" if path else "zarr.json"
-        await store.set(key, buffer.from_bytes(json.dumps(doc, allow_nan=True).encode()))
+        await store.set(key, buffer.from_bytes(json.dumps(doc, allow_nan=False).encode()))
     for path, arr in refs.arrays.items():
         if path not in docs:
             continue

@@ -302,3 +302,22 @@ def test_paths_needing_percent_encoding_are_refused(tmp_path: Path) -> None:
     src = _netcdf(tmp_path / "with space" / "grid.nc")
     with pytest.raises(UnsupportedFeatureError, match="percent-encoding"):
         write_icechunk(index_granule(str(src)), tmp_path / "repo")
+
+
+def test_non_finite_attributes_are_spelled_as_zarr_v3_strings(tmp_path: Path) -> None:
+    # icechunk refuses the bare NaN of non-strict JSON ("bad metadata")
+    src = tmp_path / "src" / "nan.h5"
+    src.parent.mkdir()
+    with h5py.File(src, "w") as f:
+        f.attrs["offset"] = np.nan
+        d = f.create_dataset("x", data=np.arange(6.0), chunks=(2,))
+        d.attrs["valid_max"] = np.inf
+        d.attrs["bounds"] = np.array([-np.inf, 1.5])
+    refs = index_granule(str(src))
+    _, left_out = _write(refs, tmp_path / "repo")
+    store = _store(open_icechunk(tmp_path / "repo"))
+    assert assert_raw_equal(refs, src, store, left_out) == 1
+    root = zarr.open_group(store, mode="r")
+    assert root.attrs["offset"] == "NaN"
+    assert root["x"].attrs["valid_max"] == "Infinity"
+    assert root["x"].attrs["bounds"] == ["-Infinity", 1.5]
