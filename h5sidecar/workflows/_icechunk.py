@@ -164,7 +164,7 @@ def _identities(
     known = {_location(u): s for u, s in (sources or {refs.source.url: refs.source}).items()}
     out: dict[str, Any] = {}
     for arr in refs.arrays.values():
-        for url in arr.manifest.urls:
+        for url in arr.urls:  # lazy arrays answer without loading their manifest
             loc = _location(url)
             if loc in out:
                 continue

@@ -20,7 +20,7 @@ import zarr
 
 from h5sidecar.errors import ErrorKind, InvalidReferenceError, UnsupportedFeatureError
 from h5sidecar.indexer import index_granule
-from h5sidecar.references import GranuleRefs, Skipped
+from h5sidecar.references import GranuleRefs, Skipped, read_refs, write_json, write_parquet
 from h5sidecar.sample import write_atl03_like, write_netcdf_like
 from h5sidecar.workflows import open_icechunk, write_icechunk
 from h5sidecar.workflows._icechunk_repo import container_prefixes
@@ -321,3 +321,16 @@ def test_non_finite_attributes_are_spelled_as_zarr_v3_strings(tmp_path: Path) ->
     assert root.attrs["offset"] == "NaN"
     assert root["x"].attrs["valid_max"] == "Infinity"
     assert root["x"].attrs["bounds"] == ["-Infinity", 1.5]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "json"])
+def test_from_a_persisted_sidecar(tmp_path: Path, fmt: str) -> None:
+    # what `cube --format icechunk` starts from: sidecars read back (Parquet arrays load lazily)
+    (tmp_path / "src").mkdir()
+    src = write_atl03_like(tmp_path / "src" / "atl03.h5", photons=2000)
+    indexed = index_granule(str(src))
+    write = write_parquet if fmt == "parquet" else write_json
+    refs = read_refs(write(indexed, tmp_path / f"atl03.h5.{fmt}"))
+    _, left_out = _write(refs, tmp_path / "repo")
+    store = _store(open_icechunk(tmp_path / "repo"))
+    assert assert_raw_equal(refs, src, store, left_out) == len(refs.arrays) - len(left_out)
