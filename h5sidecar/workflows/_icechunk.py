@@ -22,6 +22,7 @@ commit's metadata), never written wrongly.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import logging
@@ -69,7 +70,7 @@ def write_icechunk(
 
     The branch then holds exactly ``refs``: nodes of an earlier commit are replaced (their
     history stays readable by snapshot id).  Created when missing, ``branch`` starts at
-    ``main``'s tip.
+    ``main``'s tip.  Nothing is committed when an error is raised.
 
     Parameters
     ----------
@@ -257,15 +258,23 @@ async def _write(
     for path, arr in refs.arrays.items():
         if path not in docs:
             continue
-        await _set_virtual(store, path, arr.manifest, identities)
-        for flat, data in arr.manifest.inline.items():
-            index = np.unravel_index(flat, arr.manifest.grid_shape) if arr.meta.shape else ()
-            key = "/".join([path, "c", *(str(int(i)) for i in index)])
-            await store.set(key, buffer.from_bytes(data))
+        manifest = arr.manifest
+        await _set_virtual(store, path, manifest, identities)
+        # chunks held in the sidecar become real chunks of the repository
+        await asyncio.gather(*(
+            store.set(_chunk_key(path, flat, manifest.grid_shape), buffer.from_bytes(data))
+            for flat, data in manifest.inline.items()
+        ))  # fmt: skip
+
+
+def _chunk_key(path: str, flat: int, grid: tuple[int, ...]) -> str:
+    """Icechunk's key of the chunk at C-order position ``flat`` (``path/c`` for scalars)."""
+    index = np.unravel_index(flat, grid) if grid else ()
+    return "/".join([path, "c", *(str(int(i)) for i in index)])
 
 
 async def _set_virtual(store: Any, path: str, manifest: Any, identities: dict[str, Any]) -> None:
-    """Every stored chunk of one array as virtual references, in batches of one call each."""
+    """Every stored chunk of one array as virtual references, ``_BATCH`` chunks per call."""
     import icechunk as ic
 
     codes = manifest.codes.reshape(manifest.grid_shape or (1,))
