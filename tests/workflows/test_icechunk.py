@@ -232,9 +232,11 @@ def test_container_prefixes_are_tight() -> None:
 def test_source_without_identity_is_refused(tmp_path: Path) -> None:
     src = _netcdf(tmp_path / "src" / "grid.nc")
     refs = index_granule(str(src))
+    first = write_icechunk(refs, tmp_path / "repo")
     bare = type(refs.source)(url=refs.source.url, size=refs.source.size)
     with pytest.raises(InvalidReferenceError, match="neither an ETag nor a modification time"):
         write_icechunk(refs, tmp_path / "repo", sources={refs.source.url: bare})
+    assert open_icechunk(tmp_path / "repo").lookup_branch("main") == first  # nothing committed
 
 
 # -- history --------------------------------------------------------------------------------------
