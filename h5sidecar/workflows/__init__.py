@@ -7,6 +7,8 @@ Everything the ``h5sidecar`` command line does is a function here first:
   a :class:`RunReport` to ``DEST/_report.json``;
 - :func:`inspect_refs` summarises a sidecar; :func:`verify_refs` compares it with h5py;
 - :func:`run_demo` and :func:`write_samples` drive the demo;
+- :func:`write_icechunk` writes references into an Icechunk repository as virtual chunk
+  references, and :func:`open_icechunk` opens one authorized to read its sources;
 - :func:`dask_executor` runs :func:`index_many` on a Dask cluster (``--dask``), and
   :func:`gridded_mean_height` / :func:`plot_grid` are an analysis computed on the cluster.
 
@@ -39,11 +41,13 @@ __all__ = [
     "index_one",
     "inspect_refs",
     "list_granules",
+    "open_icechunk",
     "plot_grid",
     "process_pool",
     "read_report",
     "run_demo",
     "verify_refs",
+    "write_icechunk",
     "write_report",
     "write_samples",
 ]
@@ -77,6 +81,8 @@ _LAZY = {
     "DemoSummary": "_demo",
     "run_demo": "_demo",
     "write_samples": "_demo",
+    "open_icechunk": "_icechunk_repo",
+    "write_icechunk": "_icechunk",
 }
 
 
