@@ -308,7 +308,7 @@ class SidecarStore(Store):
         return prototype.buffer.from_bytes(data)
 
     def _cache_key(self, ref: ChunkRef) -> tuple[Any, ...]:
-        return range_cache_key(*ref, self._refs.source)
+        return range_cache_key(*ref, self._refs.identity_of(ref[0]))
 
     async def get_partial_values(
         self,
