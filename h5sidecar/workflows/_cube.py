@@ -21,9 +21,18 @@ import numpy as np
 from h5sidecar._version import __version__
 from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError
 from h5sidecar.references import GranuleRefs, concat_refs, inline_array, write_refs
-from h5sidecar.workflows._cube_checks import check_order, encoding_groups, mismatch_message
+from h5sidecar.workflows._cube_checks import (
+    check_order,
+    check_shared_values,
+    encoding_groups,
+    mismatch_message,
+)
 
 __all__ = ["CubePart", "CubeResult", "build_cube", "cube_paths"]
+
+#: Dimension coordinates other than the concat one (``lat``, ``lon``) up to this size are read
+#: from every granule, compared, and held inline in the cube (opening then reads no source).
+SHARED_COORD_BYTES = 8 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +135,21 @@ def _selection(
     return keep, coord
 
 
+_SHARED_NOTE = "materialized: a coordinate equal in every granule of the cube, held inline"
+
+
+def _shared_coords(refs: GranuleRefs, paths: Sequence[str], coord: str) -> list[str]:
+    """Non-empty 1-D dimension coordinates but ``coord``, small enough to compare and inline."""
+    out = []
+    for p in paths:
+        meta = refs.arrays[p].meta
+        if (p != coord and len(meta.shape) == 1 and meta.dimension_names == (p.rpartition("/")[2],)
+                and 0 < meta.shape[0] * meta.numpy_dtype.itemsize <= SHARED_COORD_BYTES
+                and not meta.numpy_dtype.hasobject):
+            out.append(p)
+    return out
+
+
 def _subset(refs: GranuleRefs, paths: Sequence[str], name: str) -> GranuleRefs:
     missing = [p for p in paths if p not in refs.arrays]
     if missing:
@@ -205,7 +229,10 @@ def build_cube(
     groups = encoding_groups(parts, paths, concat_dim)
     if len(groups) > 1 and on_mismatch == "raise":
         raise IncompatibleGranulesError(mismatch_message(parts, names, paths, concat_dim))
-    values = [read_arrays(p, [coord], remote_options=opts)[coord] for p in parts]
+    shared = _shared_coords(parts[0], paths, coord)
+    read = [read_arrays(p, [coord, *shared], remote_options=opts) for p in parts]
+    check_shared_values(read, names, shared)
+    values = [r[coord] for r in read]
     # overlaps are refused across all granules, split or not (a split cube must not repeat steps)
     check_order(values, names, coord)
     ordered_groups = sorted(
@@ -222,7 +249,9 @@ def build_cube(
         coordinate = np.concatenate([values[i] for i in members])
         cube = GranuleRefs(
             cube.source, cube.groups,
-            {**cube.arrays, coord: inline_array(cube.arrays[coord], coordinate)},
+            {**cube.arrays, coord: inline_array(cube.arrays[coord], coordinate),
+             **{c: inline_array(cube.arrays[c], read[members[0]][c], note=_SHARED_NOTE)
+                for c in shared}},
             cube.skipped, cube.extra, cube.members,
         )
         path = write_refs(cube, target, format=format, storage_options=opts or None)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,13 @@ from h5sidecar.errors import IncompatibleGranulesError
 from h5sidecar.read._datasets import MASK_AND_SCALE_ATTRS, TIME_ATTRS
 from h5sidecar.references import ArrayMeta, GranuleRefs
 
-__all__ = ["check_order", "encoding_groups", "encoding_of", "mismatch_message"]
+__all__ = [
+    "check_order",
+    "check_shared_values",
+    "encoding_groups",
+    "encoding_of",
+    "mismatch_message",
+]
 
 #: Attributes compared between granules (the CF decoding ones + units/calendar).
 CF_ATTRS = tuple(dict.fromkeys((*MASK_AND_SCALE_ATTRS, "units", *TIME_ATTRS)))
@@ -122,3 +128,24 @@ def check_order(values: Sequence[np.ndarray], names: Sequence[str], coord: str) 
                 "overlapping granules cannot be concatenated; leave one of them out"
             )
     return order
+
+
+def check_shared_values(
+    values: Sequence[Mapping[str, np.ndarray]], names: Sequence[str], paths: Sequence[str]
+) -> None:
+    """Coordinates without the concat dimension (``lat``, ``lon``) must hold equal values in
+    every granule: the cube keeps one copy, so a changed grid would be silently misplaced.
+
+    Raises
+    ------
+    IncompatibleGranulesError
+        Naming the variable and the first granule that differs from the first one.
+    """
+    for path in paths:
+        first = values[0][path]
+        for name, v in zip(names[1:], values[1:], strict=True):
+            if not np.array_equal(first, v[path], equal_nan=first.dtype.kind in "fc"):
+                raise IncompatibleGranulesError(
+                    f"{path} holds other values in {name} than in {names[0]}: the granules are "
+                    "on different grids and cannot share one cube; combine them separately"
+                )
