@@ -7,10 +7,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from dask.base import tokenize
 
 from h5sidecar.errors import ForbiddenSourceError
 from h5sidecar.read import read_arrays
 from h5sidecar.read._zarr_batcher import make_fetcher
+from h5sidecar.read.store import SidecarStore
 from h5sidecar.references import read_refs
 from h5sidecar.settings import ReadSettings
 from h5sidecar.workflows import build_cube, index_many
@@ -40,6 +42,7 @@ def test_rebuilt_cube_never_serves_a_replaced_members_cached_chunks(tmp_path: Pa
         _granule(src / f"g{i}.h5", i + 0.5, np.arange(4, dtype="i4") + 10 * i)
     cube = _cube(src, tmp_path / "sidecars", tmp_path / "cube.parq")
     first = read_arrays(cube, ["v"])["v"]  # fills the process-wide chunk cache
+    token = tokenize(SidecarStore(cube))
     assert first[1].tolist() == [10, 11, 12, 13]
     before = read_refs(tmp_path / "sidecars" / "g1.h5.parq").arrays["v"].manifest.get((0, 0))
     with h5py.File(src / "g1.h5", "r+") as f:  # re-processed in place: same layout, new values
@@ -47,6 +50,7 @@ def test_rebuilt_cube_never_serves_a_replaced_members_cached_chunks(tmp_path: Pa
     cube = _cube(src, tmp_path / "sidecars", tmp_path / "cube.parq")
     refs = read_refs(cube)
     assert refs.arrays["v"].manifest.get((1, 0)) == before  # the very same byte range
+    assert tokenize(SidecarStore(cube)) != token  # nor reuses Dask results of the old cube
     assert refs.source == read_refs(tmp_path / "sidecars" / "g0.h5.parq").source  # unchanged
     with h5py.File(src / "g1.h5") as f:
         want = f["v"][0]
