@@ -180,7 +180,7 @@ def build_cube(
     ----------
     sidecars : str, path-like or sequence
         A DEST folder or S3 prefix written by ``h5sidecar index`` (every sidecar below it, but
-        those of granules the run report marks failed), or a sequence of sidecar paths/URLs or
+        those of granules the run report marks failed and cubes), or a sequence of sidecar paths/URLs or
         :class:`~h5sidecar.references.GranuleRefs`.  Their order does not matter.
     out : str or path-like
         Where to write the cube (``cube.parq`` directory or ``cube.json``; local or ``s3://``).
@@ -223,6 +223,9 @@ def build_cube(
     opts = dict(storage_options or {})
     items = _sidecar_list(sidecars, opts)
     loaded = [x if isinstance(x, GranuleRefs) else load_refs(x, opts) for x in items]
+    if isinstance(sidecars, str | os.PathLike):
+        # cubes written into DEST (by an earlier run) are not granules of the next one
+        loaded = [r for r in loaded if not r.members]
     names = [r.source.url for r in loaded]
     paths, coord = _selection(loaded[0], concat_dim, group, variables)
     parts = [_subset(r, paths, n) for r, n in zip(loaded, names, strict=True)]
