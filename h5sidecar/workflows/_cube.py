@@ -226,6 +226,8 @@ def build_cube(
     if isinstance(sidecars, str | os.PathLike):
         # cubes written into DEST (by an earlier run) are not granules of the next one
         loaded = [r for r in loaded if not r.members]
+    if not loaded:
+        raise InvalidRequestError("no granule sidecars to combine (only cubes, or nothing)")
     names = [r.source.url for r in loaded]
     paths, coord = _selection(loaded[0], concat_dim, group, variables)
     parts = [_subset(r, paths, n) for r, n in zip(loaded, names, strict=True)]
@@ -234,7 +236,8 @@ def build_cube(
         raise IncompatibleGranulesError(mismatch_message(parts, names, paths, concat_dim))
     shared = _shared_coords(parts[0], paths, coord)
     read = [read_arrays(p, [coord, *shared], remote_options=opts) for p in parts]
-    check_shared_values(read, names, shared)
+    for g in groups:  # each cube keeps one copy of its grid
+        check_shared_values([read[i] for i in g], [names[i] for i in g], shared)
     values = [r[coord] for r in read]
     # overlaps are refused across all granules, split or not (a split cube must not repeat steps)
     check_order(values, names, coord)
