@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -33,6 +34,8 @@ __all__ = ["CubePart", "CubeResult", "build_cube", "cube_paths"]
 #: Dimension coordinates other than the concat one (``lat``, ``lon``) up to this size are read
 #: from every granule, compared, and held inline in the cube (opening then reads no source).
 SHARED_COORD_BYTES = 8 * 2**20
+#: Granules whose coordinates are read at the same time (each read is one small request).
+COORD_READERS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +238,9 @@ def build_cube(
     if len(groups) > 1 and on_mismatch == "raise":
         raise IncompatibleGranulesError(mismatch_message(parts, names, paths, concat_dim))
     shared = _shared_coords(parts[0], paths, coord)
-    read = [read_arrays(p, [coord, *shared], remote_options=opts) for p in parts]
+    with ThreadPoolExecutor(COORD_READERS) as pool:  # one small read per granule: overlap them
+        read = list(pool.map(
+            lambda p: read_arrays(p, [coord, *shared], remote_options=opts), parts))
     for g in groups:  # each cube keeps one copy of its grid
         check_shared_values([read[i] for i in g], [names[i] for i in g], shared)
     values = [r[coord] for r in read]
