@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h5sidecar.errors import IncompatibleGranulesError
+from h5sidecar.errors import IncompatibleGranulesError, InvalidReferenceError
 from h5sidecar.references import (
     INLINE,
     MISSING,
@@ -126,3 +126,22 @@ def test_inline_array_holds_values() -> None:
     assert held.meta.attrs == arr.meta.attrs and held.meta.filters == ()
     assert np.array_equal(np.frombuffer(held.manifest.get((0, 0)), "<i2").reshape(4, 5), values)
     assert MISSING not in held.manifest.codes
+
+
+def test_members_survive_pickling_and_tokens_see_them() -> None:
+    import pickle
+
+    from dask.base import tokenize
+
+    rng = np.random.default_rng(6)
+    parts = [_part(rng, i, 2) for i in range(2)]
+    cube = concat_refs(parts, "time")
+    back = pickle.loads(pickle.dumps(cube))
+    assert back == cube and back.members == cube.members
+    assert back.identity_of("s3://bucket/day1.h5").etag == "e1"
+    assert back.identity_of("s3://elsewhere.h5") == cube.source  # not a member: the source
+    other = GranuleRefs(cube.source, cube.groups, cube.arrays, cube.skipped, cube.extra,
+                        (cube.members[0], SourceInfo("s3://bucket/day1.h5", 10**6, "changed")))
+    assert other != cube and tokenize(other) != tokenize(cube)
+    with pytest.raises(InvalidReferenceError, match="more than once"):
+        GranuleRefs(cube.source, cube.groups, cube.arrays, members=cube.members * 2)
