@@ -22,6 +22,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "gateway": ("benchmarks.bench_gateway", "HTTP gateway: random chunks under load, full reads"),
     "workflows": ("benchmarks.bench_workflows",
                   "batch indexing on Dask (granules/s) vs kerchunk; analysis vs h5py + s3fs"),
+    "cube": ("benchmarks.bench_cube",
+             "datacube: build from sidecars vs kerchunk from HDF5; open, time series, time step"),
 }
 
 

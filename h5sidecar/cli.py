@@ -155,6 +155,27 @@ def build_parser() -> argparse.ArgumentParser:
     _storage_option_arg(p)
     p.set_defaults(run=_cmd_catalog)
 
+    p = sub.add_parser("cube", parents=[verbose], help="combine sidecars into one datacube",
+                       description="Combine the sidecars under DEST into one kerchunk reference "
+                       "set along a dimension (a datacube), from the sidecars only. Granules are "
+                       "ordered by their coordinate values; granules encoded differently "
+                       "(scale_factor, add_offset, _FillValue, units, calendar, dtype, codecs, "
+                       "chunks) are refused, or split into one cube per encoding.")
+    p.add_argument("dest", help="folder or S3 prefix written by `h5sidecar index -o`")
+    p.add_argument("-o", "--output", required=True,
+                   help="the cube (CUBE.parq directory or CUBE.json; local or s3://)")
+    p.add_argument("--concat-dim", default="time",
+                   help="dimension to concatenate along (default: time)")
+    p.add_argument("--group", default=None, help="group whose variables make the cube (root)")
+    p.add_argument("--variables", nargs="+", default=None, metavar="VAR",
+                   help="variables to keep (default: all of the group)")
+    p.add_argument("--format", choices=["parquet", "json"], default="parquet")
+    p.add_argument("--on-mismatch", choices=["raise", "split"], default="raise",
+                   help="granules encoded differently: refuse (default) or write one cube per "
+                   "encoding (CUBE-0.parq, CUBE-1.parq, ... in coordinate order)")
+    _storage_option_arg(p)
+    p.set_defaults(run=_cmd_cube)
+
     p = sub.add_parser("sample", parents=[verbose], help="write sample ATL03-like granules",
                        description="Write small synthetic ATL03-like HDF5 granules (and "
                        "optionally a netCDF-4 file) to OUTDIR.")
@@ -164,6 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="photons per beam (default: the generator's small default)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--netcdf", action="store_true", help="also write a netCDF-4 sample")
+    p.add_argument("--collection", action="store_true",
+                   help="write a collection of daily gridded netCDF-4 granules instead (the "
+                   "datacube sample, with one extra granule packed differently)")
+    p.add_argument("--days", type=_positive, default=6,
+                   help="days in the --collection (default 6)")
     p.set_defaults(run=_cmd_sample)
 
     p = sub.add_parser("demo", parents=[verbose], help="sample -> index -> open -> compare",
@@ -455,9 +481,37 @@ def _cmd_catalog(args: argparse.Namespace, out: Console, err: Console) -> int:
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
+def _cmd_cube(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from h5sidecar.workflows import build_cube
+
+    with err.status(f"building a cube of {args.dest} along {args.concat_dim!r}"):
+        r = build_cube(args.dest, args.output, concat_dim=args.concat_dim, group=args.group,
+                       variables=args.variables, format=args.format,
+                       on_mismatch=args.on_mismatch,
+                       storage_options=storage_options(args.storage_options))
+    table = Table(header_style="bold")
+    for col in ("cube", "granules", args.concat_dim, "first", "last"):
+        table.add_column(col)
+    for c in r.cubes:
+        table.add_row(c.path, str(len(c.granules)), str(c.length), str(c.first), str(c.last))
+    out.print(table)
+    if len(r.cubes) > 1:
+        out.print(f"[yellow]split into {len(r.cubes)} cubes:[/] the granules encode variables "
+                  "differently (run without --on-mismatch split to see how)")
+    return EXIT_OK
+
+
 def _cmd_sample(args: argparse.Namespace, out: Console, err: Console) -> int:
     from h5sidecar.workflows import write_samples
 
+    if args.collection:
+        from h5sidecar.sample import write_daily_collection
+
+        paths = write_daily_collection(args.outdir, days=args.days, mixed_packing=True,
+                                       seed=args.seed)
+        for p in paths:
+            out.print(f"wrote {p} ({_size(p.stat().st_size)})")
+        return EXIT_OK
     paths = write_samples(args.outdir, granules=args.granules, photons=args.photons,
                           seed=args.seed, netcdf=args.netcdf)
     for p in paths:

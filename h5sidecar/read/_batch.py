@@ -220,7 +220,7 @@ class NativeReader:
             )
             self._prefetched.update(zip(whole, arrays, strict=True))
             for ref, data in zip(edge_refs, datas, strict=True):
-                self.chunk_cache.put(range_cache_key(*ref, self.refs.source), data)  # type: ignore[union-attr]
+                self.chunk_cache.put(range_cache_key(*ref, self.refs.identity_of(ref[0])), data)  # type: ignore[union-attr]
 
         fsspec.asyn.sync(fsspec.asyn.get_loop(), both)
 
@@ -333,13 +333,13 @@ class NativeReader:
         return groups
 
     async def _fetch_and_decode(self, group: list[_Chunk], keep: bool) -> None:
-        cache, src = self.chunk_cache, self.refs.source
+        cache, identity_of = self.chunk_cache, self.refs.identity_of
         missing: list[_Chunk] = []
         hit_urls: set[str] = set()
         for r in group:
             r.data = None
             if cache is not None:
-                r.data = cache.get(range_cache_key(r.url, r.offset, r.length, src))
+                r.data = cache.get(range_cache_key(r.url, r.offset, r.length, identity_of(r.url)))
             if r.data is None:
                 missing.append(r)
             else:
@@ -351,7 +351,7 @@ class NativeReader:
             for r, data in zip(missing, got, strict=True):
                 r.data = data
                 if keep and cache is not None:
-                    cache.put(range_cache_key(r.url, r.offset, r.length, src), bytes(data))
+                    cache.put(range_cache_key(r.url, r.offset, r.length, identity_of(r.url)), bytes(data))
         if hit_urls:
             # cached bytes are served only for a source seen unchanged recently (the fetch
             # above counts): else one HEAD/stat, StaleReferenceError if it changed

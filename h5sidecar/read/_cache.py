@@ -172,8 +172,9 @@ CHUNKS: ByteLRU[bytes] = ByteLRU(64 * 2**20)
 
 
 def range_cache_key(url: str, offset: int, length: int, source: Any) -> tuple[Any, ...]:
-    """The :data:`CHUNKS` key of a byte range: the range plus the identity of the granule the
-    sidecar describes (``SourceInfo``), so a changed, re-indexed source never hits."""
+    """The :data:`CHUNKS` key of a byte range: the range plus the recorded identity of the object
+    it is read from (``SourceInfo``: ``GranuleRefs.identity_of(url)``), so a changed, re-indexed
+    source -- or a replaced member of a datacube -- never hits."""
     return (url, offset, length, source.url, source.size, source.etag, source.mtime,
             source.mtime_ns)
 

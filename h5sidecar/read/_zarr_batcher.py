@@ -79,8 +79,23 @@ def make_fetcher(
     granule).  A reference to anything else is refused by the fetcher
     (:class:`~h5sidecar.errors.ForbiddenSourceError`) unless its prefix is allowed explicitly.
     A source whose identity is unknown (a sidecar written by plain kerchunk: size -1) is allowed
-    but not freshness-checked.
+    but not freshness-checked.  Combined references (a datacube, ``refs.members``) allow exactly
+    their members' URLs (and companion files beside them), and each chunk is checked against its
+    own member's identity.
     """
+    if refs.members:
+        if not settings.allowed_prefixes:
+            members = {m.url for m in refs.members}
+            dirs = {u.rpartition("/")[0] for u in members}
+            urls = {u for arr in refs.arrays.values() for u in arr.urls}  # loads no manifest
+            companions = sorted(
+                u for u in urls if u not in members and u.rpartition("/")[0] in dirs
+            )
+            settings = dataclasses.replace(
+                settings, allowed_prefixes=(*(m.url for m in refs.members), *companions)
+            )
+        known_members = [m for m in refs.members if m.size >= 0]
+        return ChunkFetcher(settings, storage_options=storage_options, sources=known_members)
     src = refs.source
     known = [src] if src.size >= 0 else []
     if not settings.allowed_prefixes:
@@ -139,7 +154,9 @@ class ReadBatcher:
 
 def refs_equal(a: GranuleRefs, b: GranuleRefs) -> bool:
     """Equality of two GranuleRefs that tolerates checksum arrays (numpy ``==`` is elementwise)."""
-    if (a.source, dict(a.groups), a.skipped) != (b.source, dict(b.groups), b.skipped):
+    if (a.source, dict(a.groups), a.skipped, a.members) != (
+        b.source, dict(b.groups), b.skipped, b.members
+    ):
         return False
     if list(a.arrays) != list(b.arrays):
         return False

@@ -190,8 +190,11 @@ class SidecarStore(Store):
 
         src = self._refs.source
         root = ".zmetadata" if self.zarr_format == 2 else "zarr.json"
-        digest = hashlib.sha1(self.keyspace.documents[root], usedforsecurity=False).hexdigest()
-        return ("SidecarStore", src.url, src.size, src.etag, src.mtime, self.zarr_format, digest)
+        digest = hashlib.sha1(self.keyspace.documents[root], usedforsecurity=False)
+        for m in self._refs.members:  # a cube rebuilt after a member changed is another store
+            digest.update(repr((m.url, m.size, m.etag, m.mtime_ns, m.mtime)).encode())
+        return ("SidecarStore", src.url, src.size, src.etag, src.mtime, self.zarr_format,
+                digest.hexdigest())
 
     def __repr__(self) -> str:
         where = self._sidecar or self._refs.source.url
@@ -308,7 +311,7 @@ class SidecarStore(Store):
         return prototype.buffer.from_bytes(data)
 
     def _cache_key(self, ref: ChunkRef) -> tuple[Any, ...]:
-        return range_cache_key(*ref, self._refs.source)
+        return range_cache_key(*ref, self._refs.identity_of(ref[0]))
 
     async def get_partial_values(
         self,

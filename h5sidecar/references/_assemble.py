@@ -96,10 +96,11 @@ def assemble(
     per_array = extras.arrays if extras else {}
     source = extras.source if extras else _unknown_source(chunks)
     arrays: dict[str, ArrayRefs] = {}
+    known = known_sources(extras) if extras else {source.url: source}
     for path, meta in metas.items():
         ax = per_array.get(path, ArrayExtras())
         manifest = build_manifest(path, meta.grid_shape, chunks.get(path, ChunkColumns()), ax.urls)
-        _check_within_source(path, manifest, source)
+        _check_within_source(path, manifest, known)
         status = ax.status if path in per_array else _guess_status(manifest)
         arrays[path] = ArrayRefs(
             path=path,
@@ -115,6 +116,7 @@ def assemble(
         arrays=arrays,
         skipped=extras.skipped if extras else (),
         extra=extras.extra if extras else {},
+        members=extras.members if extras else (),
     )
 
 
@@ -168,15 +170,35 @@ def build_manifest(
     )
 
 
-def _check_within_source(path: str, manifest: ChunkManifest, source: SourceInfo) -> None:
-    """A chunk ending past the end of the (known-size) source means the sidecar is corrupt."""
-    if source.size < 0 or source.url not in manifest.urls:
+def known_sources(extras: Extras) -> dict[str, SourceInfo]:
+    """URL -> recorded identity of every object the references may read (source + members)."""
+    known = {m.url: m for m in extras.members}
+    known.setdefault(extras.source.url, extras.source)
+    return known
+
+
+def _check_within_source(
+    path: str, manifest: ChunkManifest, known: Mapping[str, SourceInfo]
+) -> None:
+    """A chunk ending past the end of its (known-size) source means the sidecar is corrupt."""
+    sizes = np.array(
+        [known[u].size if u in known else -1 for u in manifest.urls], dtype=np.int64
+    )
+    if not (sizes >= 0).any():
         return
-    mine = manifest.codes == manifest.urls.index(source.url)
-    ends = manifest.offsets[mine] + manifest.lengths[mine]
-    if ends.size and int(ends.max()) > source.size:
+    codes = manifest.codes.reshape(-1)
+    stored = codes >= 0
+    ends = np.zeros(len(sizes), dtype=np.uint64)  # per URL: the furthest chunk end
+    np.maximum.at(
+        ends,
+        codes[stored],
+        manifest.offsets.reshape(-1)[stored] + manifest.lengths.reshape(-1)[stored],
+    )
+    bad = np.flatnonzero((sizes >= 0) & (ends > sizes.clip(min=0).astype(np.uint64)))
+    if bad.size:
+        source = known[manifest.urls[int(bad[0])]]
         raise InvalidReferenceError(
-            f"{path}: a chunk ends at byte {int(ends.max())}, past the end of {source.url} "
+            f"{path}: a chunk ends at byte {int(ends[bad[0]])}, past the end of {source.url} "
             f"({source.size} bytes); the sidecar does not describe this object: re-index it"
         )
 

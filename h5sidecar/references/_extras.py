@@ -13,7 +13,8 @@ directory's ``.zmetadata``).  fsspec, kerchunk and zarr read neither place.  It 
                        "fill_value": ...,                  # only when .zarray's differs
                        "checksums": "base64:..." | "file"}},
      "skipped": [{"path", "kind", "reason"}, ...],
-     "extra": {...}}                                        # provenance
+     "extra": {...},                                        # provenance
+     "members": [{"url", "size", ...}, ...]}                # combined references only
 
 Checksums are uint64 little-endian, base64-encoded in JSON sidecars; Parquet sidecars keep them
 in a side file (``"file"``, see :mod:`h5sidecar.references._parquet`).
@@ -58,6 +59,7 @@ class Extras:
     arrays: dict[str, ArrayExtras] = field(default_factory=dict)
     skipped: tuple[Skipped, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
+    members: tuple[SourceInfo, ...] = ()
 
 
 def url_table(refs: GranuleRefs) -> list[str]:
@@ -85,7 +87,7 @@ def build_extras(refs: GranuleRefs, *, checksums: Literal["inline", "file"]) -> 
         if arr.checksums is not None:
             entry["checksums"] = "file" if checksums == "file" else encode_checksums(arr.checksums)
         arrays[path] = entry
-    return {
+    out = {
         "version": EXTRAS_VERSION,
         "source": refs.source.to_dict(),
         "urls": urls,
@@ -93,6 +95,9 @@ def build_extras(refs: GranuleRefs, *, checksums: Literal["inline", "file"]) -> 
         "skipped": [s.to_dict() for s in refs.skipped],
         "extra": dict(refs.extra),
     }
+    if refs.members:  # only combined references (datacubes) have members
+        out["members"] = [m.to_dict() for m in refs.members]
+    return out
 
 
 def _same_json(a: Any, b: Any) -> bool:
@@ -139,15 +144,19 @@ def parse_extras(block: Any) -> Extras:
     arrays = block.get("arrays", {})
     skipped = block.get("skipped", [])
     extra = block.get("extra", {})
-    if not isinstance(arrays, dict) or not isinstance(skipped, list) or not isinstance(extra, dict):
-        raise InvalidReferenceError(
-            f"{EXTRAS_KEY}: 'arrays' and 'extra' must be objects and 'skipped' a list"
-        )
+    members = block.get("members", [])
+    if not isinstance(arrays, dict) or not isinstance(extra, dict):
+        raise InvalidReferenceError(f"{EXTRAS_KEY}: 'arrays' and 'extra' must be objects")
+    if not isinstance(skipped, list) or not isinstance(members, list):
+        raise InvalidReferenceError(f"{EXTRAS_KEY}: 'skipped' and 'members' must be lists")
+    if not all(isinstance(m, dict) for m in members):
+        raise InvalidReferenceError(f"{EXTRAS_KEY}.members must hold source identities")
     return Extras(
         source=SourceInfo.from_dict(source),
         arrays={p: _parse_array(p, a, urls) for p, a in arrays.items()},
         skipped=tuple(_parse_skipped(s) for s in skipped),
         extra=extra,
+        members=tuple(SourceInfo.from_dict(m) for m in members),
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from h5sidecar.errors import InvalidReferenceError
-from h5sidecar.references._assemble import ChunkColumns, build_manifest, build_metas
+from h5sidecar.references._assemble import ChunkColumns, build_manifest, build_metas, known_sources
 from h5sidecar.references._assemble import _check_within_source as check_within_source
 from h5sidecar.references._assemble import _checksums as array_checksums
 from h5sidecar.references._bulk import MANIFESTS_FILE, BulkColumns, decode_manifests
@@ -188,6 +188,7 @@ class ParquetManifests:
         self._record_size = record_size
         self._metas = dict(metas)
         self._extras = extras
+        self._known = known_sources(extras)
         self._max_bytes = max_bytes
         self._bulk_bytes = bulk_bytes
         self._init_state()
@@ -204,7 +205,8 @@ class ParquetManifests:
 
     def __getstate__(self) -> dict[str, Any]:
         # Locks and loaded manifests stay behind: a worker fetches what it reads.
-        keep = ("_fetch", "_record_size", "_metas", "_extras", "_max_bytes", "_bulk_bytes")
+        keep = ("_fetch", "_record_size", "_metas", "_extras", "_max_bytes", "_bulk_bytes",
+                "_known")
         return {k: self.__dict__[k] for k in keep}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -294,7 +296,7 @@ class ParquetManifests:
         rs = self._record_size
         if self._bulk is not None:  # every array's chunks are in memory already
             manifest = self._bulk.manifest(path, ax.urls)
-            check_within_source(path, manifest, self._extras.source)
+            check_within_source(path, manifest, self._known)
             return manifest, array_checksums(path, ax, meta.grid_shape, self._side or {})
         n = int(np.prod(meta.grid_shape, dtype=np.int64))
         wanted = {record_path(path, r): r for r in range(math.ceil(n / rs))}
@@ -307,7 +309,7 @@ class ParquetManifests:
         ]
         cols = record_columns(path, meta, tables, rs) if tables else ChunkColumns()
         manifest = build_manifest(path, meta.grid_shape, cols, ax.urls)
-        check_within_source(path, manifest, self._extras.source)
+        check_within_source(path, manifest, self._known)
         if side_needed:
             self._side = read_checksums(blobs.get(CHECKSUMS_FILE))
         return manifest, array_checksums(path, ax, meta.grid_shape, self._side or {})
@@ -351,4 +353,5 @@ def read_parquet_lazy(
         arrays=arrays,
         skipped=extras.skipped,
         extra=extras.extra,
+        members=extras.members,
     )

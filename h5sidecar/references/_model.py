@@ -374,6 +374,11 @@ class GranuleRefs:
     skipped : tuple of Skipped
     extra : Mapping
         Provenance (indexer version, options, creation time).
+    members : tuple of SourceInfo
+        For references combining many source objects (a datacube): the identity of every
+        object a chunk may point into, one per URL.  Empty for a single granule, whose only
+        object is ``source``.  The read path checks each chunk against its own object's
+        identity (:meth:`identity_of`).
     """
 
     source: SourceInfo
@@ -381,6 +386,10 @@ class GranuleRefs:
     arrays: Mapping[str, ArrayRefs]
     skipped: tuple[Skipped, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
+    members: tuple[SourceInfo, ...] = ()
+    _by_url: Mapping[str, SourceInfo] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         groups = {g: MappingProxyType(dict(a)) for g, a in self.groups.items()}
@@ -398,6 +407,20 @@ class GranuleRefs:
         object.__setattr__(self, "arrays", MappingProxyType(dict(self.arrays)))
         object.__setattr__(self, "skipped", tuple(self.skipped))
         object.__setattr__(self, "extra", MappingProxyType(dict(self.extra)))
+        members = tuple(self.members)
+        by_url = {m.url: m for m in members}
+        if len(by_url) != len(members):
+            raise InvalidReferenceError("members list the same source URL more than once")
+        object.__setattr__(self, "members", members)
+        object.__setattr__(self, "_by_url", MappingProxyType(by_url))
+
+    def identity_of(self, url: str) -> SourceInfo:
+        """The recorded identity of the object at ``url``: its member entry, else ``source``.
+
+        Chunk-cache keys and freshness checks use it, so a chunk is always tied to the object
+        it is read from (a replaced member of a datacube never serves stale cached bytes).
+        """
+        return self._by_url.get(url, self.source)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # MappingProxyType does not pickle (Dask ships stores to workers): rebuild from dicts.
@@ -409,6 +432,7 @@ class GranuleRefs:
                 dict(self.arrays),
                 self.skipped,
                 dict(self.extra),
+                self.members,
             ),
         )
 
@@ -422,7 +446,7 @@ class GranuleRefs:
         """
         payload = json.dumps(
             [self.source.to_dict(), dict(self.extra), [s.to_dict() for s in self.skipped],
-             self.zmetadata()],
+             self.zmetadata(), *([[m.to_dict() for m in self.members]] if self.members else [])],
             sort_keys=True,
             default=str,
         )

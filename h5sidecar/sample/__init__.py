@@ -20,10 +20,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from h5sidecar.sample._atl03 import granule_name, write_atl03_like
+from h5sidecar.sample._collection import write_daily_collection, write_daily_granule
 from h5sidecar.sample._corrupt import flip_bits
 from h5sidecar.sample._netcdf import write_netcdf_like
 
-__all__ = ["flip_bits", "granule_name", "write_atl03_like", "write_netcdf_like", "write_sample_granules"]
+__all__ = ["flip_bits", "granule_name", "write_atl03_like", "write_daily_collection",
+           "write_daily_granule", "write_netcdf_like", "write_sample_granules"]
 
 
 def write_sample_granules(outdir: str | Path, *, granules: int = 2, photons: int = 200_000,

@@ -42,6 +42,7 @@ class AllowList:
     def __init__(self, prefixes: Iterable[str]) -> None:
         self.prefixes: tuple[str, ...] = tuple(dict.fromkeys(prefixes))
         self._canon = tuple(_normalized_prefix(p) for p in self.prefixes)
+        self._exact = frozenset(self._canon)  # O(1) for exact source URLs (a cube's members)
 
     def allows(self, url: str) -> bool:
         """True when ``url`` parses and lies under an allowed prefix."""
@@ -49,13 +50,13 @@ class AllowList:
             canon = parse_url(url, untrusted=True).url
         except (ForbiddenSourceError, InvalidReferenceError):
             return False
-        return any(canon == p or canon.startswith(p + "/") for p in self._canon)
+        return canon in self._exact or any(canon.startswith(p + "/") for p in self._canon)
 
     def check(self, url: str) -> SourceLocation:
         """The parsed location of ``url``, or :class:`ForbiddenSourceError` (no I/O is done)."""
         loc = parse_url(url, untrusted=True)
         canon = loc.url
-        if any(canon == p or canon.startswith(p + "/") for p in self._canon):
+        if canon in self._exact or any(canon.startswith(p + "/") for p in self._canon):
             return loc
         allowed = ", ".join(self.prefixes) or "(none)"
         raise ForbiddenSourceError(

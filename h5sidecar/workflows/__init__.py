@@ -6,6 +6,8 @@ Everything the ``h5sidecar`` command line does is a function here first:
   :func:`index_one` (a picklable task for any executor), skipping up-to-date sidecars, and writes
   a :class:`RunReport` to ``DEST/_report.json``;
 - :func:`inspect_refs` summarises a sidecar; :func:`verify_refs` compares it with h5py;
+- :func:`build_cube` combines many granules' sidecars into one datacube reference set along a
+  dimension (checked encodings, coordinate order, the coordinate held inline);
 - :func:`run_demo` and :func:`write_samples` drive the demo;
 - :func:`write_icechunk` writes references into an Icechunk repository as virtual chunk
   references, and :func:`open_icechunk` opens one authorized to read its sources;
@@ -20,6 +22,9 @@ from __future__ import annotations
 from h5sidecar._lazy import lazy_exports
 
 __all__ = [
+    "CubePart",
+    "CubeResult",
+    "build_cube",
     "DEFAULT_PATTERNS",
     "DaskExecutor",
     "DemoSummary",
@@ -53,6 +58,9 @@ __all__ = [
 ]
 
 _LAZY = {
+    "CubePart": "_cube",
+    "CubeResult": "_cube",
+    "build_cube": "_cube",
     "DEFAULT_PATTERNS": "_listing",
     "Granule": "_listing",
     "list_granules": "_listing",

@@ -1,0 +1,227 @@
+"""Concatenate the references of many granules along one dimension (a datacube), columnar.
+
+:func:`concat_refs` joins the chunk manifests of every array that has the dimension, with
+vectorised NumPy on the code/offset/length grids and one merged URL table; chunks are never
+moved or re-encoded, so the combined references read exactly the bytes the parts read.  It
+refuses (:class:`~h5sidecar.errors.IncompatibleGranulesError`, naming the granule and the
+variable) whatever would make a read misaligned or mis-decoded at the byte level: a part whose
+length along the dimension is not a whole number of chunks (except the last), or metadata that
+differs in anything but that length.  CF *attribute* safety (``scale_factor``, time units...) is
+the caller's check (:mod:`h5sidecar.workflows`); attributes are the first part's.
+
+:func:`inline_array` holds a whole array's values in the references (one uncompressed chunk),
+so a cube's concat coordinate opens without reading any source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from h5sidecar.errors import IncompatibleGranulesError
+from h5sidecar.references._manifest import INLINE, ChunkManifest
+from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs, SourceInfo
+
+__all__ = ["concat_manifests", "concat_refs", "inline_array", "member_identities"]
+
+
+def member_identities(parts: Sequence[GranuleRefs]) -> tuple[SourceInfo, ...]:
+    """Every source object the parts read, once per URL, in order of first appearance.
+
+    Raises
+    ------
+    IncompatibleGranulesError
+        When two parts record different identities for the same URL (one of them is stale).
+    """
+    seen: dict[str, SourceInfo] = {}
+    for part in parts:
+        for m in part.members or (part.source,):
+            if m.url in seen and seen[m.url] != m:
+                raise IncompatibleGranulesError(
+                    f"two sidecars describe {m.url} differently ({seen[m.url]} vs {m}); "
+                    "one of them is stale: re-index the source"
+                )
+            seen.setdefault(m.url, m)
+    return tuple(seen.values())
+
+
+def concat_refs(
+    parts: Sequence[GranuleRefs],
+    dim: str,
+    *,
+    names: Sequence[str] | None = None,
+    source: SourceInfo | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> GranuleRefs:
+    """Concatenate ``parts`` (in order) along the dimension named ``dim``.
+
+    Parameters
+    ----------
+    parts : sequence of GranuleRefs
+        The granules, in concatenation order; all must have the same arrays.
+    dim : str
+        Dimension name.  Arrays with it are concatenated; arrays without it must have equal
+        metadata in every part and are taken from the first.
+    names : sequence of str, optional
+        How errors name the parts (default: their source URLs).
+    source : SourceInfo, optional
+        The combined references' ``source`` (default: the first part's).
+    extra : mapping, optional
+        Provenance of the combined references.
+
+    Returns
+    -------
+    GranuleRefs
+        With ``members`` listing every part's source object; groups, skipped variables and
+        attributes are the first part's.
+
+    Raises
+    ------
+    IncompatibleGranulesError
+        Arrays missing from a part, metadata that differs (other than the length along
+        ``dim``), or a part (not the last) whose length along ``dim`` is not a multiple of
+        the chunk length.
+    """
+    if not parts:
+        raise ValueError("concat_refs needs at least one part")
+    names = [p.source.url for p in parts] if names is None else list(names)
+    first = parts[0]
+    paths = list(first.arrays)
+    for name, part in zip(names, parts, strict=True):
+        if set(part.arrays) != set(paths):
+            diff = sorted(set(part.arrays) ^ set(paths))
+            raise IncompatibleGranulesError(
+                f"{name} and {names[0]} hold different variables ({', '.join(diff)}); "
+                "select common variables or combine only granules of one product"
+            )
+    arrays: dict[str, ArrayRefs] = {}
+    for path in paths:
+        per = [p.arrays[path] for p in parts]
+        if dim in per[0].meta.dimension_names:
+            arrays[path] = _concat_array(path, per, names, dim)
+        else:
+            for name, arr in zip(names[1:], per[1:], strict=True):
+                if arr.meta != per[0].meta:
+                    raise IncompatibleGranulesError(
+                        f"{path} has no {dim!r} dimension and differs between {names[0]} and "
+                        f"{name} ({_meta_diff(per[0].meta, arr.meta)}); it cannot be shared"
+                    )
+            arrays[path] = per[0]
+    return GranuleRefs(
+        source=source or first.source,
+        groups=first.groups,
+        arrays=arrays,
+        skipped=first.skipped,
+        extra=dict(extra or {}),
+        members=member_identities(parts),
+    )
+
+
+def _meta_diff(a: ArrayMeta, b: ArrayMeta) -> str:
+    fields = ("shape", "chunks", "dtype", "fill_value", "filters", "compressor",
+              "dimension_names", "attrs", "order")
+    out = [f"{f}: {getattr(a, f)!r} vs {getattr(b, f)!r}" for f in fields
+           if getattr(a, f) != getattr(b, f)]
+    return "; ".join(out)
+
+
+def _concat_array(
+    path: str, per: list[ArrayRefs], names: list[str], dim: str
+) -> ArrayRefs:
+    meta0 = per[0].meta
+    axis = meta0.dimension_names.index(dim)
+    for name, arr in zip(names, per, strict=True):
+        if arr.meta.dimension_names != meta0.dimension_names:
+            raise IncompatibleGranulesError(
+                f"{path} has dimensions {arr.meta.dimension_names} in {name} but "
+                f"{meta0.dimension_names} in {names[0]}"
+            )
+        # everything but the length along `dim` and the attributes decides how bytes decode
+        other = replace(arr.meta, shape=meta0.shape, attrs=meta0.attrs)
+        if other != meta0:
+            raise IncompatibleGranulesError(
+                f"{path} is stored differently in {name} than in {names[0]} "
+                f"({_meta_diff(meta0, replace(arr.meta, attrs=meta0.attrs))}); "
+                "combine only granules stored alike"
+            )
+        rest = [s for i, s in enumerate(arr.meta.shape) if i != axis]
+        if rest != [s for i, s in enumerate(meta0.shape) if i != axis]:
+            raise IncompatibleGranulesError(
+                f"{path} has shape {arr.meta.shape} in {name} but {meta0.shape} in {names[0]}: "
+                f"only the {dim!r} dimension may differ"
+            )
+    step = meta0.chunks[axis]
+    for name, arr in zip(names[:-1], per[:-1], strict=True):
+        if arr.meta.shape[axis] % step:
+            raise IncompatibleGranulesError(
+                f"{path} in {name} has {arr.meta.shape[axis]} values along {dim!r}, not a "
+                f"multiple of its chunk length {step}: its last chunk is partial, so the chunks "
+                "of the next granule would be misaligned; combine it last or re-chunk it"
+            )
+    shape = list(meta0.shape)
+    shape[axis] = sum(a.meta.shape[axis] for a in per)
+    meta = replace(meta0, shape=tuple(shape))
+    manifest = concat_manifests([a.manifest for a in per], axis)
+    sums = [a.checksums for a in per]
+    checksums = None if any(s is None for s in sums) else np.concatenate(sums, axis=axis)
+    status = "virtual" if any(a.status == "virtual" for a in per) else "inlined"
+    return ArrayRefs(path=path, meta=meta, manifest=manifest, status=status,
+                     note=per[0].note, checksums=checksums)
+
+
+def concat_manifests(manifests: Sequence[ChunkManifest], axis: int) -> ChunkManifest:
+    """Join chunk manifests along ``axis`` of their chunk grids (one merged URL table)."""
+    table: dict[str, int] = {}
+    codes, offsets, lengths = [], [], []
+    inline: dict[int, bytes] = {}
+    grids = [m.grid_shape for m in manifests]
+    total = list(grids[0])
+    total[axis] = sum(g[axis] for g in grids)
+    start = 0
+    for m, grid in zip(manifests, grids, strict=True):
+        remap = np.array([table.setdefault(u, len(table)) for u in m.urls] or [0], np.int32)
+        c = m.codes
+        codes.append(np.where(c >= 0, remap[np.clip(c, 0, None)], c))
+        offsets.append(m.offsets)
+        lengths.append(m.lengths)
+        if m.inline:
+            flat = np.fromiter(m.inline, dtype=np.int64, count=len(m.inline))
+            index = np.unravel_index(flat, grid)
+            moved = list(index)
+            moved[axis] = moved[axis] + start
+            new = np.ravel_multi_index(tuple(moved), tuple(total))
+            inline.update(zip(new.tolist(), m.inline.values(), strict=True))
+        start += grid[axis]
+    return ChunkManifest.from_arrays(
+        urls=tuple(table),
+        codes=np.concatenate(codes, axis=axis),
+        offsets=np.concatenate(offsets, axis=axis),
+        lengths=np.concatenate(lengths, axis=axis),
+        inline=inline,
+    )
+
+
+def inline_array(arr: ArrayRefs, values: np.ndarray, note: str = "") -> ArrayRefs:
+    """``arr`` with ``values`` (its raw, undecoded values) held inline as one uncompressed chunk.
+
+    The metadata and attributes are kept (so CF decoding is unchanged); only the chunking and
+    the codecs change.  Used for a cube's concat coordinate: opening it reads no source.
+    """
+    meta = arr.meta
+    data = np.ascontiguousarray(values, dtype=meta.numpy_dtype)
+    if data.shape != meta.shape or not data.size:
+        raise ValueError(f"{arr.path}: values of shape {data.shape} for an array {meta.shape}")
+    new_meta = replace(meta, chunks=meta.shape, filters=(), compressor=None, order="C")
+    grid = new_meta.grid_shape
+    manifest = ChunkManifest.from_arrays(
+        urls=(),
+        codes=np.full(grid, INLINE, dtype=np.int32),
+        offsets=np.zeros(grid, dtype=np.uint64),
+        lengths=np.full(grid, data.nbytes, dtype=np.uint64),
+        inline={0: data.tobytes()},
+    )
+    return ArrayRefs(path=arr.path, meta=new_meta, manifest=manifest, status="inlined",
+                     note=note or "materialized: the concatenated coordinate, held inline")
