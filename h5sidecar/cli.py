@@ -169,7 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--group", default=None, help="group whose variables make the cube (root)")
     p.add_argument("--variables", nargs="+", default=None, metavar="VAR",
                    help="variables to keep (default: all of the group)")
-    p.add_argument("--format", choices=["parquet", "json"], default="parquet")
+    p.add_argument("--format", choices=["parquet", "json", "icechunk"], default="parquet",
+                   help="kerchunk Parquet (default) or JSON, or a commit of an Icechunk "
+                   "repository at CUBE")
     p.add_argument("--on-mismatch", choices=["raise", "split"], default="raise",
                    help="granules encoded differently: refuse (default) or write one cube per "
                    "encoding (CUBE-0.parq, CUBE-1.parq, ... in coordinate order)")

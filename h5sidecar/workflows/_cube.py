@@ -166,6 +166,19 @@ def _subset(refs: GranuleRefs, paths: Sequence[str], name: str) -> GranuleRefs:
                        refs.skipped, refs.extra, refs.members)
 
 
+def _write(cube: GranuleRefs, target: str, format: str, opts: Mapping[str, Any]) -> str:
+    if format != "icechunk":
+        return write_refs(cube, target, format=format,  # type: ignore[arg-type]
+                          storage_options=dict(opts) or None)
+    from h5sidecar.workflows._icechunk import write_icechunk
+
+    n = cube.extra["cube"]["granules"]
+    write_icechunk(cube, target, storage_options=opts or None,
+                   sources={m.url: m for m in cube.members},
+                   message=f"h5sidecar cube: {n} granules")
+    return target
+
+
 def build_cube(
     sidecars: str | os.PathLike[str] | Sequence[Any],
     out: str | os.PathLike[str],
@@ -173,7 +186,7 @@ def build_cube(
     concat_dim: str = "time",
     group: str | None = None,
     variables: Sequence[str] | None = None,
-    format: Literal["parquet", "json"] = "parquet",
+    format: Literal["parquet", "json", "icechunk"] = "parquet",
     on_mismatch: Literal["raise", "split"] = "raise",
     storage_options: Mapping[str, Any] | None = None,
 ) -> CubeResult:
@@ -195,8 +208,11 @@ def build_cube(
     variables : sequence of str, optional
         Variables of ``group`` to keep (default all); their dimensions' coordinate variables and
         the ``concat_dim`` coordinate are kept too.
-    format : "parquet" or "json"
-        kerchunk Parquet or kerchunk JSON.
+    format : "parquet", "json" or "icechunk"
+        kerchunk Parquet, kerchunk JSON, or a commit of an Icechunk repository at ``out``
+        (virtual chunk references, one container per source prefix, each chunk checked against
+        its member's ETag / modification time; see :func:`~h5sidecar.workflows.write_icechunk`).
+        Building again into the same repository is a new commit (history and time travel).
     on_mismatch : "raise" or "split"
         When granules encode a variable differently (see :func:`encoding_groups`): refuse
         (default) or write one cube per consistent encoding (see :func:`cube_paths`).
@@ -221,8 +237,10 @@ def build_cube(
 
     if on_mismatch not in ("raise", "split"):
         raise InvalidRequestError(f"on_mismatch must be 'raise' or 'split', not {on_mismatch!r}")
-    if format not in ("parquet", "json"):
-        raise InvalidRequestError(f"format must be 'parquet' or 'json', not {format!r}")
+    if format not in ("parquet", "json", "icechunk"):
+        raise InvalidRequestError(
+            f"format must be 'parquet', 'json' or 'icechunk', not {format!r}"
+        )
     opts = dict(storage_options or {})
     items = _sidecar_list(sidecars, opts)
     loaded = [x if isinstance(x, GranuleRefs) else load_refs(x, opts) for x in items]
@@ -265,7 +283,7 @@ def build_cube(
                 for c in shared}},
             cube.skipped, cube.extra, cube.members,
         )
-        path = write_refs(cube, target, format=format, storage_options=opts or None)
+        path = _write(cube, target, format, opts)
         written.append(CubePart(path=path, granules=tuple(names[i] for i in members),
                                 length=int(coordinate.size), first=coordinate[0].item(),
                                 last=coordinate[-1].item()))
