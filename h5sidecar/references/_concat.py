@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -166,8 +166,12 @@ def _concat_array(
     meta = replace(meta0, shape=tuple(shape))
     manifest = concat_manifests([a.manifest for a in per], axis)
     sums = [a.checksums for a in per]
-    checksums = None if any(s is None for s in sums) else np.concatenate(sums, axis=axis)
-    status = "virtual" if any(a.status == "virtual" for a in per) else "inlined"
+    checksums: np.ndarray | None = None
+    if all(s is not None for s in sums):
+        checksums = np.concatenate([s for s in sums if s is not None], axis=axis)
+    status: Literal["virtual", "inlined"] = (
+        "virtual" if any(a.status == "virtual" for a in per) else "inlined"
+    )
     return ArrayRefs(path=path, meta=meta, manifest=manifest, status=status,
                      note=per[0].note, checksums=checksums)
 

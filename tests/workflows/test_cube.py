@@ -237,5 +237,5 @@ def test_cube_as_icechunk_reads_like_the_files(tmp_path: Path) -> None:
     later = files[0].stat().st_mtime + 5  # same bytes, a later modification: the member changed
     os.utime(files[0], (later, later))
     with xr.open_zarr(repo.readonly_session("main").store, consolidated=False) as ds, \
-            pytest.raises(Exception, match="(?i)checksum|modified"):
+            pytest.raises(Exception, match=r"(?i)checksum|modified"):
         ds["tas"].load()
