@@ -227,3 +227,21 @@ def test_plan_subchunk_runs() -> None:
         plan_subchunk(codec, (slice(0, 3), slice(0, 5), slice(0, 6)), 240, max_gap=0, fraction=0.5)
         is None
     )
+
+
+def test_chunk_cache_stays_whole_chunks(granule: dict[str, Any]) -> None:
+    from h5sidecar.read._cache import ByteLRU
+
+    cache: ByteLRU[bytes] = ByteLRU(256 * 2**20)
+    store = SidecarStore(granule["sidecar"], chunk_cache=cache)
+    v = granule["values"]["wind"]
+    row = h5sidecar.read_arrays(store, {"wind": (9, slice(None))})["wind"]
+    np.testing.assert_array_equal(row, v[9])
+    assert len(cache) == 0  # runs are not whole chunks: nothing cached
+    full = h5sidecar.read_arrays(store, ["wind"])["wind"]
+    np.testing.assert_array_equal(full, v)
+    assert len(cache) == 6  # the full read cached its whole chunks
+    requests = store.stats["requests"]
+    row = h5sidecar.read_arrays(store, {"wind": (4000, slice(10, 900))})["wind"]
+    np.testing.assert_array_equal(row, v[4000, 10:900])
+    assert store.stats["requests"] == requests  # served by the cached whole chunks
