@@ -338,13 +338,14 @@ class NativeReader:
         """Mark the plain chunks of which a selection needs few enough bytes to read only
         those runs (see :mod:`~h5sidecar.read._subchunk`)."""
         settings = self.fetcher.settings
+        memo: dict[Any, SubRead | None] = {}  # codecs live as long as the reader: ids are safe
         for r in chunks:
             if len(r.targets) == 1:  # several selections share the others: read those whole
                 t = r.targets[0]
                 shape = self.refs.arrays[t.path].meta.shape
                 r.sub = subchunk_read(
                     t.codec, t.sel, shape, r.index, r.length,
-                    max_gap=settings.max_gap, fraction=settings.subchunk_fraction,
+                    max_gap=settings.max_gap, fraction=settings.subchunk_fraction, memo=memo,
                 )  # fmt: skip
 
     async def _fetch_and_decode(self, group: list[_Chunk], keep: bool) -> None:

@@ -117,11 +117,13 @@ def subchunk_read(
     *,
     max_gap: int,
     fraction: float,
+    memo: dict[Any, SubRead | None] | None = None,
 ) -> SubRead | None:
     """How to read chunk ``index`` (stored in ``length`` bytes) of an array of ``shape`` for
     ``sel``: its runs, or None for the whole chunk (it does not :func:`qualifies`, the
     selection wants every value it holds, or the runs would move too much; see
-    :func:`plan_subchunk`)."""
+    :func:`plan_subchunk`).  ``memo`` (a dict kept for one batch) reuses the runs of chunks of
+    the same codec that the selection cuts alike (every inner chunk of a thin selection)."""
     if fraction <= 0 or not qualifies(codec, length):
         return None
     dst, src = chunk_boxes(sel, codec.chunks, index)
@@ -130,7 +132,13 @@ def subchunk_read(
         for s, c, n, i in zip(src, codec.chunks, shape, index, strict=True)
     ):
         return None  # all its values are wanted (an edge chunk's padding aside): read it whole
-    sub = plan_subchunk(codec, src, length, max_gap=max_gap, fraction=fraction)
+    key = (id(codec), tuple((x.start, x.stop) for x in src), length, max_gap, fraction)
+    if memo is not None and key in memo:
+        sub = memo[key]
+    else:
+        sub = plan_subchunk(codec, src, length, max_gap=max_gap, fraction=fraction)
+        if memo is not None:
+            memo[key] = sub
     return None if sub is None else dataclasses.replace(sub, dst=dst)
 
 
