@@ -245,3 +245,23 @@ def test_chunk_cache_stays_whole_chunks(granule: dict[str, Any]) -> None:
     row = h5sidecar.read_arrays(store, {"wind": (4000, slice(10, 900))})["wind"]
     np.testing.assert_array_equal(row, v[4000, 10:900])
     assert store.stats["requests"] == requests  # served by the cached whole chunks
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_boxes_equal_h5py(granule: dict[str, Any], seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    settings = ReadSettings(max_gap=int(rng.integers(0, 64)), subchunk_fraction=1.0)
+    store = _store(granule, settings)
+    with h5py.File(granule["h5"]) as f:
+        for name in ("cube", "cube_be", "contig3", "edge2d", "contig"):
+            full = f[name][()]
+            for _ in range(10):
+                key = []
+                for n in full.shape:
+                    a, b = sorted(rng.integers(0, n + 1, size=2).tolist())
+                    if rng.random() < 0.3:
+                        key.append(int(rng.integers(0, n)))
+                    else:
+                        key.append(slice(a, max(b, a + 1), int(rng.integers(1, 4))))
+                got = h5sidecar.read_arrays(store, {name: tuple(key)})[name]
+                np.testing.assert_array_equal(got, full[tuple(key)], err_msg=f"{name} {key}")
