@@ -195,6 +195,10 @@ class ReadSettings:
         and batch reader of the process.  0 disables it.
     decode_threads : int
         Process-wide: threads of the pool chunks are decoded in; 0 means one per CPU (at least 2).
+    subchunk_fraction : float
+        A chunk stored without compressor or filters is read as only the byte runs a selection
+        needs when those runs (merged across gaps up to ``max_gap``) move at most this fraction
+        of the chunk's bytes; otherwise the whole chunk is read.  0 always reads whole chunks.
 
     The three process-wide fields are not per store: a store ignores them.  They take effect
     through :func:`h5sidecar.read.configure`, or from ``H5SIDECAR_SIDECAR_CACHE_BYTES``,
@@ -215,6 +219,7 @@ class ReadSettings:
     sidecar_cache_bytes: int = 256 * 2**20
     chunk_cache_bytes: int = 64 * 2**20
     decode_threads: int = 0
+    subchunk_fraction: float = 0.5
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from h5sidecar.read._decode import (
     decode_executor,
     place_chunk,
 )
+from h5sidecar.read._subchunk import SubRead, gather_box, subchunk_read
 from h5sidecar.references import INLINE, MISSING, ArrayRefs, ChunkManifest, GranuleRefs
 from h5sidecar.sources._fetch import ChunkFetcher, _gather_or_cancel
 
@@ -319,8 +320,9 @@ class NativeReader:
                 chunk.targets.append(t)
         if not chunks:
             return []
+        self._plan_subchunks(chunks.values())
         rows = sorted(chunks.values(), key=lambda r: (r.url, r.offset))
-        total = sum(r.length for r in rows)
+        total = sum(r.cost for r in rows)
         target = min(max(total // _GROUPS_PER_BATCH, _GROUP_MIN), self.fetcher.settings.max_request)
         groups: list[list[_Chunk]] = [[]]
         size = 0
@@ -329,8 +331,22 @@ class NativeReader:
                 groups.append([])
                 size = 0
             groups[-1].append(r)
-            size += r.length
+            size += r.cost
         return groups
+
+    def _plan_subchunks(self, chunks: Iterable[_Chunk]) -> None:
+        """Mark the plain chunks of which a selection needs few enough bytes to read only
+        those runs (see :mod:`~h5sidecar.read._subchunk`)."""
+        settings = self.fetcher.settings
+        memo: dict[Any, SubRead | None] = {}  # codecs live as long as the reader: ids are safe
+        for r in chunks:
+            if len(r.targets) == 1:  # several selections share the others: read those whole
+                t = r.targets[0]
+                shape = self.refs.arrays[t.path].meta.shape
+                r.sub = subchunk_read(
+                    t.codec, t.sel, shape, r.index, r.length,
+                    max_gap=settings.max_gap, fraction=settings.subchunk_fraction, memo=memo,
+                )  # fmt: skip
 
     async def _fetch_and_decode(self, group: list[_Chunk], keep: bool) -> None:
         cache, identity_of = self.chunk_cache, self.refs.identity_of
@@ -345,10 +361,24 @@ class NativeReader:
             else:
                 hit_urls.add(r.url)
                 self.fetcher.stats.record_cache_hit(len(r.data))
+        for r in group:
+            if r.data is not None:
+                r.sub = None  # the whole chunk is cached: decode it as usual
         if missing:
-            # no copies: chunks are decoded straight from the fetched buffers
-            got = await self.fetcher.fetch([(r.url, r.offset, r.length) for r in missing], copy=False)
-            for r, data in zip(missing, got, strict=True):
+            # no copies: chunks are decoded straight from the fetched buffers; a chunk read in
+            # runs asks for its runs' ranges, which never go to the whole-chunk cache
+            requests: list[tuple[str, int, int]] = []
+            for r in missing:
+                if r.sub is None:
+                    requests.append((r.url, r.offset, r.length))
+                else:
+                    requests.extend(r.sub.requests(r.url, r.offset))
+            got = iter(await self.fetcher.fetch(requests, copy=False))
+            for r in missing:
+                if r.sub is not None:
+                    r.data = [next(got) for _ in range(r.sub.starts.size)]
+                    continue
+                data = next(got)
                 r.data = data
                 if keep and cache is not None:
                     cache.put(range_cache_key(r.url, r.offset, r.length, identity_of(r.url)), bytes(data))
@@ -362,7 +392,7 @@ class NativeReader:
 class _Chunk:
     """One stored chunk a batch reads, and the selections it lands in."""
 
-    __slots__ = ("data", "index", "length", "offset", "targets", "url")
+    __slots__ = ("data", "index", "length", "offset", "sub", "targets", "url")
 
     def __init__(self, url: str, offset: int, length: int, index: tuple[int, ...]) -> None:
         self.url = url
@@ -371,6 +401,12 @@ class _Chunk:
         self.index = index
         self.targets: list[_Target] = []
         self.data: Any = None
+        self.sub: SubRead | None = None  # set when only some runs of the chunk are read
+
+    @property
+    def cost(self) -> int:
+        """Bytes this chunk's read moves (its runs' ranges, or the whole chunk)."""
+        return self.length if self.sub is None else self.sub.nbytes
 
 
 def _is_whole(sel: Selection, shape: Sequence[int]) -> bool:
@@ -393,6 +429,10 @@ def _rebuild(refs: GranuleRefs, fetcher: ChunkFetcher, cached: bool) -> NativeRe
 def _decode_chunks(group: list[_Chunk]) -> None:
     for r in group:
         first = r.targets[0]
+        if r.sub is not None:
+            first.out[r.sub.dst] = gather_box(r.sub, first.codec.dtype, r.data)
+            r.data = None
+            continue
         dest = first.direct(r.index) if len(r.targets) == 1 else None
         chunk = first.codec.decode(r.data, where=f"{first.path} {r.index}", dest=dest)
         r.data = None  # the encoded bytes are not needed any more

@@ -384,13 +384,14 @@ def _check_settings(s: ReadSettings) -> None:
         "backoff": not s.backoff >= 0,
         "revalidate_seconds": not s.revalidate_seconds >= 0,
         "request_timeout": not s.request_timeout > 0,
+        "subchunk_fraction": not 0 <= s.subchunk_fraction <= 1,
     }
     wrong = [name for name, is_bad in bad.items() if is_bad]
     if wrong:
         values = ", ".join(f"{n}={getattr(s, n)!r}" for n in wrong)
         raise ValueError(
             f"invalid read settings: {values}; counts and sizes must be positive (max_gap, "
-            "retries and backoff may be 0). Check the H5SIDECAR_* environment variables."
+            "retries and backoff may be 0; subchunk_fraction is between 0 and 1). Check the H5SIDECAR_* environment variables."
         )
 
 
