@@ -42,6 +42,7 @@ from h5sidecar.read._process import process_settings
 __all__ = [
     "ChunkCodec",
     "Selection",
+    "chunk_boxes",
     "chunk_selection",
     "decode_executor",
     "decode_threads",
@@ -362,6 +363,18 @@ def place_chunk(
 ) -> None:
     """Copy the part of ``chunk`` (an array, or a scalar fill value) at grid ``index`` that
     falls in the selection's bounding box into ``out`` (the box)."""
+    dst, src = chunk_boxes(sel, chunks, index)
+    if isinstance(chunk, np.ndarray):
+        out[dst] = chunk[src]
+    else:
+        out[dst] = chunk
+
+
+def chunk_boxes(
+    sel: Selection, chunks: Sequence[int], index: Sequence[int]
+) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
+    """Where chunk ``index`` meets the selection's bounding box: ``(dst, src)``, the slices of
+    the output box and of the chunk."""
     dst: list[slice] = []
     src: list[slice] = []
     for i, c, a, n in zip(index, chunks, sel.lo, sel.shape, strict=True):
@@ -369,7 +382,4 @@ def place_chunk(
         start, stop = max(c0, a), min(c0 + c, a + n)
         dst.append(slice(start - a, stop - a))
         src.append(slice(start - c0, stop - c0))
-    if isinstance(chunk, np.ndarray):
-        out[tuple(dst)] = chunk[tuple(src)]
-    else:
-        out[tuple(dst)] = chunk
+    return tuple(dst), tuple(src)

@@ -23,11 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from h5sidecar.read._decode import ChunkCodec, Selection
+from h5sidecar.read._decode import ChunkCodec, Selection, chunk_boxes
 
 __all__ = [
     "SubRead",
-    "chunk_boxes",
     "gather_box",
     "plan_subchunk",
     "qualifies",
@@ -91,21 +90,6 @@ def qualifies(codec: ChunkCodec, length: int) -> bool:
         and len(codec.chunks) > 0
         and length == codec.chunk_nbytes
     )
-
-
-def chunk_boxes(
-    sel: Selection, chunks: Sequence[int], index: Sequence[int]
-) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
-    """Where chunk ``index`` meets the selection's bounding box: ``(dst, src)``, the slices of
-    the output box and of the chunk (as :func:`~h5sidecar.read._decode.place_chunk` uses)."""
-    dst: list[slice] = []
-    src: list[slice] = []
-    for i, c, a, n in zip(index, chunks, sel.lo, sel.shape, strict=True):
-        c0 = i * c
-        start, stop = max(c0, a), min(c0 + c, a + n)
-        dst.append(slice(start - a, stop - a))
-        src.append(slice(start - c0, stop - c0))
-    return tuple(dst), tuple(src)
 
 
 def subchunk_read(
