@@ -195,3 +195,23 @@ def main_for(
         replace_section(readme, f"{name}-results", text)
         print(f"updated {readme}")
     return results
+
+
+def run_and_report(
+    name: str,
+    args: Any,
+    run: Callable[[Any], dict[str, Any]],
+    report: Callable[[dict[str, Any]], str],
+) -> dict[str, Any]:
+    """The ``main`` of a benchmark: run it (or load ``--from-results``), save the results, print
+    the report and, with ``--update-readme``, replace the ``name`` section of the README."""
+    if args.from_results:
+        results = json.loads(args.from_results.read_text())
+    else:
+        results = run(args)
+        print(f"results: {save_results(name, results)}")
+    text = report(results)
+    print(text)
+    if args.update_readme:
+        replace_section(BENCH_DIR / "README.md", name, text)
+    return results

@@ -29,7 +29,6 @@ from typing import Any
 from benchmarks import _common as c
 from benchmarks.s3server import get_stats, reset_stats, start_server
 
-README = c.BENCH_DIR / "README.md"
 BUCKET = "cube"
 
 
@@ -132,13 +131,4 @@ def report(results: dict[str, Any]) -> str:
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
-    if args.from_results:
-        results = json.loads(args.from_results.read_text())
-    else:
-        results = run(args)
-        print(f"results: {c.save_results('cube', results)}")
-    text = report(results)
-    print(text)
-    if args.update_readme:
-        c.replace_section(README, "cube", text)
-    return results
+    return c.run_and_report("cube", args, run, report)

@@ -40,7 +40,6 @@ import numpy as np
 from benchmarks import _common as c
 from benchmarks.s3server import get_stats, reset_stats, start_server
 
-README = c.BENCH_DIR / "README.md"
 WF_BUCKET = "wf"
 BEAMS = ("gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r")
 
@@ -202,16 +201,7 @@ def report(results: dict[str, Any]) -> str:
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
-    if args.from_results:
-        results = json.loads(args.from_results.read_text())
-    else:
-        results = run(args)
-        print(f"results: {c.save_results('workflows', results)}")
-    text = report(results)
-    print(text)
-    if args.update_readme:
-        c.replace_section(README, "workflows", text)
-    return results
+    return c.run_and_report("workflows", args, run, report)
 
 
 if __name__ == "__main__":
