@@ -96,7 +96,7 @@ def _sidecar_list(
     if isinstance(sidecars, GranuleRefs):
         return [sidecars]
     if isinstance(sidecars, str | os.PathLike):
-        from h5sidecar.catalog._build import list_indexed
+        from h5sidecar.catalog import list_indexed
 
         found = [g.sidecar for g in list_indexed(os.fspath(sidecars),
                                                  storage_options=storage_options)]
@@ -232,8 +232,7 @@ def build_cube(
     InvalidRequestError
         No sidecars, an unknown group/variable, or no coordinate variable ``concat_dim``.
     """
-    from h5sidecar.read import read_arrays
-    from h5sidecar.read._cache import load_refs
+    from h5sidecar.read import load_refs, read_arrays
 
     if on_mismatch not in ("raise", "split"):
         raise InvalidRequestError(f"on_mismatch must be 'raise' or 'split', not {on_mismatch!r}")

@@ -36,7 +36,7 @@ import numpy as np
 
 from h5sidecar.errors import ErrorKind, InvalidReferenceError, UnsupportedFeatureError
 from h5sidecar.references import GranuleRefs, Skipped, SourceInfo
-from h5sidecar.sources._urls import normalize_url
+from h5sidecar.sources import normalize_url
 from h5sidecar.workflows._icechunk_repo import container_prefixes, open_repository
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ import posixpath
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from h5sidecar.sources._urls import normalize_url
+from h5sidecar.sources import normalize_url
 
 if TYPE_CHECKING:
     import icechunk
