@@ -186,3 +186,43 @@ def test_source_changed_is_refused(tmp_path: Path) -> None:
             f.attrs["grown"] = np.zeros(1000)
         r = httpx.get(f"{url}/zarr3-rechunk/1x0/{NAME}/contig/8.0")
         assert r.status_code == 409, r.text
+
+
+def test_ranges_head_and_etag_of_a_virtual_chunk(served, dest: dict[str, Any]) -> None:  # type: ignore[no-untyped-def]
+    url, _ = served
+    key = f"{url}/zarr3-rechunk/64k/{NAME}/contig_be/28.0"  # the padded last virtual chunk
+    full = httpx.get(key)
+    assert full.status_code == 200 and len(full.content) == 106 * 77 * 8
+    with h5py.File(dest["h5"]) as f:
+        want = f["contig_be"][28 * 106 :]
+    got = np.frombuffer(full.content, ">f8").reshape(106, 77)
+    np.testing.assert_array_equal(got[: want.shape[0]], want)
+    assert not got[want.shape[0] :].any()  # padding outside the array: zeros
+    part = httpx.get(key, headers={"Range": "bytes=1000-4999"})
+    assert part.status_code == 206 and part.content == full.content[1000:5000]
+    head = httpx.head(key)
+    assert head.headers["content-length"] == str(len(full.content))
+    assert head.headers["etag"] == full.headers["etag"]
+    other = httpx.get(f"{url}/zarr3-rechunk/1x0/{NAME}/contig_be/0.0")
+    assert other.headers["etag"] != full.headers["etag"]
+
+
+def test_inline_chunks_are_cut_in_memory(tmp_path: Path) -> None:
+    """Chunks the sidecar holds inline are re-chunked from memory: no upstream read."""
+    from h5sidecar.settings import IndexSettings
+    from h5sidecar.workflows import index_many
+
+    src = tmp_path / "src"
+    src.mkdir()
+    data = np.arange(60 * 40, dtype=">i4").reshape(60, 40)
+    with h5py.File(src / NAME, "w") as f:
+        f.create_dataset("small", data=data, chunks=(30, 40))  # 4,800-byte chunks
+    report = index_many(str(src), str(tmp_path / "dest"), format="json", executor="serial",
+                        settings=IndexSettings(inline_threshold=8192))  # fmt: skip
+    assert report.ok
+    with gateway(str(tmp_path / "dest")) as (url, app):
+        arr = _array(_open(url, "zarr3-rechunk/1x0"), "small")
+        assert arr.chunks == (1, 40)
+        np.testing.assert_array_equal(arr[17], data[17])
+        np.testing.assert_array_equal(arr[...], data)
+        assert _upstream_bytes(app) == 0
