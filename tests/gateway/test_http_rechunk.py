@@ -29,6 +29,7 @@ ARRAYS: dict[str, tuple[tuple[int, ...], tuple[int, ...] | None, str, str | None
     "contig": ((5000, 300), None, "<i2", None),  # one stored chunk of 3 MB
     "contig_be": ((3001, 77), None, ">f8", None),  # one stored chunk, 3001 rows: padded tail
     "contig_big": ((6000, 700), None, "<i2", None),  # indexed as 3 chunks of 2000 rows
+    "grp/sub/series": ((400, 500), (100, 250), "<u2", None),  # in a nested group
 }
 #: (rows, cols) selections read from every 2-D array
 SELECTIONS = [
@@ -125,12 +126,30 @@ def test_xarray_reads_the_view(served, dest: dict[str, Any]) -> None:  # type: i
         v2 = xr.open_zarr(f"{url}/zarr-rechunk/16k/{NAME}/", mask_and_scale=False)
     with h5py.File(dest["h5"]) as f:
         for name in ARRAYS:
+            if "/" in name:
+                continue  # in a group: see test_groups_open_directly
             if name in ("wind", "contig", "contig_be", "contig_big"):
                 assert ds[name].encoding["chunks"] != ds[name].shape, name
                 assert ds[name].encoding["chunks"] != f[name].chunks, name
             np.testing.assert_array_equal(ds[name].values, f[name][...], err_msg=name)
             np.testing.assert_array_equal(ds[name][137].values, f[name][137], err_msg=name)
             np.testing.assert_array_equal(v2[name][:, 41].values, f[name][:, 41], err_msg=name)
+
+
+@pytest.mark.parametrize("view", ["zarr3-rechunk/8k", "zarr-rechunk/8k"])
+def test_groups_open_directly(served, dest: dict[str, Any], view: str) -> None:  # type: ignore[no-untyped-def]
+    """Each group's consolidated metadata (v2 g/.zmetadata, v3 g/zarr.json) is re-chunked too."""
+    url, _ = served
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=ZarrUserWarning)
+        ds = xr.open_zarr(f"{url}/{view}/{NAME}/", group="grp/sub", mask_and_scale=False)
+    assert ds["series"].encoding["chunks"] == (10, 250)  # 8 KiB: 16 rows of 500 B; 10 divides 100
+    with h5py.File(dest["h5"]) as f:
+        np.testing.assert_array_equal(ds["series"].values, f["grp/sub/series"][...])
+    root = _open(url, view)
+    sub = root["grp"]
+    assert isinstance(sub, zarr.Group)
+    assert _array(sub, "sub/series").chunks == (10, 250)
 
 
 def _upstream_bytes(app: Any) -> float:
