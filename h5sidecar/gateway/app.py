@@ -56,8 +56,8 @@ METHODS = ("GET", "HEAD", "OPTIONS")
 #: The only route accepting POST: STAC API item search (a query in the body; nothing is written).
 POST_PATHS = ("/stac/search",)
 #: Route families used as the ``route`` label of metrics (bounded cardinality).
-ROUTES = ("zarr", "zarr3", "zarr3-shard", "zarr-rechunk", "zarr3-rechunk", "api", "quicklook.png", "static", "healthz",
-          "metrics", "openapi.json", "stac")  # fmt: skip
+ROUTES = ("zarr", "zarr3", "zarr3-shard", "zarr-rechunk", "zarr3-rechunk", "api",
+          "quicklook.png", "static", "healthz", "metrics", "openapi.json", "stac")  # fmt: skip
 
 
 def _route_label(path: str) -> str:
