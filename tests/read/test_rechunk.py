@@ -114,3 +114,14 @@ def test_runs_reassemble_every_virtual_chunk(shape, chunks, dtype, spec) -> None
         want = values[tuple(slice(a, a + c) for a, c in zip(lo, v, strict=True))]
         inside = tuple(slice(0, w) for w in want.shape)  # the rest lies outside the array
         np.testing.assert_array_equal(got[inside], want, err_msg=str(vindex))
+
+
+def test_a_straddling_shape_is_refused() -> None:
+    from h5sidecar.errors import InvalidReferenceError
+
+    # 7 does not divide the stored 30: virtual chunk 4 ([28, 35)) would straddle two chunks
+    with pytest.raises(InvalidReferenceError, match="straddles"):
+        virtual_runs((100,), (30,), (7,), (4,), 8)
+    # ... but past the last stored chunk's end it is padding outside the array
+    runs = virtual_runs((100,), (100,), (7,), (14,), 8)
+    assert runs.lengths.tolist() == [2 * 8] and runs.nbytes == 7 * 8
