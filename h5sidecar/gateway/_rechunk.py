@@ -24,6 +24,7 @@ import numpy as np
 import ujson
 
 from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.gateway._http import ResponseTooLargeError
 from h5sidecar.gateway._shard import ShardLayout
 from h5sidecar.read._keyspace import ChunkRef, GranuleKeys
 from h5sidecar.read._rechunk import RechunkSpec, virtual_chunk_shape, virtual_runs
@@ -93,9 +94,9 @@ def _index(name: str, grid: tuple[int, ...]) -> tuple[int, ...] | None:
 
 
 def virtual_layout(
-    keys: GranuleKeys, key: str, spec: RechunkSpec
+    keys: GranuleKeys, key: str, spec: RechunkSpec, max_bytes: int
 ) -> tuple[bool, ShardLayout | None]:
-    """Where the bytes of virtual chunk ``key`` lie.
+    """Where the bytes of virtual chunk ``key`` lie (a virtual chunk is at most ``max_bytes``).
 
     Returns
     -------
@@ -109,6 +110,8 @@ def virtual_layout(
 
     Raises
     ------
+    ResponseTooLargeError
+        The virtual chunk is larger than ``max_bytes`` (checked before anything is built).
     InvalidReferenceError
         The stored chunk's length is not the chunk's decoded size (the sidecar does not match
         its metadata): nothing is served rather than wrong values.
@@ -124,6 +127,12 @@ def virtual_layout(
     if index is None:
         return True, None
     item = np.dtype(str(meta.dtype)).itemsize
+    nbytes = math.prod(v) * item
+    if nbytes > max_bytes:
+        raise ResponseTooLargeError(
+            f"virtual chunk {key!r} is {nbytes} bytes, more than max_response_bytes={max_bytes}: "
+            "use a smaller re-chunk spec"
+        )
     runs = virtual_runs(meta.shape, meta.chunks, v, index, item)
     ref = arr.manifest.get(runs.source)
     if ref is None:

@@ -256,7 +256,8 @@ class Gateway:
         fetcher = entry.fetcher
         sid = entry.source_id
         if view.rechunk is not None:
-            handled, layout = virtual_layout(keys, key, view.rechunk)
+            handled, layout = virtual_layout(keys, key, view.rechunk,
+                                             self.settings.max_response_bytes)
             if handled:  # a virtual chunk of a plain array (others are served as stored)
                 if layout is None:
                     raise self._missing(name, key, view)

@@ -39,6 +39,8 @@ __all__ = [
 MAX_RUNS = 64
 #: Bounds of a target size in bytes.
 MIN_TARGET, MAX_TARGET = 256, 2**30
+#: Candidates tried when looking for a divisor of a stored chunk length (bounded work).
+_SEARCH = 4096
 #: Kinds of fixed-size numpy types whose bytes are the values (no pointers, no structure).
 _PLAIN_KINDS = "biufcSUmM"
 
@@ -118,14 +120,24 @@ def plain_array(meta: ArrayMeta) -> bool:
 def _fit(want: int, chunk: int, single: bool) -> int:
     """Largest length <= ``want`` allowed along an axis with stored chunk length ``chunk``:
     any length when the axis has a single stored chunk (the virtual chunks past it are padding
-    outside the array), else a divisor of ``chunk``."""
+    outside the array), else a divisor of ``chunk``.
+
+    The divisor is searched in bounded time (sidecars are untrusted, chunk lengths may be
+    huge): among the :data:`_SEARCH` lengths at and below ``want``, and among ``chunk // k``
+    for ``k`` up to :data:`_SEARCH`; 1 when neither holds one.
+    """
     want = max(1, min(want, chunk))
-    if single:
+    if single or chunk % want == 0:
         return want
-    for d in range(want, 0, -1):
+    best = 1
+    for d in range(want, max(want - _SEARCH, 1), -1):
         if chunk % d == 0:
-            return d
-    return 1  # unreachable: 1 divides everything
+            best = d
+            break
+    for k in range(max(2, -(-chunk // want)), min(_SEARCH, chunk) + 1):
+        if chunk % k == 0:
+            return max(best, chunk // k)  # the smallest such k gives the largest divisor
+    return best
 
 
 def _runs_of(vchunks: Sequence[int], chunks: Sequence[int]) -> tuple[int, int]:

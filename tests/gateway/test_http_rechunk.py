@@ -245,3 +245,13 @@ def test_inline_chunks_are_cut_in_memory(tmp_path: Path) -> None:
         np.testing.assert_array_equal(arr[17], data[17])
         np.testing.assert_array_equal(arr[...], data)
         assert _upstream_bytes(app) == 0
+
+
+def test_virtual_chunk_larger_than_the_response_limit_is_refused(dest: dict[str, Any]) -> None:
+    with gateway(dest["dest"], max_response_bytes=10_000) as (url, app):
+        r = httpx.get(f"{url}/zarr3-rechunk/64k/{NAME}/contig_be/28.0")  # 63 KB, padded
+        assert r.status_code == 413, r.text
+        assert "smaller re-chunk spec" in r.json()["message"]
+        assert settled(app).total("h5sidecar_upstream_requests_total") == 0
+        ok = httpx.get(f"{url}/zarr3-rechunk/1x0/{NAME}/contig_be/3000.0")  # 616 bytes
+        assert ok.status_code == 200 and len(ok.content) == 616

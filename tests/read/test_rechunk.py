@@ -125,3 +125,17 @@ def test_a_straddling_shape_is_refused() -> None:
     # ... but past the last stored chunk's end it is padding outside the array
     runs = virtual_runs((100,), (100,), (7,), (14,), 8)
     assert runs.lengths.tolist() == [2 * 8] and runs.nbytes == 7 * 8
+
+
+def test_divisor_search_is_exact_for_ordinary_chunks_and_bounded_for_huge_ones() -> None:
+    from h5sidecar.read._rechunk import _fit
+
+    for chunk in range(1, 250):
+        for want in range(1, chunk + 3):
+            exact = max(d for d in range(1, min(want, chunk) + 1) if chunk % d == 0)
+            assert _fit(want, chunk, False) == exact, (want, chunk)
+    assert _fit(10**6, 2688, False) == 2688
+    # a planted sidecar's chunk length: an unbounded search would run for minutes here
+    prime = 2**61 - 1
+    assert _fit(2**30, prime, False) == 1
+    assert _fit(2**30, 2**62, False) == 2**30
