@@ -251,6 +251,9 @@ class GatewaySettings:
         On SIGTERM/SIGINT, in-flight requests get this long to finish before they are cut.
     max_connections : int
         Connections served at once (slow clients included); more are answered 503 at once.
+    rechunk_bytes : int
+        Target size of a virtual chunk in the re-chunk view's ``auto`` spec
+        (``/zarr3-rechunk/auto/...``).
     """
 
     host: str = "127.0.0.1"
@@ -266,3 +269,4 @@ class GatewaySettings:
     max_per_granule: int = 16
     shutdown_seconds: float = 5.0
     max_connections: int = 4096
+    rechunk_bytes: int = 64 * 2**10

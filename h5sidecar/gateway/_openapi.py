@@ -52,6 +52,10 @@ def openapi_document(version: str) -> dict[str, Any]:
                schema={"type": "integer", "minimum": 1, "maximum": 1024})  # fmt: skip
     shard = _param("shard", "query", "Serve K chunks per shard (same as /zarr3-shard/K/...).",
                    required=False, schema={"type": "integer", "minimum": 1, "maximum": 1024})
+    spec = _param("spec", "path", "Virtual chunks of uncompressed arrays: 'auto', a target size "
+                  "('65536', '64k', '1m') or a chunk shape ('1x0'; 0 keeps an axis whole).",
+                  schema={"type": "string",
+                          "pattern": "^(auto|[0-9]{1,10}[km]?|[0-9]{1,10}(x[0-9]{1,10}){0,31})$"})
     return {
         "openapi": "3.1.0",
         "info": {
@@ -98,6 +102,10 @@ def openapi_document(version: str) -> dict[str, Any]:
             "/zarr3/{granule}/{key}": _key_route("Zarr v3 key.", [shard]),
             "/zarr3-shard/{k}/{granule}/{key}": _key_route("Zarr v3 key, K chunks per shard.",
                                                            [k]),
+            "/zarr-rechunk/{spec}/{granule}/{key}": _key_route(
+                "Zarr v2 key, uncompressed arrays re-chunked.", [spec]),
+            "/zarr3-rechunk/{spec}/{granule}/{key}": _key_route(
+                "Zarr v3 key, uncompressed arrays re-chunked.", [spec]),
         },
         "components": {
             "responses": {"Error": {

@@ -13,6 +13,7 @@ import ujson
 from h5sidecar.gateway._http import BadRequestError
 from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, ShardLayout, sharded_documents
 from h5sidecar.read._keyspace import ChunkRef, GranuleKeys
+from h5sidecar.read._rechunk import RechunkSpec
 from h5sidecar.read.store import SidecarStore
 from h5sidecar.references import ArrayRefs, GranuleRefs
 from h5sidecar.settings import ReadSettings
@@ -35,14 +36,19 @@ class View:
     zarr_format : 2 or 3
     shard : int
         Chunks per shard along the first dimension (v3 only); 0 serves chunks unsharded.
+    rechunk : RechunkSpec or None
+        Virtual re-chunking of plain arrays (:mod:`~h5sidecar.gateway._rechunk`).
     """
 
     zarr_format: Literal[2, 3] = 2
     shard: int = 0
+    rechunk: RechunkSpec | None = None
 
     def __post_init__(self) -> None:
         if self.shard and self.zarr_format != 3:
             raise BadRequestError("virtual shards exist only in the Zarr v3 view (/zarr3/...)")
+        if self.shard and self.rechunk is not None:
+            raise BadRequestError("a view is either sharded or re-chunked, not both")
         if not 0 <= self.shard <= MAX_SHARD_FACTOR:
             raise BadRequestError(
                 f"chunks per shard must lie in 1..{MAX_SHARD_FACTOR}, got {self.shard}"
@@ -50,8 +56,10 @@ class View:
 
     @property
     def name(self) -> str:
-        """``"v2"``, ``"v3"`` or ``"v3-shard<K>"`` (for messages, ETags and cache keys)."""
-        return f"v{self.zarr_format}" + (f"-shard{self.shard}" if self.shard else "")
+        """``"v2"``, ``"v3"``, ``"v3-shard<K>"`` or ``"v<N>-rechunk<spec>"`` (for messages,
+        ETags and cache keys)."""
+        rechunk = f"-rechunk{self.rechunk.name}" if self.rechunk is not None else ""
+        return f"v{self.zarr_format}" + (f"-shard{self.shard}" if self.shard else "") + rechunk
 
 
 @dataclass(frozen=True, slots=True)

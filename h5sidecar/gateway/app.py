@@ -40,6 +40,7 @@ from h5sidecar.gateway._openapi import openapi_document
 from h5sidecar.gateway._reply import Reply, error_reply, key_reply
 from h5sidecar.gateway._stac_routes import StacHandlers
 from h5sidecar.gateway.core import Gateway, View
+from h5sidecar.read._rechunk import RechunkSpec
 from h5sidecar.settings import GatewaySettings, ReadSettings
 
 __all__ = ["create_app", "serve"]
@@ -55,8 +56,8 @@ METHODS = ("GET", "HEAD", "OPTIONS")
 #: The only route accepting POST: STAC API item search (a query in the body; nothing is written).
 POST_PATHS = ("/stac/search",)
 #: Route families used as the ``route`` label of metrics (bounded cardinality).
-ROUTES = ("zarr", "zarr3", "zarr3-shard", "api", "quicklook.png", "static", "healthz",
-          "metrics", "openapi.json", "stac")  # fmt: skip
+ROUTES = ("zarr", "zarr3", "zarr3-shard", "zarr-rechunk", "zarr3-rechunk", "api",
+          "quicklook.png", "static", "healthz", "metrics", "openapi.json", "stac")  # fmt: skip
 
 
 def _route_label(path: str) -> str:
@@ -190,6 +191,16 @@ class _Handlers:
             raise BadRequestError(f"chunks per shard must be a positive integer, got {raw!r}")
         return await self._key(request, View(3, int(raw)), request.path_params["path"])
 
+    async def zarr_rechunk(self, request: Request) -> Response:
+        # /zarr-rechunk/{spec}/... (v2) and /zarr3-rechunk/{spec}/... (v3)
+        v3 = request.url.path.startswith("/zarr3-")
+        try:
+            spec = RechunkSpec.parse(request.path_params["spec"], self.settings.rechunk_bytes)
+        except ValueError as exc:
+            raise BadRequestError(str(exc)) from None
+        view = View(3 if v3 else 2, rechunk=spec)
+        return await self._key(request, view, request.path_params["path"])
+
     async def _key(self, request: Request, view: View, path: str) -> Response:
         res = await self.gw.resolve(path, view)
         h = request.headers
@@ -308,6 +319,8 @@ def create_app(
         Route("/zarr/{path:path}", h.zarr_v2, methods=key_methods),
         Route("/zarr3/{path:path}", h.zarr_v3, methods=key_methods),
         Route("/zarr3-shard/{k}/{path:path}", h.zarr_v3_shard, methods=key_methods),
+        Route("/zarr-rechunk/{spec}/{path:path}", h.zarr_rechunk, methods=key_methods),
+        Route("/zarr3-rechunk/{spec}/{path:path}", h.zarr_rechunk, methods=key_methods),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     stac = StacHandlers(stac_api)

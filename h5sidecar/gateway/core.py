@@ -13,7 +13,9 @@ Views of one granule:
 * ``View(3)`` -- Zarr v3: ``zarr.json`` documents (synthesized by :mod:`~h5sidecar.read._v3`),
   same chunk keys;
 * ``View(3, shard=K)`` -- Zarr v3 whose ``sharding_indexed`` shards each hold K consecutive
-  chunks along the first dimension (:mod:`~h5sidecar.gateway._shard`).
+  chunks along the first dimension (:mod:`~h5sidecar.gateway._shard`);
+* ``View(N, rechunk=spec)`` -- Zarr v2/v3 whose uncompressed arrays have smaller virtual chunks,
+  each a few byte runs of one stored chunk (:mod:`~h5sidecar.gateway._rechunk`).
 
 Every group's metadata is served consolidated (``g/.zmetadata`` in v2, inline
 ``consolidated_metadata`` in each group's ``zarr.json`` in v3), so a client can open any group
@@ -38,6 +40,7 @@ from h5sidecar.errors import H5SidecarError, NotIndexedError, SourceReadError
 from h5sidecar.gateway._dest import DestIndex, DestSnapshot
 from h5sidecar.gateway._http import Admission, BadRequestError, ResponseTooLargeError, etag_of
 from h5sidecar.gateway._metrics import GatewayMetrics
+from h5sidecar.gateway._rechunk import rechunk_document, virtual_layout
 from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, ShardLayout, shard_layout
 from h5sidecar.gateway._views import GranuleEntry, Resolved, View
 from h5sidecar.read._cache import ByteLRU, load_refs, sidecar_identity
@@ -252,6 +255,16 @@ class Gateway:
         await keys.load_manifests([key])  # a lazy sidecar's array: its records, off the loop
         fetcher = entry.fetcher
         sid = entry.source_id
+        if view.rechunk is not None:
+            handled, layout = virtual_layout(keys, key, view.rechunk,
+                                             self.settings.max_response_bytes)
+            if handled:  # a virtual chunk of a plain array (others are served as stored)
+                if layout is None:
+                    raise self._missing(name, key, view)
+                etag = etag_of(sid, view.name, key,
+                               *(len(r) if isinstance(r, bytes) else r for r in layout.refs))
+                return Resolved(name, key, view, "chunk", layout.size, etag, layout=layout,
+                                fetcher=fetcher, source_id=sid)  # fmt: skip
         if view.shard:
             found = entry.split_shard_key(key)
             # scalars and structured types are served unsharded (see _shard.sharded_array_doc)
@@ -285,7 +298,9 @@ class Gateway:
         if doc is not None:
             return doc
         doc = entry.document(view, key)
-        if doc is not None and entry.is_synthesized(view, key):
+        if doc is not None and view.rechunk is not None:
+            doc = rechunk_document(entry.keys(view.zarr_format), key, doc, view.rechunk)
+        if doc is not None and (view.rechunk is not None or entry.is_synthesized(view, key)):
             self._docs.put(ck, doc)
         return doc
 

@@ -161,6 +161,9 @@ def _routes(g: str) -> list[str]:
         f"/zarr3/{g}/{VAR}/0",
         f"/zarr3-shard/2/{g}/{VAR}/zarr.json",
         f"/zarr3-shard/2/{g}/{VAR}/0",
+        f"/zarr3-rechunk/1k/{g}/{VAR}/zarr.json",
+        f"/zarr3-rechunk/1k/{g}/{VAR}/0",
+        f"/zarr-rechunk/1k/{g}/.zmetadata",
         f"/api/granules/{g}",
         f"/quicklook.png?granule={g}&variable={VAR}",
     ]
