@@ -206,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", parents=[verbose], help="serve sidecars as Zarr over HTTP",
                        description="Serve every granule indexed under DEST as Zarr v2 "
                        "(/zarr/G/), Zarr v3 (/zarr3/G/) and sharded Zarr v3 (/zarr3-shard/K/G/) "
-                       "stores, with a landing page at /. Settings also come from H5SIDECAR_* "
+                       "stores (and each --cube datacube the same way), with a landing page at "
+                       "/. Settings also come from H5SIDECAR_* "
                        "variables (H5SIDECAR_TOKEN keeps the token out of the process list).")
     p.add_argument("dest", help="folder or S3 prefix written by `h5sidecar index -o`")
     p.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")

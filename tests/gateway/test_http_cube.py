@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +32,7 @@ from h5sidecar.sample import write_daily_collection, write_daily_granule
 from h5sidecar.settings import ReadSettings
 from h5sidecar.workflows import build_cube, index_many
 from h5sidecar.workflows._cfcheck import open_truth
+from tests.conftest import free_port
 from tests.gateway._http import gateway, http
 
 __all__ = ["http"]  # fixture used below
@@ -194,3 +199,46 @@ def test_cube_names() -> None:
         cube_names(["/x/daily.parq", "/y/daily.json"])
     with pytest.raises(ValueError, match="one URL path segment"):
         cube_names({"a/b": "/x/c.parq"})
+
+
+def test_serve_command_with_a_cube_on_s3(tmp_path: Path, s3, s3_bucket: str,
+                                         s3_storage_options) -> None:  # fmt: skip
+    """``h5sidecar serve DEST --cube CUBE`` as a user runs it, DEST, cube and granules on S3."""
+    files = write_daily_collection(tmp_path / "nc", days=3, nlat=4, nlon=6)
+    for f in files:
+        s3.put(str(f), f"{s3_bucket}/nc/{f.name}")
+    dest = f"s3://{s3_bucket}/sidecars"
+    report = index_many(f"s3://{s3_bucket}/nc", dest, storage_options=s3_storage_options,
+                        executor="serial")  # fmt: skip
+    assert report.ok, report.to_dict()
+    cube = build_cube(dest, f"s3://{s3_bucket}/cubes/tas.parq",
+                      storage_options=s3_storage_options).path  # fmt: skip
+    port = free_port()
+    log = tmp_path / "serve.log"
+    endpoint = s3_storage_options["endpoint_url"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "h5sidecar.cli", "serve", dest, "--port", str(port),
+             "--cube", cube, "--storage-option", f"endpoint_url={endpoint}"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 60
+            while True:
+                assert proc.poll() is None, log.read_text()
+                try:
+                    if httpx.get(f"{url}/healthz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, "the server did not come up"
+                time.sleep(0.1)
+            assert httpx.get(f"{url}/api/granules").json()["cubes"] == ["tas"]
+            root = zarr.open_group(f"{url}/zarr3-shard/2/tas/", mode="r")
+            for name in ("tas", "pr", "time"):
+                np.testing.assert_array_equal(root[name][...], _h5py_truth(files, name))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=30)
+    assert code in (0, -signal.SIGTERM), log.read_text()
