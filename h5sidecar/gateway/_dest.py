@@ -105,6 +105,7 @@ class DestIndex:
     ) -> None:
         self.fs, root = fsspec.core.url_to_fs(dest, **dict(storage_options or {}))
         self.cubes = {n: self._canonical(u, storage_options) for n, u in (cubes or {}).items()}
+        self._hidden: set[str] = set()  # granule names hidden by a cube (warned once)
         self.root = root.rstrip("/") or "/"
         self.dest = dest
         self.refresh_seconds = refresh_seconds
@@ -179,7 +180,10 @@ class DestIndex:
             if url in urls:
                 continue
             if name in self.cubes:  # the operator named a cube so: the cube is served
-                log.warning("granule %s is hidden by the cube of the same name", name)
+                if name not in self._hidden:
+                    self._hidden.add(name)
+                    log.warning("granule %s is hidden by the cube of the same name: name the "
+                                "cube otherwise (--cube NAME=PATH)", name)  # fmt: skip
                 continue
             out[name] = url
         return out

@@ -242,3 +242,19 @@ def test_serve_command_with_a_cube_on_s3(tmp_path: Path, s3, s3_bucket: str,
             proc.send_signal(signal.SIGTERM)
             code = proc.wait(timeout=30)
     assert code in (0, -signal.SIGTERM), log.read_text()
+
+
+def test_dest_index_lists_cubes_once(daily, caplog) -> None:
+    """A cube inside DEST is not a granule too; a cube named like a granule hides it (warned)."""
+    from h5sidecar.gateway._dest import DestIndex
+
+    _, dest, cubes = daily
+    snap = DestIndex(str(dest), cubes={"indest": cubes["indest"]}).snapshot()
+    assert "all" not in snap.sidecars and snap.url_of("indest") == cubes["indest"]
+    index = DestIndex(str(dest), cubes={"tas_20200101.nc": cubes["daily"]})
+    for _ in range(2):
+        snap = index.snapshot(max_age=0)
+        assert "tas_20200101.nc" not in snap.sidecars and "all" in snap.sidecars
+        assert DestIndex.split(snap, "tas_20200101.nc/tas/0.0.0") == ("tas_20200101.nc", "tas/0.0.0")
+        assert snap.url_of("tas_20200101.nc") == cubes["daily"]
+    assert sum("hidden by the cube" in r.message for r in caplog.records) == 1
