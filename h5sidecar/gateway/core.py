@@ -212,6 +212,14 @@ class Gateway:
             refs: GranuleRefs = await asyncio.to_thread(
                 load_refs, url, self.storage_options, cache=None
             )
+        except NotIndexedError as exc:
+            if name not in snap.cubes:
+                raise
+            raise NotIndexedError(
+                f"the cube {name!r} ({url}) is not kerchunk JSON or Parquet references ({exc}); "
+                "serve a cube written by `h5sidecar cube --format parquet|json` (an Icechunk "
+                "repository is read with icechunk itself)"
+            ) from exc
         except H5SidecarError:
             raise
         except OSError as exc:  # the store holding DEST failed (network, permissions)
@@ -219,6 +227,11 @@ class Gateway:
                 f"reading the sidecar of {name!r} failed: {exc}. Check that DEST is reachable "
                 "with the gateway's storage options and credentials, then retry."
             ) from exc
+        if name in snap.cubes and not is_cube(refs):
+            raise NotIndexedError(
+                f"{url}, given as the cube {name!r}, is one granule's sidecar, not a cube: "
+                "build a cube with `h5sidecar cube DEST -o CUBE`, or serve the granule from DEST"
+            )
         read = self.read_settings
         if is_cube(refs):
             # the fetcher allows exactly the cube's members (and companion files beside them);

@@ -258,3 +258,15 @@ def test_dest_index_lists_cubes_once(daily, caplog) -> None:
         assert DestIndex.split(snap, "tas_20200101.nc/tas/0.0.0") == ("tas_20200101.nc", "tas/0.0.0")
         assert snap.url_of("tas_20200101.nc") == cubes["daily"]
     assert sum("hidden by the cube" in r.message for r in caplog.records) == 1
+
+
+def test_what_is_not_a_cube_is_refused(daily, tmp_path: Path, http) -> None:
+    _, dest, _ = daily
+    (tmp_path / "repo.icechunk").mkdir()
+    granule = str(dest / "tas_20200101.nc.parq")
+    with gateway(str(dest), cubes=[str(tmp_path / "repo.icechunk"), f"one={granule}"]) as (url, _):
+        r = http.get(f"{url}/zarr/repo.icechunk/.zmetadata")
+        assert r.status_code == 404 and "not kerchunk JSON or Parquet" in r.text
+        r = http.get(f"{url}/zarr/one/.zmetadata")
+        assert r.status_code == 404 and "not a cube" in r.text
+        assert http.get(f"{url}/zarr/tas_20200102.nc/.zmetadata").status_code == 200
