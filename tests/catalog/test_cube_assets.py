@@ -130,3 +130,31 @@ def test_cli_catalog_cube(cubes: dict[str, Any], tmp_path: Path, capsys) -> None
     with pytest.raises(InvalidRequestError, match="not a datacube"):
         build_catalog(str(root / "dest"), tmp_path / "x",
                       cubes=[str(root / "dest" / "tas_20200101.nc.parq")])
+
+
+def test_cube_on_s3_in_the_catalog(tmp_path: Path, s3, s3_bucket: str,
+                                   s3_storage_options) -> None:  # fmt: skip
+    files = write_daily_collection(tmp_path / "nc", days=DAYS, nlat=4, nlon=6)
+    for f in files:
+        s3.put(str(f), f"{s3_bucket}/nc/{f.name}")
+    dest = f"s3://{s3_bucket}/sidecars"
+    report = index_many(f"s3://{s3_bucket}/nc", dest, storage_options=s3_storage_options,
+                        executor="serial")  # fmt: skip
+    assert report.ok, report.to_dict()
+    cube = build_cube(dest, f"s3://{s3_bucket}/cubes/tas.json", format="json",
+                      storage_options=s3_storage_options).path  # fmt: skip
+    result = build_catalog(dest, tmp_path / "stac", cubes=[cube],
+                           storage_options=s3_storage_options)  # fmt: skip
+    doc = json.loads(Path(result.collection).read_text())
+    asset = doc["assets"]["tas"]
+    assert asset["href"] == cube and asset["file:size"] == s3.size(cube)
+    assert asset["xarray:storage_options"] == {"remote_protocol": "s3"}
+    with h5sidecar.open_item(result.collection, chunks=None,
+                             storage_options=s3_storage_options) as ds:  # fmt: skip
+        _assert_same(ds, _truth(files, widened=False))
+    # the asset's options, plus where the object store is (never written into the catalog)
+    # two dicts: kerchunk sets remote_options["asynchronous"] in place
+    opts = {**asset["xarray:storage_options"], "remote_options": dict(s3_storage_options),
+            "target_options": dict(s3_storage_options)}  # fmt: skip
+    with xr.open_dataset(asset["href"], **asset["xarray:open_kwargs"], storage_options=opts) as ds:
+        _assert_same(ds, _truth(files, widened=True))
