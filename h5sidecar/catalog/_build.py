@@ -6,6 +6,9 @@ Layout written (relative links only, so the folder can be copied or served anywh
     STACDIR/<collection>/collection.json               one Collection per DEST
     STACDIR/<collection>/<item>/<item>.json            one Item per indexed granule
 
+Datacubes (``h5sidecar cube``) are Collection assets, not Items (:mod:`._cube_assets`): those
+written inside DEST are found by listing it, others are named by the caller (``cubes=``).
+
 Re-running replaces the collection of the same id and keeps the others.  A granule that cannot be
 catalogued (unreadable sidecar, no time information) is left out and reported with the reason.
 """
