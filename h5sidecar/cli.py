@@ -152,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--title", default=None, help="collection title")
     p.add_argument("--description", default=None, help="collection description")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--cube", action="append", default=[], metavar="[NAME=]CUBE",
+                   help="add this datacube (written by `h5sidecar cube`) as a collection asset "
+                   "(repeatable; cubes inside DEST are found by themselves)")
     _storage_option_arg(p)
     p.set_defaults(run=_cmd_catalog)
 
@@ -203,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", parents=[verbose], help="serve sidecars as Zarr over HTTP",
                        description="Serve every granule indexed under DEST as Zarr v2 "
                        "(/zarr/G/), Zarr v3 (/zarr3/G/) and sharded Zarr v3 (/zarr3-shard/K/G/) "
-                       "stores, with a landing page at /. Settings also come from H5SIDECAR_* "
+                       "stores (and each --cube datacube the same way), with a landing page at "
+                       "/. Settings also come from H5SIDECAR_* "
                        "variables (H5SIDECAR_TOKEN keeps the token out of the process list).")
     p.add_argument("dest", help="folder or S3 prefix written by `h5sidecar index -o`")
     p.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
@@ -219,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stac", default=None, metavar="STACDIR",
                    help="serve this catalog (written by `h5sidecar catalog`) under /stac/, with "
                    "a STAC API item search at /stac/search")
+    p.add_argument("--cube", action="append", default=[], metavar="[NAME=]CUBE",
+                   help="also serve this datacube (written by `h5sidecar cube`) as /zarr/NAME/, "
+                   "... (repeatable; NAME defaults to the file name without .parq/.json)")
     _storage_option_arg(p)
     p.set_defaults(run=_cmd_serve)
     return parser
@@ -469,7 +476,7 @@ def _cmd_catalog(args: argparse.Namespace, out: Console, err: Console) -> int:
             args.dest, args.stacdir, gateway_url=args.gateway_url,
             collection_id=args.collection_id, references_base_url=args.references_base_url,
             storage_options=storage_options(args.storage_options), title=args.title,
-            description=args.description,
+            description=args.description, cubes=args.cube or None,
             progress=lambda name, ok: status.update(f"catalogued {name}"),
         )
     if args.json:
@@ -477,6 +484,8 @@ def _cmd_catalog(args: argparse.Namespace, out: Console, err: Console) -> int:
         return EXIT_OK if result.ok else EXIT_FAILED
     out.print(f"[bold]{len(result.items)}[/] item(s) in collection [bold]{result.collection_id}"
               f"[/]: {result.catalog} (validated against the STAC 1.1 schemas)")
+    if result.cubes:
+        out.print(f"cube asset(s) of the collection: {', '.join(result.cubes)}")
     for e in result.errors:
         out.print(f"[red]LEFT OUT[/] {e.name}: [{e.kind}] {e.message}")
         out.print(f"         what to do: {e.hint}")
@@ -565,7 +574,7 @@ def _cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
 
         stac_api = StacApi(args.stac)
     serve(settings, args.dest, storage_options=storage_options(args.storage_options),
-          read_settings=from_env(ReadSettings), stac_api=stac_api,
+          read_settings=from_env(ReadSettings), stac_api=stac_api, cubes=args.cube or None,
           log_level=("warning", "info", "debug")[min(args.verbose, 2)])
     return EXIT_OK
 

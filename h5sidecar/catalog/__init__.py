@@ -5,7 +5,8 @@
   the original file, the sidecar and the gateway's Zarr store) in a Collection;
 * :func:`validate_document` / :func:`validate_tree` -- validation against the STAC JSON schemas
   shipped in the package (no network);
-* :func:`open_item` -- an Item (object, dict, file or URL) -> :class:`xarray.Dataset`;
+* :func:`open_item` -- an Item (object, dict, file or URL) -> :class:`xarray.Dataset`, or a
+  Collection -> its datacube (cubes are Collection assets, see ``_cube_assets``);
 * :class:`StacApi` / :func:`search_items` -- the framework-free core of the gateway's
   ``/stac/`` routes (STAC API item search: bbox, datetime, ids, limit, paging).
 

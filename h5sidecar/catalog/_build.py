@@ -6,6 +6,9 @@ Layout written (relative links only, so the folder can be copied or served anywh
     STACDIR/<collection>/collection.json               one Collection per DEST
     STACDIR/<collection>/<item>/<item>.json            one Item per indexed granule
 
+Datacubes (``h5sidecar cube``) are Collection assets, not Items (:mod:`._cube_assets`): those
+written inside DEST are found by listing it, others are named by the caller (``cubes=``).
+
 Re-running replaces the collection of the same id and keeps the others.  A granule that cannot be
 catalogued (unreadable sidecar, no time information) is left out and reported with the reason.
 """
@@ -15,21 +18,24 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import os
 import posixpath
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import fsspec
 
+from h5sidecar.catalog._cube_assets import XARRAY_EXTENSION, cube_assets
 from h5sidecar.catalog._extent import granule_extent
-from h5sidecar.catalog._item import GranuleInfo, build_item
+from h5sidecar.catalog._item import FILE_EXTENSION, GranuleInfo, build_item
 from h5sidecar.catalog._union import union_bbox
 from h5sidecar.catalog._validate import validate_tree
-from h5sidecar.errors import ErrorKind, H5SidecarError
-from h5sidecar.references import read_refs
+from h5sidecar.errors import ErrorKind, H5SidecarError, InvalidRequestError
+from h5sidecar.read._cube import cube_names, is_cube
+from h5sidecar.references import GranuleRefs, read_refs
 
 __all__ = ["ItemError", "CatalogResult", "build_catalog", "list_indexed"]
 
@@ -72,6 +78,8 @@ class CatalogResult:
         Paths of the item documents written.
     errors : tuple of ItemError
         Granules left out.
+    cubes : tuple of str
+        Names of the datacubes given as collection assets.
     """
 
     catalog: str
@@ -79,6 +87,7 @@ class CatalogResult:
     collection_id: str
     items: tuple[str, ...]
     errors: tuple[ItemError, ...] = field(default=())
+    cubes: tuple[str, ...] = field(default=())
 
     @property
     def ok(self) -> bool:
@@ -89,7 +98,7 @@ class CatalogResult:
         """JSON-ready form."""
         return {"catalog": self.catalog, "collection": self.collection,
                 "collection_id": self.collection_id, "items": list(self.items),
-                "errors": [e.to_dict() for e in self.errors]}
+                "errors": [e.to_dict() for e in self.errors], "cubes": list(self.cubes)}
 
 
 def _fs(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, str]:
@@ -169,6 +178,14 @@ def _parse(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text)
 
 
+def _published(sidecar: str, dest: str, references_base_url: str | None) -> str | None:
+    """Where a sidecar under DEST is published (``references_base_url`` + its relative path)."""
+    if not references_base_url:
+        return None
+    rel = posixpath.relpath(sidecar.split("://", 1)[-1], dest.split("://", 1)[-1])
+    return f"{references_base_url.rstrip('/')}/{rel}"
+
+
 def _catalogue_one(
     g: GranuleInfo,
     *,
@@ -176,9 +193,12 @@ def _catalogue_one(
     gateway_url: str | None,
     references_base_url: str | None,
     storage_options: Mapping[str, Any] | None,
-) -> dict[str, Any] | ItemError:
+) -> dict[str, Any] | ItemError | GranuleRefs:
+    """The granule's Item, why it is left out, or the references of a cube found in DEST."""
     try:
         refs = read_refs(g.sidecar, storage_options=dict(storage_options or {}) or None)
+        if is_cube(refs):
+            return refs
         ext = granule_extent(refs, storage_options=storage_options)
     except (H5SidecarError, OSError, ValueError) as exc:
         return ItemError(g.name, g.sidecar, getattr(exc, "kind", type(exc).__name__), str(exc),
@@ -190,11 +210,27 @@ def _catalogue_one(
                             "time_coverage_start attribute",
                             "add time_coverage_start/end global attributes or a CF time "
                             "variable (units 'seconds since ...') to the product")
-    href = None
-    if references_base_url:
-        rel = posixpath.relpath(g.sidecar.split("://", 1)[-1], dest.split("://", 1)[-1])
-        href = f"{references_base_url.rstrip('/')}/{rel}"
+    href = _published(g.sidecar, dest, references_base_url)
     return build_item(refs, ext, g, gateway_url=gateway_url, references_href=href)
+
+
+def _given_cubes(
+    cubes: Mapping[str, str] | Sequence[str] | None, storage_options: Mapping[str, Any] | None
+) -> list[tuple[GranuleInfo, GranuleRefs]]:
+    """The cubes named by the caller, read (each must be a cube)."""
+    out = []
+    for name, url in cube_names(cubes).items():
+        fs, path = _fs(url, storage_options)
+        if "://" not in url:
+            url = os.path.abspath(url)
+        fmt = "parquet" if fs.isdir(path) else "json"
+        refs = read_refs(url, storage_options=dict(storage_options or {}) or None)
+        if not is_cube(refs):
+            raise InvalidRequestError(
+                f"{url} is a granule's sidecar, not a datacube: build one with "
+                "`h5sidecar cube DEST -o CUBE`")
+        out.append((GranuleInfo(name, url, fmt, _size(fs, path)), refs))  # type: ignore[arg-type]
+    return out
 
 
 def build_catalog(
@@ -209,6 +245,7 @@ def build_catalog(
     description: str | None = None,
     validate: bool = True,
     progress: Callable[[str, bool], None] | None = None,
+    cubes: Mapping[str, str] | Sequence[str] | None = None,
 ) -> CatalogResult:
     """Write (or update) a static STAC catalog with one Item per granule indexed under DEST.
 
@@ -233,6 +270,12 @@ def build_catalog(
         Validate every written document against the STAC schemas (offline).
     progress : callable, optional
         Called with ``(granule name, ok)`` after each granule.
+    cubes : mapping or sequence, optional
+        Datacubes (``h5sidecar cube``) to add as Collection assets: name -> URL, or
+        ``"[NAME=]PATH"`` strings (named after the file by default, as ``h5sidecar serve
+        --cube`` names them).  Cubes written inside DEST are found by themselves (named by
+        their path in DEST) and are not catalogued as Items.  See
+        :mod:`h5sidecar.catalog._cube_assets` for the assets.
 
     Returns
     -------
@@ -255,11 +298,15 @@ def build_catalog(
             f"no sidecar under {dest}: index granules first (h5sidecar index SOURCE -o {dest})")
     items: list[dict[str, Any]] = []
     errors: list[ItemError] = []
+    given = _given_cubes(cubes, storage_options)
+    found: list[tuple[GranuleInfo, GranuleRefs]] = []
     for g in granules:
         res = _catalogue_one(g, dest=dest, gateway_url=gateway_url,
                              references_base_url=references_base_url,
                              storage_options=storage_options)
-        if isinstance(res, ItemError):
+        if isinstance(res, GranuleRefs):
+            found.append((g, res))
+        elif isinstance(res, ItemError):
             log.warning("%s left out of the catalog: %s", g.name, res.message)
             errors.append(res)
         else:
@@ -291,6 +338,8 @@ def build_catalog(
     )
     for doc in items:
         collection.add_item(pystac.Item.from_dict(doc, preserve_dict=False))
+    cube_keys = _add_cubes(collection, given, found, dest=dest, gateway_url=gateway_url,
+                           references_base_url=references_base_url)  # fmt: skip
     root.add_child(collection)
     root.normalize_hrefs(str(root_dir))
     root.save(catalog_type=pystac.CatalogType.SELF_CONTAINED)
@@ -298,4 +347,36 @@ def build_catalog(
     coll_path = str(collection.get_self_href())
     if validate:
         validate_tree(str(root_href))
-    return CatalogResult(str(root_href), coll_path, cid, item_paths, tuple(errors))
+    return CatalogResult(str(root_href), coll_path, cid, item_paths, tuple(errors), cube_keys)
+
+
+def _add_cubes(
+    collection: Any,
+    given: list[tuple[GranuleInfo, GranuleRefs]],
+    found: list[tuple[GranuleInfo, GranuleRefs]],
+    *,
+    dest: str,
+    gateway_url: str | None,
+    references_base_url: str | None,
+) -> tuple[str, ...]:
+    """Add each cube's assets to the collection (a cube given by name is not added twice)."""
+    import pystac
+
+    given_urls = {g.sidecar for g, _ in given}
+    cubes = [(g, r, g.sidecar) for g, r in given] + [
+        (g, r, _published(g.sidecar, dest, references_base_url) or g.sidecar)
+        for g, r in found if g.sidecar not in given_urls
+    ]
+    names: list[str] = []
+    for g, refs, href in cubes:
+        assets = cube_assets(g.name, refs, href=href, fmt=g.format,
+                             size=g.sidecar_bytes, gateway_url=gateway_url)  # fmt: skip
+        for key, asset in assets.items():
+            if key in collection.assets:
+                raise InvalidRequestError(f"two cubes are named {g.name!r}: name one with "
+                                          "NAME=PATH")  # fmt: skip
+            collection.add_asset(key, pystac.Asset.from_dict(asset))
+        names.append(g.name)
+    if names:
+        collection.stac_extensions = [FILE_EXTENSION, XARRAY_EXTENSION]
+    return tuple(names)

@@ -2,7 +2,7 @@
 
 Every ``$ref`` resolves inside the shipped set; a reference to any other URL fails with a message
 naming it, and nothing is ever fetched from the network.  Extensions are validated against their
-schema when it is shipped (the File extension is), and refused otherwise.
+schema when it is shipped (the File and xarray Assets extensions are), and refused otherwise.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ _SCHEMA_FILES = {
     "https://geojson.org/schema/Feature.json": "geojson/Feature.json",
     "https://geojson.org/schema/Geometry.json": "geojson/Geometry.json",
     "https://stac-extensions.github.io/file/v2.1.0/schema.json": "file/v2.1.0/schema.json",
+    "https://stac-extensions.github.io/xarray-assets/v1.0.0/schema.json":
+        "xarray-assets/v1.0.0/schema.json",
 }
 _CORE = {
     "Feature": f"{_STAC}/item-spec/json-schema/item.json",

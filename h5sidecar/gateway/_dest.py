@@ -5,6 +5,11 @@
 sidecars found under DEST (nothing outside it is ever opened as a sidecar), named by their path
 relative to DEST without the sidecar suffix.
 
+Cubes (combined references written by ``h5sidecar cube``) are served beside the granules,
+under the names the operator gives them (``h5sidecar serve DEST --cube [NAME=]CUBE``); a cube
+written inside DEST is listed as a cube, not as a granule.  A cube written inside DEST and not
+named with ``--cube`` is served under its sidecar name like a granule.
+
 Sidecars are untrusted: anyone able to drop a file into DEST could point a reference at
 ``file:///etc/passwd`` or at another bucket.  So the sources the gateway may read come from the
 *report* (written by the indexer: the source root of every run merged into it, and the source
@@ -20,7 +25,7 @@ import posixpath
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
@@ -48,6 +53,8 @@ class DestSnapshot:
     ----------
     sidecars : dict
         Granule name (``"ATL03_x.h5"``, ``"2019/ATL03_y.h5"``) -> sidecar URL.
+    cubes : dict
+        Cube name -> URL of its references (the cubes given to the gateway).
     sources : tuple of str
         Source URLs recorded in the report for granules indexed successfully.
     report_found : bool
@@ -60,6 +67,11 @@ class DestSnapshot:
     sources: tuple[str, ...]
     report_found: bool
     listed_at: float
+    cubes: Mapping[str, str] = field(default_factory=dict)
+
+    def url_of(self, name: str) -> str | None:
+        """The references of ``name``: a cube's (cubes take precedence) or a granule's sidecar."""
+        return self.cubes.get(name) or self.sidecars.get(name)
 
 
 def _is_hidden(name: str) -> bool:
@@ -78,6 +90,9 @@ class DestIndex:
         fsspec options to list DEST and read the report.
     refresh_seconds : float
         A listing older than this is redone before answering :meth:`snapshot`.
+    cubes : mapping, optional
+        Cube name -> URL of the cube's references (local path or ``s3://``), served beside the
+        granules; a cube inside DEST is not listed as a granule too.
     """
 
     def __init__(
@@ -86,8 +101,11 @@ class DestIndex:
         *,
         storage_options: Mapping[str, Any] | None = None,
         refresh_seconds: float = 30.0,
+        cubes: Mapping[str, str] | None = None,
     ) -> None:
         self.fs, root = fsspec.core.url_to_fs(dest, **dict(storage_options or {}))
+        self.cubes = {n: self._canonical(u, storage_options) for n, u in (cubes or {}).items()}
+        self._hidden: set[str] = set()  # granule names hidden by a cube (warned once)
         self.root = root.rstrip("/") or "/"
         self.dest = dest
         self.refresh_seconds = refresh_seconds
@@ -98,6 +116,14 @@ class DestIndex:
         """The URL of a listed path (``s3://bucket/key`` or a local path) for fsspec/readers."""
         protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
         return path if "file" in protocols else self.fs.unstrip_protocol(path)
+
+    @staticmethod
+    def _canonical(url: str, storage_options: Mapping[str, Any] | None) -> str:
+        """``url`` as a listing spells it (absolute local path, ``s3://bucket/key``)."""
+        fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+        path = path.rstrip("/")
+        protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+        return path if "file" in protocols else fs.unstrip_protocol(path)
 
     def snapshot(self, *, max_age: float | None = None) -> DestSnapshot:
         """The current listing, redone when older than ``max_age`` (default ``refresh_seconds``).
@@ -143,7 +169,24 @@ class DestIndex:
                 break
             level = below
         sources, found = self._report_sources()
-        return DestSnapshot(dict(sorted(sidecars.items())), sources, found, time.monotonic())
+        return DestSnapshot(self._granules_only(sidecars), sources, found, time.monotonic(),
+                            dict(self.cubes))  # fmt: skip
+
+    def _granules_only(self, sidecars: dict[str, str]) -> dict[str, str]:
+        """The sidecars but the cubes: a cube inside DEST is listed once, as a cube."""
+        urls = set(self.cubes.values())
+        out = {}
+        for name, url in sorted(sidecars.items()):
+            if url in urls:
+                continue
+            if name in self.cubes:  # the operator named a cube so: the cube is served
+                if name not in self._hidden:
+                    self._hidden.add(name)
+                    log.warning("granule %s is hidden by the cube of the same name: name the "
+                                "cube otherwise (--cube NAME=PATH)", name)  # fmt: skip
+                continue
+            out[name] = url
+        return out
 
     def _ls(self, folder: str) -> list[dict[str, Any]]:
         try:
@@ -186,13 +229,13 @@ class DestIndex:
     # -- lookup ----------------------------------------------------------------------------------
     @staticmethod
     def split(snapshot: DestSnapshot, path: str) -> tuple[str, str] | None:
-        """``(granule, rest)`` for a request path ``"<granule>/<key>"`` (longest granule name)."""
-        if path in snapshot.sidecars:
+        """``(name, rest)`` for a request path ``"<name>/<key>"`` (longest granule or cube name)."""
+        if snapshot.url_of(path) is not None:
             return path, ""
         pos = path.rfind("/")
         while pos > 0:
             head = path[:pos]
-            if head in snapshot.sidecars:
+            if snapshot.url_of(head) is not None:
                 return head, path[pos + 1 :]
             pos = path.rfind("/", 0, pos)
         return None

@@ -20,6 +20,7 @@ from urllib.parse import quote, urlencode
 import numpy as np
 
 from h5sidecar.errors import H5SidecarError, InvalidReferenceError, UnsupportedFeatureError
+from h5sidecar.read._cube import cube_summary, is_cube
 from h5sidecar.references import MISSING, ArrayRefs, GranuleRefs, chunk_key
 
 __all__ = ["PREVIEW_POINTS", "describe", "preview", "render_page", "render_png"]
@@ -56,7 +57,8 @@ def first_chunk(arr: ArrayRefs) -> str | None:
 
 
 def describe(refs: GranuleRefs) -> dict[str, Any]:
-    """A JSON-ready summary of a granule: source, groups, variables and skipped variables."""
+    """A JSON-ready summary of a granule or cube: kind (``"granule"`` or ``"cube"``, with the
+    cube's member count and concat dimension), source, groups, variables, skipped variables."""
     groups: dict[str, dict[str, Any]] = {
         g: {"path": g, "attrs": dict(a), "variables": []} for g, a in sorted(refs.groups.items())
     }
@@ -82,7 +84,11 @@ def describe(refs: GranuleRefs) -> dict[str, Any]:
             "long_name": str(m.attrs.get("long_name", "")),
             "first_chunk": first_chunk(arr),
         })  # fmt: skip
+    out: dict[str, Any] = {"kind": "cube" if is_cube(refs) else "granule"}
+    if is_cube(refs):
+        out["cube"] = cube_summary(refs)
     return {
+        **out,
         "source": refs.source.to_dict(),
         "groups": list(groups.values()),
         "skipped": [s.to_dict() for s in refs.skipped],
@@ -144,15 +150,22 @@ def render_page(
     variable: str | None,
     token: bool,
     error: str = "",
+    cubes: Sequence[str] = (),
 ) -> str:
-    """The landing page (HTML).  ``summary`` is :func:`describe` of ``granule``."""
-    items = "".join(
-        f'<li{" class=selected" if g == granule else ""}><a href="/?{_e(urlencode({"granule": g}))}">'
-        f"{_e(g)}</a></li>"
-        for g in granules[:MAX_LISTED]
-    )
+    """The landing page (HTML).  ``summary`` is :func:`describe` of ``granule`` (a granule or
+    cube name); ``cubes`` are listed above the granules."""
+    def listed(names: Sequence[str]) -> str:
+        return "".join(
+            f'<li{" class=selected" if g == granule else ""}><a href="/?{_e(urlencode({"granule": g}))}">'
+            f"{_e(g)}</a></li>"
+            for g in names[:MAX_LISTED]
+        )
+
     more = f"<p>... and {len(granules) - MAX_LISTED} more</p>" if len(granules) > MAX_LISTED else ""
-    body = [f"<nav><h2>Granules ({len(granules)})</h2><ul id=granules>{items}</ul>{more}</nav>"]
+    nav = f"<h2>Granules ({len(granules)})</h2><ul id=granules>{listed(granules)}</ul>{more}"
+    if cubes:
+        nav = f"<h2>Cubes ({len(cubes)})</h2><ul id=cubes>{listed(cubes)}</ul>{nav}"
+    body = [f"<nav>{nav}</nav>"]
     main: list[str] = []
     if error:
         main.append(f'<p class="error">{_e(error)}</p>')
@@ -161,9 +174,15 @@ def render_page(
                    None)  # fmt: skip
         group = variable.rpartition("/")[0] if var and variable else ""
         src = summary["source"]
+        if summary.get("kind") == "cube":
+            cube = summary["cube"]
+            what = (f"cube of {cube['members']} granules along "
+                    f"<code>{_e(cube['concat_dim'] or '?')}</code> (first: "
+                    f"<code>{_e(src['url'])}</code>)")  # fmt: skip
+        else:
+            what = f"source <code>{_e(src['url'])}</code>, {_e(_size(src['size']))}"
         main.append(f"<h2 id=granule data-granule=\"{_e(granule)}\">{_e(granule)}</h2>"
-                    f"<p>source <code>{_e(src['url'])}</code>, {_e(_size(src['size']))}; "
-                    f"{summary['n_variables']} variables</p>")  # fmt: skip
+                    f"<p>{what}; {summary['n_variables']} variables</p>")  # fmt: skip
         main.append("<h3>Open it</h3><pre id=snippet>"
                     f"{_e(_snippets(base, granule, group, token))}</pre>"
                     "<button type=button id=copy-snippet>copy</button>")  # fmt: skip
@@ -188,7 +207,7 @@ def render_page(
             rows = "".join(f"<li><code>{_e(s['path'])}</code>: {_e(s['reason'])}</li>"
                            for s in summary["skipped"])  # fmt: skip
             main.append(f"<h3>Skipped variables</h3><ul>{rows}</ul>")
-    elif not granules:
+    elif not granules and not cubes:
         main.append("<p>No sidecars under DEST yet: run <code>h5sidecar index SOURCE -o DEST"
                     "</code>.</p>")  # fmt: skip
     else:

@@ -105,6 +105,7 @@ class GatewayMetrics:
             ("h5sidecar_cache_bytes", "gauge", "Bytes held by each cache."),
             ("h5sidecar_rejected_total", "counter", "Requests refused with 503 (saturated)."),
             ("h5sidecar_granules", "gauge", "Granules (sidecars) found in DEST."),
+            ("h5sidecar_cubes", "gauge", "Datacubes served (--cube)."),
         ):
             self._families[name] = MetricFamily(name, kind, text)
         self._families["h5sidecar_http_requests_in_flight"].values[()] = 0

@@ -21,7 +21,8 @@ def _param(name: str, where: str, description: str, *, required: bool = True,
             "schema": schema or {"type": "string"}}  # fmt: skip
 
 
-_GRANULE = _param("granule", "path", "Granule name under DEST (as listed by /api/granules).")
+_GRANULE = _param("granule", "path", "Granule name under DEST, or cube name (as listed by "
+                  "/api/granules).")
 _KEY = _param("key", "path", "Zarr key relative to the granule ('.zmetadata', "
               "'gt1l/heights/h_ph/.zarray', 'gt1l/heights/h_ph/0'); may contain '/'.")  # fmt: skip
 _HEADERS = [
@@ -83,11 +84,11 @@ def openapi_document(version: str) -> dict[str, Any]:
             "/openapi.json": {"get": {"summary": "This document.",
                                       "responses": {"200": {"description": "OpenAPI 3.1."},
                                                     "401": _ERROR}}},
-            "/api/granules": {"get": {"summary": "Names of the granules served.",
+            "/api/granules": {"get": {"summary": "Names of the granules and of the cubes served.",
                                       "responses": {"200": {"description": "JSON list."},
                                                     "401": _ERROR}}},
             "/api/granules/{granule}": {"get": {
-                "summary": "Groups and variables of one granule.",
+                "summary": "Groups and variables of one granule or cube (kind, members).",
                 "parameters": [_GRANULE],
                 "responses": {"200": {"description": "JSON summary."}, **_KEY_ERRORS},
             }},

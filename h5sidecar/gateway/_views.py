@@ -12,6 +12,7 @@ import ujson
 
 from h5sidecar.gateway._http import BadRequestError
 from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, ShardLayout, sharded_documents
+from h5sidecar.read._cube import source_key
 from h5sidecar.read._keyspace import ChunkRef, GranuleKeys
 from h5sidecar.read._rechunk import RechunkSpec
 from h5sidecar.read.store import SidecarStore
@@ -129,8 +130,9 @@ class GranuleEntry:
         self.identity = identity
         self.refs = refs
         self.checked_at = time.monotonic()
-        src = refs.source
-        self.source_id = "|".join(map(str, (src.url, src.size, src.etag, src.mtime)))
+        # a cube's: a digest of every member's identity (a rebuilt cube never reuses the
+        # cached chunks or ETags of a member replaced since)
+        self.source_id = source_key(refs)
         self._read_settings = read_settings
         self._storage_options = storage_options
         self._stores: dict[int, SidecarStore] = {2: self._store(2)}

@@ -19,7 +19,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -211,20 +211,21 @@ class _Handlers:
         return _response(reply)
 
     async def landing(self, request: Request) -> Response:
-        granules = await self.gw.granules()
-        name = request.query_params.get("granule") or (granules[0] if granules else None)
+        granules, cubes = await self.gw.granules(), await self.gw.cubes()
+        first = cubes[0] if cubes else (granules[0] if granules else None)
+        name = request.query_params.get("granule") or first
         variable = request.query_params.get("variable")
         summary, error = None, ""
         if name is not None:
             try:
-                entry = await self.gw.entry(self._known(name, granules))
+                entry = await self.gw.entry(self._known(name, [*cubes, *granules]))
                 # a lazily opened sidecar loads every manifest here: off the event loop
                 summary = await asyncio.to_thread(describe, entry.refs)
             except H5SidecarError as exc:
                 error, name = f"{name}: {exc}", None
         page = render_page(base=str(request.base_url).rstrip("/"), granules=granules,
                            granule=name, summary=summary, variable=variable,
-                           token=self.private, error=error)  # fmt: skip
+                           token=self.private, error=error, cubes=cubes)  # fmt: skip
         csp = ("default-src 'self'; img-src 'self' data:; connect-src 'self' http: https:; "
                "style-src 'self'; script-src 'self'; frame-ancestors 'none'")  # fmt: skip
         return HTMLResponse(page, headers={"Content-Security-Policy": csp,
@@ -233,21 +234,24 @@ class _Handlers:
     @staticmethod
     def _known(name: str, granules: list[str]) -> str:
         if name not in granules:
-            raise NotIndexedError(f"no granule {name!r} under DEST")
+            raise NotIndexedError(f"no granule or cube {name!r} is served (see /api/granules)")
         return name
 
+    async def _names(self) -> list[str]:
+        return [*await self.gw.cubes(), *await self.gw.granules()]
+
     async def granules(self, request: Request) -> Response:
-        return JSONResponse({"granules": await self.gw.granules()})
+        return JSONResponse({"granules": await self.gw.granules(), "cubes": await self.gw.cubes()})
 
     async def granule(self, request: Request) -> Response:
-        name = self._known(request.path_params["granule"], await self.gw.granules())
+        name = self._known(request.path_params["granule"], await self._names())
         entry = await self.gw.entry(name)
         return JSONResponse({"granule": name, **await asyncio.to_thread(describe, entry.refs)})
 
     async def quicklook(self, request: Request) -> Response:
         name = request.query_params.get("granule") or ""
         var = request.query_params.get("variable") or ""
-        entry = await self.gw.entry(self._known(name, await self.gw.granules()))
+        entry = await self.gw.entry(self._known(name, await self._names()))
         arr = entry.refs.arrays.get(var)
         if arr is None:
             raise NotIndexedError(f"granule {name!r} has no variable {var!r} (see /api/granules)")
@@ -280,6 +284,7 @@ def create_app(
     read_settings: ReadSettings | None = None,
     refresh_seconds: float = 30.0,
     stac_api: Any | None = None,
+    cubes: Mapping[str, str] | Sequence[str] | None = None,
 ) -> Starlette:
     """Build the gateway's ASGI app for the sidecars under ``dest``.
 
@@ -298,6 +303,11 @@ def create_app(
     stac_api : h5sidecar.catalog.StacApi, optional
         The catalog written by ``h5sidecar catalog`` (``StacApi(STACDIR)``): served under
         ``/stac/`` with a STAC API item search at ``/stac/search`` (GET and POST).
+    cubes : mapping or sequence, optional
+        Datacubes written by ``h5sidecar cube``, served beside the granules in every view
+        (``/zarr/NAME/``, ...): name -> URL of the cube, or ``"[NAME=]PATH"`` strings (named
+        after the file without ``.parq``/``.json`` by default).  Their member granules must
+        be allowed sources (they are when the cube was built from DEST's granules).
 
     Returns
     -------
@@ -305,7 +315,8 @@ def create_app(
         The app; ``app.state.gateway`` is its :class:`~h5sidecar.gateway.core.Gateway`.
     """
     gateway = Gateway(settings, dest, storage_options=storage_options,
-                      read_settings=read_settings, refresh_seconds=refresh_seconds)  # fmt: skip
+                      read_settings=read_settings, refresh_seconds=refresh_seconds,
+                      cubes=cubes)  # fmt: skip
     h = _Handlers(gateway, settings)
     key_methods = ["GET", "HEAD"]
     routes = [
@@ -375,13 +386,14 @@ def serve(
     read_settings: ReadSettings | None = None,
     log_level: str = "info",
     stac_api: Any | None = None,
+    cubes: Mapping[str, str] | Sequence[str] | None = None,
 ) -> None:
     """Run the gateway with uvicorn on ``settings.host:settings.port`` until interrupted."""
     import uvicorn
     from uvicorn._compat import asyncio_run
 
     app = create_app(settings, dest, storage_options=storage_options,
-                     read_settings=read_settings, stac_api=stac_api)  # fmt: skip
+                     read_settings=read_settings, stac_api=stac_api, cubes=cubes)  # fmt: skip
     # timeout_graceful_shutdown: on SIGTERM/SIGINT in-flight requests get shutdown_seconds,
     # then they are cancelled -- a request stuck on a stalled source cannot keep it alive.
     # limit_concurrency: connections beyond max_connections are answered 503 at once.

@@ -21,6 +21,11 @@ Every group's metadata is served consolidated (``g/.zmetadata`` in v2, inline
 ``consolidated_metadata`` in each group's ``zarr.json`` in v3), so a client can open any group
 directly (``xr.open_zarr(url, group="gt1l/heights")``) without listing.
 
+Cubes (combined references of many granules, ``h5sidecar cube``) are served the same way, under
+their names, in every view: a cube's fetcher may read only its members (each checked against its
+own recorded identity, so a replaced member is a stale-reference error), and the gateway's
+allow-list applies on top, as for granules.
+
 Bounded memory: parsed sidecars, synthesized documents and hot chunks live in byte-bounded LRU
 caches sharing ``GatewaySettings.cache_bytes``.  Bounded upstream work: every read that touches a
 source holds an :class:`~h5sidecar.gateway._http.Admission` slot.
@@ -32,7 +37,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -44,6 +49,7 @@ from h5sidecar.gateway._rechunk import rechunk_document, virtual_layout
 from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, ShardLayout, shard_layout
 from h5sidecar.gateway._views import GranuleEntry, Resolved, View
 from h5sidecar.read._cache import ByteLRU, load_refs, sidecar_identity
+from h5sidecar.read._cube import cube_names, is_cube
 from h5sidecar.read._keyspace import ChunkRef
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import GatewaySettings, ReadSettings
@@ -79,6 +85,11 @@ class Gateway:
     revalidate_seconds : float
         A cached sidecar's identity (size + ETag/mtime) is re-checked at most this often, so a
         re-indexed granule is picked up without a restart.
+    cubes : mapping or sequence, optional
+        Datacubes to serve beside the granules: name -> URL of the cube's references, or
+        ``"[NAME=]PATH"`` strings (named after the file by default; see
+        :func:`h5sidecar.read._cube.cube_names`).  Their members must be readable under the
+        allow-list, as every granule's source must.
     """
 
     def __init__(
@@ -90,12 +101,13 @@ class Gateway:
         read_settings: ReadSettings | None = None,
         refresh_seconds: float = 30.0,
         revalidate_seconds: float = 10.0,
+        cubes: Mapping[str, str] | Sequence[str] | None = None,
     ) -> None:
         self.settings = settings
         self.storage_options = dict(storage_options or {})
         self.read_settings = read_settings if read_settings is not None else ReadSettings()
         self.dest = DestIndex(dest, storage_options=self.storage_options,
-                              refresh_seconds=refresh_seconds)  # fmt: skip
+                              refresh_seconds=refresh_seconds, cubes=cube_names(cubes))  # fmt: skip
         self.revalidate_seconds = revalidate_seconds
         self.metrics = GatewayMetrics()
         self.admission = Admission(settings.max_upstream, settings.max_pending)
@@ -147,10 +159,15 @@ class Gateway:
                         "pass --allow PREFIX for the sources", "_report.json")  # fmt: skip
         self._snap = snap
         self.metrics.set("h5sidecar_granules", len(snap.sidecars))
+        self.metrics.set("h5sidecar_cubes", len(snap.cubes))
 
     async def granules(self) -> list[str]:
         """Names of the granules served."""
         return list((await self.snapshot()).sidecars)
+
+    async def cubes(self) -> list[str]:
+        """Names of the cubes served."""
+        return list((await self.snapshot()).cubes)
 
     async def split(self, path: str) -> tuple[str, str]:
         """``(granule, key)`` of ``"<granule>/<key>"``; re-lists DEST once on a miss.
@@ -165,7 +182,7 @@ class Gateway:
             found = DestIndex.split(await self.snapshot(max_age=MISS_REFRESH_SECONDS), path)
         if found is None:
             raise NotIndexedError(
-                f"no granule matches {path!r} under DEST: list them at /api/granules, or index "
+                f"no granule or cube matches {path!r}: list them at /api/granules, or index "
                 "the granule (h5sidecar index SOURCE -o DEST)"
             )
         return found
@@ -187,7 +204,7 @@ class Gateway:
 
     async def _load(self, name: str, cached: GranuleEntry | None) -> GranuleEntry:
         snap = await self.snapshot()
-        url = snap.sidecars.get(name)
+        url = snap.url_of(name)
         if url is None:
             raise NotIndexedError(f"granule {name!r} is no longer indexed under DEST")
         try:
@@ -198,6 +215,14 @@ class Gateway:
             refs: GranuleRefs = await asyncio.to_thread(
                 load_refs, url, self.storage_options, cache=None
             )
+        except NotIndexedError as exc:
+            if name not in snap.cubes:
+                raise
+            raise NotIndexedError(
+                f"the cube {name!r} ({url}) is not kerchunk JSON or Parquet references ({exc}); "
+                "serve a cube written by `h5sidecar cube --format parquet|json` (an Icechunk "
+                "repository is read with icechunk itself)"
+            ) from exc
         except H5SidecarError:
             raise
         except OSError as exc:  # the store holding DEST failed (network, permissions)
@@ -205,8 +230,17 @@ class Gateway:
                 f"reading the sidecar of {name!r} failed: {exc}. Check that DEST is reachable "
                 "with the gateway's storage options and credentials, then retry."
             ) from exc
+        if name in snap.cubes and not is_cube(refs):
+            raise NotIndexedError(
+                f"{url}, given as the cube {name!r}, is one granule's sidecar, not a cube: "
+                "build a cube with `h5sidecar cube DEST -o CUBE`, or serve the granule from DEST"
+            )
         read = self.read_settings
-        if self._allow.prefixes:
+        if is_cube(refs):
+            # the fetcher allows exactly the cube's members (and companion files beside them);
+            # _fetch checks the gateway's allow-list first, as for granules
+            read = dataclasses.replace(read, allowed_prefixes=())
+        elif self._allow.prefixes:
             read = dataclasses.replace(read, allowed_prefixes=self._allow.prefixes)
         entry = await asyncio.to_thread(
             GranuleEntry, name, url, identity, refs, read, self.storage_options

@@ -113,12 +113,13 @@ def running(app: Any, port: int | None = None) -> Iterator[str]:
 
 @contextmanager
 def gateway(dest: str, options: Mapping[str, Any] | None = None, *,
-            read_settings: ReadSettings | None = None, **settings: Any) -> Iterator[tuple[str, Any]]:  # fmt: skip
-    """``create_app`` over ``dest``, running: yields ``(base URL, app)``."""
+            read_settings: ReadSettings | None = None, cubes: Any = None,
+            **settings: Any) -> Iterator[tuple[str, Any]]:  # fmt: skip
+    """``create_app`` over ``dest`` (and ``cubes``), running: yields ``(base URL, app)``."""
     from h5sidecar.gateway.app import create_app
 
     app = create_app(GatewaySettings(**settings), dest, storage_options=options,
-                     read_settings=read_settings)  # fmt: skip
+                     read_settings=read_settings, cubes=cubes)  # fmt: skip
     with running(app) as url:
         yield url, app
 
