@@ -35,6 +35,7 @@ from typing import Any, Literal
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from h5sidecar._modes import follow_umask
 from h5sidecar.errors import InvalidReferenceError, NotIndexedError
 from h5sidecar.references._bulk import MANIFESTS_FILE
 from h5sidecar.references._json import decode_json, encode_json
@@ -304,6 +305,7 @@ def _write_local_file(path: Path, chunks: Iterable[bytes]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        follow_umask(tmp, fd=fd)  # mkstemp's 0600 would make the sidecar private to its writer
         with os.fdopen(fd, "wb") as f:
             for chunk in chunks:
                 f.write(chunk)
@@ -322,6 +324,7 @@ def _write_local_dir(path: Path, files: Iterable[tuple[str, bytes]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     try:
+        follow_umask(tmp, directory=True)  # mkdtemp's 0700 would hide the sidecar from the group
         written = []
         for rel, data in files:
             target = tmp / rel

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from h5sidecar._modes import follow_umask
 from h5sidecar.errors import ErrorKind, H5SidecarError, InvalidReferenceError
 from h5sidecar.sources._urls import normalize_url
 from h5sidecar.workflows._listing import filesystem, is_remote, join_url
@@ -351,6 +352,7 @@ def write_report(
     _sweep_stale_temporaries(dest)
     fd, tmp = tempfile.mkstemp(prefix="._report.", suffix=".tmp", dir=dest)
     try:
+        follow_umask(tmp, fd=fd)  # mkstemp's 0600 would make the report private to its writer
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
