@@ -260,7 +260,8 @@ def build_catalog(
                              references_base_url=references_base_url,
                              storage_options=storage_options)
         if isinstance(res, ItemError):
-            log.warning("%s left out of the catalog: %s", g.name, res.message)
+            # info, not warning: the result's errors carry it, and the CLI prints them once
+            log.info("%s left out of the catalog: %s", g.name, res.message)
             errors.append(res)
         else:
             items.append(res)

@@ -190,6 +190,10 @@ def read_refs(
                 files = SidecarFiles(os.fspath(path), storage_options, fs=fs, root=root)
                 refs = read_parquet_lazy(zmeta, files) if lazy else None
                 return _checked(refs if refs is not None else read_parquet_parts(zmeta, files))
+            if not root.endswith(".json"):
+                # a granule, a netCDF-3 file or one record file passed by mistake: say so from
+                # its first bytes instead of downloading it whole to fail as JSON
+                _refuse_non_sidecar(fs, root, path, fs.cat_file(root, start=0, end=len(_HEAD)))
             return _checked(decode_json(fs.cat_file(root, start=0)))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             continue
@@ -197,6 +201,38 @@ def read_refs(
         f"no sidecar at {path}: neither a JSON file nor a directory with {ZMETADATA}; "
         "index the granule first (h5sidecar index)"
     )
+
+
+#: Enough leading bytes to tell a sidecar (JSON text) from the files mistaken for one.
+_HEAD = b"\x89HDF\r\n\x1a\n"
+_NETCDF3 = (b"CDF\x01", b"CDF\x02", b"CDF\x05")
+
+
+def _refuse_non_sidecar(fs: Any, root: str, path: Any, head: bytes) -> None:
+    """Raise a message that says what ``root`` is when it is clearly not a sidecar."""
+    if head.startswith(_HEAD):
+        raise InvalidReferenceError(
+            f"{path} is an HDF5/netCDF-4 file, not a sidecar: index it first "
+            f"(h5sidecar index {path} -o DEST) and pass the sidecar it writes"
+        )
+    if head.startswith(_NETCDF3):
+        raise InvalidReferenceError(
+            f"{path} is a netCDF-3 (classic) file, not a sidecar; h5sidecar indexes HDF5 and "
+            "netCDF-4 files only (kerchunk's NetCDF3ToZarr reads netCDF-3)"
+        )
+    if head.startswith(b"PAR1"):
+        parent = root.rsplit("/", 1)[0]
+        while "/" in parent.strip("/"):
+            if fs.exists(f"{parent}/{ZMETADATA}"):
+                raise InvalidReferenceError(
+                    f"{path} is one record file of the Parquet sidecar {parent}: pass the "
+                    f"sidecar (the folder holding {ZMETADATA}) instead"
+                )
+            parent = parent.rsplit("/", 1)[0]
+        raise InvalidReferenceError(
+            f"{path} is a Parquet file but not a sidecar (a Parquet sidecar is a folder "
+            f"holding {ZMETADATA}); pass that folder"
+        )
 
 
 #: NUL and other control characters never appear in a real object key or path.
