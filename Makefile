@@ -6,15 +6,22 @@ PYTEST_ARGS ?=
 
 .PHONY: setup demo test lint bench clean
 
-$(VENV)/.installed: pyproject.toml
+# The demo needs only the package itself; the tests need every extra and test tool.
+$(PY):
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test]"
+
+$(VENV)/.installed-base: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e .
 	touch $@
+
+$(VENV)/.installed: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@ $(VENV)/.installed-base
 
 setup: $(VENV)/.installed
 
-demo: setup
+demo: $(VENV)/.installed-base
 	$(VENV)/bin/h5sidecar demo demo-output
 
 test: setup

@@ -21,6 +21,7 @@ from typing import Any, Self
 
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -320,21 +321,27 @@ def _cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
     )
     for g in report.failed:
         assert g.error is not None
-        out.print(f"[red]FAILED[/] {g.name or g.url}: [{g.error.kind}] {g.error.message}")
-        out.print(f"       what to do: {g.error.hint}")
+        # escaped: "[not_hdf5]" would otherwise be taken for a rich markup tag and vanish
+        out.print(f"[red]FAILED[/] {escape(g.name or g.url)}: "
+                  f"{escape(f'[{g.error.kind}]')} {escape(g.error.message)}")
+        out.print(f"       what to do: {escape(g.error.hint)}")
     for g in report.partial:
         lost = [s["path"] for s in g.skipped if s.get("kind") == ErrorKind.INTERNAL_ERROR]
         out.print(
-            f"[red]PARTIAL[/] {g.name or g.url}: {len(lost)} variable(s) left out by an "
-            f"unexpected error ({', '.join(lost[:5])}); reasons in the report"
+            f"[red]PARTIAL[/] {escape(g.name or g.url)}: {len(lost)} variable(s) left out by an "
+            f"unexpected error ({escape(', '.join(lost[:5]))}); reasons in the report"
         )
     odd = report.options.get("not_regular_files", [])
     if odd:
         out.print(f"[yellow]{len(odd)} file(s) left out, not regular files (FIFOs, sockets, "
-                  f"devices)[/]: {', '.join(odd)}")
+                  f"devices)[/]: {escape(', '.join(odd))}")
     skipped = sum(g.n_skipped for g in report.granules)
-    if skipped:
-        out.print(f"{skipped} variable(s) skipped (reasons in the report and `h5sidecar inspect`)")
+    lost = sum(g.n_lost for g in report.granules)
+    if lost:
+        out.print(f"{lost} variable(s) skipped (reasons in the report and `h5sidecar inspect`)")
+    if skipped - lost:
+        out.print(f"{skipped - lost} entries left out that hold no data (dimension-only "
+                  "datasets, links to groups already indexed)")
     out.print(f"report: {report.dest.rstrip('/')}/_report.json")
     return EXIT_OK if report.ok else EXIT_FAILED
 
@@ -487,8 +494,9 @@ def _cmd_catalog(args: argparse.Namespace, out: Console, err: Console) -> int:
     if result.cubes:
         out.print(f"cube asset(s) of the collection: {', '.join(result.cubes)}")
     for e in result.errors:
-        out.print(f"[red]LEFT OUT[/] {e.name}: [{e.kind}] {e.message}")
-        out.print(f"         what to do: {e.hint}")
+        # escaped: "[no_time]" would otherwise be taken for a rich markup tag and vanish
+        out.print(f"[red]LEFT OUT[/] {escape(e.name)}: {escape(f'[{e.kind}]')} {escape(e.message)}")
+        out.print(f"         what to do: {escape(e.hint)}")
     return EXIT_OK if result.ok else EXIT_FAILED
 
 

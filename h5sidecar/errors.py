@@ -12,7 +12,9 @@ bodies.  Which HTTP status each class gets is the gateway's business
 
 from __future__ import annotations
 
+import difflib
 import enum
+from collections.abc import Iterable
 from typing import Any
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "SourceReadError",
     "StaleReferenceError",
     "UnsupportedFeatureError",
+    "did_you_mean",
 ]
 
 
@@ -217,3 +220,25 @@ class STACValidationError(H5SidecarError, ValueError):
     def __init__(self, message: str, errors: list[Any]) -> None:
         super().__init__(message)
         self.errors = errors
+
+
+def did_you_mean(name: str, choices: Iterable[str], *, listed: int = 20) -> str:
+    """The end of a "no such name" message: the closest names, else the first ``listed``.
+
+    ``"did you mean 'gt1l/heights'?"`` for a typo among 140 groups, instead of the first 20 in
+    alphabetical order, which rarely hold the one meant.
+    """
+    pool = sorted(set(choices))
+    close = difflib.get_close_matches(name, pool, n=3, cutoff=0.6)
+    if not close:  # a typo in the last part of a path: compare the last parts
+        tail = name.rsplit("/", 1)[-1]
+        by_tail = {c.rsplit("/", 1)[-1]: c for c in pool if c.count("/") == name.count("/")}
+        close = [by_tail[t] for t in difflib.get_close_matches(tail, list(by_tail), n=3)]
+    if close:
+        return "did you mean " + " or ".join(repr(c) for c in close) + "?"
+    # nothing close: the names at the asked depth (top-level groups for "zzz") say where to look
+    depth = name.count("/")
+    level = [c for c in pool if c and c.count("/") == depth] or pool
+    more = f" ... ({len(level)} of {len(pool)} in all)" if len(level) > listed else ""
+    scope = "at that level " if level is not pool else ""
+    return f"the names {scope}are {level[:listed]}{more}"

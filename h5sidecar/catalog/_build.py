@@ -307,7 +307,8 @@ def build_catalog(
         if isinstance(res, GranuleRefs):
             found.append((g, res))
         elif isinstance(res, ItemError):
-            log.warning("%s left out of the catalog: %s", g.name, res.message)
+            # info, not warning: the result's errors carry it, and the CLI prints them once
+            log.info("%s left out of the catalog: %s", g.name, res.message)
             errors.append(res)
         else:
             items.append(res)

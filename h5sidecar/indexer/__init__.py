@@ -23,7 +23,7 @@ from h5sidecar.indexer._filters import (
     partial_edge_chunks_unfiltered,
     pipeline_for,
 )
-from h5sidecar.indexer._granule import index_open_granule
+from h5sidecar.indexer._granule import index_open_granule, skip_loses_data
 from h5sidecar.indexer._h5file import open_granule
 from h5sidecar.indexer._source import open_source
 from h5sidecar.references import GranuleRefs
@@ -43,6 +43,7 @@ __all__ = [
     "open_source",
     "partial_edge_chunks_unfiltered",
     "pipeline_for",
+    "skip_loses_data",
 ]
 
 

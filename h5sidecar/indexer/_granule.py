@@ -33,7 +33,7 @@ from h5sidecar.references import ArrayRefs, GranuleRefs, Skipped
 from h5sidecar.settings import IndexSettings
 from h5sidecar.sources._ranged import RangeReader
 
-__all__ = ["BENIGN_KINDS", "index_open_granule"]
+__all__ = ["BENIGN_KINDS", "index_open_granule", "skip_loses_data"]
 
 log = logging.getLogger("h5sidecar.indexer")
 
@@ -50,7 +50,13 @@ _BENIGN_PREFIXES = (
 
 
 def _benign(skip: Skipped) -> bool:
-    return skip.kind in BENIGN_KINDS or skip.reason.startswith(_BENIGN_PREFIXES)
+    return not skip_loses_data(skip.kind, skip.reason)
+
+
+def skip_loses_data(kind: str, reason: str) -> bool:
+    """Whether a skip record leaves data out (False for entries that hold none: a second link
+    to a group, a netCDF-4 dimension without a variable, a null dataspace, a dangling link)."""
+    return not (kind in BENIGN_KINDS or reason.startswith(_BENIGN_PREFIXES))
 
 
 class _Dereferencer:

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from h5sidecar.errors import UnsupportedFeatureError
+from h5sidecar.errors import UnsupportedFeatureError, did_you_mean
 from h5sidecar.read._cache import ByteLRU, range_cache_key
 from h5sidecar.read._decode import (
     ChunkCodec,
@@ -286,7 +286,10 @@ class NativeReader:
     def _array(self, path: str) -> ArrayRefs:
         arr = self.refs.arrays.get(path)
         if arr is None:
-            raise KeyError(f"no array {path!r} in the sidecar of {self.refs.source.url}")
+            raise KeyError(
+                f"no array {path!r} in the sidecar of {self.refs.source.url}; "
+                + did_you_mean(path, self.refs.arrays)
+            )
         if self.codec(path) is None:
             raise TypeError(
                 f"{path} holds Python objects ({arr.meta.dtype}); read it through zarr "

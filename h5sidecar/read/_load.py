@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from h5sidecar.errors import did_you_mean
 from h5sidecar.read._batch import Item
 
 __all__ = ["load", "read_arrays"]
@@ -59,7 +60,10 @@ def read_arrays(
     for path, key in wanted.items():
         arr = store.refs.arrays.get(path)
         if arr is None:
-            raise KeyError(f"no array {path!r} in the sidecar of {store.refs.source.url}")
+            raise KeyError(
+                f"no array {path!r} in the sidecar of {store.refs.source.url}; "
+                + did_you_mean(path, store.refs.arrays)
+            )
         key = () if key is None else key if isinstance(key, tuple) else (key,)
         full = (*key, *(slice(None),) * (len(arr.meta.shape) - len(key)))
         if store.native.supports(path):

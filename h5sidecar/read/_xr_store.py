@@ -39,7 +39,7 @@ from xarray.backends.zarr import ZarrStore
 from xarray.core import indexing
 from xarray.core.variable import Variable
 
-from h5sidecar.errors import NotIndexedError
+from h5sidecar.errors import NotIndexedError, did_you_mean
 from h5sidecar.read._batch import NativeReader
 from h5sidecar.read._lazy_array import SidecarArray
 from h5sidecar.read.store import SidecarStore
@@ -191,8 +191,8 @@ def open_zarr_store(
     if group not in store.refs.groups:
         where = store.sidecar or store.refs.source.url
         raise NotIndexedError(
-            f"no group {group!r} in the sidecar of {where}; its groups are "
-            f"{sorted(store.refs.groups)[:20]}{' ...' if len(store.refs.groups) > 20 else ''}"
+            f"no group {group!r} in the sidecar of {where}; "
+            + did_you_mean(group, store.refs.groups)
         )
     root = store.zarr_root()
     zstore = _SidecarZarrStore(

@@ -35,6 +35,7 @@ from typing import Any, Literal
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from h5sidecar._modes import follow_umask
 from h5sidecar.errors import InvalidReferenceError, NotIndexedError
 from h5sidecar.references._bulk import MANIFESTS_FILE
 from h5sidecar.references._json import decode_json, encode_json
@@ -189,6 +190,10 @@ def read_refs(
                 files = SidecarFiles(os.fspath(path), storage_options, fs=fs, root=root)
                 refs = read_parquet_lazy(zmeta, files) if lazy else None
                 return _checked(refs if refs is not None else read_parquet_parts(zmeta, files))
+            if not root.endswith(".json"):
+                # a granule, a netCDF-3 file or one record file passed by mistake: say so from
+                # its first bytes instead of downloading it whole to fail as JSON
+                _refuse_non_sidecar(fs, root, path, fs.cat_file(root, start=0, end=len(_HEAD)))
             return _checked(decode_json(fs.cat_file(root, start=0)))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             continue
@@ -196,6 +201,38 @@ def read_refs(
         f"no sidecar at {path}: neither a JSON file nor a directory with {ZMETADATA}; "
         "index the granule first (h5sidecar index)"
     )
+
+
+#: Enough leading bytes to tell a sidecar (JSON text) from the files mistaken for one.
+_HEAD = b"\x89HDF\r\n\x1a\n"
+_NETCDF3 = (b"CDF\x01", b"CDF\x02", b"CDF\x05")
+
+
+def _refuse_non_sidecar(fs: Any, root: str, path: Any, head: bytes) -> None:
+    """Raise a message that says what ``root`` is when it is clearly not a sidecar."""
+    if head.startswith(_HEAD):
+        raise InvalidReferenceError(
+            f"{path} is an HDF5/netCDF-4 file, not a sidecar: index it first "
+            f"(h5sidecar index {path} -o DEST) and pass the sidecar it writes"
+        )
+    if head.startswith(_NETCDF3):
+        raise InvalidReferenceError(
+            f"{path} is a netCDF-3 (classic) file, not a sidecar; h5sidecar indexes HDF5 and "
+            "netCDF-4 files only (kerchunk's NetCDF3ToZarr reads netCDF-3)"
+        )
+    if head.startswith(b"PAR1"):
+        parent = root.rsplit("/", 1)[0]
+        while "/" in parent.strip("/"):
+            if fs.exists(f"{parent}/{ZMETADATA}"):
+                raise InvalidReferenceError(
+                    f"{path} is one record file of the Parquet sidecar {parent}: pass the "
+                    f"sidecar (the folder holding {ZMETADATA}) instead"
+                )
+            parent = parent.rsplit("/", 1)[0]
+        raise InvalidReferenceError(
+            f"{path} is a Parquet file but not a sidecar (a Parquet sidecar is a folder "
+            f"holding {ZMETADATA}); pass that folder"
+        )
 
 
 #: NUL and other control characters never appear in a real object key or path.
@@ -304,6 +341,7 @@ def _write_local_file(path: Path, chunks: Iterable[bytes]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        follow_umask(tmp, fd=fd)  # mkstemp's 0600 would make the sidecar private to its writer
         with os.fdopen(fd, "wb") as f:
             for chunk in chunks:
                 f.write(chunk)
@@ -322,6 +360,7 @@ def _write_local_dir(path: Path, files: Iterable[tuple[str, bytes]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     try:
+        follow_umask(tmp, directory=True)  # mkdtemp's 0700 would hide the sidecar from the group
         written = []
         for rel, data in files:
             target = tmp / rel

@@ -17,7 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from h5sidecar._modes import follow_umask
 from h5sidecar.errors import ErrorKind, H5SidecarError, InvalidReferenceError
+from h5sidecar.indexer import skip_loses_data
 from h5sidecar.sources._urls import normalize_url
 from h5sidecar.workflows._listing import filesystem, is_remote, join_url
 
@@ -162,6 +164,7 @@ class GranuleResult:
                 "virtual": self.n_virtual,
                 "inlined": self.n_inlined,
                 "skipped": self.n_skipped,
+                "skipped_with_data": self.n_lost,
             },
             "skipped": [dict(s) for s in self.skipped],
             "n_chunks": self.n_chunks,
@@ -191,6 +194,12 @@ class GranuleResult:
             seconds=dict(d.get("seconds", {})),
             error=None if err is None else ErrorRecord(**err),
         )
+
+    @property
+    def n_lost(self) -> int:
+        """Skipped entries that leave data out; the rest of ``n_skipped`` hold none (links to
+        groups, dimension-only datasets, null dataspaces, dangling links)."""
+        return sum(skip_loses_data(s.get("kind", ""), s.get("reason", "")) for s in self.skipped)
 
     @property
     def partial(self) -> bool:
@@ -351,6 +360,7 @@ def write_report(
     _sweep_stale_temporaries(dest)
     fd, tmp = tempfile.mkstemp(prefix="._report.", suffix=".tmp", dir=dest)
     try:
+        follow_umask(tmp, fd=fd)  # mkstemp's 0600 would make the report private to its writer
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -183,6 +183,22 @@ def test_granule_without_time_is_left_out_with_a_reason(tmp_path: Path) -> None:
     assert "time_coverage_start" in err.hint
 
 
+def test_cli_reports_a_left_out_granule_once(tmp_path: Path, capsys) -> None:
+    from h5sidecar.workflows import index_many
+
+    src = tmp_path / "src"
+    src.mkdir()
+    with h5py.File(src / "timeless.h5", "w") as f:
+        f["lat"] = np.linspace(0, 1, 5)
+    assert index_many(str(src), str(tmp_path / "dest"), executor="serial").ok
+    capsys.readouterr()
+    assert main(["catalog", str(tmp_path / "dest"), "-o", str(tmp_path / "stac")]) == 1
+    cap = capsys.readouterr()
+    printed = cap.out + cap.err
+    assert printed.count("timeless.h5") == 1, printed
+    assert "LEFT OUT" in printed and "no_time" in printed
+
+
 def test_empty_dest_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "dest").mkdir()
     with pytest.raises(SourceNotFoundError, match="h5sidecar index"):

@@ -227,7 +227,7 @@ def test_unknown_filter_raises_naming_it(tmp_path: Path) -> None:
         with pytest.raises(UnsupportedFeatureError, match=r"47999 .*cd_values=\[11, 22\]") as err:
             pipeline_for(dset)
         assert isinstance(err.value, NotImplementedError)
-        assert "plugin" in str(err.value) and "on_unsupported='skip'" in str(err.value)
+        assert "plugin" in str(err.value) and "h5repack" in str(err.value)
         # HDF5 skipped the unavailable optional filter: every chunk says so in its mask
         mask, raw = dset.id.read_direct_chunk((0,))
         assert filter_mask_differs(mask, 1)
@@ -337,3 +337,31 @@ def test_corpus_mafisc_is_unsupported(corpus_dir: Path) -> None:
     with h5py.File(src) as f, pytest.raises(UnsupportedFeatureError) as err:
         pipeline_for(f["DS1"])
     assert "32002 (MAFISC" in str(err.value)
+
+
+def _unsupported_filter_file(path: Path) -> Path:
+    with h5py.File(path, "w") as f:
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_chunk((100,))
+        dcpl.set_fletcher32()
+        dcpl.set_filter(32000, h5py.h5z.FLAG_MANDATORY, ())  # LZF after a checksum: size unknown
+        space = h5py.h5s.create_simple((1000,))
+        dset = h5py.Dataset(h5py.h5d.create(f.id, b"x", h5py.h5t.STD_I32LE, space, dcpl=dcpl))
+        dset[...] = np.zeros(1000, "i4")
+        f["y"] = np.arange(5.0)
+    return path
+
+
+def test_unsupported_filter_advice_fits_the_mode(tmp_path: Path) -> None:
+    """The skip record (the default) does not tell the user to pass the default; raising does."""
+    from h5sidecar.indexer import index_granule
+    from h5sidecar.settings import IndexSettings
+
+    path = _unsupported_filter_file(tmp_path / "f.h5")
+    refs = index_granule(str(path))
+    [skip] = [s for s in refs.skipped if s.path.strip("/") == "x"]
+    assert "LZF" in skip.reason and "h5repack" in skip.reason
+    assert "on_unsupported" not in skip.reason
+    assert np.array_equal(refs.arrays["y"].meta.shape, (5,))
+    with pytest.raises(UnsupportedFeatureError, match="on_unsupported='skip'"):
+        index_granule(str(path), settings=IndexSettings(on_unsupported="raise"))

@@ -248,6 +248,7 @@ LAYERS: dict[str, int] = {
     "cli": 6,
     "_version": 0,
     "_lazy": 0,
+    "_modes": 0,
     "__main__": 7,
     "": 8,
 }

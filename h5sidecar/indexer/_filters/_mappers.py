@@ -307,9 +307,10 @@ _SIZE_PRESERVING = frozenset({2})
 
 def _unsupported(f: HDF5Filter, why: str) -> UnsupportedFeatureError:
     return UnsupportedFeatureError(
+        # no "use on_unsupported='skip'" here: with the default (skip) this text is the skip
+        # record's reason, and the advice is added where the error is raised instead
         f"{f.describe()}: {why}. Variables using it cannot be read through references; "
-        "index with on_unsupported='skip' to record them as skipped, or re-encode the source "
-        "(e.g. h5repack -f GZIP=4)."
+        "to read them, re-encode the source with a supported filter (e.g. h5repack -f GZIP=4)."
     )
 
 

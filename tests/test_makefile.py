@@ -1,0 +1,36 @@
+"""`make demo` installs only what the main job needs; `make test` installs the test tools."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+
+
+def _dry_run(target: str, venv: Path) -> str:
+    out = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), target, f"VENV={venv}"],
+        capture_output=True, text=True, check=True, timeout=60,
+    )
+    return out.stdout
+
+
+def test_demo_installs_the_package_alone(tmp_path: Path) -> None:
+    steps = _dry_run("demo", tmp_path / "venv")
+    installs = [line for line in steps.splitlines() if "pip install" in line and "-e" in line]
+    assert installs, steps
+    assert all(line.rstrip().endswith("-e .") for line in installs), installs
+    assert "[test]" not in steps and "ensure-test-tools" not in steps
+    assert "h5sidecar demo" in steps
+
+
+def test_test_installs_the_test_extra(tmp_path: Path) -> None:
+    steps = _dry_run("test", tmp_path / "venv")
+    assert 'pip install -q -e ".[test]"' in steps
+    assert "pytest" in steps
