@@ -182,6 +182,20 @@ def build_parser() -> argparse.ArgumentParser:
     _storage_option_arg(p)
     p.set_defaults(run=_cmd_cube)
 
+    p = sub.add_parser("prune", parents=[verbose], help="list (or remove) sidecars no one needs",
+                       description="Find sidecars whose source no longer exists (orphaned), "
+                       "sidecars in a format no longer indexed (other_format) and temporaries "
+                       "of interrupted writes (staging) under DEST. A dry run unless --apply.")
+    p.add_argument("dest", help="folder or S3 prefix written by `h5sidecar index -o`")
+    p.add_argument("--apply", action="store_true", help="remove them (default: only list)")
+    p.add_argument("--only", nargs="+", choices=["orphaned", "other_format", "staging"],
+                   default=None, metavar="KIND", help="orphaned, other_format and/or staging")
+    p.add_argument("--staging-age", type=float, default=3600.0, metavar="SECONDS",
+                   help="leave younger temporaries alone (a running index owns them; 3600)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    _storage_option_arg(p)
+    p.set_defaults(run=_cmd_prune)
+
     p = sub.add_parser("sample", parents=[verbose], help="write sample ATL03-like granules",
                        description="Write small synthetic ATL03-like HDF5 granules (and "
                        "optionally a netCDF-4 file) to OUTDIR.")
@@ -342,6 +356,11 @@ def _cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
     if skipped - lost:
         out.print(f"{skipped - lost} entries left out that hold no data (dimension-only "
                   "datasets, links to groups already indexed)")
+    if report.orphaned:
+        out.print(f"[yellow]{len(report.orphaned)} sidecar(s) orphaned[/]: their sources are gone "
+                  f"({escape(', '.join(report.orphaned[:5]))}"
+                  f"{' ...' if len(report.orphaned) > 5 else ''}); "
+                  f"`h5sidecar prune {escape(report.dest)}` lists and removes them")
     out.print(f"report: {report.dest.rstrip('/')}/_report.json")
     return EXIT_OK if report.ok else EXIT_FAILED
 
@@ -517,6 +536,24 @@ def _cmd_cube(args: argparse.Namespace, out: Console, err: Console) -> int:
     if len(r.cubes) > 1:
         out.print(f"[yellow]split into {len(r.cubes)} cubes:[/] the granules encode variables "
                   "differently (run without --on-mismatch split to see how)")
+    return EXIT_OK
+
+
+def _cmd_prune(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from h5sidecar.workflows import prune
+
+    reasons = tuple(args.only) if args.only else ("orphaned", "other_format", "staging")
+    with err.status(f"checking the sidecars under {args.dest}"):
+        r = prune(args.dest, apply=args.apply, reasons=reasons, staging_age=args.staging_age,
+                  storage_options=storage_options(args.storage_options))
+    if args.json:
+        out.print_json(data=r.to_dict())
+        return EXIT_OK
+    verb = "removed" if r.applied else "would remove"
+    for e in r.entries:
+        out.print(f"{verb} [bold]{escape(e.reason)}[/] {escape(e.path)}: {escape(e.detail)}")
+    out.print(f"{len(r.entries)} of {r.sidecars_checked} sidecar(s) and temporaries {verb}"
+              + ("" if r.applied or not r.entries else "; run again with --apply to remove them"))
     return EXIT_OK
 
 

@@ -40,7 +40,7 @@ from h5sidecar.workflows._report import (
     RunReport,
     error_record,
     read_report,
-    write_report,
+    write_merged_report,
 )
 
 __all__ = ["IndexOptions", "ProgressSink", "index_many", "index_one"]
@@ -287,7 +287,9 @@ def index_many(
             complete=complete,
             version=__version__,
         )
-        write_report(report, dest, storage_options=storage_options)
+        _, written = write_merged_report(report, dest, storage_options=storage_options)
+        # the sidecars of earlier runs whose sources this complete listing no longer found
+        report = replace(report, orphaned=written.orphaned)
     return report
 
 

@@ -8,6 +8,7 @@ and serialise to JSON without custom encoders.  The report format is documented 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
 import logging
 import os
@@ -21,7 +22,7 @@ from h5sidecar._modes import follow_umask
 from h5sidecar.errors import ErrorKind, H5SidecarError, InvalidReferenceError
 from h5sidecar.indexer import skip_loses_data
 from h5sidecar.sources._urls import normalize_url
-from h5sidecar.workflows._listing import filesystem, is_remote, join_url
+from h5sidecar.workflows._listing import DEFAULT_PATTERNS, filesystem, is_remote, join_url
 
 __all__ = [
     "REPORT_NAME",
@@ -249,6 +250,7 @@ class RunReport:
     version: str = ""
     roots: tuple[str, ...] = ()
     carried_over: int = 0
+    orphaned: tuple[str, ...] = ()
 
     @property
     def counts(self) -> dict[str, int]:
@@ -288,6 +290,7 @@ class RunReport:
             "complete": self.complete,
             "roots": list(self.roots),
             "carried_over": self.carried_over,
+            "orphaned": list(self.orphaned),
             "counts": self.counts,
             "granules": [g.to_dict() for g in self.granules],
         }
@@ -308,6 +311,7 @@ class RunReport:
             version=str(d.get("h5sidecar_version", "")),
             roots=tuple(str(r) for r in d.get("roots", ())),
             carried_over=int(d.get("carried_over", 0)),
+            orphaned=tuple(str(n) for n in d.get("orphaned", ())),
         )
 
 
@@ -327,7 +331,27 @@ def merge_reports(previous: RunReport | None, current: RunReport) -> RunReport:
     carried = [g for g in previous.granules if g.url not in fresh]
     roots = tuple(dict.fromkeys((*(previous.roots or (previous.source,)), *own_roots)))
     granules = tuple(sorted((*current.granules, *carried), key=lambda g: (g.name, g.url)))
-    return replace(current, granules=granules, roots=roots, carried_over=len(carried))
+    orphaned = tuple(g.name or g.url for g in carried if _listing_missed(current, g))
+    return replace(current, granules=granules, roots=roots, carried_over=len(carried),
+                   orphaned=orphaned)
+
+
+def _listing_missed(current: RunReport, g: GranuleResult) -> bool:
+    """Whether ``current``'s complete listing would have found ``g``'s source if it existed.
+
+    A carried-over granule under the run's folder or prefix that matches its patterns was not
+    listed, so its source is gone: its sidecar is an orphan (``h5sidecar prune`` removes it).
+    Granules of other roots, other patterns or an interrupted run are merely not reached.
+    """
+    root = current.source.rstrip("/")
+    if not current.complete or any(ch in root for ch in "*?[") or g.status == "failed":
+        return False
+    if not g.url.startswith(root + "/"):
+        return False
+    patterns = current.options.get("patterns") or DEFAULT_PATTERNS
+    name = g.url.rsplit("/", 1)[-1]
+    hidden = any(part.startswith(".") for part in g.url[len(root) + 1 :].split("/"))
+    return not hidden and any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
 def write_report(
@@ -348,6 +372,17 @@ def write_report(
     (``os.replace``), so a killed run never leaves half a report; on object stores it is a
     single PUT, which is atomic there.
     """
+    return write_merged_report(report, dest, storage_options=storage_options, merge=merge)[0]
+
+
+def write_merged_report(
+    report: RunReport,
+    dest: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    merge: bool = True,
+) -> tuple[str, RunReport]:
+    """:func:`write_report`, also returning the report as written (merged, with orphans)."""
     dest = normalize_url(dest)
     url = join_url(dest, REPORT_NAME)
     if merge:
@@ -355,7 +390,7 @@ def write_report(
     data = json.dumps(report.to_dict(), indent=1, allow_nan=False).encode()
     if is_remote(url):
         filesystem(url, storage_options).pipe_file(url, data)
-        return url
+        return url, report
     os.makedirs(dest, exist_ok=True)
     _sweep_stale_temporaries(dest)
     fd, tmp = tempfile.mkstemp(prefix="._report.", suffix=".tmp", dir=dest)
@@ -371,7 +406,7 @@ def write_report(
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return url
+    return url, report
 
 
 def _previous(dest: str, storage_options: Mapping[str, Any] | None) -> RunReport | None:

@@ -1,0 +1,277 @@
+"""``h5sidecar prune DEST``: find (and, when asked, remove) what no reader needs any more.
+
+Three kinds of leftovers build up in a DEST that is indexed again and again:
+
+- **orphaned**: a sidecar whose source granule no longer exists (deleted or moved upstream);
+- **other_format**: a granule's sidecar in the format it is no longer indexed in (after a
+  switch of ``--format``, both ``NAME.json`` and ``NAME.parq`` exist; the one the run report
+  names is kept);
+- **staging**: temporaries of atomic writes (``.NAME.*.tmp``) that an interrupted process left
+  behind, older than ``staging_age`` seconds (younger ones may belong to a running ``index``).
+
+Nothing is removed unless ``apply=True``: the default is a dry run that lists what would go.
+Removing sidecars also removes their entries from ``_report.json``.  Datacubes in DEST are never
+pruned (a cube whose member disappeared is refused on read, by name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import posixpath
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal
+
+from h5sidecar.errors import H5SidecarError, SourceNotFoundError
+from h5sidecar.read import load_refs
+from h5sidecar.sources import normalize_url
+from h5sidecar.workflows._listing import filesystem, is_remote
+from h5sidecar.workflows._report import RunReport, read_report, write_report
+
+__all__ = ["PruneEntry", "PruneResult", "prune"]
+
+PruneReason = Literal["orphaned", "other_format", "staging"]
+REASONS: tuple[PruneReason, ...] = ("orphaned", "other_format", "staging")
+#: Source existence checks running at once (each is one HEAD or stat).
+EXISTS_THREADS = 16
+_SUFFIXES = {".json": "json", ".parq": "parquet"}
+
+
+@dataclass(frozen=True, slots=True)
+class PruneEntry:
+    """One thing ``prune`` found.
+
+    Attributes
+    ----------
+    path : str
+        The sidecar or temporary (URL or local path).
+    reason : "orphaned", "other_format" or "staging"
+    detail : str
+        Why, in words (the missing source, the format kept, the age).
+    name : str
+        Granule name (relative to DEST), when it is a sidecar.
+    removed : bool
+        True once removed (``apply=True``).
+    """
+
+    path: str
+    reason: PruneReason
+    detail: str
+    name: str = ""
+    removed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PruneResult:
+    """What ``prune`` found, and whether it removed it."""
+
+    dest: str
+    entries: tuple[PruneEntry, ...]
+    applied: bool
+    sidecars_checked: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``h5sidecar prune --json``)."""
+        return {
+            "dest": self.dest,
+            "applied": self.applied,
+            "sidecars_checked": self.sidecars_checked,
+            "entries": [asdict(e) for e in self.entries],
+        }
+
+
+def prune(
+    dest: str,
+    *,
+    apply: bool = False,
+    reasons: tuple[str, ...] = REASONS,
+    staging_age: float = 3600.0,
+    storage_options: Mapping[str, Any] | None = None,
+    source_storage_options: Mapping[str, Any] | None = None,
+) -> PruneResult:
+    """Find orphaned sidecars, sidecars in a format no longer used, and staging leftovers.
+
+    Parameters
+    ----------
+    dest : str
+        A DEST folder or ``s3://`` prefix written by ``h5sidecar index``.
+    apply : bool
+        Remove what was found (default: only list it).
+    reasons : tuple of str
+        Which kinds to look for (default all three).
+    staging_age : float
+        Temporaries younger than this (seconds) are left alone: a running ``index`` owns them.
+    storage_options, source_storage_options : mapping, optional
+        fsspec options for DEST, and for the sources (default: DEST's).
+
+    Raises
+    ------
+    SourceNotFoundError
+        DEST does not exist.
+    """
+    unknown = set(reasons) - set(REASONS)
+    if unknown:
+        raise ValueError(f"unknown prune reason(s) {sorted(unknown)}; choose from {REASONS}")
+    dest = normalize_url(dest)
+    fs = filesystem(dest, storage_options)
+    fs.invalidate_cache()  # list what is there now, not what this process saw earlier
+    root = dest.split("://", 1)[-1].rstrip("/") if is_remote(dest) else dest.rstrip("/")
+    if not fs.exists(root):
+        raise SourceNotFoundError(f"{dest} does not exist: pass the DEST of h5sidecar index")
+    prefix = dest.split("://", 1)[0] + "://" if is_remote(dest) else ""
+    sidecars, temporaries = _walk(fs, root)
+    report = _report(dest, storage_options)
+    by_name = {g.name: g for g in report.granules} if report else {}
+
+    entries: list[PruneEntry] = []
+    if "staging" in reasons:
+        now = time.time()
+        for path, mtime in temporaries:
+            age = now - mtime if mtime is not None else None
+            if age is not None and age >= staging_age:
+                entries.append(PruneEntry(prefix + path, "staging",
+                                          f"temporary of an interrupted write, {age / 3600:.1f} h old"))
+    # NAME -> {format: path}
+    names: dict[str, dict[str, str]] = {}
+    for path in sidecars:
+        rel = posixpath.relpath(path, root)
+        stem, suffix = posixpath.splitext(rel)
+        names.setdefault(stem, {})[_SUFFIXES[suffix]] = prefix + path
+    kept: dict[str, str] = {}
+    for name, found in sorted(names.items()):
+        keep = _format_kept(name, found, by_name, fs, prefix)
+        kept[name] = found[keep]
+        for fmt, path in found.items():
+            if fmt != keep and "other_format" in reasons:
+                entries.append(PruneEntry(path, "other_format",
+                                          f"the granule is indexed as {keep} ({found[keep]})", name))
+    if "orphaned" in reasons:
+        entries.extend(_orphans(kept, by_name, storage_options,
+                                source_storage_options or storage_options))
+    if apply:
+        entries = [_remove(fs, e, prefix) for e in entries]
+        if report is not None:
+            _drop_from_report(report, dest, entries, storage_options)
+    return PruneResult(dest, tuple(entries), apply, len(sidecars))
+
+
+# -- finding ----------------------------------------------------------------------------------
+def _walk(fs: Any, root: str) -> tuple[list[str], list[tuple[str, float | None]]]:
+    """Sidecars (``.json`` files, ``.parq`` folders) and staging temporaries under ``root``;
+    a Parquet sidecar's record files are never listed."""
+    sidecars: list[str] = []
+    temporaries: list[tuple[str, float | None]] = []
+    todo = [root]
+    while todo:
+        folder = todo.pop()
+        for entry in fs.ls(folder, detail=True):
+            path = entry["name"].rstrip("/")
+            base = posixpath.basename(path)
+            is_dir = entry["type"] == "directory"
+            if base.startswith(".") and base.endswith(".tmp"):
+                temporaries.append((path, _mtime(entry)))
+            elif base.startswith((".", "_")):
+                continue
+            elif (base.endswith(".parq") and is_dir) or (base.endswith(".json") and not is_dir):
+                sidecars.append(path)
+            elif is_dir:
+                todo.append(path)
+    return sidecars, temporaries
+
+
+def _mtime(entry: Mapping[str, Any]) -> float | None:
+    for key in ("mtime", "LastModified", "last_modified"):
+        value = entry.get(key)
+        if value is None:
+            continue
+        return float(value.timestamp()) if hasattr(value, "timestamp") else float(value)
+    return None
+
+
+def _report(dest: str, storage_options: Mapping[str, Any] | None) -> RunReport | None:
+    try:
+        return read_report(dest, storage_options=storage_options)
+    except FileNotFoundError:
+        return None
+
+
+def _format_kept(name: str, found: Mapping[str, str], by_name: Mapping[str, Any], fs: Any,
+                 prefix: str) -> str:
+    """The format the report names for ``name``; without one, the newer sidecar's."""
+    if len(found) == 1:
+        return next(iter(found))
+    entry = by_name.get(name)
+    if entry is not None:
+        for fmt, path in found.items():
+            if normalize_url(path) == normalize_url(entry.sidecar):
+                return fmt
+    def mtime(path: str) -> float:
+        target = path[len(prefix):]
+        if path.endswith(".parq"):
+            target = f"{target}/.zmetadata"
+        try:
+            return _mtime(fs.info(target)) or 0.0
+        except FileNotFoundError:
+            return 0.0
+    return max(found, key=lambda fmt: mtime(found[fmt]))
+
+
+def _orphans(kept: Mapping[str, str], by_name: Mapping[str, Any],
+             storage_options: Mapping[str, Any] | None,
+             source_options: Mapping[str, Any] | None) -> list[PruneEntry]:
+    def source_of(item: tuple[str, str]) -> tuple[str, str, str | None]:
+        name, sidecar = item
+        entry = by_name.get(name)
+        if entry is not None and entry.status != "failed":
+            return name, sidecar, entry.url
+        try:
+            refs = load_refs(sidecar, storage_options=dict(storage_options or {}))
+        except (H5SidecarError, OSError, json.JSONDecodeError):
+            return name, sidecar, None  # unreadable: not ours to judge here (inspect says why)
+        return name, sidecar, None if refs.members else refs.source.url
+
+    def exists(url: str) -> bool:
+        try:
+            return bool(filesystem(url, source_options).exists(_path(url)))
+        except FileNotFoundError:
+            return False
+
+    with ThreadPoolExecutor(EXISTS_THREADS) as pool:
+        sources = list(pool.map(source_of, kept.items()))
+        checks = [(n, s, u) for n, s, u in sources if u]
+        # a listing cached by this process (an index run just before) must not vouch for a
+        # source deleted since: ask the store
+        samples = {u.split("://", 1)[0]: u for _, _, u in checks if u and is_remote(u)}
+        for url in samples.values():
+            filesystem(url, source_options).invalidate_cache()
+        present = list(pool.map(lambda t: exists(t[2]), checks))
+    return [PruneEntry(sidecar, "orphaned", f"its source {url} no longer exists", name)
+            for (name, sidecar, url), there in zip(checks, present, strict=True) if not there]
+
+
+def _path(url: str) -> str:
+    return url.split("://", 1)[1] if is_remote(url) else url.removeprefix("file://")
+
+
+# -- removing ---------------------------------------------------------------------------------
+def _remove(fs: Any, e: PruneEntry, prefix: str) -> PruneEntry:
+    target = e.path[len(prefix):]
+    with contextlib.suppress(FileNotFoundError):  # gone meanwhile: the goal is reached
+        fs.rm(target, recursive=True)
+    return replace(e, removed=True)
+
+
+def _drop_from_report(report: RunReport, dest: str, entries: list[PruneEntry],
+                      storage_options: Mapping[str, Any] | None) -> None:
+    gone = {normalize_url(e.path) for e in entries if e.removed and e.reason != "staging"}
+    if not gone:
+        return
+    granules = tuple(g for g in report.granules if normalize_url(g.sidecar) not in gone)
+    names = {g.name for g in granules}
+    write_report(replace(report, granules=granules,
+                         orphaned=tuple(n for n in report.orphaned if n in names)),
+                 dest, storage_options=storage_options, merge=False)
+
