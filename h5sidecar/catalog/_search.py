@@ -4,7 +4,7 @@ Framework-free: :class:`StacApi` answers with JSON-ready dicts and raises
 :class:`~h5sidecar.errors.InvalidRequestError` (HTTP 400) for malformed parameters and
 :class:`~h5sidecar.errors.NotIndexedError` (HTTP 404) for unknown collections or items; the
 gateway's ``/stac/`` routes only translate HTTP to these calls.  Conformance: STAC API Core,
-Item Search (``bbox``, ``datetime``, ``ids``, ``collections``, ``limit``, token paging, by GET
+Item Search (``bbox``, ``intersects``, ``datetime``, ``ids``, ``collections``, ``limit``, token paging, by GET
 or POST) and Collections/Features (browsing).
 
 Items are held in memory, loaded once from ``STACDIR`` (the folder ``h5sidecar catalog``
@@ -14,6 +14,7 @@ writes); the links of every answer are absolute, built from the request's base U
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,15 @@ class _Entry:
     bbox: tuple[float, float, float, float] | None
     start: dt.datetime | None
     end: dt.datetime | None
+
+    @functools.cached_property
+    def geometry(self) -> Any:
+        """The item's footprint as a shapely geometry (None without one), built when first
+        searched with ``intersects``."""
+        from shapely.geometry import shape
+
+        geom = self.doc.get("geometry")
+        return None if not geom else shape(geom)
 
 
 def _time(text: Any) -> dt.datetime | None:
@@ -86,6 +96,13 @@ def _matches(e: _Entry, q: SearchParams) -> bool:
         return False
     if q.bbox is not None and (e.bbox is None or not _boxes_intersect(e.bbox, q.bbox)):
         return False
+    if q.intersects is not None:
+        # the boxes first (cheap); then the footprint itself, planar in lon/lat (footprints
+        # crossing the antimeridian are split at +/-180, so planar is right)
+        if e.bbox is None or not _boxes_intersect(e.bbox, q.intersects.bounds):
+            return False
+        if e.geometry is None or not q.intersects.intersects(e.geometry):
+            return False
     if q.start is not None and (e.end is None or e.end < q.start):
         return False
     return not (q.end is not None and (e.start is None or e.start > q.end))
@@ -234,8 +251,8 @@ class StacApi:
         Parameters
         ----------
         params : mapping
-            Query parameters (GET) or the JSON body (POST): ``bbox``, ``datetime``, ``ids``,
-            ``collections``, ``limit`` (1-10000, default 10), ``token`` (from a ``next`` link).
+            Query parameters (GET) or the JSON body (POST): ``bbox``, ``intersects`` (GeoJSON),
+            ``datetime``, ``ids``, ``collections``, ``limit`` (1-10000, default 10), ``token`` (from a ``next`` link).
         base : str
             Base URL of the API (``http://host/stac``) for links.
         method : "GET" or "POST"

@@ -26,6 +26,8 @@ class SearchParams:
     end: dt.datetime | None = None
     ids: frozenset[str] | None = None
     collections: frozenset[str] | None = None
+    #: a shapely geometry (GeoJSON ``intersects``), planar in longitude/latitude
+    intersects: Any = None
     limit: int = DEFAULT_LIMIT
     offset: int = 0
 
@@ -126,15 +128,19 @@ def parse_search(params: Mapping[str, Any]) -> SearchParams:
         Naming the parameter and the expected form; also for ``intersects`` and ``filter``,
         which this minimal API does not implement.
     """
-    for unsupported in ("intersects", "filter", "q", "query"):
+    for unsupported in ("filter", "q", "query"):
         if params.get(unsupported) not in (None, ""):
             raise InvalidRequestError(
-                f"{unsupported!r} is not supported by this API: search with bbox, datetime, "
-                "ids and collections")
+                f"{unsupported!r} is not supported by this API: search with bbox, intersects, "
+                "datetime, ids and collections")
     start, end = _datetime(params.get("datetime"))
     limit = params.get("limit")
+    bbox, intersects = _bbox(params.get("bbox")), _intersects(params.get("intersects"))
+    if bbox is not None and intersects is not None:
+        raise InvalidRequestError("give bbox or intersects, not both (STAC API item search)")
     return SearchParams(
-        bbox=_bbox(params.get("bbox")),
+        intersects=intersects,
+        bbox=bbox,
         start=start,
         end=end,
         ids=_strings("ids", params.get("ids")),
@@ -142,3 +148,49 @@ def parse_search(params: Mapping[str, Any]) -> SearchParams:
         limit=DEFAULT_LIMIT if limit in (None, "") else _int("limit", limit, 1, MAX_LIMIT),
         offset=_offset(params.get("token")),
     )
+
+
+#: GeoJSON geometry types ``intersects`` accepts (RFC 7946).
+GEOMETRY_TYPES = ("Point", "MultiPoint", "LineString", "MultiLineString", "Polygon",
+                  "MultiPolygon", "GeometryCollection")
+#: Vertices an ``intersects`` geometry may have: a bound on the work one request can ask for.
+MAX_VERTICES = 10_000
+
+
+def _intersects(value: Any) -> Any:
+    """A GeoJSON geometry (a dict, or its JSON text in a GET query) as a shapely geometry."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise InvalidRequestError(f"intersects is not GeoJSON text: {exc}") from exc
+    if not isinstance(value, Mapping) or value.get("type") not in GEOMETRY_TYPES:
+        raise InvalidRequestError(
+            f"intersects must be a GeoJSON geometry object, type one of {list(GEOMETRY_TYPES)}")
+    import shapely
+    from shapely.geometry import shape
+
+    try:
+        geom = shape(value)
+        n = shapely.get_num_coordinates(geom)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError,
+            shapely.errors.ShapelyError) as exc:
+        raise InvalidRequestError(f"intersects is not a valid {value['type']}: {exc}") from exc
+    if n > MAX_VERTICES:
+        raise InvalidRequestError(f"intersects has {n} vertices; at most {MAX_VERTICES}")
+    if geom.is_empty:
+        raise InvalidRequestError("intersects is an empty geometry")
+    w, s, e, n_ = geom.bounds
+    if not (-180 <= w <= e <= 180 and -90 <= s <= n_ <= 90):
+        raise InvalidRequestError(
+            f"intersects reaches outside longitudes -180..180 / latitudes -90..90 "
+            f"(bounds {list(geom.bounds)}): split a geometry that crosses the antimeridian "
+            "into a MultiPolygon at +/-180, as RFC 7946 asks")
+    if not geom.is_valid:
+        raise InvalidRequestError(
+            f"intersects is not a valid geometry ({shapely.is_valid_reason(geom)}): fix the "
+            "ring (closed, not self-intersecting)")
+    shapely.prepare(geom)
+    return geom

@@ -78,6 +78,13 @@ def test_pystac_client_searches_the_gateway(stac_gateway: str, indexed: Indexed)
     hits = client.search(datetime=f"{start}/{track.properties['end_datetime']}",
                          collections=["samples"])
     assert [i.id for i in hits.items()] == [track.id]
+    # intersects (POST, GeoJSON): a point on the track's footprint
+    from shapely.geometry import shape
+
+    on = shape(track.geometry).representative_point()
+    hits = client.search(intersects={"type": "Point", "coordinates": [on.x, on.y]},
+                         collections=["samples"])
+    assert sorted(i.id for i in hits.items()) == sorted([track.id, "gridded_sample"])
     # paging: one item per page, every item once
     pages = list(client.search(limit=1, method="GET").pages())
     assert len(pages) == 3 and all(len(p.items) == 1 for p in pages)

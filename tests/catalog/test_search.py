@@ -47,6 +47,37 @@ def test_bbox_search_matches_item_boxes(api: StacApi, catalog_dir: Path) -> None
     assert _ids(api.search({"bbox": far, "collections": ["samples"]}, BASE)) == ["gridded_sample"]
 
 
+def test_intersects_matches_footprints_not_boxes(api: StacApi, catalog_dir: Path) -> None:
+    from shapely.geometry import Point, box, shape
+
+    items = [i for i in _all_items(catalog_dir) if i["collection"] == "samples"]
+    track = next(i for i in items if i["id"].startswith("ATL03"))
+    foot = shape(track["geometry"])
+    # a point on the footprint: the track and the global grid
+    on = foot.representative_point()
+    page = api.search({"intersects": {"type": "Point", "coordinates": [on.x, on.y]},
+                       "collections": "samples"}, BASE, method="POST")
+    assert sorted(_ids(page)) == sorted([track["id"], "gridded_sample"])
+    # inside the track's bbox but off its (thin, slanted) footprint: bbox says yes, intersects no
+    w, s, e, n = track["bbox"]
+    off = next(Point(x, y) for x, y in ((w, s), (w, n), (e, s), (e, n))
+               if not foot.intersects(Point(x, y).buffer(1e-3)))
+    probe = Point(off.x + (1e-3 if off.x == w else -1e-3), off.y + (1e-3 if off.y == s else -1e-3))
+    assert box(w, s, e, n).contains(probe) and not foot.intersects(probe)
+    as_text = json.dumps({"type": "Point", "coordinates": [probe.x, probe.y]})
+    page = api.search({"intersects": as_text, "collections": "samples"}, BASE)  # GET form
+    assert _ids(page) == ["gridded_sample"]
+    tiny = f"{probe.x - 1e-6},{probe.y - 1e-6},{probe.x + 1e-6},{probe.y + 1e-6}"
+    assert track["id"] in _ids(api.search({"bbox": tiny, "collections": "samples"}, BASE))
+    # a polygon over the whole footprint, and every item's own geometry, find that item
+    page = api.search({"intersects": {"type": "Polygon", "coordinates": [[
+        [w, s], [e, s], [e, n], [w, n], [w, s]]]}, "collections": "samples"}, BASE)
+    assert track["id"] in _ids(page)
+    for item in items:
+        hit = search_items(items, {"intersects": item["geometry"]})
+        assert item["id"] in [h["id"] for h in hit]
+
+
 def test_datetime_ids_and_collections(api: StacApi, catalog_dir: Path) -> None:
     items = sorted((i for i in _all_items(catalog_dir) if i["collection"] == "samples"),
                    key=lambda i: i["properties"]["start_datetime"])
@@ -107,7 +138,14 @@ def test_documents_have_absolute_links(api: StacApi) -> None:
     ({"limit": "0"}, "within 1..10000"),
     ({"limit": "ten"}, "integer"),
     ({"token": "page:2"}, "next"),
-    ({"intersects": {"type": "Point", "coordinates": [0, 0]}}, "not supported"),
+    ({"filter": "x > 1"}, "not supported"),
+    ({"intersects": {"type": "Point", "coordinates": [0, 0]}, "bbox": "0,0,1,1"}, "not both"),
+    ({"intersects": {"type": "Feature", "geometry": None}}, "GeoJSON geometry object"),
+    ({"intersects": "{not json"}, "not GeoJSON text"),
+    ({"intersects": {"type": "Polygon", "coordinates": [[[0, 0], [1, 1], [1, 0], [0, 1],
+                                                          [0, 0]]]}}, "not a valid geometry"),
+    ({"intersects": {"type": "Point", "coordinates": [200, 0]}}, "antimeridian"),
+    ({"intersects": {"type": "Polygon", "coordinates": [[[0, 0], [1]]]}}, "not a valid Polygon"),
     ({"ids": 5}, "list of strings"),
 ])
 def test_malformed_parameters_are_refused(api: StacApi, params: dict, match: str) -> None:
