@@ -27,6 +27,7 @@ from h5sidecar.catalog._item import (
     JSON_MEDIA_TYPE,
     PARQUET_MEDIA_TYPE,
     REFERENCE_ROLES,
+    XARRAY_EXTENSION,
     ZARR_MEDIA_TYPE,
 )
 from h5sidecar.read._cube import cube_summary
@@ -34,7 +35,6 @@ from h5sidecar.references import GranuleRefs
 
 __all__ = ["CUBE_ROLE", "XARRAY_EXTENSION", "cube_assets", "zarr_asset_key"]
 
-XARRAY_EXTENSION = "https://stac-extensions.github.io/xarray-assets/v1.0.0/schema.json"
 #: Role marking the assets of a datacube (what ``open_item`` looks for on a Collection).
 CUBE_ROLE = "datacube"
 

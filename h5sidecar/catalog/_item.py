@@ -33,6 +33,7 @@ from h5sidecar.references import GranuleRefs
 
 __all__ = [
     "FILE_EXTENSION",
+    "XARRAY_EXTENSION",
     "HDF5_MEDIA_TYPE",
     "PARQUET_MEDIA_TYPE",
     "ZARR_MEDIA_TYPE",
@@ -42,6 +43,8 @@ __all__ = [
 ]
 
 FILE_EXTENSION = "https://stac-extensions.github.io/file/v2.1.0/schema.json"
+#: The xarray-assets extension: how to open an asset with xarray (what xpystac applies).
+XARRAY_EXTENSION = "https://stac-extensions.github.io/xarray-assets/v1.0.0/schema.json"
 HDF5_MEDIA_TYPE = "application/x-hdf5"
 JSON_MEDIA_TYPE = "application/json"
 PARQUET_MEDIA_TYPE = "application/vnd.apache.parquet"
@@ -149,6 +152,10 @@ def _assets(
             "title": f"Kerchunk references ({'JSON v1' if info.format == 'json' else 'Parquet'})",
             "roles": list(REFERENCE_ROLES[info.format]),
             "file:size": int(info.sidecar_bytes),
+            # xarray-assets: xr.open_dataset(href, **open_kwargs, storage_options=...) reads it
+            # with kerchunk's engine; remote_protocol says where the chunks are
+            "xarray:open_kwargs": {"engine": "kerchunk", "chunks": {}},
+            "xarray:storage_options": {"remote_protocol": _protocol(refs.source.url)},
         },
     }
     if gateway_url:
@@ -157,8 +164,13 @@ def _assets(
             "type": ZARR_MEDIA_TYPE,
             "title": "Zarr v2 store served by the h5sidecar gateway",
             "roles": ["data", "zarr"],
+            "xarray:open_kwargs": {"engine": "zarr", "consolidated": True, "chunks": {}},
         }
     return assets
+
+
+def _protocol(url: str) -> str:
+    return url.split("://", 1)[0] if "://" in url else "file"
 
 
 def build_item(
@@ -190,7 +202,7 @@ def build_item(
     item: dict[str, Any] = {
         "type": "Feature",
         "stac_version": "1.1.0",
-        "stac_extensions": [FILE_EXTENSION],
+        "stac_extensions": [FILE_EXTENSION, XARRAY_EXTENSION],
         "id": item_id(info.name),
         "geometry": None if ext.footprint is None else ext.footprint.geometry,
         "properties": props,
