@@ -32,6 +32,7 @@ __all__ = [
     "NotIndexedError",
     "STACValidationError",
     "SourceNotFoundError",
+    "SourceAuthError",
     "SourceReadError",
     "StaleReferenceError",
     "UnsupportedFeatureError",
@@ -156,6 +157,14 @@ class SourceReadError(H5SidecarError, OSError):
     def __init__(self, message: str, *, url: str | None = None) -> None:
         super().__init__(message)
         self.url = url
+
+
+class SourceAuthError(SourceReadError):
+    """A web source refused the request (HTTP 401/403): credentials are missing or not accepted.
+
+    Set ``EARTHDATA_TOKEN`` (or ``storage_options={"token": ...}``) or a ``.netrc`` login for the
+    archive's login host; the message names what was configured, never a secret.
+    """
 
 
 class StaleReferenceError(H5SidecarError, OSError):

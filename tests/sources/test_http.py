@@ -1,0 +1,193 @@
+"""https:// sources end to end, against the Earthdata-like archive of tests/earthdata.py:
+index through redirects and auth, read through the sidecar equal to h5py, errors, secrets."""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from h5sidecar.errors import SourceAuthError, SourceNotFoundError, StaleReferenceError
+from h5sidecar.indexer import index_granule
+from h5sidecar.read import SidecarStore, read_arrays
+from h5sidecar.references import write_parquet
+from h5sidecar.settings import ReadSettings
+from h5sidecar.sources._fetch import ChunkFetcher
+from tests.earthdata import PASSWORD, Archive, write_netrc
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def no_env_auth(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No token and no .netrc from the machine running the tests."""
+    monkeypatch.delenv("EARTHDATA_TOKEN", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+
+
+def _granule(tmp_path: Path, small_h5: Path, name: str = "granule.h5") -> Path:
+    path = tmp_path / name
+    shutil.copy(small_h5, path)
+    return path
+
+
+def _assert_equal_to_h5py(sidecar: Path, path: Path, options: dict) -> None:
+    store = SidecarStore(sidecar, remote_options=options)
+    names = list(store.refs.arrays)
+    got = read_arrays(store, names)
+    with h5py.File(path) as h5:
+        for name in names:
+            want = h5[name][()]
+            assert np.array_equal(got[name], want), name
+    assert len(names) >= 5
+
+
+def test_token_index_and_read(earthdata: Archive, no_env_auth: None, small_h5: Path,
+                              tmp_path: Path) -> None:  # fmt: skip
+    path = _granule(tmp_path, small_h5)
+    url = earthdata.add(path)
+    options = {"token": earthdata.token}
+    refs = index_granule(url, storage_options=options)
+    assert refs.source.url == url
+    assert refs.source.size == path.stat().st_size and refs.source.etag
+    assert all(a.manifest.urls in ((), (url,)) for a in refs.arrays.values() if a.manifest)
+    sidecar = tmp_path / "granule.h5.parq"
+    write_parquet(refs, sidecar)
+    _assert_equal_to_h5py(sidecar, path, options)
+
+    # the token went to the data host only; the signed URL on the other host never saw it
+    assert earthdata.seen("data", "/data/")
+    for seen in earthdata.seen("login"):
+        assert earthdata.token not in str(seen.headers), seen.path
+        assert "Authorization" not in seen.headers
+    # every read of the object was a ranged GET (Range kept across the redirect)
+    signed = earthdata.seen(prefix="/signed/")
+    assert signed and all("Range" in s.headers for s in signed)
+    # the signed URL is cached: far fewer trips through /data than ranged GETs
+    assert len(earthdata.seen("data", "/data/")) < len(signed)
+
+
+def test_token_from_environment_and_headers(earthdata: Archive, no_env_auth: None,
+                                            small_h5: Path, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    url = earthdata.add(_granule(tmp_path, small_h5))
+    by_header = index_granule(
+        url, storage_options={"headers": {"Authorization": f"Bearer {earthdata.token}"}}
+    )
+    monkeypatch.setenv("EARTHDATA_TOKEN", earthdata.token)
+    by_env = index_granule(url)
+    assert by_env.source == by_header.source
+
+
+def test_netrc_login_flow(earthdata: Archive, no_env_auth: None, small_h5: Path,
+                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setenv("NETRC", str(write_netrc(tmp_path / "netrc", host="localhost")))
+    path = _granule(tmp_path, small_h5)
+    url = earthdata.add(path)
+    refs = index_granule(url)
+    assert refs.source.url == url and refs.source.etag
+    sidecar = tmp_path / "granule.h5.parq"
+    write_parquet(refs, sidecar)
+    _assert_equal_to_h5py(sidecar, path, {})
+
+    logins = earthdata.seen("login", "/login")
+    assert logins and all(s.headers.get("Authorization", "").startswith("Basic ") for s in logins)
+    # basic auth only to the host .netrc names; the session cookie spared further logins
+    assert all("Authorization" not in s.headers for s in earthdata.seen("data"))
+    assert len(logins) <= 2  # the indexer's and the reader's clients may each log in once
+
+
+def test_missing_credentials(earthdata: Archive, no_env_auth: None, small_h5: Path,
+                             tmp_path: Path) -> None:  # fmt: skip
+    url = earthdata.add(_granule(tmp_path, small_h5))
+    with pytest.raises(SourceAuthError, match="EARTHDATA_TOKEN") as info:
+        index_granule(url)
+    assert "netrc" in str(info.value) and "401" in str(info.value)
+
+
+def test_refused_token_is_not_in_the_error(earthdata: Archive, no_env_auth: None,
+                                           small_h5: Path, tmp_path: Path) -> None:  # fmt: skip
+    url = earthdata.add(_granule(tmp_path, small_h5))
+    with pytest.raises(SourceAuthError) as info:
+        index_granule(url, storage_options={"token": "wrong-secret-value"})
+    assert "wrong-secret-value" not in str(info.value)
+    assert "bearer token" in str(info.value)
+
+
+def test_not_found(earthdata: Archive, no_env_auth: None) -> None:
+    with pytest.raises(SourceNotFoundError):
+        index_granule(earthdata.url("missing.h5"), storage_options={"token": earthdata.token})
+
+
+def test_replaced_source_is_stale(earthdata: Archive, no_env_auth: None, small_h5: Path,
+                                  tmp_path: Path) -> None:  # fmt: skip
+    path = _granule(tmp_path, small_h5)
+    url = earthdata.add(path)
+    options = {"token": earthdata.token}
+    refs = index_granule(url, storage_options=options)
+    sidecar = tmp_path / "granule.h5.parq"
+    write_parquet(refs, sidecar)
+    data = path.read_bytes()
+    time.sleep(0.01)
+    path.write_bytes(data[:-16] + b"\0" * 16)  # same size, new mtime: a new ETag
+    store = SidecarStore(sidecar, remote_options=options)
+    with pytest.raises(StaleReferenceError):
+        read_arrays(store, list(store.refs.arrays))
+
+
+def test_expired_signed_url_is_resolved_again(earthdata: Archive, no_env_auth: None,
+                                              small_h5: Path, tmp_path: Path) -> None:  # fmt: skip
+    path = _granule(tmp_path, small_h5)
+    url = earthdata.add(path)
+    options = {"token": earthdata.token}
+    earthdata.signed_seconds = 2.0
+    refs = index_granule(url, storage_options=options)
+    sidecar = tmp_path / "granule.h5.parq"
+    write_parquet(refs, sidecar)
+    _assert_equal_to_h5py(sidecar, path, options)
+    before = len(earthdata.seen("data", "/data/"))
+    time.sleep(2.5)  # the cached signed URL has expired: 403, then the chain again
+    from h5sidecar.read import clear_caches
+
+    clear_caches()
+    _assert_equal_to_h5py(sidecar, path, options)
+    assert len(earthdata.seen("data", "/data/")) > before
+    assert any(s.path.startswith("/signed/") for s in earthdata.seen("login"))
+
+
+def test_fetcher_pickle_has_no_secrets(earthdata: Archive) -> None:
+    fetcher = ChunkFetcher(ReadSettings(), storage_options={
+        "token": "tok-SECRET", "headers": {"Authorization": "Bearer hdr-SECRET", "X-Ok": "1"}})
+    blob = pickle.dumps(fetcher)
+    assert b"SECRET" not in blob
+    assert pickle.loads(blob).storage_options == {"headers": {"X-Ok": "1"}}
+
+
+def test_http_client_and_auth_refuse_pickling() -> None:
+    from h5sidecar.sources._http import HttpClient
+
+    client = HttpClient({"token": "tok-SECRET"})
+    assert "SECRET" not in repr(client)
+    with pytest.raises(TypeError):
+        pickle.dumps(client)
+    with pytest.raises(TypeError):
+        pickle.dumps(client.auth)
+
+
+def test_credentials_are_bound_to_hosts(tmp_path: Path) -> None:
+    from h5sidecar.sources._auth import HttpAuth
+
+    netrc = write_netrc(tmp_path / "netrc", host="urs.example.org")
+    auth = HttpAuth({"token": "T"}, env={"NETRC": str(netrc)})
+    src = "https://data.example.org"
+    assert auth.headers_for(f"{src}/x.h5", src) == {"Authorization": "Bearer T"}
+    assert auth.headers_for("https://bucket.s3.amazonaws.com/x.h5?sig", src) == {}
+    assert auth.headers_for("https://urs.example.org/oauth", src)["Authorization"].startswith("Basic ")
+    # nothing secret over plain http to a remote host, even the host it is for
+    assert auth.headers_for("http://data.example.org/x.h5", "http://data.example.org") == {}
+    assert PASSWORD not in repr(auth)
