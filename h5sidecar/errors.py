@@ -98,6 +98,7 @@ class ErrorKind(enum.StrEnum):
     OTHER = "other"
     INTERNAL_ERROR = "internal_error"
     # -- append new codes here ------------------------------------------------------------------
+    SOURCE_AUTH = "source_auth"
 
 
 class H5SidecarError(Exception):
@@ -165,6 +166,8 @@ class SourceAuthError(SourceReadError):
     Set ``EARTHDATA_TOKEN`` (or ``storage_options={"token": ...}``) or a ``.netrc`` login for the
     archive's login host; the message names what was configured, never a secret.
     """
+
+    kind = ErrorKind.SOURCE_AUTH
 
 
 class StaleReferenceError(H5SidecarError, OSError):

@@ -191,3 +191,60 @@ def test_credentials_are_bound_to_hosts(tmp_path: Path) -> None:
     # nothing secret over plain http to a remote host, even the host it is for
     assert auth.headers_for("http://data.example.org/x.h5", "http://data.example.org") == {}
     assert PASSWORD not in repr(auth)
+
+
+# -- URLs and the allow-list -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("url", "canon"),
+    [
+        ("HTTPS://Data.Example.ORG:443/a/B.h5", "https://data.example.org/a/B.h5"),
+        ("https://data.example.org:8443/x.h5?v=1", "https://data.example.org:8443/x.h5?v=1"),
+        ("http://127.0.0.1:80/x.h5#frag", "http://127.0.0.1/x.h5"),
+    ],
+)
+def test_parse_https_urls(url: str, canon: str) -> None:
+    from h5sidecar.sources._urls import normalize_url, parse_url
+
+    loc = parse_url(url)
+    assert (loc.url, loc.kind) == (canon, "http")
+    assert normalize_url(url) == canon == parse_url(url, untrusted=True).url
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://user:pw@data.example.org/x.h5",
+        "https://data.example.org/dir/../secret.h5",
+        "https://data.example.org/dir/%2e%2e/secret.h5",
+        "https://data.example.org/dir\\..\\secret.h5",
+        "https:///x.h5",
+        "https://data.example.org/x\x00.h5",
+    ],
+)
+def test_untrusted_https_urls_are_refused(url: str) -> None:
+    from h5sidecar.errors import ForbiddenSourceError, InvalidReferenceError
+    from h5sidecar.sources._allow import AllowList
+
+    allow = AllowList(["https://data.example.org"])
+    assert not allow.allows(url)
+    with pytest.raises((ForbiddenSourceError, InvalidReferenceError)):
+        allow.check(url)
+
+
+def test_allow_list_of_https_prefixes() -> None:
+    from h5sidecar.errors import ForbiddenSourceError
+    from h5sidecar.sources._allow import AllowList
+
+    allow = AllowList(["https://data.example.org/DAAC/ATL03/", "s3://bucket/dir"])
+    assert allow.allows("https://data.example.org/DAAC/ATL03/x.h5")
+    assert allow.allows("HTTPS://DATA.example.org:443/DAAC/ATL03/2019/x.h5")
+    for url in ("https://data.example.org/DAAC/ATL03x/x.h5",  # a sibling, not a child
+                "http://data.example.org/DAAC/ATL03/x.h5",  # another scheme
+                "https://data.example.org:8443/DAAC/ATL03/x.h5",  # another port
+                "https://evil.example.org/DAAC/ATL03/x.h5",
+                "https://data.example.org.evil.org/DAAC/ATL03/x.h5",
+                "file:///etc/passwd", "/etc/passwd", "s3://bucket/dir2/x.h5"):  # fmt: skip
+        assert not allow.allows(url), url
+    with pytest.raises(ForbiddenSourceError, match="allowed source prefixes"):
+        allow.check("https://evil.example.org/x.h5")
+    assert AllowList(["https://data.example.org"]).allows("https://data.example.org/any/x.h5")
