@@ -36,6 +36,13 @@ __all__ = ["HttpAuth", "HTTP_OPTIONS", "origin_of", "secure_for_credentials"]
 HTTP_OPTIONS = frozenset({"headers", "token", "netrc", "anon", "client_kwargs", "block_size"})
 
 
+#: s3fs options a batch's one options dict may carry for an S3 destination: not for web sources,
+#: and not typos either.
+_S3_ONLY = frozenset({"key", "secret", "endpoint_url", "requester_pays", "profile",
+                      "config_kwargs", "use_ssl", "skip_instance_cache", "use_listings_cache",
+                      "default_block_size", "version_aware"})  # fmt: skip
+
+
 def origin_of(url: str) -> str:
     """``scheme://host[:port]`` of ``url``, lower-cased (the unit credentials are bound to)."""
     parts = urlsplit(url)
@@ -80,7 +87,7 @@ class HttpAuth:
     ) -> None:
         opts = dict(storage_options or {})
         env = os.environ if env is None else env
-        unknown = set(opts) - HTTP_OPTIONS
+        unknown = set(opts) - HTTP_OPTIONS - _S3_ONLY
         if unknown:
             raise UnsupportedFeatureError(
                 f"storage option(s) {sorted(unknown)} are not supported for https:// sources; "
