@@ -36,6 +36,7 @@ from h5sidecar.errors import (
     StaleReferenceError,
 )
 from h5sidecar.sources._backends import transient_store_error
+from h5sidecar.sources._http_read import HttpStore
 from h5sidecar.sources._identity import identity_from_meta
 from h5sidecar.sources._pages import PAGE, PageCache, assemble_pages, run_holding
 from h5sidecar.sources._plan import plan_coded
@@ -51,8 +52,8 @@ if TYPE_CHECKING:
 __all__ = ["PinnedFetcher"]
 
 async def _get_async(store: Any, path: str, options: dict[str, Any]) -> Any:
-    """One GET through obstore, or through a web source's own store (which has ``get_async``)."""
-    if hasattr(store, "get_async"):
+    """One GET through obstore, or through a web source's own store."""
+    if isinstance(store, HttpStore):
         return await store.get_async(path, options)
     return await obstore.get_async(store, path, options=options)  # type: ignore[arg-type]
 
