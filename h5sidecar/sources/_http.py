@@ -370,3 +370,14 @@ def clear_http_clients() -> None:
     """Forget every shared client (cookies, signed URLs), e.g. after changing credentials."""
     with _CLIENTS_LOCK:
         _CLIENTS.clear()
+
+
+def _after_fork() -> None:
+    # a forked child must not share the parent's pooled sockets, nor its (stopped) threads
+    global _THREADS, _CLIENTS_LOCK
+    _CLIENTS_LOCK = threading.Lock()
+    _CLIENTS.clear()
+    _THREADS = None
+
+
+os.register_at_fork(after_in_child=_after_fork)

@@ -99,3 +99,24 @@ def test_gateway_refuses_a_planted_https_source(archive: Archive, tmp_path: Path
         r = httpx.get(f"{url}/zarr/a.h5/gt1l/heights/h_ph/0", timeout=30)
     assert r.status_code == 403, r.text
     assert len(archive.seen("login")) == before  # nothing was sent to the planted host
+
+
+def test_process_workers_use_the_callers_current_token(archive: Archive, tmp_path: Path,
+                                                       small_h5: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Worker processes read EARTHDATA_TOKEN as the caller has it now, not as the fork server
+    had it when it started (here: a wrong token), and the token travels in no task."""
+    from h5sidecar.errors import SourceAuthError
+
+    monkeypatch.setenv("EARTHDATA_TOKEN", "stale-token")
+    # the fork server starts (if it has not yet) with the stale token in its environment
+    local = index_many(str(small_h5), str(tmp_path / "local"), executor="process", workers=1)
+    assert local.counts["ok"] == 1
+    with pytest.raises(SourceAuthError) as info:  # a URL's identity is read while listing
+        index_many([archive.url("a.h5")], str(tmp_path / "dest"), executor="process", workers=1)
+    assert "stale-token" not in str(info.value)
+    monkeypatch.setenv("EARTHDATA_TOKEN", archive.token)
+    report = index_many([archive.url("a.h5")], str(tmp_path / "dest"), executor="process",
+                        workers=1)  # fmt: skip
+    assert report.counts["ok"] == 1, report.to_dict()
+    assert archive.token not in str(report.to_dict())
