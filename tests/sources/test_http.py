@@ -248,3 +248,18 @@ def test_allow_list_of_https_prefixes() -> None:
     with pytest.raises(ForbiddenSourceError, match="allowed source prefixes"):
         allow.check("https://evil.example.org/x.h5")
     assert AllowList(["https://data.example.org"]).allows("https://data.example.org/any/x.h5")
+
+
+def test_refused_netrc_login_names_the_login_host(earthdata: Archive, no_env_auth: None,
+                                                   small_h5: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine localhost login alice password not-the-password\n")
+    monkeypatch.setenv("NETRC", str(netrc))
+    url = earthdata.add(_granule(tmp_path, small_h5))
+    with pytest.raises(SourceAuthError) as info:
+        index_granule(url)
+    message = str(info.value)
+    assert f"localhost:{earthdata.login_port}" in message and ".netrc logins for" in message
+    assert "not-the-password" not in message and PASSWORD not in message
+    assert earthdata.seen("login", "/login")  # the basic auth did go to the login host
