@@ -263,3 +263,19 @@ def test_refused_netrc_login_names_the_login_host(earthdata: Archive, no_env_aut
     assert f"localhost:{earthdata.login_port}" in message and ".netrc logins for" in message
     assert "not-the-password" not in message and PASSWORD not in message
     assert earthdata.seen("login", "/login")  # the basic auth did go to the login host
+
+
+def test_plain_fsspec_reads_the_https_references(earthdata: Archive, no_env_auth: None,
+                                                 small_h5: Path, tmp_path: Path) -> None:  # fmt: skip
+    """The sidecar stays kerchunk-compatible: fsspec's HTTP file system reads its https URLs."""
+    from h5sidecar.references import to_kerchunk
+    from tests.indexer._compare import assert_values_equal, h5_read, open_plain
+
+    path = _granule(tmp_path, small_h5)
+    url = earthdata.add(path)
+    refs = index_granule(url, storage_options={"token": earthdata.token})
+    headers = {"Authorization": f"Bearer {earthdata.token}"}
+    group = open_plain(to_kerchunk(refs), "http", {"headers": headers})
+    with h5py.File(path) as h5:
+        for rel in refs.arrays:
+            assert_values_equal(group[rel][...], h5_read(h5[rel]), h5[rel], rel)
