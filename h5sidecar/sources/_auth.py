@@ -97,7 +97,11 @@ class HttpAuth:
         headers = {str(k): str(v) for k, v in {**(client.get("headers") or {}),
                                                **(opts.get("headers") or {})}.items()}  # fmt: skip
         anon = bool(opts.get("anon", False))
-        token = None if anon else (opts.get("token") or env.get("EARTHDATA_TOKEN") or None)
+        # beside an S3 key and secret, "token" is their AWS session token (s3fs's meaning, one
+        # options dict for an S3 sidecar and web sources): never a bearer token for a web host
+        s3_token = bool(opts.get("key") or opts.get("secret"))
+        given = None if s3_token else opts.get("token")
+        token = None if anon else (given or env.get("EARTHDATA_TOKEN") or None)
         if token and not any(k.lower() == "authorization" for k in headers):
             headers["Authorization"] = f"Bearer {token}"
         self._headers: dict[str, str] = {} if anon else headers

@@ -101,7 +101,7 @@ def parse_url(url: str | os.PathLike[str], *, untrusted: bool = False) -> Source
     Raises
     ------
     UnsupportedFeatureError
-        For any other scheme (``gs://``, ``https://``, ...) or a ``file://`` URL on another host.
+        For any other scheme (``gs://``, ``ftp://``, ...) or a ``file://`` URL on another host.
     SourceReadError
         For an S3 URL that names no object (no bucket, no key, a key ending in ``/``, or ``.``,
         ``..`` or empty key segments, which object stores cannot address).

@@ -279,3 +279,15 @@ def test_plain_fsspec_reads_the_https_references(earthdata: Archive, no_env_auth
     with h5py.File(path) as h5:
         for rel in refs.arrays:
             assert_values_equal(group[rel][...], h5_read(h5[rel]), h5[rel], rel)
+
+
+def test_an_aws_session_token_is_never_a_bearer_token() -> None:
+    """One options dict for an S3 sidecar and web sources: its ``token`` beside ``key`` and
+    ``secret`` is the AWS session token, which no web host may receive."""
+    from h5sidecar.sources._auth import HttpAuth
+
+    auth = HttpAuth({"key": "AKIA", "secret": "s", "token": "aws-session"}, env={"NETRC": "/x"})
+    assert auth.headers_for("https://data.example.org/x.h5", "https://data.example.org") == {}
+    auth = HttpAuth({"key": "AKIA", "secret": "s", "token": "aws-session"},
+                    env={"NETRC": "/x", "EARTHDATA_TOKEN": "edl"})  # fmt: skip
+    assert auth.headers_for("https://d.org/x.h5", "https://d.org") == {"Authorization": "Bearer edl"}
