@@ -291,3 +291,50 @@ def test_an_aws_session_token_is_never_a_bearer_token() -> None:
     auth = HttpAuth({"key": "AKIA", "secret": "s", "token": "aws-session"},
                     env={"NETRC": "/x", "EARTHDATA_TOKEN": "edl"})  # fmt: skip
     assert auth.headers_for("https://d.org/x.h5", "https://d.org") == {"Authorization": "Bearer edl"}
+
+
+def test_redirects_that_are_refused(no_env_auth: None) -> None:
+    from h5sidecar.errors import SourceReadError
+    from h5sidecar.sources._http import HttpClient
+
+    client = HttpClient()
+    src = "https://data.example.org/x.h5"
+    with pytest.raises(SourceReadError, match="downgrade"):
+        client._next_hop(src, src, "http://cdn.example.org/x.h5")
+    with pytest.raises(SourceReadError, match="only http"):
+        client._next_hop(src, src, "file:///etc/passwd")
+    assert client._next_hop(src, src, "/signed/x.h5?sig=1") == "https://data.example.org/signed/x.h5?sig=1"
+
+
+def test_a_redirect_loop_is_an_error(no_env_auth: None) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from h5sidecar.errors import SourceReadError
+    from h5sidecar.sources._http import MAX_REDIRECTS, HttpClient
+
+    hits = []
+
+    class Loop(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            hits.append(self.headers.get("Range"))
+            self.send_response(302)
+            self.send_header("Location", "/again")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Loop)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/x.h5"
+        with pytest.raises(SourceReadError, match="redirect loop"):
+            HttpClient().get_range(url, 10, 20)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(hits) == MAX_REDIRECTS + 1 and set(hits) == {"bytes=10-19"}
