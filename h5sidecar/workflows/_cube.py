@@ -19,15 +19,17 @@ from typing import Any, Literal
 
 import numpy as np
 
-from h5sidecar._version import __version__
 from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError
-from h5sidecar.references import GranuleRefs, concat_refs, inline_array, write_refs
+from h5sidecar.references import GranuleRefs, write_refs
+from h5sidecar.workflows._cube_assemble import assemble, cube_record, sidecar_stamp
 from h5sidecar.workflows._cube_checks import (
     check_order,
     check_shared_values,
     encoding_groups,
+    encodings,
     mismatch_message,
 )
+from h5sidecar.workflows._cube_time import check_bounds, normalize_times, time_attrs
 
 __all__ = ["CubePart", "CubeResult", "build_cube", "cube_paths"]
 
@@ -68,6 +70,16 @@ class CubeResult:
     cubes: tuple[CubePart, ...]
     concat_dim: str
     variables: tuple[str, ...] = field(default=())
+    #: ``"built"``, ``"rebuilt"`` (an append that had to rebuild), ``"appended"`` or
+    #: ``"up_to_date"`` (an append with nothing new: nothing was written).
+    action: str = "built"
+    #: Source URLs of the granules added, and of the members replaced (their source changed).
+    added: tuple[str, ...] = ()
+    replaced: tuple[str, ...] = ()
+    #: Append only: sidecars loaded (new or changed ones), and members recognized as unchanged
+    #: from their sidecar's stamp alone (one stat/HEAD each, nothing read).
+    sidecars_read: int = 0
+    unchanged: int = 0
 
     @property
     def path(self) -> str:
@@ -138,9 +150,6 @@ def _selection(
     return keep, coord
 
 
-_SHARED_NOTE = "materialized: a coordinate equal in every granule of the cube, held inline"
-
-
 def _shared_coords(refs: GranuleRefs, paths: Sequence[str], coord: str) -> list[str]:
     """Non-empty 1-D dimension coordinates but ``coord``, small enough to compare and inline."""
     out = []
@@ -166,7 +175,8 @@ def _subset(refs: GranuleRefs, paths: Sequence[str], name: str) -> GranuleRefs:
                        refs.skipped, refs.extra, refs.members)
 
 
-def _write(cube: GranuleRefs, target: str, format: str, opts: Mapping[str, Any]) -> str:
+def write_cube(cube: GranuleRefs, target: str, format: str, opts: Mapping[str, Any]) -> str:
+    """Write a whole cube (atomically; a new commit for Icechunk); return its path."""
     if format != "icechunk":
         return write_refs(cube, target, format=format,  # type: ignore[arg-type]
                           storage_options=dict(opts) or None)
@@ -189,6 +199,10 @@ def build_cube(
     format: Literal["parquet", "json", "icechunk"] = "parquet",
     on_mismatch: Literal["raise", "split"] = "raise",
     storage_options: Mapping[str, Any] | None = None,
+    mode: Literal["build", "append"] = "build",
+    on_out_of_order: Literal["raise", "rebuild"] = "raise",
+    normalize_time: bool = False,
+    time_units: str | None = None,
 ) -> CubeResult:
     """Combine granules' sidecars into one datacube reference set along ``concat_dim``.
 
@@ -218,6 +232,20 @@ def build_cube(
         (default) or write one cube per consistent encoding (see :func:`cube_paths`).
     storage_options : mapping, optional
         fsspec/s3fs options for the sidecars, the sources and ``out``.
+    mode : "build" or "append"
+        ``"build"`` writes the cube from all ``sidecars``.  ``"append"`` adds to the cube(s) at
+        ``out`` only the granules not yet in them and replaces members whose source changed
+        (see :func:`~h5sidecar.workflows.append_cube`); ``group``/``variables`` are the cube's.
+        With no cube at ``out`` yet, it builds one.
+    on_out_of_order : "raise" or "rebuild"
+        Append only: a new granule that does not follow the cube along ``concat_dim`` is
+        refused (default), or the cube is rebuilt from all ``sidecars``.
+    normalize_time : bool
+        Accept granules whose concat coordinate has other time units: their values are decoded
+        with their own units and calendar and held in the cube in ``time_units`` (default: the
+        first granule's, or the existing cube's), exactly, else refused.
+    time_units : str, optional
+        The cube's time units with ``normalize_time`` (a new cube only).
 
     Returns
     -------
@@ -227,63 +255,135 @@ def build_cube(
     ------
     IncompatibleGranulesError
         Encodings differ (``on_mismatch="raise"``), granules overlap along ``concat_dim`` or
-        have different variables, or a granule's last chunk along ``concat_dim`` is partial
-        and another granule follows it.
+        have different variables, a granule's last chunk along ``concat_dim`` is partial
+        and another granule follows it, or (append) a granule falls before the cube's end.
     InvalidRequestError
         No sidecars, an unknown group/variable, or no coordinate variable ``concat_dim``.
     """
-    from h5sidecar.read import load_refs, read_arrays
-
     if on_mismatch not in ("raise", "split"):
         raise InvalidRequestError(f"on_mismatch must be 'raise' or 'split', not {on_mismatch!r}")
     if format not in ("parquet", "json", "icechunk"):
         raise InvalidRequestError(
             f"format must be 'parquet', 'json' or 'icechunk', not {format!r}"
         )
+    if mode not in ("build", "append") or on_out_of_order not in ("raise", "rebuild"):
+        raise InvalidRequestError(
+            f"mode must be 'build' or 'append' ({mode!r}), on_out_of_order 'raise' or "
+            f"'rebuild' ({on_out_of_order!r})"
+        )
     opts = dict(storage_options or {})
+    kw: dict[str, Any] = {"concat_dim": concat_dim, "format": format, "on_mismatch": on_mismatch,
+                              "opts": opts, "normalize_time": normalize_time, "time_units": time_units}
+    if mode == "append":
+        from h5sidecar.workflows._cube_append import append_cube
+
+        return append_cube(
+            sidecars, os.fspath(out), on_out_of_order=on_out_of_order,
+            rebuild=lambda action: _build(sidecars, os.fspath(out), group=group,
+                                          variables=variables, action=action, **kw),
+            **kw,
+        )  # fmt: skip
+    return _build(sidecars, os.fspath(out), group=group, variables=variables, **kw)
+
+
+def load_granules(
+    items: Sequence[Any], opts: Mapping[str, Any]
+) -> list[tuple[GranuleRefs, tuple[str, str] | None]]:
+    """Each item's references and, for a sidecar path, ``(path, stamp)`` (stat before load:
+    a sidecar rewritten in between gets a stamp that no longer matches, so it is checked again).
+    """
+    from h5sidecar.read import load_refs
+
+    def one(x: Any) -> tuple[GranuleRefs, tuple[str, str] | None]:
+        if isinstance(x, GranuleRefs):
+            return x, None
+        path = os.fspath(x)
+        stamp = sidecar_stamp(path, opts)
+        return load_refs(path, opts), (path, stamp)
+
+    with ThreadPoolExecutor(COORD_READERS) as pool:
+        return list(pool.map(one, items))
+
+
+def read_coords(parts: Sequence[GranuleRefs], paths: Sequence[str],
+                opts: Mapping[str, Any]) -> list[dict[str, np.ndarray]]:
+    """``paths`` of every part, raw (one small read per granule, overlapped)."""
+    from h5sidecar.read import read_arrays
+
+    with ThreadPoolExecutor(COORD_READERS) as pool:
+        return list(pool.map(lambda p: read_arrays(p, list(paths), remote_options=opts), parts))
+
+
+def _build(
+    sidecars: Any, out: str, *, concat_dim: str, group: str | None,
+    variables: Sequence[str] | None, format: str, on_mismatch: str, opts: dict[str, Any],
+    normalize_time: bool, time_units: str | None, action: str = "built",
+) -> CubeResult:
     items = _sidecar_list(sidecars, opts)
-    loaded = [x if isinstance(x, GranuleRefs) else load_refs(x, opts) for x in items]
+    pairs = load_granules(items, opts)
     if isinstance(sidecars, str | os.PathLike):
         # cubes written into DEST (by an earlier run) are not granules of the next one
-        loaded = [r for r in loaded if not r.members]
-    if not loaded:
+        pairs = [(r, s) for r, s in pairs if not r.members]
+    if not pairs:
         raise InvalidRequestError("no granule sidecars to combine (only cubes, or nothing)")
+    loaded = [r for r, _ in pairs]
     names = [r.source.url for r in loaded]
     paths, coord = _selection(loaded[0], concat_dim, group, variables)
     parts = [_subset(r, paths, n) for r, n in zip(loaded, names, strict=True)]
-    groups = encoding_groups(parts, paths, concat_dim)
+    ignore = {coord: ("units",)} if normalize_time else {}
+    groups = encoding_groups(parts, paths, concat_dim, ignore)
     if len(groups) > 1 and on_mismatch == "raise":
-        raise IncompatibleGranulesError(mismatch_message(parts, names, paths, concat_dim))
+        raise IncompatibleGranulesError(
+            mismatch_message(parts, names, paths, concat_dim, ignore))
     shared = _shared_coords(parts[0], paths, coord)
-    with ThreadPoolExecutor(COORD_READERS) as pool:  # one small read per granule: overlap them
-        read = list(pool.map(
-            lambda p: read_arrays(p, [coord, *shared], remote_options=opts), parts))
+    read = read_coords(parts, [coord, *shared], opts)
     for g in groups:  # each cube keeps one copy of its grid
         check_shared_values([read[i] for i in g], [names[i] for i in g], shared)
     values = [r[coord] for r in read]
+    coord_attrs = None
+    if normalize_time:
+        values, coord_attrs = _normalized(parts, paths, coord, values, names, time_units)
     # overlaps are refused across all granules, split or not (a split cube must not repeat steps)
     check_order(values, names, coord)
     ordered_groups = sorted(
         (sorted(g, key=lambda i: values[i][0]) for g in groups), key=lambda g: values[g[0]][0]
     )
-    targets = cube_paths(os.fspath(out), len(ordered_groups))
+    targets = cube_paths(out, len(ordered_groups))
     written = []
     for target, members in zip(targets, ordered_groups, strict=True):
-        cube = concat_refs(
-            [parts[i] for i in members], concat_dim, names=[names[i] for i in members],
-            extra={"cube": {"concat_dim": concat_dim, "granules": len(members),
-                            "h5sidecar": __version__}},
-        )
+        first = parts[members[0]]
+        record = cube_record(
+            concat_dim=concat_dim, coord=coord, shared=shared,
+            lengths=[values[i].size for i in members],
+            encoding=encodings(first, paths, concat_dim, ignore),
+            sidecars={names[i]: pairs[i][1] for i in members if pairs[i][1] is not None},
+            normalized=normalize_time,
+        )  # fmt: skip
         coordinate = np.concatenate([values[i] for i in members])
-        cube = GranuleRefs(
-            cube.source, cube.groups,
-            {**cube.arrays, coord: inline_array(cube.arrays[coord], coordinate),
-             **{c: inline_array(cube.arrays[c], read[members[0]][c], note=_SHARED_NOTE)
-                for c in shared}},
-            cube.skipped, cube.extra, cube.members,
-        )
-        path = _write(cube, target, format, opts)
+        cube = assemble(
+            [parts[i] for i in members], [names[i] for i in members], paths=paths, coord=coord,
+            coordinate=coordinate, templates={p: first.arrays[p] for p in [coord, *shared]},
+            shared_values={c: read[members[0]][c] for c in shared}, concat_dim=concat_dim,
+            record=record, coord_attrs=coord_attrs,
+        )  # fmt: skip
+        path = write_cube(cube, target, format, opts)
         written.append(CubePart(path=path, granules=tuple(names[i] for i in members),
                                 length=int(coordinate.size), first=coordinate[0].item(),
                                 last=coordinate[-1].item()))
-    return CubeResult(cubes=tuple(written), concat_dim=concat_dim, variables=tuple(paths))
+    return CubeResult(cubes=tuple(written), concat_dim=concat_dim, variables=tuple(paths),
+                      action=action, added=tuple(names))
+
+
+def _normalized(
+    parts: Sequence[GranuleRefs], paths: Sequence[str], coord: str,
+    values: list[np.ndarray], names: Sequence[str], time_units: str | None,
+) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """Every granule's coordinate in one time units (see :mod:`._cube_time`) and its attrs."""
+    attrs = [p.arrays[coord].meta.attrs for p in parts]
+    check_bounds(attrs[0], {p: parts[0].arrays[p].meta.attrs for p in paths}, coord)
+    units, calendar = time_attrs(attrs[0])
+    units = time_units or units
+    dtype = parts[0].arrays[coord].meta.numpy_dtype
+    out = normalize_times(values, attrs, names, coord, units=units, calendar=calendar,
+                          dtype=dtype)
+    return out, {**attrs[0], "units": units}

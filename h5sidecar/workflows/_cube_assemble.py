@@ -1,0 +1,129 @@
+"""Assemble one datacube from ordered pieces, and record what a later append needs.
+
+A piece is a granule's references (subset to the cube's arrays) or a slice of an existing cube
+(:func:`~h5sidecar.references.slice_refs`).  The concat coordinate and the shared dimension
+coordinates are taken out of the pieces and held inline in the result, so a cube can be cut
+and joined again without reading any source.  The cube's ``extra["cube"]`` block records the
+members' lengths along the dimension, the encodings every granule had to share, which sidecar
+(and which version of it, by size and ETag/mtime) each member came from, and the kept arrays:
+an append compares new granules with that record instead of re-reading the old members.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from h5sidecar._version import __version__
+from h5sidecar.errors import InvalidRequestError
+from h5sidecar.references import ArrayRefs, ChunkManifest, GranuleRefs, concat_refs, inline_array
+
+__all__ = ["CUBE_KEY", "assemble", "cube_record", "read_record", "sidecar_stamp"]
+
+#: Key of the cube's record in its references' ``extra`` block.
+CUBE_KEY = "cube"
+_SHARED_NOTE = "materialized: a coordinate equal in every granule of the cube, held inline"
+#: What a record must hold for an append (cubes built before appends existed lack it).
+_NEEDED = ("concat_dim", "coord", "shared", "lengths", "encoding", "sidecars")
+
+
+def sidecar_stamp(path: str, storage_options: Mapping[str, Any] | None) -> str:
+    """The current version of a sidecar: size + ETag/mtime of its file (one stat or HEAD).
+
+    For a Parquet sidecar that of its ``.zmetadata``, written last; no content is read.
+    """
+    from h5sidecar.read._cache import sidecar_identity
+
+    _, _, size, stamp, _ = sidecar_identity(path, storage_options)
+    return f"{size}:{stamp}"
+
+
+def cube_record(
+    *,
+    concat_dim: str,
+    coord: str,
+    shared: Sequence[str],
+    lengths: Sequence[int],
+    encoding: Mapping[str, Mapping[str, str]],
+    sidecars: Mapping[str, Sequence[str]],
+    normalized: bool,
+) -> dict[str, Any]:
+    """The ``extra["cube"]`` block (see module docstring); ``sidecars``: URL -> (path, stamp)."""
+    return {
+        "concat_dim": concat_dim,
+        "granules": len(lengths),
+        "h5sidecar": __version__,
+        "coord": coord,
+        "shared": list(shared),
+        "lengths": [int(n) for n in lengths],
+        "encoding": {p: dict(e) for p, e in encoding.items()},
+        "sidecars": {u: list(s) for u, s in sidecars.items()},
+        "normalized_time": normalized,
+    }
+
+
+def read_record(extra: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The cube record of ``extra``, refusing a cube that lacks what an append needs."""
+    record = extra.get(CUBE_KEY)
+    if not isinstance(record, Mapping) or any(k not in record for k in _NEEDED):
+        raise InvalidRequestError(
+            f"{where} holds no append record (not a cube, or one built by an older h5sidecar); "
+            "build it once without append (mode='build'), then append to it"
+        )
+    return dict(record)
+
+
+def _resized(template: ArrayRefs, n: int, attrs: Mapping[str, Any] | None) -> ArrayRefs:
+    """``template`` (a 1-D coordinate) as an empty array of length ``n`` (to be inlined)."""
+    meta = replace(template.meta, shape=(n,), chunks=(n,),
+                   attrs=dict(template.meta.attrs if attrs is None else attrs))
+    return ArrayRefs(template.path, meta, ChunkManifest.empty(meta.grid_shape))
+
+
+def assemble(
+    pieces: Sequence[GranuleRefs],
+    names: Sequence[str],
+    *,
+    paths: Sequence[str],
+    coord: str,
+    coordinate: np.ndarray,
+    templates: Mapping[str, ArrayRefs],
+    shared_values: Mapping[str, np.ndarray],
+    concat_dim: str,
+    record: Mapping[str, Any],
+    coord_attrs: Mapping[str, Any] | None = None,
+) -> GranuleRefs:
+    """One cube: ``pieces`` concatenated along ``concat_dim``, coordinates held inline.
+
+    Parameters
+    ----------
+    pieces, names
+        Granules or cube slices in order, and how errors name them.
+    paths
+        The cube's arrays, in order.
+    coord, coordinate
+        The concat coordinate's path and its values (the cube's units and dtype).
+    templates
+        Path -> an :class:`ArrayRefs` of ``coord`` and of each shared coordinate (metadata and
+        attributes to keep).
+    shared_values
+        Values of the shared coordinates.
+    record
+        The cube record (:func:`cube_record`).
+    coord_attrs
+        Attributes of the coordinate when they differ from the template's (normalized units).
+    """
+    inlined = {coord, *shared_values}
+    bare = [GranuleRefs(p.source, p.groups, {k: a for k, a in p.arrays.items() if k not in inlined},
+                        p.skipped, p.extra, p.members) for p in pieces]  # fmt: skip
+    cube = concat_refs(bare, concat_dim, names=names, extra={CUBE_KEY: dict(record)})
+    held = {coord: inline_array(_resized(templates[coord], coordinate.size, coord_attrs),
+                                coordinate)}
+    for c, v in shared_values.items():
+        held[c] = inline_array(templates[c], v, note=_SHARED_NOTE)
+    arrays = {p: held.get(p) or cube.arrays[p] for p in paths}
+    first = cube.members[0] if cube.members else cube.source
+    return GranuleRefs(first, cube.groups, arrays, cube.skipped, cube.extra, cube.members)
