@@ -8,7 +8,6 @@ import os
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 import xarray as xr
 
