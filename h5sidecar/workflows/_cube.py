@@ -29,7 +29,13 @@ from h5sidecar.workflows._cube_checks import (
     encodings,
     mismatch_message,
 )
-from h5sidecar.workflows._cube_time import check_bounds, normalize_times, time_attrs
+from h5sidecar.workflows._cube_time import (
+    NORMALIZED_FIELDS,
+    check_bounds,
+    check_not_fill,
+    normalize_times,
+    time_attrs,
+)
 
 __all__ = ["CubePart", "CubeResult", "build_cube", "cube_paths"]
 
@@ -330,11 +336,15 @@ def _build(
     names = [r.source.url for r in loaded]
     paths, coord = _selection(loaded[0], concat_dim, group, variables)
     parts = [_subset(r, paths, n) for r, n in zip(loaded, names, strict=True)]
-    ignore = {coord: ("units",)} if normalize_time else {}
+    ignore = {coord: NORMALIZED_FIELDS} if normalize_time else {}
     groups = encoding_groups(parts, paths, concat_dim, ignore)
     if len(groups) > 1 and on_mismatch == "raise":
+        only_time = not normalize_time and len(
+            encoding_groups(parts, paths, concat_dim, {coord: NORMALIZED_FIELDS})) == 1
         raise IncompatibleGranulesError(
-            mismatch_message(parts, names, paths, concat_dim, ignore))
+            mismatch_message(parts, names, paths, concat_dim, ignore)
+            + (f"\nOnly the time coordinate {coord} differs: pass normalize_time=True "
+               "(--normalize-time) to hold its times in one units" if only_time else ""))
     shared = _shared_coords(parts[0], paths, coord)
     read = read_coords(parts, [coord, *shared], opts)
     for g in groups:  # each cube keeps one copy of its grid
@@ -386,4 +396,5 @@ def _normalized(
     dtype = parts[0].arrays[coord].meta.numpy_dtype
     out = normalize_times(values, attrs, names, coord, units=units, calendar=calendar,
                           dtype=dtype)
+    check_not_fill(out, attrs[0], names, coord)
     return out, {**attrs[0], "units": units}

@@ -39,7 +39,13 @@ from h5sidecar.workflows._cube_checks import (
     encoding_diff,
     encodings,
 )
-from h5sidecar.workflows._cube_time import check_bounds, normalize_times, time_attrs
+from h5sidecar.workflows._cube_time import (
+    NORMALIZED_FIELDS,
+    check_bounds,
+    check_not_fill,
+    normalize_times,
+    time_attrs,
+)
 
 __all__ = ["append_cube"]
 
@@ -168,26 +174,43 @@ def _classify(
     return todo, unchanged, seen
 
 
-def _place(g: Granule, parts: list[Part], dim: str, on_mismatch: str) -> Part | None:
-    """The part ``g`` goes to (its member's, or the first with its encoding); None: a new part."""
+def _place(g: Granule, parts: list[Part], dim: str, on_mismatch: str,
+           normalize: bool) -> Part | None:
+    """The part ``g`` goes to (its member's, or the first with its encoding); None: a new part.
+
+    The coordinate's ``units`` are compared apart (:func:`_values`); with ``normalize``, so are
+    its dtype, storage fill and codecs (its values are re-encoded and held inline).
+    """
     url = g.refs.source.url
     coord = parts[0].record["coord"]
-    ignore = {coord: ("units",)}
-    enc = encodings(g.refs, parts[0].paths, dim, ignore)
+    skip = NORMALIZED_FIELDS if normalize else ("units",)
+
+    def comparable(enc: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
+        return {k: {f: v for f, v in e.items() if not (k == coord and f in skip)}
+                for k, e in enc.items()}
+
+    enc = comparable(encodings(g.refs, parts[0].paths, dim))
     home = [p for p in parts if any(m.url == url for m in p.members)]
     candidates = home or parts
     for p in candidates:
-        want = {k: {f: v for f, v in e.items() if not (k == coord and f == "units")}
-                for k, e in p.record["encoding"].items()}
-        if enc == want:
+        if enc == comparable(p.record["encoding"]):
             return p
-    if home or on_mismatch == "raise":
+    if home or on_mismatch == "raise" or not normalize:
         p = candidates[-1]
-        raise IncompatibleGranulesError(
-            encoding_diff([p.record["encoding"], encodings(g.refs, p.paths, dim)],
-                          [f"the cube {p.path}", url])
-            + ("" if not home else f"\n{url} is a member of {p.path} and was re-encoded; "
-               "rebuild the cube (mode='build')"))
+        loose = {k: {f: v for f, v in e.items() if not (k == coord and f in NORMALIZED_FIELDS)}
+                 for k, e in p.record["encoding"].items()}
+        only_time = not normalize and loose == {
+            k: {f: v for f, v in e.items() if not (k == coord and f in NORMALIZED_FIELDS)}
+            for k, e in encodings(g.refs, p.paths, dim).items()}
+        if home or on_mismatch == "raise" or only_time:
+            raise IncompatibleGranulesError(
+                encoding_diff([p.record["encoding"], encodings(g.refs, p.paths, dim)],
+                              [f"the cube {p.path}", url])
+                + (f"\nOnly the time coordinate {coord} differs: pass normalize_time=True "
+                   "(--normalize-time) to hold its times in the cube's units" if only_time
+                   else "")
+                + ("" if not home else f"\n{url} is a member of {p.path} and was re-encoded; "
+                   "rebuild the cube (mode='build')"))
     return None
 
 
@@ -196,7 +219,7 @@ def _values(g: Granule, p: Part, coord_attrs: Mapping[str, Any], value: np.ndarr
     """``g``'s coordinate in ``p``'s units (normalized when asked), or refused."""
     coord = p.record["coord"]
     units = coord_attrs.get("units")
-    if units == p.coord_attrs.get("units"):
+    if units == p.coord_attrs.get("units") and value.dtype == p.coordinate.dtype:
         return value
     if not normalize:
         raise IncompatibleGranulesError(
@@ -205,8 +228,10 @@ def _values(g: Granule, p: Part, coord_attrs: Mapping[str, Any], value: np.ndarr
             "(--normalize-time) to hold its times in the cube's units")
     check_bounds(p.coord_attrs, {k: g.refs.arrays[k].meta.attrs for k in p.paths}, coord)
     cube_units, calendar = time_attrs(p.coord_attrs)
-    return normalize_times([value], [coord_attrs], [g.refs.source.url], coord, units=cube_units,
-                           calendar=calendar, dtype=p.coordinate.dtype)[0]
+    out = normalize_times([value], [coord_attrs], [g.refs.source.url], coord, units=cube_units,
+                          calendar=calendar, dtype=p.coordinate.dtype)
+    check_not_fill(out, p.coord_attrs, [g.refs.source.url], coord)
+    return out[0]
 
 
 def _out_of_order(p: Part) -> str:
@@ -268,7 +293,7 @@ def append_cube(
     grans = [Granule(_subset(r, parts[0].paths, r.source.url), x, s) for r, s, x in loaded]
     orphans: list[Granule] = []
     for g in grans:
-        home = _place(g, parts, concat_dim, on_mismatch)
+        home = _place(g, parts, concat_dim, on_mismatch, normalize_time)
         if home is None:
             orphans.append(g)
         elif g.refs.source.url in members:

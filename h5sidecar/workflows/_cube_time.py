@@ -18,7 +18,11 @@ import numpy as np
 
 from h5sidecar.errors import IncompatibleGranulesError
 
-__all__ = ["check_bounds", "normalize_times", "time_attrs"]
+__all__ = ["NORMALIZED_FIELDS", "check_bounds", "normalize_times", "time_attrs"]
+
+#: Encoding fields of the concat coordinate that normalizing makes irrelevant: its values are
+#: re-encoded into the cube's units and dtype and held inline (no codecs, one chunk).
+NORMALIZED_FIELDS = ("units", "dtype", "storage_fill_value", "chunks", "filters", "compressor")
 
 #: Attributes that would change the coordinate's raw values before the time decoding.
 _PACKING = ("scale_factor", "add_offset")
@@ -48,9 +52,9 @@ def _encode(dates: np.ndarray, units: str, calendar: str, dtype: np.dtype) -> np
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         # xarray warns and switches units when the requested ones cannot hold the values
-        num, got_units, _ = encode_cf_datetime(dates, units, calendar, dtype=dtype)
+        num, _, _ = encode_cf_datetime(dates, units, calendar, dtype=dtype)
     num = np.asarray(num)
-    if caught or got_units != units:
+    if caught:  # xarray gave other units (it respells equal ones: the decoding below decides)
         return None
     if dtype.kind in "iu" and num.dtype.kind == "f" and not np.array_equal(num, np.round(num)):
         return None
@@ -120,6 +124,21 @@ def normalize_times(
             )
         out.append(enc)
     return out
+
+
+def check_not_fill(values: Sequence[np.ndarray], attrs: Mapping[str, Any],
+                   names: Sequence[str], coord: str) -> None:
+    """Refuse a normalized time equal to the cube's ``_FillValue`` / ``missing_value``:
+    xarray would mask it, where the granule's own file gives an instant."""
+    for key in ("_FillValue", "missing_value"):
+        fill = attrs.get(key)
+        if fill is None or isinstance(fill, str):
+            continue
+        for v, name in zip(values, names, strict=True):
+            if np.isin(v, np.asarray(fill).ravel()).any():
+                raise IncompatibleGranulesError(
+                    f"{coord} in {name} becomes {fill!r} in the cube's units, which is the "
+                    f"cube's {key}: it would read as missing; pass other time_units")
 
 
 def check_bounds(attrs: Mapping[str, Any], kept: Mapping[str, Mapping[str, Any]],
