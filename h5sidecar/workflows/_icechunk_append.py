@@ -156,8 +156,9 @@ async def _write(store: Any, p: Part, slabs: list[tuple[int, GranuleRefs]],
             step = arr.meta.chunks[axis]
             if start % step:
                 raise IncompatibleGranulesError(
-                    f"{path}: the cube's last member ends inside a chunk of {step} along "
-                    f"{dim!r}, so appended chunks would be misaligned; rebuild the cube")
+                    f"{path} in {p.members[-1].url}, the cube's last member, ends inside a "
+                    f"chunk of {step} along {dim!r}, so appended chunks would be misaligned: "
+                    "re-chunk that granule or rebuild the cube with it last")
             origin = tuple(start // step if i == axis else 0 for i in range(len(arr.meta.shape)))
             manifest = arr.manifest
             grid = manifest.grid_shape
