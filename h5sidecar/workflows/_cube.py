@@ -367,6 +367,7 @@ def _build(
             lengths=[values[i].size for i in members],
             encoding=encodings(first, paths, concat_dim, ignore),
             sidecars={names[i]: pairs[i][1] for i in members if pairs[i][1] is not None},
+            order=[names[i] for i in members],
             normalized=normalize_time,
         )  # fmt: skip
         coordinate = np.concatenate([values[i] for i in members])

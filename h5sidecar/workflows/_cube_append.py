@@ -122,14 +122,14 @@ def _load_part(path: str, format: str, opts: Mapping[str, Any], concat_dim: str)
         from h5sidecar.workflows._icechunk_append import load_state
 
         extra, members, coords, attrs = load_state(path, opts)
-        record = read_record(extra, path)
+        record = read_record(extra, path, members)
         refs = None
     else:
         from h5sidecar.read import read_arrays
 
         refs = read_refs(path, storage_options=dict(opts) or None)
-        record = read_record(refs.extra, path)
         members = refs.members
+        record = read_record(refs.extra, path, members)
         coords = read_arrays(refs, [record["coord"], *record["shared"]])  # inline: no source
         attrs = refs.arrays[record["coord"]].meta.attrs
     if record["concat_dim"] != concat_dim:
@@ -399,6 +399,7 @@ def _write_part(p: Part, dim: str, format: str, opts: Mapping[str, Any]) -> Cube
     record = {**p.record, **cube_record(
         concat_dim=dim, coord=p.record["coord"], shared=p.record["shared"], lengths=lengths,
         encoding=p.record["encoding"], sidecars=sidecars,
+        order=[*(m.url for m in p.members), *(g.refs.source.url for g in p.new)],
         normalized=bool(p.record.get("normalized_time")))}  # fmt: skip
     coordinate = np.concatenate(values).astype(p.coordinate.dtype, copy=False)
     held = [p.record["coord"], *p.record["shared"]]

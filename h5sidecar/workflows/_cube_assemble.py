@@ -11,6 +11,7 @@ an append compares new granules with that record instead of re-reading the old m
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -18,8 +19,15 @@ from typing import Any
 import numpy as np
 
 from h5sidecar._version import __version__
-from h5sidecar.errors import InvalidRequestError
-from h5sidecar.references import ArrayRefs, ChunkManifest, GranuleRefs, concat_refs, inline_array
+from h5sidecar.errors import InvalidReferenceError, InvalidRequestError
+from h5sidecar.references import (
+    ArrayRefs,
+    ChunkManifest,
+    GranuleRefs,
+    SourceInfo,
+    concat_refs,
+    inline_array,
+)
 
 __all__ = ["CUBE_KEY", "assemble", "cube_record", "read_record", "sidecar_stamp"]
 
@@ -49,9 +57,20 @@ def cube_record(
     lengths: Sequence[int],
     encoding: Mapping[str, Mapping[str, str]],
     sidecars: Mapping[str, Sequence[str]],
+    order: Sequence[str],
     normalized: bool,
 ) -> dict[str, Any]:
-    """The ``extra["cube"]`` block (see module docstring); ``sidecars``: URL -> (path, stamp)."""
+    """The ``extra["cube"]`` block (see module docstring).
+
+    ``sidecars`` maps member URLs to ``(sidecar path, stamp)``; ``order`` lists the members'
+    URLs in cube order.  Sidecars are stored compactly, aligned with the members: a common
+    ``root`` and each one's path below it (``None`` for a member given as references).
+    """
+    paths = [sidecars[u][0] if u in sidecars else None for u in order]
+    known = [q for q in paths if q is not None]
+    # a string prefix cut at the last "/": commonpath would mangle "s3://" URLs
+    root = os.path.commonprefix(known) if known else ""  # noqa: RUF071
+    root = root[: root.rfind("/") + 1]
     return {
         "concat_dim": concat_dim,
         "granules": len(lengths),
@@ -60,20 +79,36 @@ def cube_record(
         "shared": list(shared),
         "lengths": [int(n) for n in lengths],
         "encoding": {p: dict(e) for p, e in encoding.items()},
-        "sidecars": {u: list(s) for u, s in sidecars.items()},
+        "sidecars": {"root": root,
+                     "paths": [None if q is None else q[len(root):] for q in paths],
+                     "stamps": [sidecars[u][1] if u in sidecars else None for u in order]},
         "normalized_time": normalized,
     }
 
 
-def read_record(extra: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """The cube record of ``extra``, refusing a cube that lacks what an append needs."""
+def read_record(
+    extra: Mapping[str, Any], where: str, members: Sequence[SourceInfo]
+) -> dict[str, Any]:
+    """The cube record of ``extra``, its ``sidecars`` as a mapping member URL ->
+    ``[path, stamp]``; refuses a cube that lacks what an append needs."""
     record = extra.get(CUBE_KEY)
     if not isinstance(record, Mapping) or any(k not in record for k in _NEEDED):
         raise InvalidRequestError(
             f"{where} holds no append record (not a cube, or one built by an older h5sidecar); "
             "build it once without append (mode='build'), then append to it"
         )
-    return dict(record)
+    out = dict(record)
+    block = record["sidecars"]
+    try:
+        root, paths, stamps = block["root"], block["paths"], block["stamps"]
+        if not len(paths) == len(stamps) == len(members) == len(record["lengths"]):
+            raise ValueError("lengths differ")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidReferenceError(
+            f"{where}: malformed cube record ({exc}); build the cube again") from exc
+    out["sidecars"] = {m.url: [root + q, s] for m, q, s in zip(members, paths, stamps,
+                                                                strict=True) if q is not None}
+    return out
 
 
 def _resized(template: ArrayRefs, n: int, attrs: Mapping[str, Any] | None) -> ArrayRefs:

@@ -98,7 +98,7 @@ def append_icechunk(p: Part, dim: str, opts: Mapping[str, Any]) -> CubePart:
     lengths = [*record["lengths"], *(int(g.values.size) for g in p.new)]
     new_record = {**record, **cube_record(
         concat_dim=dim, coord=coord, shared=record["shared"], lengths=lengths,
-        encoding=record["encoding"], sidecars=sidecars,
+        encoding=record["encoding"], sidecars=sidecars, order=[m.url for m in members],
         normalized=bool(record.get("normalized_time")))}  # fmt: skip
     metadata = {"h5sidecar": {"source": members[0].to_dict(), "left_out": [], "skipped": [],
                               "extra": {CUBE_KEY: new_record},
