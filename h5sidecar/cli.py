@@ -186,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "its times in one units (exactly, else refused)")
     p.add_argument("--time-units", default=None, metavar="UNITS",
                    help="with --normalize-time, the new cube's time units (default: the first "
-                   "granule's), e.g. 'hours since 2020-01-01'")
+                   "sidecar's), e.g. 'hours since 2020-01-01'")
     _storage_option_arg(p)
     p.set_defaults(run=_cmd_cube)
 

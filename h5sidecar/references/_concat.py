@@ -274,7 +274,7 @@ def slice_manifest(manifest: ChunkManifest, axis: int, first: int, stop: int) ->
         keep = (where[axis] >= first) & (where[axis] < stop)
         where[axis] = where[axis] - first
         sub = tuple(codes.shape)
-        new = np.ravel_multi_index(tuple(w[keep] for w in where), sub) if keep.any() else []
+        new: Any = np.ravel_multi_index(tuple(w[keep] for w in where), sub) if keep.any() else []
         data = [d for d, k in zip(manifest.inline.values(), keep, strict=True) if k]
         inline = dict(zip(np.asarray(new).tolist(), data, strict=True))
     return ChunkManifest.from_arrays(

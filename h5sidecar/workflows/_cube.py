@@ -249,7 +249,8 @@ def build_cube(
     normalize_time : bool
         Accept granules whose concat coordinate has other time units: their values are decoded
         with their own units and calendar and held in the cube in ``time_units`` (default: the
-        first granule's, or the existing cube's), exactly, else refused.
+        first sidecar's, DEST being listed by name; an append keeps the cube's), exactly, else
+        refused (see :mod:`h5sidecar.workflows._cube_time`).
     time_units : str, optional
         The cube's time units with ``normalize_time`` (a new cube only).
 
@@ -366,7 +367,7 @@ def _build(
             concat_dim=concat_dim, coord=coord, shared=shared,
             lengths=[values[i].size for i in members],
             encoding=encodings(first, paths, concat_dim, ignore),
-            sidecars={names[i]: pairs[i][1] for i in members if pairs[i][1] is not None},
+            sidecars={names[i]: s for i in members if (s := pairs[i][1]) is not None},
             order=[names[i] for i in members],
             normalized=normalize_time,
         )  # fmt: skip

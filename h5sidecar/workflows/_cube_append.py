@@ -121,7 +121,8 @@ def _load_part(path: str, format: str, opts: Mapping[str, Any], concat_dim: str)
     if format == "icechunk":
         from h5sidecar.workflows._icechunk_append import load_state
 
-        extra, members, coords, attrs = load_state(path, opts)
+        extra, members, coords, state_attrs = load_state(path, opts)
+        attrs: Mapping[str, Any] = state_attrs
         record = read_record(extra, path, members)
         refs = None
     else:

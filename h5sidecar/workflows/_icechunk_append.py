@@ -46,8 +46,9 @@ def load_state(
     record = extra.get(CUBE_KEY) or {}
     root = zarr.open_group(repo.readonly_session(_BRANCH).store, mode="r")
     names = [record.get("coord"), *record.get("shared", [])] if record.get("coord") else []
-    coords = {c: np.asarray(root[c][...]) for c in names}
-    attrs = dict(root[record["coord"]].attrs) if names else {}
+    arrays: dict[str, Any] = {c: root[c] for c in names}
+    coords = {c: np.asarray(a[...]) for c, a in arrays.items()}
+    attrs = dict(arrays[record["coord"]].attrs) if names else {}
     return extra, members, coords, attrs
 
 
