@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ import numpy as np
 from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError
 from h5sidecar.references import GranuleRefs, SourceInfo, read_refs, slice_refs, write_refs
 from h5sidecar.workflows._cube import (
+    COORD_READERS,
     CubePart,
     CubeResult,
     _build,
@@ -143,36 +145,39 @@ def _load_part(path: str, format: str, opts: Mapping[str, Any], concat_dim: str)
 def _classify(
     items: Sequence[Any], parts: list[Part], out_paths: set[str], opts: Mapping[str, Any]
 ) -> tuple[list[Any], int, set[str]]:
-    """Items to load (new or changed), how many members are unchanged, and the URLs seen."""
+    """Items to load (new or changed), how many members are unchanged, and the URLs seen.
+
+    Each sidecar costs one stat/HEAD (or, when not recorded or changed, one small read of its
+    extras); they run in threads, as object-store round trips dominate.
+    """
     from h5sidecar.workflows._recorded import read_recorded
 
     by_url = {m.url: m for p in parts for m in p.members}
     known = {s[0]: (u, s[1]) for p in parts for u, s in p.record["sidecars"].items()}
-    todo, unchanged, seen = [], 0, set()
-    for x in items:
+
+    def one(x: Any) -> tuple[str, str | None]:
+        """("unchanged", url) / ("load", None) / ("skip", None)."""
         if isinstance(x, GranuleRefs):
             if by_url.get(x.source.url) == x.source:
-                unchanged += 1
-                seen.add(x.source.url)
-            elif not x.members:
-                todo.append(x)
-            continue
+                return "unchanged", x.source.url
+            return ("skip", None) if x.members else ("load", None)
         path = os.fspath(x)
         if path.rstrip("/") in out_paths:
-            continue
+            return "skip", None
         url, stamp = known.get(path, (None, None))
         if url is not None and sidecar_stamp(path, opts) == stamp:
-            unchanged += 1  # the member's sidecar is the one the cube was made from
-            seen.add(url)
-            continue
+            return "unchanged", url  # the member's sidecar is the one the cube was made from
         rec = read_recorded(path, storage_options=opts)
-        if rec is not None and rec.source.url in by_url:
-            seen.add(rec.source.url)
-            if by_url[rec.source.url].same_object(rec.source):
-                unchanged += 1
-                continue
-        todo.append(x)
-    return todo, unchanged, seen
+        member = None if rec is None else by_url.get(rec.source.url)
+        if rec is not None and member is not None and member.same_object(rec.source):
+            return "unchanged", rec.source.url
+        return "load", None
+
+    with ThreadPoolExecutor(COORD_READERS) as pool:
+        verdicts = list(pool.map(one, items))
+    todo = [x for x, (v, _) in zip(items, verdicts, strict=True) if v == "load"]
+    seen = {u for v, u in verdicts if v == "unchanged" and u is not None}
+    return todo, sum(v == "unchanged" for v, _ in verdicts), seen
 
 
 def _place(g: Granule, parts: list[Part], dim: str, on_mismatch: str,
