@@ -216,8 +216,8 @@ def build_cube(
     ----------
     sidecars : str, path-like or sequence
         A DEST folder or S3 prefix written by ``h5sidecar index`` (every sidecar below it, but
-        those of granules the run report marks failed and cubes), or a sequence of sidecar paths/URLs or
-        :class:`~h5sidecar.references.GranuleRefs`.  Their order does not matter.
+        those of granules the run report marks failed and cubes), or a sequence of sidecar
+        paths/URLs or :class:`~h5sidecar.references.GranuleRefs`.  Their order does not matter.
     out : str or path-like
         Where to write the cube (``cube.parq`` directory or ``cube.json``; local or ``s3://``).
     concat_dim : str
@@ -279,8 +279,10 @@ def build_cube(
             f"'rebuild' ({on_out_of_order!r})"
         )
     opts = dict(storage_options or {})
-    kw: dict[str, Any] = {"concat_dim": concat_dim, "format": format, "on_mismatch": on_mismatch,
-                              "opts": opts, "normalize_time": normalize_time, "time_units": time_units}
+    kw: dict[str, Any] = {
+        "concat_dim": concat_dim, "format": format, "on_mismatch": on_mismatch, "opts": opts,
+        "normalize_time": normalize_time, "time_units": time_units,
+    }  # fmt: skip
     if mode == "append":
         from h5sidecar.workflows._cube_append import append_cube
 

@@ -250,8 +250,9 @@ def _out_of_order(p: Part) -> str:
         lo = p.coordinate[starts[k] - 1] if k else None
         hi = p.coordinate[starts[k + 1]] if k + 1 < len(p.members) else None
         if (lo is not None and g.values[0] <= lo) or (hi is not None and g.values[-1] >= hi):
-            return (f"{m.url} changed and now spans {coord} {g.values[0].item()!r}..{g.values[-1].item()!r}, "
-                    f"outside its place in {p.path} (between {_item(lo)!r} and {_item(hi)!r})")
+            return (f"{m.url} changed and now spans {coord} {g.values[0].item()!r}.."
+                    f"{g.values[-1].item()!r}, outside its place in {p.path} (between "
+                    f"{_item(lo)!r} and {_item(hi)!r})")
     if p.new:
         last = p.coordinate[-1]
         if p.replaced.get(p.members[-1].url) is not None:
@@ -259,8 +260,9 @@ def _out_of_order(p: Part) -> str:
         check_order([g.values for g in p.new], [g.refs.source.url for g in p.new], coord)
         first = min(p.new, key=lambda g: g.values[0])
         if first.values[0] <= last:
-            return (f"{first.refs.source.url} starts at {coord} {first.values[0].item()!r}, not after the "
-                    f"end of {p.path} ({last.item()!r}): an append must continue the coordinate")
+            return (f"{first.refs.source.url} starts at {coord} {first.values[0].item()!r}, "
+                    f"not after the end of {p.path} ({last.item()!r}): an append must continue "
+                    "the coordinate")
     return ""
 
 

@@ -243,3 +243,17 @@ def test_icechunk_append_is_a_commit_of_the_new_references(tmp_path: Path) -> No
     with pytest.raises(IncompatibleGranulesError, match=r"tas_20191231\.nc starts at time -0\.5"):
         build_cube(str(sidecars), repo_path, format="icechunk", mode="append")
     assert open_icechunk(repo_path).lookup_branch("main") == tip
+
+
+def test_changed_member_outside_its_place_is_refused(tmp_path: Path) -> None:
+    files = _days(tmp_path / "nc", 0, 3)
+    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
+    out = build_cube(str(sidecars), str(tmp_path / "cube.parq")).path
+    before = (Path(out) / ".zmetadata").read_bytes()
+    write_daily_granule(files[1], START + dt.timedelta(days=4))  # now holds a later day
+    _index(tmp_path / "nc", sidecars)
+    with pytest.raises(IncompatibleGranulesError,
+                       match=r"tas_20200102.nc changed and now spans time 4.5..4.5, outside its "
+                             r"place .* \(between 0.5 and 2.5\)"):
+        build_cube(str(sidecars), out, mode="append")
+    assert (Path(out) / ".zmetadata").read_bytes() == before

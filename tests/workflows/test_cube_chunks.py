@@ -40,7 +40,8 @@ def _truth(files: list[Path]) -> xr.Dataset:
 
 
 def test_shorter_last_granule_reads_right(tmp_path: Path) -> None:
-    files = [_granule(tmp_path / "nc" / "a.nc", 0, 4, 2), _granule(tmp_path / "nc" / "b.nc", 4, 3, 2)]
+    files = [_granule(tmp_path / "nc" / "a.nc", 0, 4, 2),
+             _granule(tmp_path / "nc" / "b.nc", 4, 3, 2)]
     out = build_cube(_index(tmp_path / "nc", tmp_path / "sc"), str(tmp_path / "cube.parq")).path
     with xr.open_dataset(out, engine="h5sidecar", chunks=None) as ds:
         want = _truth(files)
@@ -78,7 +79,8 @@ def test_append_after_a_shorter_last_granule_is_refused(tmp_path: Path, fmt: str
     build_cube(dest, out, format=fmt)
     _granule(tmp_path / "nc" / "c.nc", 7, 2, 2)
     _index(tmp_path / "nc", tmp_path / "sc")
-    with pytest.raises(IncompatibleGranulesError, match=r"x in .*b.nc.*(not a multiple of its chunk|ends inside a chunk)"):
+    with pytest.raises(IncompatibleGranulesError,
+                       match=r"x in .*b.nc.*(not a multiple of its chunk|ends inside a chunk)"):
         build_cube(dest, out, format=fmt, mode="append")
     if fmt == "parquet":
         with xr.open_dataset(out, engine="h5sidecar", chunks=None) as ds:
