@@ -110,3 +110,24 @@ def test_calendar_packing_and_bounds_are_refused() -> None:
         check_bounds({"bounds": "time_bnds"}, {"time_bnds": {}}, "time")
     check_bounds({"bounds": "time_bnds"}, {"time_bnds": {"units": "days since 2020-01-01"}},
                  "time")  # bounds with their own units decode on their own
+
+
+@pytest.mark.filterwarnings("ignore:Numcodecs codecs are not in the Zarr version 3 specification")
+def test_icechunk_cube_normalized_then_appended(tmp_path: Path) -> None:
+    pytest.importorskip("icechunk")
+    from h5sidecar.workflows import open_icechunk
+
+    files = _granules(tmp_path / "nc", UNITS[:2])
+    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
+    repo_path = str(tmp_path / "cube.icechunk")
+    build_cube(str(sidecars), repo_path, format="icechunk", normalize_time=True)
+    files += _granules(tmp_path / "nc", UNITS[2:], first=2)
+    _index(tmp_path / "nc", sidecars)
+    result = build_cube(str(sidecars), repo_path, format="icechunk", mode="append",
+                        normalize_time=True)
+    assert result.action == "appended" and result.added == (str(files[2]),)
+    store = open_icechunk(repo_path).readonly_session("main").store
+    with xr.open_zarr(store, consolidated=False) as ds:
+        _assert_same(ds, _reference(files, widened=True))
+    with xr.open_zarr(store, consolidated=False, decode_times=False) as ds:
+        np.testing.assert_array_equal(ds["time"].values, [0.5, 1.5, 2.5])
