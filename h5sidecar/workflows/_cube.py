@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -21,7 +20,12 @@ import numpy as np
 
 from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError
 from h5sidecar.references import GranuleRefs, write_refs
-from h5sidecar.workflows._cube_assemble import assemble, cube_record, sidecar_stamp
+from h5sidecar.workflows._cube_assemble import (
+    assemble,
+    cube_record,
+    load_granules,
+    read_coords,
+)
 from h5sidecar.workflows._cube_checks import (
     check_order,
     check_shared_values,
@@ -42,8 +46,6 @@ __all__ = ["CubePart", "CubeResult", "build_cube", "cube_paths"]
 #: Dimension coordinates other than the concat one (``lat``, ``lon``) up to this size are read
 #: from every granule, compared, and held inline in the cube (opening then reads no source).
 SHARED_COORD_BYTES = 8 * 2**20
-#: Granules whose coordinates are read at the same time (each read is one small request).
-COORD_READERS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,34 +295,6 @@ def build_cube(
             **kw,
         )  # fmt: skip
     return _build(sidecars, os.fspath(out), group=group, variables=variables, **kw)
-
-
-def load_granules(
-    items: Sequence[Any], opts: Mapping[str, Any]
-) -> list[tuple[GranuleRefs, tuple[str, str] | None]]:
-    """Each item's references and, for a sidecar path, ``(path, stamp)`` (stat before load:
-    a sidecar rewritten in between gets a stamp that no longer matches, so it is checked again).
-    """
-    from h5sidecar.read import load_refs
-
-    def one(x: Any) -> tuple[GranuleRefs, tuple[str, str] | None]:
-        if isinstance(x, GranuleRefs):
-            return x, None
-        path = os.fspath(x)
-        stamp = sidecar_stamp(path, opts)
-        return load_refs(path, opts), (path, stamp)
-
-    with ThreadPoolExecutor(COORD_READERS) as pool:
-        return list(pool.map(one, items))
-
-
-def read_coords(parts: Sequence[GranuleRefs], paths: Sequence[str],
-                opts: Mapping[str, Any]) -> list[dict[str, np.ndarray]]:
-    """``paths`` of every part, raw (one small read per granule, overlapped)."""
-    from h5sidecar.read import read_arrays
-
-    with ThreadPoolExecutor(COORD_READERS) as pool:
-        return list(pool.map(lambda p: read_arrays(p, list(paths), remote_options=opts), parts))
 
 
 def _build(

@@ -23,24 +23,23 @@ import numpy as np
 
 from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError
 from h5sidecar.references import GranuleRefs, SourceInfo, read_refs, slice_refs, write_refs
-from h5sidecar.workflows._cube import (
+from h5sidecar.workflows._cube import CubePart, CubeResult, _build, _sidecar_list, _subset
+from h5sidecar.workflows._cube_assemble import (
     COORD_READERS,
-    CubePart,
-    CubeResult,
-    _build,
-    _sidecar_list,
-    _subset,
-    cube_paths,
+    assemble,
+    cube_record,
     load_granules,
     read_coords,
+    read_record,
+    sidecar_stamp,
 )
-from h5sidecar.workflows._cube_assemble import assemble, cube_record, read_record, sidecar_stamp
 from h5sidecar.workflows._cube_checks import (
     check_order,
     check_shared_values,
     encoding_diff,
     encodings,
 )
+from h5sidecar.workflows._cube_parts import existing_parts, part_path
 from h5sidecar.workflows._cube_time import (
     NORMALIZED_FIELDS,
     check_bounds,
@@ -83,40 +82,6 @@ class Granule:
     item: Any
     stamp: tuple[str, str] | None
     values: np.ndarray = field(default_factory=lambda: np.empty(0))
-
-
-def part_path(out: str, i: int) -> str:
-    """Path of split cube ``i`` (``OUT-i``); see :func:`~h5sidecar.workflows.cube_paths`."""
-    return cube_paths(out, i + 2)[i]
-
-
-def _exists(path: str, format: str, opts: Mapping[str, Any]) -> bool:
-    if format == "icechunk":
-        import icechunk as ic
-
-        from h5sidecar.workflows._icechunk_repo import _storage
-
-        return bool(ic.Repository.exists(_storage(path, opts)))
-    import fsspec
-
-    fs, p = fsspec.core.url_to_fs(path, **opts)
-    return bool(fs.exists(p))
-
-
-def existing_parts(out: str, format: str, opts: Mapping[str, Any]) -> list[str]:
-    """The cubes at ``out``: ``out`` itself (then ``OUT-1``, ... added by split appends), or
-    ``OUT-0``, ``OUT-1``, ... (a split build)."""
-    whole = _exists(out, format, opts)
-    if whole and _exists(part_path(out, 0), format, opts):
-        raise InvalidRequestError(
-            f"both {out} and {part_path(out, 0)} exist: which cubes to append to is ambiguous; "
-            "remove the one no longer wanted"
-        )
-    found, i = ([out], 1) if whole else ([], 0)
-    while _exists(part_path(out, i), format, opts):
-        found.append(part_path(out, i))
-        i += 1
-    return found
 
 
 def _load_part(path: str, format: str, opts: Mapping[str, Any], concat_dim: str) -> Part:

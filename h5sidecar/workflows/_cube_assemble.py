@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -29,8 +30,19 @@ from h5sidecar.references import (
     inline_array,
 )
 
-__all__ = ["CUBE_KEY", "assemble", "cube_record", "read_record", "sidecar_stamp"]
+__all__ = [
+    "COORD_READERS",
+    "CUBE_KEY",
+    "assemble",
+    "cube_record",
+    "load_granules",
+    "read_coords",
+    "read_record",
+    "sidecar_stamp",
+]
 
+#: Granules whose coordinates are read at the same time (each read is one small request).
+COORD_READERS = 16
 #: Key of the cube's record in its references' ``extra`` block.
 CUBE_KEY = "cube"
 _SHARED_NOTE = "materialized: a coordinate equal in every granule of the cube, held inline"
@@ -47,6 +59,34 @@ def sidecar_stamp(path: str, storage_options: Mapping[str, Any] | None) -> str:
 
     _, _, size, stamp, _ = sidecar_identity(path, storage_options)
     return f"{size}:{stamp}"
+
+
+def load_granules(
+    items: Sequence[Any], opts: Mapping[str, Any]
+) -> list[tuple[GranuleRefs, tuple[str, str] | None]]:
+    """Each item's references and, for a sidecar path, ``(path, stamp)`` (stat before load:
+    a sidecar rewritten in between gets a stamp that no longer matches, so it is checked again).
+    """
+    from h5sidecar.read import load_refs
+
+    def one(x: Any) -> tuple[GranuleRefs, tuple[str, str] | None]:
+        if isinstance(x, GranuleRefs):
+            return x, None
+        path = os.fspath(x)
+        stamp = sidecar_stamp(path, opts)
+        return load_refs(path, opts), (path, stamp)
+
+    with ThreadPoolExecutor(COORD_READERS) as pool:
+        return list(pool.map(one, items))
+
+
+def read_coords(parts: Sequence[GranuleRefs], paths: Sequence[str],
+                opts: Mapping[str, Any]) -> list[dict[str, np.ndarray]]:
+    """``paths`` of every part, raw (one small read per granule, overlapped)."""
+    from h5sidecar.read import read_arrays
+
+    with ThreadPoolExecutor(COORD_READERS) as pool:
+        return list(pool.map(lambda p: read_arrays(p, list(paths), remote_options=opts), parts))
 
 
 def cube_record(
