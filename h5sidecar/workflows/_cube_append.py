@@ -16,14 +16,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError
-from h5sidecar.references import GranuleRefs, SourceInfo, read_refs, slice_refs, write_refs
-from h5sidecar.workflows._cube import CubePart, CubeResult, _build, _sidecar_list, _subset
+from h5sidecar.references import GranuleRefs, read_refs, slice_refs, write_refs
 from h5sidecar.workflows._cube_assemble import (
     COORD_READERS,
     assemble,
@@ -33,13 +31,14 @@ from h5sidecar.workflows._cube_assemble import (
     read_record,
     sidecar_stamp,
 )
+from h5sidecar.workflows._cube_build import CubePart, CubeResult, _build, _sidecar_list, _subset
 from h5sidecar.workflows._cube_checks import (
     check_order,
     check_shared_values,
     encoding_diff,
     encodings,
 )
-from h5sidecar.workflows._cube_parts import existing_parts, part_path
+from h5sidecar.workflows._cube_parts import Granule, Part, existing_parts, part_path
 from h5sidecar.workflows._cube_time import (
     NORMALIZED_FIELDS,
     check_bounds,
@@ -49,39 +48,6 @@ from h5sidecar.workflows._cube_time import (
 )
 
 __all__ = ["append_cube"]
-
-
-@dataclass
-class Part:
-    """One existing cube: where it is, its record, members and inline coordinates."""
-
-    path: str
-    record: dict[str, Any]
-    members: tuple[SourceInfo, ...]
-    coordinate: np.ndarray
-    shared: dict[str, np.ndarray]
-    coord_attrs: Mapping[str, Any]
-    refs: GranuleRefs | None = None  # kerchunk formats: the cube's references
-    new: list[Granule] = field(default_factory=list)
-    replaced: dict[str, Granule] = field(default_factory=dict)
-
-    @property
-    def paths(self) -> list[str]:
-        return list(self.record["encoding"])
-
-    @property
-    def starts(self) -> np.ndarray:
-        return np.concatenate([[0], np.cumsum(self.record["lengths"])]).astype(int)
-
-
-@dataclass
-class Granule:
-    """A new or replacing granule: its references (subset), name, item and coordinate."""
-
-    refs: GranuleRefs
-    item: Any
-    stamp: tuple[str, str] | None
-    values: np.ndarray = field(default_factory=lambda: np.empty(0))
 
 
 def _load_part(path: str, format: str, opts: Mapping[str, Any], concat_dim: str) -> Part:

@@ -8,12 +8,49 @@ single cube ``OUT`` may be followed by ``OUT-1``, ``OUT-2``, ...
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from h5sidecar.errors import InvalidRequestError
-from h5sidecar.workflows._cube import cube_paths
+import numpy as np
 
-__all__ = ["existing_parts", "part_path"]
+from h5sidecar.errors import InvalidRequestError
+from h5sidecar.references import GranuleRefs, SourceInfo
+from h5sidecar.workflows._cube_build import cube_paths
+
+__all__ = ["Granule", "Part", "existing_parts", "part_path"]
+
+
+@dataclass
+class Part:
+    """One existing cube: where it is, its record, members and inline coordinates."""
+
+    path: str
+    record: dict[str, Any]
+    members: tuple[SourceInfo, ...]
+    coordinate: np.ndarray
+    shared: dict[str, np.ndarray]
+    coord_attrs: Mapping[str, Any]
+    refs: GranuleRefs | None = None  # kerchunk formats: the cube's references
+    new: list[Granule] = field(default_factory=list)
+    replaced: dict[str, Granule] = field(default_factory=dict)
+
+    @property
+    def paths(self) -> list[str]:
+        return list(self.record["encoding"])
+
+    @property
+    def starts(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(self.record["lengths"])]).astype(int)
+
+
+@dataclass
+class Granule:
+    """A new or replacing granule: its references (subset), name, item and coordinate."""
+
+    refs: GranuleRefs
+    item: Any
+    stamp: tuple[str, str] | None
+    values: np.ndarray = field(default_factory=lambda: np.empty(0))
 
 
 def part_path(out: str, i: int) -> str:

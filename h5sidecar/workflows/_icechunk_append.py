@@ -24,8 +24,8 @@ from h5sidecar.workflows._icechunk import _chunk_key, _identities, _set_virtual
 from h5sidecar.workflows._icechunk_repo import container_prefixes, open_icechunk, open_repository
 
 if TYPE_CHECKING:
-    from h5sidecar.workflows._cube import CubePart
-    from h5sidecar.workflows._cube_append import Part
+    from h5sidecar.workflows._cube_build import CubePart
+    from h5sidecar.workflows._cube_parts import Part
 
 __all__ = ["append_icechunk", "load_state"]
 
@@ -62,7 +62,7 @@ def append_icechunk(p: Part, dim: str, opts: Mapping[str, Any]) -> CubePart:
     """Commit ``p``'s new and replacing granules into its repository (see module docstring)."""
     from zarr.core.sync import sync
 
-    from h5sidecar.workflows._cube import CubePart
+    from h5sidecar.workflows._cube_build import CubePart
 
     record = p.record
     coord, held = record["coord"], {record["coord"], *record["shared"]}
