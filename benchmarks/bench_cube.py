@@ -8,7 +8,8 @@ served by the local S3 endpoint with ``--latency-ms`` of first-byte latency per 
   then :func:`~h5sidecar.workflows.build_cube` builds a Parquet cube from the sidecars (it reads
   each granule's coordinates through the sidecars); the cube is opened with
   ``xr.open_dataset(engine="h5sidecar", chunks={})`` (every variable's metadata and the time
-  index), then one grid point's time series and one whole time step are read.
+  index), then one grid point's time series and one whole time step are read.  Two appends
+  (``mode="append"``): one with nothing new, one adding the last day to a cube of the others.
 - ``kerchunk``: ``SingleHdf5ToZarr`` on every granule + ``MultiZarrToZarr`` along ``time`` (the
   peer builds from HDF5; build time, requests, and the variables its references hold).
 
@@ -75,6 +76,7 @@ def _kerchunk(urls: list[str]) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import xarray as xr
 
+    from h5sidecar.catalog import list_indexed
     from h5sidecar.workflows import build_cube, index_many
 
     paths = granules(args.days)
@@ -92,6 +94,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cube = str(work / "cube.parq")
         rows["h5sidecar build"], _ = _timed(url, lambda: build_cube(str(work / "sidecars"), cube))
         rows["h5sidecar build"]["cube_bytes"] = c.dir_size(Path(cube))
+        # appends: nothing new (each sidecar's stamp checked, nothing read), then one new day
+        # onto a cube of the others
+        dest = str(work / "sidecars")
+        rows["h5sidecar append, nothing new"], _ = _timed(
+            url, lambda: build_cube(dest, cube, mode="append"))
+        older = [g.sidecar for g in list_indexed(dest)][:-1]
+        build_cube(older, str(work / "older.parq"))
+        rows["h5sidecar append 1 granule"], _ = _timed(
+            url, lambda: build_cube(dest, str(work / "older.parq"), mode="append"))
         rows["h5sidecar open"], ds = _timed(
             url, lambda: xr.open_dataset(cube, engine="h5sidecar", chunks={}))
         rows["h5sidecar time step"], _ = _timed(

@@ -4,7 +4,7 @@ This package imports neither h5py nor a web framework: everything that reads sid
 on it, and it depends on nothing of h5sidecar but :mod:`h5sidecar.errors`.
 """
 
-from h5sidecar.references._concat import concat_refs, inline_array
+from h5sidecar.references._concat import concat_refs, inline_array, slice_refs
 from h5sidecar.references._io import (
     SidecarFormat,
     read_refs,
@@ -49,6 +49,7 @@ __all__ = [
     "from_kerchunk",
     "inline_array",
     "read_refs",
+    "slice_refs",
     "to_kerchunk",
     "write_json",
     "write_parquet",
