@@ -24,7 +24,8 @@ and :func:`~h5sidecar.read._load.load` read through this path; arrays of Python 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,7 @@ from h5sidecar.read._decode import (
     decode_executor,
     place_chunk,
 )
+from h5sidecar.read._prefetch import is_dimension_coordinate, is_small, read_ahead
 from h5sidecar.read._subchunk import SubRead, gather_box, subchunk_read
 from h5sidecar.references import INLINE, MISSING, ArrayRefs, ChunkManifest, GranuleRefs
 from h5sidecar.sources._fetch import ChunkFetcher, _gather_or_cancel
@@ -121,7 +123,12 @@ class NativeReader:
         self._pending: dict[asyncio.AbstractEventLoop, list[tuple[list[Any], asyncio.Future[Any]]]]
         self._pending = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._prefetched: dict[str, np.ndarray] = {}  # see prefetch()
+        self._prefetched: dict[str, np.ndarray] = {}  # see prefetch() and _plan_ahead()
+        #: arrays opened as lazy variables through this reader, in order (read-ahead candidates)
+        self.opened: dict[str, None] = {}
+        self._ahead_done: set[str] = set()  # read, or read ahead, once already
+        self._small_reads = 0  # whole reads of small arrays served in earlier batches
+        self._opening = 0  # > 0 while xarray opens datasets over this reader (see opening())
 
     def __reduce__(self) -> tuple[Any, ...]:
         # what travels to a Dask worker: the references and the fetcher (no credentials, see
@@ -176,20 +183,72 @@ class NativeReader:
             arr = self._array(path)
             sel = chunk_selection(arr.meta.shape, arr.meta.chunks, key)
             if path in self._prefetched and _is_whole(sel, arr.meta.shape):
-                done[i] = self._prefetched.pop(path)  # read ahead while opening: handed out once
+                done[i] = self._prefetched.pop(path)  # read ahead: handed out once
                 continue
             prepared.append((path, arr, sel))
         if not prepared:
             return [done[i] for i in range(len(items))]
+        ahead = self._plan_ahead(prepared)
+        fut = self._enqueue(prepared, optional=False)
+        ahead_fut = self._enqueue(ahead, optional=True) if ahead else None
+        read = iter(await fut)
+        if ahead_fut is not None:
+            arrays = await ahead_fut  # None when a neighbour failed: it raises when read itself
+            if arrays is not None:
+                self._prefetched.update(zip([p for p, _, _ in ahead], arrays, strict=True))
+        return [done[i] if i in done else next(read) for i in range(len(items))]
+
+    @contextlib.contextmanager
+    def opening(self) -> Iterator[None]:
+        """Reads made inside this block (xarray reading coordinates and small variables while
+        it opens a Dataset) neither trigger nor count towards reading ahead."""
+        self._opening += 1
+        try:
+            yield
+        finally:
+            self._opening -= 1
+
+    def _enqueue(self, prepared: list[Any], *, optional: bool) -> asyncio.Future[Any]:
+        """Park selections for the batch of this event-loop turn; the future gets their arrays
+        (for ``optional`` read-ahead: None if the batch failed with them)."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[list[np.ndarray]] = loop.create_future()
+        fut: asyncio.Future[Any] = loop.create_future()
         pending = self._pending.get(loop)
         if pending is None:
             pending = self._pending[loop] = []
             loop.call_soon(self._flush, loop)
-        pending.append((prepared, fut))
-        read = iter(await fut)
-        return [done[i] if i in done else next(read) for i in range(len(items))]
+        pending.append((prepared, fut, optional))
+        return fut
+
+    def _plan_ahead(self, prepared: list[tuple[str, ArrayRefs, Selection]]) -> list[Any]:
+        """Whole reads of small neighbours to add to this batch (see
+        :mod:`~h5sidecar.read._prefetch`): only once a second batch reads a small array whole,
+        the sign of a loop over variables."""
+        limit = self.fetcher.settings.prefetch_bytes
+        if limit <= 0 or not self.opened or self._opening:
+            return []
+        whole_small = [
+            p for p, arr, sel in prepared
+            if _is_whole(sel, arr.meta.shape) and is_small(arr, limit)
+            and not is_dimension_coordinate(arr)
+        ]  # fmt: skip
+        self._ahead_done.update(p for p, _, _ in prepared)
+        if not whole_small:
+            return []
+        self._small_reads += 1
+        if self._small_reads < 2:
+            return []
+        held = sum(a.nbytes for a in self._prefetched.values())
+        paths = read_ahead(whole_small[0], self.refs.arrays, self.opened,
+                           self._ahead_done | self._prefetched.keys(), limit, held)
+        paths = [p for p in paths if self.supports(p)]
+        self._ahead_done.update(paths)
+        arrays = [self.refs.arrays[p] for p in paths]
+        return [
+            (p, arr, chunk_selection(arr.meta.shape, arr.meta.chunks,
+                                     (slice(None),) * len(arr.meta.shape)))
+            for p, arr in zip(paths, arrays, strict=True)
+        ]
 
     def prefetch(self, whole: Iterable[str] = (), edges: Iterable[str] = ()) -> None:
         """Read in one batch what xarray is about to read one small request at a time while it
@@ -226,24 +285,35 @@ class NativeReader:
         fsspec.asyn.sync(fsspec.asyn.get_loop(), both)
 
     def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
-        batch = [(p, f) for p, f in self._pending.pop(loop, []) if not f.done()]
+        batch = [x for x in self._pending.pop(loop, []) if not x[1].done()]
         if batch:
             task = loop.create_task(self._serve(batch))
             self._tasks.add(task)  # tasks are weakly held: keep it until done
             task.add_done_callback(self._tasks.discard)
 
-    async def _serve(self, batch: list[tuple[list[Any], asyncio.Future[Any]]]) -> None:
+    async def _serve(self, batch: list[tuple[list[Any], asyncio.Future[Any], bool]]) -> None:
         try:
-            results = await self._read_batch([x for prepared, _ in batch for x in prepared])
-        except BaseException as exc:  # not swallowed: every waiting caller re-raises it
-            for _, fut in batch:
+            results = await self._read_batch([x for prepared, _, _ in batch for x in prepared])
+        except BaseException as exc:
+            optional = [x for x in batch if x[2]]
+            if optional and isinstance(exc, Exception):
+                # a read-ahead array must never fail the reads that asked for others: serve
+                # those alone (the failing array raises when it is itself read)
+                for _, fut, _ in optional:
+                    if not fut.done():
+                        fut.set_result(None)
+                required = [x for x in batch if not x[2]]
+                if required:
+                    await self._serve(required)
+                return
+            for _, fut, _ in batch:  # not swallowed: every waiting caller re-raises it
                 if not fut.done():
                     fut.set_exception(exc)
             if not isinstance(exc, Exception):
                 raise
             return
         i = 0
-        for prepared, fut in batch:
+        for prepared, fut, _ in batch:
             if not fut.done():
                 fut.set_result(results[i : i + len(prepared)])
             i += len(prepared)
