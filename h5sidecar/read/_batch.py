@@ -39,7 +39,7 @@ from h5sidecar.read._decode import (
     decode_executor,
     place_chunk,
 )
-from h5sidecar.read._prefetch import is_dimension_coordinate, is_small, read_ahead
+from h5sidecar.read._prefetch import is_whole, plan_ahead
 from h5sidecar.read._subchunk import SubRead, gather_box, subchunk_read
 from h5sidecar.references import INLINE, MISSING, ArrayRefs, ChunkManifest, GranuleRefs
 from h5sidecar.sources._fetch import ChunkFetcher, _gather_or_cancel
@@ -182,13 +182,13 @@ class NativeReader:
         for i, (path, key) in enumerate(items):
             arr = self._array(path)
             sel = chunk_selection(arr.meta.shape, arr.meta.chunks, key)
-            if path in self._prefetched and _is_whole(sel, arr.meta.shape):
+            if path in self._prefetched and is_whole(sel, arr.meta.shape):
                 done[i] = self._prefetched.pop(path)  # read ahead: handed out once
                 continue
             prepared.append((path, arr, sel))
         if not prepared:
             return [done[i] for i in range(len(items))]
-        ahead = self._plan_ahead(prepared)
+        ahead = plan_ahead(self, prepared)
         fut = self._enqueue(prepared, optional=False)
         ahead_fut = self._enqueue(ahead, optional=True) if ahead else None
         read = iter(await fut)
@@ -219,36 +219,6 @@ class NativeReader:
             loop.call_soon(self._flush, loop)
         pending.append((prepared, fut, optional))
         return fut
-
-    def _plan_ahead(self, prepared: list[tuple[str, ArrayRefs, Selection]]) -> list[Any]:
-        """Whole reads of small neighbours to add to this batch (see
-        :mod:`~h5sidecar.read._prefetch`): only once a second batch reads a small array whole,
-        the sign of a loop over variables."""
-        limit = self.fetcher.settings.prefetch_bytes
-        if limit <= 0 or not self.opened or self._opening:
-            return []
-        whole_small = [
-            p for p, arr, sel in prepared
-            if _is_whole(sel, arr.meta.shape) and is_small(arr, limit)
-            and not is_dimension_coordinate(arr)
-        ]  # fmt: skip
-        self._ahead_done.update(p for p, _, _ in prepared)
-        if not whole_small:
-            return []
-        self._small_reads += 1
-        if self._small_reads < 2:
-            return []
-        held = sum(a.nbytes for a in self._prefetched.values())
-        paths = read_ahead(whole_small[0], self.refs.arrays, self.opened,
-                           self._ahead_done | self._prefetched.keys(), limit, held)
-        paths = [p for p in paths if self.supports(p)]
-        self._ahead_done.update(paths)
-        arrays = [self.refs.arrays[p] for p in paths]
-        return [
-            (p, arr, chunk_selection(arr.meta.shape, arr.meta.chunks,
-                                     (slice(None),) * len(arr.meta.shape)))
-            for p, arr in zip(paths, arrays, strict=True)
-        ]
 
     def prefetch(self, whole: Iterable[str] = (), edges: Iterable[str] = ()) -> None:
         """Read in one batch what xarray is about to read one small request at a time while it
@@ -477,15 +447,6 @@ class _Chunk:
     def cost(self) -> int:
         """Bytes this chunk's read moves (its runs' ranges, or the whole chunk)."""
         return self.length if self.sub is None else self.sub.nbytes
-
-
-def _is_whole(sel: Selection, shape: Sequence[int]) -> bool:
-    """True when a selection is the whole array in order (no step, no dropped axis)."""
-    return (
-        tuple(sel.shape) == tuple(shape)
-        and not any(sel.lo)
-        and all(p == slice(0, n, 1) for p, n in zip(sel.post, shape, strict=True))
-    )
 
 
 def _rebuild(refs: GranuleRefs, fetcher: ChunkFetcher, cached: bool) -> NativeReader:

@@ -1,16 +1,18 @@
-"""Read-ahead of small arrays: the first small array read from a group brings its neighbours.
+"""Read-ahead of small arrays: a loop's second small read brings the group's other small arrays.
 
 The loop a new user writes first -- ``for v in ds.data_vars.values(): v.load()``, or xarray's
 own ``Dataset.load()`` / ``DataTree.load()``, which read variable after variable -- waits for one
 round trip per variable.  A granule of a thousand mostly small variables then costs a thousand
-round trips.  Here, when a lazy array of at most ``prefetch_bytes / 8`` decoded bytes is read
-whole, the batch reader reads in the same coalesced batch the other small arrays that were
+round trips.  Here, once a second batch reads a lazy array of at most ``prefetch_bytes / 8``
+decoded bytes whole, the batch reader reads in the same coalesced batch the other small arrays that were
 opened through the same reader -- its own group's first, then the other opened groups' (a
 DataTree opens them all) -- until ``prefetch_bytes`` of decoded values are held.  Later reads
 of those arrays are served from memory, without a request; large arrays stay lazy.
 
 Rules that keep it cheap and bounded:
 
+* a single read (a user reading one variable), what xarray reads while it opens a Dataset,
+  and index coordinates never trigger it;
 * only arrays opened as lazy variables through this reader qualify (a Dataset of one group
   never reads ahead into groups the user did not open);
 * each array is read ahead at most once per reader, and a read-ahead array is handed out once
@@ -21,13 +23,23 @@ Rules that keep it cheap and bounded:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
+from h5sidecar.read._decode import Selection, chunk_selection
 from h5sidecar.references import ArrayRefs
 
-__all__ = ["SMALL_FRACTION", "decoded_nbytes", "is_dimension_coordinate", "is_small", "read_ahead"]
+__all__ = [
+    "SMALL_FRACTION",
+    "decoded_nbytes",
+    "is_dimension_coordinate",
+    "is_small",
+    "is_whole",
+    "plan_ahead",
+    "read_ahead",
+]
 
 #: An array is "small" (it triggers, and may be part of, a read-ahead) when its decoded size is
 #: at most this fraction of the budget: one read-ahead brings at least this many arrays.
@@ -96,4 +108,44 @@ def read_ahead(
             continue
         out.append(path)
         total += size
+    return out
+
+
+def is_whole(sel: Selection, shape: Sequence[int]) -> bool:
+    """True when a selection is the whole array in order (no step, no dropped axis)."""
+    return (
+        tuple(sel.shape) == tuple(shape)
+        and not any(sel.lo)
+        and all(p == slice(0, n, 1) for p, n in zip(sel.post, shape, strict=True))
+    )
+
+
+def plan_ahead(reader: Any, prepared: list[tuple[str, ArrayRefs, Selection]]) -> list[Any]:
+    """Whole reads of small neighbours for a :class:`~h5sidecar.read._batch.NativeReader` to add
+    to a batch: only once a second batch reads a small array whole (the sign of a loop over
+    variables), never while xarray opens a Dataset (``reader.opening()``)."""
+    limit = reader.fetcher.settings.prefetch_bytes
+    if limit <= 0 or not reader.opened or reader._opening:
+        return []
+    whole_small = [
+        p for p, arr, sel in prepared
+        if is_whole(sel, arr.meta.shape) and is_small(arr, limit)
+        and not is_dimension_coordinate(arr)
+    ]  # fmt: skip
+    reader._ahead_done.update(p for p, _, _ in prepared)
+    if not whole_small:
+        return []
+    reader._small_reads += 1
+    if reader._small_reads < 2:
+        return []
+    held = sum(a.nbytes for a in reader._prefetched.values())
+    paths = read_ahead(whole_small[0], reader.refs.arrays, reader.opened,
+                       reader._ahead_done | reader._prefetched.keys(), limit, held)
+    paths = [p for p in paths if reader.supports(p)]
+    reader._ahead_done.update(paths)
+    out = []
+    for p in paths:
+        meta = reader.refs.arrays[p].meta
+        whole = (slice(None),) * len(meta.shape)
+        out.append((p, reader.refs.arrays[p], chunk_selection(meta.shape, meta.chunks, whole)))
     return out
