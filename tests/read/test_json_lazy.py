@@ -92,3 +92,20 @@ def test_stray_references_and_control_characters_fail_at_open(sidecar: str,
     (tmp_path / "ctl.json").write_text(json.dumps(ctl))
     with pytest.raises(InvalidReferenceError):
         read_refs(tmp_path / "ctl.json")
+
+
+def test_dataclasses_replace_gives_a_plain_array(sidecar: str, atl03_h5: Path) -> None:
+    import dataclasses
+
+    from h5sidecar.references import ArrayRefs, ChunkManifest
+
+    refs = read_refs(sidecar)
+    arr = refs.arrays[NAMED[0]]
+    m = arr.manifest
+    moved = ChunkManifest.from_arrays(urls=m.urls, codes=m.codes, offsets=m.offsets,
+                                      lengths=m.lengths, inline=m.inline)
+    plain = dataclasses.replace(arr, manifest=moved)
+    assert type(plain) is ArrayRefs and plain.manifest == m and plain.meta == arr.meta
+    arrays = {**refs.arrays, NAMED[0]: plain}
+    got = read_arrays(dataclasses.replace(refs, arrays=arrays), [NAMED[0]])
+    np.testing.assert_array_equal(got[NAMED[0]], read_h5(atl03_h5, NAMED[0]))
