@@ -78,6 +78,13 @@ class LazyArrayRefs(ArrayRefs):
     _fill: Any
     _loader: ManifestLoader
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # dataclasses.replace() passes every field of ArrayRefs (``manifest`` included): what it
+        # builds is a plain ArrayRefs with the manifest given, no longer lazy
+        if "manifest" in kwargs:
+            return ArrayRefs(*args, **kwargs)
+        return super().__new__(cls)
+
     def __init__(
         self,
         path: str,
