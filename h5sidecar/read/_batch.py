@@ -277,6 +277,11 @@ class NativeReader:
                 if required:
                     await self._serve(required)
                 return
+            if len(batch) > 1 and isinstance(exc, Exception):
+                # independent callers shared the batch: serve each alone, so a bad chunk fails
+                # only the reads that need it (the others' chunks are fetched once more)
+                await asyncio.gather(*(self._serve([x]) for x in batch))
+                return
             for _, fut, _ in batch:  # not swallowed: every waiting caller re-raises it
                 if not fut.done():
                     fut.set_exception(exc)
