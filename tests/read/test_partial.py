@@ -113,8 +113,8 @@ def test_load_of_a_tree_with_a_big_endian_compound(tmp_path: Path) -> None:
     h5 = write_small_granule(src / "g.h5")
     report = index_many(str(src), str(tmp_path / "dest"), format="json", executor="serial")
     with pytest.raises(TypeError) as h5netcdf_error:
-        xr.open_dataset(h5, engine="h5netcdf", group="gt1l/geolocation",
-                        phony_dims="sort")["records"].values
+        _ = xr.open_dataset(h5, engine="h5netcdf", group="gt1l/geolocation",
+                            phony_dims="sort")["records"].values
     tree = h5sidecar.open_datatree(report.granules[0].sidecar, chunks=None)
     with pytest.raises(TypeError) as ours:
         h5sidecar.load(tree)
