@@ -317,7 +317,7 @@ def sidecar_layout(zmetadata: Mapping[str, Any]) -> SidecarLayout:
             f"{ZMETADATA} names the sidecar layout {layout!r}, which this h5sidecar does not "
             f"read (it reads {', '.join(LAYOUTS)}); upgrade h5sidecar or re-index"
         )
-    return layout  # type: ignore[no-any-return]
+    return layout  # type: ignore[return-value]
 
 
 def _n_chunks(meta: ArrayMeta) -> int:
