@@ -3,7 +3,9 @@
 A Parquet sidecar holds every array's metadata in ``.zmetadata`` and its chunk references in
 per-array record files.  Reading the metadata alone is one GET; a :class:`LazyArrayRefs` then
 stands in for the :class:`~h5sidecar.references.ArrayRefs` of each array and fetches its record
-files only when the manifest is first needed (as fsspec's ``LazyReferenceMapper`` does).
+files only when the manifest is first needed (as fsspec's ``LazyReferenceMapper`` does) -- or,
+when the sidecar has the all-arrays manifests file, every array's from that one file (always
+for a compact sidecar, which has no record files).
 """
 
 from __future__ import annotations

@@ -193,3 +193,17 @@ def test_layout_switch_on_s3_replaces_every_file(
     s3.invalidate_cache()
     assert len(s3.find(url)) == n_kerchunk
     assert read_layout(url, storage_options=opts) == "kerchunk"
+
+
+def test_lazily_opened_compact_sidecar_pickles(
+    small: tuple[Path, GranuleRefs], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Dask worker unpickles the lazy sidecar and must still read the manifests file (not
+    look for record files) even when it is over BULK_LOAD_BYTES."""
+    import pickle
+
+    _, refs = small
+    compact = write_parquet(refs, tmp_path / "c.parq", layout="compact")
+    monkeypatch.setattr(_lazy, "BULK_LOAD_BYTES", 0)
+    back = pickle.loads(pickle.dumps(read_refs(compact)))
+    _same_manifests(back, refs)
