@@ -94,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("source", help="a file, a folder, a glob or s3://bucket/prefix")
     p.add_argument("-o", "--output", dest="dest", required=True, help="folder or S3 prefix")
     p.add_argument("--format", choices=["parquet", "json"], default="parquet")
+    p.add_argument("--layout", choices=["kerchunk", "compact"], default=None,
+                   help="Parquet sidecar layout: kerchunk (record files per variable, read by "
+                   "plain fsspec/kerchunk) or compact (2-3 objects per granule, h5sidecar and "
+                   "its gateway only); default: H5SIDECAR_LAYOUT or kerchunk")
     p.add_argument("--workers", type=_positive, default=None,
                    help="worker processes (default: one per CPU)")
     p.add_argument("--serial", action="store_true", help="index in this process, one by one")
@@ -329,6 +333,7 @@ def _cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
             force=args.force,
             checksums=args.checksums,
             on_unsupported=args.on_unsupported,
+            layout=args.layout,
             storage_options=storage_options(args.storage_options),
             patterns=tuple(args.patterns or DEFAULT_PATTERNS),
             executor=executor,
@@ -449,7 +454,8 @@ def _cmd_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
         out.print_json(data=s.to_dict())
         return EXIT_OK
     src = s.source
-    out.print(f"[bold]{s.ref}[/] ({s.format}, {_size(s.sidecar_bytes)})")
+    layout = f", {s.layout} layout" if s.layout else ""
+    out.print(f"[bold]{s.ref}[/] ({s.format}{layout}, {_size(s.sidecar_bytes)})")
     out.print(f"source: {src.url}  size {src.size:,} B  etag {src.etag or '-'}  "
               f"mtime {src.mtime if src.mtime is not None else '-'}")
     c = s.counts
@@ -501,6 +507,9 @@ def _cmd_verify(args: argparse.Namespace, out: Console, err: Console) -> int:
                       f"{v.chunks_checked}/{v.chunks_total}", sums, v.message)
     out.print(table)
     bad = [v for v in r.variables if v.status in ("different", "error")]
+    if r.reader == "h5sidecar":
+        out.print("read through h5sidecar's reader: a compact sidecar (plain fsspec/kerchunk "
+                  "cannot read it)")
     verdict = "[green]OK[/]" if r.ok else "[red]DIFFERENCES FOUND[/]"
     out.print(f"{verdict}: {len(r.variables)} variable(s), {len(bad)} with problems")
     return EXIT_OK if r.ok else EXIT_FAILED

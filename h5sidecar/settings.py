@@ -134,6 +134,10 @@ class IndexSettings:
     max_crawl_steps : int
         Metadata structures parsed ahead of HDF5 per granule at most; past it HDF5's own reads
         are fetched on demand (a bound for corrupt files whose structures loop).
+    layout : "kerchunk" or "compact"
+        Layout of Parquet sidecars written by batch indexing: ``"kerchunk"`` (record files per
+        variable, readable by plain fsspec/kerchunk; default) or ``"compact"`` (``.zmetadata``
+        and one manifests file: 2-3 objects per granule, h5sidecar readers only).
     """
 
     on_unsupported: Literal["skip", "raise"] = "skip"
@@ -154,6 +158,7 @@ class IndexSettings:
     source_retries: int = 4
     source_backoff: float = 0.1
     max_crawl_steps: int = 200_000
+    layout: Literal["kerchunk", "compact"] = "kerchunk"
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ catalogued (unreadable sidecar, no time information) is left out and reported wi
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -35,7 +36,7 @@ from h5sidecar.catalog._union import union_bbox
 from h5sidecar.catalog._validate import validate_tree
 from h5sidecar.errors import ErrorKind, H5SidecarError, InvalidRequestError
 from h5sidecar.read._cube import cube_names, is_cube
-from h5sidecar.references import GranuleRefs, read_refs
+from h5sidecar.references import GranuleRefs, read_layout, read_refs
 
 __all__ = ["ItemError", "CatalogResult", "build_catalog", "list_indexed"]
 
@@ -199,6 +200,9 @@ def _catalogue_one(
         refs = read_refs(g.sidecar, storage_options=dict(storage_options or {}) or None)
         if is_cube(refs):
             return refs
+        if g.format == "parquet":  # a compact sidecar's asset must not claim kerchunk
+            layout = read_layout(g.sidecar, storage_options=dict(storage_options or {}) or None)
+            g = dataclasses.replace(g, layout=layout or "kerchunk")
         ext = granule_extent(refs, storage_options=storage_options)
     except (H5SidecarError, OSError, ValueError) as exc:
         return ItemError(g.name, g.sidecar, getattr(exc, "kind", type(exc).__name__), str(exc),

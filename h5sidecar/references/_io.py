@@ -46,12 +46,22 @@ from h5sidecar.references._parquet import (
     CHECKSUMS_FILE,
     DEFAULT_RECORD_SIZE,
     ZMETADATA,
+    SidecarLayout,
     decode_zmetadata,
     encode_parquet,
     read_parquet_parts,
+    sidecar_layout,
 )
 
-__all__ = ["SidecarFormat", "read_refs", "write_json", "write_parquet", "write_refs"]
+__all__ = [
+    "SidecarFormat",
+    "SidecarLayout",
+    "read_layout",
+    "read_refs",
+    "write_json",
+    "write_parquet",
+    "write_refs",
+]
 
 SidecarFormat = Literal["parquet", "json"]
 
@@ -101,8 +111,9 @@ def write_parquet(
     storage_options: dict[str, Any] | None = None,
     record_size: int = DEFAULT_RECORD_SIZE,
     manifests_file: bool = True,
+    layout: SidecarLayout = "kerchunk",
 ) -> str:
-    """Write ``refs`` as a kerchunk Parquet sidecar directory, atomically.
+    """Write ``refs`` as a Parquet sidecar directory, atomically.
 
     Parameters
     ----------
@@ -118,6 +129,12 @@ def write_parquet(
         Also write ``.h5sidecar/manifests.parq``, every array's chunk references in one file,
         so h5sidecar readers load all manifests in one GET (default; plain kerchunk readers
         ignore it).  ``False`` writes the kerchunk layout alone.
+    layout : "kerchunk" or "compact"
+        ``"kerchunk"``: record files per array, readable by plain fsspec/kerchunk (default).
+        ``"compact"``: ``.zmetadata`` and ``.h5sidecar/manifests.parq`` only (plus the checksums
+        file), two or three objects per granule, readable by h5sidecar only (plain tools fail
+        on it with ``KeyError: 'record_size'``; the gateway serves it as Zarr).  Replacing a
+        sidecar of the other layout removes its files.
 
     Returns
     -------
@@ -125,7 +142,9 @@ def write_parquet(
         The path written.
     """
     fs, root = _fs(path, storage_options)
-    files = encode_parquet(refs, record_size=record_size, manifests_file=manifests_file)
+    files = encode_parquet(
+        refs, record_size=record_size, manifests_file=manifests_file, layout=layout
+    )
     if isinstance(fs, LocalFileSystem):
         _write_local_dir(Path(root), files)
     else:
@@ -140,12 +159,18 @@ def write_refs(
     format: SidecarFormat = "parquet",
     storage_options: dict[str, Any] | None = None,
     record_size: int = DEFAULT_RECORD_SIZE,
+    layout: SidecarLayout = "kerchunk",
 ) -> str:
-    """Write a sidecar in ``format`` (``"parquet"`` or ``"json"``); see the two writers."""
+    """Write a sidecar in ``format`` (``"parquet"`` or ``"json"``); see the two writers.
+
+    ``layout`` applies to Parquet only (a JSON sidecar is always one object).
+    """
     if format == "json":
         return write_json(refs, dest, storage_options=storage_options)
     if format == "parquet":
-        return write_parquet(refs, dest, storage_options=storage_options, record_size=record_size)
+        return write_parquet(
+            refs, dest, storage_options=storage_options, record_size=record_size, layout=layout
+        )
     raise ValueError(f"format must be 'parquet' or 'json', got {format!r}")
 
 
@@ -205,6 +230,25 @@ def read_refs(
         f"no sidecar at {path}: neither a JSON file nor a directory with {ZMETADATA}; "
         "index the granule first (h5sidecar index)"
     )
+
+
+def read_layout(
+    path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None
+) -> SidecarLayout | None:
+    """The layout of the Parquet sidecar at ``path`` (one small read of its ``.zmetadata``),
+    or None when ``path`` is not a Parquet sidecar (a JSON sidecar, nothing).
+
+    Raises
+    ------
+    InvalidReferenceError
+        When the ``.zmetadata`` is malformed.
+    """
+    fs, root = _fs(path, storage_options)
+    try:
+        data = fs.cat_file(f"{root}/{ZMETADATA}", start=0)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+    return sidecar_layout(decode_zmetadata(data))
 
 
 #: Enough leading bytes to tell a sidecar (JSON text) from the files mistaken for one.

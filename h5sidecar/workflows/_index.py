@@ -123,7 +123,13 @@ def index_one(
         refs = index_granule(url, storage_options=_opts(options), settings=options.settings)
         t2 = time.perf_counter()
         seconds["index"] = t2 - t1
-        write_refs(refs, dest_url, format=options.format, storage_options=_opts(options))
+        write_refs(
+            refs,
+            dest_url,
+            format=options.format,
+            storage_options=_opts(options),
+            layout=options.settings.layout,
+        )
         seconds["write"] = time.perf_counter() - t2
         seconds["total"] = time.perf_counter() - t0
         log.info("indexed %s -> %s (%.2f s)", url, dest_url, seconds["total"])
@@ -153,6 +159,7 @@ def index_many(
     force: bool = False,
     checksums: bool = False,
     on_unsupported: Literal["skip", "raise"] = "skip",
+    layout: Literal["kerchunk", "compact"] | None = None,
     settings: IndexSettings | None = None,
     storage_options: Mapping[str, Any] | None = None,
     patterns: Sequence[str] = DEFAULT_PATTERNS,
@@ -174,6 +181,10 @@ def index_many(
         Re-index every granule, even those whose sidecar is up to date.
     checksums, on_unsupported : optional
         Override the corresponding fields of ``settings``.
+    layout : "kerchunk" or "compact", optional
+        Layout of Parquet sidecars (overrides ``settings.layout``): record files per variable,
+        readable by plain fsspec/kerchunk, or ``.zmetadata`` + one manifests file, readable by
+        h5sidecar only.  A sidecar of the other layout is re-written (replaced atomically).
     settings : IndexSettings, optional
         Indexer options (default: ``IndexSettings()``).
     storage_options : mapping, optional
@@ -211,7 +222,12 @@ def index_many(
     options = IndexOptions(
         format=format,
         force=force,
-        settings=replace(base, checksums=checksums or base.checksums, on_unsupported=on_unsupported),
+        settings=replace(
+            base,
+            checksums=checksums or base.checksums,
+            on_unsupported=on_unsupported,
+            layout=layout or base.layout,
+        ),
         storage_options=dict(storage_options) if storage_options else None,
     )
     if not is_remote(dest) and os.path.exists(dest) and not os.path.isdir(dest):
@@ -275,6 +291,7 @@ def index_many(
                 "force": force,
                 "checksums": options.settings.checksums,
                 "on_unsupported": on_unsupported,
+                **({"layout": options.settings.layout} if format == "parquet" else {}),
                 "patterns": list(patterns),
                 "executor": executor if isinstance(executor, str) else type(executor).__name__,
                 "workers": n_workers,
