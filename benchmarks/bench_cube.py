@@ -20,7 +20,8 @@ requests and seconds at that latency.
   + ``.vz.to_icechunk`` (from HDF5), opened with icechunk + ``xr.open_zarr``.
 
 "open" is every variable's metadata and the decoded time coordinate; then one whole time step
-and one grid point's series of ``tas`` are read.  Every value read is compared with xarray +
+and one grid point's series of ``tas`` are read (``--repeats`` times, each from a new open
+with h5sidecar's caches emptied; the median is reported).  Every value read is compared with xarray +
 h5netcdf on the local files (``--oracle-every K`` compares every K-th step of the series only).
 The mixed-packing sample (:func:`_cube_mixed.run_mixed`) shows what each tool makes of a granule
 packed differently.
@@ -34,6 +35,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -56,6 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-kerchunk", action="store_true", help="no kerchunk rows")
     p.add_argument("--skip-virtualizarr", action="store_true",
                    help="no VirtualiZarr + Icechunk rows")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="opens and reads per tool; the median is reported (default 3)")
     p.add_argument("--oracle-every", type=int, default=1, metavar="K",
                    help="compare every K-th step of the time series with h5netcdf (default 1)")
     p.add_argument("--update-readme", action="store_true",
@@ -99,18 +103,30 @@ class Bench:
                                   for a in peers.truth([paths[i] for i in self.series_at]))
 
     def time(self, name: str, fn: Any, **extra: Any) -> Any:
+        """Run ``fn`` once, timed; a row of ``seconds`` (every run's in ``times``), requests and
+        bytes of the S3 endpoint (last run's)."""
         row, out = _timed(self.url, fn)
-        self.rows[name] = row | extra
+        times = [*self.rows.get(name, {}).get("times", []), row["seconds"]]
+        self.rows[name] = row | extra | {"times": times, "seconds": statistics.median(times)}
         print(f"{name}: {row['seconds']:.3f} s, {row['requests']} requests", flush=True)
         return out
 
     def open_and_read(self, tool: str, opener: Any) -> None:
-        """Open (metadata of every variable + time index), then the two reads, compared."""
+        """Open (metadata of every variable + time index), then the two reads, compared with
+        h5netcdf; ``--repeats`` times, each from a fresh open with h5sidecar's caches empty."""
+        from h5sidecar.read import clear_caches
+
+        for _ in range(self.args.repeats):
+            clear_caches()
+            if not self._open_and_read_once(tool, opener):
+                return
+
+    def _open_and_read_once(self, tool: str, opener: Any) -> bool:
         ds = self.time(f"{tool}: open", lambda: _opened(opener()))
         self.rows[f"{tool}: open"]["variables"] = sorted(map(str, ds.variables))
         if "tas" not in ds:
             ds.close()
-            return
+            return False
         tas = ds["tas"]
         got = self.time(f"{tool}: time step", lambda: tas.isel(time=self.step).values)
         self.rows[f"{tool}: time step"] |= peers.compare(got, self.truth_step)
@@ -118,6 +134,7 @@ class Bench:
         self.rows[f"{tool}: point series"] |= peers.compare(got[self.series_at],
                                                             self.truth_series)
         ds.close()
+        return True
 
 
 def _opened(ds: Any) -> Any:
@@ -213,7 +230,8 @@ def _kerchunk(b: Bench, urls: list[str], work: Path, cubes_dir: Path, cubes_url:
 def report(results: dict[str, Any]) -> str:
     a, env = results["args"], results["environment"]
     head = (f"{a['days']} daily granules, S3 endpoint with {a['latency_ms']:g} ms latency "
-            f"(sources and cubes), {env['cpus']} CPUs, load average {env['load_avg'][0]:.1f} "
+            f"(sources and cubes), opens and reads median of {a.get('repeats', 1)}, "
+            f"{env['cpus']} CPUs, load average {env['load_avg'][0]:.1f} "
             f"at the end (commit {env['commit']}).")
     rows = results["rows"]
     table = c.markdown_table(
