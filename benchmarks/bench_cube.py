@@ -27,7 +27,7 @@ The mixed-packing sample (:func:`_cube_mixed.run_mixed`) shows what each tool ma
 packed differently.
 
 Run with ``python benchmarks/run.py cube [--days 365] [--latency-ms 20] [--repeats 3]``; at
-10,000 days run h5sidecar alone (``--skip-kerchunk --skip-virtualizarr --oracle-every 10``).
+10,000 days run h5sidecar alone (``--skip-kerchunk --skip-virtualizarr --oracle-every 100``).
 """
 
 from __future__ import annotations
