@@ -30,6 +30,7 @@ from typing import Any
 
 import fsspec
 
+from h5sidecar._credentials import fsspec_options
 from h5sidecar.errors import InvalidReferenceError, SourceReadError
 
 __all__ = ["REPORT_NAME", "SIDECAR_SUFFIXES", "DestIndex", "DestSnapshot"]
@@ -103,7 +104,7 @@ class DestIndex:
         refresh_seconds: float = 30.0,
         cubes: Mapping[str, str] | None = None,
     ) -> None:
-        self.fs, root = fsspec.core.url_to_fs(dest, **dict(storage_options or {}))
+        self.fs, root = fsspec.core.url_to_fs(dest, **fsspec_options(dest, storage_options))
         self.cubes = {n: self._canonical(u, storage_options) for n, u in (cubes or {}).items()}
         self._hidden: set[str] = set()  # granule names hidden by a cube (warned once)
         self.root = root.rstrip("/") or "/"
@@ -120,7 +121,7 @@ class DestIndex:
     @staticmethod
     def _canonical(url: str, storage_options: Mapping[str, Any] | None) -> str:
         """``url`` as a listing spells it (absolute local path, ``s3://bucket/key``)."""
-        fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+        fs, path = fsspec.core.url_to_fs(url, **fsspec_options(url, storage_options))
         path = path.rstrip("/")
         protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
         return path if "file" in protocols else fs.unstrip_protocol(path)

@@ -35,6 +35,7 @@ from typing import Any, Literal
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from h5sidecar._credentials import fsspec_options
 from h5sidecar._modes import follow_umask
 from h5sidecar.errors import InvalidReferenceError, NotIndexedError
 from h5sidecar.references._bulk import MANIFESTS_FILE
@@ -306,7 +307,8 @@ def scrub_credentials(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _fs(path: str | os.PathLike[str], storage_options: dict[str, Any] | None) -> tuple[Any, str]:
-    fs, root = fsspec.core.url_to_fs(os.fspath(path), **(storage_options or {}))
+    url = os.fspath(path)
+    fs, root = fsspec.core.url_to_fs(url, **fsspec_options(url, storage_options))
     return fs, root.rstrip("/")
 
 
