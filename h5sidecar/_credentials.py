@@ -201,6 +201,9 @@ class EndpointCredentials(RefreshingCredentials):
     ...                 storage_options={"credential_provider": creds})  # doctest: +SKIP
     """
 
+    #: Kept when storage options are scrubbed for pickling: the copy holds no token or keys.
+    pickles_without_secrets = True
+
     def __init__(
         self,
         url: str,

@@ -283,3 +283,33 @@ def test_endpoint_credentials_refresh_and_pickle_without_secrets(
     assert handler.token.encode() not in blob and b"ASIA" not in blob
     monkeypatch.setenv("EARTHDATA_TOKEN", handler.token)  # the copy reads the token there
     assert pickle.loads(blob).current().key == f"ASIA{handler.issued}"
+
+
+def test_dask_workers_fetch_their_own_endpoint_credentials(
+    indexed: dict[str, Any], no_aws: Path, s3_endpoint: str, monkeypatch: pytest.MonkeyPatch,
+    credentials_endpoint: tuple[str, type[_CredentialsEndpoint]],
+) -> None:
+    """Workers with no AWS credentials read through an EndpointCredentials that travels in the
+    task graph without its token (each worker reads EARTHDATA_TOKEN from its environment)."""
+    distributed = pytest.importorskip("distributed")
+    from h5sidecar.read.store import SidecarStore
+
+    url, handler = credentials_endpoint
+    handler.lifetime = 600.0
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
+    monkeypatch.setenv("EARTHDATA_TOKEN", handler.token)  # the workers inherit it, nothing else
+    store = SidecarStore(indexed["ref"], storage_options={"credential_provider": EndpointCredentials(url)})
+    blob = pickle.dumps(store)
+    assert handler.token.encode() not in blob and b"ASIA" not in blob
+    group, name = PATH.rsplit("/", 1)
+    ds = xr.open_dataset(store, engine="h5sidecar", group=group, chunks={})
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                 host="127.0.0.1", dashboard_address=None) as cluster,
+        distributed.Client(cluster) as client,
+    ):  # fmt: skip
+        total = client.compute(ds[name].astype("f8").sum(), sync=True)
+        seen = client.run(lambda: os.environ.get("AWS_ACCESS_KEY_ID"))
+    assert set(seen.values()) == {None}  # the workers had no keys of their own
+    np.testing.assert_allclose(float(total), read_h5(indexed["h5"], PATH).astype("f8").sum())
+    assert handler.issued >= 2  # this process and at least one worker fetched keys
