@@ -313,3 +313,20 @@ def test_dask_workers_fetch_their_own_endpoint_credentials(
     assert set(seen.values()) == {None}  # the workers had no keys of their own
     np.testing.assert_allclose(float(total), read_h5(indexed["h5"], PATH).astype("f8").sum())
     assert handler.issued >= 2  # this process and at least one worker fetched keys
+
+
+def test_gateway_serves_an_s3_dest_with_aws_profile(
+    indexed: dict[str, Any], no_aws: Path, s3_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``h5sidecar serve s3://...`` with only AWS_PROFILE: listing DEST, reading sidecars and
+    reading the granule's chunks all use the profile."""
+    pytest.importorskip("starlette")
+    import zarr
+
+    from tests.gateway._http import gateway
+
+    _profile_files(no_aws, s3_endpoint)
+    monkeypatch.setenv("AWS_PROFILE", "p")
+    with gateway(f"s3://{indexed['bucket']}/out") as (url, _app):
+        root = zarr.open_group(f"{url}/zarr/a.h5/", mode="r")
+        np.testing.assert_array_equal(root[PATH][...], read_h5(indexed["h5"], PATH))
