@@ -47,6 +47,7 @@ from h5sidecar._credentials import (
     profile_settings,
 )
 from h5sidecar.errors import (
+    CredentialsError,
     SourceNotFoundError,
     SourceReadError,
     StaleReferenceError,
@@ -65,6 +66,7 @@ __all__ = [
     "clear_store_cache",
     "normalize_url",
     "parse_url",
+    "provider_failure",
     "resolve_store",
     "translate_store_error",
 ]
@@ -355,6 +357,17 @@ def http_status(exc: BaseException) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def provider_failure(exc: BaseException, url: str) -> CredentialsError | None:
+    """The :class:`~h5sidecar.errors.CredentialsError` of a request that failed because its
+    credential provider raised (obstore reports it as unauthenticated), else None.  Not worth a
+    retry, and not "access denied": the message is the provider's own."""
+    text = str(exc)
+    if "credential provider" not in text or "CredentialsError" not in text:
+        return None
+    why = text.split("CredentialsError:", 1)[1].strip().splitlines()[0][:400]
+    return CredentialsError(f"reading {url}: {why}")
+
+
 def translate_store_error(exc: BaseException, url: str, action: str) -> Exception:
     """Map an obstore exception to the h5sidecar error a caller should see.
 
@@ -366,6 +379,9 @@ def translate_store_error(exc: BaseException, url: str, action: str) -> Exceptio
     environment.
     """
     oe = obstore_errors
+    failed_provider = provider_failure(exc, url)
+    if failed_provider is not None:
+        return failed_provider
     if isinstance(exc, oe.PreconditionError):
         return StaleReferenceError(
             f"{url} changed while it was being read ({action} failed its If-Match); the object "

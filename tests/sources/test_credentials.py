@@ -330,3 +330,34 @@ def test_gateway_serves_an_s3_dest_with_aws_profile(
     with gateway(f"s3://{indexed['bucket']}/out") as (url, _app):
         root = zarr.open_group(f"{url}/zarr/a.h5/", mode="r")
         np.testing.assert_array_equal(root[PATH][...], read_h5(indexed["h5"], PATH))
+
+
+def test_a_provider_failing_mid_run_is_a_credentials_error(
+    indexed: dict[str, Any], no_aws: Path, s3_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keys expire and the provider cannot renew them: the read fails at once (no retries) with
+    the provider's message, not as "access denied"."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
+    state = {"calls": 0}
+
+    def once() -> tuple[str, str, None, datetime]:
+        state["calls"] += 1
+        if state["calls"] > 1:
+            raise OSError("token service down")
+        return "K", "S", None, datetime.now(UTC) + timedelta(seconds=1)
+
+    group, name = PATH.rsplit("/", 1)
+
+    def read() -> np.ndarray:
+        # the sidecar with static keys, the granule with the provider: the data path fails
+        with xr.open_dataset(indexed["ref"], engine="h5sidecar", group=group,
+                             storage_options={"key": "k", "secret": "s"},
+                             remote_options={"credential_provider": once}) as ds:  # fmt: skip
+            return ds[name].values
+
+    np.testing.assert_array_equal(read(), read_h5(indexed["h5"], PATH))
+    time.sleep(1.1)
+    clear_caches()
+    with pytest.raises(CredentialsError, match="token service down") as exc:
+        read()
+    assert "reading s3://" in str(exc.value) and state["calls"] == 2  # no retries
