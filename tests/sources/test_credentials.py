@@ -361,3 +361,34 @@ def test_a_provider_failing_mid_run_is_a_credentials_error(
     with pytest.raises(CredentialsError, match="token service down") as exc:
         read()
     assert "reading s3://" in str(exc.value) and state["calls"] == 2  # no retries
+
+
+def test_dask_indexing_tasks_carry_no_secrets(
+    credentials_endpoint: tuple[str, type[_CredentialsEndpoint]],
+) -> None:
+    """What ``index --dask`` sends to the scheduler: options without keys, providers without
+    tokens (the workers resolve their own)."""
+    from h5sidecar.workflows._dask import DaskExecutor
+    from h5sidecar.workflows._index import IndexOptions
+
+    sent: list[bytes] = []
+
+    class _Client:  # records what would travel to the scheduler
+        def submit(self, *args: Any, **kwargs: Any) -> Any:
+            sent.append(pickle.dumps(args))
+            return type("F", (), {"add_done_callback": lambda self, cb: None})()
+
+    url, handler = credentials_endpoint
+    options = IndexOptions(storage_options={
+        "endpoint_url": "http://127.0.0.1:9", "key": "AKIDSECRETKEY", "secret": "s3cr3t-v4lue",
+        "client_kwargs": {"region_name": "us-east-1"},
+        "credential_provider": EndpointCredentials(url, token=handler.token)})  # fmt: skip
+    DaskExecutor(_Client()).submit(print, "s3://b/a.h5", "s3://b/out/a.h5.parq", options)
+    (blob,) = sent
+    for secret in (b"AKIDSECRETKEY", b"s3cr3t-v4lue", handler.token.encode()):
+        assert secret not in blob
+    args = pickle.loads(blob)[2]  # (run_with_retries, fn, task args, retries, backoff)
+    kept = args[2].storage_options
+    assert kept["endpoint_url"] == "http://127.0.0.1:9" and "key" not in kept
+    assert kept["client_kwargs"] == {"region_name": "us-east-1"}
+    assert isinstance(kept["credential_provider"], EndpointCredentials)
