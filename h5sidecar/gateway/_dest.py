@@ -104,7 +104,9 @@ class DestIndex:
         refresh_seconds: float = 30.0,
         cubes: Mapping[str, str] | None = None,
     ) -> None:
-        self.fs, root = fsspec.core.url_to_fs(dest, **fsspec_options(dest, storage_options))
+        self._options = dict(storage_options or {})
+        self._provider = self._options.get("credential_provider") is not None
+        self._fs, root = fsspec.core.url_to_fs(dest, **fsspec_options(dest, storage_options))
         self.cubes = {n: self._canonical(u, storage_options) for n, u in (cubes or {}).items()}
         self._hidden: set[str] = set()  # granule names hidden by a cube (warned once)
         self.root = root.rstrip("/") or "/"
@@ -112,6 +114,15 @@ class DestIndex:
         self.refresh_seconds = refresh_seconds
         self._lock = threading.Lock()
         self._snapshot: DestSnapshot | None = None
+
+    @property
+    def fs(self) -> Any:
+        """The filesystem of DEST; with a ``credential_provider``, made again when the
+        provider's keys change (fsspec caches one instance per set of keys), so a long-running
+        gateway outlives temporary keys."""
+        if self._provider:
+            self._fs = fsspec.core.url_to_fs(self.dest, **fsspec_options(self.dest, self._options))[0]
+        return self._fs
 
     def url_of(self, path: str) -> str:
         """The URL of a listed path (``s3://bucket/key`` or a local path) for fsspec/readers."""

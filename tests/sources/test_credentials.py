@@ -392,3 +392,20 @@ def test_dask_indexing_tasks_carry_no_secrets(
     assert kept["endpoint_url"] == "http://127.0.0.1:9" and "key" not in kept
     assert kept["client_kwargs"] == {"region_name": "us-east-1"}
     assert isinstance(kept["credential_provider"], EndpointCredentials)
+
+
+def test_gateway_dest_listing_outlives_short_lived_keys(
+    indexed: dict[str, Any], no_aws: Path, s3_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long-running gateway lists DEST with the provider's current keys, not the first ones."""
+    pytest.importorskip("starlette")
+    from h5sidecar.gateway._dest import DestIndex
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
+    provider = _ShortLived(2.0)
+    dest = DestIndex(f"s3://{indexed['bucket']}/out",
+                     storage_options={"credential_provider": provider})  # fmt: skip
+    assert list(dest.snapshot(max_age=0).sidecars) == ["a.h5"] and dest.fs.key == "KEY1"
+    time.sleep(2.2)
+    assert list(dest.snapshot(max_age=0).sidecars) == ["a.h5"]
+    assert dest.fs.key == f"KEY{provider.calls}" and provider.calls >= 2
