@@ -29,6 +29,7 @@ from typing import Any
 
 import fsspec
 
+from h5sidecar._credentials import fsspec_options
 from h5sidecar.catalog._cube_assets import XARRAY_EXTENSION, cube_assets
 from h5sidecar.catalog._extent import granule_extent
 from h5sidecar.catalog._item import FILE_EXTENSION, GranuleInfo, build_item
@@ -103,7 +104,7 @@ class CatalogResult:
 
 
 def _fs(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, str]:
-    fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+    fs, path = fsspec.core.url_to_fs(url, **fsspec_options(url, storage_options))
     return fs, path.rstrip("/")
 
 

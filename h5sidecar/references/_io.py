@@ -35,6 +35,7 @@ from typing import Any, Literal
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from h5sidecar._credentials import fsspec_options
 from h5sidecar._modes import follow_umask
 from h5sidecar.errors import InvalidReferenceError, NotIndexedError
 from h5sidecar.references._bulk import MANIFESTS_FILE
@@ -343,10 +344,15 @@ def scrub_credentials(options: Mapping[str, Any]) -> dict[str, Any]:
     """Copy of s3fs-style ``options`` without secrets (keys, tokens, passwords), recursively.
 
     What pickles (sidecar readers, fetchers, stores) and what keys caches keep of storage
-    options: workers and caches never see credentials.
+    options: workers and caches never see credentials.  A credential provider that pickles
+    without secrets (``pickles_without_secrets = True``, as ``EndpointCredentials``) is kept,
+    so workers fetch their own keys with it.
     """
     out: dict[str, Any] = {}
     for k, v in options.items():
+        if getattr(v, "pickles_without_secrets", False) is True:
+            out[k] = v
+            continue
         if any(m in str(k).lower() for m in _SECRET_MARKERS):
             continue
         out[k] = scrub_credentials(v) if isinstance(v, Mapping) else v
@@ -354,7 +360,8 @@ def scrub_credentials(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _fs(path: str | os.PathLike[str], storage_options: dict[str, Any] | None) -> tuple[Any, str]:
-    fs, root = fsspec.core.url_to_fs(os.fspath(path), **(storage_options or {}))
+    url = os.fspath(path)
+    fs, root = fsspec.core.url_to_fs(url, **fsspec_options(url, storage_options))
     return fs, root.rstrip("/")
 
 

@@ -63,8 +63,9 @@ class IndexOptions:
     settings : IndexSettings
         Indexer options (``on_unsupported``, ``checksums``, ...).
     storage_options : mapping or None
-        fsspec/s3fs options for the source and the destination.  They travel to the workers
-        with each task: prefer the standard AWS environment variables for credentials.
+        fsspec/s3fs options for the source and the destination.  They travel to local worker
+        processes with each task; to a Dask cluster without credentials (``key``, ``secret``,
+        ``token``...): Dask workers resolve their own (``AWS_*``, ``AWS_PROFILE``, roles).
     """
 
     format: SidecarFormat = "parquet"
