@@ -48,7 +48,7 @@ def sidecars_of(refs: str | Path | Iterable[str | Path], *,
             return [text]
         from h5sidecar.catalog import list_indexed
 
-        found = [g.sidecar for g in list_indexed(text, storage_options=storage_options)]
+        found = [g.sidecar for g in list_indexed(text, storage_options=storage_options, sizes=False)]
         if not found:
             raise SourceNotFoundError(f"no sidecar under {text}: index granules first "
                                       f"(h5sidecar index SOURCE -o {text})")

@@ -114,7 +114,7 @@ def _sidecar_list(
     if isinstance(sidecars, str | os.PathLike):
         from h5sidecar.catalog import list_indexed
 
-        found = [g.sidecar for g in list_indexed(os.fspath(sidecars),
+        found = [g.sidecar for g in list_indexed(os.fspath(sidecars), sizes=False,
                                                  storage_options=storage_options)]
         if not found:
             raise InvalidRequestError(
