@@ -45,6 +45,7 @@ from benchmarks._read_tools import (
     OPEN_CASES,
     SCIENCE_BEAM,
     SCIENCE_VARS,
+    WHOLE_CASES,
     clear_caches,
     h5py_local,
     kerchunk_xarray,
@@ -211,6 +212,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for case, family, fn in CASES:
                 if family not in families or (fn is kerchunk_xarray and workload == "all"
                                                and not args.kerchunk_xarray_all):
+                    continue
+                if fn in WHOLE_CASES and workload != "all":
                     continue
                 if args.case and not any(t in case for t in args.case):
                     continue

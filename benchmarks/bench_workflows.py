@@ -13,6 +13,13 @@ latency per request.  Cases:
   processes through :class:`~h5sidecar.workflows.DaskExecutor` (cluster start-up excluded and
   reported separately; the workers are warmed up by one small task first).
 
+**Open cost** (per granule, sidecars on the S3 endpoint, in this process, caches cleared): from
+the sidecar's URL to ready-to-read arrays for the three variables of every beam (sidecar
+parsed, the named arrays' manifests and codecs ready), as :func:`granule_cells` does it, for
+the JSON and the Parquet sidecar; and the previous path (whole JSON parsed, then each beam
+group opened with ``xr.open_dataset(engine="h5sidecar")``).  Median over the granules, with
+the requests the server counted.
+
 **Analysis** (gridded mean photon height of every beam of every granule, ``--grid`` degrees):
 
 - ``h5sidecar dask N``: :func:`~h5sidecar.workflows.gridded_mean_height` on the cluster, reading
@@ -41,6 +48,7 @@ from benchmarks import _common as c
 from benchmarks.s3server import get_stats, reset_stats, start_server
 
 WF_BUCKET = "wf"
+SIDECAR_BUCKET = "wf-sidecars"
 BEAMS = ("gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r")
 
 
@@ -52,6 +60,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2],
                    help="Dask worker counts to run (default 1 2)")
     p.add_argument("--grid", type=float, default=0.1, help="analysis grid, degrees")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="runs of each analysis case; the median is reported (default 3)")
+    p.add_argument("--skip-kerchunk", action="store_true",
+                   help="leave out the kerchunk indexing loop (the slowest case)")
     p.add_argument("--update-readme", action="store_true",
                    help="write the result tables into benchmarks/README.md")
     p.add_argument("--from-results", type=Path, default=None, metavar="JSON",
@@ -101,6 +113,85 @@ def h5py_grid_one(url: str, grid: float) -> tuple[np.ndarray, np.ndarray, np.nda
     return _merge(*parts)
 
 
+VARIABLES = ("h_ph", "lat_ph", "lon_ph")
+
+
+def open_named(sidecar: str) -> int:
+    """What one analysis task does before its first chunk read: parse the sidecar, make the
+    batch reader, and ready the named arrays' manifests and codecs.  Returns the arrays."""
+    from h5sidecar.read import SidecarStore
+    from h5sidecar.references import read_refs
+    from h5sidecar.workflows._analysis import beam_groups
+
+    refs = read_refs(sidecar)
+    store = SidecarStore(refs, chunk_cache=None)
+    paths = [f"{g}/{v}" for g in beam_groups(refs, VARIABLES) for v in VARIABLES]
+    for p in paths:
+        store.native.codec(p)
+        refs.arrays[p].manifest  # noqa: B018 - loads it
+    return len(paths)
+
+
+def open_groups_previous(sidecar: str) -> int:
+    """The previous task's opening: whole parse, then one xarray Dataset per beam group."""
+    import xarray as xr
+
+    from h5sidecar.references import read_refs
+    from h5sidecar.workflows._analysis import beam_groups
+
+    refs = read_refs(sidecar, lazy=False)
+    n = 0
+    for g in beam_groups(refs, VARIABLES):
+        others = [p.rpartition("/")[2] for p in refs.arrays
+                  if p.rpartition("/")[0] == g and p.rpartition("/")[2] not in VARIABLES]
+        ds = xr.open_dataset(refs, engine="h5sidecar", group=g, chunks=None,  # type: ignore[arg-type]
+                             drop_variables=others, decode_times=False)
+        n += len(ds.data_vars)
+    return n
+
+
+def open_costs(url: str, sidecars: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """Median time and requests of opening each granule's named arrays, per case."""
+    from h5sidecar.read import clear_caches
+
+    cases = [("JSON sidecar, named arrays", open_named, "json"),
+             ("Parquet sidecar, named arrays", open_named, "parquet"),
+             ("JSON sidecar, 6 xarray groups (previous)", open_groups_previous, "json")]
+    rows = []
+    for name, fn, fmt in cases:
+        times, requests = [], []
+        for sc in sidecars[fmt]:
+            clear_caches()
+            reset_stats(url)
+            seconds, _ = timed(lambda sc=sc, fn=fn: fn(sc))
+            times.append(seconds)
+            requests.append(get_stats(url)["requests"])
+        rows.append({"case": name, "median_ms": 1000 * float(np.median(times)),
+                     "max_ms": 1000 * max(times), "requests": float(np.median(requests))})
+        print(f"open {name}: {rows[-1]['median_ms']:.0f} ms, {rows[-1]['requests']:g} requests",
+              flush=True)
+    return rows
+
+
+def publish_sidecars(dest: Path, bucket: str) -> dict[str, list[str]]:
+    """The JSON sidecars of ``dest`` and Parquet twins, served by the endpoint."""
+    from h5sidecar.references import read_refs, write_parquet
+
+    root = c.S3_ROOT / bucket
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "json").mkdir(parents=True)
+    out: dict[str, list[str]] = {"json": [], "parquet": []}
+    for sc in sorted(dest.glob("*.json")):
+        if sc.name.startswith("_"):
+            continue  # the report
+        shutil.copy(sc, root / "json" / sc.name)
+        out["json"].append(f"s3://{bucket}/json/{sc.name}")
+        parq = sc.name.removesuffix(".json") + ".parq"
+        write_parquet(read_refs(sc, lazy=False), root / "parquet" / parq)
+        out["parquet"].append(f"s3://{bucket}/parquet/{parq}")
+    return out
+
+
 def timed(fn: Any) -> tuple[float, Any]:
     t0 = time.perf_counter()
     out = fn()
@@ -120,7 +211,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     source = f"s3://{WF_BUCKET}/{args.photons}/"
     urls = [source + p.name for p in paths]
     work = Path(tempfile.mkdtemp(prefix="bench-wf-"))
-    rows: dict[str, Any] = {"index": [], "analysis": []}
+    rows: dict[str, Any] = {"index": [], "analysis": [], "open": []}
+    def add_run(case: str, seconds: float, photons: int) -> None:
+        row = next((r for r in rows["analysis"] if r["case"] == case), None)
+        if row is None:
+            row = {"case": case, "runs": [], "photons_runs": []}
+            rows["analysis"].append(row)
+        row["runs"].append(seconds)
+        row["photons_runs"].append(photons)
+        row["photons"] = photons
+        print(f"analysis {case}: {seconds:.2f} s", flush=True)
+
     try:
         def index_case(name: str, fn: Any) -> Path:
             dest = work / name.replace(" ", "-")
@@ -135,9 +236,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                   flush=True)
             return dest
 
-        index_case("kerchunk loop", lambda d: kerchunk_loop(urls, d))
-        index_case("h5sidecar serial", lambda d: _check(index_many(
+        if not args.skip_kerchunk:
+            index_case("kerchunk loop", lambda d: kerchunk_loop(urls, d))
+        serial = index_case("h5sidecar serial", lambda d: _check(index_many(
             source, str(d), format="json", executor="serial")))
+        rows["open"] = open_costs(url, publish_sidecars(serial, SIDECAR_BUCKET))
         for n in args.workers:
             t0 = time.perf_counter()
             with dask_client(f"local:{n}") as client:
@@ -149,22 +252,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 dest = index_case(f"h5sidecar dask {n}", lambda d, ex=ex: _check(index_many(
                     source, str(d), format="json", executor=ex, workers=ex.n_threads)))
                 rows["index"][-1]["cluster_start_s"] = startup
-                seconds, grid = timed(lambda dest=dest, client=client: gridded_mean_height(
-                    str(dest), grid=args.grid, client=client))
-                rows["analysis"].append({"case": f"h5sidecar dask {n}", "seconds": seconds,
-                                         "photons": grid.attrs["photons"]})
-                print(f"analysis dask {n}: {seconds:.1f} s", flush=True)
-                seconds, parts = timed(lambda client=client: client.gather(
-                    [client.submit(h5py_grid_one, u, args.grid, pure=False) for u in urls]))
-                merged = _merge(*parts)
-                rows["analysis"].append({"case": f"h5py + s3fs dask {n}", "seconds": seconds,
-                                         "photons": int(merged[2].sum())})
-                print(f"analysis h5py dask {n}: {seconds:.1f} s", flush=True)
-        seconds, parts = timed(lambda: [h5py_grid_one(u, args.grid) for u in urls])
-        merged = _merge(*parts)
-        rows["analysis"].append({"case": "h5py + s3fs serial", "seconds": seconds,
-                                 "photons": int(merged[2].sum())})
-        print(f"analysis h5py serial: {seconds:.1f} s", flush=True)
+                # the cases alternate, so a burst of load on the shared machine hits both
+                for _ in range(args.repeats):
+                    seconds, grid = timed(lambda dest=dest, client=client: gridded_mean_height(
+                        str(dest), grid=args.grid, client=client))
+                    add_run(f"h5sidecar dask {n}", seconds, grid.attrs["photons"])
+                    seconds, parts = timed(lambda client=client: client.gather(
+                        [client.submit(h5py_grid_one, u, args.grid, pure=False) for u in urls]))
+                    add_run(f"h5py + s3fs dask {n}", seconds, int(_merge(*parts)[2].sum()))
+        for _ in range(args.repeats):
+            seconds, parts = timed(lambda: [h5py_grid_one(u, args.grid) for u in urls])
+            add_run("h5py + s3fs serial", seconds, int(_merge(*parts)[2].sum()))
+        for r in rows["analysis"]:
+            r["seconds"] = float(np.median(r["runs"]))
+            if len(set(r["photons_runs"])) != 1:
+                raise SystemExit(f"{r['case']}: photon counts differ between runs")
     finally:
         stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -186,18 +288,39 @@ def report(results: dict[str, Any]) -> str:
     head = (f"{a['granules']} granules of {results['granule_mb']} MB ({a['photons']:,} photons), "
             f"S3 endpoint with {a['latency_ms']:g} ms latency, {env['cpus']} CPUs, load average "
             f"{env['load_avg'][0]:.1f} at the end (commit {env['commit']}).")
+    n, lat = a["granules"], a["latency_ms"] / 1000
+
+    def workers(case: str) -> int:
+        return int(case.rsplit(" ", 1)[1]) if " dask " in case else 1
+
+    # floor: every request of a granule waited for in turn (no overlap within a granule)
     index = c.markdown_table(
-        ["indexing", "seconds", "granules/s", "requests", "bytes"],
-        [[r["case"], f"{r['seconds']:.1f}", f"{r['granules_per_s']:.2f}", r["requests"],
+        ["indexing", "seconds", "granules/s", "granules/s per worker", "requests/granule",
+         "latency floor s/granule", "x floor", "bytes"],
+        [[r["case"], f"{r['seconds']:.1f}", f"{r['granules_per_s']:.2f}",
+          f"{r['granules_per_s'] / workers(r['case']):.2f}", f"{r['requests'] / n:.0f}",
+          f"{r['requests'] / n * lat:.2f}",
+          f"{r['seconds'] * workers(r['case']) / n / (r['requests'] / n * lat):.1f}",
           c.fmt_bytes(r["bytes"])] for r in results["index"]])
     base = next((r["seconds"] for r in results["analysis"] if r["case"] == "h5py + s3fs serial"),
                 None)
+    by_case = {r["case"]: r["seconds"] for r in results["analysis"]}
+
+    def same_cluster(case: str) -> str:
+        peer = by_case.get(case.replace("h5sidecar", "h5py + s3fs"))
+        return f"{peer / by_case[case]:.2f}x" if case.startswith("h5sidecar") and peer else "-"
+
     analysis = c.markdown_table(
-        ["analysis (grid " + f"{a['grid']:g} deg)", "seconds", "vs h5py + s3fs serial",
-         "photons"],
-        [[r["case"], f"{r['seconds']:.1f}", f"{base / r['seconds']:.2f}x" if base else "-",
+        ["analysis (grid " + f"{a['grid']:g} deg)", "median s", "runs",
+         "vs h5py + s3fs serial", "vs h5py + s3fs, same workers", "photons"],
+        [[r["case"], f"{r['seconds']:.2f}", len(r.get("runs", [r["seconds"]])),
+          f"{base / r['seconds']:.2f}x" if base else "-", same_cluster(r["case"]),
           f"{r['photons']:,}"] for r in results["analysis"]])
-    return f"{head}\n\n{index}\n\n{analysis}"
+    opens = c.markdown_table(
+        ["open one granule's named arrays (18)", "median ms", "max ms", "requests"],
+        [[r["case"], f"{r['median_ms']:.0f}", f"{r['max_ms']:.0f}", f"{r['requests']:g}"]
+         for r in results.get("open", [])])
+    return f"{head}\n\n{index}\n\n{opens}\n\n{analysis}"
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:

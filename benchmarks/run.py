@@ -18,6 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 #: benchmark name -> (module in benchmarks/, one-line description)
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "index": ("benchmarks.bench_index", "index speed and sidecar size: h5sidecar vs kerchunk"),
+    "layouts": ("benchmarks.bench_layouts",
+                "sidecar layouts: objects, bytes, PUTs, write and open time per granule"),
     "read": ("benchmarks.bench_read", "read speed: h5sidecar vs h5py, s3fs, kerchunk, download"),
     "gateway": ("benchmarks.bench_gateway", "HTTP gateway: random chunks under load, full reads"),
     "workflows": ("benchmarks.bench_workflows",

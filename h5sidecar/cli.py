@@ -98,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "s3:// or paths; blank lines and # comments skipped)")
     p.add_argument("-o", "--output", dest="dest", required=True, help="folder or S3 prefix")
     p.add_argument("--format", choices=["parquet", "json"], default="parquet")
+    p.add_argument("--layout", choices=["kerchunk", "compact"], default=None,
+                   help="Parquet sidecar layout: kerchunk (record files per variable, read by "
+                   "plain fsspec/kerchunk) or compact (2-3 objects per granule, h5sidecar and "
+                   "its gateway only); default: H5SIDECAR_LAYOUT or kerchunk")
     p.add_argument("--workers", type=_positive, default=None,
                    help="worker processes (default: one per CPU)")
     p.add_argument("--serial", action="store_true", help="index in this process, one by one")
@@ -183,6 +187,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--on-mismatch", choices=["raise", "split"], default="raise",
                    help="granules encoded differently: refuse (default) or write one cube per "
                    "encoding (CUBE-0.parq, CUBE-1.parq, ... in coordinate order)")
+    p.add_argument("--append", action="store_true",
+                   help="add to the existing CUBE only the granules not yet in it and replace "
+                   "members whose source changed (nothing is written when nothing changed)")
+    p.add_argument("--on-out-of-order", choices=["raise", "rebuild"], default="raise",
+                   help="with --append, a granule that does not follow the cube: refuse "
+                   "(default) or rebuild the cube from all of DEST")
+    p.add_argument("--normalize-time", action="store_true",
+                   help="accept granules whose concat coordinate has other time units: hold "
+                   "its times in one units (exactly, else refused)")
+    p.add_argument("--time-units", default=None, metavar="UNITS",
+                   help="with --normalize-time, the new cube's time units (default: the first "
+                   "sidecar's), e.g. 'hours since 2020-01-01'")
     _storage_option_arg(p)
     p.set_defaults(run=_cmd_cube)
 
@@ -331,6 +347,7 @@ def _cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
             force=args.force,
             checksums=args.checksums,
             on_unsupported=args.on_unsupported,
+            layout=args.layout,
             storage_options=storage_options(args.storage_options),
             patterns=tuple(args.patterns or DEFAULT_PATTERNS),
             executor=executor,
@@ -451,7 +468,8 @@ def _cmd_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
         out.print_json(data=s.to_dict())
         return EXIT_OK
     src = s.source
-    out.print(f"[bold]{s.ref}[/] ({s.format}, {_size(s.sidecar_bytes)})")
+    layout = f", {s.layout} layout" if s.layout else ""
+    out.print(f"[bold]{s.ref}[/] ({s.format}{layout}, {_size(s.sidecar_bytes)})")
     out.print(f"source: {src.url}  size {src.size:,} B  etag {src.etag or '-'}  "
               f"mtime {src.mtime if src.mtime is not None else '-'}")
     c = s.counts
@@ -503,6 +521,9 @@ def _cmd_verify(args: argparse.Namespace, out: Console, err: Console) -> int:
                       f"{v.chunks_checked}/{v.chunks_total}", sums, v.message)
     out.print(table)
     bad = [v for v in r.variables if v.status in ("different", "error")]
+    if r.reader == "h5sidecar":
+        out.print("read through h5sidecar's reader: a compact sidecar (plain fsspec/kerchunk "
+                  "cannot read it)")
     verdict = "[green]OK[/]" if r.ok else "[red]DIFFERENCES FOUND[/]"
     out.print(f"{verdict}: {len(r.variables)} variable(s), {len(bad)} with problems")
     return EXIT_OK if r.ok else EXIT_FAILED
@@ -540,13 +561,23 @@ def _cmd_cube(args: argparse.Namespace, out: Console, err: Console) -> int:
         r = build_cube(args.dest, args.output, concat_dim=args.concat_dim, group=args.group,
                        variables=args.variables, format=args.format,
                        on_mismatch=args.on_mismatch,
-                       storage_options=storage_options(args.storage_options))
+                       storage_options=storage_options(args.storage_options),
+                       mode="append" if args.append else "build",
+                       on_out_of_order=args.on_out_of_order,
+                       normalize_time=args.normalize_time, time_units=args.time_units)
+    if r.action == "up_to_date":
+        out.print(f"nothing new: the cube is up to date ({r.unchanged} granule(s) unchanged, "
+                  "nothing written)")
+        return EXIT_OK
     table = Table(header_style="bold")
     for col in ("cube", "granules", args.concat_dim, "first", "last"):
         table.add_column(col)
     for c in r.cubes:
         table.add_row(c.path, str(len(c.granules)), str(c.length), str(c.first), str(c.last))
     out.print(table)
+    if r.action in ("appended", "rebuilt"):
+        out.print(f"{r.action}: {len(r.added)} granule(s) added, {len(r.replaced)} replaced, "
+                  f"{r.unchanged} unchanged ({r.sidecars_read} sidecar(s) read)")
     if len(r.cubes) > 1:
         out.print(f"[yellow]split into {len(r.cubes)} cubes:[/] the granules encode variables "
                   "differently (run without --on-mismatch split to see how)")

@@ -20,6 +20,7 @@ from typing import Any
 __all__ = [
     "ChunkDecodeError",
     "CorruptFileError",
+    "CredentialsError",
     "ErrorKind",
     "ForbiddenSourceError",
     "GranuleLimitError",
@@ -97,6 +98,8 @@ class ErrorKind(enum.StrEnum):
     TOO_LARGE_TO_MATERIALIZE = "too_large_to_materialize"
     OTHER = "other"
     INTERNAL_ERROR = "internal_error"
+    # -- no usable S3 credentials (``CredentialsError``) -----------------------------------------
+    NO_CREDENTIALS = "no_credentials"
     # -- append new codes here ------------------------------------------------------------------
     SOURCE_AUTH = "source_auth"
 
@@ -158,6 +161,15 @@ class SourceReadError(H5SidecarError, OSError):
     def __init__(self, message: str, *, url: str | None = None) -> None:
         super().__init__(message)
         self.url = url
+
+
+class CredentialsError(H5SidecarError, PermissionError):
+    """No usable S3 credentials: none found anywhere in the chain, an unknown profile, or a
+    credential provider that failed.  The message names what was tried and how to give some
+    (``AWS_PROFILE``, ``AWS_*`` variables, ``storage_options``, ``anon=True`` for public
+    buckets)."""
+
+    kind = ErrorKind.NO_CREDENTIALS
 
 
 class SourceAuthError(SourceReadError):

@@ -134,6 +134,10 @@ class IndexSettings:
     max_crawl_steps : int
         Metadata structures parsed ahead of HDF5 per granule at most; past it HDF5's own reads
         are fetched on demand (a bound for corrupt files whose structures loop).
+    layout : "kerchunk" or "compact"
+        Layout of Parquet sidecars written by batch indexing: ``"kerchunk"`` (record files per
+        variable, readable by plain fsspec/kerchunk; default) or ``"compact"`` (``.zmetadata``
+        and one manifests file: 2-3 objects per granule, h5sidecar readers only).
     """
 
     on_unsupported: Literal["skip", "raise"] = "skip"
@@ -154,6 +158,7 @@ class IndexSettings:
     source_retries: int = 4
     source_backoff: float = 0.1
     max_crawl_steps: int = 200_000
+    layout: Literal["kerchunk", "compact"] = "kerchunk"
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +204,11 @@ class ReadSettings:
         A chunk stored without compressor or filters is read as only the byte runs a selection
         needs when those runs (merged across gaps up to ``max_gap``) move at most this fraction
         of the chunk's bytes; otherwise the whole chunk is read.  0 always reads whole chunks.
+    prefetch_bytes : int
+        Read-ahead of small arrays by the xarray engine's lazy variables: once a second read
+        loads a small array (at most 1/8 of this) whole, the other small arrays opened through
+        the same reader (its group's first) are read in the same batch, up to this many decoded
+        bytes held, and later reads of them need no request.  0 turns it off.
 
     The three process-wide fields are not per store: a store ignores them.  They take effect
     through :func:`h5sidecar.read.configure`, or from ``H5SIDECAR_SIDECAR_CACHE_BYTES``,
@@ -220,6 +230,7 @@ class ReadSettings:
     chunk_cache_bytes: int = 64 * 2**20
     decode_threads: int = 0
     subchunk_fraction: float = 0.5
+    prefetch_bytes: int = 16 * 2**20
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+# no test may reach the instance metadata service (169.254.169.254) when it looks for credentials
+os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 
 S3_CREDENTIALS = {

@@ -69,6 +69,7 @@ PINNED = [
     "too_large_to_materialize",
     "other",
     "internal_error",
+    "no_credentials",
     "source_auth",
 ]
 

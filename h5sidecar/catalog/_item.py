@@ -9,7 +9,10 @@ Assets:
     (what xpystac recognises as kerchunk references).  Kerchunk Parquet directory:
     ``application/vnd.apache.parquet`` with roles ``["references", "kerchunk-parquet"]`` (no
     standard media type names a *directory* of Parquet reference files; the role says how to read
-    it: ``fsspec.filesystem("reference", fo=href)`` or :func:`h5sidecar.open_item`).
+    it: ``fsspec.filesystem("reference", fo=href)`` or :func:`h5sidecar.open_item`).  A compact
+    Parquet sidecar, which plain kerchunk/fsspec cannot read, has roles ``["references",
+    "h5sidecar-compact"]`` instead and says so in its title: open it with
+    :func:`h5sidecar.open_item` or through the ``zarr`` asset.
 ``zarr``
     With a gateway URL: the granule as a Zarr v2 store served by ``h5sidecar serve``
     (``application/vnd+zarr``, roles ``["data", "zarr"]``).
@@ -50,6 +53,8 @@ JSON_MEDIA_TYPE = "application/json"
 PARQUET_MEDIA_TYPE = "application/vnd.apache.parquet"
 ZARR_MEDIA_TYPE = "application/vnd+zarr"
 REFERENCE_ROLES = {"json": ["references", "index"], "parquet": ["references", "kerchunk-parquet"]}
+#: Roles of a compact Parquet sidecar: no ``kerchunk-parquet`` (plain tools cannot read it).
+COMPACT_ROLES = ["references", "h5sidecar-compact"]
 
 #: Global attributes copied into ``h5sidecar:attributes`` are scalars no longer than this.
 _MAX_ATTR_CHARS = 300
@@ -71,12 +76,15 @@ class GranuleInfo:
     format : "json" or "parquet"
     sidecar_bytes : int
         Size of the sidecar (all files of a Parquet directory).
+    layout : "kerchunk" or "compact"
+        Layout of a Parquet sidecar (``"kerchunk"`` for JSON).
     """
 
     name: str
     sidecar: str
     format: Literal["json", "parquet"]
     sidecar_bytes: int
+    layout: Literal["kerchunk", "compact"] = "kerchunk"
 
 
 def item_id(name: str) -> str:
@@ -158,6 +166,12 @@ def _assets(
             "xarray:storage_options": {"remote_protocol": _protocol(refs.source.url)},
         },
     }
+    if info.format == "parquet" and info.layout == "compact":
+        assets["references"]["title"] = (
+            "h5sidecar references (compact Parquet: read with h5sidecar, or use the zarr "
+            "asset; plain kerchunk/fsspec cannot read it)"
+        )
+        assets["references"]["roles"] = list(COMPACT_ROLES)
     if gateway_url:
         assets["zarr"] = {
             "href": f"{gateway_url.rstrip('/')}/zarr/{info.name}/",

@@ -30,6 +30,7 @@ from typing import Any
 
 import fsspec
 
+from h5sidecar._credentials import fsspec_options
 from h5sidecar.errors import InvalidReferenceError, SourceReadError
 
 __all__ = ["REPORT_NAME", "SIDECAR_SUFFIXES", "DestIndex", "DestSnapshot"]
@@ -103,7 +104,9 @@ class DestIndex:
         refresh_seconds: float = 30.0,
         cubes: Mapping[str, str] | None = None,
     ) -> None:
-        self.fs, root = fsspec.core.url_to_fs(dest, **dict(storage_options or {}))
+        self._options = dict(storage_options or {})
+        self._provider = self._options.get("credential_provider") is not None
+        self._fs, root = fsspec.core.url_to_fs(dest, **fsspec_options(dest, storage_options))
         self.cubes = {n: self._canonical(u, storage_options) for n, u in (cubes or {}).items()}
         self._hidden: set[str] = set()  # granule names hidden by a cube (warned once)
         self.root = root.rstrip("/") or "/"
@@ -111,6 +114,15 @@ class DestIndex:
         self.refresh_seconds = refresh_seconds
         self._lock = threading.Lock()
         self._snapshot: DestSnapshot | None = None
+
+    @property
+    def fs(self) -> Any:
+        """The filesystem of DEST; with a ``credential_provider``, made again when the
+        provider's keys change (fsspec caches one instance per set of keys), so a long-running
+        gateway outlives temporary keys."""
+        if self._provider:
+            self._fs = fsspec.core.url_to_fs(self.dest, **fsspec_options(self.dest, self._options))[0]
+        return self._fs
 
     def url_of(self, path: str) -> str:
         """The URL of a listed path (``s3://bucket/key`` or a local path) for fsspec/readers."""
@@ -120,7 +132,7 @@ class DestIndex:
     @staticmethod
     def _canonical(url: str, storage_options: Mapping[str, Any] | None) -> str:
         """``url`` as a listing spells it (absolute local path, ``s3://bucket/key``)."""
-        fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+        fs, path = fsspec.core.url_to_fs(url, **fsspec_options(url, storage_options))
         path = path.rstrip("/")
         protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
         return path if "file" in protocols else fs.unstrip_protocol(path)

@@ -13,6 +13,7 @@ from urllib.parse import unquote_to_bytes
 
 from h5sidecar.errors import (
     ChunkDecodeError,
+    CredentialsError,
     ErrorKind,
     ForbiddenSourceError,
     H5SidecarError,
@@ -99,6 +100,7 @@ STATUS: dict[type[H5SidecarError], int] = {
     StaleReferenceError: 409,
     NotHDF5Error: 422,
     SourceReadError: 502,
+    CredentialsError: 502,
     ChunkDecodeError: 502,
     H5SidecarError: 500,
 }

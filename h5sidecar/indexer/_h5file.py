@@ -12,6 +12,7 @@ group tree or the file's own structures are unreadable) as
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,10 @@ def _not_hdf5(url: str, exc: BaseException) -> NotHDF5Error:
     )
 
 
+#: Held while a granule is open for indexing (re-entrant: a granule may open another file).
+_ONE_GRANULE_AT_A_TIME = threading.RLock()
+
+
 @contextlib.contextmanager
 def open_granule(
     url: str,
@@ -72,7 +77,12 @@ def open_granule(
     GranuleLimitError, GranuleTimeoutError
         A per-granule bound was reached (see :class:`~h5sidecar.settings.IndexSettings`).
     """
-    with open_source(url, storage_options=storage_options, settings=settings) as fileobj:
+    # one granule at a time per process: HDF5 reading through h5py's file-object driver is not
+    # thread-safe (under a thread pool HDF5 failed on random variables, "no VOL object wrap
+    # context", which would have left them out of an "ok" sidecar).  Processes, the default
+    # executor, and Dask worker processes index in parallel.
+    with _ONE_GRANULE_AT_A_TIME, open_source(url, storage_options=storage_options,
+                                             settings=settings) as fileobj:
         identity = fileobj.identity
         try:
             h5 = h5py.File(fileobj, "r")

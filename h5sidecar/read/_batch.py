@@ -24,7 +24,8 @@ and :func:`~h5sidecar.read._load.load` read through this path; arrays of Python 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,7 @@ from h5sidecar.read._decode import (
     decode_executor,
     place_chunk,
 )
+from h5sidecar.read._prefetch import is_whole, plan_ahead
 from h5sidecar.read._subchunk import SubRead, gather_box, subchunk_read
 from h5sidecar.references import INLINE, MISSING, ArrayRefs, ChunkManifest, GranuleRefs
 from h5sidecar.sources._fetch import ChunkFetcher, _gather_or_cancel
@@ -118,10 +120,16 @@ class NativeReader:
         self.fetcher = fetcher
         self.chunk_cache = chunk_cache
         self._codecs: dict[str, ChunkCodec | None] = {}
-        self._pending: dict[asyncio.AbstractEventLoop, list[tuple[list[Any], asyncio.Future[Any]]]]
+        self._pending: dict[asyncio.AbstractEventLoop,
+                           list[tuple[list[Any], asyncio.Future[Any], bool]]]
         self._pending = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._prefetched: dict[str, np.ndarray] = {}  # see prefetch()
+        self._prefetched: dict[str, np.ndarray] = {}  # see prefetch() and _plan_ahead()
+        #: arrays opened as lazy variables through this reader, in order (read-ahead candidates)
+        self.opened: dict[str, None] = {}
+        self._ahead_done: set[str] = set()  # read, or read ahead, once already
+        self._small_reads = 0  # whole reads of small arrays served in earlier batches
+        self._opening = 0  # > 0 while xarray opens datasets over this reader (see opening())
 
     def __reduce__(self) -> tuple[Any, ...]:
         # what travels to a Dask worker: the references and the fetcher (no credentials, see
@@ -175,21 +183,43 @@ class NativeReader:
         for i, (path, key) in enumerate(items):
             arr = self._array(path)
             sel = chunk_selection(arr.meta.shape, arr.meta.chunks, key)
-            if path in self._prefetched and _is_whole(sel, arr.meta.shape):
-                done[i] = self._prefetched.pop(path)  # read ahead while opening: handed out once
+            if path in self._prefetched and is_whole(sel, arr.meta.shape):
+                done[i] = self._prefetched.pop(path)  # read ahead: handed out once
                 continue
             prepared.append((path, arr, sel))
         if not prepared:
             return [done[i] for i in range(len(items))]
+        ahead = plan_ahead(self, prepared)
+        fut = self._enqueue(prepared, optional=False)
+        ahead_fut = self._enqueue(ahead, optional=True) if ahead else None
+        read = iter(await fut)
+        if ahead_fut is not None:
+            arrays = await ahead_fut  # None when a neighbour failed: it raises when read itself
+            if arrays is not None:
+                self._prefetched.update(zip([p for p, _, _ in ahead], arrays, strict=True))
+        return [done[i] if i in done else next(read) for i in range(len(items))]
+
+    @contextlib.contextmanager
+    def opening(self) -> Iterator[None]:
+        """Reads made inside this block (xarray reading coordinates and small variables while
+        it opens a Dataset) neither trigger nor count towards reading ahead."""
+        self._opening += 1
+        try:
+            yield
+        finally:
+            self._opening -= 1
+
+    def _enqueue(self, prepared: list[Any], *, optional: bool) -> asyncio.Future[Any]:
+        """Park selections for the batch of this event-loop turn; the future gets their arrays
+        (for ``optional`` read-ahead: None if the batch failed with them)."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[list[np.ndarray]] = loop.create_future()
+        fut: asyncio.Future[Any] = loop.create_future()
         pending = self._pending.get(loop)
         if pending is None:
             pending = self._pending[loop] = []
             loop.call_soon(self._flush, loop)
-        pending.append((prepared, fut))
-        read = iter(await fut)
-        return [done[i] if i in done else next(read) for i in range(len(items))]
+        pending.append((prepared, fut, optional))
+        return fut
 
     def prefetch(self, whole: Iterable[str] = (), edges: Iterable[str] = ()) -> None:
         """Read in one batch what xarray is about to read one small request at a time while it
@@ -226,24 +256,40 @@ class NativeReader:
         fsspec.asyn.sync(fsspec.asyn.get_loop(), both)
 
     def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
-        batch = [(p, f) for p, f in self._pending.pop(loop, []) if not f.done()]
+        batch = [x for x in self._pending.pop(loop, []) if not x[1].done()]
         if batch:
             task = loop.create_task(self._serve(batch))
             self._tasks.add(task)  # tasks are weakly held: keep it until done
             task.add_done_callback(self._tasks.discard)
 
-    async def _serve(self, batch: list[tuple[list[Any], asyncio.Future[Any]]]) -> None:
+    async def _serve(self, batch: list[tuple[list[Any], asyncio.Future[Any], bool]]) -> None:
         try:
-            results = await self._read_batch([x for prepared, _ in batch for x in prepared])
-        except BaseException as exc:  # not swallowed: every waiting caller re-raises it
-            for _, fut in batch:
+            results = await self._read_batch([x for prepared, _, _ in batch for x in prepared])
+        except BaseException as exc:
+            optional = [x for x in batch if x[2]]
+            if optional and isinstance(exc, Exception):
+                # a read-ahead array must never fail the reads that asked for others: serve
+                # those alone (the failing array raises when it is itself read)
+                for _, fut, _ in optional:
+                    if not fut.done():
+                        fut.set_result(None)
+                required = [x for x in batch if not x[2]]
+                if required:
+                    await self._serve(required)
+                return
+            if len(batch) > 1 and isinstance(exc, Exception):
+                # independent callers shared the batch: serve each alone, so a bad chunk fails
+                # only the reads that need it (the others' chunks are fetched once more)
+                await asyncio.gather(*(self._serve([x]) for x in batch))
+                return
+            for _, fut, _ in batch:  # not swallowed: every waiting caller re-raises it
                 if not fut.done():
                     fut.set_exception(exc)
             if not isinstance(exc, Exception):
                 raise
             return
         i = 0
-        for prepared, fut in batch:
+        for prepared, fut, _ in batch:
             if not fut.done():
                 fut.set_result(results[i : i + len(prepared)])
             i += len(prepared)
@@ -410,15 +456,6 @@ class _Chunk:
     def cost(self) -> int:
         """Bytes this chunk's read moves (its runs' ranges, or the whole chunk)."""
         return self.length if self.sub is None else self.sub.nbytes
-
-
-def _is_whole(sel: Selection, shape: Sequence[int]) -> bool:
-    """True when a selection is the whole array in order (no step, no dropped axis)."""
-    return (
-        tuple(sel.shape) == tuple(shape)
-        and not any(sel.lo)
-        and all(p == slice(0, n, 1) for p, n in zip(sel.post, shape, strict=True))
-    )
 
 
 def _rebuild(refs: GranuleRefs, fetcher: ChunkFetcher, cached: bool) -> NativeReader:

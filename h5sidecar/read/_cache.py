@@ -199,10 +199,11 @@ def sidecar_identity(path: str, storage_options: Mapping[str, Any] | None = None
     """
     import fsspec
 
+    from h5sidecar._credentials import fsspec_options
     from h5sidecar.errors import NotIndexedError
 
     options = dict(storage_options or {})
-    fs, p = fsspec.core.url_to_fs(path, **options)
+    fs, p = fsspec.core.url_to_fs(path, **fsspec_options(str(path), options))
     try:
         info = _parquet_commit_info(fs, p)
         if info is not None:

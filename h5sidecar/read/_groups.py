@@ -37,7 +37,9 @@ def open_groups(ref: Any, *, group: str | None = None, **kwargs: Any) -> dict[st
         if not root or g == root or g.startswith(root + "/")
     ]
     if kwargs.get("native", True):
-        _prefetch_for_open(store, groups, indexes, kwargs.get("decode_times", True) is not False)
+        with store.native.opening():  # opening reads never trigger read-ahead
+            _prefetch_for_open(store, groups, indexes,
+                               kwargs.get("decode_times", True) is not False)
     out: dict[str, Any] = {}
     for g in groups:
         rel = g[len(root) :].strip("/") if root else g

@@ -31,6 +31,7 @@ class SidecarArray(BackendArray):  # type: ignore[misc]
         self.path = path
         self.shape = tuple(meta.shape)
         self.dtype = out_dtype(np.dtype(meta.numpy_dtype))  # xarray wants native byte order
+        reader.opened[path] = None  # a candidate for reading ahead (see read._prefetch)
 
     def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
         return indexing.explicit_indexing_adapter(  # type: ignore[no-any-return]

@@ -8,14 +8,28 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from h5sidecar.errors import did_you_mean
+from h5sidecar.errors import H5SidecarError, did_you_mean
 from h5sidecar.read._batch import Item
 
-__all__ = ["load", "read_arrays"]
+__all__ = ["ArraysRead", "load", "read_arrays"]
+
+#: What ``errors="collect"`` records per array instead of raising: failures of the data (a
+#: corrupt chunk, a replaced or unreadable source, a refused URL).  Anything else (a bug, a
+#: wrong name or key) still raises.
+COLLECTED = (H5SidecarError, OSError)
+
+
+class ArraysRead(dict[str, np.ndarray]):
+    """What ``read_arrays(..., errors="collect")`` returns: path -> array for every array that
+    could be read, and ``errors``: path -> the exception of each one that could not."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], errors: Mapping[str, BaseException]):
+        super().__init__(arrays)
+        self.errors: dict[str, BaseException] = dict(errors)
 
 
 def read_arrays(
@@ -25,6 +39,8 @@ def read_arrays(
     storage_options: Mapping[str, Any] | None = None,
     remote_options: Mapping[str, Any] | None = None,
     settings: Any = None,
+    mask_and_scale: bool = False,
+    errors: Literal["raise", "collect"] = "raise",
 ) -> dict[str, np.ndarray]:
     """Read many arrays (or basic selections of them) of one granule into NumPy, in one batch.
 
@@ -37,12 +53,27 @@ def read_arrays(
         them (one per leading axis; missing axes are read whole).
     storage_options, remote_options, settings
         As for :class:`~h5sidecar.read.store.SidecarStore`.
+    mask_and_scale : bool
+        Apply each array's CF ``_FillValue``/``missing_value`` masking and
+        ``scale_factor``/``add_offset`` as the xarray engine does (the values of
+        ``open_dataset(..., decode_times=False)[name].values``); default: stored values.
+    errors : "raise" or "collect"
+        ``"raise"`` (default): the first array that cannot be read (a corrupt chunk, a replaced
+        or unreadable source) fails the call.  ``"collect"``: return every array that can be
+        read, and the others' exceptions in the result's ``errors`` (an :class:`ArraysRead`);
+        a failing array costs the others one more fetch of their chunks, nothing else.
 
     Returns
     -------
     dict
         Path -> array (numbers in native byte order).  Arrays of Python objects are read
-        through zarr, with the same values.
+        through zarr, with the same values.  With ``errors="collect"``, an :class:`ArraysRead`.
+
+    Notes
+    -----
+    This is the cheapest way from a sidecar to the values of a few named arrays: it builds
+    no Zarr hierarchy and no xarray Dataset, and reads every selection in one coalesced batch
+    (with a lazily parsed sidecar, only the named arrays' chunk references are decoded).
 
     Examples
     --------
@@ -70,13 +101,67 @@ def read_arrays(
             items.append((path, full))
         else:
             others[path] = full
+    if errors == "collect":
+        return _read_collecting(store, wanted, items, others, mask_and_scale)
+    if errors != "raise":
+        raise ValueError(f"errors must be 'raise' or 'collect', got {errors!r}")
     out = dict(zip([p for p, _ in items], store.native.read_sync(items), strict=True))
     for path, key in others.items():
         out[path] = np.asarray(store.zarr_root()[path][key])
+    if mask_and_scale:
+        return {p: cf_decoded(store.refs, p, out[p]) for p in wanted}
     return {p: out[p] for p in wanted}
 
 
-def load(obj: Any) -> Any:
+def _read_collecting(store: Any, wanted: Mapping[str, Any], items: list[Item],
+                     others: Mapping[str, Any], mask_and_scale: bool) -> ArraysRead:
+    """Every item as its own request of one batch: the batch reader serves them together and,
+    when the batch fails, each alone, so only the arrays that need a bad chunk fail."""
+    import fsspec.asyn
+
+    async def each() -> list[Any]:
+        return await asyncio.gather(*(store.native.read([it]) for it in items),
+                                    return_exceptions=True)
+
+    got: dict[str, Any] = {}
+    results = fsspec.asyn.sync(fsspec.asyn.get_loop(), each) if items else []
+    for (path, _), res in zip(items, results, strict=True):
+        got[path] = res if isinstance(res, BaseException) else res[0]
+    for path, key in others.items():
+        try:
+            got[path] = np.asarray(store.zarr_root()[path][key])
+        except COLLECTED as exc:
+            got[path] = exc
+    failed = {p: v for p, v in got.items() if isinstance(v, BaseException)}
+    for error in failed.values():
+        if not isinstance(error, COLLECTED):
+            raise error  # a bug or a bad key is not a data failure: never collected
+    arrays = {p: got[p] for p in wanted if p not in failed}
+    if mask_and_scale:
+        arrays = {p: cf_decoded(store.refs, p, v) for p, v in arrays.items()}
+    return ArraysRead(arrays, {p: failed[p] for p in wanted if p in failed})
+
+
+def cf_decoded(refs: Any, path: str, values: np.ndarray) -> np.ndarray:
+    """``values`` of array ``path`` masked and scaled by its CF attributes, through xarray's own
+    coder with the attributes typed as the xarray engine types them (so the result equals the
+    engine's ``decode_times=False`` values)."""
+    from xarray import Variable
+    from xarray.conventions import decode_cf_variable
+
+    from h5sidecar.read._xr_store import cf_attributes
+
+    meta = refs.arrays[path].meta
+    hints = refs.extra.get("attribute_dtypes", {}).get(path, {})
+    var = Variable(tuple(f"dim_{i}" for i in range(np.ndim(values))), values,
+                   cf_attributes(meta, hints))
+    decoded = decode_cf_variable(path, var, concat_characters=False, mask_and_scale=True,
+                                 decode_times=False, decode_timedelta=False,
+                                 stack_char_dim=False)
+    return np.asarray(decoded.values)
+
+
+def load(obj: Any, *, errors: Literal["raise", "collect"] = "raise") -> Any:
     """Load every lazy variable of ``obj`` (Dataset, DataArray or DataTree) in one batch.
 
     xarray's ``load()`` reads variables one after another (one round trip each); this awaits
@@ -84,6 +169,11 @@ def load(obj: Any) -> Any:
     coalesced fetch plan.  Runs on fsspec's I/O loop, so it also works where an event loop is
     already running (Jupyter).  Dask-backed variables are computed in one ``dask.compute``
     first.  Returns ``obj``, loaded in place.
+
+    With ``errors="collect"`` a variable that cannot be read (a corrupt chunk, a replaced or
+    unreadable source) does not fail the others: they are loaded, it stays lazy, and the call
+    returns ``{name: exception}`` of the variables left unloaded (``"group/var"`` paths for a
+    DataTree; empty when everything loaded) instead of ``obj``.
 
     Examples
     --------
@@ -93,24 +183,66 @@ def load(obj: Any) -> Any:
     import fsspec.asyn
     import xarray as xr
 
+    if errors not in ("raise", "collect"):
+        raise ValueError(f"errors must be 'raise' or 'collect', got {errors!r}")
+    named: list[tuple[str, Any]]
     if isinstance(obj, xr.DataTree):
-        variables = [v for node in obj.subtree for v in node.variables.values()]
+        named = [(f"{node.path.strip('/')}/{k}".lstrip("/"), v)
+                 for node in obj.subtree for k, v in node.variables.items()]
     elif isinstance(obj, xr.DataArray):
-        variables = [obj.variable, *obj.coords.variables.values()]
+        named = [(str(obj.name), obj.variable), *obj.coords.variables.items()]
     elif isinstance(obj, xr.Dataset):
-        variables = list(obj.variables.values())
+        named = [(str(k), v) for k, v in obj.variables.items()]
     else:
         raise TypeError(f"load() takes a Dataset, DataArray or DataTree, not {type(obj).__name__}")
-    chunked = [v for v in variables if v.chunks is not None]
+    failed: dict[str, BaseException] = {}
+    chunked = [(n, v) for n, v in named if v.chunks is not None]
     if chunked:
         import dask
 
-        for v, data in zip(chunked, dask.compute(*(v.data for v in chunked)), strict=True):
-            v.data = data
-    lazy = {id(v): v for v in variables if v.chunks is None}  # a coordinate shared by many
+        try:
+            datas = dask.compute(*(v.data for _, v in chunked))
+        except COLLECTED:
+            if errors == "raise":
+                raise
+            datas = tuple(_compute_or_error(v) for _, v in chunked)
+        for (n, v), data in zip(chunked, datas, strict=True):
+            if isinstance(data, BaseException):
+                failed[n] = data
+            else:
+                v.data = data
+    lazy: dict[int, tuple[str, Any]] = {}
+    for n, v in named:  # a coordinate shared by many: loaded once, named once
+        if v.chunks is None:
+            lazy.setdefault(id(v), (n, v))
 
-    async def _all() -> None:
-        await asyncio.gather(*(v.load_async() for v in lazy.values()))
+    async def _one(v: Any) -> Any:
+        try:
+            return await v.load_async()
+        except NotImplementedError:
+            # some of xarray's decoding wrappers (NativeEndiannessArray, for a big-endian
+            # field of a compound) have no async path: load those in a thread instead
+            return await asyncio.to_thread(v.load)
 
-    fsspec.asyn.sync(fsspec.asyn.get_loop(), _all)
-    return obj
+    async def _all() -> list[Any]:
+        return await asyncio.gather(*(_one(v) for _, v in lazy.values()),
+                                    return_exceptions=errors == "collect")
+
+    results = fsspec.asyn.sync(fsspec.asyn.get_loop(), _all)
+    if errors == "raise":
+        return obj
+    for (n, _), res in zip(lazy.values(), results, strict=True):
+        if isinstance(res, BaseException):
+            if not isinstance(res, COLLECTED):
+                raise res  # a bug is not a data failure: never collected
+            failed[n] = res
+    return failed
+
+
+def _compute_or_error(v: Any) -> Any:
+    import dask
+
+    try:
+        return dask.compute(v.data)[0]
+    except COLLECTED as exc:
+        return exc

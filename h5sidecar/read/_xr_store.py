@@ -259,13 +259,15 @@ def open_group_dataset(
         settings=settings,
     )
     zstore = open_zarr_store(store, group, chunk_bytes, native)
-    return StoreBackendEntrypoint().open_dataset(
-        zstore,
-        mask_and_scale=mask_and_scale,
-        decode_times=decode_times,
-        concat_characters=concat_characters,
-        decode_coords=decode_coords,
-        drop_variables=drop_variables,
-        use_cftime=use_cftime,
-        decode_timedelta=decode_timedelta,
-    )
+    # what xarray reads while opening is no loop over variables: it never triggers read-ahead
+    with store.native.opening():
+        return StoreBackendEntrypoint().open_dataset(
+            zstore,
+            mask_and_scale=mask_and_scale,
+            decode_times=decode_times,
+            concat_characters=concat_characters,
+            decode_coords=decode_coords,
+            drop_variables=drop_variables,
+            use_cftime=use_cftime,
+            decode_timedelta=decode_timedelta,
+        )

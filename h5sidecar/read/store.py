@@ -125,7 +125,9 @@ class SidecarStore(Store):
         # registry): that is the user's call (README, "zarr's concurrency").
         if self._chunk_cache is CHUNKS:
             fit_shared_caches()
-        self.keyspace = GranuleKeys(self._refs, self.zarr_format)
+        # built on first use: the batch reader (read_arrays, the xarray engine's data) needs no
+        # key space, and building one costs ~10 ms per thousand arrays
+        self._keyspace: GranuleKeys | None = None
         self.fetcher = make_fetcher(self._refs, self.settings, self._remote_options)
         self._batcher = ReadBatcher(self.fetcher.fetch) if self._batch_reads else None
         self._counts = {"inline_chunks": 0, "missing_chunks": 0, "metadata_reads": 0}
@@ -152,6 +154,13 @@ class SidecarStore(Store):
                 self, mode="r", use_consolidated=True, zarr_format=self.zarr_format
             )
         return self._root
+
+    @property
+    def keyspace(self) -> GranuleKeys:
+        """The Zarr keys and metadata documents of this view (built on first use)."""
+        if self._keyspace is None:
+            self._keyspace = GranuleKeys(self._refs, self.zarr_format)
+        return self._keyspace
 
     @property
     def native(self) -> NativeReader:

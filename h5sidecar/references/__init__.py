@@ -4,9 +4,11 @@ This package imports neither h5py nor a web framework: everything that reads sid
 on it, and it depends on nothing of h5sidecar but :mod:`h5sidecar.errors`.
 """
 
-from h5sidecar.references._concat import concat_refs, inline_array
+from h5sidecar.references._concat import concat_refs, inline_array, slice_refs
 from h5sidecar.references._io import (
     SidecarFormat,
+    SidecarLayout,
+    read_layout,
     read_refs,
     write_json,
     write_parquet,
@@ -39,6 +41,7 @@ __all__ = [
     "ChunkManifest",
     "GranuleRefs",
     "SidecarFormat",
+    "SidecarLayout",
     "SkipKind",
     "Skipped",
     "SourceInfo",
@@ -48,7 +51,9 @@ __all__ = [
     "concat_refs",
     "from_kerchunk",
     "inline_array",
+    "read_layout",
     "read_refs",
+    "slice_refs",
     "to_kerchunk",
     "write_json",
     "write_parquet",

@@ -25,7 +25,14 @@ from h5sidecar.errors import IncompatibleGranulesError
 from h5sidecar.references._manifest import INLINE, ChunkManifest
 from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs, SourceInfo
 
-__all__ = ["concat_manifests", "concat_refs", "inline_array", "member_identities"]
+__all__ = [
+    "concat_manifests",
+    "concat_refs",
+    "inline_array",
+    "member_identities",
+    "slice_manifest",
+    "slice_refs",
+]
 
 
 def member_identities(parts: Sequence[GranuleRefs]) -> tuple[SourceInfo, ...]:
@@ -204,6 +211,77 @@ def concat_manifests(manifests: Sequence[ChunkManifest], axis: int) -> ChunkMani
         codes=np.concatenate(codes, axis=axis),
         offsets=np.concatenate(offsets, axis=axis),
         lengths=np.concatenate(lengths, axis=axis),
+        inline=inline,
+    )
+
+
+def slice_refs(
+    refs: GranuleRefs, dim: str, start: int, stop: int, members: Sequence[SourceInfo]
+) -> GranuleRefs:
+    """The references of ``refs[dim=start:stop]`` (the inverse of :func:`concat_refs`).
+
+    Arrays with ``dim`` are cut along it (``start`` and ``stop`` must fall on chunk
+    boundaries, ``stop`` may be the array's end); arrays without it are kept whole.  Chunks are
+    never moved, so the slice reads the bytes the whole did.  ``members`` are the slice's
+    source objects (a cube's members in that range).
+
+    Raises
+    ------
+    IncompatibleGranulesError
+        When a bound does not fall on a chunk boundary of some array.
+    """
+    arrays: dict[str, ArrayRefs] = {}
+    for path, arr in refs.arrays.items():
+        meta = arr.meta
+        if dim not in meta.dimension_names:
+            arrays[path] = arr
+            continue
+        axis = meta.dimension_names.index(dim)
+        step, n = meta.chunks[axis], meta.shape[axis]
+        if start % step or (stop % step and stop != n) or not 0 <= start < stop <= n:
+            raise IncompatibleGranulesError(
+                f"{path}: [{start}:{stop}] along {dim!r} does not fall on its chunks of {step} "
+                f"(length {n}); the cube cannot be cut there"
+            )
+        shape = list(meta.shape)
+        shape[axis] = stop - start
+        sums = arr.checksums
+        take = slice(start // step, -(-stop // step))
+        index = (slice(None),) * axis + (take,)
+        arrays[path] = ArrayRefs(
+            path=path, meta=replace(meta, shape=tuple(shape)),
+            manifest=slice_manifest(arr.manifest, axis, take.start, take.stop),
+            status=arr.status, note=arr.note,
+            checksums=None if sums is None else np.ascontiguousarray(sums[index]),
+        )  # fmt: skip
+    return GranuleRefs(refs.source, refs.groups, arrays, refs.skipped, refs.extra,
+                       tuple(members))
+
+
+def slice_manifest(manifest: ChunkManifest, axis: int, first: int, stop: int) -> ChunkManifest:
+    """Chunks ``first:stop`` of ``manifest`` along ``axis`` (URL table compacted)."""
+    grid = manifest.grid_shape
+    index = (slice(None),) * axis + (slice(first, stop),)
+    codes = manifest.codes.reshape(grid)[index]
+    used = np.unique(codes[codes >= 0])
+    remap = np.full(len(manifest.urls) or 1, -1, dtype=np.int32)
+    remap[used] = np.arange(used.size, dtype=np.int32)
+    new_codes = np.where(codes >= 0, remap[np.clip(codes, 0, None)], codes)
+    inline: dict[int, bytes] = {}
+    if manifest.inline:
+        flat = np.fromiter(manifest.inline, dtype=np.int64, count=len(manifest.inline))
+        where = list(np.unravel_index(flat, grid))
+        keep = (where[axis] >= first) & (where[axis] < stop)
+        where[axis] = where[axis] - first
+        sub = tuple(codes.shape)
+        new: Any = np.ravel_multi_index(tuple(w[keep] for w in where), sub) if keep.any() else []
+        data = [d for d, k in zip(manifest.inline.values(), keep, strict=True) if k]
+        inline = dict(zip(np.asarray(new).tolist(), data, strict=True))
+    return ChunkManifest.from_arrays(
+        urls=tuple(manifest.urls[i] for i in used.tolist()),
+        codes=np.ascontiguousarray(new_codes),
+        offsets=np.ascontiguousarray(manifest.offsets.reshape(grid)[index]),
+        lengths=np.ascontiguousarray(manifest.lengths.reshape(grid)[index]),
         inline=inline,
     )
 

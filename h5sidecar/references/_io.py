@@ -35,22 +35,34 @@ from typing import Any, Literal
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from h5sidecar._credentials import fsspec_options
 from h5sidecar._modes import follow_umask
 from h5sidecar.errors import InvalidReferenceError, NotIndexedError
 from h5sidecar.references._bulk import MANIFESTS_FILE
 from h5sidecar.references._json import decode_json, encode_json
+from h5sidecar.references._json_lazy import decode_json_lazy
 from h5sidecar.references._lazy import read_parquet_lazy
 from h5sidecar.references._model import GranuleRefs
 from h5sidecar.references._parquet import (
     CHECKSUMS_FILE,
     DEFAULT_RECORD_SIZE,
     ZMETADATA,
+    SidecarLayout,
     decode_zmetadata,
     encode_parquet,
     read_parquet_parts,
+    sidecar_layout,
 )
 
-__all__ = ["SidecarFormat", "read_refs", "write_json", "write_parquet", "write_refs"]
+__all__ = [
+    "SidecarFormat",
+    "SidecarLayout",
+    "read_layout",
+    "read_refs",
+    "write_json",
+    "write_parquet",
+    "write_refs",
+]
 
 SidecarFormat = Literal["parquet", "json"]
 
@@ -100,8 +112,9 @@ def write_parquet(
     storage_options: dict[str, Any] | None = None,
     record_size: int = DEFAULT_RECORD_SIZE,
     manifests_file: bool = True,
+    layout: SidecarLayout = "kerchunk",
 ) -> str:
-    """Write ``refs`` as a kerchunk Parquet sidecar directory, atomically.
+    """Write ``refs`` as a Parquet sidecar directory, atomically.
 
     Parameters
     ----------
@@ -117,6 +130,12 @@ def write_parquet(
         Also write ``.h5sidecar/manifests.parq``, every array's chunk references in one file,
         so h5sidecar readers load all manifests in one GET (default; plain kerchunk readers
         ignore it).  ``False`` writes the kerchunk layout alone.
+    layout : "kerchunk" or "compact"
+        ``"kerchunk"``: record files per array, readable by plain fsspec/kerchunk (default).
+        ``"compact"``: ``.zmetadata`` and ``.h5sidecar/manifests.parq`` only (plus the checksums
+        file), two or three objects per granule, readable by h5sidecar only (plain tools fail
+        on it with ``KeyError: 'record_size'``; the gateway serves it as Zarr).  Replacing a
+        sidecar of the other layout removes its files.
 
     Returns
     -------
@@ -124,7 +143,9 @@ def write_parquet(
         The path written.
     """
     fs, root = _fs(path, storage_options)
-    files = encode_parquet(refs, record_size=record_size, manifests_file=manifests_file)
+    files = encode_parquet(
+        refs, record_size=record_size, manifests_file=manifests_file, layout=layout
+    )
     if isinstance(fs, LocalFileSystem):
         _write_local_dir(Path(root), files)
     else:
@@ -139,12 +160,18 @@ def write_refs(
     format: SidecarFormat = "parquet",
     storage_options: dict[str, Any] | None = None,
     record_size: int = DEFAULT_RECORD_SIZE,
+    layout: SidecarLayout = "kerchunk",
 ) -> str:
-    """Write a sidecar in ``format`` (``"parquet"`` or ``"json"``); see the two writers."""
+    """Write a sidecar in ``format`` (``"parquet"`` or ``"json"``); see the two writers.
+
+    ``layout`` applies to Parquet only (a JSON sidecar is always one object).
+    """
     if format == "json":
         return write_json(refs, dest, storage_options=storage_options)
     if format == "parquet":
-        return write_parquet(refs, dest, storage_options=storage_options, record_size=record_size)
+        return write_parquet(
+            refs, dest, storage_options=storage_options, record_size=record_size, layout=layout
+        )
     raise ValueError(f"format must be 'parquet' or 'json', got {format!r}")
 
 
@@ -168,9 +195,11 @@ def read_refs(
     lazy : bool
         For Parquet sidecars written by h5sidecar: read ``.zmetadata`` only (one GET) and load
         each array's record files when its manifest is first used (``arr.manifest``), once,
-        into a byte-bounded cache.  ``False`` reads every record file now (and so validates
-        the whole sidecar up front).  JSON sidecars and kerchunk-written Parquet are always
-        read whole.
+        into a byte-bounded cache.  For JSON sidecars written by h5sidecar: parse the file
+        (one GET) but build each array's manifest from its references when first used (an
+        analysis naming a few arrays of a thousand skips ~0.2 ms an array).  ``False``
+        builds every manifest now (and so validates the whole sidecar up front).  Sidecars
+        written by kerchunk are always read whole.
 
     Raises
     ------
@@ -194,13 +223,33 @@ def read_refs(
                 # a granule, a netCDF-3 file or one record file passed by mistake: say so from
                 # its first bytes instead of downloading it whole to fail as JSON
                 _refuse_non_sidecar(fs, root, path, fs.cat_file(root, start=0, end=len(_HEAD)))
-            return _checked(decode_json(fs.cat_file(root, start=0)))
+            data = fs.cat_file(root, start=0)
+            return _checked(decode_json_lazy(data) if lazy else decode_json(data))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             continue
     raise NotIndexedError(
         f"no sidecar at {path}: neither a JSON file nor a directory with {ZMETADATA}; "
         "index the granule first (h5sidecar index)"
     )
+
+
+def read_layout(
+    path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None
+) -> SidecarLayout | None:
+    """The layout of the Parquet sidecar at ``path`` (one small read of its ``.zmetadata``),
+    or None when ``path`` is not a Parquet sidecar (a JSON sidecar, nothing).
+
+    Raises
+    ------
+    InvalidReferenceError
+        When the ``.zmetadata`` is malformed.
+    """
+    fs, root = _fs(path, storage_options)
+    try:
+        data = fs.cat_file(f"{root}/{ZMETADATA}", start=0)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+    return sidecar_layout(decode_zmetadata(data))
 
 
 #: Enough leading bytes to tell a sidecar (JSON text) from the files mistaken for one.
@@ -296,10 +345,15 @@ def scrub_credentials(options: Mapping[str, Any]) -> dict[str, Any]:
     """Copy of s3fs-style ``options`` without secrets (keys, tokens, passwords), recursively.
 
     What pickles (sidecar readers, fetchers, stores) and what keys caches keep of storage
-    options: workers and caches never see credentials.
+    options: workers and caches never see credentials.  A credential provider that pickles
+    without secrets (``pickles_without_secrets = True``, as ``EndpointCredentials``) is kept,
+    so workers fetch their own keys with it.
     """
     out: dict[str, Any] = {}
     for k, v in options.items():
+        if getattr(v, "pickles_without_secrets", False) is True:
+            out[k] = v
+            continue
         if any(m in str(k).lower() for m in _SECRET_MARKERS):
             continue
         out[k] = scrub_credentials(v) if isinstance(v, Mapping) else v
@@ -307,7 +361,8 @@ def scrub_credentials(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _fs(path: str | os.PathLike[str], storage_options: dict[str, Any] | None) -> tuple[Any, str]:
-    fs, root = fsspec.core.url_to_fs(os.fspath(path), **(storage_options or {}))
+    url = os.fspath(path)
+    fs, root = fsspec.core.url_to_fs(url, **fsspec_options(url, storage_options))
     return fs, root.rstrip("/")
 
 

@@ -22,7 +22,7 @@ import base64
 import itertools
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -31,10 +31,10 @@ import ujson
 
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._assemble import ChunkColumns, assemble, build_metas
-from h5sidecar.references._extras import EXTRAS_KEY, build_extras, parse_extras
+from h5sidecar.references._extras import EXTRAS_KEY, Extras, build_extras, parse_extras
 from h5sidecar.references._keys import chunk_names, ints_as_text, parse_chunk_names
-from h5sidecar.references._model import ArrayRefs, GranuleRefs
-from h5sidecar.references._zmeta import split_metadata
+from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs
+from h5sidecar.references._zmeta import ZarrNodes, split_metadata
 
 __all__ = [
     "decode_inline",
@@ -187,13 +187,17 @@ def _string_data(arr: pa.StringArray) -> memoryview:
 # -- reading --------------------------------------------------------------------------------
 def decode_json(data: bytes | str) -> GranuleRefs:
     """Parse kerchunk JSON text (ours or kerchunk's) into :class:`GranuleRefs`."""
+    return from_kerchunk(load_json(data))
+
+
+def load_json(data: bytes | str) -> Any:
+    """The parsed JSON text of a sidecar (``InvalidReferenceError`` when it is not JSON)."""
     try:
-        obj = ujson.loads(data)
+        return ujson.loads(data)
     except ValueError as exc:
         raise InvalidReferenceError(
             f"the sidecar is not valid JSON ({exc}); it may be truncated: re-create it"
         ) from exc
-    return from_kerchunk(obj)
 
 
 def from_kerchunk(obj: Mapping[str, Any]) -> GranuleRefs:
@@ -207,6 +211,36 @@ def from_kerchunk(obj: Mapping[str, Any]) -> GranuleRefs:
         On anything malformed: wrong types, unknown keys, bad chunk keys or byte ranges,
         whole-object references, inconsistent extras.
     """
+    return assemble_parts(split_kerchunk(obj))
+
+
+def assemble_parts(parts: KerchunkParts) -> GranuleRefs:
+    """Validate every array's chunk references and assemble :class:`GranuleRefs`."""
+    chunks = {}
+    for path, (names, values) in parts.entries.items():
+        if path not in parts.metas:
+            raise InvalidReferenceError(
+                f"reference {path + '/' if path else ''}{names[0]!r} belongs to no array "
+                "(no .zarray); re-create the sidecar"
+            )
+        flat = parse_chunk_names(names, parts.metas[path].grid_shape, path)
+        chunks[path] = chunk_columns(path, flat, values, parts.templates)
+    return assemble(parts.nodes, parts.metas, chunks, parts.extras)
+
+
+class KerchunkParts(NamedTuple):
+    """A kerchunk reference dict split up, before any chunk reference is validated."""
+
+    nodes: ZarrNodes
+    metas: dict[str, ArrayMeta]
+    #: array path -> (chunk names, reference values), as parsed
+    entries: dict[str, tuple[list[str], list[Any]]]
+    extras: Extras | None
+    templates: dict[str, Any]
+
+
+def split_kerchunk(obj: Mapping[str, Any]) -> KerchunkParts:
+    """Metadata (parsed and checked), extras and the raw chunk references of each array."""
     refs = _refs_of(obj)
     templates = obj.get("templates") or {}
     if not isinstance(templates, dict):
@@ -232,16 +266,7 @@ def from_kerchunk(obj: Mapping[str, Any]) -> GranuleRefs:
     nodes = split_metadata(meta)
     extras = parse_extras(obj[EXTRAS_KEY]) if EXTRAS_KEY in obj else None
     metas = build_metas(nodes, extras)
-    chunks = {}
-    for path, (names, values) in entries.items():
-        if path not in metas:
-            raise InvalidReferenceError(
-                f"reference {path + '/' if path else ''}{names[0]!r} belongs to no array "
-                "(no .zarray); re-create the sidecar"
-            )
-        flat = parse_chunk_names(names, metas[path].grid_shape, path)
-        chunks[path] = _columns(path, flat, values, templates)
-    return assemble(nodes, metas, chunks, extras)
+    return KerchunkParts(nodes, metas, dict(entries), extras, templates)
 
 
 def _refs_of(obj: Any) -> Mapping[str, Any]:
@@ -275,7 +300,7 @@ def _document(key: str, value: Any) -> Any:
         raise InvalidReferenceError(f"{key!r} is not valid JSON: {exc}") from exc
 
 
-def _columns(
+def chunk_columns(
     path: str, flat: np.ndarray, values: list[Any], templates: Mapping[str, Any]
 ) -> ChunkColumns:
     """Split one array's reference values into byte ranges and inline chunks (bulk, not per key)."""

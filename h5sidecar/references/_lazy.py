@@ -3,7 +3,9 @@
 A Parquet sidecar holds every array's metadata in ``.zmetadata`` and its chunk references in
 per-array record files.  Reading the metadata alone is one GET; a :class:`LazyArrayRefs` then
 stands in for the :class:`~h5sidecar.references.ArrayRefs` of each array and fetches its record
-files only when the manifest is first needed (as fsspec's ``LazyReferenceMapper`` does).
+files only when the manifest is first needed (as fsspec's ``LazyReferenceMapper`` does) -- or,
+when the sidecar has the all-arrays manifests file, every array's from that one file (always
+for a compact sidecar, which has no record files).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from h5sidecar.references._parquet import (
     read_table,
     record_columns,
     record_path,
+    sidecar_layout,
 )
 from h5sidecar.references._zmeta import split_metadata
 
@@ -77,6 +80,13 @@ class LazyArrayRefs(ArrayRefs):
     __slots__ = ("_fill", "_loader")
     _fill: Any
     _loader: ManifestLoader
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # dataclasses.replace() passes every field of ArrayRefs (``manifest`` included): what it
+        # builds is a plain ArrayRefs with the manifest given, no longer lazy
+        if "manifest" in kwargs:
+            return ArrayRefs(*args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -173,6 +183,9 @@ class ParquetManifests:
         Size of the sidecar's all-arrays manifest file (:mod:`~h5sidecar.references._bulk`),
         None when it has none.  When it is at most :data:`BULK_LOAD_BYTES`, the first manifest
         needed loads every array's from it, in one fetch.
+    bulk_only : bool
+        The sidecar has no record files (compact layout): the manifests file is read whatever
+        its size.
     """
 
     def __init__(
@@ -183,6 +196,7 @@ class ParquetManifests:
         extras: Extras,
         max_bytes: int = MANIFEST_CACHE_BYTES,
         bulk_bytes: int | None = None,
+        bulk_only: bool = False,
     ) -> None:
         self._fetch = fetch
         self._record_size = record_size
@@ -191,10 +205,13 @@ class ParquetManifests:
         self._known = known_sources(extras)
         self._max_bytes = max_bytes
         self._bulk_bytes = bulk_bytes
+        self._bulk_only = bulk_only
         self._init_state()
 
     def _init_state(self) -> None:
-        self._bulk_wanted = self._bulk_bytes is not None and self._bulk_bytes <= BULK_LOAD_BYTES
+        self._bulk_wanted = self._bulk_bytes is not None and (
+            self._bulk_only or self._bulk_bytes <= BULK_LOAD_BYTES
+        )
         self._bulk_lock = threading.Lock()
         self._lock = threading.Lock()
         self._path_locks: dict[str, threading.Lock] = {}
@@ -206,7 +223,7 @@ class ParquetManifests:
     def __getstate__(self) -> dict[str, Any]:
         # Locks and loaded manifests stay behind: a worker fetches what it reads.
         keep = ("_fetch", "_record_size", "_metas", "_extras", "_max_bytes", "_bulk_bytes",
-                "_known")
+                "_known", "_bulk_only")
         return {k: self.__dict__[k] for k in keep}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -333,8 +350,15 @@ def read_parquet_lazy(
     nodes = split_metadata(zmetadata["metadata"])
     extras = parse_extras(zmetadata[EXTRAS_KEY])
     metas = build_metas(nodes, extras)
+    compact = sidecar_layout(zmetadata) == "compact"
     loader = ParquetManifests(
-        fetch, int(zmetadata["record_size"]), metas, extras, max_bytes, bulk_file(zmetadata)
+        fetch,
+        0 if compact else int(zmetadata["record_size"]),
+        metas,
+        extras,
+        max_bytes,
+        bulk_file(zmetadata),
+        bulk_only=compact,
     )
     arrays = {}
     for path, meta in metas.items():

@@ -12,6 +12,14 @@ Layout (``record_size`` chunks per file, flat C-order chunk index ``k`` of array
       .h5sidecar/checksums.parq    only with checksums: array (dictionary), checksum (uint64)
       .h5sidecar/manifests.parq    every array's chunks in one table (see ``_bulk``)
 
+The **compact layout** (``layout="compact"``) writes ``.zmetadata`` and the
+``.h5sidecar/`` files only (manifests, and checksums when recorded): no record files, so a granule of a thousand variables is two or
+three objects instead of a thousand.  Its extras say ``"layout": "compact"`` and its
+``.zmetadata`` has no ``record_size``: fsspec's ``LazyReferenceMapper`` (and so kerchunk and
+every plain reader built on it) then fails on opening with ``KeyError: 'record_size'`` instead
+of taking the absent record files for missing chunks and returning fill values.  h5sidecar's
+readers always read the manifests file of a compact sidecar (one GET for every array).
+
 Rows encode a chunk exactly as fsspec's writer does: a byte range is ``(url, offset, size,
 null)``, an inline chunk ``(null, 0, 0, bytes)``, a missing chunk ``(null, 0, 0, null)``; a 0-d
 array has one row (fsspec maps its key ``"0"`` to chunk 0).  A record whose chunks are all
@@ -38,7 +46,7 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 import pyarrow as pa
@@ -56,6 +64,8 @@ from h5sidecar.references._zmeta import split_metadata
 
 __all__ = [
     "CHECKSUMS_FILE",
+    "LAYOUT_KEY",
+    "SidecarLayout",
     "MANIFESTS_KEY",
     "DEFAULT_RECORD_SIZE",
     "ZMETADATA",
@@ -66,6 +76,7 @@ __all__ = [
     "read_table",
     "record_columns",
     "record_path",
+    "sidecar_layout",
 ]
 
 #: Chunks per record file (kerchunk's ``refs_to_dataframe`` default).
@@ -80,6 +91,12 @@ ZMETADATA = ".zmetadata"
 CHECKSUMS_FILE = ".h5sidecar/checksums.parq"
 #: Key of the extras block describing the all-arrays manifest file: ``{"file", "bytes"}``.
 MANIFESTS_KEY = "manifests"
+#: Key of the extras naming the layout (absent: ``"kerchunk"``, what older sidecars are).
+LAYOUT_KEY = "layout"
+#: ``"kerchunk"``: record files per array, readable by fsspec/kerchunk (plus the manifests
+#: file for h5sidecar); ``"compact"``: ``.zmetadata`` + the manifests file only.
+SidecarLayout = Literal["kerchunk", "compact"]
+LAYOUTS: tuple[str, ...] = get_args(SidecarLayout)
 
 _SCHEMA_FIELDS = (
     pa.field("offset", pa.int64(), nullable=False),
@@ -94,31 +111,40 @@ def record_path(array_path: str, record: int) -> str:
 
 
 def encode_parquet(
-    refs: GranuleRefs, *, record_size: int = DEFAULT_RECORD_SIZE, manifests_file: bool = True
+    refs: GranuleRefs,
+    *,
+    record_size: int = DEFAULT_RECORD_SIZE,
+    manifests_file: bool = True,
+    layout: SidecarLayout = "kerchunk",
 ) -> Iterator[tuple[str, bytes]]:
     """Yield ``(relative path, bytes)`` of every file of the Parquet sidecar, ``.zmetadata`` last.
 
     Writers must store the files in this order: ``.zmetadata`` is the commit marker.
+    ``layout="compact"`` writes no record files (and always the manifests file).
     """
     if not isinstance(record_size, int) or record_size < 1:
         raise ValueError(f"record_size must be a positive integer, got {record_size!r}")
-    for path, arr in refs.arrays.items():
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    compact = layout == "compact"
+    for path, arr in () if compact else refs.arrays.items():
         for record, table in _record_tables(arr, record_size):
             yield record_path(path, record), _smallest(table)
     with_sums = [a for a in refs.arrays.values() if a.checksums is not None]
     if with_sums:
         yield CHECKSUMS_FILE, _parquet_bytes(_checksum_table(with_sums), ("array",), 3, False)
     extras = build_extras(refs, checksums="file")
-    if manifests_file:
+    if manifests_file or compact:
         bulk = encode_manifests(refs)
         yield MANIFESTS_FILE, bulk
         extras[MANIFESTS_KEY] = {"file": MANIFESTS_FILE, "bytes": len(bulk)}
-    zmeta = {
-        "metadata": refs.zmetadata(),
-        "record_size": record_size,
-        "zarr_consolidated_format": 1,
-        EXTRAS_KEY: extras,
-    }
+    zmeta: dict[str, Any] = {"metadata": refs.zmetadata(), "record_size": record_size}
+    if compact:
+        # no record_size: fsspec's LazyReferenceMapper fails on it at once, where with one it
+        # would read the absent record files as missing chunks (fill values, silently)
+        del zmeta["record_size"]
+        extras[LAYOUT_KEY] = "compact"
+    zmeta.update({"zarr_consolidated_format": 1, EXTRAS_KEY: extras})
     text = ujson.dumps(
         zmeta, escape_forward_slashes=False, ensure_ascii=False, default=json_default
     )
@@ -206,6 +232,13 @@ def decode_zmetadata(data: bytes) -> dict[str, Any]:
         ) from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("metadata"), dict):
         raise InvalidReferenceError(f"{ZMETADATA} must be an object with a 'metadata' object")
+    if sidecar_layout(doc) == "compact":
+        if bulk_file(doc) is None:
+            raise InvalidReferenceError(
+                f"{ZMETADATA} of a compact sidecar does not list {MANIFESTS_FILE}, which holds "
+                "its chunk references; re-create the sidecar"
+            )
+        return doc
     rs = doc.get("record_size")
     if not isinstance(rs, int) or isinstance(rs, bool) or rs < 1:
         raise InvalidReferenceError(f"{ZMETADATA}: record_size must be a positive int, got {rs!r}")
@@ -228,7 +261,6 @@ def read_parquet_parts(
     nodes = split_metadata(zmetadata["metadata"])
     extras = parse_extras(zmetadata[EXTRAS_KEY]) if EXTRAS_KEY in zmetadata else None
     metas = build_metas(nodes, extras)
-    rs = int(zmetadata["record_size"])
     sums_wanted = extras is not None and any(a.checksums == "file" for a in extras.arrays.values())
     sums = [CHECKSUMS_FILE] if sums_wanted else []
     if bulk_file(zmetadata) is not None:  # one file holds every array's chunks
@@ -240,6 +272,7 @@ def read_parquet_parts(
             )
         side = read_checksums(blobs.get(CHECKSUMS_FILE)) if sums_wanted else {}
         return assemble(nodes, metas, decode_manifests(data, metas), extras, side)
+    rs = int(zmetadata["record_size"])
     wanted = {
         record_path(path, r): (path, r)
         for path, meta in metas.items()
@@ -266,6 +299,25 @@ def bulk_file(zmetadata: Mapping[str, Any]) -> int | None:
         return None
     size = entry.get("bytes")
     return size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
+
+
+def sidecar_layout(zmetadata: Mapping[str, Any]) -> SidecarLayout:
+    """The layout a parsed ``.zmetadata`` records: ``"compact"`` or ``"kerchunk"`` (also for
+    sidecars written by kerchunk or by h5sidecar before layouts existed).
+
+    Raises
+    ------
+    InvalidReferenceError
+        When the extras name a layout this version does not know.
+    """
+    block = zmetadata.get(EXTRAS_KEY)
+    layout = block.get(LAYOUT_KEY, "kerchunk") if isinstance(block, dict) else "kerchunk"
+    if layout not in LAYOUTS:
+        raise InvalidReferenceError(
+            f"{ZMETADATA} names the sidecar layout {layout!r}, which this h5sidecar does not "
+            f"read (it reads {', '.join(LAYOUTS)}); upgrade h5sidecar or re-index"
+        )
+    return layout  # type: ignore[return-value]
 
 
 def _n_chunks(meta: ArrayMeta) -> int:

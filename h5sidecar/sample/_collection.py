@@ -11,7 +11,7 @@ is what ``h5sidecar cube`` refuses (or splits off).
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,9 @@ FILL_F4 = np.float32(-9999.0)
 
 
 def write_daily_granule(path: str | Path, day: date, *, nlat: int = 8, nlon: int = 12,
-                        packing: tuple[float, float] = PACKING, seed: int = 0) -> Path:
+                        packing: tuple[float, float] = PACKING, seed: int = 0,
+                        time_units: str = TIME_UNITS, time_dtype: str = "f8",
+                        hour: float = 12.0) -> Path:
     """Write one daily granule (see module docstring) for ``day``.
 
     Parameters
@@ -44,6 +46,9 @@ def write_daily_granule(path: str | Path, day: date, *, nlat: int = 8, nlon: int
         ``scale_factor`` and ``add_offset`` of ``tas``.
     seed : int
         Seeds the values (mixed with the day, so each day differs).
+    time_units, time_dtype, hour
+        ``time`` holds ``hour`` o'clock of ``day`` in these CF units (``"<days|hours|minutes|
+        seconds> since <ISO date>"``) and dtype; the defaults give the collection's granules.
 
     Returns
     -------
@@ -62,10 +67,10 @@ def write_daily_granule(path: str | Path, day: date, *, nlat: int = 8, nlon: int
         nc.createDimension("time", None)
         nc.createDimension("lat", nlat)
         nc.createDimension("lon", nlon)
-        t = nc.createVariable("time", "f8", ("time",), chunksizes=(1,))
-        t.setncatts({"units": TIME_UNITS, "calendar": "standard", "standard_name": "time",
+        t = nc.createVariable("time", time_dtype, ("time",), chunksizes=(1,))
+        t.setncatts({"units": time_units, "calendar": "standard", "standard_name": "time",
                      "axis": "T"})
-        t[:] = [offset + 0.5]
+        t[:] = [_time_value(day, hour, time_units)]
         for name, values, units in (("lat", lat, "degrees_north"), ("lon", lon, "degrees_east")):
             v = nc.createVariable(name, "f4", (name,))
             v.units = units
@@ -79,6 +84,14 @@ def write_daily_granule(path: str | Path, day: date, *, nlat: int = 8, nlon: int
         pr.set_auto_mask(False)
         pr[:] = rain
     return path
+
+
+def _time_value(day: date, hour: float, units: str) -> float:
+    """``hour`` o'clock of ``day`` in CF ``units`` (standard calendar)."""
+    unit, _, ref = units.partition(" since ")
+    start = datetime.fromisoformat(ref.strip())
+    return (datetime.combine(day, datetime.min.time()) + timedelta(hours=hour) - start) / (
+        timedelta(**{unit.strip(): 1}))
 
 
 def _write_tas(nc: Any, rng: np.random.Generator, lat: np.ndarray, lon: np.ndarray,

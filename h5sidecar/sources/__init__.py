@@ -7,6 +7,8 @@ allow-list of source prefixes, the pure range planner and the fetch executor:
   ``file://``, plain paths), and :func:`normalize_url`, the one normaliser (``s3a://`` is
   spelled ``s3://``, local paths absolute without a scheme);
 * :func:`resolve_store` -- a cached obstore store for a URL;
+* :class:`EndpointCredentials` / :class:`RefreshingCredentials` / :class:`S3Credentials` --
+  refreshing S3 credential providers (``storage_options={"credential_provider": ...}``);
 * :class:`AllowList` -- which source URLs may be fetched at all;
 * :func:`plan_reads` / :class:`ReadPlan` -- pure, vectorised coalescing of byte ranges;
 * :class:`ChunkFetcher` -- the executor: bounded concurrency, retries, freshness guard;
@@ -31,6 +33,9 @@ _LAZY = {
     "normalize_url": "h5sidecar.sources._urls",
     "parse_url": "h5sidecar.sources._urls",
     "resolve_store": "h5sidecar.sources._stores",
+    "EndpointCredentials": "h5sidecar._providers",
+    "RefreshingCredentials": "h5sidecar._providers",
+    "S3Credentials": "h5sidecar._providers",
     "source_identity": "h5sidecar.sources._identity",
     "AllowList": "h5sidecar.sources._allow",
     "ReadPlan": "h5sidecar.sources._plan",
@@ -48,8 +53,11 @@ _LAZY = {
 __all__ = [
     "AllowList",
     "ChunkFetcher",
+    "EndpointCredentials",
     "FetchStats",
     "ReadPlan",
+    "RefreshingCredentials",
+    "S3Credentials",
     "SourceLocation",
     "normalize_url",
     "parse_url",

@@ -39,6 +39,7 @@ HTTP_OPTIONS = frozenset({"headers", "token", "netrc", "anon", "client_kwargs", 
 #: s3fs options a batch's one options dict may carry for an S3 destination: not for web sources,
 #: and not typos either.
 _S3_ONLY = frozenset({"key", "secret", "endpoint_url", "requester_pays", "profile",
+                      "credential_provider",
                       "config_kwargs", "use_ssl", "skip_instance_cache", "use_listings_cache",
                       "default_block_size", "version_aware"})  # fmt: skip
 

@@ -30,7 +30,12 @@ from obstore.exceptions import PermissionDeniedError, PreconditionError, Unauthe
 
 from h5sidecar.errors import H5SidecarError, SourceReadError
 from h5sidecar.sources._identity import datetime_ns
-from h5sidecar.sources._stores import STORE_ERRORS, http_status, resolve_store
+from h5sidecar.sources._stores import (
+    STORE_ERRORS,
+    http_status,
+    provider_failure,
+    resolve_store,
+)
 from h5sidecar.sources._urls import SourceLocation
 
 __all__ = [
@@ -181,7 +186,7 @@ class ObjectStoreReader:
         except PreconditionError as exc:
             raise SourceGoneError(f"{loc.url} changed (precondition failed)") from exc
         except (PermissionDeniedError, UnauthenticatedError) as exc:
-            raise SourceReadError(
+            raise provider_failure(exc, loc.url) or SourceReadError(
                 f"access to {loc.url} was denied: {_first_line(exc)}. Check the "
                 "credentials (storage_options or AWS_* environment variables) and the bucket "
                 "policy.",
@@ -201,7 +206,7 @@ class ObjectStoreReader:
         except FileNotFoundError as exc:
             raise SourceGoneError(f"{loc.url} does not exist") from exc
         except (PermissionDeniedError, UnauthenticatedError) as exc:
-            raise SourceReadError(
+            raise provider_failure(exc, loc.url) or SourceReadError(
                 f"access to {loc.url} was denied: {_first_line(exc)}. Check the "
                 "credentials and the bucket policy.",
                 url=loc.url,

@@ -13,7 +13,12 @@ Options follow s3fs, so the same ``storage_options`` a user passes to fsspec wor
 standard variables ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
 ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` and ``AWS_REGION`` / ``AWS_DEFAULT_REGION``.
 Explicit credentials replace the environment's as a whole (as in botocore): an explicit ``key``
-is never signed with a session token taken from the environment.
+is never signed with a session token taken from the environment.  ``profile`` (or
+``AWS_PROFILE``) selects a profile of the shared files, ``credential_provider`` a refreshing
+provider; with no keys given, botocore's standard chain is resolved here (profiles, web identity,
+container, instance metadata) and handed to obstore, so reads see what s3fs listings see, and a
+missing credential is a :class:`~h5sidecar.errors.CredentialsError` (see
+:mod:`h5sidecar._credentials` for the order).
 
 Stores are cached (bounded, least recently used) by bucket and a digest of the resolved options,
 so repeated calls share one HTTP connection pool.  Credentials never appear in a ``repr`` and
@@ -35,7 +40,14 @@ from typing import TYPE_CHECKING, Any
 from obstore import exceptions as obstore_errors
 from obstore.store import LocalStore, S3Store
 
+from h5sidecar._credentials import (
+    RefreshingCredentials,
+    as_provider,
+    chain_provider,
+    profile_settings,
+)
 from h5sidecar.errors import (
+    CredentialsError,
     SourceNotFoundError,
     SourceReadError,
     StaleReferenceError,
@@ -54,6 +66,7 @@ __all__ = [
     "clear_store_cache",
     "normalize_url",
     "parse_url",
+    "provider_failure",
     "resolve_store",
     "translate_store_error",
 ]
@@ -83,7 +96,8 @@ _IGNORED_OPTIONS = frozenset(
     }
 )
 _MAPPED_OPTIONS = frozenset(
-    {"key", "secret", "token", "endpoint_url", "client_kwargs", "anon", "requester_pays"}
+    {"key", "secret", "token", "endpoint_url", "client_kwargs", "anon", "requester_pays",
+     "profile", "credential_provider"}
 )
 _CLIENT_KWARGS = frozenset({"region_name", "endpoint_url"})
 
@@ -130,23 +144,29 @@ class _S3Options:
     key: str | None
     secret: str | None = None
     token: str | None = None
+    #: refreshing credentials (a provider, a profile or botocore's chain) when no keys are given
+    provider: RefreshingCredentials | None = None
 
     def __repr__(self) -> str:
         return (
             f"_S3Options(endpoint={self.endpoint!r}, region={self.region!r}, anon={self.anon}, "
-            f"requester_pays={self.requester_pays}, key={'<set>' if self.key else None})"
+            f"requester_pays={self.requester_pays}, key={'<set>' if self.key else None}, "
+            f"provider={self.provider!r})"
         )
 
     def digest(self) -> str:
         """A fingerprint of every field (credentials included) for the cache key."""
-        fields = [self.endpoint, self.region, self.anon, self.requester_pays]
-        fields += [self.key, self.secret, self.token]
+        fields: list[object] = [self.endpoint, self.region, self.anon, self.requester_pays]
+        fields += [self.key, self.secret, self.token, id(self.provider) if self.provider else None]
         return hashlib.sha256(json.dumps(fields).encode()).hexdigest()
 
 
 def _resolve_s3_options(
-    storage_options: Mapping[str, Any] | None, env: Mapping[str, str]
+    storage_options: Mapping[str, Any] | None, env: Mapping[str, str], *, chain: bool = False
 ) -> _S3Options:
+    """Endpoint, region and credentials for an S3 store.  ``chain``: when no keys are given,
+    resolve botocore's chain (profiles, web identity, container, instance metadata) from the
+    process environment; without it obstore's own default chain is left to decide."""
     opts = dict(storage_options or {})
     unknown = set(opts) - _MAPPED_OPTIONS - _IGNORED_OPTIONS
     client_kwargs = dict(opts.get("client_kwargs") or {})
@@ -167,19 +187,32 @@ def _resolve_s3_options(
     region = (
         client_kwargs.get("region_name") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
     )
+    profile = opts.get("profile") or None
+    if chain and not (endpoint and region):  # the profile's config, as s3fs/botocore read it
+        p_endpoint, p_region = profile_settings(profile)
+        endpoint, region = endpoint or p_endpoint, region or p_region
     anon = bool(opts.get("anon", False))
     if anon:
         return _S3Options(endpoint, region or None, True, bool(opts.get("requester_pays")), None)
+    provider = None
     if opts.get("key") or opts.get("secret"):
         if not (opts.get("key") and opts.get("secret")):
             raise SourceReadError("storage_options must give both 'key' and 'secret' (or neither)")
         key, secret, token = opts["key"], opts["secret"], opts.get("token")
+    elif opts.get("credential_provider") is not None:
+        key = secret = token = None
+        provider = as_provider(opts["credential_provider"])
+    elif profile and chain:  # an explicit profile wins over keys in the environment (botocore)
+        key = secret = token = None
+        provider = chain_provider(profile)
     else:
         key = env.get("AWS_ACCESS_KEY_ID")
         secret = env.get("AWS_SECRET_ACCESS_KEY")
         token = opts.get("token") or env.get("AWS_SESSION_TOKEN")
         if not (key and secret):
-            key = secret = token = None  # let obstore's default chain (instance role, ...) decide
+            key = secret = token = None
+            # botocore's chain, as s3fs resolves it (obstore's own chain knows no profiles)
+            provider = chain_provider(profile) if chain else None
     return _S3Options(
         endpoint=endpoint,
         region=region or None,
@@ -188,6 +221,7 @@ def _resolve_s3_options(
         key=key or None,
         secret=secret or None,
         token=token or None,
+        provider=provider,
     )
 
 
@@ -220,12 +254,12 @@ def _build_s3_store(
         config["skip_signature"] = True
     if o.requester_pays:
         config["request_payer"] = True
-    provider = _StaticCredentials(o.key, o.secret, o.token) if o.key and o.secret else None
+    provider: Any = _StaticCredentials(o.key, o.secret, o.token) if o.key and o.secret else None
     return S3Store(
         bucket,
         config=config,  # type: ignore[arg-type]
         client_options=client_options or None,  # type: ignore[arg-type]
-        credential_provider=provider,  # type: ignore[arg-type]
+        credential_provider=provider or o.provider,  # type: ignore[arg-type]
         retry_config=None if retry_config is None else dict(retry_config),  # type: ignore[arg-type]
     )
 
@@ -246,7 +280,9 @@ def resolve_store(
     storage_options : mapping, optional
         s3fs-style options (see the module docstring).  Ignored for local files.
     env : mapping, optional
-        Environment to read ``AWS_*`` variables from (default ``os.environ``).
+        Environment to read ``AWS_*`` variables from (default ``os.environ``, and then, with no
+        keys in the options or the environment, botocore's chain: ``AWS_PROFILE`` and the shared
+        files, web identity, container and instance credentials).
     retry_config : mapping, optional
         obstore ``RetryConfig`` for the S3 client (default: obstore's own retries).  The fetch
         executor passes ``{"max_retries": 0}`` because it retries, counts and backs off itself.
@@ -261,6 +297,8 @@ def resolve_store(
     ------
     UnsupportedFeatureError
         Unknown scheme or storage option.
+    CredentialsError
+        No credentials anywhere (and not ``anon``), an unknown profile, or a failed provider.
 
     Examples
     --------
@@ -275,7 +313,9 @@ def resolve_store(
 
         return HttpStore(location.url, storage_options), location  # type: ignore[return-value]
     assert location.bucket is not None
-    options = _resolve_s3_options(storage_options, os.environ if env is None else env)
+    options = _resolve_s3_options(
+        storage_options, os.environ if env is None else env, chain=env is None
+    )
     retry_key = json.dumps(retry_config, sort_keys=True, default=str)  # timedeltas as text
     cache_key = (location.bucket, options.digest() + retry_key)
     with _LOCK:
@@ -321,6 +361,17 @@ def http_status(exc: BaseException) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def provider_failure(exc: BaseException, url: str) -> CredentialsError | None:
+    """The :class:`~h5sidecar.errors.CredentialsError` of a request that failed because its
+    credential provider raised (obstore reports it as unauthenticated), else None.  Not worth a
+    retry, and not "access denied": the message is the provider's own."""
+    text = str(exc)
+    if "credential provider" not in text or "CredentialsError" not in text:
+        return None
+    why = text.split("CredentialsError:", 1)[1].strip().splitlines()[0][:400]
+    return CredentialsError(f"reading {url}: {why}")
+
+
 def translate_store_error(exc: BaseException, url: str, action: str) -> Exception:
     """Map an obstore exception to the h5sidecar error a caller should see.
 
@@ -332,6 +383,9 @@ def translate_store_error(exc: BaseException, url: str, action: str) -> Exceptio
     environment.
     """
     oe = obstore_errors
+    failed_provider = provider_failure(exc, url)
+    if failed_provider is not None:
+        return failed_provider
     if isinstance(exc, oe.PreconditionError):
         return StaleReferenceError(
             f"{url} changed while it was being read ({action} failed its If-Match); the object "

@@ -13,170 +13,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
-
-from h5sidecar._version import __version__
-from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError
-from h5sidecar.references import GranuleRefs, concat_refs, inline_array, write_refs
-from h5sidecar.workflows._cube_checks import (
-    check_order,
-    check_shared_values,
-    encoding_groups,
-    mismatch_message,
-)
+from h5sidecar.errors import InvalidRequestError
+from h5sidecar.workflows._cube_build import CubePart, CubeResult, _build, cube_paths
 
 __all__ = ["CubePart", "CubeResult", "build_cube", "cube_paths"]
-
-#: Dimension coordinates other than the concat one (``lat``, ``lon``) up to this size are read
-#: from every granule, compared, and held inline in the cube (opening then reads no source).
-SHARED_COORD_BYTES = 8 * 2**20
-#: Granules whose coordinates are read at the same time (each read is one small request).
-COORD_READERS = 16
-
-
-@dataclass(frozen=True, slots=True)
-class CubePart:
-    """One written cube.
-
-    Attributes
-    ----------
-    path : str
-        Where it was written.
-    granules : tuple of str
-        Its granules' source URLs, in concatenation (coordinate) order.
-    length : int
-        Length of the concatenated dimension.
-    first, last : Any
-        First and last raw values of the concatenated coordinate.
-    """
-
-    path: str
-    granules: tuple[str, ...]
-    length: int
-    first: Any
-    last: Any
-
-
-@dataclass(frozen=True, slots=True)
-class CubeResult:
-    """What :func:`build_cube` wrote: one cube, or one per consistent encoding (split)."""
-
-    cubes: tuple[CubePart, ...]
-    concat_dim: str
-    variables: tuple[str, ...] = field(default=())
-
-    @property
-    def path(self) -> str:
-        """The (first) cube's path."""
-        return self.cubes[0].path
-
-
-def cube_paths(out: str, n: int) -> list[str]:
-    """Where ``n`` split cubes go: ``out`` itself when ``n == 1``, else ``NAME-0.EXT``, ...
-
-    The index goes before a ``.parq``/``.json`` suffix (``cube.parq`` -> ``cube-0.parq``),
-    else at the end (``cube`` -> ``cube-0``); cubes are numbered in coordinate order.
-    """
-    if n == 1:
-        return [out]
-    stem, ext = os.path.splitext(out.rstrip("/"))
-    if ext not in (".parq", ".json"):
-        stem, ext = out.rstrip("/"), ""
-    return [f"{stem}-{i}{ext}" for i in range(n)]
-
-
-def _sidecar_list(
-    sidecars: str | os.PathLike[str] | Sequence[Any],
-    storage_options: Mapping[str, Any] | None,
-) -> list[Any]:
-    if isinstance(sidecars, GranuleRefs):
-        return [sidecars]
-    if isinstance(sidecars, str | os.PathLike):
-        from h5sidecar.catalog import list_indexed
-
-        found = [g.sidecar for g in list_indexed(os.fspath(sidecars),
-                                                 storage_options=storage_options)]
-        if not found:
-            raise InvalidRequestError(
-                f"no sidecars under {os.fspath(sidecars)}; index the granules first "
-                "(`h5sidecar index SOURCE -o DEST`)"
-            )
-        return found
-    return list(sidecars)
-
-
-def _selection(
-    refs: GranuleRefs, dim: str, group: str | None, variables: Sequence[str] | None
-) -> tuple[list[str], str]:
-    """Array paths to keep and the coordinate's path (checked against the first granule)."""
-    prefix = (group or "").strip("/")
-    join = (lambda n: f"{prefix}/{n}") if prefix else (lambda n: n)
-    in_group = [p for p in refs.arrays if p.rpartition("/")[0] == prefix]
-    if not in_group:
-        raise InvalidRequestError(f"no variables in group {prefix!r} of {refs.source.url}")
-    coord = join(dim)
-    if coord not in refs.arrays or refs.arrays[coord].meta.dimension_names != (dim,):
-        raise InvalidRequestError(
-            f"{refs.source.url} has no 1-D coordinate variable {coord!r}; a cube is "
-            "concatenated along a dimension with a coordinate variable of the same name"
-        )
-    if variables is None:
-        keep = in_group
-    else:
-        missing = [v for v in variables if join(v) not in refs.arrays]
-        if missing:
-            raise InvalidRequestError(f"no variable(s) {', '.join(missing)} in {refs.source.url}")
-        wanted = {join(v) for v in variables}
-        dims = {d for v in wanted for d in refs.arrays[v].meta.dimension_names}
-        keep = [p for p in in_group if p in wanted or p.rpartition("/")[2] in dims]
-    if coord not in keep:
-        keep.append(coord)
-    return keep, coord
-
-
-_SHARED_NOTE = "materialized: a coordinate equal in every granule of the cube, held inline"
-
-
-def _shared_coords(refs: GranuleRefs, paths: Sequence[str], coord: str) -> list[str]:
-    """Non-empty 1-D dimension coordinates but ``coord``, small enough to compare and inline."""
-    out = []
-    for p in paths:
-        meta = refs.arrays[p].meta
-        if (p != coord and len(meta.shape) == 1 and meta.dimension_names == (p.rpartition("/")[2],)
-                and 0 < meta.shape[0] * meta.numpy_dtype.itemsize <= SHARED_COORD_BYTES
-                and not meta.numpy_dtype.hasobject):
-            out.append(p)
-    return out
-
-
-def _subset(refs: GranuleRefs, paths: Sequence[str], name: str) -> GranuleRefs:
-    missing = [p for p in paths if p not in refs.arrays]
-    if missing:
-        raise IncompatibleGranulesError(
-            f"{name} lacks {', '.join(missing)}, which the first granule has; "
-            "combine only granules of one product"
-        )
-    groups = {g: a for g, a in refs.groups.items()
-              if g == "" or any(p.startswith(g + "/") for p in paths)}
-    return GranuleRefs(refs.source, groups, {p: refs.arrays[p] for p in paths},
-                       refs.skipped, refs.extra, refs.members)
-
-
-def _write(cube: GranuleRefs, target: str, format: str, opts: Mapping[str, Any]) -> str:
-    if format != "icechunk":
-        return write_refs(cube, target, format=format,  # type: ignore[arg-type]
-                          storage_options=dict(opts) or None)
-    from h5sidecar.workflows._icechunk import write_icechunk
-
-    n = cube.extra["cube"]["granules"]
-    write_icechunk(cube, target, storage_options=opts or None,
-                   sources={m.url: m for m in cube.members},
-                   message=f"h5sidecar cube: {n} granules")
-    return target
 
 
 def build_cube(
@@ -189,6 +31,10 @@ def build_cube(
     format: Literal["parquet", "json", "icechunk"] = "parquet",
     on_mismatch: Literal["raise", "split"] = "raise",
     storage_options: Mapping[str, Any] | None = None,
+    mode: Literal["build", "append"] = "build",
+    on_out_of_order: Literal["raise", "rebuild"] = "raise",
+    normalize_time: bool = False,
+    time_units: str | None = None,
 ) -> CubeResult:
     """Combine granules' sidecars into one datacube reference set along ``concat_dim``.
 
@@ -196,8 +42,8 @@ def build_cube(
     ----------
     sidecars : str, path-like or sequence
         A DEST folder or S3 prefix written by ``h5sidecar index`` (every sidecar below it, but
-        those of granules the run report marks failed and cubes), or a sequence of sidecar paths/URLs or
-        :class:`~h5sidecar.references.GranuleRefs`.  Their order does not matter.
+        those of granules the run report marks failed and cubes), or a sequence of sidecar
+        paths/URLs or :class:`~h5sidecar.references.GranuleRefs`.  Their order does not matter.
     out : str or path-like
         Where to write the cube (``cube.parq`` directory or ``cube.json``; local or ``s3://``).
     concat_dim : str
@@ -218,6 +64,21 @@ def build_cube(
         (default) or write one cube per consistent encoding (see :func:`cube_paths`).
     storage_options : mapping, optional
         fsspec/s3fs options for the sidecars, the sources and ``out``.
+    mode : "build" or "append"
+        ``"build"`` writes the cube from all ``sidecars``.  ``"append"`` adds to the cube(s) at
+        ``out`` only the granules not yet in them and replaces members whose source changed
+        (see :func:`~h5sidecar.workflows.append_cube`); ``group``/``variables`` are the cube's.
+        With no cube at ``out`` yet, it builds one.
+    on_out_of_order : "raise" or "rebuild"
+        Append only: a new granule that does not follow the cube along ``concat_dim`` is
+        refused (default), or the cube is rebuilt from all ``sidecars``.
+    normalize_time : bool
+        Accept granules whose concat coordinate has other time units: their values are decoded
+        with their own units and calendar and held in the cube in ``time_units`` (default: the
+        first sidecar's, DEST being listed by name; an append keeps the cube's), exactly, else
+        refused (see :mod:`h5sidecar.workflows._cube_time`).
+    time_units : str, optional
+        The cube's time units with ``normalize_time`` (a new cube only).
 
     Returns
     -------
@@ -227,63 +88,34 @@ def build_cube(
     ------
     IncompatibleGranulesError
         Encodings differ (``on_mismatch="raise"``), granules overlap along ``concat_dim`` or
-        have different variables, or a granule's last chunk along ``concat_dim`` is partial
-        and another granule follows it.
+        have different variables, a granule's last chunk along ``concat_dim`` is partial
+        and another granule follows it, or (append) a granule falls before the cube's end.
     InvalidRequestError
         No sidecars, an unknown group/variable, or no coordinate variable ``concat_dim``.
     """
-    from h5sidecar.read import load_refs, read_arrays
-
     if on_mismatch not in ("raise", "split"):
         raise InvalidRequestError(f"on_mismatch must be 'raise' or 'split', not {on_mismatch!r}")
     if format not in ("parquet", "json", "icechunk"):
         raise InvalidRequestError(
             f"format must be 'parquet', 'json' or 'icechunk', not {format!r}"
         )
+    if mode not in ("build", "append") or on_out_of_order not in ("raise", "rebuild"):
+        raise InvalidRequestError(
+            f"mode must be 'build' or 'append' ({mode!r}), on_out_of_order 'raise' or "
+            f"'rebuild' ({on_out_of_order!r})"
+        )
     opts = dict(storage_options or {})
-    items = _sidecar_list(sidecars, opts)
-    loaded = [x if isinstance(x, GranuleRefs) else load_refs(x, opts) for x in items]
-    if isinstance(sidecars, str | os.PathLike):
-        # cubes written into DEST (by an earlier run) are not granules of the next one
-        loaded = [r for r in loaded if not r.members]
-    if not loaded:
-        raise InvalidRequestError("no granule sidecars to combine (only cubes, or nothing)")
-    names = [r.source.url for r in loaded]
-    paths, coord = _selection(loaded[0], concat_dim, group, variables)
-    parts = [_subset(r, paths, n) for r, n in zip(loaded, names, strict=True)]
-    groups = encoding_groups(parts, paths, concat_dim)
-    if len(groups) > 1 and on_mismatch == "raise":
-        raise IncompatibleGranulesError(mismatch_message(parts, names, paths, concat_dim))
-    shared = _shared_coords(parts[0], paths, coord)
-    with ThreadPoolExecutor(COORD_READERS) as pool:  # one small read per granule: overlap them
-        read = list(pool.map(
-            lambda p: read_arrays(p, [coord, *shared], remote_options=opts), parts))
-    for g in groups:  # each cube keeps one copy of its grid
-        check_shared_values([read[i] for i in g], [names[i] for i in g], shared)
-    values = [r[coord] for r in read]
-    # overlaps are refused across all granules, split or not (a split cube must not repeat steps)
-    check_order(values, names, coord)
-    ordered_groups = sorted(
-        (sorted(g, key=lambda i: values[i][0]) for g in groups), key=lambda g: values[g[0]][0]
-    )
-    targets = cube_paths(os.fspath(out), len(ordered_groups))
-    written = []
-    for target, members in zip(targets, ordered_groups, strict=True):
-        cube = concat_refs(
-            [parts[i] for i in members], concat_dim, names=[names[i] for i in members],
-            extra={"cube": {"concat_dim": concat_dim, "granules": len(members),
-                            "h5sidecar": __version__}},
-        )
-        coordinate = np.concatenate([values[i] for i in members])
-        cube = GranuleRefs(
-            cube.source, cube.groups,
-            {**cube.arrays, coord: inline_array(cube.arrays[coord], coordinate),
-             **{c: inline_array(cube.arrays[c], read[members[0]][c], note=_SHARED_NOTE)
-                for c in shared}},
-            cube.skipped, cube.extra, cube.members,
-        )
-        path = _write(cube, target, format, opts)
-        written.append(CubePart(path=path, granules=tuple(names[i] for i in members),
-                                length=int(coordinate.size), first=coordinate[0].item(),
-                                last=coordinate[-1].item()))
-    return CubeResult(cubes=tuple(written), concat_dim=concat_dim, variables=tuple(paths))
+    kw: dict[str, Any] = {
+        "concat_dim": concat_dim, "format": format, "on_mismatch": on_mismatch, "opts": opts,
+        "normalize_time": normalize_time, "time_units": time_units,
+    }  # fmt: skip
+    if mode == "append":
+        from h5sidecar.workflows._cube_append import append_cube
+
+        return append_cube(
+            sidecars, os.fspath(out), on_out_of_order=on_out_of_order,
+            rebuild=lambda action: _build(sidecars, os.fspath(out), group=group,
+                                          variables=variables, action=action, **kw),
+            **kw,
+        )  # fmt: skip
+    return _build(sidecars, os.fspath(out), group=group, variables=variables, **kw)

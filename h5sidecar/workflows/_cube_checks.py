@@ -25,8 +25,10 @@ from h5sidecar.references import ArrayMeta, GranuleRefs
 __all__ = [
     "check_order",
     "check_shared_values",
+    "encoding_diff",
     "encoding_groups",
     "encoding_of",
+    "encodings",
     "mismatch_message",
 ]
 
@@ -36,10 +38,11 @@ CF_ATTRS = tuple(dict.fromkeys((*MASK_AND_SCALE_ATTRS, "units", *TIME_ATTRS)))
 _NAMES_SHOWN = 4
 
 
-def encoding_of(meta: ArrayMeta, dim: str) -> dict[str, str]:
+def encoding_of(meta: ArrayMeta, dim: str, ignore: Sequence[str] = ()) -> dict[str, str]:
     """One variable's encoding, field -> canonical JSON text (what must agree across granules).
 
-    ``shape`` is left out along ``dim`` (the concatenated dimension may differ in length).
+    ``shape`` is left out along ``dim`` (the concatenated dimension may differ in length), and
+    so are the fields named in ``ignore`` (a normalized time coordinate's ``units``).
     """
     fields: dict[str, Any] = {a: meta.attrs.get(a) for a in CF_ATTRS}
     fields.update(
@@ -53,34 +56,50 @@ def encoding_of(meta: ArrayMeta, dim: str) -> dict[str, str]:
                for n, s in zip(meta.dimension_names or ("",) * len(meta.shape), meta.shape,
                                strict=True)],
     )
-    return {k: json.dumps(v, sort_keys=True, default=str) for k, v in fields.items()}
+    return {k: json.dumps(v, sort_keys=True, default=str)
+            for k, v in fields.items() if k not in ignore}
 
 
-def _signature(refs: GranuleRefs, paths: Sequence[str], dim: str) -> str:
-    return json.dumps([encoding_of(refs.arrays[p].meta, dim) for p in paths])
+#: Fields to leave out of the comparison, per array path.
+Ignore = Mapping[str, Sequence[str]]
+
+
+def encodings(refs: GranuleRefs, paths: Sequence[str], dim: str,
+              ignore: Ignore | None = None) -> dict[str, dict[str, str]]:
+    """:func:`encoding_of` every array of ``paths`` (what a cube records to check appends)."""
+    ignore = ignore or {}
+    return {p: encoding_of(refs.arrays[p].meta, dim, ignore.get(p, ())) for p in paths}
 
 
 def encoding_groups(
-    parts: Sequence[GranuleRefs], paths: Sequence[str], dim: str
+    parts: Sequence[GranuleRefs], paths: Sequence[str], dim: str, ignore: Ignore | None = None
 ) -> list[list[int]]:
     """Indices of ``parts`` grouped by identical encodings of ``paths`` (first-seen order)."""
     groups: dict[str, list[int]] = {}
     for i, part in enumerate(parts):
-        groups.setdefault(_signature(part, paths, dim), []).append(i)
+        key = json.dumps(encodings(part, paths, dim, ignore), sort_keys=True)
+        groups.setdefault(key, []).append(i)
     return list(groups.values())
 
 
 def mismatch_message(
-    parts: Sequence[GranuleRefs], names: Sequence[str], paths: Sequence[str], dim: str
+    parts: Sequence[GranuleRefs], names: Sequence[str], paths: Sequence[str], dim: str,
+    ignore: Ignore | None = None,
 ) -> str:
     """Every variable/field whose encoding differs, with each value and the granules holding it."""
+    return encoding_diff([encodings(p, paths, dim, ignore) for p in parts], names)
+
+
+def encoding_diff(per_part: Sequence[Mapping[str, Mapping[str, str]]],
+                  names: Sequence[str]) -> str:
+    """:func:`mismatch_message` from recorded :func:`encodings` (one mapping per holder)."""
     lines = []
-    for path in paths:
-        per = [encoding_of(p.arrays[path].meta, dim) for p in parts]
-        for field in per[0]:
+    for path in per_part[0]:
+        per = [e.get(path, {}) for e in per_part]
+        for field in sorted(set().union(*per)):
             holders: dict[str, list[str]] = {}
             for name, enc in zip(names, per, strict=True):
-                holders.setdefault(enc[field], []).append(name)
+                holders.setdefault(enc.get(field, "(absent)"), []).append(name)
             if len(holders) < 2:
                 continue
             values = "; ".join(f"{v} in {_names(ns)}" for v, ns in holders.items())

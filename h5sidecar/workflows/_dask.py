@@ -28,7 +28,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
-from dataclasses import replace
+from dataclasses import is_dataclass, replace
 from typing import Any
 
 from h5sidecar.errors import ErrorKind
@@ -81,6 +81,21 @@ def _crashed(url: str, sidecar: str, exc: BaseException) -> GranuleResult:
     return GranuleResult(url=url, sidecar=sidecar, status="failed", error=err)
 
 
+def _without_secrets(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``args`` with the storage options of task options scrubbed of credentials: a task graph
+    crosses the network and sits in the scheduler, so workers resolve their own credentials
+    (``AWS_*``, ``AWS_PROFILE``, roles; an ``EndpointCredentials`` travels without its token)."""
+    from h5sidecar.references._io import scrub_credentials
+
+    out = []
+    for a in args:
+        options = getattr(a, "storage_options", None)
+        if is_dataclass(a) and not isinstance(a, type) and options:
+            a = replace(a, storage_options=scrub_credentials(options))
+        out.append(a)
+    return tuple(out)
+
+
 class DaskExecutor(Executor):
     """A ``concurrent.futures`` executor running granule tasks on a Dask cluster.
 
@@ -120,8 +135,8 @@ class DaskExecutor(Executor):
         out: Future[Any] = Future()
         out.set_running_or_notify_cancel()
         # pure=False: re-running a granule is a new task, never a cached old result
-        dfut = self.client.submit(run_with_retries, fn, args, self.retries, self.backoff,
-                                  pure=False)
+        dfut = self.client.submit(run_with_retries, fn, _without_secrets(args), self.retries,
+                                  self.backoff, pure=False)  # fmt: skip
         self._futures.add(dfut)
 
         def done(f: Any) -> None:

@@ -124,6 +124,9 @@ def write_icechunk(
             "source": refs.source.to_dict(),
             "left_out": [s.to_dict() for s in skipped],
             "skipped": [s.to_dict() for s in refs.skipped],
+            # what an append to a cube reads back (members, the cube's record)
+            "extra": dict(refs.extra),
+            "members": [m.to_dict() for m in refs.members],
         }
     }
     text = message or f"h5sidecar: references of {refs.source.url}"
@@ -273,8 +276,14 @@ def _chunk_key(path: str, flat: int, grid: tuple[int, ...]) -> str:
     return "/".join([path, "c", *(str(int(i)) for i in index)])
 
 
-async def _set_virtual(store: Any, path: str, manifest: Any, identities: dict[str, Any]) -> None:
-    """Every stored chunk of one array as virtual references, ``_BATCH`` chunks per call."""
+async def _set_virtual(
+    store: Any, path: str, manifest: Any, identities: dict[str, Any],
+    origin: tuple[int, ...] | None = None,
+) -> None:
+    """Every stored chunk of one array as virtual references, ``_BATCH`` chunks per call.
+
+    ``origin``: chunk index of the manifest's first chunk in the array (an appended slab).
+    """
     import icechunk as ic
 
     codes = manifest.codes.reshape(manifest.grid_shape or (1,))
@@ -284,7 +293,8 @@ async def _set_virtual(store: Any, path: str, manifest: Any, identities: dict[st
     locs = [_location(u) for u in manifest.urls]
     etag = [identities[u] if isinstance(identities[u], str) else None for u in locs]
     when = [identities[u] if isinstance(identities[u], dt.datetime) else None for u in locs]
-    index = np.stack(where, axis=1)[:, : len(manifest.grid_shape)].tolist()
+    stacked = np.stack(where, axis=1)[:, : len(manifest.grid_shape)]
+    index = (stacked + np.asarray(origin, dtype=stacked.dtype) if origin else stacked).tolist()
     code = codes[where].tolist()
     offset = manifest.offsets.reshape(codes.shape)[where].tolist()
     length = manifest.lengths.reshape(codes.shape)[where].tolist()

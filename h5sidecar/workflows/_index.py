@@ -63,8 +63,9 @@ class IndexOptions:
     settings : IndexSettings
         Indexer options (``on_unsupported``, ``checksums``, ...).
     storage_options : mapping or None
-        fsspec/s3fs options for the source and the destination.  They travel to the workers
-        with each task: prefer the standard AWS environment variables for credentials.
+        fsspec/s3fs options for the source and the destination.  They travel to local worker
+        processes with each task; to a Dask cluster without credentials (``key``, ``secret``,
+        ``token``...): Dask workers resolve their own (``AWS_*``, ``AWS_PROFILE``, roles).
     """
 
     format: SidecarFormat = "parquet"
@@ -123,7 +124,13 @@ def index_one(
         refs = index_granule(url, storage_options=_opts(options), settings=options.settings)
         t2 = time.perf_counter()
         seconds["index"] = t2 - t1
-        write_refs(refs, dest_url, format=options.format, storage_options=_opts(options))
+        write_refs(
+            refs,
+            dest_url,
+            format=options.format,
+            storage_options=_opts(options),
+            layout=options.settings.layout,
+        )
         seconds["write"] = time.perf_counter() - t2
         seconds["total"] = time.perf_counter() - t0
         log.info("indexed %s -> %s (%.2f s)", url, dest_url, seconds["total"])
@@ -153,6 +160,7 @@ def index_many(
     force: bool = False,
     checksums: bool = False,
     on_unsupported: Literal["skip", "raise"] = "skip",
+    layout: Literal["kerchunk", "compact"] | None = None,
     settings: IndexSettings | None = None,
     storage_options: Mapping[str, Any] | None = None,
     patterns: Sequence[str] = DEFAULT_PATTERNS,
@@ -175,6 +183,10 @@ def index_many(
         Re-index every granule, even those whose sidecar is up to date.
     checksums, on_unsupported : optional
         Override the corresponding fields of ``settings``.
+    layout : "kerchunk" or "compact", optional
+        Layout of Parquet sidecars (overrides ``settings.layout``): record files per variable,
+        readable by plain fsspec/kerchunk, or ``.zmetadata`` + one manifests file, readable by
+        h5sidecar only.  A sidecar of the other layout is re-written (replaced atomically).
     settings : IndexSettings, optional
         Indexer options (default: ``IndexSettings()``).
     storage_options : mapping, optional
@@ -212,7 +224,12 @@ def index_many(
     options = IndexOptions(
         format=format,
         force=force,
-        settings=replace(base, checksums=checksums or base.checksums, on_unsupported=on_unsupported),
+        settings=replace(
+            base,
+            checksums=checksums or base.checksums,
+            on_unsupported=on_unsupported,
+            layout=layout or base.layout,
+        ),
         storage_options=dict(storage_options) if storage_options else None,
     )
     if not is_remote(dest) and os.path.exists(dest) and not os.path.isdir(dest):
@@ -276,6 +293,7 @@ def index_many(
                 "force": force,
                 "checksums": options.settings.checksums,
                 "on_unsupported": on_unsupported,
+                **({"layout": options.settings.layout} if format == "parquet" else {}),
                 "patterns": list(patterns),
                 "executor": executor if isinstance(executor, str) else type(executor).__name__,
                 "workers": n_workers,

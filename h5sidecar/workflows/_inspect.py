@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from h5sidecar.references import ArrayRefs, GranuleRefs, Skipped, SourceInfo, read_refs
+from h5sidecar.references import (
+    ArrayRefs,
+    GranuleRefs,
+    Skipped,
+    SourceInfo,
+    read_layout,
+    read_refs,
+)
 from h5sidecar.sources._urls import normalize_url
 from h5sidecar.workflows._listing import filesystem, is_remote
 
@@ -88,6 +96,8 @@ class SidecarSummary:
         Arrays in file order, then skipped variables.
     extra : Mapping
         Provenance recorded by the indexer.
+    layout : "kerchunk", "compact" or None
+        Layout of a Parquet sidecar (None for JSON).
     """
 
     ref: str
@@ -97,6 +107,7 @@ class SidecarSummary:
     n_groups: int
     variables: tuple[VariableSummary, ...]
     extra: Mapping[str, Any]
+    layout: str | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -111,6 +122,7 @@ class SidecarSummary:
         return {
             "ref": self.ref,
             "format": self.format,
+            "layout": self.layout,
             "sidecar_bytes": self.sidecar_bytes,
             "source": self.source.to_dict(),
             "n_groups": self.n_groups,
@@ -148,7 +160,11 @@ def inspect_refs(ref: str, *, storage_options: Mapping[str, Any] | None = None) 
     is_dir = fs.isdir(path)
     refs = read_refs(ref, storage_options=dict(storage_options) if storage_options else None)
     size = int(fs.du(path, total=True)) if is_dir else int(fs.size(path))
-    return summarize(refs, ref=ref, format="parquet" if is_dir else "json", sidecar_bytes=size)
+    summary = summarize(refs, ref=ref, format="parquet" if is_dir else "json", sidecar_bytes=size)
+    if not is_dir:
+        return summary
+    opts = dict(storage_options) if storage_options else None
+    return dataclasses.replace(summary, layout=read_layout(ref, storage_options=opts))
 
 
 def summarize(

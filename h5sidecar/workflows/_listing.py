@@ -26,6 +26,7 @@ from typing import Any, Literal
 import fsspec
 from fsspec.core import url_to_fs
 
+from h5sidecar._credentials import fsspec_options
 from h5sidecar.errors import SourceNotFoundError
 from h5sidecar.references import SourceInfo
 from h5sidecar.sources._urls import normalize_url
@@ -80,7 +81,7 @@ def filesystem(url: str, storage_options: Mapping[str, Any] | None = None) -> fs
     """The fsspec filesystem for ``url`` (local paths need no options)."""
     if not is_remote(url):
         return fsspec.filesystem("file")
-    fs, _ = url_to_fs(url, **dict(storage_options or {}))
+    fs, _ = url_to_fs(url, **fsspec_options(url, storage_options))
     return fs
 
 

@@ -67,6 +67,7 @@ class Recorded:
     n_inlined: int
     skipped: tuple[Mapping[str, str], ...]
     settings: Mapping[str, Any] | None = None
+    layout: str | None = None  # Parquet sidecars: "kerchunk" or "compact"; JSON: None
 
 
 def settings_differ(recorded: Mapping[str, Any] | None, settings: IndexSettings) -> list[str]:
@@ -106,13 +107,13 @@ def read_recorded(
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return None
     try:
-        return _parse(json.loads(raw))
+        return _parse(json.loads(raw), parquet=sidecar.endswith(".parq"))
     except (ValueError, KeyError, TypeError, AttributeError, InvalidReferenceError) as exc:
         log.warning("sidecar %s is unreadable (%s): it will be rewritten", sidecar, exc)
         return None
 
 
-def _parse(doc: Mapping[str, Any]) -> Recorded | None:
+def _parse(doc: Mapping[str, Any], *, parquet: bool = False) -> Recorded | None:
     extras = doc.get(EXTRAS_KEY)
     if extras is None:
         return None  # not written by h5sidecar: no identity to trust
@@ -128,6 +129,7 @@ def _parse(doc: Mapping[str, Any]) -> Recorded | None:
         n_inlined=statuses.count("inlined"),
         skipped=skipped,
         settings=settings if isinstance(settings, dict) else None,
+        layout=str(extras.get("layout", "kerchunk")) if parquet else None,
     )
 
 
@@ -145,7 +147,8 @@ def check_up_to_date(
     ``listed`` is the identity from the listing (looked up when None).  Returns None when the
     granule needs indexing: no sidecar, another source URL, a different size/ETag/mtime, or
     index options that change the sidecar's content (``--checksums`` added, another
-    ``inline_threshold``, ...), so that the report says what every sidecar holds.
+    ``inline_threshold``, ...) or another Parquet layout, so that the report says what every
+    sidecar holds.
     """
     t0 = time.perf_counter()
     if listed is None:
@@ -154,6 +157,8 @@ def check_up_to_date(
     if rec is None or rec.source.url != url or not rec.source.same_object(listed):
         return None
     changed = [] if settings is None else settings_differ(rec.settings, settings)
+    if settings is not None and rec.layout is not None and rec.layout != settings.layout:
+        changed.append(f"layout ({rec.layout}, now {settings.layout})")
     if changed:
         log.info("%s was indexed with other %s: indexing it again", sidecar, ", ".join(changed))
         return None

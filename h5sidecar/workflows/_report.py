@@ -56,6 +56,9 @@ _HINTS: dict[str, str] = {
     "--on-unsupported skip to index the rest and record the variable as skipped",
     ErrorKind.SOURCE_READ: "reading the object failed: check the network, endpoint and "
     "credentials, then re-run (finished granules are not redone)",
+    ErrorKind.NO_CREDENTIALS: "no usable S3 credentials: set AWS_PROFILE or AWS_ACCESS_KEY_ID/"
+    "AWS_SECRET_ACCESS_KEY (on the workers too), pass --storage-option profile=NAME, or "
+    "--storage-option anon=true for a public bucket; then re-run",
     ErrorKind.STALE_REFERENCE: "the object changed while it was being indexed: re-run to index "
     "its current version",
     ErrorKind.FORBIDDEN_SOURCE: "the object lies outside the allowed source prefixes: allow it or "

@@ -1,7 +1,9 @@
 """Verify a sidecar: decode chunks through it with plain zarr and compare with h5py on the source.
 
 The sidecar is read the way any kerchunk consumer reads it (fsspec ``reference://`` + zarr), so a
-pass means plain tools get the right values, not only h5sidecar's own reader.  Three checks:
+pass means plain tools get the right values, not only h5sidecar's own reader.  A compact Parquet
+sidecar, which plain tools cannot read, is read through h5sidecar's store instead (the report's
+``reader`` says which).  Three checks:
 
 1. the source still has the identity recorded at index time (size + ETag/mtime);
 2. for ``sample`` chunks per variable (all with ``sample=0``), values decoded through the sidecar
@@ -31,7 +33,14 @@ from zarr.storage import FsspecStore
 
 from h5sidecar.errors import InvalidReferenceError, SourceNotFoundError
 from h5sidecar.indexer import chunk_hash
-from h5sidecar.references import MISSING, ArrayRefs, GranuleRefs, SourceInfo, read_refs
+from h5sidecar.references import (
+    MISSING,
+    ArrayRefs,
+    GranuleRefs,
+    SourceInfo,
+    read_layout,
+    read_refs,
+)
 from h5sidecar.sources._urls import normalize_url
 from h5sidecar.workflows._cfcheck import decoded_differences
 from h5sidecar.workflows._compare import h5_dataset, read_h5_region, values_equal
@@ -93,12 +102,16 @@ class VerifyReport:
     recorded, current : SourceInfo
         Source identity in the sidecar and as found now.
     variables : tuple of VariableCheck
+    reader : "fsspec" or "h5sidecar"
+        What decoded the chunks: plain fsspec ``reference://`` + zarr, or h5sidecar's store
+        (compact Parquet sidecars, which plain tools cannot read).
     """
 
     ref: str
     recorded: SourceInfo
     current: SourceInfo
     variables: tuple[VariableCheck, ...]
+    reader: Literal["fsspec", "h5sidecar"] = "fsspec"
 
     @property
     def source_changed(self) -> bool:
@@ -116,6 +129,7 @@ class VerifyReport:
         return {
             "ref": self.ref,
             "ok": self.ok,
+            "reader": self.reader,
             "source_changed": self.source_changed,
             "recorded": self.recorded.to_dict(),
             "current": self.current.to_dict(),
@@ -156,7 +170,8 @@ def verify_refs(
     src = refs.source.url
     current = _current_identity(src, ref, opts)
     rng = np.random.default_rng(seed)
-    group = _open_plain(ref, refs, opts)
+    compact = read_layout(ref, storage_options=opts) == "compact"
+    group = _open_own(refs, opts) if compact else _open_plain(ref, refs, opts)
     chosen: dict[str, list[tuple[int, ...]]] = {}
 
     def pick(arr: ArrayRefs) -> list[tuple[int, ...]]:
@@ -174,7 +189,13 @@ def verify_refs(
     checks += [
         VariableCheck(s.path, "skipped", message=f"{s.kind}: {s.reason}") for s in refs.skipped
     ]
-    return VerifyReport(ref=ref, recorded=refs.source, current=current, variables=tuple(checks))
+    return VerifyReport(
+        ref=ref,
+        recorded=refs.source,
+        current=current,
+        variables=tuple(checks),
+        reader="h5sidecar" if compact else "fsspec",
+    )
 
 
 def _decoded_check(
@@ -240,6 +261,15 @@ def _open_plain(ref: str, refs: GranuleRefs, opts: dict[str, Any] | None) -> zar
     if is_remote(ref):
         so["target_options"] = dict(opts or {})
     store = FsspecStore.from_url("reference://", storage_options=so, read_only=True)
+    return zarr.open_group(store, mode="r", zarr_format=2)
+
+
+def _open_own(refs: GranuleRefs, opts: dict[str, Any] | None) -> zarr.Group:
+    """A compact sidecar through h5sidecar's store (Zarr v2 view, as plain tools would see it
+    from the kerchunk layout); plain fsspec cannot read it."""
+    from h5sidecar.read.store import SidecarStore
+
+    store = SidecarStore(refs, storage_options=opts, chunk_cache=None)
     return zarr.open_group(store, mode="r", zarr_format=2)
 
 

@@ -167,3 +167,20 @@ def raw_get(url: str, path: bytes, headers: Mapping[str, str] | None = None) -> 
     head, _, body = data.partition(b"\r\n\r\n")
     return int(head.split(b" ", 2)[1]), body
 
+
+
+def wait_healthy(proc: Any, url: str, log: Path, timeout: float = 60.0) -> None:
+    """Wait until the ``h5sidecar serve`` process ``proc`` answers ``/healthz`` at ``url``
+    (its output, in ``log``, is the failure message when it exits or never comes up)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, log.read_text()
+        try:
+            if httpx.get(f"{url}/healthz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "the server did not come up"
+        time.sleep(0.1)

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 
 import h5py
@@ -17,7 +16,7 @@ import numpy as np
 import zarr
 
 from tests.conftest import free_port
-from tests.gateway._http import SMALL, Corpus, http_corpus
+from tests.gateway._http import SMALL, Corpus, http_corpus, wait_healthy
 
 __all__ = ["http_corpus"]
 
@@ -35,16 +34,7 @@ def test_serve_command(http_corpus: Corpus, tmp_path) -> None:  # type: ignore[n
         )  # fmt: skip
         try:
             url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 60
-            while True:
-                assert proc.poll() is None, log.read_text()
-                try:
-                    if httpx.get(f"{url}/healthz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "the server did not come up"
-                time.sleep(0.1)
+            wait_healthy(proc, url, log)
             chunk = f"{url}/zarr/{SMALL}/gt1l/heights/h_ph/0"
             assert httpx.get(chunk).status_code == 401
             auth = {"Authorization": f"Bearer {token}"}

@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from h5sidecar.settings import ReadSettings
 from h5sidecar.workflows import build_cube, index_many
 from h5sidecar.workflows._cfcheck import open_truth
 from tests.conftest import free_port
-from tests.gateway._http import gateway, http
+from tests.gateway._http import gateway, http, wait_healthy
 
 __all__ = ["http"]  # fixture used below
 
@@ -224,16 +223,7 @@ def test_serve_command_with_a_cube_on_s3(tmp_path: Path, s3, s3_bucket: str,
         )  # fmt: skip
         try:
             url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 60
-            while True:
-                assert proc.poll() is None, log.read_text()
-                try:
-                    if httpx.get(f"{url}/healthz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "the server did not come up"
-                time.sleep(0.1)
+            wait_healthy(proc, url, log)
             assert httpx.get(f"{url}/api/granules").json()["cubes"] == ["tas"]
             root = zarr.open_group(f"{url}/zarr3-shard/2/tas/", mode="r")
             for name in ("tas", "pr", "time"):

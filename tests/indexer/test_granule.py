@@ -25,7 +25,7 @@ def _sample(f: h5py.File) -> None:
     [
         (b"", "empty"),
         (b"just some text, not HDF5\n" * 10, "no HDF5 signature"),
-        (b"CDF\x01" + bytes(100), "not an HDF5"),
+        (b"CDF\x01" + bytes(100), r"netCDF-3 \(classic or 64-bit offset\) file, not HDF5"),
     ],
     ids=["empty", "text", "netcdf3"],
 )
@@ -130,3 +130,43 @@ def test_provenance_and_source_identity(make_h5) -> None:
     assert refs.extra["indexer"].startswith("h5sidecar ")
     assert refs.extra["settings"]["on_unsupported"] == "skip"
     assert open_refs(refs)["x"][...].tolist() == list(range(100))
+
+
+def test_threads_index_one_granule_at_a_time(tmp_path: Path) -> None:
+    """HDF5 through h5py's file-object driver is not thread-safe (under a thread pool it failed
+    on random variables, which would have left them out of "ok" sidecars): in one process a
+    second granule waits until the first is closed."""
+    import threading
+
+    from h5sidecar.indexer._h5file import open_granule
+    from tests._granules import read_h5, write_small_granule
+
+    paths = [write_small_granule(tmp_path / f"g{i}.h5") for i in range(2)]
+    inside, release, events = threading.Event(), threading.Event(), []
+
+    def first() -> None:
+        with open_granule(str(paths[0])):
+            events.append("first in")
+            inside.set()
+            release.wait(10)
+            events.append("first out")
+
+    t = threading.Thread(target=first)
+    t.start()
+    assert inside.wait(10)
+    second: list = []
+
+    def run_second() -> None:
+        second.append(index_granule(str(paths[1])))
+        events.append("second done")
+
+    t2 = threading.Thread(target=run_second)
+    t2.start()
+    t2.join(0.5)
+    assert t2.is_alive() and events == ["first in"]  # waiting for the first granule
+    release.set()
+    t.join(10)
+    t2.join(30)
+    assert events == ["first in", "first out", "second done"]
+    [refs] = second
+    assert refs.arrays["gt1l/heights/h_ph"].meta.shape == read_h5(paths[1], "gt1l/heights/h_ph").shape

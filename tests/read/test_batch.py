@@ -387,3 +387,26 @@ def test_open_datatree_reads_index_coordinates_and_time_ends_in_one_batch(
     quiet = _store(atl03_refs)
     h5sidecar.open_datatree(quiet, chunks=None, create_default_indexes=False, decode_times=False)
     assert quiet.stats["requests"] == 0
+
+
+# -- read_arrays(mask_and_scale=True): what the xarray engine decodes ---------------------------
+@pytest.mark.parametrize("key", [None, slice(2, 9), 3], ids=repr)
+def test_read_arrays_mask_and_scale_equals_h5netcdf(cf_nc: Path, key: Any) -> None:
+    from h5sidecar.read import read_arrays
+    from tests._granules import refs_for
+
+    refs = refs_for(cf_nc)
+    names = ["tas", "pr", "orog"]  # packed int16 with _FillValue; float with _FillValue; plain
+    sel = {n: key for n in names}
+    got = read_arrays(refs, sel, mask_and_scale=True)
+    raw = read_arrays(refs, sel)
+    truth = xr.open_dataset(cf_nc, engine="h5netcdf", decode_times=False)
+    for n in names:
+        want = truth[n].values if key is None else truth[n].values[key]
+        assert got[n].dtype == want.dtype, n
+        np.testing.assert_array_equal(got[n], want)
+        with h5py.File(cf_nc) as f:
+            stored = f[n][()] if key is None else f[n][key]
+        np.testing.assert_array_equal(raw[n], stored)  # default: stored values
+    assert np.isnan(got["pr"]).any() and not np.isnan(raw["pr"]).any()  # masking happened
+    assert got["tas"].dtype.kind == "f" and raw["tas"].dtype == np.int16

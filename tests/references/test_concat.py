@@ -19,6 +19,7 @@ from h5sidecar.references import (
     concat_refs,
     inline_array,
     read_refs,
+    slice_refs,
     write_json,
     write_parquet,
 )
@@ -145,3 +146,37 @@ def test_members_survive_pickling_and_tokens_see_them() -> None:
     assert other != cube and tokenize(other) != tokenize(cube)
     with pytest.raises(InvalidReferenceError, match="more than once"):
         GranuleRefs(cube.source, cube.groups, cube.arrays, members=cube.members * 2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(2, 5), last=st.integers(1, 6),
+       urls=st.integers(1, 3), data=st.data())
+def test_slices_concatenate_back_to_the_whole(seed: int, n: int, last: int, urls: int,
+                                              data: st.DataObject) -> None:
+    """Cutting a cube at a member boundary and joining the pieces gives the same references
+    (each chunk's URL, offset, length and inline bytes), URL tables compacted."""
+    rng = np.random.default_rng(seed)
+    steps = [2 * int(rng.integers(1, 4)) for _ in range(n - 1)] + [last]
+    parts = [_part(rng, i, s, urls=urls) for i, s in enumerate(steps)]
+    cube = concat_refs(parts, "time")
+    cut = data.draw(st.integers(1, n - 1))
+    at = sum(steps[:cut])
+    head = slice_refs(cube, "time", 0, at, cube.members[:cut])
+    tail = slice_refs(cube, "time", at, sum(steps), cube.members[cut:])
+    assert head.members == cube.members[:cut] and head.arrays["lat"] is cube.arrays["lat"]
+    for piece, members in ((head, parts[:cut]), (tail, parts[cut:])):
+        man = piece.arrays["v"].manifest
+        used = {ref[0] for _, ref in man.iter_refs() if isinstance(ref, tuple)}
+        assert set(man.urls) == used  # compacted: no URL of another member, none unused
+        assert used <= {u for p in members for u in p.arrays["v"].manifest.urls}
+    again = concat_refs([head, tail], "time").arrays["v"]
+    whole = cube.arrays["v"]
+    assert again.meta == whole.meta
+    assert list(again.manifest.iter_refs()) == list(whole.manifest.iter_refs())
+
+
+def test_slices_must_fall_on_chunks() -> None:
+    rng = np.random.default_rng(0)
+    cube = concat_refs([_part(rng, 0, 4), _part(rng, 1, 4)], "time")
+    with pytest.raises(IncompatibleGranulesError, match=r"v: \[1:8\] along 'time' does not fall"):
+        slice_refs(cube, "time", 1, 8, cube.members)

@@ -233,7 +233,7 @@ PACKAGE = Path(h5sidecar.__file__).parent
 #: Every top-level module or package of h5sidecar and its rank (DESIGN: imports point one way).
 #: A module may import modules of a lower rank only; two packages of one rank never import each
 #: other.  ``""`` is the package root, which re-exports names lazily from the layers below it.
-LAYERS: dict[str, int] = {
+LAYERS: dict[str, float] = {
     "errors": 0,
     "settings": 0,
     "references": 1,
@@ -249,6 +249,8 @@ LAYERS: dict[str, int] = {
     "_version": 0,
     "_lazy": 0,
     "_modes": 0,
+    "_providers": 0.25,  # above errors, below _credentials
+    "_credentials": 0.5,  # above errors, below references (which reads sidecars on S3)
     "__main__": 7,
     "": 8,
 }

@@ -125,8 +125,8 @@ def test_region_comes_from_client_kwargs_then_environment() -> None:
 
 
 def test_unknown_storage_options_are_refused_with_the_supported_list() -> None:
-    with pytest.raises(UnsupportedFeatureError, match=r"profile.*not supported.*endpoint_url"):
-        resolve_store("s3://b/k", {"profile": "prod"})
+    with pytest.raises(UnsupportedFeatureError, match=r"s3_additional.*not supported.*endpoint"):
+        resolve_store("s3://b/k", {"s3_additional_kwargs": {"ACL": "private"}})
     with pytest.raises(UnsupportedFeatureError, match=r"client_kwargs\.verify"):
         resolve_store("s3://b/k", {"client_kwargs": {"verify": False}})
     with pytest.raises(SourceReadError, match="both 'key' and 'secret'"):

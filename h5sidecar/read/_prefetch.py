@@ -1,0 +1,151 @@
+"""Read-ahead of small arrays: a loop's second small read brings the group's other small arrays.
+
+The loop a new user writes first -- ``for v in ds.data_vars.values(): v.load()``, or xarray's
+own ``Dataset.load()`` / ``DataTree.load()``, which read variable after variable -- waits for one
+round trip per variable.  A granule of a thousand mostly small variables then costs a thousand
+round trips.  Here, once a second batch reads a lazy array of at most ``prefetch_bytes / 8``
+decoded bytes whole, the batch reader reads in the same coalesced batch the other small arrays that were
+opened through the same reader -- its own group's first, then the other opened groups' (a
+DataTree opens them all) -- until ``prefetch_bytes`` of decoded values are held.  Later reads
+of those arrays are served from memory, without a request; large arrays stay lazy.
+
+Rules that keep it cheap and bounded:
+
+* a single read (a user reading one variable), what xarray reads while it opens a Dataset,
+  and index coordinates never trigger it;
+* only arrays opened as lazy variables through this reader qualify (a Dataset of one group
+  never reads ahead into groups the user did not open);
+* each array is read ahead at most once per reader, and a read-ahead array is handed out once
+  (then dropped): memory held never exceeds ``prefetch_bytes``;
+* ``prefetch_bytes=0`` (``ReadSettings``, or ``H5SIDECAR_PREFETCH_BYTES`` through
+  :func:`~h5sidecar.settings.from_env`) turns it off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from h5sidecar.read._decode import Selection, chunk_selection
+from h5sidecar.references import ArrayRefs
+
+__all__ = [
+    "SMALL_FRACTION",
+    "decoded_nbytes",
+    "is_dimension_coordinate",
+    "is_small",
+    "is_whole",
+    "plan_ahead",
+    "read_ahead",
+]
+
+#: An array is "small" (it triggers, and may be part of, a read-ahead) when its decoded size is
+#: at most this fraction of the budget: one read-ahead brings at least this many arrays.
+SMALL_FRACTION = 8
+
+
+def decoded_nbytes(arr: ArrayRefs) -> int:
+    """Bytes of an array's decoded values (from its metadata; nothing is loaded)."""
+    meta = arr.meta
+    return int(np.prod(meta.shape, dtype=np.int64)) * meta.numpy_dtype.itemsize
+
+
+def is_small(arr: ArrayRefs, limit: int) -> bool:
+    """Whether an array may trigger or join a read-ahead under ``limit``."""
+    return limit > 0 and decoded_nbytes(arr) <= limit // SMALL_FRACTION
+
+
+def is_dimension_coordinate(arr: ArrayRefs) -> bool:
+    """A 1-d array named as its dimension: xarray reads these whole while it opens a
+    Dataset (to index them), which is no sign of a loop over variables."""
+    meta = arr.meta
+    return len(meta.shape) == 1 and meta.dimension_names[:1] == (arr.path.rpartition("/")[2],)
+
+
+def read_ahead(
+    trigger: str,
+    arrays: Mapping[str, ArrayRefs],
+    opened: Iterable[str],
+    exclude: set[str],
+    limit: int,
+    held: int = 0,
+) -> list[str]:
+    """The arrays to read together with a whole read of ``trigger``, in the order they qualify.
+
+    Parameters
+    ----------
+    trigger : str
+        The array being read.
+    arrays : mapping
+        The granule's arrays.
+    opened : iterable of str
+        Arrays opened as lazy variables through the reader (the candidates), in opening order.
+    exclude : set of str
+        Arrays already read, read ahead, or part of this batch.
+    limit : int
+        ``ReadSettings.prefetch_bytes``: decoded bytes held read ahead at most.
+    held : int
+        Decoded bytes held read ahead already (not handed out yet).
+
+    Returns
+    -------
+    list of str
+        Empty when ``trigger`` is not small or nothing fits.
+    """
+    small, budget = limit // SMALL_FRACTION, limit - held
+    if budget <= 0 or trigger not in arrays or not is_small(arrays[trigger], limit):
+        return []
+    group = trigger.rpartition("/")[0]
+    candidates = [p for p in dict.fromkeys(opened) if p not in exclude and p != trigger]
+    # the trigger's group first: the loop over a Dataset reads its variables next
+    candidates.sort(key=lambda p: p.rpartition("/")[0] != group)
+    out, total = [], 0
+    for path in candidates:
+        size = decoded_nbytes(arrays[path])
+        if size > small or total + size > budget:
+            continue
+        out.append(path)
+        total += size
+    return out
+
+
+def is_whole(sel: Selection, shape: Sequence[int]) -> bool:
+    """True when a selection is the whole array in order (no step, no dropped axis)."""
+    return (
+        tuple(sel.shape) == tuple(shape)
+        and not any(sel.lo)
+        and all(p == slice(0, n, 1) for p, n in zip(sel.post, shape, strict=True))
+    )
+
+
+def plan_ahead(reader: Any, prepared: list[tuple[str, ArrayRefs, Selection]]) -> list[Any]:
+    """Whole reads of small neighbours for a :class:`~h5sidecar.read._batch.NativeReader` to add
+    to a batch: only once a second batch reads a small array whole (the sign of a loop over
+    variables), never while xarray opens a Dataset (``reader.opening()``)."""
+    limit = reader.fetcher.settings.prefetch_bytes
+    if limit <= 0 or not reader.opened or reader._opening:
+        return []
+    whole_small = [
+        p for p, arr, sel in prepared
+        if is_whole(sel, arr.meta.shape) and is_small(arr, limit)
+        and not is_dimension_coordinate(arr)
+    ]  # fmt: skip
+    reader._ahead_done.update(p for p, _, _ in prepared)
+    if not whole_small:
+        return []
+    reader._small_reads += 1
+    if reader._small_reads < 2:
+        return []
+    held = sum(a.nbytes for a in reader._prefetched.values())
+    paths = read_ahead(whole_small[0], reader.refs.arrays, reader.opened,
+                       reader._ahead_done | reader._prefetched.keys(), limit, held)
+    paths = [p for p in paths if reader.supports(p)]
+    reader._ahead_done.update(paths)
+    out = []
+    for p in paths:
+        meta = reader.refs.arrays[p].meta
+        whole = (slice(None),) * len(meta.shape)
+        out.append((p, reader.refs.arrays[p], chunk_selection(meta.shape, meta.chunks, whole)))
+    return out

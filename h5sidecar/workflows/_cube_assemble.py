@@ -1,0 +1,204 @@
+"""Assemble one datacube from ordered pieces, and record what a later append needs.
+
+A piece is a granule's references (subset to the cube's arrays) or a slice of an existing cube
+(:func:`~h5sidecar.references.slice_refs`).  The concat coordinate and the shared dimension
+coordinates are taken out of the pieces and held inline in the result, so a cube can be cut
+and joined again without reading any source.  The cube's ``extra["cube"]`` block records the
+members' lengths along the dimension, the encodings every granule had to share, which sidecar
+(and which version of it, by size and ETag/mtime) each member came from, and the kept arrays:
+an append compares new granules with that record instead of re-reading the old members.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from h5sidecar._version import __version__
+from h5sidecar.errors import InvalidReferenceError, InvalidRequestError
+from h5sidecar.references import (
+    ArrayRefs,
+    ChunkManifest,
+    GranuleRefs,
+    SourceInfo,
+    concat_refs,
+    inline_array,
+)
+
+__all__ = [
+    "COORD_READERS",
+    "CUBE_KEY",
+    "assemble",
+    "cube_record",
+    "load_granules",
+    "read_coords",
+    "read_record",
+    "sidecar_stamp",
+]
+
+#: Granules whose coordinates are read at the same time (each read is one small request).
+COORD_READERS = 16
+#: Key of the cube's record in its references' ``extra`` block.
+CUBE_KEY = "cube"
+_SHARED_NOTE = "materialized: a coordinate equal in every granule of the cube, held inline"
+#: What a record must hold for an append (cubes built before appends existed lack it).
+_NEEDED = ("concat_dim", "coord", "shared", "lengths", "encoding", "sidecars")
+
+
+def sidecar_stamp(path: str, storage_options: Mapping[str, Any] | None) -> str:
+    """The current version of a sidecar: size + ETag/mtime of its file (one stat or HEAD).
+
+    For a Parquet sidecar that of its ``.zmetadata``, written last; no content is read.
+    """
+    from h5sidecar.read._cache import sidecar_identity
+
+    _, _, size, stamp, _ = sidecar_identity(path, storage_options)
+    return f"{size}:{stamp}"
+
+
+def load_granules(
+    items: Sequence[Any], opts: Mapping[str, Any]
+) -> list[tuple[GranuleRefs, tuple[str, str] | None]]:
+    """Each item's references and, for a sidecar path, ``(path, stamp)`` (stat before load:
+    a sidecar rewritten in between gets a stamp that no longer matches, so it is checked again).
+    """
+    from h5sidecar.read import load_refs
+
+    def one(x: Any) -> tuple[GranuleRefs, tuple[str, str] | None]:
+        if isinstance(x, GranuleRefs):
+            return x, None
+        path = os.fspath(x)
+        stamp = sidecar_stamp(path, opts)
+        return load_refs(path, opts), (path, stamp)
+
+    with ThreadPoolExecutor(COORD_READERS) as pool:
+        return list(pool.map(one, items))
+
+
+def read_coords(parts: Sequence[GranuleRefs], paths: Sequence[str],
+                opts: Mapping[str, Any]) -> list[dict[str, np.ndarray]]:
+    """``paths`` of every part, raw (one small read per granule, overlapped)."""
+    from h5sidecar.read import read_arrays
+
+    with ThreadPoolExecutor(COORD_READERS) as pool:
+        return list(pool.map(lambda p: read_arrays(p, list(paths), remote_options=opts), parts))
+
+
+def cube_record(
+    *,
+    concat_dim: str,
+    coord: str,
+    shared: Sequence[str],
+    lengths: Sequence[int],
+    encoding: Mapping[str, Mapping[str, str]],
+    sidecars: Mapping[str, Sequence[str]],
+    order: Sequence[str],
+    normalized: bool,
+) -> dict[str, Any]:
+    """The ``extra["cube"]`` block (see module docstring).
+
+    ``sidecars`` maps member URLs to ``(sidecar path, stamp)``; ``order`` lists the members'
+    URLs in cube order.  Sidecars are stored compactly, aligned with the members: a common
+    ``root`` and each one's path below it (``None`` for a member given as references).
+    """
+    paths = [sidecars[u][0] if u in sidecars else None for u in order]
+    known = [q for q in paths if q is not None]
+    # a string prefix cut at the last "/": commonpath would mangle "s3://" URLs
+    root = os.path.commonprefix(known) if known else ""  # noqa: RUF071
+    root = root[: root.rfind("/") + 1]
+    return {
+        "concat_dim": concat_dim,
+        "granules": len(lengths),
+        "h5sidecar": __version__,
+        "coord": coord,
+        "shared": list(shared),
+        "lengths": [int(n) for n in lengths],
+        "encoding": {p: dict(e) for p, e in encoding.items()},
+        "sidecars": {"root": root,
+                     "paths": [None if q is None else q[len(root):] for q in paths],
+                     "stamps": [sidecars[u][1] if u in sidecars else None for u in order]},
+        "normalized_time": normalized,
+    }
+
+
+def read_record(
+    extra: Mapping[str, Any], where: str, members: Sequence[SourceInfo]
+) -> dict[str, Any]:
+    """The cube record of ``extra``, its ``sidecars`` as a mapping member URL ->
+    ``[path, stamp]``; refuses a cube that lacks what an append needs."""
+    record = extra.get(CUBE_KEY)
+    if not isinstance(record, Mapping) or any(k not in record for k in _NEEDED):
+        raise InvalidRequestError(
+            f"{where} holds no append record (not a cube, or one built by an older h5sidecar); "
+            "build it once without append (mode='build'), then append to it"
+        )
+    out = dict(record)
+    block = record["sidecars"]
+    try:
+        root, paths, stamps = block["root"], block["paths"], block["stamps"]
+        if not len(paths) == len(stamps) == len(members) == len(record["lengths"]):
+            raise ValueError("lengths differ")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidReferenceError(
+            f"{where}: malformed cube record ({exc}); build the cube again") from exc
+    out["sidecars"] = {m.url: [root + q, s] for m, q, s in zip(members, paths, stamps,
+                                                                strict=True) if q is not None}
+    return out
+
+
+def _resized(template: ArrayRefs, n: int, attrs: Mapping[str, Any] | None) -> ArrayRefs:
+    """``template`` (a 1-D coordinate) as an empty array of length ``n`` (to be inlined)."""
+    meta = replace(template.meta, shape=(n,), chunks=(n,),
+                   attrs=dict(template.meta.attrs if attrs is None else attrs))
+    return ArrayRefs(template.path, meta, ChunkManifest.empty(meta.grid_shape))
+
+
+def assemble(
+    pieces: Sequence[GranuleRefs],
+    names: Sequence[str],
+    *,
+    paths: Sequence[str],
+    coord: str,
+    coordinate: np.ndarray,
+    templates: Mapping[str, ArrayRefs],
+    shared_values: Mapping[str, np.ndarray],
+    concat_dim: str,
+    record: Mapping[str, Any],
+    coord_attrs: Mapping[str, Any] | None = None,
+) -> GranuleRefs:
+    """One cube: ``pieces`` concatenated along ``concat_dim``, coordinates held inline.
+
+    Parameters
+    ----------
+    pieces, names
+        Granules or cube slices in order, and how errors name them.
+    paths
+        The cube's arrays, in order.
+    coord, coordinate
+        The concat coordinate's path and its values (the cube's units and dtype).
+    templates
+        Path -> an :class:`ArrayRefs` of ``coord`` and of each shared coordinate (metadata and
+        attributes to keep).
+    shared_values
+        Values of the shared coordinates.
+    record
+        The cube record (:func:`cube_record`).
+    coord_attrs
+        Attributes of the coordinate when they differ from the template's (normalized units).
+    """
+    inlined = {coord, *shared_values}
+    bare = [GranuleRefs(p.source, p.groups, {k: a for k, a in p.arrays.items() if k not in inlined},
+                        p.skipped, p.extra, p.members) for p in pieces]  # fmt: skip
+    cube = concat_refs(bare, concat_dim, names=names, extra={CUBE_KEY: dict(record)})
+    held = {coord: inline_array(_resized(templates[coord], coordinate.size, coord_attrs),
+                                coordinate)}
+    for c, v in shared_values.items():
+        held[c] = inline_array(templates[c], v, note=_SHARED_NOTE)
+    arrays = {p: held.get(p) or cube.arrays[p] for p in paths}
+    first = cube.members[0] if cube.members else cube.source
+    return GranuleRefs(first, cube.groups, arrays, cube.skipped, cube.extra, cube.members)

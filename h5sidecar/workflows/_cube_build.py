@@ -1,0 +1,274 @@
+"""The whole-build half of :func:`~h5sidecar.workflows.build_cube` and the result records.
+
+Everything a build needs below the public entry point: the selection of arrays, the checks,
+the ordering and the writes (see :mod:`h5sidecar.workflows._cube`); appends
+(:mod:`h5sidecar.workflows._cube_append`) reuse it for rebuilds and split-off parts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError
+from h5sidecar.references import GranuleRefs, write_refs
+from h5sidecar.workflows._cube_assemble import (
+    assemble,
+    cube_record,
+    load_granules,
+    read_coords,
+)
+from h5sidecar.workflows._cube_checks import (
+    check_order,
+    check_shared_values,
+    encoding_groups,
+    encodings,
+    mismatch_message,
+)
+from h5sidecar.workflows._cube_time import (
+    NORMALIZED_FIELDS,
+    check_bounds,
+    check_not_fill,
+    normalize_times,
+    time_attrs,
+)
+
+__all__ = ["CubePart", "CubeResult", "cube_paths", "write_cube"]
+
+#: Dimension coordinates other than the concat one (``lat``, ``lon``) up to this size are read
+#: from every granule, compared, and held inline in the cube (opening then reads no source).
+SHARED_COORD_BYTES = 8 * 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class CubePart:
+    """One written cube.
+
+    Attributes
+    ----------
+    path : str
+        Where it was written.
+    granules : tuple of str
+        Its granules' source URLs, in concatenation (coordinate) order.
+    length : int
+        Length of the concatenated dimension.
+    first, last : Any
+        First and last raw values of the concatenated coordinate.
+    """
+
+    path: str
+    granules: tuple[str, ...]
+    length: int
+    first: Any
+    last: Any
+
+
+@dataclass(frozen=True, slots=True)
+class CubeResult:
+    """What :func:`build_cube` wrote: one cube, or one per consistent encoding (split)."""
+
+    cubes: tuple[CubePart, ...]
+    concat_dim: str
+    variables: tuple[str, ...] = field(default=())
+    #: ``"built"``, ``"rebuilt"`` (an append that had to rebuild), ``"appended"`` or
+    #: ``"up_to_date"`` (an append with nothing new: nothing was written).
+    action: str = "built"
+    #: Source URLs of the granules added, and of the members replaced (their source changed).
+    added: tuple[str, ...] = ()
+    replaced: tuple[str, ...] = ()
+    #: Append only: sidecars loaded (new or changed ones), and members recognized as unchanged
+    #: from their sidecar's stamp alone (one stat/HEAD each, nothing read).
+    sidecars_read: int = 0
+    unchanged: int = 0
+
+    @property
+    def path(self) -> str:
+        """The (first) cube's path."""
+        return self.cubes[0].path
+
+
+def cube_paths(out: str, n: int) -> list[str]:
+    """Where ``n`` split cubes go: ``out`` itself when ``n == 1``, else ``NAME-0.EXT``, ...
+
+    The index goes before a ``.parq``/``.json`` suffix (``cube.parq`` -> ``cube-0.parq``),
+    else at the end (``cube`` -> ``cube-0``); cubes are numbered in coordinate order.
+    """
+    if n == 1:
+        return [out]
+    stem, ext = os.path.splitext(out.rstrip("/"))
+    if ext not in (".parq", ".json"):
+        stem, ext = out.rstrip("/"), ""
+    return [f"{stem}-{i}{ext}" for i in range(n)]
+
+
+def _sidecar_list(
+    sidecars: str | os.PathLike[str] | Sequence[Any],
+    storage_options: Mapping[str, Any] | None,
+) -> list[Any]:
+    if isinstance(sidecars, GranuleRefs):
+        return [sidecars]
+    if isinstance(sidecars, str | os.PathLike):
+        from h5sidecar.catalog import list_indexed
+
+        found = [g.sidecar for g in list_indexed(os.fspath(sidecars), sizes=False,
+                                                 storage_options=storage_options)]
+        if not found:
+            raise InvalidRequestError(
+                f"no sidecars under {os.fspath(sidecars)}; index the granules first "
+                "(`h5sidecar index SOURCE -o DEST`)"
+            )
+        return found
+    return list(sidecars)
+
+
+def _selection(
+    refs: GranuleRefs, dim: str, group: str | None, variables: Sequence[str] | None
+) -> tuple[list[str], str]:
+    """Array paths to keep and the coordinate's path (checked against the first granule)."""
+    prefix = (group or "").strip("/")
+    join = (lambda n: f"{prefix}/{n}") if prefix else (lambda n: n)
+    in_group = [p for p in refs.arrays if p.rpartition("/")[0] == prefix]
+    if not in_group:
+        raise InvalidRequestError(f"no variables in group {prefix!r} of {refs.source.url}")
+    coord = join(dim)
+    if coord not in refs.arrays or refs.arrays[coord].meta.dimension_names != (dim,):
+        raise InvalidRequestError(
+            f"{refs.source.url} has no 1-D coordinate variable {coord!r}; a cube is "
+            "concatenated along a dimension with a coordinate variable of the same name"
+        )
+    if variables is None:
+        keep = in_group
+    else:
+        missing = [v for v in variables if join(v) not in refs.arrays]
+        if missing:
+            raise InvalidRequestError(f"no variable(s) {', '.join(missing)} in {refs.source.url}")
+        wanted = {join(v) for v in variables}
+        dims = {d for v in wanted for d in refs.arrays[v].meta.dimension_names}
+        keep = [p for p in in_group if p in wanted or p.rpartition("/")[2] in dims]
+    if coord not in keep:
+        keep.append(coord)
+    return keep, coord
+
+
+def _shared_coords(refs: GranuleRefs, paths: Sequence[str], coord: str) -> list[str]:
+    """Non-empty 1-D dimension coordinates but ``coord``, small enough to compare and inline."""
+    out = []
+    for p in paths:
+        meta = refs.arrays[p].meta
+        if (p != coord and len(meta.shape) == 1 and meta.dimension_names == (p.rpartition("/")[2],)
+                and 0 < meta.shape[0] * meta.numpy_dtype.itemsize <= SHARED_COORD_BYTES
+                and not meta.numpy_dtype.hasobject):
+            out.append(p)
+    return out
+
+
+def _subset(refs: GranuleRefs, paths: Sequence[str], name: str) -> GranuleRefs:
+    missing = [p for p in paths if p not in refs.arrays]
+    if missing:
+        raise IncompatibleGranulesError(
+            f"{name} lacks {', '.join(missing)}, which the first granule has; "
+            "combine only granules of one product"
+        )
+    groups = {g: a for g, a in refs.groups.items()
+              if g == "" or any(p.startswith(g + "/") for p in paths)}
+    return GranuleRefs(refs.source, groups, {p: refs.arrays[p] for p in paths},
+                       refs.skipped, refs.extra, refs.members)
+
+
+def write_cube(cube: GranuleRefs, target: str, format: str, opts: Mapping[str, Any]) -> str:
+    """Write a whole cube (atomically; a new commit for Icechunk); return its path."""
+    if format != "icechunk":
+        return write_refs(cube, target, format=format,  # type: ignore[arg-type]
+                          storage_options=dict(opts) or None)
+    from h5sidecar.workflows._icechunk import write_icechunk
+
+    n = cube.extra["cube"]["granules"]
+    write_icechunk(cube, target, storage_options=opts or None,
+                   sources={m.url: m for m in cube.members},
+                   message=f"h5sidecar cube: {n} granules")
+    return target
+
+
+def _build(
+    sidecars: Any, out: str, *, concat_dim: str, group: str | None,
+    variables: Sequence[str] | None, format: str, on_mismatch: str, opts: dict[str, Any],
+    normalize_time: bool, time_units: str | None, action: str = "built",
+) -> CubeResult:
+    items = _sidecar_list(sidecars, opts)
+    pairs = load_granules(items, opts)
+    if isinstance(sidecars, str | os.PathLike):
+        # cubes written into DEST (by an earlier run) are not granules of the next one
+        pairs = [(r, s) for r, s in pairs if not r.members]
+    if not pairs:
+        raise InvalidRequestError("no granule sidecars to combine (only cubes, or nothing)")
+    loaded = [r for r, _ in pairs]
+    names = [r.source.url for r in loaded]
+    paths, coord = _selection(loaded[0], concat_dim, group, variables)
+    parts = [_subset(r, paths, n) for r, n in zip(loaded, names, strict=True)]
+    ignore = {coord: NORMALIZED_FIELDS} if normalize_time else {}
+    groups = encoding_groups(parts, paths, concat_dim, ignore)
+    if len(groups) > 1 and on_mismatch == "raise":
+        only_time = not normalize_time and len(
+            encoding_groups(parts, paths, concat_dim, {coord: NORMALIZED_FIELDS})) == 1
+        raise IncompatibleGranulesError(
+            mismatch_message(parts, names, paths, concat_dim, ignore)
+            + (f"\nOnly the time coordinate {coord} differs: pass normalize_time=True "
+               "(--normalize-time) to hold its times in one units" if only_time else ""))
+    shared = _shared_coords(parts[0], paths, coord)
+    read = read_coords(parts, [coord, *shared], opts)
+    for g in groups:  # each cube keeps one copy of its grid
+        check_shared_values([read[i] for i in g], [names[i] for i in g], shared)
+    values = [r[coord] for r in read]
+    coord_attrs = None
+    if normalize_time:
+        values, coord_attrs = _normalized(parts, paths, coord, values, names, time_units)
+    # overlaps are refused across all granules, split or not (a split cube must not repeat steps)
+    check_order(values, names, coord)
+    ordered_groups = sorted(
+        (sorted(g, key=lambda i: values[i][0]) for g in groups), key=lambda g: values[g[0]][0]
+    )
+    targets = cube_paths(out, len(ordered_groups))
+    written = []
+    for target, members in zip(targets, ordered_groups, strict=True):
+        first = parts[members[0]]
+        record = cube_record(
+            concat_dim=concat_dim, coord=coord, shared=shared,
+            lengths=[values[i].size for i in members],
+            encoding=encodings(first, paths, concat_dim, ignore),
+            sidecars={names[i]: s for i in members if (s := pairs[i][1]) is not None},
+            order=[names[i] for i in members],
+            normalized=normalize_time,
+        )  # fmt: skip
+        coordinate = np.concatenate([values[i] for i in members])
+        cube = assemble(
+            [parts[i] for i in members], [names[i] for i in members], paths=paths, coord=coord,
+            coordinate=coordinate, templates={p: first.arrays[p] for p in [coord, *shared]},
+            shared_values={c: read[members[0]][c] for c in shared}, concat_dim=concat_dim,
+            record=record, coord_attrs=coord_attrs,
+        )  # fmt: skip
+        path = write_cube(cube, target, format, opts)
+        written.append(CubePart(path=path, granules=tuple(names[i] for i in members),
+                                length=int(coordinate.size), first=coordinate[0].item(),
+                                last=coordinate[-1].item()))
+    return CubeResult(cubes=tuple(written), concat_dim=concat_dim, variables=tuple(paths),
+                      action=action, added=tuple(names))
+
+
+def _normalized(
+    parts: Sequence[GranuleRefs], paths: Sequence[str], coord: str,
+    values: list[np.ndarray], names: Sequence[str], time_units: str | None,
+) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """Every granule's coordinate in one time units (see :mod:`._cube_time`) and its attrs."""
+    attrs = [p.arrays[coord].meta.attrs for p in parts]
+    check_bounds(attrs[0], {p: parts[0].arrays[p].meta.attrs for p in paths}, coord)
+    units, calendar = time_attrs(attrs[0])
+    units = time_units or units
+    dtype = parts[0].arrays[coord].meta.numpy_dtype
+    out = normalize_times(values, attrs, names, coord, units=units, calendar=calendar,
+                          dtype=dtype)
+    check_not_fill(out, attrs[0], names, coord)
+    return out, {**attrs[0], "units": units}

@@ -1,0 +1,138 @@
+"""Read-ahead of small arrays (``ReadSettings.prefetch_bytes``): the loops users write first --
+``v.load()`` per variable, ``Dataset.load()``, ``DataTree.load()`` -- cost a few batches, not a
+round trip per variable.  Requests are the fetcher's counters (local files: one ``pread`` per
+request); every value is compared with h5py."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+import xarray as xr
+
+import h5sidecar
+from h5sidecar.errors import ChunkDecodeError
+from h5sidecar.read import SidecarStore
+from h5sidecar.read._prefetch import SMALL_FRACTION, decoded_nbytes
+from h5sidecar.references import ArrayRefs, ChunkManifest, GranuleRefs
+from h5sidecar.settings import ReadSettings, from_env
+
+RAW = {"mask_and_scale": False, "decode_times": False}
+GROUP = "gt1l/heights"
+
+
+def _store(refs: GranuleRefs, prefetch_bytes: int) -> SidecarStore:
+    return SidecarStore(refs, settings=ReadSettings(prefetch_bytes=prefetch_bytes))
+
+
+def _check_h5py(h5: Any, group: str, ds: xr.Dataset) -> int:
+    """Every numeric data variable of ``ds`` equals h5py's; returns how many were compared."""
+    n = 0
+    for name, v in ds.data_vars.items():
+        if v.dtype.kind in "biuf":
+            np.testing.assert_array_equal(v.values, h5[f"{group}/{name}".strip("/")][()])
+            n += 1
+    return n
+
+
+def _loop_tree(refs: GranuleRefs, prefetch_bytes: int, atl03_h5: Path) -> tuple[int, int]:
+    """The loop over every group's variables; returns (requests, variables compared)."""
+    store = _store(refs, prefetch_bytes)
+    tree = h5sidecar.open_datatree(store, chunks=None, **RAW)
+    before = store.stats["requests"]
+    for node in tree.subtree:
+        for v in node.dataset.data_vars.values():
+            v.load()
+    requests = store.stats["requests"] - before
+    with h5py.File(atl03_h5) as f:
+        compared = sum(_check_h5py(f, node.path.strip("/"), node.dataset)
+                       for node in tree.subtree)
+    return requests, compared
+
+
+def test_per_variable_loop_over_a_tree_takes_few_requests(atl03_refs: GranuleRefs,
+                                                          atl03_h5: Path) -> None:
+    off, compared_off = _loop_tree(atl03_refs, 0, atl03_h5)
+    on, compared_on = _loop_tree(atl03_refs, 64 * 2**20, atl03_h5)
+    assert compared_on == compared_off > 500
+    assert off > 300  # one round trip per variable without read-ahead
+    assert on <= 10, on  # the first small variable alone, then one coalesced batch
+
+
+def test_dataset_load_of_one_group_reads_ahead_only_in_that_group(atl03_refs: GranuleRefs,
+                                                                  atl03_h5: Path) -> None:
+    store = _store(atl03_refs, 64 * 2**20)
+    ds = xr.open_dataset(store, engine="h5sidecar", group=GROUP, chunks=None, **RAW)
+    before = store.stats["requests"]
+    ds.load()  # xarray loads the variables one by one
+    assert store.stats["requests"] - before <= 3
+    assert {p.rpartition("/")[0] for p in store.native.opened} == {GROUP}
+    with h5py.File(atl03_h5) as f:
+        assert _check_h5py(f, GROUP, ds) > 5
+
+
+def test_large_arrays_stay_lazy_and_memory_is_bounded(atl03_refs: GranuleRefs) -> None:
+    sizes = {p: decoded_nbytes(a) for p, a in atl03_refs.arrays.items()
+             if p.startswith(GROUP + "/")}
+    probe = xr.open_dataset(_store(atl03_refs, 0), engine="h5sidecar", group=GROUP,
+                            chunks=None, **RAW)
+    biggest = max(sizes[f"{GROUP}/{n}"] for n in probe.data_vars)
+    limit = (biggest - 1) * SMALL_FRACTION  # the widest photon variables are large
+    store = _store(atl03_refs, limit)
+    ds = xr.open_dataset(store, engine="h5sidecar", group=GROUP, chunks=None, **RAW)
+    small = [n for n in ds.data_vars if sizes[f"{GROUP}/{n}"] <= limit // SMALL_FRACTION]
+    large = [n for n in ds.data_vars if sizes[f"{GROUP}/{n}"] > limit // SMALL_FRACTION]
+    assert len(small) >= 3 and large
+    ds[small[0]].load()
+    ds[small[1]].load()  # the second small read brings its neighbours
+    held = store.native._prefetched
+    assert held and sum(a.nbytes for a in held.values()) <= limit
+    assert not {f"{GROUP}/{n}" for n in large} & held.keys()
+    before = store.stats["requests"]
+    for name in small[2:]:
+        if f"{GROUP}/{name}" in held:
+            ds[name].load()
+    assert store.stats["requests"] == before  # served from memory, handed out once
+    assert not any(f"{GROUP}/{n}" in held for n in small[2:])
+
+
+def test_one_read_at_a_time_never_reads_ahead_once(small_refs: GranuleRefs) -> None:
+    """A single read of a small array (a user reading one variable) reads nothing else."""
+    store = _store(small_refs, 64 * 2**20)
+    ds = xr.open_dataset(store, engine="h5sidecar", group=GROUP, chunks=None, **RAW)
+    ds["h_ph"].load()
+    assert store.native._prefetched == {}
+
+
+def _shifted(refs: GranuleRefs, var: str, by: int) -> GranuleRefs:
+    arr = refs.arrays[var]
+    m = arr.manifest
+    moved = ChunkManifest.from_arrays(urls=m.urls, codes=m.codes, offsets=m.offsets + by,
+                                      lengths=m.lengths, inline=m.inline)
+    arrays = dict(refs.arrays)
+    arrays[var] = ArrayRefs(path=arr.path, meta=arr.meta, manifest=moved)
+    return dataclasses.replace(refs, arrays=arrays)
+
+
+def test_a_neighbour_that_fails_never_fails_the_read(small_refs: GranuleRefs,
+                                                     small_h5: Path) -> None:
+    bad = _shifted(small_refs, f"{GROUP}/quality_ph", 3)  # gzip: not a zlib stream any more
+    store = _store(bad, 64 * 2**20)
+    ds = xr.open_dataset(store, engine="h5sidecar", group=GROUP, chunks=None, **RAW)
+    ds["h_ph"].load()
+    ds["lat_ph"].load()  # brings quality_ph along, which fails to decode
+    with h5py.File(small_h5) as f:
+        np.testing.assert_array_equal(ds["lat_ph"].values, f[f"{GROUP}/lat_ph"][()])
+        np.testing.assert_array_equal(ds["h_ph"].values, f[f"{GROUP}/h_ph"][()])
+    with pytest.raises(ChunkDecodeError, match="quality_ph"):
+        ds["quality_ph"].load()
+
+
+def test_prefetch_bytes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("H5SIDECAR_PREFETCH_BYTES", "0")
+    assert from_env(ReadSettings).prefetch_bytes == 0
+    assert ReadSettings().prefetch_bytes > 0

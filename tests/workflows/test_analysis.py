@@ -1,0 +1,122 @@
+"""One task of the gridded analysis (:func:`granule_cells`) against a real S3 server: the values
+equal h5py's, and the per-granule price is counted at the server (requests to open the sidecar,
+requests for the named arrays' chunks, no HEAD)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from h5sidecar.workflows import index_many
+from h5sidecar.workflows._analysis import _merge, bin_cells, granule_cells
+from tests.faultproxy import FaultProxy
+
+BEAMS = ("gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r")
+
+
+@pytest.fixture(scope="module")
+def granule(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from h5sidecar.sample import granule_name, write_atl03_like
+
+    d = tmp_path_factory.mktemp("analysis")
+    return write_atl03_like(d / granule_name(5), photons=30_000, seed=5)
+
+
+@pytest.fixture(scope="module")
+def on_s3(granule: Path, s3_endpoint: str) -> dict[str, str]:
+    """The granule on the moto server, indexed there into a JSON and a Parquet sidecar."""
+    import s3fs
+
+    opts = {"endpoint_url": s3_endpoint}
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **opts)
+    bucket = f"analysis-{uuid.uuid4().hex[:10]}"
+    fs.mkdir(bucket)
+    fs.put_file(str(granule), f"{bucket}/src/{granule.name}")
+    out = {"bucket": bucket}
+    for fmt in ("json", "parquet"):
+        report = index_many(f"s3://{bucket}/src", f"s3://{bucket}/{fmt}", format=fmt,
+                            executor="serial", storage_options=opts)
+        assert report.ok
+        out[fmt] = report.granules[0].sidecar
+    return out
+
+
+@pytest.fixture
+def proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
+    with FaultProxy(s3_endpoint) as p:
+        yield p
+
+
+def _h5py_cells(path: Path, grid: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    parts = []
+    with h5py.File(path) as f:
+        for b in BEAMS:
+            g = f[f"{b}/heights"]
+            parts.append(bin_cells(g["h_ph"][:], g["lat_ph"][:], g["lon_ph"][:], grid))
+    return _merge(*parts)
+
+
+@pytest.mark.parametrize("fmt", ["json", "parquet"])
+def test_one_granule_costs_few_requests_and_equals_h5py(
+        fmt: str, on_s3: dict[str, str], granule: Path, proxy: FaultProxy) -> None:
+    sidecar = on_s3[fmt]
+    cells, sums, counts, groups = granule_cells(sidecar, 0.05,
+                                                storage_options={"endpoint_url": proxy.url})
+    want = _h5py_cells(granule, 0.05)
+    assert groups == len(BEAMS)
+    np.testing.assert_array_equal(cells, want[0])
+    np.testing.assert_array_equal(counts, want[2])
+    np.testing.assert_allclose(sums, want[1], rtol=1e-12)
+    assert [r for r in proxy.requests if r.method != "GET"] == []  # no HEAD, no listing
+    key = sidecar.split("://", 1)[1]
+    opening = [r for r in proxy.requests if key in r.path]
+    source = [r for r in proxy.requests if key not in r.path]
+    # opening: the JSON file (one GET); .zmetadata + the all-arrays manifests file (two)
+    assert len(opening) == (1 if fmt == "json" else 2), opening
+    # the 18 named arrays (3 per beam) in one coalesced batch: fewer requests than arrays
+    assert all(r.range is not None for r in source)
+    assert 0 < len(source) < len(BEAMS) * 3 // 2, source
+
+
+def test_block_bytes_bounds_each_read_and_keeps_the_values(
+        on_s3: dict[str, str], granule: Path, proxy: FaultProxy) -> None:
+    # blocks of one source chunk of each variable: many reads, same cells
+    got = granule_cells(on_s3["json"], 0.05, storage_options={"endpoint_url": proxy.url},
+                        block_bytes=1)
+    want = _h5py_cells(granule, 0.05)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[2], want[2])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+
+
+def test_granule_cells_masks_fill_values_like_the_xarray_engine(tmp_path: Path) -> None:
+    """A _FillValue in h_ph is masked (NaN, then not binned), as ``open_dataset`` decodes."""
+    from h5sidecar.indexer import index_granule
+    from h5sidecar.references import write_json
+
+    path = tmp_path / "fill.h5"
+    rng = np.random.default_rng(0)
+    n = 5000
+    h = rng.normal(100, 5, n).astype("f4")
+    h[::10] = 3.4028235e38
+    with h5py.File(path, "w") as f:
+        g = f.create_group("gt1l/heights")
+        ds = g.create_dataset("h_ph", data=h, chunks=(1000,), compression="gzip")
+        ds.attrs["_FillValue"] = np.float32(3.4028235e38)
+        g.create_dataset("lat_ph", data=rng.uniform(-80, 80, n), chunks=(1000,))
+        g.create_dataset("lon_ph", data=rng.uniform(-180, 180, n), chunks=(1000,))
+    sidecar = write_json(index_granule(str(path)), tmp_path / "fill.h5.json")
+    cells, sums, counts, groups = granule_cells(sidecar, 1.0)
+    with h5py.File(path) as f:
+        keep = f["gt1l/heights/h_ph"][:] != np.float32(3.4028235e38)
+        want = bin_cells(np.where(keep, f["gt1l/heights/h_ph"][:], np.nan),
+                         f["gt1l/heights/lat_ph"][:], f["gt1l/heights/lon_ph"][:], 1.0)
+    assert groups == 1 and int(counts.sum()) == int(keep.sum()) == n - n // 10
+    np.testing.assert_array_equal(cells, want[0])
+    np.testing.assert_allclose(sums, want[1], rtol=1e-12)
+
