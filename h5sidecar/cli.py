@@ -91,7 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Index every granule of SOURCE into DEST/<name>.parq (or "
                        ".json), skipping granules whose sidecar is up to date, and write "
                        "DEST/_report.json.")
-    p.add_argument("source", help="a file, a folder, a glob or s3://bucket/prefix")
+    p.add_argument("source", nargs="?", default=None,
+                   help="a file, a folder, a glob, s3://bucket/prefix or one https:// URL")
+    p.add_argument("--url-list", metavar="FILE", default=None,
+                   help="index the URLs listed in FILE instead, one per line (https://, "
+                   "s3:// or paths; blank lines and # comments skipped)")
     p.add_argument("-o", "--output", dest="dest", required=True, help="folder or S3 prefix")
     p.add_argument("--format", choices=["parquet", "json"], default="parquet")
     p.add_argument("--layout", choices=["kerchunk", "compact"], default=None,
@@ -317,6 +321,16 @@ def _setup_logging(verbose: int, console: Console) -> None:
 
 
 # -- commands -----------------------------------------------------------------------------------
+def _index_source(args: argparse.Namespace) -> str | list[str]:
+    """SOURCE, or the URLs of --url-list FILE (exactly one of them)."""
+    from h5sidecar.errors import InvalidRequestError
+    from h5sidecar.workflows._url_list import read_url_list
+
+    if (args.source is None) == (args.url_list is None):
+        raise InvalidRequestError("give either SOURCE or --url-list FILE (exactly one)")
+    return read_url_list(args.url_list) if args.url_list else args.source  # type: ignore[no-any-return]
+
+
 def _cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
     from h5sidecar.settings import IndexSettings, from_env
     from h5sidecar.workflows import DEFAULT_PATTERNS, index_many
@@ -327,7 +341,7 @@ def _cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
         _ProgressBar(err) as bar,
     ):
         report = index_many(
-            args.source,
+            _index_source(args),
             args.dest,
             format=args.format,
             force=args.force,

@@ -33,6 +33,7 @@ __all__ = [
     "NotIndexedError",
     "STACValidationError",
     "SourceNotFoundError",
+    "SourceAuthError",
     "SourceReadError",
     "StaleReferenceError",
     "UnsupportedFeatureError",
@@ -100,6 +101,7 @@ class ErrorKind(enum.StrEnum):
     # -- no usable S3 credentials (``CredentialsError``) -----------------------------------------
     NO_CREDENTIALS = "no_credentials"
     # -- append new codes here ------------------------------------------------------------------
+    SOURCE_AUTH = "source_auth"
 
 
 class H5SidecarError(Exception):
@@ -168,6 +170,16 @@ class CredentialsError(H5SidecarError, PermissionError):
     buckets)."""
 
     kind = ErrorKind.NO_CREDENTIALS
+
+
+class SourceAuthError(SourceReadError):
+    """A web source refused the request (HTTP 401/403): credentials are missing or not accepted.
+
+    Set ``EARTHDATA_TOKEN`` (or ``storage_options={"token": ...}``) or a ``.netrc`` login for the
+    archive's login host; the message names what was configured, never a secret.
+    """
+
+    kind = ErrorKind.SOURCE_AUTH
 
 
 class StaleReferenceError(H5SidecarError, OSError):

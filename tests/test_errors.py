@@ -70,6 +70,7 @@ PINNED = [
     "other",
     "internal_error",
     "no_credentials",
+    "source_auth",
 ]
 
 

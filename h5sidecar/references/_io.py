@@ -337,7 +337,8 @@ class SidecarFiles:
 
 
 #: Option names that carry secrets (matched as substrings, case-insensitively).
-_SECRET_MARKERS = ("key", "secret", "token", "password", "credential", "session")
+_SECRET_MARKERS = ("key", "secret", "token", "password", "credential", "session",
+                   "authorization", "cookie")  # fmt: skip
 
 
 def scrub_credentials(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Bytes from object stores and files, for the indexer and the readers alike.
+"""Bytes from object stores, web servers and files, for the indexer and the readers alike.
 
 Knows nothing of HDF5 or Zarr.  One URL parser, one store per (scheme, bucket, options), the
 allow-list of source prefixes, the pure range planner and the fetch executor:
@@ -16,6 +16,8 @@ allow-list of source prefixes, the pure range planner and the fetch executor:
   into a page cache, with demand reads and a prefetch pool (the indexer reads through them);
 * :class:`LocalRangedFile` / :class:`RemoteRangedFile` / :class:`RangeReader` -- ranged readers:
   file objects a format library opens, and many ranges of a source and its companion files;
+* :mod:`h5sidecar.sources._http` / :mod:`h5sidecar.sources._auth` -- ``https://`` sources:
+  ranged GETs through redirects with bearer-token / ``.netrc`` auth bound to their hosts;
 * :func:`retrying` -- the one retry policy (exponential backoff with full jitter);
 * :class:`FetchStats` -- request and byte counters.
 

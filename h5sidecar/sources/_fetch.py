@@ -46,6 +46,7 @@ from h5sidecar.sources._backends import (
     SourceGoneError,
     TransientReadError,
 )
+from h5sidecar.sources._http_read import HttpReader
 from h5sidecar.sources._plan import ReadPlan, plan_reads
 from h5sidecar.sources._retry import retrying
 from h5sidecar.sources._stats import FetchStats
@@ -112,6 +113,7 @@ class ChunkFetcher:
         self._confirmed_at: dict[str, float] = {}
         self._local = LocalReader()
         self._remote = ObjectStoreReader(self.storage_options)
+        self._http = HttpReader(self.storage_options)
         self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]
         self._semaphores = weakref.WeakKeyDictionary()
 
@@ -238,7 +240,7 @@ class ChunkFetcher:
         return sem
 
     async def _get(self, loc: SourceLocation, start: int, stop: int) -> Any:
-        reader = self._local if loc.kind == "local" else self._remote
+        reader = self._reader(loc)
 
         async def once() -> Any:
             t0 = time.perf_counter()
@@ -275,6 +277,11 @@ class ChunkFetcher:
             raise self._stale(loc, str(exc)) from exc
         self.stats.add(requests=1, bytes_fetched=len(data))
         return data
+
+    def _reader(self, loc: SourceLocation) -> LocalReader | ObjectStoreReader | HttpReader:
+        if loc.kind == "local":
+            return self._local
+        return self._http if loc.kind == "http" else self._remote
 
     async def _timed(self, aw: Any, loc: SourceLocation) -> Any:
         """``await aw`` within ``settings.request_timeout`` (a timeout is a transient failure)."""
@@ -318,7 +325,7 @@ class ChunkFetcher:
             await _gather_or_cancel([self._stat(loc) for loc in due])
 
     async def _stat(self, loc: SourceLocation) -> None:
-        reader = self._local if loc.kind == "local" else self._remote
+        reader = self._reader(loc)
 
         async def once() -> ObservedIdentity:
             async with self._semaphore():

@@ -94,6 +94,10 @@ def source_identity(
         The object cannot be reached (the message says why).
     """
     store, location = resolve_store(url, storage_options, env=env)
+    if location.kind == "http":
+        from h5sidecar.sources._http_read import http_identity
+
+        return http_identity(location.url, storage_options)
     if location.kind == "local":
         try:
             return identity_from_stat(location.url)

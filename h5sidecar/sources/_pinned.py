@@ -36,6 +36,7 @@ from h5sidecar.errors import (
     StaleReferenceError,
 )
 from h5sidecar.sources._backends import transient_store_error
+from h5sidecar.sources._http_read import HttpStore
 from h5sidecar.sources._identity import identity_from_meta
 from h5sidecar.sources._pages import PAGE, PageCache, assemble_pages, run_holding
 from h5sidecar.sources._plan import plan_coded
@@ -49,6 +50,13 @@ if TYPE_CHECKING:
     from h5sidecar.sources._urls import SourceLocation
 
 __all__ = ["PinnedFetcher"]
+
+async def _get_async(store: Any, path: str, options: dict[str, Any]) -> Any:
+    """One GET through obstore, or through a web source's own store."""
+    if isinstance(store, HttpStore):
+        return await store.get_async(path, options)
+    return await obstore.get_async(store, path, options=options)  # type: ignore[arg-type]
+
 
 class _ShortRead(Exception):
     """A response shorter than the range asked for (internal; retried, then a SourceReadError)."""
@@ -140,7 +148,7 @@ class PinnedFetcher:
 
         async def once() -> Any:
             options = {"range": (0, self.first_request)}
-            result = await obstore.get_async(self.store, self.path, options=options)  # type: ignore[arg-type]
+            result = await _get_async(self.store, self.path, options)
             return result, bytes(await result.bytes_async())
 
         try:
@@ -148,6 +156,8 @@ class PinnedFetcher:
                                           retry_if=_transient, on_retry=self._count_retry)  # fmt: skip
         except FileNotFoundError as exc:
             raise SourceNotFoundError(f"{self.url} does not exist; check the URL") from exc
+        except H5SidecarError:
+            raise  # already says what happened (e.g. a web source refused the credentials)
         except STORE_ERRORS as exc:
             if http_status(exc) == 416:  # an empty object has no byte 0 to range over
                 raise NotHDF5Error(f"{self.url} is empty, not an HDF5 file") from exc
@@ -181,7 +191,7 @@ class PinnedFetcher:
 
         async def once() -> Any:
             options = {"range": (start, stop), **self._pin}
-            result = await obstore.get_async(self.store, self.path, options=options)  # type: ignore[arg-type]
+            result = await _get_async(self.store, self.path, options)
             data = bytes(await result.bytes_async())
             self._check_identity(result.meta)  # a replaced, shorter object is stale, not short
             if len(data) != stop - start:

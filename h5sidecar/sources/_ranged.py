@@ -320,6 +320,8 @@ class RangeReader:
                 self._fds[url] = open_regular(location.url)  # never a FIFO that blocks
             return [os.pread(self._fds[url], length, offset) for offset, length in ranges]
         starts, lengths = [o for o, _ in ranges], [n for _, n in ranges]
+        if location.kind == "http":
+            return [store.read_range(o, n) for o, n in ranges]  # type: ignore[union-attr]
 
         async def once() -> list[Any]:
             return await obstore.get_ranges_async(  # type: ignore[no-any-return]

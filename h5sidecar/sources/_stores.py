@@ -308,6 +308,10 @@ def resolve_store(
     location = parse_url(url)
     if location.kind == "local":
         return _local_store(), location
+    if location.kind == "http":  # web sources: redirects and Earthdata auth (sources/_http.py)
+        from h5sidecar.sources._http_read import HttpStore
+
+        return HttpStore(location.url, storage_options), location  # type: ignore[return-value]
     assert location.bucket is not None
     options = _resolve_s3_options(
         storage_options, os.environ if env is None else env, chain=env is None

@@ -49,7 +49,7 @@ ExecutorSpec = Literal["serial", "process"] | Executor
 _MAX_TASKS_PER_CHILD = 64
 
 #: Environment variables handed to workers (credentials, endpoint, h5sidecar settings).
-_ENV_PREFIXES = ("AWS_", "H5SIDECAR_")
+_ENV_PREFIXES = ("AWS_", "H5SIDECAR_", "EARTHDATA_", "NETRC")  # NETRC: the .netrc file to use
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +109,7 @@ def kill_workers(pool: ProcessPoolExecutor) -> None:
 
 
 def _env_snapshot() -> dict[str, str]:
-    """The caller's current AWS_* / H5SIDECAR_* variables.
+    """The caller's current AWS_* / H5SIDECAR_* / EARTHDATA_* / NETRC variables.
 
     A forkserver child inherits the environment of the fork server, fixed when the server
     started; workers must see the caller's *current* credentials and endpoint instead.

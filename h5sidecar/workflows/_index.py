@@ -153,7 +153,7 @@ def index_one(
 
 
 def index_many(
-    source: str,
+    source: str | Sequence[str],
     dest: str,
     *,
     format: SidecarFormat = "parquet",
@@ -172,8 +172,9 @@ def index_many(
 
     Parameters
     ----------
-    source : str
-        A file, a local folder, a glob or an ``s3://bucket/prefix`` (see :func:`list_granules`).
+    source : str or sequence of str
+        A file, a local folder, a glob, an ``s3://bucket/prefix``, one ``https://`` URL or a
+        list of object URLs (see :func:`list_granules`).
     dest : str
         Local folder or S3 prefix; granule ``NAME`` gets ``DEST/NAME.parq`` (or ``.json``) and
         the run report goes to ``DEST/_report.json``.
@@ -285,7 +286,7 @@ def index_many(
         pending.close()  # stops the worker pool now, not when garbage-collected
         # also on KeyboardInterrupt: the report says what was finished (complete=false)
         report = RunReport(
-            source=normalize_url(source),
+            **_source_of_report(source, granules),
             dest=dest,
             format=format,
             options={
@@ -327,6 +328,14 @@ def _previous_chunk_counts(
     except (FileNotFoundError, H5SidecarError):
         return {}
     return {(g.sidecar, _key(g.source)): g.n_chunks for g in last.granules if g.source}
+
+
+def _source_of_report(source: str | Sequence[str], granules: Sequence[Any]) -> dict[str, Any]:
+    """The report's ``source`` (and, for a list of URLs, ``roots``: exactly those URLs, which
+    the gateway allows, and no prefix under which a missing granule would count as orphaned)."""
+    if isinstance(source, str):
+        return {"source": normalize_url(source)}
+    return {"source": f"(a list of {len(granules)} URLs)", "roots": tuple(g.url for g in granules)}
 
 
 def _key(source: Mapping[str, Any] | None) -> str:

@@ -30,6 +30,7 @@ from h5sidecar._credentials import fsspec_options
 from h5sidecar.errors import SourceNotFoundError
 from h5sidecar.references import SourceInfo
 from h5sidecar.sources._urls import normalize_url
+from h5sidecar.workflows._url_list import granules_of_urls
 
 __all__ = [
     "DEFAULT_PATTERNS",
@@ -97,7 +98,7 @@ def sidecar_url(dest: str, name: str, fmt: Literal["parquet", "json"]) -> str:
 
 
 def list_granules(
-    source: str,
+    source: str | Sequence[str],
     *,
     storage_options: Mapping[str, Any] | None = None,
     patterns: Sequence[str] = DEFAULT_PATTERNS,
@@ -108,9 +109,10 @@ def list_granules(
 
     Parameters
     ----------
-    source : str
-        A file, a folder (searched recursively), a glob (``data/*.h5``, ``s3://b/2019/**/*.h5``)
-        or an ``s3://bucket/prefix`` folder.
+    source : str or sequence of str
+        A file, a folder (searched recursively), a glob (``data/*.h5``, ``s3://b/2019/**/*.h5``),
+        an ``s3://bucket/prefix`` folder, one ``https://`` URL, or a list of object URLs
+        (:mod:`h5sidecar.workflows._url_list`).
     storage_options : mapping, optional
         fsspec/s3fs options for remote sources (standard AWS environment variables are honoured).
     patterns : sequence of str
@@ -131,6 +133,9 @@ def list_granules(
     SourceNotFoundError
         When ``source`` does not exist or nothing under it matches ``patterns``.
     """
+    if not isinstance(source, str) or source.lower().startswith(("https://", "http://")):
+        # named one by one: a web URL (HTTP has no listing) or a list of URLs
+        return granules_of_urls([source] if isinstance(source, str) else source, storage_options)
     url = normalize_url(source)
     fs = filesystem(url, storage_options)
     excluded = tuple(_strip(normalize_url(e)).rstrip("/") + "/" for e in exclude)

@@ -62,7 +62,7 @@ def test_local_paths_normalise_to_absolute_without_scheme(
     ("url", "error"),
     [
         ("gs://bucket/x.h5", UnsupportedFeatureError),
-        ("https://example.org/x.h5", UnsupportedFeatureError),
+        ("ftp://example.org/x.h5", UnsupportedFeatureError),
         ("file://otherhost/x.h5", UnsupportedFeatureError),
         ("s3://bucket-only", SourceReadError),
         ("s3://bucket/dir/", SourceReadError),
