@@ -153,6 +153,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                        "AWS_SECRET_ACCESS_KEY": peers.S3["secret"],
                        "AWS_DEFAULT_REGION": peers.S3["region"]})
     os.environ.pop("AWS_SESSION_TOKEN", None)
+    import s3fs
+
+    # s3fs reuses a filesystem made with the same arguments, whatever endpoint the environment
+    # named then (in a test run, the moto server of an earlier test)
+    s3fs.S3FileSystem.clear_instance_cache()
     source = f"s3://{BUCKET}/{args.days}/"
     cubes_key = f"_cubes/{args.days}"
     cubes_dir = c.S3_ROOT / BUCKET / cubes_key
