@@ -22,14 +22,18 @@ import os
 import stat
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import obstore
 from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
 
 from h5sidecar.errors import H5SidecarError, SourceReadError
-from h5sidecar.sources._identity import datetime_ns
+from h5sidecar.sources._observed import (  # re-exported: the readers' shared leaves
+    ObservedIdentity,
+    SourceGoneError,
+    TransientReadError,
+    datetime_ns,
+)
 from h5sidecar.sources._stores import (
     STORE_ERRORS,
     http_status,
@@ -49,24 +53,6 @@ __all__ = [
 
 #: 4xx codes that mean "try again later" rather than "you asked for something wrong".
 _RETRYABLE_4XX = frozenset({408, 429})
-
-
-class TransientReadError(Exception):
-    """One attempt failed in a way a later attempt may not (internal)."""
-
-
-class SourceGoneError(Exception):
-    """The object is missing or no longer matches a precondition (internal)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ObservedIdentity:
-    """Size / ETag / mtime of the object as seen by the request that just read it."""
-
-    size: int
-    etag: str | None
-    mtime: float | None
-    mtime_ns: int | None = None
 
 
 #: Threads of local reads: their own pool, so a stuck file system (or a source that is not a

@@ -18,7 +18,6 @@ from typing import Any
 
 from h5sidecar.errors import SourceNotFoundError, SourceReadError, StaleReferenceError
 from h5sidecar.references import SourceInfo
-from h5sidecar.sources._backends import ObservedIdentity, SourceGoneError, TransientReadError
 from h5sidecar.sources._http import (
     HttpClient,
     HttpNotFound,
@@ -28,7 +27,12 @@ from h5sidecar.sources._http import (
     HttpTransient,
     http_client,
 )
-from h5sidecar.sources._identity import datetime_ns
+from h5sidecar.sources._observed import (
+    ObservedIdentity,
+    SourceGoneError,
+    TransientReadError,
+    datetime_ns,
+)
 from h5sidecar.sources._urls import SourceLocation
 
 __all__ = ["HttpReader", "HttpStore", "http_identity"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +16,7 @@ import obstore
 
 from h5sidecar.errors import SourceNotFoundError, SourceReadError
 from h5sidecar.references import SourceInfo
+from h5sidecar.sources._observed import datetime_ns
 from h5sidecar.sources._stores import STORE_ERRORS, resolve_store, translate_store_error
 from h5sidecar.sources._urls import normalize_url
 
@@ -47,12 +48,6 @@ def identity_from_meta(url: str, meta: ObjectMeta) -> SourceInfo:
         mtime=None if modified is None else modified.timestamp(),
         mtime_ns=None if modified is None else datetime_ns(modified),
     )
-
-
-def datetime_ns(when: datetime) -> int:
-    """POSIX nanoseconds of an aware ``datetime``, exactly (integer arithmetic, no float)."""
-    delta = when - datetime(1970, 1, 1, tzinfo=UTC)
-    return (delta.days * 86_400 + delta.seconds) * 10**9 + delta.microseconds * 1_000
 
 
 def identity_from_stat(

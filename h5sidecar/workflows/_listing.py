@@ -19,7 +19,6 @@ import os
 import posixpath
 import stat
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -30,6 +29,7 @@ from h5sidecar._credentials import fsspec_options
 from h5sidecar.errors import SourceNotFoundError
 from h5sidecar.references import SourceInfo
 from h5sidecar.sources._urls import normalize_url
+from h5sidecar.workflows._granule import Granule  # re-exported: listing's result type
 from h5sidecar.workflows._url_list import granules_of_urls
 
 __all__ = [
@@ -50,25 +50,6 @@ DEFAULT_PATTERNS: tuple[str, ...] = ("*.h5", "*.hdf5", "*.he5", "*.nc", "*.nc4")
 SIDECAR_SUFFIX: dict[str, str] = {"parquet": ".parq", "json": ".json"}
 
 _GLOB_MAGIC = frozenset("*?[")
-
-
-@dataclass(frozen=True, slots=True)
-class Granule:
-    """One object to index.
-
-    Attributes
-    ----------
-    url : str
-        Normalised URL (absolute local path or ``s3://bucket/key``).
-    name : str
-        Path relative to the listing root (``"2019/ATL03_x.h5"``); the sidecar is named after it.
-    identity : SourceInfo
-        Size and ETag/mtime seen by the listing (what change detection compares).
-    """
-
-    url: str
-    name: str
-    identity: SourceInfo
 
 
 def is_remote(url: str) -> bool:

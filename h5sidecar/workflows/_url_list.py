@@ -20,6 +20,7 @@ from urllib.parse import unquote, urlsplit
 from h5sidecar.errors import InvalidRequestError, SourceNotFoundError
 from h5sidecar.sources._identity import source_identity
 from h5sidecar.sources._urls import parse_url
+from h5sidecar.workflows._granule import Granule
 
 __all__ = ["granules_of_urls", "read_url_list"]
 
@@ -52,7 +53,7 @@ def _name(url: str) -> str:
 
 
 def granules_of_urls(urls: Sequence[str], storage_options: Mapping[str, Any] | None = None) -> list[Any]:
-    """One :class:`~h5sidecar.workflows._listing.Granule` per URL, sorted by name.
+    """One :class:`~h5sidecar.workflows._granule.Granule` per URL, sorted by name.
 
     Raises
     ------
@@ -61,7 +62,6 @@ def granules_of_urls(urls: Sequence[str], storage_options: Mapping[str, Any] | N
     SourceNotFoundError, SourceAuthError, SourceReadError
         A source is missing or cannot be read (the message names it).
     """
-    from h5sidecar.workflows._listing import Granule
 
     canon = list(dict.fromkeys(parse_url(u).url for u in urls))
     names: dict[str, str] = {}

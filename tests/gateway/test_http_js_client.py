@@ -14,6 +14,7 @@ registry cannot be reached (``scripts/ensure-test-tools.sh`` installs node and n
 
 from __future__ import annotations
 
+import fcntl
 import json
 import re
 import shutil
@@ -63,6 +64,14 @@ def zarrita(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     pinned = json.loads((JS_DIR / "package.json").read_text())["dependencies"]["zarrita"]
     cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
     folder = Path(cache.mkdir(f"zarrita-{pinned}") if cache else tmp_path_factory.mktemp("zarrita"))
+    # xdist workers share the cache folder: one installs while the others wait (two npm installs
+    # in one folder at once fail with ENOTEMPTY and leave a half-installed package)
+    with open(folder.parent / f"zarrita-{pinned}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _install_zarrita(folder, pinned)
+
+
+def _install_zarrita(folder: Path, pinned: str) -> Path:
     for name in ("package.json", "read.mjs"):
         shutil.copyfile(JS_DIR / name, folder / name)
     installed = folder / "node_modules" / "zarrita" / "package.json"
