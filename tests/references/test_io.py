@@ -246,6 +246,8 @@ LAYERS: dict[str, float] = {
     "catalog": 4,
     "workflows": 5,
     "cli": 6,
+    "_cli_args": 5.5,  # the CLI's parser and printing, below cli, above nothing it runs
+    "_cli_output": 5.5,
     "_version": 0,
     "_lazy": 0,
     "_modes": 0,

@@ -1,0 +1,72 @@
+"""What the ``h5sidecar`` command line prints besides its tables: logs, progress, sizes."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Self
+
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+__all__ = ["ProgressBar", "setup_logging", "shape", "size"]
+
+log = logging.getLogger("h5sidecar")
+
+
+def setup_logging(verbose: int, console: Console) -> None:
+    level = logging.WARNING if not verbose else logging.INFO if verbose == 1 else logging.DEBUG
+    # the progress bar's console: rich then prints log records above the live bar
+    handler = RichHandler(console=console, show_path=False)
+    logging.basicConfig(level=level, handlers=[handler], format="%(message)s", force=True)
+    log.setLevel(level)
+
+
+class ProgressBar:
+    """A rich progress bar fed by :func:`index_many` (implements ``ProgressSink``)."""
+
+    def __init__(self, console: Console) -> None:
+        self._progress = Progress(
+            TextColumn("[bold]indexing"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+            console=console, transient=False,
+        )
+        self._task: Any = None
+        self._counts = {"ok": 0, "up_to_date": 0, "failed": 0}
+
+    def __enter__(self) -> Self:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def start(self, total: int) -> None:
+        self._task = self._progress.add_task("index", total=total, status="")
+
+    def advance(self, result: Any) -> None:
+        self._counts[result.status] += 1
+        c = self._counts
+        status = f"ok {c['ok']}  up-to-date {c['up_to_date']}  failed {c['failed']}"
+        self._progress.update(self._task, advance=1, status=status)
+
+
+
+def shape(shape: tuple[int, ...]) -> str:
+    return str(tuple(shape))
+
+
+def size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
