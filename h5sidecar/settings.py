@@ -116,6 +116,11 @@ class IndexSettings:
         the granule fails with kind ``memory``).  Linux; 0: no limit.
     source_first_request : int
         Bytes of the first GET of a granule on an object store (its head, and its identity).
+    source_whole_object_bytes : int
+        An HDF5 object on a store of at most this many bytes is fetched whole right after its
+        first GET (in concurrent parts of at most ``metadata_block_size``), and indexed from
+        memory: one more round trip instead of one per level of its metadata tree, for at most
+        this many bytes more.  Capped by half of ``source_cache_bytes``; 0: never.
     source_cache_bytes : int
         Bytes of the page cache a granule on an object store is read through (least recently
         used blocks go first); metadata is prefetched into at most half of it.
@@ -151,6 +156,7 @@ class IndexSettings:
     max_hdf5_read_bytes: int = 64 * 2**30
     max_worker_memory: int = 4 * 2**30
     source_first_request: int = 256 * 2**10
+    source_whole_object_bytes: int = 16 * 2**20
     source_cache_bytes: int = 256 * 2**20
     source_concurrency: int = 16
     source_readahead: int = 64 * 2**10

@@ -18,6 +18,8 @@ Anything else raises :class:`~h5sidecar.indexer._common.Skip` with a reason.
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -238,15 +240,26 @@ def zarr_dtype_json(dt: np.dtype) -> tuple[str | list[Any], np.dtype, str]:
 
 
 def _check_zarr_reads(json_form: str | list[Any]) -> None:
+    # one check per distinct dtype: a granule has ~1000 datasets and a handful of dtypes
+    problem = _zarr_reads(json.dumps(json_form))
+    if problem is not None:
+        fail(
+            ErrorKind.UNSUPPORTED_DTYPE,
+            f"zarr 3.1 cannot read the Zarr v2 dtype {json_form!r} ({problem})",
+        )
+
+
+@functools.lru_cache(maxsize=256)
+def _zarr_reads(json_text: str) -> str | None:
+    """Why zarr cannot read the Zarr v2 dtype ``json_text`` (JSON), or ``None`` when it can."""
     from zarr.core.dtype import get_data_type_from_json
 
     try:
-        get_data_type_from_json({"name": json_form, "object_codec_id": None}, zarr_format=2)
+        get_data_type_from_json({"name": json.loads(json_text), "object_codec_id": None},
+                                zarr_format=2)
     except (ValueError, TypeError, KeyError) as exc:
-        fail(
-            ErrorKind.UNSUPPORTED_DTYPE,
-            f"zarr 3.1 cannot read the Zarr v2 dtype {json_form!r} ({exc})",
-        )
+        return str(exc)
+    return None
 
 
 # -- the plan ------------------------------------------------------------------------------------

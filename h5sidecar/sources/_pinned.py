@@ -51,6 +51,10 @@ if TYPE_CHECKING:
 
 __all__ = ["PinnedFetcher"]
 
+#: HDF5's format signature: only objects that carry it are fetched whole (see ``open``).
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
 async def _get_async(store: Any, path: str, options: dict[str, Any]) -> Any:
     """One GET through obstore, or through a web source's own store."""
     if isinstance(store, HttpStore):
@@ -114,6 +118,7 @@ class PinnedFetcher:
         cache_bytes = settings.source_cache_bytes if cache_bytes is None else cache_bytes
         self.first_request = settings.source_first_request
         self.prefetch_bytes = cache_bytes // 2 if prefetch else 0  # half the cache at most
+        self.whole_object_bytes = min(settings.source_whole_object_bytes, self.prefetch_bytes)
         self.concurrency = settings.source_concurrency if concurrency is None else concurrency
         self.readahead = settings.source_readahead
         self.max_gap = settings.source_max_gap
@@ -167,6 +172,18 @@ class PinnedFetcher:
         etag = meta.get("e_tag")
         self._pin = {"if_match": etag} if etag else {"if_unmodified_since": meta["last_modified"]}
         self._record(0, data, prefetch=False)
+        size = self.identity.size
+        if len(data) < size <= self.whole_object_bytes and _HDF5_SIGNATURE in data:
+            await self._fetch_rest(len(data) // PAGE * PAGE, size)
+
+    async def _fetch_rest(self, start: int, size: int) -> None:
+        """Cache bytes ``[start, size)`` (a small object's rest) in concurrent parts of at most
+        ``max_request`` bytes: one round trip instead of one per level of its metadata."""
+        part = max(PAGE, self.max_request // PAGE * PAGE)
+        starts = range(start, size, part)
+        parts = await asyncio.gather(*(self.get(a, min(a + part, size)) for a in starts))
+        for a, data in zip(starts, parts, strict=True):
+            self._record(a, data, prefetch=True)
 
     def _count_retry(self, exc: Exception, attempt: int) -> None:
         self.stats.add(retries=1)

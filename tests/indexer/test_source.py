@@ -252,8 +252,10 @@ def test_prefetch_reads_ahead_of_hdf5_in_few_requests(
 ) -> None:
     url = upload(atl03, atl03.name)
     measured = {}
+    crawling = IndexSettings(source_whole_object_bytes=0)  # a small file: never fetched whole
     for prefetch in (True, False):
-        with open_source(url, storage_options=s3_storage_options, prefetch=prefetch) as f:
+        with open_source(url, storage_options=s3_storage_options, prefetch=prefetch,
+                         settings=crawling) as f:
             walked = walk(f)
             measured[prefetch] = f.stats
         assert walked == walk(atl03)
@@ -264,6 +266,43 @@ def test_prefetch_reads_ahead_of_hdf5_in_few_requests(
     # ... in requests that each carry many of HDF5's reads, and without re-reading the file
     assert crawl.requests * 10 < crawl.reads_by_hdf5
     assert crawl.bytes_fetched < 1.2 * crawl.bytes_read_by_hdf5
+
+
+def test_a_small_object_is_fetched_whole_in_one_more_round_trip(
+    atl03: Path, upload: Any, proxied: dict[str, object], proxy: FaultProxy
+) -> None:
+    url = upload(atl03, "whole.h5")
+    size = atl03.stat().st_size
+    part = 256 * 1024
+    settings = IndexSettings(source_whole_object_bytes=size, metadata_block_size=part,
+                             source_max_gap=0)
+    with open_source(url, storage_options=proxied, settings=settings) as f:
+        assert walk(f) == walk(atl03)
+        stats = f.stats
+    # the head, then the rest in concurrent parts of metadata_block_size: nothing on demand
+    assert size > 2 * part
+    assert stats.requests == len(proxy.gets()) == 1 + -(-(size - part) // part)
+    assert stats.bytes_fetched == size and stats.waits <= 1
+    # one byte over the limit: the crawl reads metadata only
+    proxy.requests.clear()
+    settings = IndexSettings(source_whole_object_bytes=size - 1)
+    with open_source(url, storage_options=proxied, settings=settings) as f:
+        assert walk(f) == walk(atl03)
+        assert f.stats.bytes_fetched < size
+
+
+def test_a_small_object_that_is_not_hdf5_is_not_fetched_whole(
+    upload: Any, tmp_path: Path, proxied: dict[str, object], proxy: FaultProxy
+) -> None:
+    path = tmp_path / "notes.h5"
+    path.write_bytes(b"not an HDF5 file\n" * 100_000)  # 1.7 MB, under the default limit
+    assert path.stat().st_size < IndexSettings().source_whole_object_bytes
+    url = upload(path, "notes.h5")
+    with pytest.raises(NotHDF5Error), open_source(url, storage_options=proxied):
+        pass
+    # the head, then only the signature search's reads (at 512 KiB, 1 MiB): not the whole file
+    fetched = [tuple(map(int, r.range.removeprefix("bytes=").split("-"))) for r in proxy.gets()]
+    assert sum(b - a + 1 for a, b in fetched) < path.stat().st_size / 2
 
 
 @pytest.mark.parametrize("cache_bytes", [64 * 1024, 3 * PAGE])
