@@ -121,9 +121,9 @@ def open_named(sidecar: str) -> int:
     batch reader, and ready the named arrays' manifests and codecs.  Returns the arrays."""
     from h5sidecar.read import SidecarStore
     from h5sidecar.references import read_refs
-    from h5sidecar.workflows._analysis import beam_groups
+    from h5sidecar.workflows._analysis import beam_groups, named_patterns
 
-    refs = read_refs(sidecar)
+    refs = read_refs(sidecar, arrays=named_patterns(VARIABLES))
     store = SidecarStore(refs, chunk_cache=None)
     paths = [f"{g}/{v}" for g in beam_groups(refs, VARIABLES) for v in VARIABLES]
     for p in paths:

@@ -63,6 +63,11 @@ def beam_groups(refs: GranuleRefs,
     return sorted(g for g in groups if all(f"{g}/{v}" in refs.arrays for v in variables))
 
 
+def named_patterns(variables: Sequence[str]) -> list[str]:
+    """``read_refs(arrays=...)`` patterns of the arrays named ``variables`` in any group."""
+    return [p for v in variables for p in (v, f"*/{v}")]
+
+
 def bin_cells(h: np.ndarray, lat: np.ndarray, lon: np.ndarray, grid: float
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sum and count of finite ``h`` per cell of a ``grid``-degree lat/lon grid.
@@ -161,7 +166,9 @@ def granule_cells(sidecar: str, grid: float, variables: Sequence[str] = ("h_ph",
     from h5sidecar.read import SidecarStore, read_arrays
 
     opts = dict(storage_options) if storage_options else None
-    refs = read_refs(sidecar, storage_options=opts)
+    # only the named variables' metadata is decoded: the other ~900 arrays of an ATL03 granule
+    # cost more to decode than everything else of opening it
+    refs = read_refs(sidecar, storage_options=opts, arrays=named_patterns(variables))
     groups = beam_groups(refs, variables)
     # one pass over each chunk: a chunk cache would only copy bytes never read again
     store = SidecarStore(refs, storage_options=opts, chunk_cache=None)
