@@ -15,7 +15,8 @@ latency per request.  Cases:
 
 **Open cost** (per granule, sidecars on the S3 endpoint, in this process, caches cleared): from
 the sidecar's URL to ready-to-read arrays for the three variables of every beam (sidecar
-parsed, the named arrays' manifests and codecs ready), as :func:`granule_cells` does it, for
+opened for the named arrays with ``read_refs(arrays=...)``, their manifests and codecs ready),
+as :func:`granule_cells` does it, for
 the JSON and the Parquet sidecar; and the previous path (whole JSON parsed, then each beam
 group opened with ``xr.open_dataset(engine="h5sidecar")``).  Median over the granules, with
 the requests the server counted.
@@ -28,7 +29,10 @@ the requests the server counted.
   every beam read whole and binned (the same ``bin_cells``) in this process;
 - ``h5py + s3fs dask N``: the same, one Dask task per granule on the cluster.
 
-Run with ``python benchmarks/run.py workflows [--granules 8] [--photons 200000]``.
+Every grid the sidecars give is compared with h5py's (same cells, counts and means).
+
+Run with ``python benchmarks/run.py workflows [--granules 8] [--photons 200000]``;
+``--large`` runs the large-granule case instead (:mod:`benchmarks._wf_large`).
 """
 
 from __future__ import annotations
