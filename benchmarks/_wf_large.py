@@ -51,6 +51,7 @@ def run_large(args: argparse.Namespace) -> dict[str, Any]:
         open_costs,
         publish_sidecars,
         timed,
+        warm_up,
     )
     from h5sidecar.workflows import dask_client, gridded_mean_height, index_many
     from h5sidecar.workflows._analysis import _merge
@@ -94,7 +95,7 @@ def run_large(args: argparse.Namespace) -> dict[str, Any]:
         for n in args.workers:
             with dask_client(f"local:{n}") as client:
                 client.wait_for_workers(n)
-                client.run(lambda: __import__("h5sidecar.workflows._index"))
+                client.run(warm_up)
                 for _ in range(args.repeats):
                     reset_stats(url)
                     seconds, grid = timed(lambda client=client: gridded_mean_height(
