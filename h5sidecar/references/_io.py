@@ -39,8 +39,7 @@ from h5sidecar._credentials import fsspec_options
 from h5sidecar._modes import follow_umask
 from h5sidecar.errors import InvalidReferenceError, NotIndexedError
 from h5sidecar.references._bulk import MANIFESTS_FILE
-from h5sidecar.references._json import decode_json, encode_json, load_json
-from h5sidecar.references._json_lazy import decode_json_lazy
+from h5sidecar.references._json import encode_json
 from h5sidecar.references._lazy import BULK_LOAD_BYTES, read_parquet_lazy
 from h5sidecar.references._model import GranuleRefs
 from h5sidecar.references._parquet import (
@@ -53,7 +52,7 @@ from h5sidecar.references._parquet import (
     read_parquet_parts,
     sidecar_layout,
 )
-from h5sidecar.references._select import array_matcher, decode_json_selected, select_arrays
+from h5sidecar.references._select import array_matcher, decode_json_sidecar, select_arrays
 
 __all__ = [
     "SidecarFormat",
@@ -238,12 +237,7 @@ def read_refs(
                 # its first bytes instead of downloading it whole to fail as JSON
                 _refuse_non_sidecar(fs, root, path, fs.cat_file(root, start=0, end=len(_HEAD)))
             data = fs.cat_file(root, start=0)
-            if match is None:
-                return _checked(decode_json_lazy(data) if lazy else decode_json(data))
-            refs = decode_json_selected(load_json(data), match) if lazy else None
-            if refs is None:
-                refs = select_arrays(decode_json_lazy(data) if lazy else decode_json(data), match)
-            return _checked(refs)
+            return _checked(decode_json_sidecar(data, lazy=lazy, match=match))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             continue
     raise NotIndexedError(

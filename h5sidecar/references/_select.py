@@ -26,12 +26,20 @@ from typing import Any
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._assemble import build_metas
 from h5sidecar.references._extras import EXTRAS_KEY, parse_extras, select_extras
-from h5sidecar.references._json import _META_SUFFIXES, _document, _refs_of
-from h5sidecar.references._json_lazy import lazy_from_kerchunk
+from h5sidecar.references._json import (
+    _META_SUFFIXES,
+    _document,
+    _refs_of,
+    decode_json,
+    gc_paused,
+    load_json,
+)
+from h5sidecar.references._json_lazy import decode_json_lazy, lazy_from_kerchunk
 from h5sidecar.references._model import GranuleRefs
 from h5sidecar.references._zmeta import split_metadata
 
-__all__ = ["ArrayMatcher", "array_matcher", "decode_json_selected", "select_arrays"]
+__all__ = ["ArrayMatcher", "array_matcher", "decode_json_selected", "decode_json_sidecar",
+           "select_arrays"]
 
 #: ``match(path) -> bool``: is the array at ``path`` one the caller named?
 ArrayMatcher = Callable[[str], bool]
@@ -55,6 +63,20 @@ def array_matcher(arrays: str | Iterable[str]) -> ArrayMatcher:
 def select_arrays(refs: GranuleRefs, match: ArrayMatcher) -> GranuleRefs:
     """``refs`` with only the arrays whose paths ``match`` (groups, extras unchanged)."""
     return dataclasses.replace(refs, arrays={p: a for p, a in refs.arrays.items() if match(p)})
+
+
+def decode_json_sidecar(data: bytes, *, lazy: bool, match: ArrayMatcher | None) -> GranuleRefs:
+    """A JSON sidecar's text as :func:`~h5sidecar.references.read_refs` reads it: lazily or not,
+    all arrays or those ``match`` accepts; the garbage collector is paused meanwhile (the
+    parsed document is gone when it resumes, see :func:`~h5sidecar.references._json.gc_paused`).
+    """
+    with gc_paused():
+        if match is None:
+            return decode_json_lazy(data) if lazy else decode_json(data)
+        refs = decode_json_selected(load_json(data), match) if lazy else None
+        if refs is None:
+            refs = select_arrays(decode_json_lazy(data) if lazy else decode_json(data), match)
+        return refs
 
 
 def decode_json_selected(obj: Any, match: ArrayMatcher) -> GranuleRefs | None:

@@ -145,3 +145,34 @@ def test_few_chunk_names_parse_as_many_do(names: list[str], grid: tuple[int, ...
     many = names * 40  # past the Python path: duplicates, so both paths must refuse them
     with pytest.raises(InvalidReferenceError):
         parse_chunk_names(many, grid, "v")
+
+
+def test_the_garbage_collector_is_paused_while_parsing_and_restored(
+        sidecars: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from h5sidecar.references import _json
+
+    seen = []
+    real = _json.ujson.loads
+
+    def spy(data: object) -> object:  # what the collector's state is while the text is parsed
+        seen.append(gc.isenabled())
+        return real(data)
+
+    assert gc.isenabled()
+    with monkeypatch.context() as m:
+        m.setattr(_json.ujson, "loads", spy)
+        read_refs(sidecars["json"], arrays=PATTERNS)
+        read_refs(sidecars["json"])
+    assert seen and not any(seen) and gc.isenabled()
+    (tmp_path / "bad.h5.json").write_text("{not json")
+    with pytest.raises(InvalidReferenceError):
+        read_refs(tmp_path / "bad.h5.json")
+    assert gc.isenabled()
+    gc.disable()  # a caller that turned it off keeps it off
+    try:
+        read_refs(sidecars["json"], arrays=PATTERNS)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
