@@ -161,11 +161,12 @@ def granule_cells(sidecar: str, grid: float, variables: Sequence[str] = ("h_ph",
                                                              int]:
     """Binned cells of every beam group of one granule: one task of the analysis.
 
-    The sidecar is parsed once, on the worker (a JSON or Parquet sidecar is parsed lazily:
-    only the named arrays' chunk references are decoded).  The named arrays of every beam are
-    read with the batch reader, in batches of at most ``block_bytes`` decoded bytes (each batch
-    one coalesced fetch plan, so a small granule's arrays arrive in a few concurrent requests),
-    CF-decoded as the xarray engine decodes them, and binned block by block.  No Zarr
+    The sidecar is opened once, on the worker, for the named variables only
+    (``read_refs(..., arrays=...)``: the other arrays' metadata and chunk references are never
+    decoded).  The named arrays of every beam are read with the batch reader, in batches of at
+    most ``block_bytes`` decoded bytes (each batch one coalesced fetch plan, so a small
+    granule's arrays arrive in a few concurrent requests; the next batch is read while one is
+    binned), CF-decoded as the xarray engine decodes them, and binned block by block.  No Zarr
     hierarchy or xarray Dataset is built: that was most of a small granule's cost.
 
     Returns
