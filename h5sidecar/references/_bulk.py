@@ -22,7 +22,7 @@ avoid).
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -99,9 +99,13 @@ def encode_manifests(refs: GranuleRefs) -> bytes:
     return buf.getvalue()
 
 
-def decode_manifests(data: bytes, metas: Mapping[str, ArrayMeta]) -> BulkColumns:
+def decode_manifests(
+    data: bytes, metas: Mapping[str, ArrayMeta], others: Collection[str] = ()
+) -> BulkColumns:
     """Chunk columns of every array in ``metas`` from :data:`MANIFESTS_FILE`'s bytes (arrays
     absent from the file have no stored chunks); each array's are cut out on first access.
+    ``others``: the sidecar's arrays left out of ``metas`` (an open of a few named arrays),
+    which the file may name too.
 
     Raises
     ------
@@ -127,7 +131,7 @@ def decode_manifests(data: bytes, metas: Mapping[str, ArrayMeta]) -> BulkColumns
     if not pa.types.is_dictionary(arrays.type) or arrays.null_count:
         raise InvalidReferenceError(f"{MANIFESTS_FILE}: 'array' must be dictionary-encoded paths")
     names = arrays.dictionary.to_pylist()
-    unknown = [n for n in names if n not in metas]
+    unknown = [n for n in names if n not in metas and n not in others]
     if unknown:
         raise InvalidReferenceError(
             f"{MANIFESTS_FILE} names arrays the metadata lacks ({unknown[:3]}); the sidecar is "

@@ -33,7 +33,7 @@ from h5sidecar.errors import ErrorKind, InvalidReferenceError
 from h5sidecar.references._model import GranuleRefs, SkipKind, Skipped, SourceInfo
 from h5sidecar.references._zmeta import KEEP
 
-__all__ = ["EXTRAS_KEY", "ArrayExtras", "Extras", "build_extras", "parse_extras"]
+__all__ = ["EXTRAS_KEY", "ArrayExtras", "Extras", "build_extras", "parse_extras", "select_extras"]
 
 EXTRAS_KEY = "h5sidecar"
 EXTRAS_VERSION = 1
@@ -197,3 +197,15 @@ def _parse_skipped(s: Any) -> Skipped:
     if s["kind"] not in _SKIP_KINDS:
         raise InvalidReferenceError(f"skipped entry {s['path']!r}: unknown kind {s['kind']!r}")
     return Skipped(path=s["path"], kind=cast(SkipKind, ErrorKind(s["kind"])), reason=s["reason"])
+
+
+def select_extras(block: Any, all_arrays: set[str], chosen: set[str]) -> Any:
+    """The extras block with only ``chosen`` arrays' entries, or ``None`` when it does not
+    describe exactly ``all_arrays`` (the caller then opens the sidecar whole, which reports
+    what is wrong or reads a sidecar the fast path does not cover)."""
+    if not isinstance(block, dict):
+        return None
+    entries = block.get("arrays")
+    if not isinstance(entries, dict) or entries.keys() != all_arrays:
+        return None
+    return {**block, "arrays": {p: a for p, a in entries.items() if p in chosen}}

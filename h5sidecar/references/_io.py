@@ -39,9 +39,8 @@ from h5sidecar._credentials import fsspec_options
 from h5sidecar._modes import follow_umask
 from h5sidecar.errors import InvalidReferenceError, NotIndexedError
 from h5sidecar.references._bulk import MANIFESTS_FILE
-from h5sidecar.references._json import decode_json, encode_json
-from h5sidecar.references._json_lazy import decode_json_lazy
-from h5sidecar.references._lazy import read_parquet_lazy
+from h5sidecar.references._json import encode_json
+from h5sidecar.references._lazy import BULK_LOAD_BYTES, read_parquet_lazy
 from h5sidecar.references._model import GranuleRefs
 from h5sidecar.references._parquet import (
     CHECKSUMS_FILE,
@@ -53,6 +52,7 @@ from h5sidecar.references._parquet import (
     read_parquet_parts,
     sidecar_layout,
 )
+from h5sidecar.references._select import array_matcher, decode_json_sidecar, select_arrays
 
 __all__ = [
     "SidecarFormat",
@@ -180,6 +180,7 @@ def read_refs(
     *,
     storage_options: dict[str, Any] | None = None,
     lazy: bool = True,
+    arrays: str | Iterable[str] | None = None,
 ) -> GranuleRefs:
     """Read a sidecar (ours or kerchunk's) in either format.
 
@@ -200,6 +201,14 @@ def read_refs(
         analysis naming a few arrays of a thousand skips ~0.2 ms an array).  ``False``
         builds every manifest now (and so validates the whole sidecar up front).  Sidecars
         written by kerchunk are always read whole.
+    arrays : str or iterable of str, optional
+        Array paths or shell-style patterns (``"*/heights/h_ph"``; ``*`` matches ``/`` too):
+        the result holds only the arrays they match, and only those arrays' metadata is
+        decoded (what a task that reads a few named arrays of a large granule needs; see
+        :mod:`h5sidecar.references._select`).  For a Parquet sidecar the all-arrays manifests
+        file is fetched together with ``.zmetadata`` (two concurrent GETs instead of two in a
+        row; a file over ``BULK_LOAD_BYTES`` is not kept).  Never write the result back as the
+        granule's sidecar: it lacks the other arrays.
 
     Raises
     ------
@@ -211,26 +220,52 @@ def read_refs(
     """
     fs, root = _fs(path, storage_options)
     order = ("json", "parquet") if root.endswith(".json") else ("parquet", "json")
+    match = None if arrays is None else array_matcher(arrays)
     for kind in order:
         try:
             if kind == "parquet":
-                # start=0: one GET, without the HEAD s3fs sends before a whole-object read
-                zmeta = decode_zmetadata(fs.cat_file(f"{root}/{ZMETADATA}", start=0))
+                zmeta_bytes, bulk = _zmetadata_and_bulk(fs, root, lazy and match is not None)
+                zmeta = decode_zmetadata(zmeta_bytes)
                 files = SidecarFiles(os.fspath(path), storage_options, fs=fs, root=root)
-                refs = read_parquet_lazy(zmeta, files) if lazy else None
-                return _checked(refs if refs is not None else read_parquet_parts(zmeta, files))
+                refs = read_parquet_lazy(zmeta, files, match=match, bulk_data=bulk) if lazy else None
+                if refs is None:
+                    refs = read_parquet_parts(zmeta, files)
+                    refs = refs if match is None else select_arrays(refs, match)
+                return _checked(refs)
             if not root.endswith(".json"):
                 # a granule, a netCDF-3 file or one record file passed by mistake: say so from
                 # its first bytes instead of downloading it whole to fail as JSON
                 _refuse_non_sidecar(fs, root, path, fs.cat_file(root, start=0, end=len(_HEAD)))
             data = fs.cat_file(root, start=0)
-            return _checked(decode_json_lazy(data) if lazy else decode_json(data))
+            return _checked(decode_json_sidecar(data, lazy=lazy, match=match))
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             continue
     raise NotIndexedError(
         f"no sidecar at {path}: neither a JSON file nor a directory with {ZMETADATA}; "
         "index the granule first (h5sidecar index)"
     )
+
+
+def _zmetadata_and_bulk(fs: Any, root: str, with_bulk: bool) -> tuple[bytes, bytes | None]:
+    """A Parquet sidecar's ``.zmetadata``, and when ``with_bulk`` its all-arrays manifests
+    file fetched concurrently (None when absent or larger than ``BULK_LOAD_BYTES``, which a
+    lazy open would not read whole either)."""
+    meta_path = f"{root}/{ZMETADATA}"
+    if not with_bulk:
+        # start=0: one GET, without the HEAD s3fs sends before a whole-object read
+        return fs.cat_file(meta_path, start=0), None
+    got = fs.cat_ranges([meta_path, f"{root}/{MANIFESTS_FILE}"], [0, 0],
+                        [None, BULK_LOAD_BYTES + 1], on_error="return")
+    if isinstance(got[0], BaseException):
+        raise got[0]
+    bulk = got[1]
+    if isinstance(bulk, FileNotFoundError) or (
+        isinstance(bulk, bytes) and len(bulk) > BULK_LOAD_BYTES
+    ):
+        return got[0], None
+    if isinstance(bulk, BaseException):
+        raise bulk
+    return got[0], bulk
 
 
 def read_layout(

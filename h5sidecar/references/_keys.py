@@ -56,6 +56,54 @@ def parse_chunk_names(
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     rank = max(len(grid_shape), 1)
+    if n <= _FEW:
+        idx = _parse_few(names, rank, array_path)
+    else:
+        idx = _parse_many(names, rank, array_path)
+    grid = np.asarray(grid_shape or (1,), dtype=np.int64)
+    outside = np.any(idx >= grid, axis=1)
+    if np.any(outside):
+        raise InvalidReferenceError(
+            f"{array_path}: chunk key {names[int(np.argmax(outside))]!r} lies outside the chunk "
+            f"grid {tuple(grid_shape)}; the sidecar does not match its .zarray"
+        )
+    flat = np.ravel_multi_index(tuple(idx.T), tuple(grid)).astype(np.int64)
+    ordered = np.sort(flat)
+    if np.any(ordered[1:] == ordered[:-1]):
+        raise InvalidReferenceError(f"{array_path}: two chunk keys denote the same chunk")
+    return flat
+
+
+#: Up to this many chunk names are parsed in Python: the Arrow kernels' fixed cost (~0.2 ms a
+#: call sequence) exceeds the per-name work for the few chunks most arrays have.
+_FEW = 64
+
+
+def _parse_few(names: Sequence[str], rank: int, array_path: str) -> np.ndarray:
+    """``int64[n, rank]`` chunk indices of a few names (same checks as :func:`_parse_many`)."""
+    rows = []
+    for name in names:
+        parts = name.split(".")
+        if len(parts) != rank:
+            raise InvalidReferenceError(
+                f"{array_path}: chunk key {name!r} does not have {rank} dot-separated indices; "
+                "keys must match the array's rank (Zarr v2, '.' separator)"
+            )
+        if not all(p.isascii() and p.isdigit() for p in parts):
+            raise InvalidReferenceError(
+                f"{array_path}: chunk keys must be non-negative integers, got {name!r}; "
+                "re-create the sidecar"
+            )
+        rows.append([int(p) for p in parts])
+    try:
+        return np.array(rows, dtype=np.int64).reshape(len(names), rank)
+    except OverflowError as exc:  # more digits than int64 holds
+        raise InvalidReferenceError(f"{array_path}: chunk index out of range ({exc})") from exc
+
+
+def _parse_many(names: Sequence[str], rank: int, array_path: str) -> np.ndarray:
+    """``int64[n, rank]`` chunk indices of many names, with Arrow string kernels."""
+    n = len(names)
     parts = pc.split_pattern(pa.array(names, type=pa.string()), ".")
     wrong_rank = pc.list_value_length(parts).to_numpy() != rank
     if np.any(wrong_rank):
@@ -73,18 +121,7 @@ def parse_chunk_names(
             f"{names[int(np.argmax(not_digits)) // rank]!r}; re-create the sidecar"
         )
     try:
-        idx = pc.cast(pieces, pa.int64()).to_numpy().reshape(n, rank)
+        idx: np.ndarray = pc.cast(pieces, pa.int64()).to_numpy().reshape(n, rank)
     except pa.ArrowInvalid as exc:  # more digits than int64 holds
         raise InvalidReferenceError(f"{array_path}: chunk index out of range ({exc})") from exc
-    grid = np.asarray(grid_shape or (1,), dtype=np.int64)
-    outside = np.any(idx >= grid, axis=1)
-    if np.any(outside):
-        raise InvalidReferenceError(
-            f"{array_path}: chunk key {names[int(np.argmax(outside))]!r} lies outside the chunk "
-            f"grid {tuple(grid_shape)}; the sidecar does not match its .zarray"
-        )
-    flat = np.ravel_multi_index(tuple(idx.T), tuple(grid)).astype(np.int64)
-    ordered = np.sort(flat)
-    if np.any(ordered[1:] == ordered[:-1]):
-        raise InvalidReferenceError(f"{array_path}: two chunk keys denote the same chunk")
-    return flat
+    return idx

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -23,7 +23,13 @@ from h5sidecar.references._assemble import ChunkColumns, build_manifest, build_m
 from h5sidecar.references._assemble import _check_within_source as check_within_source
 from h5sidecar.references._assemble import _checksums as array_checksums
 from h5sidecar.references._bulk import MANIFESTS_FILE, BulkColumns, decode_manifests
-from h5sidecar.references._extras import EXTRAS_KEY, ArrayExtras, Extras, parse_extras
+from h5sidecar.references._extras import (
+    EXTRAS_KEY,
+    ArrayExtras,
+    Extras,
+    parse_extras,
+    select_extras,
+)
 from h5sidecar.references._manifest import ChunkManifest
 from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs
 from h5sidecar.references._parquet import (
@@ -35,7 +41,7 @@ from h5sidecar.references._parquet import (
     record_path,
     sidecar_layout,
 )
-from h5sidecar.references._zmeta import split_metadata
+from h5sidecar.references._zmeta import select_nodes, split_metadata
 
 __all__ = [
     "BULK_LOAD_BYTES",
@@ -186,6 +192,12 @@ class ParquetManifests:
     bulk_only : bool
         The sidecar has no record files (compact layout): the manifests file is read whatever
         its size.
+    others : collection of str
+        The sidecar's arrays left out of ``metas`` (opened for a few named arrays): the
+        manifests file may name them.
+    bulk_data : bytes, optional
+        The manifests file, already fetched (with ``.zmetadata``, concurrently): used instead
+        of fetching it when the first manifest is needed.
     """
 
     def __init__(
@@ -197,6 +209,8 @@ class ParquetManifests:
         max_bytes: int = MANIFEST_CACHE_BYTES,
         bulk_bytes: int | None = None,
         bulk_only: bool = False,
+        others: Collection[str] = (),
+        bulk_data: bytes | None = None,
     ) -> None:
         self._fetch = fetch
         self._record_size = record_size
@@ -206,7 +220,9 @@ class ParquetManifests:
         self._max_bytes = max_bytes
         self._bulk_bytes = bulk_bytes
         self._bulk_only = bulk_only
+        self._others = frozenset(others)
         self._init_state()
+        self._bulk_data = bulk_data  # not pickled: a worker fetches the file if it needs it
 
     def _init_state(self) -> None:
         self._bulk_wanted = self._bulk_bytes is not None and (
@@ -219,11 +235,12 @@ class ParquetManifests:
         self._bytes = 0
         self._side: dict[str, np.ndarray] | None = None
         self._bulk: BulkColumns | None = None
+        self._bulk_data = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Locks and loaded manifests stay behind: a worker fetches what it reads.
         keep = ("_fetch", "_record_size", "_metas", "_extras", "_max_bytes", "_bulk_bytes",
-                "_known", "_bulk_only")
+                "_known", "_bulk_only", "_others")
         return {k: self.__dict__[k] for k in keep}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -295,14 +312,18 @@ class ParquetManifests:
             side_needed = self._side is None and any(
                 a.checksums == "file" for a in self._extras.arrays.values()
             )
-            blobs = self._fetch([MANIFESTS_FILE, *([CHECKSUMS_FILE] if side_needed else [])])
+            if self._bulk_data is not None and not side_needed:
+                blobs: Mapping[str, bytes | None] = {MANIFESTS_FILE: self._bulk_data}
+            else:
+                blobs = self._fetch([MANIFESTS_FILE, *([CHECKSUMS_FILE] if side_needed else [])])
+            self._bulk_data = None
             data = blobs.get(MANIFESTS_FILE)
             if data is None:
                 raise InvalidReferenceError(
                     f"{MANIFESTS_FILE} is missing though .zmetadata lists it; re-create the "
                     "sidecar"
                 )
-            self._bulk = decode_manifests(data, self._metas)
+            self._bulk = decode_manifests(data, self._metas, self._others)
             if side_needed:
                 self._side = read_checksums(blobs.get(CHECKSUMS_FILE))
             self._bulk_wanted = False
@@ -337,18 +358,32 @@ def read_parquet_lazy(
     fetch: Callable[[list[str]], Mapping[str, bytes | None]],
     *,
     max_bytes: int = MANIFEST_CACHE_BYTES,
+    match: Callable[[str], bool] | None = None,
+    bulk_data: bytes | None = None,
 ) -> GranuleRefs | None:
     """:class:`GranuleRefs` of a Parquet sidecar from its ``.zmetadata`` alone (no other I/O).
 
     Every array is a :class:`LazyArrayRefs` whose record files ``fetch`` reads on first use.
+    ``match``: keep only the arrays whose paths it accepts (the others' metadata is never
+    built); ``bulk_data``: the all-arrays manifests file when already fetched.
     Returns ``None`` for sidecars without h5sidecar extras (written by kerchunk): their source
     identity is derived from chunk URLs, so they must be read whole
-    (:func:`~h5sidecar.references._parquet.read_parquet_parts`).
+    (:func:`~h5sidecar.references._parquet.read_parquet_parts`), and for a ``match`` on
+    sidecars whose extras and metadata do not name the same arrays.
     """
     if EXTRAS_KEY not in zmetadata:
         return None
     nodes = split_metadata(zmetadata["metadata"])
-    extras = parse_extras(zmetadata[EXTRAS_KEY])
+    block = zmetadata[EXTRAS_KEY]
+    others: set[str] = set()
+    if match is not None:
+        chosen = {p for p in nodes.arrays if match(p)}
+        block = select_extras(block, set(nodes.arrays), chosen)
+        if block is None:
+            return None
+        others = nodes.arrays.keys() - chosen
+        nodes = select_nodes(nodes, chosen)
+    extras = parse_extras(block)
     metas = build_metas(nodes, extras)
     compact = sidecar_layout(zmetadata) == "compact"
     loader = ParquetManifests(
@@ -359,6 +394,8 @@ def read_parquet_lazy(
         max_bytes,
         bulk_file(zmetadata),
         bulk_only=compact,
+        others=others,
+        bulk_data=bulk_data,
     )
     arrays = {}
     for path, meta in metas.items():

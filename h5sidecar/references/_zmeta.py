@@ -24,6 +24,7 @@ __all__ = [
     "MAX_NDIM",
     "ZarrNodes",
     "array_meta",
+    "select_nodes",
     "split_metadata",
 ]
 
@@ -99,6 +100,14 @@ def split_metadata(meta: Mapping[str, Any]) -> ZarrNodes:
     if clash:
         raise InvalidReferenceError(f"{min(clash)!r} is both a group and an array")
     return nodes
+
+
+def select_nodes(nodes: ZarrNodes, chosen: set[str]) -> ZarrNodes:
+    """``nodes`` with the arrays not in ``chosen`` left out (groups kept)."""
+    out = ZarrNodes()
+    out.groups = nodes.groups
+    out.arrays = {p: v for p, v in nodes.arrays.items() if p in chosen}
+    return out
 
 
 def array_meta(

@@ -1,0 +1,166 @@
+"""The workflow benchmark's large-granule case: ``run.py workflows --large``.
+
+A few ATL03-like granules of more than 500 MB (``--granules 2 --photons 13000000`` by default,
+written once into ``benchmarks/data/s3/wf/<photons>/``), served by the S3 endpoint with
+``--latency-ms`` per request.  Real ATL03 granules are 1-8 GB: no analysis downloads them whole
+to read three variables, so the question here is what reading them in place costs.
+
+- ``h5sidecar dask N``: :func:`~h5sidecar.workflows.gridded_mean_height` through the JSON
+  sidecars (indexed once, serially, before the clock starts);
+- ``h5py + s3fs (default cache) dask N``: one task per granule, h5py on an s3fs file object as
+  s3fs opens it (a 50 MiB read-ahead buffer);
+- ``h5py + s3fs (8 MiB blocks) dask N``: the same with ``block_size=8 MiB`` and
+  ``cache_type="blockcache"`` (an LRU of blocks, what one tunes for random access).
+
+Each repeat runs the three cases in turn; every sidecar result is compared with both h5py
+results (the same cells, counts and means).  Requests and bytes are the server's counters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks import _common as c
+from benchmarks.s3server import get_stats, reset_stats, start_server
+
+LARGE_GRANULES = 2
+LARGE_PHOTONS = 13_000_000
+SIDECAR_BUCKET = "wf-large-sidecars"
+#: h5py over s3fs, as opened by default and with a block cache tuned for random access
+H5PY_CASES: dict[str, dict[str, Any] | None] = {
+    "h5py + s3fs (default cache)": None,
+    "h5py + s3fs (8 MiB blocks)": {"block_size": 8 * 2**20, "cache_type": "blockcache"},
+}
+
+
+def run_large(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.bench_workflows import (
+        WF_BUCKET,
+        _check,
+        check_same,
+        granules,
+        h5py_grid_one,
+        open_costs,
+        publish_sidecars,
+        timed,
+        warm_up,
+    )
+    from h5sidecar.workflows import dask_client, gridded_mean_height, index_many
+    from h5sidecar.workflows._analysis import _merge
+
+    n_granules, photons = args.granules, args.photons
+    paths = granules(n_granules, photons)
+    url, stop = start_server(c.S3_ROOT, latency_ms=args.latency_ms)
+    os.environ.update({"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "bench",
+                       "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"})
+    os.environ.pop("AWS_SESSION_TOKEN", None)
+    source = f"s3://{WF_BUCKET}/{photons}/"
+    urls = [source + p.name for p in paths]
+    work = Path(tempfile.mkdtemp(prefix="bench-wf-large-"))
+    rows: dict[str, Any] = {"analysis": [], "index": [], "open": []}
+
+    def add_run(case: str, seconds: float, photons_read: int, stats: dict[str, Any]) -> None:
+        row = next((r for r in rows["analysis"] if r["case"] == case), None)
+        if row is None:
+            row = {"case": case, "runs": [], "photons_runs": [], "requests": [], "bytes": []}
+            rows["analysis"].append(row)
+        row["runs"].append(seconds)
+        row["photons_runs"].append(photons_read)
+        row["requests"].append(stats["requests"])
+        row["bytes"].append(stats["bytes_out"])
+        row["photons"] = photons_read
+        print(f"analysis {case}: {seconds:.2f} s, {stats['requests']} requests, "
+              f"{c.fmt_bytes(stats['bytes_out'])}", flush=True)
+
+    try:
+        dest = work / "sidecars"
+        dest.mkdir()
+        reset_stats(url)
+        seconds, _ = timed(lambda: _check(index_many(source, str(dest), format="json",
+                                                     executor="serial")))
+        stats = get_stats(url)
+        rows["index"].append({"case": "h5sidecar serial", "seconds": seconds,
+                              "granules_per_s": n_granules / seconds,
+                              "requests": stats["requests"], "bytes": stats["bytes_out"]})
+        print(f"index serial: {seconds:.1f} s", flush=True)
+        rows["open"] = open_costs(url, publish_sidecars(dest, SIDECAR_BUCKET), previous=False)
+        for n in args.workers:
+            with dask_client(f"local:{n}") as client:
+                client.wait_for_workers(n)
+                client.run(warm_up)
+                for _ in range(args.repeats):
+                    reset_stats(url)
+                    seconds, grid = timed(lambda client=client: gridded_mean_height(
+                        str(dest), grid=args.grid, client=client))
+                    add_run(f"h5sidecar dask {n}", seconds, grid.attrs["photons"], get_stats(url))
+                    for label, opts in H5PY_CASES.items():
+                        reset_stats(url)
+                        seconds, parts = timed(lambda client=client, opts=opts: client.gather(
+                            [client.submit(h5py_grid_one, u, args.grid, opts, pure=False)
+                             for u in urls]))
+                        add_run(f"{label} dask {n}", seconds, int(_merge(*parts)[2].sum()),
+                                get_stats(url))
+                        check_same(f"h5sidecar dask {n} vs {label}", grid, parts, args.grid)
+        for r in rows["analysis"]:
+            r["seconds"] = float(np.median(r["runs"]))
+            if len(set(r["photons_runs"])) != 1:
+                raise SystemExit(f"{r['case']}: photon counts differ between runs")
+    finally:
+        stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+                     if k != "func"},
+            "granule_mb": round(sum(p.stat().st_size for p in paths) / len(paths) / 1e6, 1),
+            "environment": c.environment(), **rows}
+
+
+def report_large(results: dict[str, Any]) -> str:
+    a = results["args"]
+    env = results["environment"]
+    head = (f"{a['granules']} granules of {results['granule_mb']} MB ({a['photons']:,} photons), "
+            f"S3 endpoint with {a['latency_ms']:g} ms latency, {env['cpus']} CPUs, load average "
+            f"{env['load_avg'][0]:.1f} at the end (commit {env['commit']}).")
+    by_case = {r["case"]: r["seconds"] for r in results["analysis"]}
+
+    def vs(case: str, label: str) -> str:
+        if not case.startswith("h5sidecar"):
+            return "-"
+        peer = by_case.get(case.replace("h5sidecar", f"{label}"))
+        return f"{peer / by_case[case]:.1f}x" if peer else "-"
+
+    labels = list(H5PY_CASES)
+    table = c.markdown_table(
+        ["analysis (grid " + f"{a['grid']:g} deg)", "median s", "runs",
+         "faster than h5py + s3fs, default cache", "faster than h5py + s3fs, 8 MiB blocks",
+         "requests", "bytes read", "photons"],
+        [[r["case"], f"{r['seconds']:.2f}", len(r["runs"]), vs(r["case"], labels[0]),
+          vs(r["case"], labels[1]), f"{int(np.median(r['requests'])):,}",
+          c.fmt_bytes(float(np.median(r["bytes"]))), f"{r['photons']:,}"]
+         for r in results["analysis"]])
+    index = "; ".join(
+        f"indexing serially: {r['seconds'] / a['granules']:.1f} s and "
+        f"{r['requests'] / a['granules']:.0f} requests per granule, "
+        f"{c.fmt_bytes(r['bytes'] / a['granules'])} read of each" for r in results["index"])
+    opens = "; ".join(f"{r['case']}: {r['median_ms']:.0f} ms, {r['requests']:g} "
+                      f"request{'s' if r['requests'] != 1 else ''}"
+                      for r in results.get("open", []))
+    return (f"{head}\n\n{table}\n\nOpening one granule's named arrays (median): {opens}. "
+            f"{index[:1].upper()}{index[1:]}.")
+
+
+def main_large(args: argparse.Namespace) -> dict[str, Any]:
+    args.granules = args.granules or LARGE_GRANULES
+    args.photons = args.photons or LARGE_PHOTONS
+    t0 = time.perf_counter()
+    results = c.run_and_report("workflows-large", args, run_large, report_large)
+    if not args.from_results:
+        print(f"large case: {time.perf_counter() - t0:.0f} s in all", flush=True)
+    return results
