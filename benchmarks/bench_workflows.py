@@ -279,6 +279,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             index_case("kerchunk loop", lambda d: kerchunk_loop(urls, d))
         serial = index_case("h5sidecar serial", lambda d: _check(index_many(
             source, str(d), format="json", executor="serial")))
+        # the same files from local disk: no latency, so what indexing costs in CPU alone
+        index_case("h5sidecar serial, local files (CPU floor)", lambda d: _check(index_many(
+            [str(p) for p in paths], str(d), format="json", executor="serial")))
         rows["open"] = open_costs(url, publish_sidecars(serial, SIDECAR_BUCKET))
         for n in args.workers:
             t0 = time.perf_counter()
@@ -338,14 +341,21 @@ def report(results: dict[str, Any]) -> str:
     def workers(case: str) -> int:
         return int(case.rsplit(" ", 1)[1]) if " dask " in case else 1
 
-    # floor: every request of a granule waited for in turn (no overlap within a granule)
+    # latency floor: every request of a granule waited for in turn (no overlap within a
+    # granule); CPU floor: the same granules indexed from local disk, serially
+    cpu = next((r["seconds"] / n for r in results["index"] if "local files" in r["case"]), None)
+
+    def ratio(seconds: float, floor: float | None) -> str:
+        return f"{seconds / floor:.1f}" if floor else "-"
+
     index = c.markdown_table(
         ["indexing", "seconds", "granules/s", "granules/s per worker", "requests/granule",
-         "latency floor s/granule", "x floor", "bytes"],
+         "latency floor s/granule", "x latency floor", "x CPU floor", "bytes"],
         [[r["case"], f"{r['seconds']:.1f}", f"{r['granules_per_s']:.2f}",
           f"{r['granules_per_s'] / workers(r['case']):.2f}", f"{r['requests'] / n:.0f}",
           f"{r['requests'] / n * lat:.2f}",
-          f"{r['seconds'] * workers(r['case']) / n / (r['requests'] / n * lat):.1f}",
+          ratio(r["seconds"] * workers(r["case"]) / n, r["requests"] / n * lat),
+          ratio(r["seconds"] * workers(r["case"]) / n, cpu),
           c.fmt_bytes(r["bytes"])] for r in results["index"]])
     base = next((r["seconds"] for r in results["analysis"] if r["case"] == "h5py + s3fs serial"),
                 None)
