@@ -14,7 +14,7 @@ import pytest
 
 from h5sidecar.errors import InvalidReferenceError, StaleReferenceError
 from h5sidecar.read import load_refs
-from h5sidecar.references import GranuleRefs
+from h5sidecar.references import GranuleRefs, read_refs
 from h5sidecar.sample import write_daily_collection, write_daily_granule
 from h5sidecar.workflows import build_cube, index_many
 from h5sidecar.workflows._cube_assemble import read_coords
@@ -23,16 +23,25 @@ from h5sidecar.workflows._cube_checks import encoding_groups, encodings
 COORDS = ["time", "lat", "lon"]
 
 
-def _collection(root: Path, days: int, **kw) -> tuple[list[Path], list[GranuleRefs], Path]:
+def _collection(root: Path, days: int, fmt: str = "parquet", layout: str = "kerchunk",
+                **kw) -> tuple[list[Path], list[GranuleRefs], Path]:
     files = write_daily_collection(root / "nc", days=days, **kw)
-    report = index_many(str(root / "nc"), str(root / "sidecars"), executor="serial")
+    report = index_many(str(root / "nc"), str(root / "sidecars"), executor="serial",
+                        format=fmt, layout=layout)
     assert report.ok, report.to_dict()
-    refs = [load_refs(str(root / "sidecars" / f"{f.name}.parq")) for f in files]
+    ext = "parq" if fmt == "parquet" else "json"
+    # lazily held manifests, and every other granule's read eagerly (both kinds are renamed)
+    refs = [load_refs(str(root / "sidecars" / f"{f.name}.{ext}")) if k % 2 else
+            read_refs(str(root / "sidecars" / f"{f.name}.{ext}"), lazy=False)
+            for k, f in enumerate(files)]
     return files, refs, root / "sidecars"
 
 
-def test_batched_coordinates_equal_h5py_for_every_member(tmp_path: Path) -> None:
-    files, refs, _ = _collection(tmp_path, 9, mixed_packing=True)
+@pytest.mark.parametrize(("fmt", "layout"), [("parquet", "kerchunk"), ("parquet", "compact"),
+                                             ("json", "kerchunk")])
+def test_batched_coordinates_equal_h5py_for_every_member(tmp_path: Path, fmt: str,
+                                                        layout: str) -> None:
+    files, refs, _ = _collection(tmp_path, 9, fmt, layout, mixed_packing=True)
     # granules in another order than their files: each result belongs to its own granule
     order = [3, 0, 9, 5, 1, 8, 2, 7, 4, 6]
     got = read_coords([refs[i] for i in order], COORDS, {})
