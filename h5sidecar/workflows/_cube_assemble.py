@@ -124,11 +124,10 @@ def read_coords(parts: Sequence[GranuleRefs], paths: Sequence[str],
     except (H5SidecarError, OSError):
         # read again, each array on its own, to name every granule that fails (only then:
         # one plain batch costs less than one collecting every array's outcome)
-        each = read_arrays(batch, list(arrays), remote_options=opts, settings=settings,
-                           errors="collect")
-        if not each.errors:
-            raise  # failed once, read the second time: the first failure stands
-        raise _failed_reads(parts, each.errors)  # noqa: B904 - its cause: the first failure
+        got = read_arrays(batch, list(arrays), remote_options=opts, settings=settings,
+                          errors="collect")
+        if got.errors:  # else every array read the second time (each checked as the first)
+            raise _failed_reads(parts, got.errors)  # noqa: B904 - its cause: the first failure
     return [{p: got[f"{i}/{p}"] for p in paths} for i in range(len(parts))]
 
 
