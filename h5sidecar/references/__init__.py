@@ -15,7 +15,6 @@ from h5sidecar.references._io import (
     write_refs,
 )
 from h5sidecar.references._json import from_kerchunk, to_kerchunk
-from h5sidecar.references._lazy import renamed
 from h5sidecar.references._manifest import (
     INLINE,
     MISSING,
@@ -33,6 +32,7 @@ from h5sidecar.references._model import (
     VariableStatus,
 )
 from h5sidecar.references._readers import virtualizarr_unreadable
+from h5sidecar.references._rename import renamed
 
 __all__ = [
     "INLINE",
