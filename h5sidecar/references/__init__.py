@@ -4,7 +4,7 @@ This package imports neither h5py nor a web framework: everything that reads sid
 on it, and it depends on nothing of h5sidecar but :mod:`h5sidecar.errors`.
 """
 
-from h5sidecar.references._concat import concat_refs, inline_array, slice_refs
+from h5sidecar.references._concat import concat_refs, inline_array, member_identities, slice_refs
 from h5sidecar.references._io import (
     SidecarFormat,
     SidecarLayout,
@@ -32,6 +32,7 @@ from h5sidecar.references._model import (
     VariableStatus,
 )
 from h5sidecar.references._readers import virtualizarr_unreadable
+from h5sidecar.references._rename import renamed
 
 __all__ = [
     "INLINE",
@@ -51,8 +52,10 @@ __all__ = [
     "concat_refs",
     "from_kerchunk",
     "inline_array",
+    "member_identities",
     "read_layout",
     "read_refs",
+    "renamed",
     "slice_refs",
     "to_kerchunk",
     "write_json",

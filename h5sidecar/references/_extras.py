@@ -16,6 +16,12 @@ directory's ``.zmetadata``).  fsspec, kerchunk and zarr read neither place.  It 
      "extra": {...},                                        # provenance
      "members": [{"url", "size", ...}, ...]}                # combined references only
 
+Combined references (a datacube: ``members`` listed) write version 2: ``urls``, ``arrays``,
+``extra`` and ``members``, which grow with the member granules, are held as one
+zstd-compressed, base64-encoded JSON object (``"packed": {"codec": "zstd", "size": N,
+"data": "..."}``; about a fifth of their JSON text), the rest as above.  Single granules keep
+version 1.  Both versions are read; a version-1 cube (written before packing) reads as before.
+
 Checksums are uint64 little-endian, base64-encoded in JSON sidecars; Parquet sidecars keep them
 in a side file (``"file"``, see :mod:`h5sidecar.references._parquet`).
 """
@@ -37,6 +43,15 @@ __all__ = ["EXTRAS_KEY", "ArrayExtras", "Extras", "build_extras", "parse_extras"
 
 EXTRAS_KEY = "h5sidecar"
 EXTRAS_VERSION = 1
+#: Version of the extras of combined references (their growing parts packed, see above).
+PACKED_VERSION = 2
+#: The fields a version-2 block packs.
+PACKED_FIELDS = ("urls", "arrays", "extra", "members")
+#: zstd level of the packed fields: ~6x smaller than their JSON, ~35 ms per 1000 members
+#: (levels above 15 gain little and take several times longer).
+PACK_LEVEL = 15
+#: Largest packed object read (the size is declared by an untrusted file: an allocation bound).
+MAX_PACKED_BYTES = 1 << 30
 _SKIP_KINDS = frozenset(get_args(SkipKind))
 
 
@@ -97,7 +112,57 @@ def build_extras(refs: GranuleRefs, *, checksums: Literal["inline", "file"]) -> 
     }
     if refs.members:  # only combined references (datacubes) have members
         out["members"] = [m.to_dict() for m in refs.members]
+        return pack(out)
     return out
+
+
+def pack(block: dict[str, Any]) -> dict[str, Any]:
+    """A version-2 extras block: :data:`PACKED_FIELDS` of ``block`` compressed into one field."""
+    import json
+
+    import pyarrow as pa
+
+    inner = {k: block[k] for k in PACKED_FIELDS if k in block}
+    raw = json.dumps(inner, separators=(",", ":"), allow_nan=False).encode()
+    data = pa.Codec("zstd", PACK_LEVEL).compress(raw, asbytes=True)
+    rest = {k: v for k, v in block.items() if k not in PACKED_FIELDS}
+    return {**rest, "version": PACKED_VERSION,
+            "packed": {"codec": "zstd", "size": len(raw),
+                       "data": base64.b64encode(data).decode("ascii")}}
+
+
+def unpack(block: dict[str, Any]) -> dict[str, Any]:
+    """The version-1 form of a version-2 block (``InvalidReferenceError`` when malformed)."""
+    import json
+
+    import pyarrow as pa
+
+    packed = block.get("packed")
+    if not isinstance(packed, dict) or packed.get("codec") != "zstd":
+        raise InvalidReferenceError(
+            f"{EXTRAS_KEY} extras version 2 need a 'packed' object with codec 'zstd'")
+    outside = [k for k in PACKED_FIELDS if k in block]
+    if outside:
+        raise InvalidReferenceError(
+            f"{EXTRAS_KEY} extras version 2 hold {', '.join(outside)} both packed and not")
+    size, text = packed.get("size"), packed.get("data")
+    if (not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= MAX_PACKED_BYTES
+            or not isinstance(text, str)):
+        raise InvalidReferenceError(
+            f"{EXTRAS_KEY}.packed needs a size (1..{MAX_PACKED_BYTES}) and base64 data")
+    try:
+        raw = pa.Codec("zstd").decompress(base64.b64decode(text, validate=True),
+                                          decompressed_size=size, asbytes=True)
+        inner = json.loads(raw)
+    except (ValueError, OSError, pa.ArrowException) as exc:  # OSError: zstd's own errors
+        raise InvalidReferenceError(
+            f"{EXTRAS_KEY}.packed is unreadable ({exc}); the references are damaged: "
+            "build them again") from exc
+    if not isinstance(inner, dict) or set(inner) - set(PACKED_FIELDS):
+        raise InvalidReferenceError(
+            f"{EXTRAS_KEY}.packed must hold an object of {', '.join(PACKED_FIELDS)}")
+    rest = {k: v for k, v in block.items() if k != "packed"}
+    return {**rest, **inner, "version": EXTRAS_VERSION}
 
 
 def _same_json(a: Any, b: Any) -> bool:
@@ -130,10 +195,13 @@ def parse_extras(block: Any) -> Extras:
     """Validate and parse an extras block (``InvalidReferenceError`` on any inconsistency)."""
     if not isinstance(block, dict):
         raise InvalidReferenceError(f"the {EXTRAS_KEY!r} block must be a JSON object")
+    if block.get("version") == PACKED_VERSION:
+        block = unpack(block)
     if block.get("version") != EXTRAS_VERSION:
         raise InvalidReferenceError(
             f"{EXTRAS_KEY} extras version {block.get('version')!r} is not supported "
-            f"(this h5sidecar reads version {EXTRAS_VERSION}); upgrade h5sidecar or re-index"
+            f"(this h5sidecar reads versions {EXTRAS_VERSION} and {PACKED_VERSION}); upgrade "
+            "h5sidecar or re-index"
         )
     source = block.get("source")
     if not isinstance(source, dict):

@@ -38,12 +38,8 @@ CF_ATTRS = tuple(dict.fromkeys((*MASK_AND_SCALE_ATTRS, "units", *TIME_ATTRS)))
 _NAMES_SHOWN = 4
 
 
-def encoding_of(meta: ArrayMeta, dim: str, ignore: Sequence[str] = ()) -> dict[str, str]:
-    """One variable's encoding, field -> canonical JSON text (what must agree across granules).
-
-    ``shape`` is left out along ``dim`` (the concatenated dimension may differ in length), and
-    so are the fields named in ``ignore`` (a normalized time coordinate's ``units``).
-    """
+def _fields(meta: ArrayMeta, dim: str, ignore: Sequence[str]) -> dict[str, Any]:
+    """One variable's encoding fields, raw (see :func:`encoding_of`)."""
     fields: dict[str, Any] = {a: meta.attrs.get(a) for a in CF_ATTRS}
     fields.update(
         dtype=meta.dtype,
@@ -56,8 +52,23 @@ def encoding_of(meta: ArrayMeta, dim: str, ignore: Sequence[str] = ()) -> dict[s
                for n, s in zip(meta.dimension_names or ("",) * len(meta.shape), meta.shape,
                                strict=True)],
     )
-    return {k: json.dumps(v, sort_keys=True, default=str)
-            for k, v in fields.items() if k not in ignore}
+    for k in ignore:
+        fields.pop(k, None)
+    return fields
+
+
+def _canonical(value: Any) -> str:
+    """The canonical JSON text every encoding comparison is made on."""
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def encoding_of(meta: ArrayMeta, dim: str, ignore: Sequence[str] = ()) -> dict[str, str]:
+    """One variable's encoding, field -> canonical JSON text (what must agree across granules).
+
+    ``shape`` is left out along ``dim`` (the concatenated dimension may differ in length), and
+    so are the fields named in ``ignore`` (a normalized time coordinate's ``units``).
+    """
+    return {k: _canonical(v) for k, v in _fields(meta, dim, ignore).items()}
 
 
 #: Fields to leave out of the comparison, per array path.
@@ -74,10 +85,16 @@ def encodings(refs: GranuleRefs, paths: Sequence[str], dim: str,
 def encoding_groups(
     parts: Sequence[GranuleRefs], paths: Sequence[str], dim: str, ignore: Ignore | None = None
 ) -> list[list[int]]:
-    """Indices of ``parts`` grouped by identical encodings of ``paths`` (first-seen order)."""
+    """Indices of ``parts`` grouped by identical encodings of ``paths`` (first-seen order).
+
+    Each part's key is the canonical JSON text of all its fields at once: JSON of a mapping
+    (keys sorted) is made of its values' texts, so two keys are equal exactly when every
+    field's :func:`encoding_of` text is (one encoder call per part instead of one per field).
+    """
+    ignore = ignore or {}
     groups: dict[str, list[int]] = {}
     for i, part in enumerate(parts):
-        key = json.dumps(encodings(part, paths, dim, ignore), sort_keys=True)
+        key = _canonical({p: _fields(part.arrays[p].meta, dim, ignore.get(p, ())) for p in paths})
         groups.setdefault(key, []).append(i)
     return list(groups.values())
 

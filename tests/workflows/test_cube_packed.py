@@ -1,0 +1,96 @@
+"""A cube's member records are packed (extras version 2); cubes written before (version 1)
+still read and take appends."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import xarray as xr
+
+from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.read import load_refs
+from h5sidecar.references import read_refs
+from h5sidecar.references._extras import PACKED_FIELDS, unpack
+from h5sidecar.workflows import build_cube
+from tests.workflows.test_cube import _assert_raw_matches_h5py, _assert_same, _reference
+from tests.workflows.test_cube_append import _days, _index, _read_everywhere
+
+DAYS = 12
+
+
+def _block_file(cube: Path) -> Path:
+    return cube / ".zmetadata" if cube.is_dir() else cube
+
+
+def _block(cube: Path) -> dict:
+    return json.loads(_block_file(cube).read_text())["h5sidecar"]
+
+
+def _as_version_1(cube: Path) -> None:
+    """Rewrite a cube's extras as h5sidecar wrote them before packing (version 1)."""
+    doc = json.loads(_block_file(cube).read_text())
+    doc["h5sidecar"] = unpack(doc["h5sidecar"])
+    _block_file(cube).write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "json"])
+def test_members_are_packed_and_read_back(tmp_path: Path, fmt: str) -> None:
+    files = _days(tmp_path / "nc", 0, DAYS)
+    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
+    cube = tmp_path / ("cube.parq" if fmt == "parquet" else "cube.json")
+    build_cube(str(sidecars), str(cube), format=fmt)
+    block = _block(cube)
+    assert block["version"] == 2 and not set(PACKED_FIELDS) & set(block)
+    plain = json.dumps({k: v for k, v in unpack(block).items() if k in PACKED_FIELDS})
+    assert len(json.dumps(block["packed"])) < len(plain) / 2
+    refs = read_refs(str(cube))
+    want = {load_refs(str(sidecars / f"{f.name}.parq")).source for f in files}
+    assert set(refs.members) == want and len(refs.members) == DAYS
+    assert refs.extra["cube"]["granules"] == DAYS
+    with xr.open_dataset(cube, engine="h5sidecar", chunks=None) as ds:
+        _assert_same(ds, _reference(files))
+    _assert_raw_matches_h5py(str(cube), files)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "json"])
+def test_a_cube_of_version_1_reads_and_takes_appends(tmp_path: Path, fmt: str) -> None:
+    old = _days(tmp_path / "nc", 0, 4)
+    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
+    cube = tmp_path / ("cube.parq" if fmt == "parquet" else "cube.json")
+    build_cube(str(sidecars), str(cube), format=fmt)
+    packed = read_refs(str(cube))
+    _as_version_1(cube)
+    assert _block(cube)["version"] == 1 and "members" in _block(cube)
+    refs = read_refs(str(cube))
+    assert refs.members == packed.members and refs.extra == packed.extra
+    _read_everywhere(str(cube), old)
+    new = _days(tmp_path / "nc", 4, 2)
+    _index(tmp_path / "nc", sidecars)
+    res = build_cube(str(sidecars), str(cube), format=fmt, mode="append")
+    assert res.action == "appended" and len(res.added) == 2
+    assert _block(cube)["version"] == 2  # rewritten in the new layout
+    _read_everywhere(str(cube), old + new)
+
+
+def test_damaged_packed_members_are_refused(tmp_path: Path) -> None:
+    _days(tmp_path / "nc", 0, 3)
+    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
+    cube = tmp_path / "cube.json"
+    build_cube(str(sidecars), str(cube), format="json")
+    doc = json.loads(cube.read_text())
+    good = dict(doc["h5sidecar"]["packed"])
+    for bad, match in (({**good, "data": good["data"][:-40]}, "unreadable"),
+                       ({**good, "size": 2**40}, "size"),
+                       ({**good, "codec": "gzip"}, "codec")):
+        doc["h5sidecar"]["packed"] = bad
+        cube.write_text(json.dumps(doc))
+        with pytest.raises(InvalidReferenceError, match=match):
+            read_refs(str(cube))
+    # members both packed and plain: ambiguous, refused
+    doc["h5sidecar"]["packed"] = good
+    doc["h5sidecar"]["members"] = []
+    cube.write_text(json.dumps(doc))
+    with pytest.raises(InvalidReferenceError, match="both packed and not"):
+        read_refs(str(cube))
