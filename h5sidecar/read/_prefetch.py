@@ -23,10 +23,9 @@ Rules that keep it cheap and bounded:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
-
-import numpy as np
 
 from h5sidecar.read._decode import Selection, chunk_selection
 from h5sidecar.references import ArrayRefs
@@ -49,7 +48,7 @@ SMALL_FRACTION = 8
 def decoded_nbytes(arr: ArrayRefs) -> int:
     """Bytes of an array's decoded values (from its metadata; nothing is loaded)."""
     meta = arr.meta
-    return int(np.prod(meta.shape, dtype=np.int64)) * meta.numpy_dtype.itemsize
+    return math.prod(meta.shape) * meta.numpy_dtype.itemsize  # Python ints: never overflow
 
 
 def is_small(arr: ArrayRefs, limit: int) -> bool:

@@ -136,3 +136,26 @@ def test_prefetch_bytes_from_the_environment(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("H5SIDECAR_PREFETCH_BYTES", "0")
     assert from_env(ReadSettings).prefetch_bytes == 0
     assert ReadSettings().prefetch_bytes > 0
+
+
+def test_batch_load_decodes_every_array_once(atl03_refs: GranuleRefs, atl03_h5: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """``h5sidecar.load(tree)`` asks for every array in one turn: the arrays a read-ahead
+    already brings are taken from it, not decoded a second time in the same batch."""
+    from h5sidecar.read import _batch
+
+    decoded: list[str] = []
+
+    class Counting(_batch._Target):
+        def __init__(self, path: str, *args: Any) -> None:
+            decoded.append(path)
+            super().__init__(path, *args)
+
+    monkeypatch.setattr(_batch, "_Target", Counting)
+    store = _store(atl03_refs, 64 * 2**20)
+    tree = h5sidecar.open_datatree(store, chunks=None, create_default_indexes=False, **RAW)
+    h5sidecar.load(tree)
+    assert decoded and len(decoded) == len(set(decoded)), len(decoded) - len(set(decoded))
+    with h5py.File(atl03_h5) as f:
+        assert sum(_check_h5py(f, node.path.strip("/"), node.dataset)
+                   for node in tree.subtree) > 500
