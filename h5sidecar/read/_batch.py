@@ -130,6 +130,7 @@ class NativeReader:
         self.opened: dict[str, None] = {}
         self._ahead_done: set[str] = set()  # read, or read ahead, once already
         self._small_reads = 0  # whole reads of small arrays served in earlier batches
+        self._large_reads = 0  # and of larger ones in a row (see read._prefetch.follow_on)
         self._opening = 0  # > 0 while xarray opens datasets over this reader (see opening())
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -158,7 +159,31 @@ class NativeReader:
         loop's own)."""
         import fsspec.asyn
 
+        held = self._take_held(items)
+        if held is not None:
+            return held
         return fsspec.asyn.sync(fsspec.asyn.get_loop(), self.read, items)  # type: ignore[no-any-return]
+
+    def _take_held(self, items: Sequence[Item]) -> list[np.ndarray] | None:
+        """The arrays of a read that read-ahead holds whole, taken on the calling thread: a
+        loop over variables then costs no hop to the I/O loop per variable (the loop thread
+        only adds to :attr:`_prefetched`; ``in`` and ``pop`` are atomic).  None when any item
+        is not held."""
+        if not self._prefetched:
+            return None
+        for path, key in items:
+            arr = self.refs.arrays.get(path)
+            if path not in self._prefetched or arr is None:
+                return None
+            if not is_whole(chunk_selection(arr.meta.shape, arr.meta.chunks, key), arr.meta.shape):
+                return None
+        taken = [(p, self._prefetched.pop(p, None)) for p, _ in items]
+        if any(a is None for _, a in taken):  # another thread took one first: put back, read
+            for p, a in taken:
+                if a is not None:
+                    self._prefetched.setdefault(p, a)
+            return None
+        return [a for _, a in taken]  # type: ignore[misc]
 
     async def read(self, items: Sequence[Item]) -> list[np.ndarray]:
         """Read ``(array path, key)`` selections; ``key`` holds one int or slice per axis.

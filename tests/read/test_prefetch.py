@@ -159,3 +159,32 @@ def test_batch_load_decodes_every_array_once(atl03_refs: GranuleRefs, atl03_h5: 
     with h5py.File(atl03_h5) as f:
         assert sum(_check_h5py(f, node.path.strip("/"), node.dataset)
                    for node in tree.subtree) > 500
+
+
+def test_a_loop_over_large_arrays_reads_the_next_ones_together(
+        atl03_refs: GranuleRefs, atl03_h5: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a second large array is read whole in a loop, the arrays opened after it in its
+    group come in the same batch, up to ``prefetch_bytes``: fewer round trips than arrays."""
+    from h5sidecar.read import _batch
+
+    batches: list[list[str]] = []
+    serve = _batch.NativeReader._read_batch
+
+    async def counting(self: Any, prepared: Any) -> Any:
+        batches.append([p for p, _, _ in prepared])
+        return await serve(self, prepared)
+
+    monkeypatch.setattr(_batch.NativeReader, "_read_batch", counting)
+    sizes = {p: decoded_nbytes(a) for p, a in atl03_refs.arrays.items()
+             if p.startswith(GROUP + "/")}
+    limit = 3 * max(sizes.values())  # every photon array is large (> limit / 8), 3 fit
+    store = _store(atl03_refs, limit)
+    ds = xr.open_dataset(store, engine="h5sidecar", group=GROUP, chunks=None,
+                         create_default_indexes=False, **RAW)
+    large = [n for n, v in ds.variables.items() if sizes[f"{GROUP}/{n}"] > limit // SMALL_FRACTION]
+    assert len(large) >= 6
+    ds.load()
+    assert len(batches) < len(large) - 2, batches
+    assert sum(a.nbytes for a in store.native._prefetched.values()) <= 2 * limit
+    with h5py.File(atl03_h5) as f:
+        assert _check_h5py(f, GROUP, ds) >= len(large) - 1
