@@ -21,7 +21,7 @@ from typing import Any
 
 from benchmarks._read_tools import Env, Items, _sidecar_store
 
-LOAD_OPTIONS = {"chunks": None, "decode_cf": False, "create_default_indexes": False}
+LOAD_OPTIONS: dict[str, Any] = {"chunks": None, "decode_cf": False, "create_default_indexes": False}
 
 
 def _tree_values(tree: Any, items: Items) -> dict[str, Any]:
