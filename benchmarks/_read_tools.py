@@ -254,82 +254,6 @@ def h5sidecar_read_arrays(env: Env, items: Items) -> dict[str, Any]:
     return read_arrays(env.sidecar, {p: sel for p, sel in items}, storage_options=env.opts)
 
 
-def _tree_values(tree: Any, items: Items) -> dict[str, Any]:
-    """The items' values from a loaded DataTree (dimensions renamed for clashes mapped back)."""
-    out = {}
-    for p, sel in items:
-        g, _, name = p.rpartition("/")
-        ds = tree["/" + g].dataset if g else tree.dataset
-        renamed = {old: new for new, old in ds.encoding.get("h5sidecar_renamed", {}).items()}
-        v = ds[renamed.get(name, name)].variable
-        out[p] = v.values if sel is None else v[sel].values
-    return out
-
-
-def _open_tree(env: Env) -> Any:
-    import h5sidecar
-
-    return h5sidecar.open_datatree(_sidecar_store(env), chunks=None, decode_cf=False,
-                                   create_default_indexes=False)
-
-
-def h5sidecar_batch_load(env: Env, items: Items) -> dict[str, Any]:
-    """The documented batch path: ``h5sidecar.load(open_datatree(...))``."""
-    import h5sidecar
-
-    return _tree_values(h5sidecar.load(_open_tree(env)), items)
-
-
-def h5sidecar_tree_load(env: Env, items: Items) -> dict[str, Any]:
-    """xarray's own ``DataTree.load()`` (variable after variable)."""
-    return _tree_values(_open_tree(env).load(), items)
-
-
-def _group_datasets(env: Env, items: Items, **settings: Any) -> dict[str, Any]:
-    import xarray as xr
-
-    store = _sidecar_store(env, **settings)
-    return {g: xr.open_dataset(store, engine="h5sidecar", group=g or None, chunks=None,
-                               decode_cf=False, create_default_indexes=False)
-            for g in dict.fromkeys(p.rpartition("/")[0] for p, _ in items)}
-
-
-def _dataset_values(datasets: dict[str, Any], items: Items) -> dict[str, Any]:
-    out = {}
-    for p, sel in items:
-        g, _, name = p.rpartition("/")
-        v = datasets[g][name].variable
-        out[p] = v.values if sel is None else v[sel].values
-    return out
-
-
-def h5sidecar_dataset_load(env: Env, items: Items) -> dict[str, Any]:
-    """``Dataset.load()`` of each group in turn."""
-    datasets = _group_datasets(env, items)
-    for ds in datasets.values():
-        ds.load()
-    return _dataset_values(datasets, items)
-
-
-def h5sidecar_variable_loop(env: Env, items: Items, **settings: Any) -> dict[str, Any]:
-    """The loop a new user writes first: ``for v in ds.variables.values(): v.load()``."""
-    datasets = _group_datasets(env, items, **settings)
-    for ds in datasets.values():
-        for v in ds.variables.values():
-            v.load()
-    return _dataset_values(datasets, items)
-
-
-def h5sidecar_variable_loop_no_prefetch(env: Env, items: Items) -> dict[str, Any]:
-    """The same loop without read-ahead of small arrays (``prefetch_bytes=0``)."""
-    return h5sidecar_variable_loop(env, items, prefetch_bytes=0)
-
-
-#: cases that load whole groups or granules, run for the "all" workload only
-WHOLE_CASES = (h5sidecar_batch_load, h5sidecar_tree_load, h5sidecar_dataset_load,
-               h5sidecar_variable_loop, h5sidecar_variable_loop_no_prefetch)
-
-
 CASES: list[tuple[str, str, Callable[[Env, Items], dict[str, Any]]]] = [
     ("h5py + s3fs (default cache)", "h5py+s3fs", lambda e, i: _s3fs_h5py(e, i)),
     ("h5py + s3fs (8 MiB block cache)", "h5py+s3fs",
@@ -347,12 +271,6 @@ CASES: list[tuple[str, str, Callable[[Env, Items], dict[str, Any]]]] = [
     ("h5sidecar: xarray engine (Dask)", "h5sidecar", h5sidecar_xarray),
     ("h5sidecar: xarray engine, load_async", "h5sidecar", h5sidecar_xarray_async),
     ("h5sidecar: read_arrays (batch reader)", "h5sidecar", h5sidecar_read_arrays),
-    ("h5sidecar: h5sidecar.load(open_datatree)", "h5sidecar", h5sidecar_batch_load),
-    ("h5sidecar: DataTree.load()", "h5sidecar", h5sidecar_tree_load),
-    ("h5sidecar: Dataset.load() per group", "h5sidecar", h5sidecar_dataset_load),
-    ("h5sidecar: v.load() per variable", "h5sidecar", h5sidecar_variable_loop),
-    ("h5sidecar: v.load() per variable, prefetch_bytes=0", "h5sidecar",
-     h5sidecar_variable_loop_no_prefetch),
 ]
 
 
@@ -375,7 +293,7 @@ def warm_up(env: Env, items: Items, families: list[str]) -> None:
     """Run every tool once on two arrays, so no timed run pays for imports and first calls."""
     h5py_local(env, items)
     for _, family, fn in CASES:
-        if family in families and fn not in WHOLE_CASES:  # those load whole groups
+        if family in families:
             fn(env, items)
     for _, family, fn2 in OPEN_CASES:
         if family in families:

@@ -214,7 +214,8 @@ class ReadSettings:
         Read-ahead of small arrays by the xarray engine's lazy variables: once a second read
         loads a small array (at most 1/8 of this) whole, the other small arrays opened through
         the same reader (its group's first) are read in the same batch, up to this many decoded
-        bytes held, and later reads of them need no request.  0 turns it off.
+        bytes held, and later reads of them need no request (a loop reading larger arrays whole
+        brings its group's next ones, up to as much again).  0 turns it off.
 
     The three process-wide fields are not per store: a store ignores them.  They take effect
     through :func:`h5sidecar.read.configure`, or from ``H5SIDECAR_SIDECAR_CACHE_BYTES``,
@@ -236,7 +237,7 @@ class ReadSettings:
     chunk_cache_bytes: int = 64 * 2**20
     decode_threads: int = 0
     subchunk_fraction: float = 0.5
-    prefetch_bytes: int = 16 * 2**20
+    prefetch_bytes: int = 64 * 2**20
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,10 +125,12 @@ class NativeReader:
         self._pending = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._prefetched: dict[str, np.ndarray] = {}  # see prefetch() and _plan_ahead()
+        self._ahead_inflight: dict[str, asyncio.Future[Any]] = {}  # see _read_ahead()
         #: arrays opened as lazy variables through this reader, in order (read-ahead candidates)
         self.opened: dict[str, None] = {}
         self._ahead_done: set[str] = set()  # read, or read ahead, once already
         self._small_reads = 0  # whole reads of small arrays served in earlier batches
+        self._large_reads = 0  # and of larger ones in a row (see read._prefetch.follow_on)
         self._opening = 0  # > 0 while xarray opens datasets over this reader (see opening())
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -157,7 +159,31 @@ class NativeReader:
         loop's own)."""
         import fsspec.asyn
 
+        held = self._take_held(items)
+        if held is not None:
+            return held
         return fsspec.asyn.sync(fsspec.asyn.get_loop(), self.read, items)  # type: ignore[no-any-return]
+
+    def _take_held(self, items: Sequence[Item]) -> list[np.ndarray] | None:
+        """The arrays of a read that read-ahead holds whole, taken on the calling thread: a
+        loop over variables then costs no hop to the I/O loop per variable (the loop thread
+        only adds to :attr:`_prefetched`; ``in`` and ``pop`` are atomic).  None when any item
+        is not held."""
+        if not self._prefetched:
+            return None
+        for path, key in items:
+            arr = self.refs.arrays.get(path)
+            if path not in self._prefetched or arr is None:
+                return None
+            if not is_whole(chunk_selection(arr.meta.shape, arr.meta.chunks, key), arr.meta.shape):
+                return None
+        taken = [(p, self._prefetched.pop(p, None)) for p, _ in items]
+        if any(a is None for _, a in taken):  # another thread took one first: put back, read
+            for p, a in taken:
+                if a is not None:
+                    self._prefetched.setdefault(p, a)
+            return None
+        return [a for _, a in taken]  # type: ignore[misc]
 
     async def read(self, items: Sequence[Item]) -> list[np.ndarray]:
         """Read ``(array path, key)`` selections; ``key`` holds one int or slice per axis.
@@ -178,26 +204,61 @@ class NativeReader:
             As the fetch and decode steps raise them.
         """
         # checked here, so a bad key fails its own caller and never a shared batch
-        prepared = []
+        prepared: list[tuple[str, ArrayRefs, Selection]] = []
         done: dict[int, np.ndarray] = {}
+        waiting: dict[int, tuple[str, ArrayRefs, Selection]] = {}
         for i, (path, key) in enumerate(items):
             arr = self._array(path)
             sel = chunk_selection(arr.meta.shape, arr.meta.chunks, key)
-            if path in self._prefetched and is_whole(sel, arr.meta.shape):
-                done[i] = self._prefetched.pop(path)  # read ahead: handed out once
-                continue
+            if is_whole(sel, arr.meta.shape):
+                if path in self._prefetched:
+                    done[i] = self._prefetched.pop(path)  # read ahead: handed out once
+                    continue
+                if path in self._ahead_inflight:  # being read ahead: wait, never decode twice
+                    waiting[i] = (path, arr, sel)
+                    continue
             prepared.append((path, arr, sel))
-        if not prepared:
-            return [done[i] for i in range(len(items))]
-        ahead = plan_ahead(self, prepared)
-        fut = self._enqueue(prepared, optional=False)
-        ahead_fut = self._enqueue(ahead, optional=True) if ahead else None
-        read = iter(await fut)
-        if ahead_fut is not None:
-            arrays = await ahead_fut  # None when a neighbour failed: it raises when read itself
-            if arrays is not None:
-                self._prefetched.update(zip([p for p, _, _ in ahead], arrays, strict=True))
+        fut = None
+        if prepared:
+            ahead = plan_ahead(self, prepared)
+            fut = self._enqueue(prepared, optional=False)
+            if ahead:
+                self._read_ahead(ahead)
+        if waiting:
+            # a read-ahead that failed, or whose array another read took first: read it now
+            paths = {p for p, _, _ in waiting.values()}
+            await asyncio.gather(*(asyncio.shield(self._ahead_inflight[p]) for p in paths),
+                                 return_exceptions=True)
+            again = []
+            for i, (path, _, _) in waiting.items():
+                if path in self._prefetched:
+                    done[i] = self._prefetched.pop(path)
+                else:
+                    again.append(i)
+            if again:
+                rest = await self._enqueue([waiting[i] for i in again], optional=False)
+                done.update(zip(again, rest, strict=True))
+        read = iter(await fut if fut is not None else ())
         return [done[i] if i in done else next(read) for i in range(len(items))]
+
+    def _read_ahead(self, ahead: list[tuple[str, ArrayRefs, Selection]]) -> None:
+        """Add whole reads of small arrays to this turn's batch; when they arrive they are held
+        for their own reads (:attr:`_prefetched`), which until then wait for them
+        (:attr:`_ahead_inflight`) instead of reading them again."""
+        fut = self._enqueue(ahead, optional=True)
+        paths = [p for p, _, _ in ahead]
+        self._ahead_inflight.update(dict.fromkeys(paths, fut))
+
+        def arrived(f: asyncio.Future[Any]) -> None:
+            for p in paths:
+                if self._ahead_inflight.get(p) is f:
+                    del self._ahead_inflight[p]
+            arrays = None if f.cancelled() or f.exception() is not None else f.result()
+            if arrays is not None:  # None: a neighbour failed; it raises when read itself
+                self._prefetched.update(zip(paths, arrays, strict=True))
+
+        # registered first, so the arrays are held before any waiting read resumes
+        fut.add_done_callback(arrived)
 
     @contextlib.contextmanager
     def opening(self) -> Iterator[None]:

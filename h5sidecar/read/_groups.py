@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from h5sidecar.read._xr_refs import group_members
 from h5sidecar.read._xr_store import is_cf_time, open_group_dataset, sidecar_store
 
 __all__ = ["build_datatree", "open_groups", "resolve_dimension_clashes"]
@@ -40,10 +41,11 @@ def open_groups(ref: Any, *, group: str | None = None, **kwargs: Any) -> dict[st
         with store.native.opening():  # opening reads never trigger read-ahead
             _prefetch_for_open(store, groups, indexes,
                                kwargs.get("decode_times", True) is not False)
+    members = group_members(store.refs, groups)  # one pass over the arrays, not one per group
     out: dict[str, Any] = {}
     for g in groups:
         rel = g[len(root) :].strip("/") if root else g
-        out["/" + rel] = open_group_dataset(store, group=g, **kwargs)
+        out["/" + rel] = open_group_dataset(store, group=g, _members=members[g], **kwargs)
     return out
 
 

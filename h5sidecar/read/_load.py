@@ -224,19 +224,77 @@ def load(obj: Any, *, errors: Literal["raise", "collect"] = "raise") -> Any:
             # field of a compound) have no async path: load those in a thread instead
             return await asyncio.to_thread(v.load)
 
+    # raising: variables straight over the batch reader are read in one call per reader, not
+    # through xarray's per-variable chain (collecting keeps one read per variable, so a bad
+    # chunk fails only its own)
+    direct = _direct_reads([v for _, v in lazy.values()]) if errors == "raise" else {}
+    rest = [(n, v) for n, v in lazy.values() if id(v) not in direct]
+
     async def _all() -> list[Any]:
-        return await asyncio.gather(*(_one(v) for _, v in lazy.values()),
+        readers = _by_reader(direct)
+        return await asyncio.gather(*(_read_direct(r, group) for r, group in readers),
+                                    *(_one(v) for _, v in rest),
                                     return_exceptions=errors == "collect")
 
     results = fsspec.asyn.sync(fsspec.asyn.get_loop(), _all)
     if errors == "raise":
         return obj
-    for (n, _), res in zip(lazy.values(), results, strict=True):
+    for (n, _), res in zip(rest, results, strict=True):
         if isinstance(res, BaseException):
             if not isinstance(res, COLLECTED):
                 raise res  # a bug is not a data failure: never collected
             failed[n] = res
     return failed
+
+
+def _direct_reads(variables: list[Any]) -> dict[int, tuple[Any, Any, Any, Any]]:
+    """``id(variable) -> (variable, SidecarArray, raw key, in-memory indexer)`` for the
+    variables xarray would load with nothing between its lazy wrappers and the batch reader
+    (no CF decoding step): ``MemoryCachedArray(CopyOnWriteArray(LazilyIndexedArray(
+    SidecarArray, basic key)))``, as the engine opens them."""
+    from xarray.core import indexing as ix
+
+    from h5sidecar.read._lazy_array import SidecarArray
+
+    out = {}
+    for v in variables:
+        mem = v._data
+        if type(mem) is not ix.MemoryCachedArray or type(mem.array) is not ix.CopyOnWriteArray:
+            continue
+        lazy = mem.array.array
+        if type(lazy) is not ix.LazilyIndexedArray or not isinstance(lazy.array, SidecarArray):
+            continue
+        if not isinstance(lazy.key, ix.BasicIndexer):
+            continue
+        # what xarray's explicit_indexing_adapter does with the key, split in two
+        raw, in_memory = ix.decompose_indexer(lazy.key, lazy.array.shape,
+                                              ix.IndexingSupport.BASIC)
+        out[id(v)] = (v, lazy.array, raw, in_memory)
+    return out
+
+
+def _by_reader(direct: Mapping[int, tuple[Any, Any, Any, Any]]) -> list[tuple[Any, list[Any]]]:
+    groups: dict[int, tuple[Any, list[Any]]] = {}
+    for entry in direct.values():
+        reader = entry[1].reader
+        groups.setdefault(id(reader), (reader, []))[1].append(entry)
+    return list(groups.values())
+
+
+async def _read_direct(reader: Any, entries: list[tuple[Any, Any, Any, Any]]) -> None:
+    """Load ``entries`` (see :func:`_direct_reads`) in one batch and set each variable's data
+    exactly as ``Variable.load_async`` would (the shared in-memory cache included)."""
+    from xarray.core import indexing as ix
+
+    # every variable is asked for: reading ahead would only decode arrays twice
+    with reader.opening():
+        arrays = await reader.read([(sarr.path, raw.tuple) for _, sarr, raw, _ in entries])
+    for (v, _, _, in_memory), result in zip(entries, arrays, strict=True):
+        if in_memory.tuple:
+            result = ix.apply_indexer(ix.as_indexable(result), in_memory)
+        result = ix._wrap_numpy_scalars(result)
+        v._data.array = ix.as_indexable(result)  # MemoryCachedArray: shared by copies
+        v._data = result
 
 
 def _compute_or_error(v: Any) -> Any:

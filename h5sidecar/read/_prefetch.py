@@ -9,6 +9,14 @@ opened through the same reader -- its own group's first, then the other opened g
 DataTree opens them all) -- until ``prefetch_bytes`` of decoded values are held.  Later reads
 of those arrays are served from memory, without a request; large arrays stay lazy.
 
+Large arrays stay lazy, except in a loop that reads them whole one after another: after three
+such reads in a row, each whole read of a larger array brings the arrays opened after it in
+its group, in order, while they fit in a budget of their own (``prefetch_bytes`` again, so
+at most twice ``prefetch_bytes`` are held in all; :func:`follow_on`), so a loop over a
+group's photon-rate variables waits for a round trip every few arrays, not every array.  A
+read-ahead in flight serves the reads of its arrays (they wait for it instead of reading them
+again), and a read wholly held in memory is served on the caller's thread.
+
 Rules that keep it cheap and bounded:
 
 * a single read (a user reading one variable), what xarray reads while it opens a Dataset,
@@ -16,24 +24,26 @@ Rules that keep it cheap and bounded:
 * only arrays opened as lazy variables through this reader qualify (a Dataset of one group
   never reads ahead into groups the user did not open);
 * each array is read ahead at most once per reader, and a read-ahead array is handed out once
-  (then dropped): memory held never exceeds ``prefetch_bytes``;
+  (then dropped): memory held never exceeds ``prefetch_bytes`` for small arrays, and as much
+  again for a loop's larger ones;
 * ``prefetch_bytes=0`` (``ReadSettings``, or ``H5SIDECAR_PREFETCH_BYTES`` through
   :func:`~h5sidecar.settings.from_env`) turns it off.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
-
-import numpy as np
 
 from h5sidecar.read._decode import Selection, chunk_selection
 from h5sidecar.references import ArrayRefs
 
 __all__ = [
+    "LARGE_RUN",
     "SMALL_FRACTION",
     "decoded_nbytes",
+    "follow_on",
     "is_dimension_coordinate",
     "is_small",
     "is_whole",
@@ -44,12 +54,15 @@ __all__ = [
 #: An array is "small" (it triggers, and may be part of, a read-ahead) when its decoded size is
 #: at most this fraction of the budget: one read-ahead brings at least this many arrays.
 SMALL_FRACTION = 8
+#: Whole reads of larger arrays in a row (no small one between) that start reading the next
+#: arrays of their group with them (:func:`follow_on`).
+LARGE_RUN = 3
 
 
 def decoded_nbytes(arr: ArrayRefs) -> int:
     """Bytes of an array's decoded values (from its metadata; nothing is loaded)."""
     meta = arr.meta
-    return int(np.prod(meta.shape, dtype=np.int64)) * meta.numpy_dtype.itemsize
+    return math.prod(meta.shape) * meta.numpy_dtype.itemsize  # Python ints: never overflow
 
 
 def is_small(arr: ArrayRefs, limit: int) -> bool:
@@ -111,6 +124,36 @@ def read_ahead(
     return out
 
 
+def follow_on(
+    trigger: str,
+    arrays: Mapping[str, ArrayRefs],
+    opened: Iterable[str],
+    exclude: set[str],
+    limit: int,
+    held: int = 0,
+) -> list[str]:
+    """The arrays a loop reading large arrays whole reads next: those opened after
+    ``trigger`` in its group, in order, as long as they fit in ``limit - held`` decoded bytes
+    together (the first that does not fit ends the run).  Parameters as for
+    :func:`read_ahead`."""
+    order = list(dict.fromkeys(opened))
+    if trigger not in order:
+        return []
+    group, budget = trigger.rpartition("/")[0], limit - held
+    out, total = [], 0
+    for path in order[order.index(trigger) + 1 :]:
+        if path.rpartition("/")[0] != group:
+            break
+        if path in exclude:
+            continue
+        size = decoded_nbytes(arrays[path])
+        if total + size > budget:
+            break
+        out.append(path)
+        total += size
+    return out
+
+
 def is_whole(sel: Selection, shape: Sequence[int]) -> bool:
     """True when a selection is the whole array in order (no step, no dropped axis)."""
     return (
@@ -133,14 +176,32 @@ def plan_ahead(reader: Any, prepared: list[tuple[str, ArrayRefs, Selection]]) ->
         and not is_dimension_coordinate(arr)
     ]  # fmt: skip
     reader._ahead_done.update(p for p, _, _ in prepared)
-    if not whole_small:
-        return []
-    reader._small_reads += 1
-    if reader._small_reads < 2:
-        return []
     held = sum(a.nbytes for a in reader._prefetched.values())
-    paths = read_ahead(whole_small[0], reader.refs.arrays, reader.opened,
-                       reader._ahead_done | reader._prefetched.keys(), limit, held)
+    if not whole_small:
+        whole_large = [
+            p for p, arr, sel in prepared
+            if is_whole(sel, arr.meta.shape) and not is_dimension_coordinate(arr)
+        ]  # fmt: skip
+        if not whole_large:
+            return []
+        # three in a row, none small between: a loop over large arrays, not one variable
+        # read with its two coordinates (``DataArray.load()``)
+        reader._large_reads += 1
+        if reader._large_reads < LARGE_RUN:
+            return []
+        # a budget of its own: the small arrays held for groups the loop has not reached yet
+        # must not starve it (so at most twice prefetch_bytes are held in all)
+        held_large = sum(a.nbytes for a in reader._prefetched.values()
+                         if a.nbytes > limit // SMALL_FRACTION)
+        paths = follow_on(whole_large[-1], reader.refs.arrays, reader.opened,
+                          reader._ahead_done | reader._prefetched.keys(), limit, held_large)
+    else:
+        reader._large_reads = 0
+        reader._small_reads += 1
+        if reader._small_reads < 2:
+            return []
+        paths = read_ahead(whole_small[0], reader.refs.arrays, reader.opened,
+                           reader._ahead_done | reader._prefetched.keys(), limit, held)
     paths = [p for p in paths if reader.supports(p)]
     reader._ahead_done.update(paths)
     out = []

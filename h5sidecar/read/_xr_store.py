@@ -28,12 +28,10 @@ Both the xarray engine (:mod:`h5sidecar.read.xarray_backend`) and the all-groups
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import numpy as np
 from xarray.backends.store import StoreBackendEntrypoint
 from xarray.backends.zarr import ZarrStore
 from xarray.core import indexing
@@ -42,8 +40,15 @@ from xarray.core.variable import Variable
 from h5sidecar.errors import NotIndexedError, did_you_mean
 from h5sidecar.read._batch import NativeReader
 from h5sidecar.read._lazy_array import SidecarArray
+from h5sidecar.read._xr_attrs import (
+    DEFAULT_CHUNK_BYTES,
+    aligned_chunks,
+    cf_attributes,
+    is_cf_time,
+)
+from h5sidecar.read._xr_refs import RefsGroupStore, group_members
 from h5sidecar.read.store import SidecarStore
-from h5sidecar.references import ArrayMeta, GranuleRefs
+from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
 
 __all__ = [
@@ -51,102 +56,11 @@ __all__ = [
     "aligned_chunks",
     "cf_attributes",
     "is_cf_time",
+    "open_data_store",
     "open_group_dataset",
     "open_zarr_store",
     "sidecar_store",
 ]
-
-#: Target decoded size of one Dask chunk when aligning to source chunks.
-DEFAULT_CHUNK_BYTES = 64 * 2**20
-
-_VARIABLE_TYPED = ("_FillValue", "missing_value", "valid_min", "valid_max", "valid_range")
-_PACKING = ("scale_factor", "add_offset")
-_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-
-
-def aligned_chunks(
-    shape: tuple[int, ...], chunks: tuple[int, ...], itemsize: int, chunk_bytes: int
-) -> tuple[int, ...]:
-    """Whole multiples of ``chunks`` (slowest axis grown first) of about ``chunk_bytes``.
-
-    Every returned chunk covers complete source chunks, so no source chunk is read by two Dask
-    tasks.  ``chunk_bytes <= 0`` returns the source chunks.
-    """
-    out = list(chunks)
-    nbytes = max(itemsize, 1) * math.prod(chunks)
-    if chunk_bytes <= 0 or nbytes >= chunk_bytes:
-        return tuple(chunks)
-    for ax, (size, chunk) in enumerate(zip(shape, chunks, strict=True)):
-        n = max(-(-size // chunk), 1)
-        k = max(1, min(n, chunk_bytes // nbytes))
-        out[ax] = min(chunk * k, size) if size else chunk
-        nbytes *= k
-        if k < n:
-            break
-    return tuple(out)
-
-
-def _nonfinite(value: Any) -> Any:
-    if isinstance(value, str):
-        return _NON_FINITE.get(value, value)
-    if isinstance(value, list):
-        return [_nonfinite(v) for v in value]
-    return value
-
-
-def _lossless(value: Any, dtype: np.dtype) -> Any | None:
-    """``value`` as ``dtype`` (numpy scalar or array), or None if that would change it."""
-    try:
-        src = np.asarray(_nonfinite(value))
-        if src.dtype.kind not in "biuf":
-            return None
-        with np.errstate(invalid="ignore", over="ignore"):
-            cast = src.astype(dtype)
-        if not np.array_equal(cast.astype(src.dtype), src, equal_nan=src.dtype.kind == "f"):
-            return None
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return cast[()] if cast.ndim == 0 else cast
-
-
-def _packing_value(value: Any) -> Any:
-    value = _nonfinite(value)
-    if isinstance(value, bool) or not isinstance(value, int | float | list):
-        return value
-    arr = np.asarray(value)
-    out: np.ndarray
-    if arr.dtype.kind in "iu":
-        out = arr.astype(np.int64)
-    elif arr.dtype.kind == "f":
-        as32 = arr.astype(np.float32)
-        exact = np.array_equal(as32.astype(np.float64), arr, equal_nan=True)
-        out = as32 if exact else arr.astype(np.float64)
-    else:
-        return value
-    return out[()] if out.ndim == 0 else out
-
-
-def cf_attributes(meta: ArrayMeta, hints: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The attributes of an array with CF numeric types restored (see the module docstring)."""
-    attrs = dict(meta.attrs)
-    hints = hints or {}
-    dtype = meta.numpy_dtype
-    native = dtype.newbyteorder("=") if dtype.kind in "biuf" else None
-    for name, value in attrs.items():
-        if name in hints:
-            typed = _lossless(value, np.dtype(hints[name]))
-            attrs[name] = typed if typed is not None else _nonfinite(value)
-        elif name in _VARIABLE_TYPED and native is not None:
-            typed = _lossless(value, native)
-            attrs[name] = typed if typed is not None else _packing_value(value)
-        elif name in _PACKING:
-            attrs[name] = _packing_value(value)
-    return attrs
-
-
-def is_cf_time(attrs: Mapping[str, Any]) -> bool:
-    """Whether attributes describe a CF time variable (``units`` of the form ``"<u> since <t>"``)."""
-    return isinstance(attrs.get("units"), str) and " since " in attrs["units"]
 
 
 class _SidecarZarrStore(ZarrStore):
@@ -187,13 +101,7 @@ def open_zarr_store(
     NotIndexedError
         When the sidecar has no such group.
     """
-    group = (group or "").strip("/")
-    if group not in store.refs.groups:
-        where = store.sidecar or store.refs.source.url
-        raise NotIndexedError(
-            f"no group {group!r} in the sidecar of {where}; "
-            + did_you_mean(group, store.refs.groups)
-        )
+    group = _checked_group(store, group)
     root = store.zarr_root()
     zstore = _SidecarZarrStore(
         root[group] if group else root,
@@ -205,6 +113,44 @@ def open_zarr_store(
     zstore.h5_chunk_bytes = chunk_bytes
     zstore.h5_native = store.native if native else None
     return zstore
+
+
+def _checked_group(store: SidecarStore, group: str | None) -> str:
+    group = (group or "").strip("/")
+    if group not in store.refs.groups:
+        where = store.sidecar or store.refs.source.url
+        raise NotIndexedError(
+            f"no group {group!r} in the sidecar of {where}; "
+            + did_you_mean(group, store.refs.groups)
+        )
+    return group
+
+
+def open_data_store(
+    store: SidecarStore,
+    group: str | None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    native: bool = True,
+    members: list[str] | None = None,
+) -> Any:
+    """The xarray data store for ``group``: served straight from the references
+    (:class:`~h5sidecar.read._xr_refs.RefsGroupStore`) for a Zarr v2 view read natively, else
+    xarray's ZarrStore (:func:`open_zarr_store`); both give xarray the same variables.
+
+    ``members`` (the group's array paths, see :func:`~h5sidecar.read._xr_refs.group_members`)
+    spares one pass over the granule's arrays per group when many groups are opened.
+
+    Raises
+    ------
+    NotIndexedError
+        When the sidecar has no such group.
+    """
+    if not native or store.zarr_format != 2:
+        return open_zarr_store(store, group, chunk_bytes, native)
+    group = _checked_group(store, group)
+    if members is None:
+        members = group_members(store.refs, [group])[group]
+    return RefsGroupStore(store, group, members, chunk_bytes)
 
 
 def sidecar_store(
@@ -246,11 +192,13 @@ def open_group_dataset(
     settings: ReadSettings | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     native: bool = True,
+    _members: list[str] | None = None,
 ) -> Any:
     """One group of a sidecar as a Dataset (lazily; no source bytes are read).
 
     The body of the engine's ``open_dataset`` (see
-    :meth:`h5sidecar.read.xarray_backend.H5SidecarBackend.open_dataset` for the parameters).
+    :meth:`h5sidecar.read.xarray_backend.H5SidecarBackend.open_dataset` for the parameters;
+    ``_members``: see :func:`open_data_store`).
     """
     store = sidecar_store(
         filename_or_obj,
@@ -258,7 +206,7 @@ def open_group_dataset(
         remote_options=remote_options,
         settings=settings,
     )
-    zstore = open_zarr_store(store, group, chunk_bytes, native)
+    zstore = open_data_store(store, group, chunk_bytes, native, _members)
     # what xarray reads while opening is no loop over variables: it never triggers read-ahead
     with store.native.opening():
         return StoreBackendEntrypoint().open_dataset(

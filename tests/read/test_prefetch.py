@@ -136,3 +136,55 @@ def test_prefetch_bytes_from_the_environment(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("H5SIDECAR_PREFETCH_BYTES", "0")
     assert from_env(ReadSettings).prefetch_bytes == 0
     assert ReadSettings().prefetch_bytes > 0
+
+
+def test_batch_load_decodes_every_array_once(atl03_refs: GranuleRefs, atl03_h5: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """``h5sidecar.load(tree)`` asks for every array in one turn: the arrays a read-ahead
+    already brings are taken from it, not decoded a second time in the same batch."""
+    from h5sidecar.read import _batch
+
+    decoded: list[str] = []
+
+    class Counting(_batch._Target):
+        def __init__(self, path: str, *args: Any) -> None:
+            decoded.append(path)
+            super().__init__(path, *args)
+
+    monkeypatch.setattr(_batch, "_Target", Counting)
+    store = _store(atl03_refs, 64 * 2**20)
+    tree = h5sidecar.open_datatree(store, chunks=None, create_default_indexes=False, **RAW)
+    h5sidecar.load(tree)
+    assert decoded and len(decoded) == len(set(decoded)), len(decoded) - len(set(decoded))
+    with h5py.File(atl03_h5) as f:
+        assert sum(_check_h5py(f, node.path.strip("/"), node.dataset)
+                   for node in tree.subtree) > 500
+
+
+def test_a_loop_over_large_arrays_reads_the_next_ones_together(
+        atl03_refs: GranuleRefs, atl03_h5: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a second large array is read whole in a loop, the arrays opened after it in its
+    group come in the same batch, up to ``prefetch_bytes``: fewer round trips than arrays."""
+    from h5sidecar.read import _batch
+
+    batches: list[list[str]] = []
+    serve = _batch.NativeReader._read_batch
+
+    async def counting(self: Any, prepared: Any) -> Any:
+        batches.append([p for p, _, _ in prepared])
+        return await serve(self, prepared)
+
+    monkeypatch.setattr(_batch.NativeReader, "_read_batch", counting)
+    sizes = {p: decoded_nbytes(a) for p, a in atl03_refs.arrays.items()
+             if p.startswith(GROUP + "/")}
+    limit = 3 * max(sizes.values())  # every photon array is large (> limit / 8), 3 fit
+    store = _store(atl03_refs, limit)
+    ds = xr.open_dataset(store, engine="h5sidecar", group=GROUP, chunks=None,
+                         create_default_indexes=False, **RAW)
+    large = [n for n, v in ds.variables.items() if sizes[f"{GROUP}/{n}"] > limit // SMALL_FRACTION]
+    assert len(large) >= 6
+    ds.load()
+    assert len(batches) < len(large) - 2, batches
+    assert sum(a.nbytes for a in store.native._prefetched.values()) <= 2 * limit
+    with h5py.File(atl03_h5) as f:
+        assert _check_h5py(f, GROUP, ds) >= len(large) - 1

@@ -1,0 +1,127 @@
+"""One group of a granule as an xarray data store served straight from the references.
+
+Opening a group through xarray's ``ZarrStore`` builds a zarr Group and a zarr Array per variable
+(metadata objects, codec pipelines, a members listing, hops to zarr's event loop), only for the
+engine to replace most of what they give: attributes, the lazy data and the preferred chunks.
+A DataTree of an ATL03-like granule opens ~140 groups and ~1,000 variables that way, which cost
+more than reading all of its data.  :class:`RefsGroupStore` hands xarray the same variables --
+dimensions, typed CF attributes, the encoding zarr would give (``chunks``, ``preferred_chunks``,
+``compressors``, ``filters``, ``shards``) and lazy data read by the native batch reader -- from
+the parsed references alone; xarray's own ``StoreBackendEntrypoint`` then CF-decodes them as
+before.  Arrays the batch reader does not decode (Python objects) still get a zarr Array, read
+through xarray's ``ZarrArrayWrapper``.
+
+The xarray engine uses this store for Zarr v2 views with ``native=True`` (the default); the
+tests check that its Datasets (variables, attributes, encodings, values) equal those of the
+zarr path and h5py's values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numcodecs
+from xarray.backends.common import AbstractDataStore
+from xarray.backends.zarr import DIMENSION_KEY, ZarrArrayWrapper
+from xarray.core import indexing
+from xarray.core.utils import FrozenDict
+from xarray.core.variable import Variable
+
+from h5sidecar.read._lazy_array import SidecarArray
+from h5sidecar.read._xr_attrs import aligned_chunks, cf_attributes
+from h5sidecar.references import GranuleRefs
+
+__all__ = ["RefsGroupStore", "group_members"]
+
+
+def group_members(refs: GranuleRefs, groups: Iterable[str] | None = None) -> dict[str, list[str]]:
+    """Paths of the arrays directly in each group (all groups, or ``groups``), from one pass
+    over the arrays, in the order zarr lists a group's members: the consolidated metadata's
+    sorted keys (``<path>/.zarray``), which xarray keeps as the order of the variables."""
+    out: dict[str, list[str]] = {g: [] for g in (refs.groups if groups is None else groups)}
+    for path in sorted(refs.arrays, key=lambda p: p + "/"):
+        members = out.get(path.rpartition("/")[0])
+        if members is not None:
+            members.append(path)
+    return out
+
+
+class RefsGroupStore(AbstractDataStore):
+    """xarray's view of one group of a :class:`~h5sidecar.read.store.SidecarStore`, without
+    zarr objects (see the module docstring).
+
+    Parameters
+    ----------
+    store : SidecarStore
+        A Zarr v2 view; data are read through its :class:`~h5sidecar.read._batch.NativeReader`.
+    group : str
+        Group path (``""`` for the root).
+    members : list of str
+        The paths of the group's arrays (see :func:`group_members`).
+    chunk_bytes : int
+        Target size of the preferred (Dask) chunks, see :func:`aligned_chunks`.
+    """
+
+    __slots__ = ("chunk_bytes", "group", "members", "store")
+
+    def __init__(self, store: Any, group: str, members: list[str], chunk_bytes: int) -> None:
+        self.store = store
+        self.group = group
+        self.members = members
+        self.chunk_bytes = chunk_bytes
+
+    def get_variables(self) -> Mapping[str, Variable]:
+        return FrozenDict((p.rpartition("/")[2], self._variable(p)) for p in self.members)
+
+    def get_attrs(self) -> dict[str, Any]:
+        # as xarray's ZarrStore: NCZarr's bookkeeping attributes are not the group's
+        attrs = self.store.refs.groups[self.group]
+        return {k: v for k, v in attrs.items() if not k.lower().startswith("_nc")}
+
+    def get_dimensions(self) -> dict[str, int]:
+        dims: dict[str, int] = {}
+        for path in self.members:
+            meta = self.store.refs.arrays[path].meta
+            for d, s in zip(meta.dimension_names, meta.shape, strict=True):
+                if dims.setdefault(d, s) != s:
+                    raise ValueError(
+                        f"found conflicting lengths for dimension {d} ({s} != {dims[d]})"
+                    )
+        return dims
+
+    def _variable(self, path: str) -> Variable:
+        refs, reader = self.store.refs, self.store.native
+        meta = refs.arrays[path].meta
+        dims = meta.dimension_names
+        if len(dims) != len(meta.shape):  # what xarray's ZarrStore raises for such an array
+            raise KeyError(
+                f"Zarr object is missing the attribute `{DIMENSION_KEY}`, which is required "
+                "for xarray to determine variable dimensions."
+            )
+        codec = reader.codec(path) if reader.supports(path) else None
+        data: Any
+        if codec is not None and codec.dtype == meta.numpy_dtype:
+            data = indexing.LazilyIndexedArray(SidecarArray(reader, path))
+        else:  # Python objects: zarr's reader, as on the zarr path
+            wrapper = ZarrArrayWrapper(self.store.zarr_root()[path])
+            native = codec is not None and wrapper.dtype == codec.dtype
+            data = indexing.LazilyIndexedArray(SidecarArray(reader, path) if native else wrapper)
+        hints = refs.extra.get("attribute_dtypes", {}).get(path, {})
+        chunks = tuple(int(c) for c in meta.chunks)
+        aligned = aligned_chunks(meta.shape, chunks, meta.numpy_dtype.itemsize, self.chunk_bytes)
+        # the keys and values xarray's ZarrStore puts there for a Zarr v2 array
+        encoding: dict[str, Any] = {
+            "chunks": chunks,
+            "preferred_chunks": dict(zip(dims, aligned, strict=True)),
+        }
+        if data.dtype.kind == "T":  # as ZarrStore: zarr's own string dtype is kept
+            encoding["dtype"] = data.dtype
+        encoding["compressors"] = _codecs([meta.compressor] if meta.compressor else [])
+        encoding["filters"] = _codecs(meta.filters)
+        encoding["shards"] = None
+        return Variable(dims, data, cf_attributes(meta, hints), encoding)
+
+
+def _codecs(configs: Iterable[Mapping[str, Any]]) -> tuple[Any, ...]:
+    return tuple(numcodecs.get_codec(dict(c)) for c in configs)
