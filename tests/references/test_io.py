@@ -22,7 +22,7 @@ from h5sidecar.references import (
     ChunkManifest,
     GranuleRefs,
     SourceInfo,
-    _io,
+    _atomic_local,
     read_refs,
     write_json,
     write_parquet,
@@ -56,7 +56,7 @@ def test_json_failure_keeps_the_old_sidecar(tmp_path: Path) -> None:
         raise RuntimeError("disk went away")
 
     with pytest.raises(RuntimeError, match="disk went away"):
-        _io._write_local_file(dest, failing())
+        _atomic_local.write_local_file(dest, failing())
     assert dest.read_bytes() == before
     assert _listing(tmp_path) == ["g.h5.json"]
 
@@ -73,7 +73,7 @@ def test_parquet_replaces_whole_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exchange: bool
 ) -> None:
     if not exchange:
-        monkeypatch.setattr(_io, "_exchange", lambda a, b: False)  # the portable path
+        monkeypatch.setattr(_atomic_local, "_exchange", lambda a, b: False)  # the portable path
     dest = tmp_path / "g.h5.parq"
     big = refs_with_grid([0] * 12, 1)
     write_parquet(big, dest, record_size=1)
@@ -101,7 +101,7 @@ def test_parquet_failure_keeps_the_old_sidecar(tmp_path: Path) -> None:
         raise RuntimeError("interrupted")
 
     with pytest.raises(RuntimeError, match="interrupted"):
-        _io._write_local_dir(dest, failing())
+        _atomic_local.write_local_dir(dest, failing())
     assert {p: (dest / p).read_bytes() for p in _listing(dest)} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.h5.parq"]
 
