@@ -31,16 +31,22 @@ from typing import Any
 import numpy as np
 
 from h5sidecar.errors import UnsupportedFeatureError, did_you_mean
+from h5sidecar.read._batch_parts import Chunk as _Chunk
+from h5sidecar.read._batch_parts import Target as _Target
+from h5sidecar.read._batch_parts import decode_all as _decode_all
+from h5sidecar.read._batch_parts import decode_chunks as _decode_chunks
+from h5sidecar.read._batch_parts import flat_numbers as _flat_numbers
+from h5sidecar.read._batch_parts import in_pool as _in_pool
+from h5sidecar.read._batch_parts import load_manifests as _load_manifests
+from h5sidecar.read._batch_parts import out_dtype
 from h5sidecar.read._cache import ByteLRU, range_cache_key
 from h5sidecar.read._decode import (
     ChunkCodec,
     Selection,
     chunk_selection,
-    decode_executor,
-    place_chunk,
 )
 from h5sidecar.read._prefetch import is_whole, plan_ahead
-from h5sidecar.read._subchunk import SubRead, gather_box, subchunk_read
+from h5sidecar.read._subchunk import SubRead, subchunk_read
 from h5sidecar.references import INLINE, MISSING, ArrayRefs, ChunkManifest, GranuleRefs
 from h5sidecar.sources._fetch import ChunkFetcher, _gather_or_cancel
 
@@ -51,54 +57,6 @@ _GROUP_MIN = 1 * 2**20
 _GROUPS_PER_BATCH = 32
 
 Item = tuple[str, tuple[Any, ...]]
-
-
-def out_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype reads return: numbers in this machine's byte order (as xarray and h5py give
-    them), structured and byte-string types as stored."""
-    return dtype.newbyteorder("=") if dtype.fields is None and dtype.kind in "biufc" else dtype
-
-
-class _Target:
-    """One selection being read: its output box and how chunks land in it."""
-
-    __slots__ = ("codec", "out", "path", "sel")
-
-    def __init__(self, path: str, codec: ChunkCodec, sel: Selection) -> None:
-        self.path = path
-        self.codec = codec
-        self.sel = sel
-        self.out = np.empty(sel.shape, dtype=out_dtype(codec.dtype), order=codec.order)  # type: ignore[call-overload]
-
-    def place(self, index: Sequence[int], chunk: Any) -> None:
-        place_chunk(self.out, self.sel, self.codec.chunks, index, chunk)
-
-    def decode_place(self, index: Sequence[int], data: Any) -> None:
-        dest = self.direct(index)
-        chunk = self.codec.decode(data, where=f"{self.path} {tuple(index)}", dest=dest)
-        if dest is None:
-            self.place(index, chunk)
-
-    def direct(self, index: Sequence[int]) -> np.ndarray | None:
-        """The bytes of the output a whole chunk maps to, when the chunk can be decoded
-        straight into them (it lies wholly inside the selection, the region is contiguous and
-        the output keeps the stored byte order), else None."""
-        codec = self.codec
-        if codec.order != "C" or self.out.dtype != codec.dtype:
-            return None
-        dst = []
-        for i, c, a, n in zip(index, codec.chunks, self.sel.lo, self.sel.shape, strict=True):
-            start = i * c - a
-            if start < 0 or start + c > n:
-                return None  # an edge chunk, or one the selection cuts
-            dst.append(slice(start, start + c))
-        region = self.out[tuple(dst)] if dst else self.out  # out[()] of a 0-d array copies
-        if not region.flags.c_contiguous:
-            return None
-        return region.reshape(-1).view(np.uint8)
-
-    def result(self) -> np.ndarray:
-        return self.out[self.sel.post] if self.sel.post else self.out
 
 
 class NativeReader:
@@ -499,72 +457,9 @@ class NativeReader:
         await _in_pool(_decode_chunks, group)
 
 
-class _Chunk:
-    """One stored chunk a batch reads, and the selections it lands in."""
-
-    __slots__ = ("data", "index", "length", "offset", "sub", "targets", "url")
-
-    def __init__(self, url: str, offset: int, length: int, index: tuple[int, ...]) -> None:
-        self.url = url
-        self.offset = offset
-        self.length = length
-        self.index = index
-        self.targets: list[_Target] = []
-        self.data: Any = None
-        self.sub: SubRead | None = None  # set when only some runs of the chunk are read
-
-    @property
-    def cost(self) -> int:
-        """Bytes this chunk's read moves (its runs' ranges, or the whole chunk)."""
-        return self.length if self.sub is None else self.sub.nbytes
-
-
 def _rebuild(refs: GranuleRefs, fetcher: ChunkFetcher, cached: bool) -> NativeReader:
     from h5sidecar.read._cache import CHUNKS, fit_shared_caches
 
     if cached:
         fit_shared_caches()  # this process's sizes (a worker's own environment)
     return NativeReader(refs, fetcher, CHUNKS if cached else None)
-
-
-def _decode_chunks(group: list[_Chunk]) -> None:
-    for r in group:
-        first = r.targets[0]
-        if r.sub is not None:
-            first.out[r.sub.dst] = gather_box(r.sub, first.codec.dtype, r.data)
-            r.data = None
-            continue
-        dest = first.direct(r.index) if len(r.targets) == 1 else None
-        chunk = first.codec.decode(r.data, where=f"{first.path} {r.index}", dest=dest)
-        r.data = None  # the encoded bytes are not needed any more
-        if dest is None:
-            for t in r.targets:
-                t.place(r.index, chunk)
-
-
-def _decode_all(jobs: list[tuple[_Target, tuple[int, ...], Any]]) -> None:
-    for target, index, data in jobs:
-        target.decode_place(index, data)
-
-
-async def _in_pool(fn: Any, *args: Any) -> Any:
-    return await asyncio.get_running_loop().run_in_executor(decode_executor(), fn, *args)
-
-
-def _flat_numbers(grid: np.ndarray, grid_shape: tuple[int, ...]) -> np.ndarray:
-    """Flat (C-order) chunk numbers of grid indices (``[n, ndim]``)."""
-    if not grid_shape:
-        return np.zeros(grid.shape[0], dtype=np.int64)
-    return np.ravel_multi_index(tuple(grid.T), grid_shape).astype(np.int64)
-
-
-async def _load_manifests(arrays: list[ArrayRefs]) -> None:
-    """Load, concurrently in threads, the manifests not in memory yet (lazy sidecars)."""
-    pending = {id(a): a for a in arrays if not getattr(a, "manifest_loaded", True)}
-    if pending:
-        await asyncio.gather(*(asyncio.to_thread(_touch, a) for a in pending.values()))
-
-
-def _touch(arr: ArrayRefs) -> None:
-    arr.manifest  # noqa: B018 - the access loads it
-

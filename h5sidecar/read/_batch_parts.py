@@ -1,0 +1,127 @@
+"""The pieces of a batch read (:mod:`h5sidecar.read._batch`): the output box of each selection,
+the stored chunks a batch reads, and their decoding in the process-wide decode pool."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from h5sidecar.read._decode import ChunkCodec, Selection, decode_executor, place_chunk
+from h5sidecar.read._subchunk import SubRead, gather_box
+from h5sidecar.references import ArrayRefs
+
+__all__ = ["Chunk", "Target", "decode_all", "decode_chunks", "flat_numbers", "in_pool",
+           "load_manifests", "out_dtype"]
+
+
+def out_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype reads return: numbers in this machine's byte order (as xarray and h5py give
+    them), structured and byte-string types as stored."""
+    return dtype.newbyteorder("=") if dtype.fields is None and dtype.kind in "biufc" else dtype
+
+
+class Target:
+    """One selection being read: its output box and how chunks land in it."""
+
+    __slots__ = ("codec", "out", "path", "sel")
+
+    def __init__(self, path: str, codec: ChunkCodec, sel: Selection) -> None:
+        self.path = path
+        self.codec = codec
+        self.sel = sel
+        self.out = np.empty(sel.shape, dtype=out_dtype(codec.dtype), order=codec.order)  # type: ignore[call-overload]
+
+    def place(self, index: Sequence[int], chunk: Any) -> None:
+        place_chunk(self.out, self.sel, self.codec.chunks, index, chunk)
+
+    def decode_place(self, index: Sequence[int], data: Any) -> None:
+        dest = self.direct(index)
+        chunk = self.codec.decode(data, where=f"{self.path} {tuple(index)}", dest=dest)
+        if dest is None:
+            self.place(index, chunk)
+
+    def direct(self, index: Sequence[int]) -> np.ndarray | None:
+        """The bytes of the output a whole chunk maps to, when the chunk can be decoded
+        straight into them (it lies wholly inside the selection, the region is contiguous and
+        the output keeps the stored byte order), else None."""
+        codec = self.codec
+        if codec.order != "C" or self.out.dtype != codec.dtype:
+            return None
+        dst = []
+        for i, c, a, n in zip(index, codec.chunks, self.sel.lo, self.sel.shape, strict=True):
+            start = i * c - a
+            if start < 0 or start + c > n:
+                return None  # an edge chunk, or one the selection cuts
+            dst.append(slice(start, start + c))
+        region = self.out[tuple(dst)] if dst else self.out  # out[()] of a 0-d array copies
+        if not region.flags.c_contiguous:
+            return None
+        return region.reshape(-1).view(np.uint8)
+
+    def result(self) -> np.ndarray:
+        return self.out[self.sel.post] if self.sel.post else self.out
+
+
+class Chunk:
+    """One stored chunk a batch reads, and the selections it lands in."""
+
+    __slots__ = ("data", "index", "length", "offset", "sub", "targets", "url")
+
+    def __init__(self, url: str, offset: int, length: int, index: tuple[int, ...]) -> None:
+        self.url = url
+        self.offset = offset
+        self.length = length
+        self.index = index
+        self.targets: list[Target] = []
+        self.data: Any = None
+        self.sub: SubRead | None = None  # set when only some runs of the chunk are read
+
+    @property
+    def cost(self) -> int:
+        """Bytes this chunk's read moves (its runs' ranges, or the whole chunk)."""
+        return self.length if self.sub is None else self.sub.nbytes
+
+
+def decode_chunks(group: list[Chunk]) -> None:
+    for r in group:
+        first = r.targets[0]
+        if r.sub is not None:
+            first.out[r.sub.dst] = gather_box(r.sub, first.codec.dtype, r.data)
+            r.data = None
+            continue
+        dest = first.direct(r.index) if len(r.targets) == 1 else None
+        chunk = first.codec.decode(r.data, where=f"{first.path} {r.index}", dest=dest)
+        r.data = None  # the encoded bytes are not needed any more
+        if dest is None:
+            for t in r.targets:
+                t.place(r.index, chunk)
+
+
+def decode_all(jobs: list[tuple[Target, tuple[int, ...], Any]]) -> None:
+    for target, index, data in jobs:
+        target.decode_place(index, data)
+
+
+async def in_pool(fn: Any, *args: Any) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(decode_executor(), fn, *args)
+
+
+def flat_numbers(grid: np.ndarray, grid_shape: tuple[int, ...]) -> np.ndarray:
+    """Flat (C-order) chunk numbers of grid indices (``[n, ndim]``)."""
+    if not grid_shape:
+        return np.zeros(grid.shape[0], dtype=np.int64)
+    return np.ravel_multi_index(tuple(grid.T), grid_shape).astype(np.int64)
+
+
+async def load_manifests(arrays: list[ArrayRefs]) -> None:
+    """Load, concurrently in threads, the manifests not in memory yet (lazy sidecars)."""
+    pending = {id(a): a for a in arrays if not getattr(a, "manifest_loaded", True)}
+    if pending:
+        await asyncio.gather(*(asyncio.to_thread(_touch, a) for a in pending.values()))
+
+
+def _touch(arr: ArrayRefs) -> None:
+    arr.manifest  # noqa: B018 - the access loads it
