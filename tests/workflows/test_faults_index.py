@@ -162,14 +162,16 @@ def test_a_worker_stuck_past_the_time_limit_is_ended() -> None:
 @pytest.fixture
 def slow_s3(sample: Path, tmp_path: Path) -> Iterator[dict[str, str]]:
     """Granules on the benchmark S3 server answering each request after 300 ms: indexing one
-    takes many seconds.  Yields the environment the CLI needs to reach it."""
+    takes many seconds (small granules are not fetched whole here, so every level of their
+    metadata is a round trip).  Yields the environment the CLI needs to reach it."""
     root = tmp_path / "s3"
     (root / "slow").mkdir(parents=True)
     for i in range(4):
         shutil.copy(sample, root / "slow" / f"G{i}.h5")
     url, stop = start_server(root, latency_ms=300)
     try:
-        yield {**os.environ, **S3_CREDENTIALS, "AWS_ENDPOINT_URL": url, "AWS_ALLOW_HTTP": "true"}
+        yield {**os.environ, **S3_CREDENTIALS, "AWS_ENDPOINT_URL": url, "AWS_ALLOW_HTTP": "true",
+               "H5SIDECAR_SOURCE_WHOLE_OBJECT_BYTES": "0"}
     finally:
         stop()
 
