@@ -11,7 +11,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ from h5sidecar.settings import IndexSettings
 from h5sidecar.workflows import index_many, list_granules, read_report, verify_refs
 from h5sidecar.workflows._executors import Task, run_tasks
 from h5sidecar.workflows._index import IndexOptions, index_one
+from tests._cli_launch import h5sidecar_command
 from tests.conftest import S3_CREDENTIALS, free_port
 from tests.workflows.conftest import open_plain
 
@@ -189,9 +189,7 @@ def _session(pid: int) -> list[psutil.Process]:
 
 
 def _start_index(env: dict[str, str], dest: Path, *extra: str) -> subprocess.Popen[str]:
-    exe = shutil.which("h5sidecar", path=str(Path(sys.executable).parent))
-    assert exe is not None
-    cmd = [exe, "index", "s3://slow/", "-o", str(dest), "--workers", "2", *extra]
+    cmd = h5sidecar_command("index", "s3://slow/", "-o", str(dest), "--workers", "2", *extra)
     return subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 

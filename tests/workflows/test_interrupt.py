@@ -4,15 +4,14 @@ and a re-run completes it."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from h5sidecar.references import read_refs
 from h5sidecar.workflows import read_report
+from tests._cli_launch import h5sidecar_command
 from tests.workflows.conftest import assert_matches_h5py, write_granule
 
 N_GRANULES = 24
@@ -27,10 +26,8 @@ def test_sigkill_mid_batch_then_rerun_completes(tmp_path: Path) -> None:
     for i in range(N_GRANULES):
         write_granule(src / f"G{i:02d}.h5", seed=i, n=20_000)
     dest = tmp_path / "out"
-    exe = shutil.which("h5sidecar", path=str(Path(sys.executable).parent))
-    assert exe is not None
     # one worker and checksums (reads every chunk) keep the batch busy long enough to kill it
-    cmd = [exe, "index", str(src), "-o", str(dest), "--workers", "1", "--checksums"]
+    cmd = h5sidecar_command("index", str(src), "-o", str(dest), "--workers", "1", "--checksums")
     log = tmp_path / "stderr.txt"
     with open(log, "w") as err:
         proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
@@ -51,7 +48,7 @@ def test_sigkill_mid_batch_then_rerun_completes(tmp_path: Path) -> None:
     for name in done:  # whatever is visible is a complete sidecar
         refs = read_refs(str(dest / name))
         assert refs.source.url == str(src / name[: -len(".parq")])
-    res = subprocess.run([exe, "index", str(src), "-o", str(dest), "--workers", "2"],
+    res = subprocess.run(h5sidecar_command("index", str(src), "-o", str(dest), "--workers", "2"),
                          capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
     report = read_report(str(dest))
@@ -69,9 +66,7 @@ def test_ctrl_c_writes_an_incomplete_report(tmp_path: Path) -> None:
     for i in range(12):
         write_granule(src / f"G{i:02d}.h5", seed=i, n=20_000)
     dest = tmp_path / "out"
-    exe = shutil.which("h5sidecar", path=str(Path(sys.executable).parent))
-    assert exe is not None
-    cmd = [exe, "index", str(src), "-o", str(dest), "--workers", "1", "--checksums"]
+    cmd = h5sidecar_command("index", str(src), "-o", str(dest), "--workers", "1", "--checksums")
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
