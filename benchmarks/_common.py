@@ -16,6 +16,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 BENCH_DIR = Path(__file__).resolve().parent
 DATA_DIR = BENCH_DIR / "data"  # git-ignored
 RESULTS_DIR = BENCH_DIR / "results"  # git-ignored
@@ -215,3 +217,17 @@ def run_and_report(
     if args.update_readme:
         replace_section(BENCH_DIR / "README.md", name, text)
     return results
+
+
+def analysis_results(args: Any, paths: Sequence[Path], rows: dict[str, Any]) -> dict[str, Any]:
+    """The saved results of a workflow run: each analysis case's median over its runs (the
+    run stops if the runs of one case counted different photons), the arguments, the mean
+    granule size and the environment."""
+    for r in rows["analysis"]:
+        r["seconds"] = float(np.median(r["runs"]))
+        if len(set(r["photons_runs"])) != 1:
+            raise SystemExit(f"{r['case']}: photon counts differ between runs")
+    return {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+                     if k != "func"},
+            "granule_mb": round(sum(p.stat().st_size for p in paths) / len(paths) / 1e6, 1),
+            "environment": environment(), **rows}

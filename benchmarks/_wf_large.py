@@ -109,17 +109,10 @@ def run_large(args: argparse.Namespace) -> dict[str, Any]:
                         add_run(f"{label} dask {n}", seconds, int(_merge(*parts)[2].sum()),
                                 get_stats(url))
                         check_same(f"h5sidecar dask {n} vs {label}", grid, parts, args.grid)
-        for r in rows["analysis"]:
-            r["seconds"] = float(np.median(r["runs"]))
-            if len(set(r["photons_runs"])) != 1:
-                raise SystemExit(f"{r['case']}: photon counts differ between runs")
     finally:
         stop()
         shutil.rmtree(work, ignore_errors=True)
-    return {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-                     if k != "func"},
-            "granule_mb": round(sum(p.stat().st_size for p in paths) / len(paths) / 1e6, 1),
-            "environment": c.environment(), **rows}
+    return c.analysis_results(args, paths, rows)
 
 
 def report_large(results: dict[str, Any]) -> str:

@@ -311,17 +311,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for _ in range(args.repeats):
             seconds, parts = timed(lambda: [h5py_grid_one(u, args.grid) for u in urls])
             add_run("h5py + s3fs serial", seconds, int(_merge(*parts)[2].sum()))
-        for r in rows["analysis"]:
-            r["seconds"] = float(np.median(r["runs"]))
-            if len(set(r["photons_runs"])) != 1:
-                raise SystemExit(f"{r['case']}: photon counts differ between runs")
     finally:
         stop()
         shutil.rmtree(work, ignore_errors=True)
-    return {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-                     if k != "func"},
-            "granule_mb": round(sum(p.stat().st_size for p in paths) / len(paths) / 1e6, 1),
-            "environment": c.environment(), **rows}
+    return c.analysis_results(args, paths, rows)
 
 
 def _check(report: Any) -> Any:
