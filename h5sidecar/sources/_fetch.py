@@ -6,8 +6,8 @@
 1. refuses, before any I/O, URLs outside the allow-list, ranges longer than
    ``max_range_bytes`` and ranges past the end of a source's recorded size;
 2. coalesces the ranges with :func:`~h5sidecar.sources._plan.plan_reads`;
-3. issues the plan's requests concurrently, at most ``max_concurrency`` at a time per fetcher,
-   through one connection pool per bucket/host (obstore) or ``os.pread`` in threads;
+3. issues the plan's requests concurrently, at most ``max_concurrency`` at a time per fetcher
+   (and, in a lane of their own, ``max_small_concurrency`` requests of at most 64 KiB), through one connection pool per bucket/host (obstore) or ``os.pread`` in threads;
 4. retries throttling, 5xx, resets, timeouts and short bodies with exponential backoff and full
    jitter (the package's one retry policy, :mod:`h5sidecar.sources._retry`), and raises :class:`~h5sidecar.errors.SourceReadError` when retries run out;
 5. confirms, before serving any byte, that the object is the one the sidecar describes (size and
@@ -55,6 +55,9 @@ from h5sidecar.sources._urls import SourceLocation, parse_url
 __all__ = ["ChunkFetcher", "scrub_credentials"]
 
 log = logging.getLogger("h5sidecar.fetch")
+
+#: Requests of at most this many bytes wait in the small lane (``max_small_concurrency``).
+SMALL_REQUEST_BYTES = 64 * 2**10
 
 class ChunkFetcher:
     """Fetch byte ranges of allowed sources, concurrently, with retries and a freshness guard.
@@ -114,7 +117,8 @@ class ChunkFetcher:
         self._local = LocalReader()
         self._remote = ObjectStoreReader(self.storage_options)
         self._http = HttpReader(self.storage_options)
-        self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]
+        self._semaphores: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, tuple[asyncio.Semaphore, asyncio.Semaphore]]
         self._semaphores = weakref.WeakKeyDictionary()
 
     # -- pickling: no credentials, no live clients ---------------------------------------------
@@ -231,20 +235,24 @@ class ChunkFetcher:
         info = self._known.get(parse_url(url, untrusted=True).url)
         return -1 if info is None else info.size
 
-    def _semaphore(self) -> asyncio.Semaphore:
+    def _semaphore(self, nbytes: int) -> asyncio.Semaphore:
+        """The lane a request of ``nbytes`` waits in: small requests are bound by latency, not
+        bandwidth, so they have a wider lane of their own (``max_small_concurrency``)."""
         # asyncio primitives belong to one loop; zarr's loop and fsspec's loop each get theirs.
         loop = asyncio.get_running_loop()
-        sem = self._semaphores.get(loop)
-        if sem is None:
-            sem = self._semaphores[loop] = asyncio.Semaphore(self.settings.max_concurrency)
-        return sem
+        lanes = self._semaphores.get(loop)
+        if lanes is None:
+            lanes = self._semaphores[loop] = (
+                asyncio.Semaphore(self.settings.max_concurrency),
+                asyncio.Semaphore(self.settings.max_small_concurrency))
+        return lanes[nbytes <= SMALL_REQUEST_BYTES]
 
     async def _get(self, loc: SourceLocation, start: int, stop: int) -> Any:
         reader = self._reader(loc)
 
         async def once() -> Any:
             t0 = time.perf_counter()
-            async with self._semaphore():
+            async with self._semaphore(stop - start):
                 data, seen = await self._timed(reader.read(loc, start, stop), loc)
             # identity first: a replaced, shorter object is stale, not a flaky network
             self._check_fresh(loc, seen)
@@ -269,7 +277,8 @@ class ChunkFetcher:
             raise SourceReadError(
                 f"reading bytes [{start}, {stop}) of {loc.url} failed "
                 f"{self.settings.retries + 1} times; last error: {last}. The store may be "
-                "throttling or unreachable: retry later, lower H5SIDECAR_MAX_CONCURRENCY, or raise "
+                "throttling or unreachable: retry later, lower H5SIDECAR_MAX_CONCURRENCY and "
+                "H5SIDECAR_MAX_SMALL_CONCURRENCY, or raise "
                 "H5SIDECAR_RETRIES / H5SIDECAR_BACKOFF.",
                 url=loc.url,
             ) from last
@@ -328,7 +337,7 @@ class ChunkFetcher:
         reader = self._reader(loc)
 
         async def once() -> ObservedIdentity:
-            async with self._semaphore():
+            async with self._semaphore(0):  # a HEAD/stat is a small request
                 return await self._timed(reader.stat(loc), loc)  # type: ignore[no-any-return]
 
         try:
@@ -384,6 +393,7 @@ def _check_settings(s: ReadSettings) -> None:
     """Refuse settings that would deadlock or loop (e.g. a semaphore of 0)."""
     bad = {
         "max_concurrency": s.max_concurrency < 1,
+        "max_small_concurrency": s.max_small_concurrency < 1,
         "max_request": s.max_request < 1,
         "max_range_bytes": s.max_range_bytes < 1,
         "max_gap": s.max_gap < 0,

@@ -237,11 +237,33 @@ def test_ranges_past_the_source_or_too_long_are_invalid(s3_granule, proxied, pro
 
 def test_concurrency_is_bounded(s3_granule, proxied, proxy):
     url, chunks, info = s3_granule
-    settings = replace(FAST, max_gap=0, max_request=1024, max_concurrency=2)
+    settings = replace(FAST, max_gap=0, max_request=1024, max_concurrency=2,
+                       max_small_concurrency=2)  # fmt: skip
     fetcher = ChunkFetcher(settings, storage_options=proxied, sources=[info])
     assert fetcher.fetch_sync(requests_for(url, chunks[:8])) == [c[2] for c in chunks[:8]]
     assert len(proxy.gets()) > 10
     assert 1 <= proxy.peak_in_flight <= 2
+
+
+def test_small_requests_have_a_wider_lane(s3, s3_bucket, s3_storage_options, proxied, proxy):
+    """Requests of at most 64 KiB (latency-bound) wait in their own, wider lane; larger ones
+    stay bounded by ``max_concurrency``."""
+    blob = np.random.default_rng(3).integers(0, 256, 2**20, dtype=np.uint8).tobytes()
+    url = f"s3://{s3_bucket}/g/blob.bin"
+    s3.pipe(url, blob)
+    info = source_identity(url, s3_storage_options)
+    settings = replace(FAST, max_gap=0, max_request=2**20, max_concurrency=2,
+                       max_small_concurrency=8)  # fmt: skip
+    fetcher = ChunkFetcher(settings, storage_options=proxied, sources=[info])
+    large = [(url, i * 80 * 2**10, 70 * 2**10) for i in range(12)]
+    assert fetcher.fetch_sync(large) == [blob[o : o + n] for _, o, n in large]
+    assert len(proxy.gets()) == 12
+    assert 1 <= proxy.peak_in_flight <= 2
+    proxy.clear()
+    small = [(url, i * 2**14, 1000) for i in range(48)]
+    assert fetcher.fetch_sync(small) == [blob[o : o + n] for _, o, n in small]
+    assert len(proxy.gets()) == 48
+    assert 2 < proxy.peak_in_flight <= 8
 
 
 def test_pickles_without_credentials(s3_granule, s3_endpoint):
@@ -357,7 +379,7 @@ def test_empty_and_duplicate_requests(granule):
 
 
 @pytest.mark.parametrize(
-    "change", [{"max_concurrency": 0}, {"retries": -1}, {"max_request": 0}, {"backoff": -0.5}]
+    "change", [{"max_concurrency": 0}, {"max_small_concurrency": 0}, {"retries": -1}, {"max_request": 0}, {"backoff": -0.5}]
 )
 def test_unusable_settings_are_refused(change):
     with pytest.raises(ValueError, match=next(iter(change))):
