@@ -295,7 +295,10 @@ class ChunkFetcher:
     async def _timed(self, aw: Any, loc: SourceLocation) -> Any:
         """``await aw`` within ``settings.request_timeout`` (a timeout is a transient failure)."""
         try:
-            return await asyncio.wait_for(aw, self.settings.request_timeout)
+            # asyncio.timeout runs ``aw`` in this task; wait_for (3.11) wraps it in a new task,
+            # a cost every one of thousands of small requests paid
+            async with asyncio.timeout(self.settings.request_timeout):
+                return await aw
         except TimeoutError as exc:
             raise TransientReadError(
                 f"no answer from {loc.url} within request_timeout="
