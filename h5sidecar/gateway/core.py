@@ -37,20 +37,20 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from h5sidecar.errors import H5SidecarError, NotIndexedError, SourceReadError
 from h5sidecar.gateway._dest import DestIndex, DestSnapshot
-from h5sidecar.gateway._http import Admission, BadRequestError, ResponseTooLargeError, etag_of
+from h5sidecar.gateway._http import Admission, BadRequestError, etag_of
 from h5sidecar.gateway._metrics import GatewayMetrics
+from h5sidecar.gateway._reads import UpstreamReads
 from h5sidecar.gateway._rechunk import rechunk_document, virtual_layout
-from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, ShardLayout, shard_layout
+from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, shard_layout
 from h5sidecar.gateway._views import GranuleEntry, Resolved, View
 from h5sidecar.read._cache import ByteLRU, load_refs, sidecar_identity
 from h5sidecar.read._cube import cube_names, is_cube
-from h5sidecar.read._keyspace import ChunkRef
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import GatewaySettings, ReadSettings
 from h5sidecar.sources._allow import AllowList
@@ -59,8 +59,6 @@ __all__ = ["MAX_SHARD_FACTOR", "Gateway", "Resolved", "View"]
 
 log = logging.getLogger("h5sidecar.gateway")
 
-#: Chunks up to this size are kept in the hot-chunk cache.
-CHUNK_CACHE_ITEM = 4 * 2**20
 #: A miss on an unknown granule re-lists DEST at most this often (seconds).
 MISS_REFRESH_SECONDS = 2.0
 
@@ -110,18 +108,14 @@ class Gateway:
                               refresh_seconds=refresh_seconds, cubes=cube_names(cubes))  # fmt: skip
         self.revalidate_seconds = revalidate_seconds
         self.metrics = GatewayMetrics()
-        self.admission = Admission(settings.max_upstream, settings.max_pending)
         budget = settings.cache_bytes
         self._entries: ByteLRU[GranuleEntry] = ByteLRU(budget // 2, size=lambda e: e.nbytes)
         self._docs: ByteLRU[bytes] = ByteLRU(budget // 8)
-        self._chunks: ByteLRU[bytes] = ByteLRU(budget - budget // 2 - budget // 8)
+        self.reads = UpstreamReads(settings, self.read_settings, self.metrics,
+                                   ByteLRU(budget - budget // 2 - budget // 8))  # fmt: skip
         self._snap: DestSnapshot | None = None
-        self._allow = AllowList(())
         self._listing: asyncio.Future[DestSnapshot] | None = None
         self._loading: dict[str, asyncio.Future[GranuleEntry]] = {}
-        # per-granule upstream gates (created on demand, dropped when idle): one slow or
-        # blocking source holds at most max_per_granule of the max_upstream slots
-        self._per_granule: dict[str, Admission] = {}
 
     # -- DEST ------------------------------------------------------------------------------------
     @property
@@ -350,115 +344,25 @@ class Gateway:
 
     # -- reads -------------------------------------------------------------------------------------
     async def read(self, res: Resolved, start: int = 0, stop: int | None = None) -> bytes:
-        """Bytes ``[start, stop)`` of the value of ``res`` (the whole value by default).
+        """Bytes ``[start, stop)`` of the value of ``res`` (see :meth:`UpstreamReads.read`)."""
+        return await self.reads.read(res, start, stop)
 
-        Raises
-        ------
-        ResponseTooLargeError
-            More than ``max_response_bytes`` asked for.
-        ForbiddenSourceError
-            The reference points outside the allow-list (nothing is fetched).
-        StaleReferenceError, SourceReadError
-            From the fetcher (the source changed; reads kept failing).
-        """
-        stop = res.size if stop is None else stop
-        if stop - start > self.settings.max_response_bytes:
-            raise ResponseTooLargeError(
-                f"{res.key!r} is {stop - start} bytes, more than max_response_bytes="
-                f"{self.settings.max_response_bytes}: request it in parts with a Range header"
-                + (" or use fewer chunks per shard" if res.kind == "shard" else "")
-            )
-        if res.data is not None:
-            return res.data[start:stop]
-        if res.ref is not None:
-            return await self._read_chunk(res, res.ref, start, stop)
-        assert res.layout is not None
-        return await self._read_shard(res, res.layout, start, stop)
+    def upstream(self, name: str) -> AbstractAsyncContextManager[None]:
+        """Hold an upstream slot for granule ``name`` (see :meth:`UpstreamReads.upstream`)."""
+        return self.reads.upstream(name)
 
-    async def _cached_chunk(self, res: Resolved, ref: ChunkRef) -> bytes | None:
-        data = self._chunks.get((res.source_id, *ref))
-        self.metrics.inc("h5sidecar_cache_" + ("hits" if data else "misses") + "_total",
-                         cache="chunk")  # fmt: skip
-        if data is not None:
-            # a hit is served only while the source was seen unchanged within
-            # revalidate_seconds (else one HEAD/stat; StaleReferenceError -> 409)
-            assert res.fetcher is not None
-            await res.fetcher.revalidate([ref[0]])
-        return data
+    @property
+    def admission(self) -> Admission:
+        """The gateway-wide upstream slots (``max_upstream``, ``max_pending``)."""
+        return self.reads.admission
 
-    def _keep_chunk(self, res: Resolved, ref: ChunkRef, data: bytes) -> None:
-        if len(data) <= CHUNK_CACHE_ITEM:
-            self._chunks.put((res.source_id, *ref), data)
+    @property
+    def _allow(self) -> AllowList:
+        return self.reads.allow
 
-    async def _read_chunk(self, res: Resolved, ref: ChunkRef, start: int, stop: int) -> bytes:
-        cached = await self._cached_chunk(res, ref)
-        if cached is not None:
-            return cached[start:stop]
-        url, offset, _ = ref
-        (data,) = await self._fetch(res, [(url, offset + start, stop - start)])
-        if start == 0 and stop == ref[2]:
-            self._keep_chunk(res, ref, data)
-        return data
-
-    async def _read_shard(self, res: Resolved, layout: ShardLayout, start: int, stop: int) -> bytes:
-        parts: list[bytes | None] = []
-        wanted: list[ChunkRef] = []
-        where: list[int] = []
-        for piece in layout.pieces(start, stop):
-            if piece.ref is None:
-                parts.append(piece.data)
-                continue
-            assert piece.chunk is not None
-            cached = await self._cached_chunk(res, piece.chunk)
-            if cached is not None:
-                parts.append(cached[piece.skip : piece.skip + piece.ref[2]])
-                continue
-            where.append(len(parts))
-            parts.append(None)
-            wanted.append(piece.ref)
-        if wanted:
-            # one batch: the fetcher plans it, so neighbouring chunks become one upstream read
-            fetched = await self._fetch(res, wanted)
-            for i, ref, data in zip(where, wanted, fetched, strict=True):
-                parts[i] = data
-                self._keep_chunk(res, ref, data)  # a chunk fetched whole is cached whole
-        return b"".join(p for p in parts if p is not None)
-
-    async def _fetch(self, res: Resolved, requests: list[ChunkRef]) -> list[bytes]:
-        for url, _, _ in requests:
-            self._allow.check(url)  # before any I/O, whatever the sidecar says
-        assert res.fetcher is not None
-        async with self.upstream(res.granule):
-            plan = res.fetcher.plan(requests)
-            self.metrics.inc("h5sidecar_upstream_requests_total", plan.n_requests)
-            self.metrics.inc("h5sidecar_upstream_bytes_total",
-                             float((plan.request_stop - plan.request_start).sum()))  # fmt: skip
-            data = await res.fetcher.fetch_plan(plan)
-        return [bytes(d) for d in data]
-
-    @asynccontextmanager
-    async def upstream(self, name: str) -> AsyncIterator[None]:
-        """Hold an upstream slot for granule ``name``: one of its ``max_per_granule``, then one
-        of the gateway's ``max_upstream`` (the granule's gate first, so requests queued behind
-        a stalled source never hold gateway-wide slots).
-
-        Raises
-        ------
-        SaturatedError
-            Too many requests already wait (503 with ``Retry-After``).
-        """
-        gate = self._per_granule.get(name)
-        if gate is None:
-            limit = self.settings.max_per_granule
-            gate = self._per_granule[name] = Admission(
-                limit, self.settings.max_pending, wait_timeout=self.read_settings.request_timeout
-            )
-        try:
-            async with gate.slot(), self.admission.slot():
-                yield
-        finally:
-            if gate.active == 0 and gate.waiting == 0 and self._per_granule.get(name) is gate:
-                del self._per_granule[name]
+    @_allow.setter
+    def _allow(self, allow: AllowList) -> None:
+        self.reads.allow = allow
 
     def check_sources(self, urls: tuple[str, ...]) -> None:
         """Raise :class:`~h5sidecar.errors.ForbiddenSourceError` unless every URL is allowed."""
@@ -469,7 +373,7 @@ class Gateway:
         """Byte-bounded caches: entries, bytes, hits, misses, evictions."""
         out = {}
         for name, cache in (("sidecar", self._entries), ("metadata", self._docs),
-                            ("chunk", self._chunks)):  # fmt: skip
+                            ("chunk", self.reads.chunks)):  # fmt: skip
             s = cache.stats
             out[name] = dataclasses.asdict(s)
             self.metrics.set("h5sidecar_cache_bytes", s.current_bytes, cache=name)
