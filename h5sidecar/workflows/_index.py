@@ -35,13 +35,8 @@ from h5sidecar.workflows._recorded import (
     sidecar_bytes,
     sweep_leftovers,
 )
-from h5sidecar.workflows._report import (
-    GranuleResult,
-    RunReport,
-    error_record,
-    read_report,
-    write_merged_report,
-)
+from h5sidecar.workflows._report import GranuleResult, RunReport, error_record
+from h5sidecar.workflows._report_io import read_report, write_merged_report
 
 __all__ = ["IndexOptions", "ProgressSink", "index_many", "index_one"]
 

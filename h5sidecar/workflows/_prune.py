@@ -29,7 +29,8 @@ from h5sidecar.errors import H5SidecarError, SourceNotFoundError
 from h5sidecar.read import load_refs
 from h5sidecar.sources import normalize_url
 from h5sidecar.workflows._listing import filesystem, is_remote
-from h5sidecar.workflows._report import RunReport, read_report, write_report
+from h5sidecar.workflows._report import RunReport
+from h5sidecar.workflows._report_io import read_report, write_report
 
 __all__ = ["PruneEntry", "PruneResult", "prune"]
 

@@ -13,7 +13,8 @@ import numpy as np
 
 from h5sidecar.gateway._dest import DestIndex
 from h5sidecar.workflows import index_many, read_report, write_report
-from h5sidecar.workflows._report import RunReport, merge_reports
+from h5sidecar.workflows._report import RunReport
+from h5sidecar.workflows._report_io import merge_reports
 from tests.gateway._http import gateway
 from tests.workflows.conftest import write_granule
 
