@@ -14,6 +14,8 @@ Readers, side by side in one run, each on both variables and both selections:
 - ``h5sidecar read_arrays``: the batch reader, which reads only the byte runs of uncompressed
   chunks a selection needs (``ReadSettings.subchunk_fraction``), and the same with
   ``subchunk_fraction=0`` (whole chunks, for comparison);
+- ``h5sidecar xarray engine``: ``xr.open_dataset(sidecar, engine="h5sidecar")`` and the
+  selection's ``.values``, without Dask and with ``chunks={}`` (one Dask task per stored chunk);
 - ``gateway re-chunk view + zarr``: ``h5sidecar serve`` in its own process, zarr-python reading
   ``/zarr3-rechunk/{spec}/`` over HTTP (zarr's ``async.concurrency`` is 128 for both zarr readers) (``64k`` for both selections, ``1x0`` for the time
   step); bytes and requests are the gateway's upstream reads from the endpoint.
@@ -129,6 +131,19 @@ def read_arrays(env: rt.Env, var: str, sel: Sel, **settings: Any) -> np.ndarray:
     return ra(env.sidecar, {var: sel}, storage_options=env.opts, settings=s)[var]
 
 
+def xarray_engine(chunks: dict[str, int] | None) -> Callable[[rt.Env, str, Sel], np.ndarray]:
+    """``xr.open_dataset(sidecar, engine="h5sidecar", chunks=chunks)``, then the selection."""
+
+    def read(env: rt.Env, var: str, sel: Sel) -> np.ndarray:
+        import xarray as xr
+
+        with xr.open_dataset(env.sidecar, engine="h5sidecar", storage_options=env.opts,
+                             chunks=chunks) as ds:  # fmt: skip
+            return np.asarray(ds[var][sel].values)
+
+    return read
+
+
 def gateway_zarr(base: str, name: str, spec: str) -> Callable[[rt.Env, str, Sel], np.ndarray]:
     def read(env: rt.Env, var: str, sel: Sel) -> np.ndarray:
         import zarr
@@ -207,6 +222,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ("h5sidecar read_arrays", read_arrays, {}, ()),
             ("h5sidecar read_arrays, whole chunks",
              lambda e, v, s: read_arrays(e, v, s, subchunk_fraction=0.0), {}, ()),
+            ("h5sidecar xarray engine", xarray_engine(None), {}, ()),
+            ("h5sidecar xarray engine + Dask (chunks={})", xarray_engine({}), {}, ()),
         ]  # fmt: skip
         if not args.skip_kerchunk:
             cases.append(("kerchunk + zarr", kerchunk_zarr, {}, ()))
