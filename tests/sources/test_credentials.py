@@ -274,11 +274,14 @@ def test_endpoint_credentials_refresh_and_pickle_without_secrets(
     assert creds.current().key == "ASIA1" and creds.current().expiry is not None
     expected = read_h5(indexed["h5"], PATH)
     np.testing.assert_array_equal(_values(indexed["ref"], credential_provider=creds), expected)
-    assert creds.fetches == 1
+    # one fetch, or two when the read outlived the 3 s before the refresh (a loaded machine)
+    before = creds.fetches
+    assert before in (1, 2)
     time.sleep(max(0.0, creds.current().expiry.timestamp() - time.time()) + 0.2)  # type: ignore[union-attr]
     clear_caches()
     np.testing.assert_array_equal(_values(indexed["ref"], credential_provider=creds), expected)
-    assert creds.fetches == 2 and handler.issued == 2  # two sets of keys (the 401 issued none)
+    assert creds.fetches > before  # expired keys were replaced, not used
+    assert handler.issued == creds.fetches  # every fetch got keys (the 401 issued none)
     blob = pickle.dumps(creds)
     assert handler.token.encode() not in blob and b"ASIA" not in blob
     monkeypatch.setenv("EARTHDATA_TOKEN", handler.token)  # the copy reads the token there
