@@ -254,7 +254,7 @@ def _is_chunked(v: Any) -> bool:
     thousand variables spent more on it than on opening them)."""
     from xarray.core import indexing as ix
 
-    if type(v._data) in (ix.MemoryCachedArray, np.ndarray):
+    if type(v._data) in (ix.MemoryCachedArray, ix.LazilyIndexedArray, np.ndarray):
         return False
     return v.chunks is not None
 
