@@ -45,7 +45,7 @@ from h5sidecar.read._decode import (
     Selection,
     chunk_selection,
 )
-from h5sidecar.read._prefetch import is_whole, plan_ahead
+from h5sidecar.read._prefetch import is_whole, plan_ahead, plan_refill
 from h5sidecar.read._subchunk import SubRead, subchunk_read
 from h5sidecar.references import INLINE, MISSING, ArrayRefs, ChunkManifest, GranuleRefs
 from h5sidecar.sources._fetch import ChunkFetcher, _gather_or_cancel
@@ -89,6 +89,7 @@ class NativeReader:
         self._ahead_done: set[str] = set()  # read, or read ahead, once already
         self._small_reads = 0  # whole reads of small arrays served in earlier batches
         self._large_reads = 0  # and of larger ones in a row (see read._prefetch.follow_on)
+        self._refilling = False  # a loop over small arrays read ahead: see plan_refill
         self._opening = 0  # > 0 while xarray opens datasets over this reader (see opening())
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -141,7 +142,19 @@ class NativeReader:
                 if a is not None:
                     self._prefetched.setdefault(p, a)
             return None
+        if self._refilling and not self._ahead_inflight:
+            import fsspec.asyn
+
+            # the decision and the read-ahead belong to the I/O loop (they touch its batch)
+            fsspec.asyn.get_loop().call_soon_threadsafe(self._refill, taken[-1][0])
         return [a for _, a in taken]  # type: ignore[misc]
+
+    def _refill(self, handed: str) -> None:
+        """Start the next read-ahead of a loop that took ``handed`` from what is held
+        (:func:`~h5sidecar.read._prefetch.plan_refill`); runs on the event loop."""
+        ahead = plan_refill(self, handed)
+        if ahead:
+            self._read_ahead(ahead)
 
     async def read(self, items: Sequence[Item]) -> list[np.ndarray]:
         """Read ``(array path, key)`` selections; ``key`` holds one int or slice per axis.
@@ -165,18 +178,22 @@ class NativeReader:
         prepared: list[tuple[str, ArrayRefs, Selection]] = []
         done: dict[int, np.ndarray] = {}
         waiting: dict[int, tuple[str, ArrayRefs, Selection]] = {}
+        handed = None
         for i, (path, key) in enumerate(items):
             arr = self._array(path)
             sel = chunk_selection(arr.meta.shape, arr.meta.chunks, key)
             if is_whole(sel, arr.meta.shape):
                 if path in self._prefetched:
                     done[i] = self._prefetched.pop(path)  # read ahead: handed out once
+                    handed = path
                     continue
                 if path in self._ahead_inflight:  # being read ahead: wait, never decode twice
                     waiting[i] = (path, arr, sel)
                     continue
             prepared.append((path, arr, sel))
         fut = None
+        if handed is not None:
+            self._refill(handed)
         if prepared:
             ahead = plan_ahead(self, prepared)
             fut = self._enqueue(prepared, optional=False)

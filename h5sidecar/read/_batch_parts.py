@@ -4,6 +4,7 @@ the stored chunks a batch reads, and their decoding in the process-wide decode p
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -116,12 +117,28 @@ def flat_numbers(grid: np.ndarray, grid_shape: tuple[int, ...]) -> np.ndarray:
     return np.ravel_multi_index(tuple(grid.T), grid_shape).astype(np.int64)
 
 
+#: Threads that load the manifests a batch needs (each takes the next array until none is left)
+MANIFEST_THREADS = 8
+
+
 async def load_manifests(arrays: list[ArrayRefs]) -> None:
-    """Load, concurrently in threads, the manifests not in memory yet (lazy sidecars)."""
-    pending = {id(a): a for a in arrays if not getattr(a, "manifest_loaded", True)}
+    """Load, concurrently in threads, the manifests not in memory yet (lazy sidecars).
+
+    A few threads share the work, each loading the next array until none is left: a batch of
+    a thousand arrays costs a few hops to a thread, not a thousand (a compact sidecar's
+    manifests are built from one file in memory, which is CPU work), while manifests that
+    each need a fetch (record files) still load several at a time.
+    """
+    pending = deque({id(a): a for a in arrays if not getattr(a, "manifest_loaded", True)}.values())
     if pending:
-        await asyncio.gather(*(asyncio.to_thread(_touch, a) for a in pending.values()))
+        workers = min(len(pending), MANIFEST_THREADS)
+        await asyncio.gather(*(asyncio.to_thread(_touch_all, pending) for _ in range(workers)))
 
 
-def _touch(arr: ArrayRefs) -> None:
-    arr.manifest  # noqa: B018 - the access loads it
+def _touch_all(pending: deque[ArrayRefs]) -> None:
+    while True:
+        try:
+            arr = pending.popleft()  # atomic: each array is taken by one thread
+        except IndexError:
+            return
+        arr.manifest  # noqa: B018 - the access loads it

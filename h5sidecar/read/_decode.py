@@ -246,8 +246,11 @@ class ChunkCodec:
             for i, codec in enumerate(self.codecs):
                 if isinstance(codec, _Inflate | _Unshuffle):
                     target = dest if i == last else None
-                    if target is None and isinstance(codec, _Inflate) and i < last:
-                        target = np.empty(need, np.uint8)  # what a following shuffle keeps
+                    if target is None and isinstance(codec, _Inflate):
+                        # the expected size is known: libdeflate into a buffer of it (what a
+                        # following shuffle keeps, or an edge chunk placed by a copy) instead
+                        # of zlib growing one
+                        target = np.empty(need, np.uint8)
                     buf = _sized(codec, buf, target)
                 else:
                     buf = codec.decode(buf)

@@ -6,8 +6,12 @@ round trip per variable.  A granule of a thousand mostly small variables then co
 round trips.  Here, once a second batch reads a lazy array of at most ``prefetch_bytes / 8``
 decoded bytes whole, the batch reader reads in the same coalesced batch the other small arrays that were
 opened through the same reader -- its own group's first, then the other opened groups' (a
-DataTree opens them all) -- until ``prefetch_bytes`` of decoded values are held.  Later reads
-of those arrays are served from memory, without a request; large arrays stay lazy.
+DataTree opens them all) -- until half of ``prefetch_bytes`` of decoded values are held.
+Later reads of those arrays are served from memory, without a request; large arrays stay lazy.
+As the loop takes the arrays held, the next ones are read while it works: whenever no
+read-ahead is in flight and a quarter of the budget is free, another read-ahead fills it
+(:func:`plan_refill`), so a loop over more small arrays than the budget holds waits for no
+round trip after its first reads, and held plus in-flight arrays stay within the budget.
 
 Large arrays stay lazy, except in a loop that reads them whole one after another: after three
 such reads in a row, each whole read of a larger array brings the arrays opened after it in
@@ -41,6 +45,7 @@ from h5sidecar.references import ArrayRefs
 
 __all__ = [
     "LARGE_RUN",
+    "REFILL_FRACTION",
     "SMALL_FRACTION",
     "decoded_nbytes",
     "follow_on",
@@ -48,12 +53,17 @@ __all__ = [
     "is_small",
     "is_whole",
     "plan_ahead",
+    "plan_refill",
     "read_ahead",
 ]
 
 #: An array is "small" (it triggers, and may be part of, a read-ahead) when its decoded size is
 #: at most this fraction of the budget: one read-ahead brings at least this many arrays.
 SMALL_FRACTION = 8
+#: A loop reading ahead small arrays starts the next read-ahead once this fraction of the
+#: budget is free again (:func:`plan_refill`): batches of about a quarter of the budget keep
+#: arriving while the loop works through the arrays held.
+REFILL_FRACTION = 4
 #: Whole reads of larger arrays in a row (no small one between) that start reading the next
 #: arrays of their group with them (:func:`follow_on`).
 LARGE_RUN = 3
@@ -200,8 +210,31 @@ def plan_ahead(reader: Any, prepared: list[tuple[str, ArrayRefs, Selection]]) ->
         reader._small_reads += 1
         if reader._small_reads < 2:
             return []
+        # half the budget: the other half is read (plan_refill) while the loop takes these
         paths = read_ahead(whole_small[0], reader.refs.arrays, reader.opened,
-                           reader._ahead_done | reader._prefetched.keys(), limit, held)
+                           reader._ahead_done | reader._prefetched.keys(), limit,
+                           held + limit // 2)
+        reader._refilling = reader._refilling or bool(paths)
+    return _whole_reads(reader, paths)
+
+
+def plan_refill(reader: Any, handed: str) -> list[Any]:
+    """Whole reads of the next small arrays, once a loop that read ahead has taken a quarter
+    of the budget (``REFILL_FRACTION``) from what was held (``handed``: the array it just took): the next read-ahead then arrives while the
+    loop is still busy with the arrays held, instead of after its next miss.  Never with a
+    read-ahead in flight, so held and in-flight arrays stay within ``prefetch_bytes``."""
+    limit = reader.fetcher.settings.prefetch_bytes
+    if limit <= 0 or not reader._refilling or reader._opening or reader._ahead_inflight:
+        return []
+    held = sum(a.nbytes for a in list(reader._prefetched.values()))  # a copy: callers pop
+    if limit - held < limit // REFILL_FRACTION:
+        return []
+    paths = read_ahead(handed, reader.refs.arrays, reader.opened,
+                       reader._ahead_done | set(reader._prefetched), limit, held)
+    return _whole_reads(reader, paths)
+
+
+def _whole_reads(reader: Any, paths: list[str]) -> list[Any]:
     paths = [p for p in paths if reader.supports(p)]
     reader._ahead_done.update(paths)
     out = []

@@ -22,6 +22,7 @@ avoid).
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Collection, Iterator, Mapping
 
 import numpy as np
@@ -195,6 +196,32 @@ class BulkColumns(Mapping[str, ChunkColumns]):
         self._url_codes, self._urls = url_codes, urls
         self._has_raw = raw.is_valid().to_numpy(zero_copy_only=False)
         self._metas = metas
+        self._out_of_grid = self._arrays_out_of_grid(names, bounds)
+
+    def _arrays_out_of_grid(self, names: list[str], bounds: np.ndarray) -> frozenset[str]:
+        """The arrays with a chunk number outside their grid, found for every row at once
+        (:meth:`manifest` then checks no array alone)."""
+        counts = np.diff(bounds)
+        grids = np.array([math.prod(self._metas[n].grid_shape) if n in self._metas else 0
+                          for n in names], dtype=np.int64)
+        bad = (self._chunk < 0) | (self._chunk >= np.repeat(grids, counts))
+        if not bad.any():
+            return frozenset()
+        rows = np.flatnonzero(bad)
+        return frozenset(names[int(i)] for i in np.searchsorted(bounds, rows, side="right") - 1)
+
+    def within_sources(self, sizes: Mapping[str, int]) -> bool:
+        """True when no stored chunk of any array ends past its source's size (``sizes``:
+        URL -> bytes, for the sources whose size is known); a reader then checks no manifest
+        alone (see :func:`~h5sidecar.references._assemble._check_within_source`)."""
+        stored = ~self._has_raw
+        if not stored.any():
+            return True
+        limit = np.array([sizes.get(u, -1) for u in self._urls] or [-1], dtype=np.int64)
+        codes = self._url_codes[stored]
+        ends = self._offset[stored] + self._size[stored]
+        known = limit[codes] >= 0
+        return not bool((ends[known] > limit[codes][known]).any())
 
     def __getitem__(self, name: str) -> ChunkColumns:
         if name not in self._metas:
@@ -226,14 +253,16 @@ class BulkColumns(Mapping[str, ChunkColumns]):
         grid = meta.grid_shape
         n = int(np.prod(grid, dtype=np.int64))
         a, b = self._rows.get(name, (0, 0))
-        flat = self._chunk[a:b]
-        if flat.size and (flat.min() < 0 or flat.max() >= n):
+        if name in self._out_of_grid:
             raise InvalidReferenceError(
                 f"{MANIFESTS_FILE}: {name} has a chunk number outside its {n} chunks; the "
                 "sidecar is corrupt: re-create it"
             )
         stored = ~self._has_raw[a:b]
-        used = sorted({int(c) for c in np.unique(self._url_codes[a:b][stored])})
+        if len(self._urls) == 1:  # one source (most granules): no search for the codes used
+            used = [0] if stored.any() else []
+        else:
+            used = sorted({int(c) for c in np.unique(self._url_codes[a:b][stored])})
         urls = tuple(url_order) if url_order is not None else tuple(self._urls[c] for c in used)
         position = {u: i for i, u in enumerate(urls)}
         missing = [self._urls[c] for c in used if self._urls[c] not in position]

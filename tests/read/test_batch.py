@@ -347,6 +347,38 @@ def test_chunks_decoded_in_place_or_copied_agree(tmp_path: Path, shuffle: bool, 
     np.testing.assert_array_equal(be, data[key])
 
 
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_edge_and_cut_chunks_inflate_without_zlib(tmp_path: Path, shuffle: bool,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks that cannot be inflated straight into the output (an array smaller than one
+    chunk, an edge chunk, a chunk a selection cuts) are inflated by libdeflate into a buffer
+    of the known chunk size, not by zlib growing one; values equal h5py's."""
+    from h5sidecar.indexer import index_granule
+    from h5sidecar.read import _decode
+
+    if _decode._deflate_decode is None:
+        pytest.skip("imagecodecs (libdeflate) is not installed")
+    path = tmp_path / "edges.h5"
+    data = np.arange(25, dtype="<i8") * 7 - 30
+    with h5py.File(path, "w") as f:
+        # a resizable array smaller than its one chunk (as ATL03's short variables)
+        f.create_dataset("tiny", data=data[:5], chunks=(10,), maxshape=(None,),
+                         compression="gzip", shuffle=shuffle)
+        f.create_dataset("edge", data=data, chunks=(10,), compression="gzip", shuffle=shuffle)
+    reader = _store(index_granule(str(path))).native
+
+    def no_zlib(*_: Any) -> bytes:
+        raise AssertionError("zlib.decompress used for a chunk of known size")
+
+    monkeypatch.setattr(_decode.zlib, "decompress", no_zlib)
+    tiny, edge, cut = reader.read_sync([("tiny", (ALL,)), ("edge", (ALL,)),
+                                        ("edge", (slice(3, 17),))])
+    with h5py.File(path, "r") as f:
+        np.testing.assert_array_equal(tiny, f["tiny"][()])
+        np.testing.assert_array_equal(edge, f["edge"][()])
+        np.testing.assert_array_equal(cut, f["edge"][3:17])
+
+
 def test_an_uninstalled_codec_is_left_to_zarr(small_refs: GranuleRefs) -> None:
     from h5sidecar.errors import UnsupportedFeatureError
     from h5sidecar.references import ArrayMeta

@@ -98,3 +98,29 @@ def test_compact_on_s3_costs_two_sidecar_gets(
     sidecar_gets = sorted(r.path.split("?")[0].rsplit(".parq/", 1)[1]
                           for r in proxy.gets() if ".parq/" in r.path)  # fmt: skip
     assert sidecar_gets == [".h5sidecar/manifests.parq", ".zmetadata"]
+
+
+def test_a_batch_loads_its_manifests_in_a_few_thread_hops(
+    compact_atl03: str, atl03_h5: Path, atl03_refs: GranuleRefs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading every array in one batch builds their manifests in at most
+    ``MANIFEST_THREADS`` threads (each takes the next array), not one hop per array; values
+    equal h5py's."""
+    import asyncio
+
+    from h5sidecar.read import _batch_parts
+
+    hops = []
+    real = asyncio.to_thread
+
+    async def counted(fn: Any, *args: Any) -> Any:
+        hops.append(fn)
+        return await real(fn, *args)
+
+    monkeypatch.setattr(_batch_parts.asyncio, "to_thread", counted)
+    names = [n for n in _arrays(atl03_h5, GROUPS) if n in atl03_refs.arrays]
+    assert len(names) > 2 * _batch_parts.MANIFEST_THREADS
+    got = h5sidecar.read_arrays(SidecarStore(compact_atl03), names)
+    assert 1 <= len(hops) <= _batch_parts.MANIFEST_THREADS
+    for name in names:
+        np.testing.assert_array_equal(got[name], read_h5(atl03_h5, name), err_msg=name)

@@ -49,3 +49,24 @@ def test_sliced_variables_and_shared_cache(atl03_refs: GranuleRefs, atl03_h5: Pa
         for name, v in twin.variables.items():
             np.testing.assert_array_equal(v.values, f[f"{GROUP}/{name}"][()], err_msg=name)
     assert store.stats["requests"] - before <= 3  # one batch for the whole group
+
+
+def test_load_mixes_dask_lazy_and_loaded_variables(atl03_refs: GranuleRefs,
+                                                   atl03_h5: Path) -> None:
+    """One ``load`` of a Dataset whose variables are Dask-chunked, lazy and already in memory
+    computes the first, reads the second and keeps the third; all equal h5py's."""
+    store = SidecarStore(atl03_refs)
+    ds = xr.open_dataset(store, engine="h5sidecar", group=GROUP, chunks=None,
+                         create_default_indexes=False, decode_cf=False)
+    names = list(ds.data_vars)
+    assert len(names) >= 3
+    ds[names[0]] = ds[names[0]].chunk()  # Dask
+    kept = ds[names[1]].values  # already in memory
+    ds[names[1]] = ds[names[1]].copy(data=kept)
+    assert ds[names[0]].chunks is not None and ds[names[2]].chunks is None
+    h5sidecar.load(ds)
+    assert ds[names[1]].variable._data is kept
+    with h5py.File(atl03_h5, "r") as f:
+        for name, v in ds.variables.items():
+            assert isinstance(v._data, np.ndarray), name
+            np.testing.assert_array_equal(v.values, f[f"{GROUP}/{name}"][()], err_msg=name)

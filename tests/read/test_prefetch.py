@@ -188,3 +188,48 @@ def test_a_loop_over_large_arrays_reads_the_next_ones_together(
     assert sum(a.nbytes for a in store.native._prefetched.values()) <= 2 * limit
     with h5py.File(atl03_h5) as f:
         assert _check_h5py(f, GROUP, ds) >= len(large) - 1
+
+
+def test_a_loop_over_small_arrays_refills_before_it_runs_out(atl03_refs: GranuleRefs,
+                                                              atl03_h5: Path) -> None:
+    """A loop over variables whose small arrays fill the read-ahead budget several times over
+    gets the next read-ahead while it takes the arrays held (a quarter of the budget free is
+    enough), so it waits for no read of its own after the first two; held and in-flight
+    arrays together never exceed the budget; values equal h5py's."""
+    from h5sidecar.read._batch import NativeReader
+    from h5sidecar.read._prefetch import is_small
+
+    tree_arrays = [a for a in atl03_refs.arrays.values() if a.meta.shape]
+    small = sorted(decoded_nbytes(a) for a in tree_arrays)
+    limit = max(sum(small) // 6, small[-1] * SMALL_FRACTION // 4)
+    assert sum(decoded_nbytes(a) for a in tree_arrays if is_small(a, limit)) > 2 * limit
+    store = _store(atl03_refs, limit)
+    reader = store.native
+    own_reads, peak = [], [0]
+    enqueue = NativeReader._enqueue
+
+    def watched(self: Any, prepared: list[Any], *, optional: bool) -> Any:
+        if not optional:
+            own_reads.extend(p for p, _, _ in prepared)
+        fut = enqueue(self, prepared, optional=optional)
+        inflight = sum(decoded_nbytes(a) for _, a, _ in prepared) if optional else 0
+        held = sum(a.nbytes for a in list(self._prefetched.values()))
+        peak[0] = max(peak[0], held + inflight)
+        return fut
+
+    tree = h5sidecar.open_datatree(store, chunks=None, **RAW)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(NativeReader, "_enqueue", watched)
+    try:
+        for node in tree.subtree:
+            for v in node.dataset.data_vars.values():
+                v.load()
+    finally:
+        mp.undo()
+    assert reader._refilling
+    small_own = [p for p in own_reads if is_small(atl03_refs.arrays[p], limit)]
+    assert len(small_own) <= 3, small_own  # the first reads only: then read-ahead serves all
+    assert 0 < peak[0] <= limit
+    with h5py.File(atl03_h5) as f:
+        assert sum(_check_h5py(f, node.path.strip("/"), node.dataset)
+                   for node in tree.subtree) > 500

@@ -185,3 +185,34 @@ def test_group_members_and_missing_group(atl03_refs: GranuleRefs) -> None:
     assert isinstance(open_data_store(store, "gt1l"), RefsGroupStore)
     with pytest.raises(h5sidecar.errors.NotIndexedError, match="no group"):
         open_data_store(store, "gt9x")
+
+
+def test_groups_opened_one_at_a_time_sort_the_arrays_once(
+    atl03_refs: GranuleRefs, atl03_h5: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``open_dataset`` of every group in turn finds each group's members from one pass over
+    the granule's arrays per store (not one per group); the Datasets hold the group's arrays
+    with h5py's values."""
+    from h5sidecar.read import _xr_store
+
+    calls = []
+    real = _xr_store.group_members
+
+    def counted(refs: GranuleRefs, groups: Any = None) -> dict[str, list[str]]:
+        calls.append(groups)
+        return real(refs, groups)
+
+    monkeypatch.setattr(_xr_store, "group_members", counted)
+    store = SidecarStore(atl03_refs)
+    groups = sorted(atl03_refs.groups)
+    assert len(groups) > 100
+    opened = {g: xr.open_dataset(store, engine="h5sidecar", group=g or None, chunks=None,
+                                 decode_cf=False, create_default_indexes=False)
+              for g in groups}
+    assert calls == [None]
+    with h5py.File(atl03_h5, "r") as f:
+        for g in ("gt1l/heights", "orbit_info"):
+            want = {p.rpartition("/")[2] for p in atl03_refs.arrays if p.rpartition("/")[0] == g}
+            assert set(opened[g].variables) == want
+            for name, v in opened[g].variables.items():
+                np.testing.assert_array_equal(v.values, f[f"{g}/{name}"][()], err_msg=name)

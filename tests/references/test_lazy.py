@@ -241,3 +241,35 @@ def test_damaged_record_raises_on_first_use(tmp_path: Path, local_refs: GranuleR
         refs.arrays[VAR].manifest  # noqa: B018
     with pytest.raises(InvalidReferenceError):
         read_refs(dest, lazy=False)
+
+
+def test_manifests_file_checks_name_only_the_bad_arrays(
+    tmp_path: Path, local_refs: GranuleRefs, granule: Path
+) -> None:
+    """The manifests file's chunk numbers and source ranges are checked for every array at
+    once; a chunk past the end of the granule or outside its grid fails only its own array,
+    and the others load as the eager reader builds them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    dest = Path(write_parquet(local_refs, tmp_path / "g.parq"))
+    bulk = dest / MANIFESTS_FILE
+    table = pq.read_table(bulk)
+    names = table.column("array").to_pylist()
+    first = {n: names.index(n) for n in (VAR, OTHER)}
+    offset = table.column("offset").to_numpy().copy()
+    chunk = table.column("chunk").to_numpy().copy()
+    offset[first[VAR]] = granule.stat().st_size  # the chunk now ends past the granule
+    chunk[first[OTHER]] = 10**9  # and this one lies outside its grid
+    table = table.set_column(table.schema.get_field_index("offset"), "offset", pa.array(offset))
+    table = table.set_column(table.schema.get_field_index("chunk"), "chunk", pa.array(chunk))
+    pq.write_table(table, bulk)
+    refs = read_refs(dest)
+    with pytest.raises(InvalidReferenceError, match=f"{VAR}: a chunk ends at byte .* past the end"):
+        refs.arrays[VAR].manifest  # noqa: B018
+    with pytest.raises(InvalidReferenceError, match=f"{OTHER} has a chunk number outside"):
+        refs.arrays[OTHER].manifest  # noqa: B018
+    good = [p for p in local_refs.arrays if p not in (VAR, OTHER)]
+    assert len(good) > 10
+    for path in good:
+        assert refs.arrays[path].manifest == local_refs.arrays[path].manifest, path
