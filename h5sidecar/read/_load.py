@@ -233,12 +233,17 @@ def load(obj: Any, *, errors: Literal["raise", "collect"] = "raise") -> Any:
 
     async def _all() -> list[Any]:
         readers = _by_reader(direct)
+        # every read runs to its end before load returns or raises: a read left running after
+        # the first failure would still swap variables' data in under a later load() (or the
+        # user's own code) that has already looked at them
         return await asyncio.gather(*(_read_direct(r, group) for r, group in readers),
-                                    *(_one(v) for _, v in rest),
-                                    return_exceptions=errors == "collect")
+                                    *(_one(v) for _, v in rest), return_exceptions=True)
 
     results = fsspec.asyn.sync(fsspec.asyn.get_loop(), _all)
     if errors == "raise":
+        for res in results:
+            if isinstance(res, BaseException):
+                raise res
         return obj
     for (n, _), res in zip(rest, results, strict=True):
         if isinstance(res, BaseException):
