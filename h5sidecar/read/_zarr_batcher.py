@@ -84,7 +84,8 @@ def make_fetcher(
     own member's identity.
     """
     if refs.members:
-        if not settings.allowed_prefixes:
+        given = bool(settings.allowed_prefixes)  # else the members' URLs, normalised when read
+        if not given:
             members = {m.url for m in refs.members}
             dirs = {u.rpartition("/")[0] for u in members}
             urls = {u for arr in refs.arrays.values() for u in arr.urls}  # loads no manifest
@@ -95,7 +96,8 @@ def make_fetcher(
                 settings, allowed_prefixes=(*(m.url for m in refs.members), *companions)
             )
         known_members = [m for m in refs.members if m.size >= 0]
-        return ChunkFetcher(settings, storage_options=storage_options, sources=known_members)
+        return ChunkFetcher(settings, storage_options=storage_options, sources=known_members,
+                            lazy_allow_list=not given)
     src = refs.source
     known = [src] if src.size >= 0 else []
     if not settings.allowed_prefixes:
