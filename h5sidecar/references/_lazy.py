@@ -23,6 +23,7 @@ from h5sidecar.references._assemble import ChunkColumns, build_manifest, build_m
 from h5sidecar.references._assemble import _check_within_source as check_within_source
 from h5sidecar.references._assemble import _checksums as array_checksums
 from h5sidecar.references._bulk import MANIFESTS_FILE, BulkColumns, decode_manifests
+from h5sidecar.references._bulk_small import SmallBulkColumns
 from h5sidecar.references._extras import (
     EXTRAS_KEY,
     ArrayExtras,
@@ -234,7 +235,7 @@ class ParquetManifests:
         self._cache: OrderedDict[str, tuple[ChunkManifest, np.ndarray | None, int]] = OrderedDict()
         self._bytes = 0
         self._side: dict[str, np.ndarray] | None = None
-        self._bulk: BulkColumns | None = None
+        self._bulk: BulkColumns | SmallBulkColumns | None = None
         self._bulk_data = None
 
     def __getstate__(self) -> dict[str, Any]:
