@@ -90,3 +90,26 @@ def test_a_stored_chunk_without_url_is_refused_either_way(small: bool) -> None:
     with mock.patch.object(bulk, "SMALL_ROWS", SMALL_ROWS if small else -1), \
             pytest.raises(InvalidReferenceError, match="has no URL"):  # fmt: skip
         decode_manifests(buf.getvalue(), {p: a.meta for p, a in g.arrays.items()})
+
+
+@pytest.mark.parametrize("n", [3, 200], ids=["few chunks", "many chunks"])
+def test_a_chunk_past_the_end_of_its_source_is_refused(n: int) -> None:
+    from h5sidecar.references import ChunkManifest, SourceInfo
+    from h5sidecar.references._assemble import _check_within_source
+
+    codes = np.zeros(n, np.int32)
+    codes[1] = -1  # a missing chunk's zero offset/length counts for nothing
+    codes[-1] = 1  # the last chunk is in the second file
+    offsets = np.arange(n, dtype=np.uint64) * 10
+    lengths = np.where(codes == -1, 0, 10).astype(np.uint64)
+    manifest = ChunkManifest.from_arrays(urls=("a.h5", "b.h5"), codes=codes, offsets=offsets,
+                                         lengths=lengths)  # fmt: skip
+    end_a = int(offsets[codes == 0].max() + 10)  # the furthest chunk end in a.h5
+    end_b = int(offsets[-1] + 10)
+    fits = {"a.h5": SourceInfo("a.h5", end_a), "b.h5": SourceInfo("b.h5", end_b)}
+    _check_within_source("v", manifest, fits)
+    _check_within_source("v", manifest, {"a.h5": SourceInfo("a.h5", end_a)})  # b unknown
+    with pytest.raises(InvalidReferenceError, match=rf"ends at byte {end_b}, past the end of b"):
+        _check_within_source("v", manifest, {**fits, "b.h5": SourceInfo("b.h5", end_b - 1)})
+    with pytest.raises(InvalidReferenceError, match=rf"ends at byte {end_a}, past the end of a"):
+        _check_within_source("v", manifest, {**fits, "a.h5": SourceInfo("a.h5", end_a - 1)})
