@@ -91,10 +91,26 @@ def load_granules(
             return x, None
         path = os.fspath(x)
         identity = sidecar_identity(path, opts)  # the stamp, and the sidecar cache's key
-        return load_refs(path, opts, identity=identity), (path, _stamp(identity))
+        refs = load_refs(path, opts, identity=identity)
+        _preload(refs)
+        return refs, (path, _stamp(identity))
 
     with ThreadPoolExecutor(COORD_READERS) as pool:
         return list(pool.map(one, items))
+
+
+def _preload(refs: GranuleRefs) -> None:
+    """Load a lazily read sidecar's manifests file now, in the task that read it (one pass
+    over the sidecars instead of two): every array's manifest is cut from it when needed."""
+    first = next(iter(refs.arrays.values()), None)
+    if first is None or first.manifest_loaded:
+        return
+    try:
+        first.manifest  # noqa: B018 - the access loads it
+    except (H5SidecarError, OSError):
+        # not cached: loading it again fails again where the failure is reported, naming the
+        # granule (read_coords for the coordinates, concat_refs for the other arrays)
+        return
 
 
 def read_coords(parts: Sequence[GranuleRefs], paths: Sequence[str],
