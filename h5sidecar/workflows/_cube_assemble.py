@@ -185,7 +185,7 @@ def _load_manifests(parts: Sequence[GranuleRefs], paths: Sequence[str]
         # a part's arrays in one task: the first loads the sidecar's manifests file, the
         # others are cut from it (tasks of one sidecar would only wait for each other)
         i, todo_paths = item
-        out = {}
+        out: dict[str, BaseException] = {}
         for p in todo_paths:
             try:
                 parts[i].arrays[p].manifest  # noqa: B018 - the access loads it
