@@ -238,6 +238,7 @@ def load_refs(
     storage_options: Mapping[str, Any] | None = None,
     *,
     cache: ByteLRU[Any] | None = SIDECARS,
+    identity: tuple | None = None,
 ) -> Any:
     """Read the sidecar at ``path`` (JSON or Parquet) as ``GranuleRefs``, through ``cache``.
 
@@ -249,6 +250,9 @@ def load_refs(
         fsspec options to read the sidecar (``endpoint_url``, ``key``, ``secret``, ...).
     cache : ByteLRU or None
         Where parsed sidecars are kept (the process-wide :data:`SIDECARS` by default).
+    identity : tuple, optional
+        ``sidecar_identity(path, storage_options)`` when the caller just asked for it (one
+        stat or HEAD less); the cache key.
 
     Raises
     ------
@@ -265,7 +269,7 @@ def load_refs(
         fit_shared_caches()
     if cache is None:
         return read_refs(path, storage_options=options)
-    key = sidecar_identity(path, options)
+    key = identity if identity is not None else sidecar_identity(path, options)
     return cache.get_or_create(key, lambda: read_refs(path, storage_options=options))
 
 

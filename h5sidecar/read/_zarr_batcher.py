@@ -9,14 +9,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import warnings
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 
 from h5sidecar.read._keyspace import ChunkRef
-from h5sidecar.references import GranuleRefs
+from h5sidecar.references import ArrayRefs, GranuleRefs, SourceInfo
 from h5sidecar.settings import ReadSettings
 from h5sidecar.sources._fetch import ChunkFetcher
 
@@ -24,6 +24,7 @@ __all__ = [
     "ReadBatcher",
     "byte_window",
     "make_fetcher",
+    "member_settings",
     "refs_equal",
 ]
 
@@ -84,18 +85,10 @@ def make_fetcher(
     own member's identity.
     """
     if refs.members:
-        if not settings.allowed_prefixes:
-            members = {m.url for m in refs.members}
-            dirs = {u.rpartition("/")[0] for u in members}
-            urls = {u for arr in refs.arrays.values() for u in arr.urls}  # loads no manifest
-            companions = sorted(
-                u for u in urls if u not in members and u.rpartition("/")[0] in dirs
-            )
-            settings = dataclasses.replace(
-                settings, allowed_prefixes=(*(m.url for m in refs.members), *companions)
-            )
+        settings, lazy = member_settings(refs.members, refs.arrays.values(), settings)
         known_members = [m for m in refs.members if m.size >= 0]
-        return ChunkFetcher(settings, storage_options=storage_options, sources=known_members)
+        return ChunkFetcher(settings, storage_options=storage_options, sources=known_members,
+                            lazy_allow_list=lazy)
     src = refs.source
     known = [src] if src.size >= 0 else []
     if not settings.allowed_prefixes:
@@ -104,6 +97,23 @@ def make_fetcher(
         if companions or not known:
             settings = dataclasses.replace(settings, allowed_prefixes=(src.url, *companions))
     return ChunkFetcher(settings, storage_options=storage_options, sources=known)
+
+
+def member_settings(
+    members: Iterable[SourceInfo], arrays: Iterable[ArrayRefs], settings: ReadSettings
+) -> tuple[ReadSettings, bool]:
+    """``settings`` for reading the chunks of ``arrays`` of combined references: with no
+    explicit ``allowed_prefixes``, the members' URLs and companion files beside them (chunk
+    URLs in a member's folder); and whether those are the members' own URLs (normalised
+    when read: see :class:`~h5sidecar.sources._allow.AllowList`)."""
+    if settings.allowed_prefixes:
+        return settings, False
+    member_urls = [m.url for m in members]
+    members_set = set(member_urls)
+    dirs = {u.rpartition("/")[0] for u in members_set}
+    urls = {u for arr in arrays for u in arr.urls}  # loads no manifest
+    companions = sorted(u for u in urls if u not in members_set and u.rpartition("/")[0] in dirs)
+    return dataclasses.replace(settings, allowed_prefixes=(*member_urls, *companions)), True
 
 
 class ReadBatcher:

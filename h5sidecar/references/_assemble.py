@@ -177,6 +177,10 @@ def known_sources(extras: Extras) -> dict[str, SourceInfo]:
     return known
 
 
+#: Manifests up to this many chunks are checked against their source's size in plain Python.
+_FEW_CHUNKS = 64
+
+
 def _check_within_source(
     path: str, manifest: ChunkManifest, known: Mapping[str, SourceInfo]
 ) -> None:
@@ -187,13 +191,21 @@ def _check_within_source(
     if not (sizes >= 0).any():
         return
     codes = manifest.codes.reshape(-1)
-    stored = codes >= 0
-    ends = np.zeros(len(sizes), dtype=np.uint64)  # per URL: the furthest chunk end
-    np.maximum.at(
-        ends,
-        codes[stored],
-        manifest.offsets.reshape(-1)[stored] + manifest.lengths.reshape(-1)[stored],
-    )
+    if codes.size <= _FEW_CHUNKS:  # NumPy's per-call cost is most of it for a few chunks
+        far = [0] * len(sizes)  # per URL: the furthest chunk end
+        for c, o, n in zip(codes.tolist(), manifest.offsets.reshape(-1).tolist(),
+                           manifest.lengths.reshape(-1).tolist(), strict=True):  # fmt: skip
+            if c >= 0 and o + n > far[c]:
+                far[c] = o + n
+        ends = np.array([min(e, 2**64 - 1) for e in far], dtype=np.uint64)
+    else:
+        stored = codes >= 0
+        ends = np.zeros(len(sizes), dtype=np.uint64)
+        np.maximum.at(
+            ends,
+            codes[stored],
+            manifest.offsets.reshape(-1)[stored] + manifest.lengths.reshape(-1)[stored],
+        )
     bad = np.flatnonzero((sizes >= 0) & (ends > sizes.clip(min=0).astype(np.uint64)))
     if bad.size:
         source = known[manifest.urls[int(bad[0])]]

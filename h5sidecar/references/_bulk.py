@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._assemble import ChunkColumns
+from h5sidecar.references._bulk_small import SMALL_ROWS, SmallBulkColumns, decode_small
 from h5sidecar.references._manifest import INLINE, MISSING, ChunkManifest
 from h5sidecar.references._model import ArrayMeta, GranuleRefs
 
@@ -102,11 +103,12 @@ def encode_manifests(refs: GranuleRefs) -> bytes:
 
 def decode_manifests(
     data: bytes, metas: Mapping[str, ArrayMeta], others: Collection[str] = ()
-) -> BulkColumns:
+) -> BulkColumns | SmallBulkColumns:
     """Chunk columns of every array in ``metas`` from :data:`MANIFESTS_FILE`'s bytes (arrays
     absent from the file have no stored chunks); each array's are cut out on first access.
     ``others``: the sidecar's arrays left out of ``metas`` (an open of a few named arrays),
-    which the file may name too.
+    which the file may name too.  A small file (few chunks) is decoded in plain Python
+    (:mod:`~h5sidecar.references._bulk_small`), with the same checks.
 
     Raises
     ------
@@ -128,6 +130,8 @@ def decode_manifests(
         raise InvalidReferenceError(
             f"{MANIFESTS_FILE} lacks column(s) {sorted(need - set(table.column_names))}"
         )
+    if table.num_rows <= SMALL_ROWS:  # a granule of few chunks: plain Python is cheaper
+        return decode_small(table, metas, others, MANIFESTS_FILE)
     arrays = table.column("array").combine_chunks()
     if not pa.types.is_dictionary(arrays.type) or arrays.null_count:
         raise InvalidReferenceError(f"{MANIFESTS_FILE}: 'array' must be dictionary-encoded paths")

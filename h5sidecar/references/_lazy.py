@@ -23,6 +23,7 @@ from h5sidecar.references._assemble import ChunkColumns, build_manifest, build_m
 from h5sidecar.references._assemble import _check_within_source as check_within_source
 from h5sidecar.references._assemble import _checksums as array_checksums
 from h5sidecar.references._bulk import MANIFESTS_FILE, BulkColumns, decode_manifests
+from h5sidecar.references._bulk_small import SmallBulkColumns
 from h5sidecar.references._extras import (
     EXTRAS_KEY,
     ArrayExtras,
@@ -234,7 +235,7 @@ class ParquetManifests:
         self._cache: OrderedDict[str, tuple[ChunkManifest, np.ndarray | None, int]] = OrderedDict()
         self._bytes = 0
         self._side: dict[str, np.ndarray] | None = None
-        self._bulk: BulkColumns | None = None
+        self._bulk: BulkColumns | SmallBulkColumns | None = None
         self._bulk_within = False  # every bulk chunk lies within its known-size source
         self._bulk_data = None
 
@@ -325,8 +326,9 @@ class ParquetManifests:
                     "sidecar"
                 )
             self._bulk = decode_manifests(data, self._metas, self._others)
-            # every chunk checked against its source's size at once: then no array alone
-            self._bulk_within = self._bulk.within_sources(
+            # every chunk checked against its source's size at once: then no array alone (a
+            # small file's arrays are checked one by one, in plain Python, which is as cheap)
+            self._bulk_within = isinstance(self._bulk, BulkColumns) and self._bulk.within_sources(
                 {u: s.size for u, s in self._known.items() if s.size >= 0}
             )
             if side_needed:

@@ -18,6 +18,7 @@ asks for one (:meth:`ChunkManifest.iter_refs`, meant for debugging and small arr
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
@@ -33,6 +34,14 @@ INLINE = -2
 
 def chunk_grid_shape(shape: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[int, ...]:
     """Number of chunks along each dimension (``ceil(shape / chunks)``; 0 for empty dims)."""
+    if type(shape) is tuple and type(chunks) is tuple:
+        # asked several times per array (ArrayMeta.grid_shape): remembered per pair
+        return _grid_shape(shape, chunks)
+    return _grid_shape.__wrapped__(tuple(shape), tuple(chunks))
+
+
+@lru_cache(maxsize=4096)
+def _grid_shape(shape: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[int, ...]:
     if len(shape) != len(chunks):
         raise InvalidReferenceError(f"shape {shape} and chunks {chunks} differ in rank")
     if any(c <= 0 for c in chunks):

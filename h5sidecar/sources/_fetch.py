@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 
 from h5sidecar.errors import (
-    ForbiddenSourceError,
     InvalidReferenceError,
     SourceReadError,
     StaleReferenceError,
@@ -38,7 +37,7 @@ from h5sidecar.errors import (
 from h5sidecar.references import SourceInfo
 from h5sidecar.references._io import scrub_credentials
 from h5sidecar.settings import ReadSettings
-from h5sidecar.sources._allow import AllowList
+from h5sidecar.sources._allow import AllowList, SourceIndex
 from h5sidecar.sources._backends import (
     LocalReader,
     ObjectStoreReader,
@@ -76,6 +75,9 @@ class ChunkFetcher:
         Identities recorded at index time.  When ``settings.allowed_prefixes`` is empty, exactly
         these URLs may be fetched; with ``settings.check_freshness`` their size/ETag/mtime is
         compared with every response.
+    lazy_allow_list : bool
+        The allowed prefixes are many exact URLs (a datacube's members): each is normalised
+        when first read rather than all now (see :class:`~h5sidecar.sources._allow.AllowList`).
 
     Attributes
     ----------
@@ -94,8 +96,10 @@ class ChunkFetcher:
         *,
         storage_options: Mapping[str, Any] | None = None,
         sources: Iterable[SourceInfo] = (),
+        lazy_allow_list: bool = False,
     ) -> None:
         self.settings = settings
+        self.lazy_allow_list = lazy_allow_list
         self.storage_options: dict[str, Any] = dict(storage_options or {})
         self.sources: tuple[SourceInfo, ...] = tuple(sources)
         self.stats = FetchStats()
@@ -104,13 +108,10 @@ class ChunkFetcher:
     def _setup(self) -> None:
         _check_settings(self.settings)
         prefixes = self.settings.allowed_prefixes or tuple(s.url for s in self.sources)
-        self.allow_list = AllowList(prefixes)
-        self._known: dict[str, SourceInfo] = {}
-        for s in self.sources:
-            try:
-                self._known[parse_url(s.url, untrusted=True).url] = s
-            except (ForbiddenSourceError, InvalidReferenceError) as exc:  # refused again, loudly, if it is ever fetched
-                log.debug("source %r cannot be read: %s", s.url, exc)
+        # the sources' own URLs (a cube's members) are normalised when read, not all now
+        self.allow_list = AllowList(
+            prefixes, lazy=self.lazy_allow_list or not self.settings.allowed_prefixes)
+        self._known = SourceIndex(self.sources)
         self._confirmed: set[str] = set()
         # canonical URL -> time.monotonic() when the source was last seen to match its sidecar
         self._confirmed_at: dict[str, float] = {}
@@ -127,12 +128,14 @@ class ChunkFetcher:
             "settings": self.settings,
             "storage_options": scrub_credentials(self.storage_options),
             "sources": self.sources,
+            "lazy_allow_list": self.lazy_allow_list,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.settings = state["settings"]
         self.storage_options = dict(state["storage_options"])
         self.sources = tuple(state["sources"])
+        self.lazy_allow_list = bool(state.get("lazy_allow_list"))
         self.stats = FetchStats()
         self._setup()
 
@@ -295,8 +298,8 @@ class ChunkFetcher:
     async def _timed(self, aw: Any, loc: SourceLocation) -> Any:
         """``await aw`` within ``settings.request_timeout`` (a timeout is a transient failure)."""
         try:
-            # asyncio.timeout runs ``aw`` in this task; wait_for (3.11) wraps it in a new task,
-            # a cost every one of thousands of small requests paid
+            # a deadline on this task, not wait_for's extra task per request (3.11), a cost
+            # every one of thousands of small requests paid
             async with asyncio.timeout(self.settings.request_timeout):
                 return await aw
         except TimeoutError as exc:

@@ -70,7 +70,11 @@ def sidecar_stamp(path: str, storage_options: Mapping[str, Any] | None) -> str:
     """
     from h5sidecar.read._cache import sidecar_identity
 
-    _, _, size, stamp, _ = sidecar_identity(path, storage_options)
+    return _stamp(sidecar_identity(path, storage_options))
+
+
+def _stamp(identity: tuple) -> str:
+    _, _, size, stamp, _ = identity
     return f"{size}:{stamp}"
 
 
@@ -80,26 +84,43 @@ def load_granules(
     """Each item's references and, for a sidecar path, ``(path, stamp)`` (stat before load:
     a sidecar rewritten in between gets a stamp that no longer matches, so it is checked again).
     """
-    from h5sidecar.read import load_refs
+    from h5sidecar.read._cache import load_refs, sidecar_identity
 
     def one(x: Any) -> tuple[GranuleRefs, tuple[str, str] | None]:
         if isinstance(x, GranuleRefs):
             return x, None
         path = os.fspath(x)
-        stamp = sidecar_stamp(path, opts)
-        return load_refs(path, opts), (path, stamp)
+        identity = sidecar_identity(path, opts)  # the stamp, and the sidecar cache's key
+        refs = load_refs(path, opts, identity=identity)
+        _preload(refs)
+        return refs, (path, _stamp(identity))
 
     with ThreadPoolExecutor(COORD_READERS) as pool:
         return list(pool.map(one, items))
 
 
+def _preload(refs: GranuleRefs) -> None:
+    """Load a lazily read sidecar's manifests file now, in the task that read it (one pass
+    over the sidecars instead of two): every array's manifest is cut from it when needed."""
+    first = next(iter(refs.arrays.values()), None)
+    if first is None or first.manifest_loaded:
+        return
+    try:
+        first.manifest  # noqa: B018 - the access loads it
+    except (H5SidecarError, OSError):
+        # not cached: loading it again fails again where the failure is reported, naming the
+        # granule (read_coords for the coordinates, concat_refs for the other arrays)
+        return
+
+
 def read_coords(parts: Sequence[GranuleRefs], paths: Sequence[str],
                 opts: Mapping[str, Any]) -> list[dict[str, np.ndarray]]:
-    """``paths`` of every part, raw, read in one batch over all parts.
+    """``paths`` (1-D arrays) of every part, raw, read in one batch over all parts.
 
-    The parts' arrays are gathered under ``"<i>/<path>"`` into one reference set whose members
-    are the parts' sources, so the batch reader plans every request at once (coalesced, run
-    concurrently), with the allow-list and each member's freshness guard of a cube.
+    Every chunk of every part is fetched in one plan (coalesced, run concurrently), with the
+    allow-list and each member's freshness guard of a cube
+    (:func:`~h5sidecar.read._vectors.read_vectors`).  When that fails, the parts' arrays are
+    read again, each on its own, to name every granule that fails.
 
     Raises
     ------
@@ -107,27 +128,49 @@ def read_coords(parts: Sequence[GranuleRefs], paths: Sequence[str],
         The class of the first failure (e.g. :class:`~h5sidecar.errors.StaleReferenceError`),
         its message naming every granule whose coordinates could not be read, and why.
     """
-    from h5sidecar.read import read_arrays
+    from h5sidecar.read._vectors import member_fetcher, read_vectors, vector_codecs
     from h5sidecar.settings import ReadSettings
 
     if not parts:
         return []
-    arrays = {f"{i}/{p}": renamed(part.arrays[p], f"{i}/{p}")
-              for i, part in enumerate(parts) for p in paths}  # fmt: skip
     failed = _load_manifests(parts, paths)
     if failed:
         raise _failed_reads(parts, failed)
-    batch = GranuleRefs(parts[0].source, {}, arrays, members=member_identities(parts))
     settings = ReadSettings(max_concurrency=COORD_CONCURRENCY)
-    try:
-        got = read_arrays(batch, list(arrays), remote_options=opts, settings=settings)
-    except (H5SidecarError, OSError):
-        # read again, each array on its own, to name every granule that fails (only then:
-        # one plain batch costs less than one collecting every array's outcome)
-        got = read_arrays(batch, list(arrays), remote_options=opts, settings=settings,
-                          errors="collect")
-        if got.errors:  # else every array read the second time (each checked as the first)
-            raise _failed_reads(parts, got.errors)  # noqa: B904 - its cause: the first failure
+    flat = [part.arrays[p] for part in parts for p in paths]
+    codecs = vector_codecs(flat)
+    if codecs is not None:
+        try:
+            fetcher = member_fetcher(member_identities(parts), flat, settings, opts)
+            values = iter(read_vectors(flat, codecs, fetcher))
+        except (H5SidecarError, OSError):
+            # read again, each array on its own, to name every granule that fails (only then:
+            # one plain batch costs less than one collecting every array's outcome)
+            return _read_each(parts, paths, opts, settings)
+        return [{p: next(values) for p in paths} for _ in parts]
+    return _read_each(parts, paths, opts, settings, collect=False)
+
+
+def _read_each(parts: Sequence[GranuleRefs], paths: Sequence[str], opts: Mapping[str, Any],
+               settings: Any, *, collect: bool = True) -> list[dict[str, np.ndarray]]:
+    """The batch reader's way (any array it decodes, through zarr the others): every array
+    of every part under ``"<i>/<path>"`` in one reference set whose members are the parts'
+    sources; ``collect``: each array on its own, naming every granule that fails."""
+    from h5sidecar.read import read_arrays
+
+    arrays = {f"{i}/{p}": renamed(part.arrays[p], f"{i}/{p}")
+              for i, part in enumerate(parts) for p in paths}  # fmt: skip
+    batch = GranuleRefs(parts[0].source, {}, arrays, members=member_identities(parts))
+    if not collect:
+        try:
+            got = read_arrays(batch, list(arrays), remote_options=opts, settings=settings)
+        except (H5SidecarError, OSError):
+            return _read_each(parts, paths, opts, settings)
+        return [{p: got[f"{i}/{p}"] for p in paths} for i in range(len(parts))]
+    got = read_arrays(batch, list(arrays), remote_options=opts, settings=settings,
+                      errors="collect")
+    if got.errors:  # else every array read the second time (each checked as the first)
+        raise _failed_reads(parts, got.errors)
     return [{p: got[f"{i}/{p}"] for p in paths} for i in range(len(parts))]
 
 
@@ -135,20 +178,25 @@ def _load_manifests(parts: Sequence[GranuleRefs], paths: Sequence[str]
                     ) -> dict[str, BaseException]:
     """Load the manifests of ``paths`` not in memory yet, :data:`COORD_READERS` sidecars at a
     time (one GET each on an object store); ``"<i>/<path>"`` -> error of those that fail."""
-    todo = [(f"{i}/{p}", a) for i, part in enumerate(parts) for p in paths
-            if not (a := part.arrays[p]).manifest_loaded]
+    todo = [(i, p) for i, part in enumerate(parts)
+            if (p := [q for q in paths if not part.arrays[q].manifest_loaded])]
 
-    def one(item: tuple[str, ArrayRefs]) -> tuple[str, BaseException | None]:
-        try:
-            item[1].manifest  # noqa: B018 - the access loads it
-        except (H5SidecarError, OSError) as exc:  # a sidecar's fault: named by the caller
-            return item[0], exc
-        return item[0], None
+    def one(item: tuple[int, list[str]]) -> dict[str, BaseException]:
+        # a part's arrays in one task: the first loads the sidecar's manifests file, the
+        # others are cut from it (tasks of one sidecar would only wait for each other)
+        i, todo_paths = item
+        out: dict[str, BaseException] = {}
+        for p in todo_paths:
+            try:
+                parts[i].arrays[p].manifest  # noqa: B018 - the access loads it
+            except (H5SidecarError, OSError) as exc:  # a sidecar's fault: named by the caller
+                out[f"{i}/{p}"] = exc
+        return out
 
     if not todo:
         return {}
     with ThreadPoolExecutor(COORD_READERS) as pool:
-        return {k: e for k, e in pool.map(one, todo) if e is not None}
+        return {k: e for errors in pool.map(one, todo) for k, e in errors.items()}
 
 
 def _failed_reads(parts: Sequence[GranuleRefs], errors: Mapping[str, BaseException]

@@ -116,3 +116,23 @@ def test_encoding_groups_equal_grouping_by_every_field(tmp_path: Path) -> None:
     # the three regular granules agree; the repacked one, each scale_factor spelling and each
     # changed unit is its own group (refs[2] joins the first)
     assert groups[0] == [0, 1, 2, 9] and len(groups) == 7
+
+
+def test_a_build_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> None:
+    import gc
+
+    files, _, sidecars = _collection(tmp_path, 3)
+    assert gc.isenabled()
+    build_cube(str(sidecars), str(tmp_path / "cube.parq"))
+    assert gc.isenabled()  # paused during the build only
+    write_daily_granule(files[1], datetime.date(2020, 1, 2), seed=99, hour=6.0)
+    with pytest.raises(StaleReferenceError):
+        build_cube(str(sidecars), str(tmp_path / "again.parq"))
+    assert gc.isenabled()  # also when the build fails
+    gc.disable()
+    try:
+        with pytest.raises(StaleReferenceError):
+            build_cube(str(sidecars), str(tmp_path / "off.parq"))
+        assert not gc.isenabled()  # a caller's disabled collector stays disabled
+    finally:
+        gc.enable()

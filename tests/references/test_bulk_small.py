@@ -1,0 +1,115 @@
+"""The manifests file decoded in plain Python (small files) equals the column-wise decode."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from unittest import mock
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references import GranuleRefs
+from h5sidecar.references import _bulk as bulk
+from h5sidecar.references._bulk import MANIFESTS_FILE, decode_manifests, encode_manifests
+from h5sidecar.references._bulk_small import SMALL_ROWS, SmallBulkColumns
+from tests.references._strategies import granule_refs
+from tests.references.test_json import small_refs
+from tests.references.test_parquet import _BULK_CASES, _corrupt, _files, _read
+
+
+def _both(data: bytes, g: GranuleRefs) -> tuple[object, object]:
+    metas = {p: a.meta for p, a in g.arrays.items()}
+    small = decode_manifests(data, metas)
+    with mock.patch.object(bulk, "SMALL_ROWS", -1):  # every file through the column-wise path
+        columns = decode_manifests(data, metas)
+    return small, columns
+
+
+def _same_columns(a: object, b: object) -> None:
+    for field in ("flat", "offsets", "lengths"):
+        x, y = getattr(a, field), getattr(b, field)
+        assert x.dtype == y.dtype and np.array_equal(x, y), field
+    assert a.urls.to_pylist() == b.urls.to_pylist()  # type: ignore[attr-defined]
+    assert a.inline == b.inline  # type: ignore[attr-defined]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(granule_refs())
+def test_small_decode_equals_column_decode(g: GranuleRefs) -> None:
+    data = encode_manifests(g)
+    small, columns = _both(data, g)
+    rows = pq.read_metadata(io.BytesIO(data)).num_rows
+    assert isinstance(small, SmallBulkColumns) == (rows <= SMALL_ROWS)
+    assert not isinstance(columns, SmallBulkColumns)
+    assert list(small) == list(columns) == list(g.arrays)  # type: ignore[call-overload]
+    for path, arr in g.arrays.items():
+        _same_columns(small[path], columns[path])  # type: ignore[index]
+        for order in (None, arr.manifest.urls):
+            got = small.manifest(path, order)  # type: ignore[attr-defined]
+            assert got == columns.manifest(path, order)  # type: ignore[attr-defined]
+        assert small.manifest(path, arr.manifest.urls) == arr.manifest  # type: ignore[attr-defined]
+
+
+def test_small_decode_of_inline_missing_and_two_urls() -> None:
+    g = small_refs()  # g/v: 2x3 grid [[0, MISSING, 0], [INLINE, 0, INLINE]]; s: 0-d
+    small, columns = _both(encode_manifests(g), g)
+    assert isinstance(small, SmallBulkColumns)
+    for path, arr in g.arrays.items():
+        assert small.manifest(path, arr.manifest.urls) == arr.manifest  # type: ignore[attr-defined]
+        assert small.manifest(path, None) == columns.manifest(path, None)  # type: ignore[attr-defined]
+    with pytest.raises(InvalidReferenceError, match="not among the array's URLs"):
+        small.manifest("g/v", ("s3://elsewhere/x.h5",))  # type: ignore[attr-defined]
+    with pytest.raises(KeyError):
+        small["nope"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("small", [True, False], ids=["python", "columns"])
+@pytest.mark.parametrize(("make", "match"), _BULK_CASES)
+def test_malformed_manifests_file_either_way(
+    make: Callable[[dict[str, bytes]], bytes | None], match: str, small: bool
+) -> None:
+    files = _files(small_refs(), record_size=2)
+    with mock.patch.object(bulk, "SMALL_ROWS", SMALL_ROWS if small else -1), \
+            pytest.raises(InvalidReferenceError, match=match):  # fmt: skip
+        _read(_corrupt(files, MANIFESTS_FILE, make(files)))
+
+
+@pytest.mark.parametrize("small", [True, False], ids=["python", "columns"])
+def test_a_stored_chunk_without_url_is_refused_either_way(small: bool) -> None:
+    table = pa.table({"array": pa.array(["s"]).dictionary_encode(), "chunk": [0],
+                      "url": pa.array([None], pa.string()), "offset": [0], "size": [4],
+                      "raw": pa.array([None], pa.binary())})  # fmt: skip
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    g = small_refs()
+    with mock.patch.object(bulk, "SMALL_ROWS", SMALL_ROWS if small else -1), \
+            pytest.raises(InvalidReferenceError, match="has no URL"):  # fmt: skip
+        decode_manifests(buf.getvalue(), {p: a.meta for p, a in g.arrays.items()})
+
+
+@pytest.mark.parametrize("n", [3, 200], ids=["few chunks", "many chunks"])
+def test_a_chunk_past_the_end_of_its_source_is_refused(n: int) -> None:
+    from h5sidecar.references import ChunkManifest, SourceInfo
+    from h5sidecar.references._assemble import _check_within_source
+
+    codes = np.zeros(n, np.int32)
+    codes[1] = -1  # a missing chunk's zero offset/length counts for nothing
+    codes[-1] = 1  # the last chunk is in the second file
+    offsets = np.arange(n, dtype=np.uint64) * 10
+    lengths = np.where(codes == -1, 0, 10).astype(np.uint64)
+    manifest = ChunkManifest.from_arrays(urls=("a.h5", "b.h5"), codes=codes, offsets=offsets,
+                                         lengths=lengths)  # fmt: skip
+    end_a = int(offsets[codes == 0].max() + 10)  # the furthest chunk end in a.h5
+    end_b = int(offsets[-1] + 10)
+    fits = {"a.h5": SourceInfo("a.h5", end_a), "b.h5": SourceInfo("b.h5", end_b)}
+    _check_within_source("v", manifest, fits)
+    _check_within_source("v", manifest, {"a.h5": SourceInfo("a.h5", end_a)})  # b unknown
+    with pytest.raises(InvalidReferenceError, match=rf"ends at byte {end_b}, past the end of b"):
+        _check_within_source("v", manifest, {**fits, "b.h5": SourceInfo("b.h5", end_b - 1)})
+    with pytest.raises(InvalidReferenceError, match=rf"ends at byte {end_a}, past the end of a"):
+        _check_within_source("v", manifest, {**fits, "a.h5": SourceInfo("a.h5", end_a - 1)})
