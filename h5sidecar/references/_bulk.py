@@ -31,7 +31,12 @@ import pyarrow.parquet as pq
 
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._assemble import ChunkColumns
-from h5sidecar.references._bulk_small import SMALL_ROWS, SmallBulkColumns, decode_small
+from h5sidecar.references._bulk_small import (
+    SMALL_ROWS,
+    SmallBulkColumns,
+    array_names,
+    decode_small,
+)
 from h5sidecar.references._manifest import INLINE, MISSING, ChunkManifest
 from h5sidecar.references._model import ArrayMeta, GranuleRefs
 
@@ -132,16 +137,7 @@ def decode_manifests(
         )
     if table.num_rows <= SMALL_ROWS:  # a granule of few chunks: plain Python is cheaper
         return decode_small(table, metas, others, MANIFESTS_FILE)
-    arrays = table.column("array").combine_chunks()
-    if not pa.types.is_dictionary(arrays.type) or arrays.null_count:
-        raise InvalidReferenceError(f"{MANIFESTS_FILE}: 'array' must be dictionary-encoded paths")
-    names = arrays.dictionary.to_pylist()
-    unknown = [n for n in names if n not in metas and n not in others]
-    if unknown:
-        raise InvalidReferenceError(
-            f"{MANIFESTS_FILE} names arrays the metadata lacks ({unknown[:3]}); the sidecar is "
-            "inconsistent: re-create it"
-        )
+    arrays, names = array_names(table, metas, others, MANIFESTS_FILE)
     idx = arrays.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     order = np.argsort(idx, kind="stable")
     idx = idx[order]

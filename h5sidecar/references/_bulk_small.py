@@ -23,7 +23,7 @@ from h5sidecar.references._assemble import ChunkColumns
 from h5sidecar.references._manifest import INLINE, MISSING, ChunkManifest
 from h5sidecar.references._model import ArrayMeta
 
-__all__ = ["SMALL_ROWS", "SmallBulkColumns", "decode_small"]
+__all__ = ["SMALL_ROWS", "SmallBulkColumns", "array_names", "decode_small"]
 
 #: Tables up to this many rows (chunks of the whole granule) are decoded in Python.
 SMALL_ROWS = 256
@@ -37,15 +37,10 @@ def _dictionary(col: pa.ChunkedArray) -> pa.Array:
     return arr if pa.types.is_dictionary(arr.type) else arr.dictionary_encode()
 
 
-def decode_small(table: pa.Table, metas: Mapping[str, ArrayMeta], others: Collection[str],
-                 file: str) -> SmallBulkColumns:
-    """:class:`SmallBulkColumns` of a read manifests ``table`` (its columns checked present).
-
-    Raises
-    ------
-    InvalidReferenceError
-        As :func:`~h5sidecar.references._bulk.decode_manifests`.
-    """
+def array_names(table: pa.Table, metas: Mapping[str, ArrayMeta], others: Collection[str],
+                file: str) -> tuple[Any, list[str]]:
+    """The manifests table's dictionary-encoded ``array`` column and its names, checked: every
+    name is an array of the metadata (``metas``) or one of ``others``."""
     arrays = table.column("array").combine_chunks()
     if not pa.types.is_dictionary(arrays.type) or arrays.null_count:
         raise InvalidReferenceError(f"{file}: 'array' must be dictionary-encoded paths")
@@ -56,6 +51,19 @@ def decode_small(table: pa.Table, metas: Mapping[str, ArrayMeta], others: Collec
             f"{file} names arrays the metadata lacks ({unknown[:3]}); the sidecar is "
             "inconsistent: re-create it"
         )
+    return arrays, names
+
+
+def decode_small(table: pa.Table, metas: Mapping[str, ArrayMeta], others: Collection[str],
+                 file: str) -> SmallBulkColumns:
+    """:class:`SmallBulkColumns` of a read manifests ``table`` (its columns checked present).
+
+    Raises
+    ------
+    InvalidReferenceError
+        As :func:`~h5sidecar.references._bulk.decode_manifests`.
+    """
+    array_names(table, metas, others, file)
     for name in ("chunk", "offset", "size"):
         col = table.column(name)
         if not pa.types.is_integer(col.type) or col.null_count:
