@@ -7,7 +7,8 @@
    ``max_range_bytes`` and ranges past the end of a source's recorded size;
 2. coalesces the ranges with :func:`~h5sidecar.sources._plan.plan_reads`;
 3. issues the plan's requests concurrently, at most ``max_concurrency`` at a time per fetcher
-   (and, in a lane of their own, ``max_small_concurrency`` requests of at most 64 KiB), through one connection pool per bucket/host (obstore) or ``os.pread`` in threads;
+   (and, in a lane of their own, ``max_small_concurrency`` requests of at most 64 KiB), through
+   one connection pool per bucket/host (obstore) or ``os.pread`` in threads;
 4. retries throttling, 5xx, resets, timeouts and short bodies with exponential backoff and full
    jitter (the package's one retry policy, :mod:`h5sidecar.sources._retry`), and raises :class:`~h5sidecar.errors.SourceReadError` when retries run out;
 5. confirms, before serving any byte, that the object is the one the sidecar describes (size and
@@ -57,6 +58,7 @@ log = logging.getLogger("h5sidecar.fetch")
 
 #: Requests of at most this many bytes wait in the small lane (``max_small_concurrency``).
 SMALL_REQUEST_BYTES = 64 * 2**10
+
 
 class ChunkFetcher:
     """Fetch byte ranges of allowed sources, concurrently, with retries and a freshness guard.
