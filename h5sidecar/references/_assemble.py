@@ -185,10 +185,8 @@ def _check_within_source(
     path: str, manifest: ChunkManifest, known: Mapping[str, SourceInfo]
 ) -> None:
     """A chunk ending past the end of its (known-size) source means the sidecar is corrupt."""
-    sizes = np.array(
-        [known[u].size if u in known else -1 for u in manifest.urls], dtype=np.int64
-    )
-    if not (sizes >= 0).any():
+    sizes = [known[u].size if u in known else -1 for u in manifest.urls]
+    if all(s < 0 for s in sizes):
         return
     codes = manifest.codes.reshape(-1)
     if codes.size <= _FEW_CHUNKS:  # NumPy's per-call cost is most of it for a few chunks
@@ -197,22 +195,23 @@ def _check_within_source(
                            manifest.lengths.reshape(-1).tolist(), strict=True):  # fmt: skip
             if c >= 0 and o + n > far[c]:
                 far[c] = o + n
-        ends = np.array([min(e, 2**64 - 1) for e in far], dtype=np.uint64)
+        ends = far
     else:
         stored = codes >= 0
-        ends = np.zeros(len(sizes), dtype=np.uint64)
+        found = np.zeros(len(sizes), dtype=np.uint64)
         np.maximum.at(
-            ends,
+            found,
             codes[stored],
             manifest.offsets.reshape(-1)[stored] + manifest.lengths.reshape(-1)[stored],
         )
-    bad = np.flatnonzero((sizes >= 0) & (ends > sizes.clip(min=0).astype(np.uint64)))
-    if bad.size:
-        source = known[manifest.urls[int(bad[0])]]
-        raise InvalidReferenceError(
-            f"{path}: a chunk ends at byte {int(ends[bad[0]])}, past the end of {source.url} "
-            f"({source.size} bytes); the sidecar does not describe this object: re-index it"
-        )
+        ends = found.tolist()
+    for i, (end, size) in enumerate(zip(ends, sizes, strict=True)):
+        if size >= 0 and end > size:
+            source = known[manifest.urls[i]]
+            raise InvalidReferenceError(
+                f"{path}: a chunk ends at byte {end}, past the end of {source.url} "
+                f"({source.size} bytes); the sidecar does not describe this object: re-index it"
+            )
 
 
 def _guess_status(manifest: ChunkManifest) -> Any:

@@ -137,10 +137,10 @@ class SmallBulkColumns(Mapping[str, ChunkColumns]):
                 f"{self._file}: {name}: chunk URL {missing[0]!r} is not among the array's "
                 "URLs in the extras; the sidecar is inconsistent: re-create it"
             )
-        codes = np.full(n, MISSING, np.int32)
-        offsets = np.zeros(n, np.uint64)
-        lengths = np.zeros(n, np.uint64)
-        inline: dict[int, Any] = {}
+        # Python lists, then one array each: a handful of chunks costs less this way than
+        # item assignment into NumPy arrays
+        codes, offsets, lengths = [MISSING] * n, [0] * n, [0] * n
+        inline: dict[int, bytes] = {}
         for chunk, url, offset, size, raw in rows:
             if raw is None:
                 codes[chunk] = position[url]  # type: ignore[index]
@@ -148,11 +148,15 @@ class SmallBulkColumns(Mapping[str, ChunkColumns]):
                 lengths[chunk] = size
         for chunk, _, _, _, raw in rows:
             if raw is not None:  # as the column-wise path: inline rows win over stored ones
-                inline[chunk] = raw
+                inline[chunk] = bytes(raw)
                 codes[chunk] = INLINE
-        return ChunkManifest.from_arrays(
-            urls=urls, codes=codes.reshape(grid), offsets=offsets.reshape(grid),
-            lengths=lengths.reshape(grid), inline=inline,
+        # every check of ChunkManifest.from_arrays holds by construction: rows are checked
+        # (chunk numbers in the grid, stored rows with offset >= 0 and length > 0), codes are
+        # positions in ``urls`` or INLINE exactly where ``inline`` has the chunk
+        return ChunkManifest.from_checked(
+            urls=urls, codes=np.array(codes, np.int32).reshape(grid),
+            offsets=np.array(offsets, np.uint64).reshape(grid),
+            lengths=np.array(lengths, np.uint64).reshape(grid), inline=inline,
         )  # fmt: skip
 
     def __iter__(self) -> Iterator[str]:

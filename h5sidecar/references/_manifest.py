@@ -124,6 +124,35 @@ class ChunkManifest:
         return self
 
     @classmethod
+    def from_checked(
+        cls,
+        *,
+        urls: tuple[str, ...],
+        codes: np.ndarray,
+        offsets: np.ndarray,
+        lengths: np.ndarray,
+        inline: Mapping[int, bytes],
+    ) -> ChunkManifest:
+        """Wrap arrays a decoder built and checked itself, without checking them again.
+
+        For decoders that make every check of :meth:`from_arrays` while building their rows
+        (:mod:`~h5sidecar.references._bulk_small`): ``codes`` int32, ``offsets`` and
+        ``lengths`` uint64, all C-ordered and of one shape; codes in ``[-2, len(urls))``;
+        ``inline`` keyed by exactly the flat indices coded ``INLINE``; no stored chunk of
+        length 0.  Its ~10 NumPy calls are most of a one-chunk manifest's cost, paid
+        thousands of times in a datacube build.
+        """
+        self = object.__new__(cls)
+        for arr in (codes, offsets, lengths):
+            arr.flags.writeable = False
+        self._urls = urls
+        self._codes = codes
+        self._offsets = offsets
+        self._lengths = lengths
+        self._inline = MappingProxyType(dict(inline))
+        return self
+
+    @classmethod
     def empty(cls, grid_shape: tuple[int, ...], urls: tuple[str, ...] = ()) -> ChunkManifest:
         """A manifest where every chunk is missing (read as the fill value)."""
         return cls.from_arrays(

@@ -17,6 +17,7 @@ from h5sidecar.references import GranuleRefs
 from h5sidecar.references import _bulk as bulk
 from h5sidecar.references._bulk import MANIFESTS_FILE, decode_manifests, encode_manifests
 from h5sidecar.references._bulk_small import SMALL_ROWS, SmallBulkColumns
+from h5sidecar.references._manifest import ChunkManifest
 from tests.references._strategies import granule_refs
 from tests.references.test_json import small_refs
 from tests.references.test_parquet import _BULK_CASES, _corrupt, _files, _read
@@ -38,6 +39,16 @@ def _same_columns(a: object, b: object) -> None:
     assert a.inline == b.inline  # type: ignore[attr-defined]
 
 
+def _same_layout(got: ChunkManifest, want: ChunkManifest) -> None:
+    """The small decode's manifest (built unchecked from checked rows) has the arrays a
+    checked build has: dtypes, shapes, C order, read-only."""
+    for x, y in ((got.codes, want.codes), (got.offsets, want.offsets),
+                 (got.lengths, want.lengths)):  # fmt: skip
+        assert (x.dtype, x.shape) == (y.dtype, y.shape)
+        assert x.flags.c_contiguous and not x.flags.writeable
+    assert all(type(v) is bytes for v in got.inline.values())
+
+
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(granule_refs())
 def test_small_decode_equals_column_decode(g: GranuleRefs) -> None:
@@ -52,6 +63,7 @@ def test_small_decode_equals_column_decode(g: GranuleRefs) -> None:
         for order in (None, arr.manifest.urls):
             got = small.manifest(path, order)  # type: ignore[attr-defined]
             assert got == columns.manifest(path, order)  # type: ignore[attr-defined]
+            _same_layout(got, columns.manifest(path, order))  # type: ignore[attr-defined]
         assert small.manifest(path, arr.manifest.urls) == arr.manifest  # type: ignore[attr-defined]
 
 
