@@ -186,7 +186,7 @@ def plan_ahead(reader: Any, prepared: list[tuple[str, ArrayRefs, Selection]]) ->
         and not is_dimension_coordinate(arr)
     ]  # fmt: skip
     reader._ahead_done.update(p for p, _, _ in prepared)
-    held = sum(a.nbytes for a in reader._prefetched.values())
+    held = sum(a.nbytes for a in list(reader._prefetched.values())) + inflight_bytes(reader)
     if not whole_small:
         whole_large = [
             p for p, arr, sel in prepared
@@ -216,6 +216,14 @@ def plan_ahead(reader: Any, prepared: list[tuple[str, ArrayRefs, Selection]]) ->
                            held + limit // 2)
         reader._refilling = reader._refilling or bool(paths)
     return _whole_reads(reader, paths)
+
+
+def inflight_bytes(reader: Any) -> int:
+    """Decoded bytes of the arrays a read-ahead is still reading: they count against the
+    budget as held ones do (a refill may be in flight when a loop's own read plans the next
+    read-ahead; counting only held arrays let the two together pass ``prefetch_bytes``)."""
+    arrays = reader.refs.arrays
+    return sum(decoded_nbytes(arrays[p]) for p in list(reader._ahead_inflight) if p in arrays)
 
 
 def plan_refill(reader: Any, handed: str) -> list[Any]:

@@ -233,3 +233,50 @@ def test_a_loop_over_small_arrays_refills_before_it_runs_out(atl03_refs: Granule
     with h5py.File(atl03_h5) as f:
         assert sum(_check_h5py(f, node.path.strip("/"), node.dataset)
                    for node in tree.subtree) > 500
+
+
+def test_a_read_ahead_in_flight_counts_against_the_budget(atl03_refs: GranuleRefs) -> None:
+    """A loop's own read plans the next read-ahead while a refill is still reading: the arrays
+    in flight count against ``prefetch_bytes`` as held ones do, so held, in flight and the new
+    read-ahead together stay within it (under load the two used to overlap and pass it)."""
+    from h5sidecar.read._decode import chunk_selection
+    from h5sidecar.read._prefetch import (
+        inflight_bytes,
+        is_dimension_coordinate,
+        is_small,
+        plan_ahead,
+    )
+
+    tree_arrays = [a for a in atl03_refs.arrays.values() if a.meta.shape]
+    small_sizes = sorted(decoded_nbytes(a) for a in tree_arrays)
+    limit = max(sum(small_sizes) // 6, small_sizes[-1] * SMALL_FRACTION // 4)
+    store = _store(atl03_refs, limit)
+    h5sidecar.open_datatree(store, chunks=None, **RAW)  # opens every array through the reader
+    reader = store.native
+    small = [p for p in reader.opened if is_small(atl03_refs.arrays[p], limit)
+             and atl03_refs.arrays[p].meta.shape
+             and not is_dimension_coordinate(atl03_refs.arrays[p])]  # fmt: skip
+    # a refill in flight: the last small arrays, about three quarters of the budget (a refill
+    # fills the budget; the loop has since taken what was held)
+    in_flight, total = [], 0
+    for p in reversed(small):
+        if total + decoded_nbytes(atl03_refs.arrays[p]) > limit * 3 // 4:
+            break
+        in_flight.append(p)
+        total += decoded_nbytes(atl03_refs.arrays[p])
+    reader._ahead_inflight.update(dict.fromkeys(in_flight, object()))
+    reader._ahead_done.update(in_flight)  # as a planned read-ahead is
+    assert inflight_bytes(reader) == total > limit // 2
+
+    def whole(p: str) -> tuple[str, ArrayRefs, Any]:
+        arr = atl03_refs.arrays[p]
+        key = tuple(slice(None) for _ in arr.meta.shape)
+        return p, arr, chunk_selection(arr.meta.shape, arr.meta.chunks, key)
+
+    assert plan_ahead(reader, [whole(small[0])]) == []  # a first read is not a loop yet
+    planned = plan_ahead(reader, [whole(small[1])])  # the second would read ahead
+    assert not {p for p, _, _ in planned} & set(in_flight)
+    held = sum(a.nbytes for a in reader._prefetched.values())
+    new = sum(decoded_nbytes(a) for _, a, _ in planned)
+    assert held + total + new <= limit
+    reader._ahead_inflight.clear()
