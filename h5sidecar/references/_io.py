@@ -406,7 +406,12 @@ def _fetch(fs: Any, root: str, rels: list[str]) -> dict[str, bytes | None]:
 
 # -- object stores --------------------------------------------------------------------------
 def _write_remote_dir(fs: Any, root: str, files: Iterable[tuple[str, bytes]]) -> None:
-    existing = set(fs.find(root)) if fs.exists(root) else set()
+    try:
+        # find alone (one listing): a new prefix lists as empty, and exists() first would
+        # cost a HEAD and a listing more
+        existing = set(fs.find(root))
+    except FileNotFoundError:
+        existing = set()
     foreign = sorted(p for p in existing if not OURS.fullmatch(p[len(root) + 1 :]))
     if foreign:
         raise FileExistsError(
