@@ -188,13 +188,6 @@ def range_cache_key(url: str, offset: int, length: int, source: Any) -> tuple[An
             source.mtime_ns)
 
 
-def _options_key(options: Mapping[str, Any]) -> str:
-    # Secrets never become part of a cache key (keys are visible in reprs and debuggers).
-    from h5sidecar.sources._fetch import scrub_credentials
-
-    return repr(sorted(scrub_credentials(options).items(), key=lambda kv: str(kv[0])))
-
-
 def sidecar_identity(path: str, storage_options: Mapping[str, Any] | None = None) -> tuple:
     """A hashable identity of the sidecar at ``path``: location + size + ETag/mtime.
 
@@ -224,14 +217,9 @@ def sidecar_identity(path: str, storage_options: Mapping[str, Any] | None = None
             f"no sidecar at {path!r}: index the granule first (h5sidecar index SOURCE -o DEST) "
             "or check the path and storage options"
         ) from exc
-    return identity_from_info(fs, p, info, options)
+    from h5sidecar.read._identity import key_from_info
 
-
-def identity_from_info(fs: Any, p: str, info: Mapping[str, Any],
-                       options: Mapping[str, Any]) -> tuple:  # fmt: skip
-    """:func:`sidecar_identity` of the object ``p`` of ``fs`` from its ``info`` (no I/O)."""
-    stamp = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified")
-    return (fs.protocol, p, info.get("size"), str(stamp), _options_key(options))
+    return key_from_info(fs, p, info, options)
 
 
 def _parquet_commit_info(fs: Any, path: str) -> dict[str, Any] | None:

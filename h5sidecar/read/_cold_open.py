@@ -48,7 +48,7 @@ def open_cold(path: str, options: Mapping[str, Any], cache: Any) -> tuple[tuple,
     import fsspec
 
     from h5sidecar._credentials import fsspec_options
-    from h5sidecar.read._cache import _options_key, identity_from_info
+    from h5sidecar.read._identity import key_from_info, options_key
     from h5sidecar.references._io import parquet_refs
 
     fs, p = fsspec.core.url_to_fs(path, **fsspec_options(str(path), dict(options)))
@@ -56,7 +56,7 @@ def open_cold(path: str, options: Mapping[str, Any], cache: Any) -> tuple[tuple,
     if not getattr(fs, "async_impl", False) or p.endswith(".json"):
         return None  # local files cost no round trip; JSON is one object
     meta = f"{p}/.zmetadata"
-    opts_key = _options_key(options)
+    opts_key = options_key(options)
     if any(isinstance(k, tuple) and len(k) == 5 and k[0] == fs.protocol and k[1] in (p, meta)
            and k[4] == opts_key for k in cache.key_snapshot()):  # fmt: skip
         return None  # warm: one HEAD, then (usually) a hit
@@ -83,7 +83,7 @@ def open_cold(path: str, options: Mapping[str, Any], cache: Any) -> tuple[tuple,
         check = _check(info, zmeta)
         if check == "unknown":  # HEAD, then GET: as safe as the sequential open
             check = "same" if len(zmeta) == info.get("size") else "changed"
-    identity = identity_from_info(fs, meta, info, options)
+    identity = key_from_info(fs, meta, info, options)
     refs = parquet_refs(path, dict(options), zmeta, bulk, fs=fs, root=p)
     if check != "same":
         log.debug("%s changed again while it was being opened: not cached", meta)
