@@ -73,7 +73,7 @@ def open_cold(path: str, options: Mapping[str, Any], cache: Any) -> tuple[tuple,
         if isinstance(zmeta2, BaseException):
             return None  # gone meanwhile (being rewritten?): the sequential open says what
         bulk = bulk if zmeta2 == zmeta else _usable(bulk2)
-        zmeta, check = zmeta2, ("same" if len(zmeta2) == info.get("size") else "changed")
+        zmeta, check = zmeta2, ("same" if _size_agrees(info, zmeta2) else "changed")
     if check == "changed":
         log.debug("%s changed while it was being opened; opening it again in order", meta)
         got = _run(fs, _ordered_round, fs, p, meta)
@@ -82,7 +82,7 @@ def open_cold(path: str, options: Mapping[str, Any], cache: Any) -> tuple[tuple,
         info, zmeta, bulk = got
         check = _check(info, zmeta)
         if check == "unknown":  # HEAD, then GET: as safe as the sequential open
-            check = "same" if len(zmeta) == info.get("size") else "changed"
+            check = "same" if _size_agrees(info, zmeta) else "changed"
     identity = key_from_info(fs, meta, info, options)
     refs = parquet_refs(path, dict(options), zmeta, bulk, fs=fs, root=p)
     if check != "same":
@@ -99,7 +99,7 @@ def _check(info: Mapping[str, Any], data: bytes) -> Check:
     """Whether ``data`` is the object ``info`` describes: ``"changed"`` when provably not,
     ``"same"`` when provably so (``info`` came with the bytes, or its ETag is their MD5), else
     ``"unknown"``."""
-    if len(data) != info.get("size"):
+    if not _size_agrees(info, data):
         return "changed"
     if info.get(_FROM_GET):
         return "same"
@@ -110,6 +110,13 @@ def _check(info: Mapping[str, Any], data: bytes) -> Check:
     digest = hashlib.md5(data, usedforsecurity=False).hexdigest()
     # a 32-digit ETag need not be an MD5 (stores derive ETags as they like): no proof either way
     return "same" if digest == m.group(1).lower() else "unknown"
+
+
+def _size_agrees(info: Mapping[str, Any], data: bytes) -> bool:
+    """False when ``info`` names a size and ``data`` has another (an HTTP server may send no
+    length with a HEAD: then the size proves nothing)."""
+    size = info.get("size")
+    return size is None or size == len(data)
 
 
 #: Marks an ``info`` taken from the GET response that carried the bytes.
@@ -160,11 +167,11 @@ async def _first_round(fs: Any, p: str, meta: str, *, s3: bool) -> Any:
     if s3:
         pair, bulk = await _gets(fs, p, meta, s3=True)
         if isinstance(pair, BaseException):
-            return pair
+            return (pair, None, None)  # never an exception alone: fsspec's sync raises those
         return (pair[0], pair[1], bulk)
     info, (zmeta, bulk) = await asyncio.gather(fs._info(meta), _gets(fs, p, meta),
                                                return_exceptions=True)  # fmt: skip
-    return info if isinstance(info, BaseException) else (info, zmeta, bulk)
+    return (info, zmeta, bulk)
 
 
 async def _ordered_round(fs: Any, p: str, meta: str) -> Any:
@@ -172,7 +179,7 @@ async def _ordered_round(fs: Any, p: str, meta: str) -> Any:
     try:
         info = await fs._info(meta)
     except Exception as exc:  # noqa: BLE001 - handed to _run, which sorts and raises
-        return exc
+        return (exc, None, None)
     zmeta, bulk = await _gets(fs, p, meta)
     return (info, zmeta, bulk)
 
@@ -183,10 +190,7 @@ def _run(fs: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
     the sequential open then says which)."""
     from fsspec.asyn import sync
 
-    got = sync(fs.loop, func, *args, **kwargs)
-    if isinstance(got, BaseException):
-        got = (got, None, None)
-    info, zmeta, bulk = got
+    info, zmeta, bulk = sync(fs.loop, func, *args, **kwargs)
     for value in (info, zmeta):
         if isinstance(value, FileNotFoundError | NotADirectoryError):
             return None

@@ -50,7 +50,8 @@ def sidecar(
                          storage_options=s3_storage_options)  # fmt: skip
     proxy.clear()
     opts = {**s3_storage_options, "endpoint_url": proxy.url}
-    return {"local": local, "url": side, "opts": opts, "meta": f"{side}/.zmetadata"}
+    return {"local": local, "url": side, "opts": opts, "meta": f"{side}/.zmetadata",
+            "direct": s3_storage_options}  # fmt: skip
 
 
 def _sidecar_requests(proxy: FaultProxy) -> list[tuple[str, str]]:
@@ -183,3 +184,32 @@ def test_a_sidecar_that_keeps_changing_is_served_but_never_cached_wrongly(
     assert refs.groups[""]["title"] in ("version-A", "version-BB")
     assert turn["n"] >= 1
     _assert_cache_consistent(versions)
+
+
+def test_a_json_sidecar_and_a_missing_one_open_as_before(
+    sidecar: dict[str, Any], s3: Any, s3_bucket: str, proxy: FaultProxy
+) -> None:
+    """No ``.zmetadata`` under the name: the cold open steps aside for the sequential one."""
+    from h5sidecar.errors import NotIndexedError
+    from h5sidecar.references import read_refs, write_json
+
+    refs = read_refs(sidecar["url"], storage_options=sidecar["opts"], lazy=False)
+    plain = f"s3://{s3_bucket}/g.h5.refs"  # a JSON sidecar whose name does not say so
+    write_json(refs, plain, storage_options=sidecar["direct"])  # PUTs go straight to moto
+    got = load_refs(plain, sidecar["opts"])
+    assert got.groups[""]["title"] == "version-A"
+    out = read_arrays(got, {"x": SEL}, storage_options=sidecar["opts"])
+    np.testing.assert_array_equal(out["x"], _want(sidecar["local"]))
+    with pytest.raises(NotIndexedError, match="no sidecar"):
+        load_refs(f"s3://{s3_bucket}/absent.h5.parq", sidecar["opts"])
+
+
+def test_the_check_proves_only_what_it_can() -> None:
+    data = b'{"metadata": {}}'
+    md5 = hashlib.md5(data).hexdigest()
+    assert cold._check({"size": len(data), "ETag": f'"{md5}"'}, data) == "same"
+    assert cold._check({"size": len(data) + 1, "ETag": f'"{md5}"'}, data) == "changed"
+    # a 32-digit ETag that is not this content's MD5 may be a store's own scheme
+    assert cold._check({"size": len(data), "ETag": '"' + "0" * 32 + '"'}, data) == "unknown"
+    assert cold._check({"size": len(data), "ETag": '"abc-2"'}, data) == "unknown"
+    assert cold._check({"size": None, "mtime": 5.0}, data) == "unknown"  # HEAD without length
