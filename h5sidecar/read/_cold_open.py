@@ -60,9 +60,10 @@ def open_cold(path: str, options: Mapping[str, Any], cache: Any) -> tuple[tuple,
     if any(isinstance(k, tuple) and len(k) == 5 and k[0] == fs.protocol and k[1] in (p, meta)
            and k[4] == opts_key for k in cache.key_snapshot()):  # fmt: skip
         return None  # warm: one HEAD, then (usually) a hit
-    got = _run(fs, _first_round, fs, p, meta, s3=_get_carries_identity(fs))
-    if got is None:
-        return None
+    s3 = _get_carries_identity(fs)
+    got = _run(fs, _first_round, fs, p, meta, s3=s3)
+    if got is None or (s3 and not got[0].get(_FROM_GET)):
+        return None  # no sidecar, or an S3 answer without an ETag: no HEAD to lean on
     info, zmeta, bulk = got
     check = _check(info, zmeta)
     if check == "unknown":
