@@ -13,7 +13,9 @@ forwards each request upstream and relays the answer -- unless a queued fault sa
 
 Faults are consumed by the next matching requests (``proxy.inject("reset", times=2)``).  Every
 request is recorded (method, path, Range header, fault applied) so tests can count exactly what
-reached the server, and the peak number of requests in flight is tracked.
+reached the server, and the peak number of requests in flight is tracked.  ``proxy.delay``
+(seconds) holds every request that long before it is forwarded: requests a client sends
+together are then surely in flight together (``peak_in_flight`` counts a round of them).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class FaultProxy:
         self.requests: list[Recorded] = []
         self.in_flight = 0
         self.peak_in_flight = 0
+        self.delay = 0.0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
@@ -157,6 +160,8 @@ class FaultProxy:
                     self.in_flight += 1
                     self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
                 try:
+                    if self.delay:
+                        await asyncio.sleep(self.delay)
                     keep = await self._answer(writer, head, body, fault)
                 except ConnectionError:
                     return  # the client gave up on this request (e.g. a cancelled fetch)

@@ -91,9 +91,13 @@ class ByteLRU(Generic[V]):
             self._hits += 1
             return item[0]
 
-    def put(self, key: Hashable, value: V) -> None:
-        """Cache ``value`` under ``key``, evicting least recently used entries to fit."""
-        nbytes = int(self._size(value))
+    def put(self, key: Hashable, value: V, nbytes: int | None = None) -> None:
+        """Cache ``value`` under ``key``, evicting least recently used entries to fit.
+
+        ``nbytes``: the charge when the caller knows it better than the size function (at
+        least the size function's).
+        """
+        nbytes = max(int(self._size(value)), nbytes or 0)
         if nbytes > self.max_bytes or not self.max_bytes:  # 0 disables, even for empty values
             return
         with self._lock:
@@ -131,6 +135,11 @@ class ByteLRU(Generic[V]):
         with self._lock:
             self._data.clear()
             self._bytes = 0
+
+    def key_snapshot(self) -> list[Hashable]:
+        """A snapshot of the keys (least recently used first); counts no hit or miss."""
+        with self._lock:
+            return list(self._data)
 
     def __len__(self) -> int:
         return len(self._data)
@@ -179,13 +188,6 @@ def range_cache_key(url: str, offset: int, length: int, source: Any) -> tuple[An
             source.mtime_ns)
 
 
-def _options_key(options: Mapping[str, Any]) -> str:
-    # Secrets never become part of a cache key (keys are visible in reprs and debuggers).
-    from h5sidecar.sources._fetch import scrub_credentials
-
-    return repr(sorted(scrub_credentials(options).items(), key=lambda kv: str(kv[0])))
-
-
 def sidecar_identity(path: str, storage_options: Mapping[str, Any] | None = None) -> tuple:
     """A hashable identity of the sidecar at ``path``: location + size + ETag/mtime.
 
@@ -215,8 +217,9 @@ def sidecar_identity(path: str, storage_options: Mapping[str, Any] | None = None
             f"no sidecar at {path!r}: index the granule first (h5sidecar index SOURCE -o DEST) "
             "or check the path and storage options"
         ) from exc
-    stamp = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified")
-    return (fs.protocol, p, info.get("size"), str(stamp), _options_key(options))
+    from h5sidecar.read._identity import key_from_info
+
+    return key_from_info(fs, p, info, options)
 
 
 def _parquet_commit_info(fs: Any, path: str) -> dict[str, Any] | None:
@@ -241,6 +244,11 @@ def load_refs(
     identity: tuple | None = None,
 ) -> Any:
     """Read the sidecar at ``path`` (JSON or Parquet) as ``GranuleRefs``, through ``cache``.
+
+    A Parquet sidecar on an object store that ``cache`` holds no entry for is opened in one
+    round of concurrent requests: its identity, ``.zmetadata`` and all-arrays manifests file
+    (see :mod:`h5sidecar.read._cold_open`); otherwise its identity is asked first (the key),
+    and the sidecar read on a miss.
 
     Parameters
     ----------
@@ -269,6 +277,13 @@ def load_refs(
         fit_shared_caches()
     if cache is None:
         return read_refs(path, storage_options=options)
+    if identity is None:
+        from h5sidecar.read._cold_open import open_cold
+
+        # no entry for this sidecar yet: its identity, metadata and manifests in one round
+        cold = open_cold(path, options, cache)
+        if cold is not None:
+            return cold[1]
     key = identity if identity is not None else sidecar_identity(path, options)
     return cache.get_or_create(key, lambda: read_refs(path, storage_options=options))
 

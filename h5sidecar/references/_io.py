@@ -36,6 +36,7 @@ from h5sidecar.references._parquet import (
     DEFAULT_RECORD_SIZE,
     ZMETADATA,
     SidecarLayout,
+    bulk_file,
     decode_zmetadata,
     encode_parquet,
     read_parquet_parts,
@@ -46,6 +47,7 @@ from h5sidecar.references._select import array_matcher, decode_json_sidecar, sel
 __all__ = [
     "SidecarFormat",
     "SidecarLayout",
+    "parquet_refs",
     "read_layout",
     "read_refs",
     "write_json",
@@ -206,13 +208,8 @@ def read_refs(
         try:
             if kind == "parquet":
                 zmeta_bytes, bulk = _zmetadata_and_bulk(fs, root, lazy and match is not None)
-                zmeta = decode_zmetadata(zmeta_bytes)
-                files = SidecarFiles(os.fspath(path), storage_options, fs=fs, root=root)
-                refs = read_parquet_lazy(zmeta, files, match=match, bulk_data=bulk) if lazy else None
-                if refs is None:
-                    refs = read_parquet_parts(zmeta, files)
-                    refs = refs if match is None else select_arrays(refs, match)
-                return _checked(refs)
+                return parquet_refs(path, storage_options, zmeta_bytes, bulk, lazy=lazy,
+                                    match=match, fs=fs, root=root)  # fmt: skip
             if not root.endswith(".json"):
                 # a granule, a netCDF-3 file or one record file passed by mistake: say so from
                 # its first bytes instead of downloading it whole to fail as JSON
@@ -225,6 +222,35 @@ def read_refs(
         f"no sidecar at {path}: neither a JSON file nor a directory with {ZMETADATA}; "
         "index the granule first (h5sidecar index)"
     )
+
+
+def parquet_refs(
+    path: str | os.PathLike[str],
+    storage_options: dict[str, Any] | None,
+    zmeta_bytes: bytes,
+    bulk: bytes | None,
+    *,
+    lazy: bool = True,
+    match: Any = None,
+    fs: Any = None,
+    root: str | None = None,
+) -> GranuleRefs:
+    """The Parquet sidecar at ``path`` from its ``.zmetadata`` bytes, already fetched (the
+    record files are read later, or now when not ``lazy``).
+
+    ``bulk``: its all-arrays manifests file when fetched with ``.zmetadata``; dropped (fetched
+    again when first needed) unless its size is the one ``.zmetadata`` records, so a file of
+    another version of the sidecar is not decoded against this metadata.
+    """
+    zmeta = decode_zmetadata(zmeta_bytes)
+    if bulk is not None and len(bulk) != bulk_file(zmeta):
+        bulk = None
+    files = SidecarFiles(os.fspath(path), storage_options, fs=fs, root=root)
+    refs = read_parquet_lazy(zmeta, files, match=match, bulk_data=bulk) if lazy else None
+    if refs is None:
+        refs = read_parquet_parts(zmeta, files)
+        refs = refs if match is None else select_arrays(refs, match)
+    return _checked(refs)
 
 
 def _zmetadata_and_bulk(fs: Any, root: str, with_bulk: bool) -> tuple[bytes, bytes | None]:

@@ -1,0 +1,24 @@
+"""The cache key of a sidecar: where it is, which version (size + ETag/mtime), read how."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["key_from_info", "options_key"]
+
+
+def options_key(options: Mapping[str, Any]) -> str:
+    """The storage options as part of a cache key, without secrets (keys are visible in reprs
+    and debuggers)."""
+    from h5sidecar.sources._fetch import scrub_credentials
+
+    return repr(sorted(scrub_credentials(options).items(), key=lambda kv: str(kv[0])))
+
+
+def key_from_info(fs: Any, p: str, info: Mapping[str, Any],
+                       options: Mapping[str, Any]) -> tuple:  # fmt: skip
+    """The identity (:func:`~h5sidecar.read._cache.sidecar_identity`) of the object ``p`` of
+    ``fs`` from its ``info`` (no I/O): ``(protocol, path, size, ETag or mtime, options)``."""
+    stamp = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified")
+    return (fs.protocol, p, info.get("size"), str(stamp), options_key(options))
