@@ -158,3 +158,34 @@ def test_bin_cells_equals_a_photon_by_photon_loop(order: str) -> None:
     assert counts.tolist() == [want[k][1] for k in sorted(want)]
     np.testing.assert_allclose(sums, [want[k][0] for k in sorted(want)], rtol=1e-12)
     assert int(counts.sum()) == n - 10 - 2  # NaN heights, an infinite and a 95 deg latitude
+
+
+@pytest.mark.parametrize("case", ["valid", "invalid", "tiny grid"])
+def test_bin_cells_in_pieces_equals_a_photon_by_photon_loop(
+        case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Binned in pieces (runs of one cell cut at piece edges), float32 heights summed in
+    float64, longitudes beyond +-180 wrapped, with every photon valid (checked by reductions)
+    or some not (masked), and on a grid too fine for float64 cell numbers: a plain loop's
+    cells."""
+    from h5sidecar.workflows import _analysis
+
+    monkeypatch.setattr(_analysis, "_PIECE", 1000)
+    rng = np.random.default_rng(11)
+    n = 10_500
+    lat = np.repeat(np.linspace(-90.0, 90.0, n // 50), 50)[:n] + rng.normal(0, 1e-3, n)
+    lat = np.clip(lat, -90.0, 90.0)
+    lon = np.repeat(np.linspace(-400.0, 400.0, n // 70), 70)[:n]
+    lon[:3] = [180.0, -180.0, 540.0]
+    h = rng.normal(50, 20, n).astype("f4")
+    if case == "invalid":
+        h[5], lat[6], lon[7], lat[8] = np.nan, np.nan, np.inf, -90.5
+    grid = 1e-6 if case == "tiny grid" else 0.25
+    cells, sums, counts = bin_cells(h, lat, lon, grid)
+    want = _cells_by_loop(h, lat, lon, grid)
+    assert cells.dtype == counts.dtype == np.int64 and sums.dtype == np.float64
+    assert cells.tolist() == sorted(want)
+    assert counts.tolist() == [want[k][1] for k in sorted(want)]
+    np.testing.assert_allclose(sums, [want[k][0] for k in sorted(want)], rtol=1e-12)
+    assert int(counts.sum()) == n - (4 if case == "invalid" else 0)
+    if case != "tiny grid":
+        assert len(cells) < n // 10  # runs of equal cells, also across piece edges
