@@ -216,7 +216,7 @@ def granule_cells(sidecar: str, grid: float, variables: Sequence[str] = ("h_ph",
     groups : int
         Beam groups found.
     """
-    from h5sidecar.read import SidecarStore, read_arrays
+    from h5sidecar.read import SidecarStore
 
     opts = dict(storage_options) if storage_options else None
     # only the named variables' metadata is decoded: the other ~900 arrays of an ATL03 granule
@@ -225,19 +225,16 @@ def granule_cells(sidecar: str, grid: float, variables: Sequence[str] = ("h_ph",
     groups = beam_groups(refs, variables)
     # one pass over each chunk: a chunk cache would only copy bytes never read again
     store = SidecarStore(refs, storage_options=opts, chunk_cache=None)
-    def read(batch: list[tuple[str, int, int]]) -> dict[str, np.ndarray]:
-        wanted = {f"{g}/{v}": slice(a, b) for g, a, b in batch for v in variables}
-        return read_arrays(store, wanted, mask_and_scale=True)
-
-    parts = []
     batches = _blocks(refs, groups, variables, block_bytes)
+    read = _block_reader(store, variables, batches)
+    parts = []
     # the next block is fetched and inflated while this one is binned (two blocks in memory)
     with ThreadPoolExecutor(1, thread_name_prefix="h5sidecar-analysis") as ahead:
-        pending = [ahead.submit(read, batches[0])] if batches else []
+        pending = [ahead.submit(read, 0)] if batches else []
         for k, batch in enumerate(batches):
             got = pending.pop().result()
             if k + 1 < len(batches):
-                pending.append(ahead.submit(read, batches[k + 1]))
+                pending.append(ahead.submit(read, k + 1))
             for g, _, _ in batch:
                 h, lat, lon = (got[f"{g}/{v}"] for v in variables)
                 parts.append(bin_cells(h, lat, lon, grid))
@@ -246,6 +243,56 @@ def granule_cells(sidecar: str, grid: float, variables: Sequence[str] = ("h_ph",
         empty = np.zeros(0, dtype=np.int64)
         return empty, np.zeros(0), empty, 0
     return (*_merge(*parts), len(groups))
+
+
+def _block_reader(store: Any, variables: Sequence[str],
+                  batches: list[list[tuple[str, int, int]]]) -> Any:
+    """``read(k)``: the CF-decoded arrays of batch ``k`` (as ``read_arrays(...,
+    mask_and_scale=True)`` gives them).
+
+    Blocks are decoded into two buffers, batch ``k`` into buffer ``k % 2`` (one being binned,
+    one being read): decoding into fresh arrays for every block made the memory allocator map,
+    page-fault and unmap hundreds of MB per granule in Dask workers, whose allocator returns
+    freed memory to the system at once (``MALLOC_TRIM_THRESHOLD_``).  Arrays the batch reader
+    does not decode itself, or that are not 1-D, are read with :func:`read_arrays`.
+    """
+    from h5sidecar.read import read_arrays
+    from h5sidecar.read._batch import out_dtype
+    from h5sidecar.read._load import cf_decoded
+
+    native, refs = store.native, store.refs
+    paths = {f"{g}/{v}" for batch in batches for g, _, _ in batch for v in variables}
+    if not all(native.supports(p) and len(refs.arrays[p].meta.shape) == 1 for p in paths):
+        def read_slow(k: int) -> dict[str, np.ndarray]:
+            wanted = {f"{g}/{v}": slice(a, b) for g, a, b in batches[k] for v in variables}
+            return read_arrays(store, wanted, mask_and_scale=True)  # type: ignore[no-any-return]
+        return read_slow
+
+    def layout(batch: list[tuple[str, int, int]]) -> list[tuple[str, int, int, np.dtype, int]]:
+        """``(path, start, stop, dtype, offset)`` of each array of ``batch`` in a buffer."""
+        out, offset = [], 0
+        for g, a, b in batch:
+            for v in variables:
+                path = f"{g}/{v}"
+                dtype = out_dtype(native.codec(path).dtype)
+                out.append((path, a, b, dtype, offset))
+                offset += -(-(b - a) * dtype.itemsize // 64) * 64  # 64-byte aligned
+        return out
+
+    layouts = [layout(batch) for batch in batches]
+    size = max((x[4] + (x[2] - x[1]) * x[3].itemsize for lay in layouts for x in lay), default=0)
+    buffers = [np.empty(size, np.uint8) for _ in range(min(2, len(batches)))]
+
+    def read(k: int) -> dict[str, np.ndarray]:
+        import fsspec.asyn
+
+        buf = buffers[k % 2]
+        items = [(p, (slice(a, b),)) for p, a, b, _, _ in layouts[k]]
+        outs = [buf[o : o + (b - a) * dt.itemsize].view(dt) for _, a, b, dt, o in layouts[k]]
+        got = fsspec.asyn.sync(fsspec.asyn.get_loop(), native.read_into, items, outs)
+        return {p: cf_decoded(refs, p, x) for (p, _), x in zip(items, got, strict=True)}
+
+    return read
 
 
 def _merge_granules(*parts: tuple[np.ndarray, np.ndarray, np.ndarray, int]

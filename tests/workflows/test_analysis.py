@@ -189,3 +189,30 @@ def test_bin_cells_in_pieces_equals_a_photon_by_photon_loop(
     assert int(counts.sum()) == n - (4 if case == "invalid" else 0)
     if case != "tiny grid":
         assert len(cells) < n // 10  # runs of equal cells, also across piece edges
+
+
+def test_granule_cells_of_2d_variables_equal_h5py(tmp_path: Path) -> None:
+    """Variables that are not 1-D are read by ``read_arrays`` (not into reused 1-D buffers),
+    in blocks of rows; every value is binned, as h5py's arrays are."""
+    from h5sidecar.indexer import index_granule
+    from h5sidecar.references import write_json
+
+    path = tmp_path / "2d.h5"
+    rng = np.random.default_rng(3)
+    n = 4000
+    with h5py.File(path, "w") as f:
+        g = f.create_group("gt1l/heights")
+        g.create_dataset("h_ph", data=rng.normal(100, 5, (n, 3)).astype("f4"), chunks=(500, 3),
+                         compression="gzip")
+        g.create_dataset("lat_ph", data=rng.uniform(-80, 80, (n, 3)), chunks=(500, 3))
+        g.create_dataset("lon_ph", data=rng.uniform(-180, 180, (n, 3)), chunks=(500, 3),
+                         compression="gzip", shuffle=True)
+    sidecar = write_json(index_granule(str(path)), tmp_path / "2d.h5.json")
+    cells, sums, counts, groups = granule_cells(sidecar, 5.0, block_bytes=30_000)
+    with h5py.File(path) as f:
+        want = bin_cells(*(f[f"gt1l/heights/{v}"][:] for v in ("h_ph", "lat_ph", "lon_ph")),
+                         5.0)
+    assert groups == 1 and int(counts.sum()) == 3 * n
+    np.testing.assert_array_equal(cells, want[0])
+    np.testing.assert_array_equal(counts, want[2])
+    np.testing.assert_allclose(sums, want[1], rtol=1e-12)
