@@ -92,11 +92,6 @@ def bin_cells(h: np.ndarray, lat: np.ndarray, lon: np.ndarray, grid: float
         h = h.astype("f8")  # float32 heights are summed in float64 without a converted copy
     lat = np.asarray(lat, dtype="f8").ravel()
     lon = np.asarray(lon, dtype="f8").ravel()
-    if h.size and not _all_binned(h, lat, lon):
-        ok = np.isfinite(h) & np.isfinite(lon) & (np.abs(lat) <= 90)  # False for NaN latitudes
-        h, lat, lon = h[ok], lat[ok], lon[ok]
-    if h.size == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64)
     n_lat, n_lon = _shape(grid)
     # Pieces of _PIECE photons through preallocated buffers: every temporary stays in the CPU
     # cache and no step allocates (and page-faults) a granule-sized array; with a dozen
@@ -108,15 +103,21 @@ def bin_cells(h: np.ndarray, lat: np.ndarray, lon: np.ndarray, grid: float
     exact = n_lat * n_lon < 2**53  # flat cell numbers are exact in float64
     run_cells, run_sums, run_counts = [], [], []
     for a in range(0, h.size, step):
-        m = min(step, h.size - a)
+        hp, la, lo = h[a : a + step], lat[a : a + step], lon[a : a + step]
+        if not _all_binned(hp, la, lo):
+            ok = np.isfinite(hp) & np.isfinite(lo) & (np.abs(la) <= 90)  # NaN latitudes fail
+            hp, la, lo = hp[ok], la[ok], lo[ok]
+        m = hp.size
+        if m == 0:
+            continue
         i, j, d = x[:m], y[:m], new[:m]
         # floor((lat + 90) / grid), at most the last row: lat >= -90, so never below 0
-        np.add(lat[a : a + m], 90.0, out=i)
+        np.add(la, 90.0, out=i)
         np.divide(i, grid, out=i)
         np.floor(i, out=i)
         np.minimum(i, n_lat - 1, out=i)
         # floor(((lon + 180) % 360) / grid): the remainder only where it changes the value
-        np.add(lon[a : a + m], 180.0, out=j)
+        np.add(lo, 180.0, out=j)
         if j.min() < 0.0 or j.max() >= 360.0:
             wrap = (j < 0.0) | (j >= 360.0)
             j[wrap] = np.remainder(j[wrap], 360.0)
@@ -132,8 +133,10 @@ def bin_cells(h: np.ndarray, lat: np.ndarray, lon: np.ndarray, grid: float
         np.not_equal(flat[1:], flat[:-1], out=d[1:])
         starts = np.flatnonzero(d)
         run_cells.append(flat[starts].astype(np.int64))
-        run_sums.append(np.add.reduceat(h[a : a + m], starts, dtype=np.float64))
+        run_sums.append(np.add.reduceat(hp, starts, dtype=np.float64))
         run_counts.append(np.diff(starts, append=m))
+    if not run_cells:
+        return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64)
     cells, inverse = np.unique(np.concatenate(run_cells), return_inverse=True)
     sums = np.bincount(inverse, weights=np.concatenate(run_sums), minlength=cells.size)
     counts = np.bincount(inverse, weights=np.concatenate(run_counts),
@@ -142,8 +145,9 @@ def bin_cells(h: np.ndarray, lat: np.ndarray, lon: np.ndarray, grid: float
 
 
 def _all_binned(h: np.ndarray, lat: np.ndarray, lon: np.ndarray) -> bool:
-    """True when every photon is binned (finite, ``|lat| <= 90``), found by reductions that
-    make no temporary array: a NaN makes a minimum or maximum NaN, which fails every test."""
+    """True when every photon of a piece is binned (finite, ``|lat| <= 90``), found by
+    reductions that make no temporary array (and bring the piece into the cache for the steps
+    that follow): a NaN makes a minimum or maximum NaN, which fails every test."""
     return bool(np.isfinite(h.min()) and np.isfinite(h.max()) and lat.min() >= -90.0
                 and lat.max() <= 90.0 and np.isfinite(lon.min()) and np.isfinite(lon.max()))
 
