@@ -179,6 +179,7 @@ def test_bin_cells_in_pieces_equals_a_photon_by_photon_loop(
     h = rng.normal(50, 20, n).astype("f4")
     if case == "invalid":
         h[5], lat[6], lon[7], lat[8] = np.nan, np.nan, np.inf, -90.5
+        h[2000:3000] = np.nan  # a whole piece without a photon to bin
     grid = 1e-6 if case == "tiny grid" else 0.25
     cells, sums, counts = bin_cells(h, lat, lon, grid)
     want = _cells_by_loop(h, lat, lon, grid)
@@ -186,7 +187,11 @@ def test_bin_cells_in_pieces_equals_a_photon_by_photon_loop(
     assert cells.tolist() == sorted(want)
     assert counts.tolist() == [want[k][1] for k in sorted(want)]
     np.testing.assert_allclose(sums, [want[k][0] for k in sorted(want)], rtol=1e-12)
-    assert int(counts.sum()) == n - (4 if case == "invalid" else 0)
+    assert int(counts.sum()) == n - (1004 if case == "invalid" else 0)
+    if case == "invalid":
+        empty = bin_cells(h[2000:3000], lat[2000:3000], lon[2000:3000], grid)
+        assert [a.size for a in empty] == [0, 0, 0]
+        assert empty[0].dtype == empty[2].dtype == np.int64
     if case != "tiny grid":
         assert len(cells) < n // 10  # runs of equal cells, also across piece edges
 
