@@ -38,7 +38,7 @@ class Target:
         if out is None:
             out = np.empty(sel.shape, dtype=dtype, order=codec.order)  # type: ignore[call-overload]
         elif (out.shape != tuple(sel.shape) or out.dtype != dtype or not out.flags.writeable
-              or not out.flags[f"{codec.order}_CONTIGUOUS"]):
+              or not (out.flags.c_contiguous if codec.order == "C" else out.flags.f_contiguous)):
             raise ValueError(f"{path}: an output array for this read must be a writable, "
                              f"{codec.order}-contiguous {dtype} array of shape {tuple(sel.shape)}, "
                              f"got {out.dtype} {out.shape}")

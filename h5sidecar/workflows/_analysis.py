@@ -2,9 +2,10 @@
 
 One Dask task per granule: on a worker, the granule's sidecar is parsed once, and ``h_ph``,
 ``lat_ph`` and ``lon_ph`` of every beam group holding them are read by name with the batch
-reader (:func:`h5sidecar.read_arrays`), in blocks of whole source chunks (each source chunk
-fetched once, by byte range; every beam's blocks in one coalesced batch), and binned into grid
-cells (sum and count per touched cell).
+reader (the values :func:`h5sidecar.read_arrays` gives), in blocks of whole source chunks
+(each source chunk fetched once, by byte range; every beam's blocks in one coalesced batch;
+decoded into two buffers reused block after block), and binned into grid cells (sum and count
+per touched cell).
 Partial results are merged in a tree and only the merged cells come back to the client.
 
 Why per granule rather than one Dask array per variable: building Dask arrays means opening
