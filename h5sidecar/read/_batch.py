@@ -216,6 +216,25 @@ class NativeReader:
         read = iter(await fut if fut is not None else ())
         return [done[i] if i in done else next(read) for i in range(len(items))]
 
+    async def read_into(self, items: Sequence[Item], outs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """:meth:`read` decoding into ``outs`` (one per item: a writable, contiguous array of
+        the selection's shape and :func:`out_dtype`), as one batch of its own.  A caller that
+        reads block after block into the same arrays allocates (and page-faults) nothing per
+        block.  Returns the selections (views of ``outs``).
+
+        Raises
+        ------
+        ValueError
+            When ``outs`` does not hold one array of the right shape and dtype per item.
+        """
+        if len(outs) != len(items):
+            raise ValueError(f"{len(items)} selections but {len(outs)} output arrays")
+        prepared = []
+        for path, key in items:
+            arr = self._array(path)
+            prepared.append((path, arr, chunk_selection(arr.meta.shape, arr.meta.chunks, key)))
+        return await self._read_batch(prepared, outs)
+
     def _read_ahead(self, ahead: list[tuple[str, ArrayRefs, Selection]]) -> None:
         """Add whole reads of small arrays to this turn's batch; when they arrive they are held
         for their own reads (:attr:`_prefetched`), which until then wait for them
@@ -330,17 +349,18 @@ class NativeReader:
                 fut.set_result(results[i : i + len(prepared)])
             i += len(prepared)
 
-    async def _read_batch(self, prepared: list[tuple[str, ArrayRefs, Selection]]) -> list[np.ndarray]:
+    async def _read_batch(self, prepared: list[tuple[str, ArrayRefs, Selection]],
+                          outs: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         await _load_manifests([arr for _, arr, _ in prepared])
         targets: list[_Target] = []
         stored: list[tuple[int, np.ndarray]] = []  # (target, rows of its stored chunks)
         inline_jobs: list[tuple[_Target, tuple[int, ...], bytes]] = []
         # each manifest once: a lazy array's property asks its loader every time
         manifests = [arr.manifest for _, arr, _ in prepared]
-        for (path, arr, sel), man in zip(prepared, manifests, strict=True):
+        for k, ((path, arr, sel), man) in enumerate(zip(prepared, manifests, strict=True)):
             codec = self.codec(path)
             assert codec is not None  # _array checked
-            t = _Target(path, codec, sel)
+            t = _Target(path, codec, sel, None if outs is None else outs[k])
             targets.append(t)
             flat = _flat_numbers(sel.grid, arr.meta.grid_shape)
             codes = man.codes.reshape(-1)[flat]

@@ -29,11 +29,20 @@ class Target:
 
     __slots__ = ("codec", "out", "path", "sel")
 
-    def __init__(self, path: str, codec: ChunkCodec, sel: Selection) -> None:
+    def __init__(self, path: str, codec: ChunkCodec, sel: Selection,
+                 out: np.ndarray | None = None) -> None:
         self.path = path
         self.codec = codec
         self.sel = sel
-        self.out = np.empty(sel.shape, dtype=out_dtype(codec.dtype), order=codec.order)  # type: ignore[call-overload]
+        dtype = out_dtype(codec.dtype)
+        if out is None:
+            out = np.empty(sel.shape, dtype=dtype, order=codec.order)  # type: ignore[call-overload]
+        elif (out.shape != tuple(sel.shape) or out.dtype != dtype or not out.flags.writeable
+              or not (out.flags.c_contiguous if codec.order == "C" else out.flags.f_contiguous)):
+            raise ValueError(f"{path}: an output array for this read must be a writable, "
+                             f"{codec.order}-contiguous {dtype} array of shape {tuple(sel.shape)}, "
+                             f"got {out.dtype} {out.shape}")
+        self.out = out
 
     def place(self, index: Sequence[int], chunk: Any) -> None:
         place_chunk(self.out, self.sel, self.codec.chunks, index, chunk)

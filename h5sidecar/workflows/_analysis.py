@@ -2,9 +2,10 @@
 
 One Dask task per granule: on a worker, the granule's sidecar is parsed once, and ``h_ph``,
 ``lat_ph`` and ``lon_ph`` of every beam group holding them are read by name with the batch
-reader (:func:`h5sidecar.read_arrays`), in blocks of whole source chunks (each source chunk
-fetched once, by byte range; every beam's blocks in one coalesced batch), and binned into grid
-cells (sum and count per touched cell).
+reader (the values :func:`h5sidecar.read_arrays` gives), in blocks of whole source chunks
+(each source chunk fetched once, by byte range; every beam's blocks in one coalesced batch;
+decoded into two buffers reused block after block), and binned into grid cells (sum and count
+per touched cell).
 Partial results are merged in a tree and only the merged cells come back to the client.
 
 Why per granule rather than one Dask array per variable: building Dask arrays means opening
@@ -37,6 +38,8 @@ __all__ = ["beam_groups", "bin_cells", "granule_cells", "gridded_mean_height", "
 _FAN_IN = 8
 #: Decoded bytes of one block read by a task (whole source chunks).
 _BLOCK_BYTES = 64 * 2**20
+#: Photons binned per step of :func:`bin_cells` (its temporaries, ~1 MiB, stay in the cache).
+_PIECE = 2**16
 _SIDECAR_SUFFIXES = (".parq", ".json")
 
 
@@ -75,7 +78,8 @@ def bin_cells(h: np.ndarray, lat: np.ndarray, lon: np.ndarray, grid: float
 
     Cell ``(i, j)`` (flattened ``i * n_lon + j``) covers latitudes ``-90 + i*grid`` to
     ``-90 + (i+1)*grid`` and longitudes ``-180 + j*grid`` onward; 90 N falls in the last row
-    and 180 E in the first column (it is 180 W).
+    and 180 E in the first column (it is 180 W).  Photons with a non-finite value or a
+    latitude beyond 90 degrees are not binned.
 
     Returns
     -------
@@ -84,28 +88,69 @@ def bin_cells(h: np.ndarray, lat: np.ndarray, lon: np.ndarray, grid: float
     sums : float64 array
     counts : int64 array
     """
-    h = np.asarray(h, dtype="f8").ravel()
+    h = np.asarray(h).ravel()
+    if h.dtype.kind != "f" or h.dtype.itemsize > 8:
+        h = h.astype("f8")  # float32 heights are summed in float64 without a converted copy
     lat = np.asarray(lat, dtype="f8").ravel()
     lon = np.asarray(lon, dtype="f8").ravel()
-    ok = np.isfinite(h) & np.isfinite(lat) & np.isfinite(lon) & (np.abs(lat) <= 90)
-    if not ok.all():
-        h, lat, lon = h[ok], lat[ok], lon[ok]
     n_lat, n_lon = _shape(grid)
-    i = np.clip(np.floor((lat + 90.0) / grid), 0, n_lat - 1).astype(np.int64)
-    j = np.clip(np.floor(((lon + 180.0) % 360.0) / grid), 0, n_lon - 1).astype(np.int64)
-    flat = i * n_lon + j
-    if flat.size == 0:
-        return flat, np.zeros(0), np.zeros(0, dtype=np.int64)
-    # Photons come in track order, so neighbours mostly share a cell: sum each run of equal
-    # cells first (linear), and sort one entry per run instead of one per photon (a sort of
-    # every photon was most of the analysis' CPU on large granules).
-    starts = np.flatnonzero(np.concatenate(([True], flat[1:] != flat[:-1])))
-    run_sums = np.add.reduceat(h, starts)
-    run_counts = np.diff(np.append(starts, flat.size))
-    cells, inverse = np.unique(flat[starts], return_inverse=True)
-    sums = np.bincount(inverse, weights=run_sums, minlength=cells.size)
-    counts = np.bincount(inverse, weights=run_counts, minlength=cells.size).astype(np.int64)
+    # Pieces of _PIECE photons through preallocated buffers: every temporary stays in the CPU
+    # cache and no step allocates (and page-faults) a granule-sized array; with a dozen
+    # whole-array temporaries this was ~4x slower.  Photons come in track order, so
+    # neighbours mostly share a cell: each run of equal cells is summed (linear) and only one
+    # entry per run is sorted (a sort of every photon was most of the CPU before).
+    step = min(h.size, _PIECE)
+    x, y, new = np.empty(step), np.empty(step), np.empty(step, dtype=bool)
+    exact = n_lat * n_lon < 2**53  # flat cell numbers are exact in float64
+    run_cells, run_sums, run_counts = [], [], []
+    for a in range(0, h.size, step):
+        hp, la, lo = h[a : a + step], lat[a : a + step], lon[a : a + step]
+        if not _all_binned(hp, la, lo):
+            ok = np.isfinite(hp) & np.isfinite(lo) & (np.abs(la) <= 90)  # NaN latitudes fail
+            hp, la, lo = hp[ok], la[ok], lo[ok]
+        m = hp.size
+        if m == 0:
+            continue
+        i, j, d = x[:m], y[:m], new[:m]
+        # floor((lat + 90) / grid), at most the last row: lat >= -90, so never below 0
+        np.add(la, 90.0, out=i)
+        np.divide(i, grid, out=i)
+        np.floor(i, out=i)
+        np.minimum(i, n_lat - 1, out=i)
+        # floor(((lon + 180) % 360) / grid): the remainder only where it changes the value
+        np.add(lo, 180.0, out=j)
+        if j.min() < 0.0 or j.max() >= 360.0:
+            wrap = (j < 0.0) | (j >= 360.0)
+            j[wrap] = np.remainder(j[wrap], 360.0)
+        np.divide(j, grid, out=j)
+        np.floor(j, out=j)
+        np.minimum(j, n_lon - 1, out=j)
+        if exact:
+            np.multiply(i, n_lon, out=i)
+            flat = np.add(i, j, out=i)
+        else:
+            flat = i.astype(np.int64) * n_lon + j.astype(np.int64)
+        d[0] = True
+        np.not_equal(flat[1:], flat[:-1], out=d[1:])
+        starts = np.flatnonzero(d)
+        run_cells.append(flat[starts].astype(np.int64))
+        run_sums.append(np.add.reduceat(hp, starts, dtype=np.float64))
+        run_counts.append(np.diff(starts, append=m))
+    if not run_cells:
+        return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64)
+    cells, inverse = np.unique(np.concatenate(run_cells), return_inverse=True)
+    sums = np.bincount(inverse, weights=np.concatenate(run_sums), minlength=cells.size)
+    counts = np.bincount(inverse, weights=np.concatenate(run_counts),
+                         minlength=cells.size).astype(np.int64)
     return cells, sums, counts
+
+
+def _all_binned(h: np.ndarray, lat: np.ndarray, lon: np.ndarray) -> bool:
+    """True when every photon of a piece is binned (finite, ``|lat| <= 90``), found by
+    reductions that make no temporary array (and bring the piece into the cache for the steps
+    that follow): a NaN makes a minimum or maximum NaN, which fails every test."""
+    return bool(np.isfinite(h.min()) and np.isfinite(h.max()) and lat.min() >= -90.0
+                and lat.max() <= 90.0 and np.isfinite(lon.min()) and np.isfinite(lon.max()))
 
 
 def _shape(grid: float) -> tuple[int, int]:
@@ -176,7 +221,7 @@ def granule_cells(sidecar: str, grid: float, variables: Sequence[str] = ("h_ph",
     groups : int
         Beam groups found.
     """
-    from h5sidecar.read import SidecarStore, read_arrays
+    from h5sidecar.read import SidecarStore
 
     opts = dict(storage_options) if storage_options else None
     # only the named variables' metadata is decoded: the other ~900 arrays of an ATL03 granule
@@ -185,19 +230,16 @@ def granule_cells(sidecar: str, grid: float, variables: Sequence[str] = ("h_ph",
     groups = beam_groups(refs, variables)
     # one pass over each chunk: a chunk cache would only copy bytes never read again
     store = SidecarStore(refs, storage_options=opts, chunk_cache=None)
-    def read(batch: list[tuple[str, int, int]]) -> dict[str, np.ndarray]:
-        wanted = {f"{g}/{v}": slice(a, b) for g, a, b in batch for v in variables}
-        return read_arrays(store, wanted, mask_and_scale=True)
-
-    parts = []
     batches = _blocks(refs, groups, variables, block_bytes)
+    read = _block_reader(store, variables, batches)
+    parts = []
     # the next block is fetched and inflated while this one is binned (two blocks in memory)
     with ThreadPoolExecutor(1, thread_name_prefix="h5sidecar-analysis") as ahead:
-        pending = [ahead.submit(read, batches[0])] if batches else []
+        pending = [ahead.submit(read, 0)] if batches else []
         for k, batch in enumerate(batches):
             got = pending.pop().result()
             if k + 1 < len(batches):
-                pending.append(ahead.submit(read, batches[k + 1]))
+                pending.append(ahead.submit(read, k + 1))
             for g, _, _ in batch:
                 h, lat, lon = (got[f"{g}/{v}"] for v in variables)
                 parts.append(bin_cells(h, lat, lon, grid))
@@ -206,6 +248,56 @@ def granule_cells(sidecar: str, grid: float, variables: Sequence[str] = ("h_ph",
         empty = np.zeros(0, dtype=np.int64)
         return empty, np.zeros(0), empty, 0
     return (*_merge(*parts), len(groups))
+
+
+def _block_reader(store: Any, variables: Sequence[str],
+                  batches: list[list[tuple[str, int, int]]]) -> Any:
+    """``read(k)``: the CF-decoded arrays of batch ``k`` (as ``read_arrays(...,
+    mask_and_scale=True)`` gives them).
+
+    Blocks are decoded into two buffers, batch ``k`` into buffer ``k % 2`` (one being binned,
+    one being read): decoding into fresh arrays for every block made the memory allocator map,
+    page-fault and unmap hundreds of MB per granule in Dask workers, whose allocator returns
+    freed memory to the system at once (``MALLOC_TRIM_THRESHOLD_``).  Arrays the batch reader
+    does not decode itself, or that are not 1-D, are read with :func:`read_arrays`.
+    """
+    from h5sidecar.read import read_arrays
+    from h5sidecar.read._batch import out_dtype
+    from h5sidecar.read._load import cf_decoded
+
+    native, refs = store.native, store.refs
+    paths = {f"{g}/{v}" for batch in batches for g, _, _ in batch for v in variables}
+    if not all(native.supports(p) and len(refs.arrays[p].meta.shape) == 1 for p in paths):
+        def read_slow(k: int) -> dict[str, np.ndarray]:
+            wanted = {f"{g}/{v}": slice(a, b) for g, a, b in batches[k] for v in variables}
+            return read_arrays(store, wanted, mask_and_scale=True)  # type: ignore[no-any-return]
+        return read_slow
+
+    def layout(batch: list[tuple[str, int, int]]) -> list[tuple[str, int, int, np.dtype, int]]:
+        """``(path, start, stop, dtype, offset)`` of each array of ``batch`` in a buffer."""
+        out, offset = [], 0
+        for g, a, b in batch:
+            for v in variables:
+                path = f"{g}/{v}"
+                dtype = out_dtype(native.codec(path).dtype)
+                out.append((path, a, b, dtype, offset))
+                offset += -(-(b - a) * dtype.itemsize // 64) * 64  # 64-byte aligned
+        return out
+
+    layouts = [layout(batch) for batch in batches]
+    size = max((x[4] + (x[2] - x[1]) * x[3].itemsize for lay in layouts for x in lay), default=0)
+    buffers = [np.empty(size, np.uint8) for _ in range(min(2, len(batches)))]
+
+    def read(k: int) -> dict[str, np.ndarray]:
+        import fsspec.asyn
+
+        buf = buffers[k % 2]
+        items = [(p, (slice(a, b),)) for p, a, b, _, _ in layouts[k]]
+        outs = [buf[o : o + (b - a) * dt.itemsize].view(dt) for _, a, b, dt, o in layouts[k]]
+        got = fsspec.asyn.sync(fsspec.asyn.get_loop(), native.read_into, items, outs)
+        return {p: cf_decoded(refs, p, x) for (p, _), x in zip(items, got, strict=True)}
+
+    return read
 
 
 def _merge_granules(*parts: tuple[np.ndarray, np.ndarray, np.ndarray, int]

@@ -158,3 +158,66 @@ def test_bin_cells_equals_a_photon_by_photon_loop(order: str) -> None:
     assert counts.tolist() == [want[k][1] for k in sorted(want)]
     np.testing.assert_allclose(sums, [want[k][0] for k in sorted(want)], rtol=1e-12)
     assert int(counts.sum()) == n - 10 - 2  # NaN heights, an infinite and a 95 deg latitude
+
+
+@pytest.mark.parametrize("case", ["valid", "invalid", "tiny grid"])
+def test_bin_cells_in_pieces_equals_a_photon_by_photon_loop(
+        case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Binned in pieces (runs of one cell cut at piece edges), float32 heights summed in
+    float64, longitudes beyond +-180 wrapped, with every photon valid (checked by reductions)
+    or some not (masked), and on a grid too fine for float64 cell numbers: a plain loop's
+    cells."""
+    from h5sidecar.workflows import _analysis
+
+    monkeypatch.setattr(_analysis, "_PIECE", 1000)
+    rng = np.random.default_rng(11)
+    n = 10_500
+    lat = np.repeat(np.linspace(-90.0, 90.0, n // 50), 50)[:n] + rng.normal(0, 1e-3, n)
+    lat = np.clip(lat, -90.0, 90.0)
+    lon = np.repeat(np.linspace(-400.0, 400.0, n // 70), 70)[:n]
+    lon[:3] = [180.0, -180.0, 540.0]
+    h = rng.normal(50, 20, n).astype("f4")
+    if case == "invalid":
+        h[5], lat[6], lon[7], lat[8] = np.nan, np.nan, np.inf, -90.5
+        h[2000:3000] = np.nan  # a whole piece without a photon to bin
+    grid = 1e-6 if case == "tiny grid" else 0.25
+    cells, sums, counts = bin_cells(h, lat, lon, grid)
+    want = _cells_by_loop(h, lat, lon, grid)
+    assert cells.dtype == counts.dtype == np.int64 and sums.dtype == np.float64
+    assert cells.tolist() == sorted(want)
+    assert counts.tolist() == [want[k][1] for k in sorted(want)]
+    np.testing.assert_allclose(sums, [want[k][0] for k in sorted(want)], rtol=1e-12)
+    assert int(counts.sum()) == n - (1004 if case == "invalid" else 0)
+    if case == "invalid":
+        empty = bin_cells(h[2000:3000], lat[2000:3000], lon[2000:3000], grid)
+        assert [a.size for a in empty] == [0, 0, 0]
+        assert empty[0].dtype == empty[2].dtype == np.int64
+    if case != "tiny grid":
+        assert len(cells) < n // 10  # runs of equal cells, also across piece edges
+
+
+def test_granule_cells_of_2d_variables_equal_h5py(tmp_path: Path) -> None:
+    """Variables that are not 1-D are read by ``read_arrays`` (not into reused 1-D buffers),
+    in blocks of rows; every value is binned, as h5py's arrays are."""
+    from h5sidecar.indexer import index_granule
+    from h5sidecar.references import write_json
+
+    path = tmp_path / "2d.h5"
+    rng = np.random.default_rng(3)
+    n = 4000
+    with h5py.File(path, "w") as f:
+        g = f.create_group("gt1l/heights")
+        g.create_dataset("h_ph", data=rng.normal(100, 5, (n, 3)).astype("f4"), chunks=(500, 3),
+                         compression="gzip")
+        g.create_dataset("lat_ph", data=rng.uniform(-80, 80, (n, 3)), chunks=(500, 3))
+        g.create_dataset("lon_ph", data=rng.uniform(-180, 180, (n, 3)), chunks=(500, 3),
+                         compression="gzip", shuffle=True)
+    sidecar = write_json(index_granule(str(path)), tmp_path / "2d.h5.json")
+    cells, sums, counts, groups = granule_cells(sidecar, 5.0, block_bytes=30_000)
+    with h5py.File(path) as f:
+        want = bin_cells(*(f[f"gt1l/heights/{v}"][:] for v in ("h_ph", "lat_ph", "lon_ph")),
+                         5.0)
+    assert groups == 1 and int(counts.sum()) == 3 * n
+    np.testing.assert_array_equal(cells, want[0])
+    np.testing.assert_array_equal(counts, want[2])
+    np.testing.assert_allclose(sums, want[1], rtol=1e-12)
