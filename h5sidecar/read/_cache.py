@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from h5sidecar.read._identity import sidecar_group
 from h5sidecar.read._process import process_settings
 
 __all__ = [
@@ -66,9 +67,14 @@ class ByteLRU(Generic[V]):
         cached at all (it would evict everything else and then itself).
     size : callable, optional
         ``value -> bytes`` charged for a value (default :func:`sizeof`).
+    group : callable, optional
+        ``key -> hashable or None``: entries are counted per group, so :meth:`has_group`
+        answers in constant time whether any entry of a group is held (for the sidecar cache:
+        any version of one sidecar, see :func:`sidecar_group`).
     """
 
-    def __init__(self, max_bytes: int, *, size: Callable[[V], int] = sizeof) -> None:
+    def __init__(self, max_bytes: int, *, size: Callable[[V], int] = sizeof,
+                 group: Callable[[Hashable], Hashable | None] | None = None) -> None:
         if max_bytes < 0:
             raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
         self.max_bytes = int(max_bytes)
@@ -79,6 +85,22 @@ class ByteLRU(Generic[V]):
         self._misses = 0
         self._evictions = 0
         self._lock = threading.Lock()
+        self.group = group
+        self._groups: Counter[Hashable] = Counter()
+
+    def _counted(self, key: Hashable, delta: int) -> None:
+        """Count ``key`` in (``delta`` 1) or out (-1) of its group; called under the lock."""
+        g = None if self.group is None else self.group(key)
+        if g is not None:
+            self._groups[g] += delta
+            if self._groups[g] <= 0:
+                del self._groups[g]
+
+    def _evict_oldest(self) -> None:
+        key, (_, evicted) = self._data.popitem(last=False)
+        self._bytes -= evicted
+        self._evictions += 1
+        self._counted(key, -1)
 
     def get(self, key: Hashable) -> V | None:
         """The cached value (marked most recently used), or ``None``."""
@@ -104,12 +126,12 @@ class ByteLRU(Generic[V]):
             old = self._data.pop(key, None)
             if old is not None:
                 self._bytes -= old[1]
+                self._counted(key, -1)
             self._data[key] = (value, nbytes)
             self._bytes += nbytes
+            self._counted(key, 1)
             while self._bytes > self.max_bytes:
-                _, (_, evicted) = self._data.popitem(last=False)
-                self._bytes -= evicted
-                self._evictions += 1
+                self._evict_oldest()
 
     def get_or_create(self, key: Hashable, factory: Callable[[], V]) -> V:
         """The cached value, or ``factory()`` (then cached).  ``factory`` runs unlocked."""
@@ -126,15 +148,19 @@ class ByteLRU(Generic[V]):
         with self._lock:
             self.max_bytes = int(max_bytes)
             while self._data and (self._bytes > self.max_bytes or not self.max_bytes):
-                _, (_, evicted) = self._data.popitem(last=False)
-                self._bytes -= evicted
-                self._evictions += 1
+                self._evict_oldest()
 
     def clear(self) -> None:
         """Drop every entry (counters are kept)."""
         with self._lock:
             self._data.clear()
             self._bytes = 0
+            self._groups.clear()
+
+    def has_group(self, group: Hashable) -> bool:
+        """Whether an entry of ``group`` (see ``group`` above) is held; counts no hit."""
+        with self._lock:
+            return group in self._groups
 
     def key_snapshot(self) -> list[Hashable]:
         """A snapshot of the keys (least recently used first); counts no hit or miss."""
@@ -170,7 +196,7 @@ class ByteLRU(Generic[V]):
 #: Parsed sidecars shared by every store, filesystem and xarray dataset of this process (a Dask
 #: worker re-opening the same sidecar for each task parses it once).  Entries are keyed by the
 #: sidecar's identity (size + ETag/mtime), so a re-indexed sidecar is never served stale.
-SIDECARS: ByteLRU[Any] = ByteLRU(256 * 2**20)
+SIDECARS: ByteLRU[Any] = ByteLRU(256 * 2**20, group=sidecar_group)
 
 
 #: Recently read chunks (encoded bytes) of every store in this process, keyed by source

@@ -57,8 +57,7 @@ def open_cold(path: str, options: Mapping[str, Any], cache: Any) -> tuple[tuple,
         return None  # local files cost no round trip; JSON is one object
     meta = f"{p}/.zmetadata"
     opts_key = options_key(options)
-    if any(isinstance(k, tuple) and len(k) == 5 and k[0] == fs.protocol and k[1] in (p, meta)
-           and k[4] == opts_key for k in cache.key_snapshot()):  # fmt: skip
+    if _holds(cache, (fs.protocol, p, opts_key), meta):
         return None  # warm: one HEAD, then (usually) a hit
     s3 = _get_carries_identity(fs)
     got = _run(fs, _first_round, fs, p, meta, s3=s3)
@@ -94,6 +93,17 @@ def open_cold(path: str, options: Mapping[str, Any], cache: Any) -> tuple[tuple,
         return identity, hit
     cache.put(identity, refs, nbytes=len(zmeta) + len(bulk or b""))
     return identity, refs
+
+
+def _holds(cache: Any, group: tuple, meta: str) -> bool:
+    """Whether ``cache`` holds any version of the sidecar ``group`` names: in constant time
+    when the cache counts its entries by sidecar (:data:`~h5sidecar.read._cache.SIDECARS`
+    does), else by a scan of its keys (a cache of the caller's own)."""
+    if getattr(cache, "group", None) is not None:
+        return bool(cache.has_group(group))
+    protocol, p, opts_key = group
+    return any(isinstance(k, tuple) and len(k) == 5 and k[0] == protocol and k[1] in (p, meta)
+               and k[4] == opts_key for k in cache.key_snapshot())  # fmt: skip
 
 
 def _check(info: Mapping[str, Any], data: bytes) -> Check:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["key_from_info", "options_key"]
+__all__ = ["key_from_info", "options_key", "sidecar_group"]
 
 
 def options_key(options: Mapping[str, Any]) -> str:
@@ -22,3 +22,11 @@ def key_from_info(fs: Any, p: str, info: Mapping[str, Any],
     ``fs`` from its ``info`` (no I/O): ``(protocol, path, size, ETag or mtime, options)``."""
     stamp = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified")
     return (fs.protocol, p, info.get("size"), str(stamp), options_key(options))
+
+
+def sidecar_group(key: Any) -> tuple | None:
+    """The sidecar a cache key names, whatever its version: ``(protocol, path, options)``
+    (the path without ``/.zmetadata``); None for keys of another form."""
+    if not (isinstance(key, tuple) and len(key) == 5 and isinstance(key[1], str)):
+        return None
+    return (key[0], key[1].removesuffix("/.zmetadata"), key[4])

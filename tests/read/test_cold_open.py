@@ -213,3 +213,30 @@ def test_the_check_proves_only_what_it_can() -> None:
     assert cold._check({"size": len(data), "ETag": '"' + "0" * 32 + '"'}, data) == "unknown"
     assert cold._check({"size": len(data), "ETag": '"abc-2"'}, data) == "unknown"
     assert cold._check({"size": None, "mtime": 5.0}, data) == "unknown"  # HEAD without length
+
+
+def test_the_cache_counts_its_entries_per_sidecar() -> None:
+    """Whether any version of a sidecar is cached is answered from per-sidecar counts (a cold
+    open asks at every open: a scan of every key would cost O(entries) an open), kept right
+    through replacement, eviction, resizing and clearing."""
+    from h5sidecar.read._cache import ByteLRU
+    from h5sidecar.read._identity import sidecar_group
+
+    cache: ByteLRU[bytes] = ByteLRU(100, group=sidecar_group)
+    a1 = ("s3", "b/a.parq/.zmetadata", 10, '"e1"', "[]")
+    a2 = ("s3", "b/a.parq/.zmetadata", 11, '"e2"', "[]")
+    b = ("s3", "b/b.parq/.zmetadata", 10, '"e3"', "[]")
+    group_a, group_b = ("s3", "b/a.parq", "[]"), ("s3", "b/b.parq", "[]")
+    cache.put(a1, b"x" * 40)
+    cache.put(a2, b"x" * 40)  # a second version of the same sidecar
+    cache.put(a1, b"y" * 40)  # replaced: still two entries of group a
+    assert cache.has_group(group_a) and not cache.has_group(group_b)
+    assert not cache.has_group(("s3", "b/a.parq", "[('anon', True)]"))  # other options
+    cache.put(b, b"z" * 40)  # evicts a2, the least recently used
+    assert a2 not in cache and cache.has_group(group_a) and cache.has_group(group_b)
+    cache.resize(45)  # keeps the newest only
+    assert list(cache.key_snapshot()) == [b]
+    assert not cache.has_group(group_a) and cache.has_group(group_b)
+    cache.clear()
+    assert not cache.has_group(group_b)
+    assert SIDECARS.group is sidecar_group
