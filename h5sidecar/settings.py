@@ -183,7 +183,7 @@ class ReadSettings:
     max_small_concurrency : int
         Requests of at most 64 KiB in flight at once per filesystem/store, beside the large
         ones.  Small requests (sub-chunk runs, tiny chunks, coordinates) are bound by latency,
-        not bandwidth, so they get a wider lane: 200 runs of a thin selection take one round
+        not bandwidth, so they get a wider lane: 200 runs of a thin selection take two rounds
         of requests instead of seven.
     retries : int
         Attempts after the first for throttling (503/SlowDown), 5xx, resets and short reads.
@@ -231,7 +231,7 @@ class ReadSettings:
     max_gap: int = 256 * 2**10
     max_request: int = 16 * 2**20
     max_concurrency: int = 32
-    max_small_concurrency: int = 256
+    max_small_concurrency: int = 128
     retries: int = 5
     backoff: float = 0.1
     check_freshness: bool = True
