@@ -11,8 +11,12 @@ import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.faultproxy import FaultProxy
 
 # no test may reach the instance metadata service (169.254.169.254) when it looks for credentials
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
@@ -53,6 +57,16 @@ def s3_endpoint() -> Iterator[str]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@pytest.fixture
+def proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
+    """A recording (and fault-injecting) proxy in front of the S3 server: every request that
+    reaches the server through it is recorded (``tests.faultproxy``)."""
+    from tests.faultproxy import FaultProxy
+
+    with FaultProxy(s3_endpoint) as p:
+        yield p
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -107,12 +107,6 @@ def atl03(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from h5sidecar.sample import write_atl03_like
 
     return write_atl03_like(tmp_path_factory.mktemp("atl") / "ATL03.h5", photons=5000, seed=2)
-
-
-@pytest.fixture
-def proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
-    with FaultProxy(s3_endpoint) as p:
-        yield p
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +24,6 @@ from tests._granules import refs_for
 from tests.faultproxy import FaultProxy
 
 SEL = (37, slice(None))  # one row: a thin run in each chunk of the row
-
-
-@pytest.fixture
-def proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
-    with FaultProxy(s3_endpoint) as p:
-        yield p
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ S3 costs two GETs of the sidecar (``.zmetadata`` and the manifests file), whatev
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,12 +71,6 @@ def test_engine_reads_compact_netcdf_like_h5py(cf_nc: Path, tmp_path: Path) -> N
     decoded = xr.open_dataset(compact, engine="h5sidecar")
     expected = xr.open_dataset(cf_nc, engine="h5netcdf")
     xr.testing.assert_equal(decoded[["tas", "pr"]], expected[["tas", "pr"]])
-
-
-@pytest.fixture
-def proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
-    with FaultProxy(s3_endpoint) as p:
-        yield p
 
 
 def test_compact_on_s3_costs_two_sidecar_gets(

@@ -4,7 +4,6 @@ only its chunks."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +22,6 @@ from tests.faultproxy import FaultProxy
 #: Without both, opening must not read a single byte of the granule.
 NO_INDEXES = {"create_default_indexes": False}
 NO_DATA_AT_OPEN = {"create_default_indexes": False, "decode_times": False}
-
-
-@pytest.fixture
-def proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
-    """Every request that reaches the S3 server through the proxy is recorded."""
-    with FaultProxy(s3_endpoint) as p:
-        yield p
 
 
 @pytest.fixture

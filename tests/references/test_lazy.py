@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pickle
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -71,12 +70,6 @@ def published(granule: Path, s3_endpoint: str) -> dict[str, Any]:
         "plain": plain,
         "plain_prefix": f"/{bucket}/{granule.name}.plain.parq/",
     }
-
-
-@pytest.fixture
-def proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
-    with FaultProxy(s3_endpoint) as p:
-        yield p
 
 
 @pytest.fixture

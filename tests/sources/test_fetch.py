@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import pickle
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -69,12 +68,6 @@ def s3_granule(granule, s3, s3_bucket, s3_storage_options):
     url = f"s3://{s3_bucket}/g/granule.h5"
     s3.put(str(path), url)
     return url, chunks, source_identity(url, s3_storage_options)
-
-
-@pytest.fixture
-def proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
-    with FaultProxy(s3_endpoint) as p:
-        yield p
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ requests for the named arrays' chunks, no HEAD)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import h5py
@@ -44,12 +43,6 @@ def on_s3(granule: Path, s3_endpoint: str) -> dict[str, str]:
         assert report.ok
         out[fmt] = report.granules[0].sidecar
     return out
-
-
-@pytest.fixture
-def proxy(s3_endpoint: str) -> Iterator[FaultProxy]:
-    with FaultProxy(s3_endpoint) as p:
-        yield p
 
 
 def _h5py_cells(path: Path, grid: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
