@@ -113,15 +113,8 @@ class ChunkManifest:
         stored = flat >= 0
         if np.any(lengths.reshape(-1)[stored] == 0):
             raise InvalidReferenceError("a stored chunk has length 0")
-        self = object.__new__(cls)
-        for arr in (codes, offsets, lengths):
-            arr.flags.writeable = False
-        self._urls = urls
-        self._codes = codes
-        self._offsets = offsets
-        self._lengths = lengths
-        self._inline = MappingProxyType(inline_map)
-        return self
+        return cls.from_checked(urls=urls, codes=codes, offsets=offsets, lengths=lengths,
+                                inline=inline_map)
 
     @classmethod
     def from_checked(
