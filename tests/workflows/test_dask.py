@@ -27,6 +27,7 @@ from h5sidecar.workflows import (
     plot_grid,
 )
 from h5sidecar.workflows._analysis import bin_cells
+from h5sidecar.workflows._dask import WORKER_MMAP_THRESHOLD, _worker_environ
 from h5sidecar.workflows._report import ErrorRecord
 
 #: the cluster checks run in one test: a LocalCluster per xdist worker would be too many
@@ -220,10 +221,33 @@ def check_cli_index_on_a_running_scheduler(cluster: Any, bucket_granules: Any, s
     assert report["options"]["executor"] == "DaskExecutor" and report["options"]["workers"] == 2
 
 
+def check_workers_keep_large_buffers_in_the_heap(cluster: Any) -> None:
+    """Workers of a cluster ``dask_client`` starts get the raised mmap threshold beside Dask's
+    own trim threshold (both are read by glibc when the process starts)."""
+    env = cluster.run(lambda: {k: os.environ.get(k) for k in
+                               ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")})
+    assert len(env) == 2
+    for got in env.values():
+        assert got == {"MALLOC_MMAP_THRESHOLD_": str(WORKER_MMAP_THRESHOLD),
+                       "MALLOC_TRIM_THRESHOLD_": "65536"}
+
+
+def test_worker_environ_keeps_a_configured_mmap_threshold() -> None:
+    import dask
+    import distributed  # noqa: F401  (loads Dask's defaults for its workers)
+
+    key = "distributed.nanny.pre-spawn-environ"
+    assert _worker_environ() == {f"{key}.MALLOC_MMAP_THRESHOLD_": WORKER_MMAP_THRESHOLD}
+    with dask.config.set({f"{key}.MALLOC_MMAP_THRESHOLD_": 1 << 20}):
+        assert _worker_environ() == {}
+        assert dask.config.get(key)["MALLOC_TRIM_THRESHOLD_"] == 65536
+
+
 def test_on_a_local_cluster(cluster: Any, bucket_granules: tuple[str, dict[str, Path]],
                             indexed_on_cluster: Any, s3_endpoint: str, tmp_path: Path,
                             capsys: Any) -> None:
     """Every cluster check, on one LocalCluster of two worker processes."""
+    check_workers_keep_large_buffers_in_the_heap(cluster)
     check_cluster_indexes_a_prefix_and_isolates_the_corrupt_granule(
         indexed_on_cluster, bucket_granules, s3_endpoint)
     check_gridded_mean_height_on_the_cluster_equals_h5py(
