@@ -10,7 +10,11 @@ to read three variables, so the question here is what reading them in place cost
 - ``h5py + s3fs (default cache) dask N``: one task per granule, h5py on an s3fs file object as
   s3fs opens it (a 50 MiB read-ahead buffer);
 - ``h5py + s3fs (8 MiB blocks) dask N``: the same with ``block_size=8 MiB`` and
-  ``cache_type="blockcache"`` (an LRU of blocks, what one tunes for random access).
+  ``cache_type="blockcache"`` (an LRU of blocks, what one tunes for random access);
+- ``h5sidecar dask N, 1 decode thread``: the sidecar case with each worker's decode pool cut
+  to one thread (``h5sidecar.read.configure(decode_threads=1)`` on every worker), so that N
+  workers use N cores: by default one worker's decode threads already keep both cores of a
+  2-core machine busy, which leaves a second worker nothing to scale into.
 
 Each repeat runs the three cases in turn; every sidecar result is compared with both h5py
 results (the same cells, counts and means).  Requests and bytes are the server's counters.
@@ -41,6 +45,21 @@ H5PY_CASES: dict[str, dict[str, Any] | None] = {
 }
 
 
+def set_decode_threads(n: int | None) -> int:
+    """On a worker: its decode pool of ``n`` threads (None: as its environment says, which
+    :func:`~h5sidecar.workflows.dask_client` sets to the worker's share of the CPUs).
+    Returns the pool's size."""
+    import dataclasses
+
+    from h5sidecar.read import configure
+    from h5sidecar.read._decode import decode_threads
+    from h5sidecar.settings import ReadSettings, from_env
+
+    settings = from_env(ReadSettings)
+    configure(settings if n is None else dataclasses.replace(settings, decode_threads=n))
+    return decode_threads()
+
+
 def run_large(args: argparse.Namespace) -> dict[str, Any]:
     from benchmarks.bench_workflows import (
         WF_BUCKET,
@@ -67,10 +86,12 @@ def run_large(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-wf-large-"))
     rows: dict[str, Any] = {"analysis": [], "index": [], "open": []}
 
-    def add_run(case: str, seconds: float, photons_read: int, stats: dict[str, Any]) -> None:
+    def add_run(case: str, seconds: float, photons_read: int, stats: dict[str, Any],
+                workers: int) -> None:
         row = next((r for r in rows["analysis"] if r["case"] == case), None)
         if row is None:
-            row = {"case": case, "runs": [], "photons_runs": [], "requests": [], "bytes": []}
+            row = {"case": case, "workers": workers, "runs": [], "photons_runs": [],
+                   "requests": [], "bytes": []}
             rows["analysis"].append(row)
         row["runs"].append(seconds)
         row["photons_runs"].append(photons_read)
@@ -96,18 +117,25 @@ def run_large(args: argparse.Namespace) -> dict[str, Any]:
             with dask_client(f"local:{n}") as client:
                 client.wait_for_workers(n)
                 client.run(warm_up)
+                # the "1 decode thread" row only where the default pool is larger
+                default_pool = max(client.run(set_decode_threads, None).values())
+                variants = [(None, "")] + ([(1, ", 1 decode thread")] if default_pool > 1 else [])
                 for _ in range(args.repeats):
-                    reset_stats(url)
-                    seconds, grid = timed(lambda client=client: gridded_mean_height(
-                        str(dest), grid=args.grid, client=client))
-                    add_run(f"h5sidecar dask {n}", seconds, grid.attrs["photons"], get_stats(url))
+                    for threads, suffix in variants:
+                        client.run(set_decode_threads, threads)
+                        reset_stats(url)
+                        seconds, grid = timed(lambda client=client: gridded_mean_height(
+                            str(dest), grid=args.grid, client=client))
+                        add_run(f"h5sidecar dask {n}{suffix}", seconds, grid.attrs["photons"],
+                                get_stats(url), n)
+                    client.run(set_decode_threads, None)
                     for label, opts in H5PY_CASES.items():
                         reset_stats(url)
                         seconds, parts = timed(lambda client=client, opts=opts: client.gather(
                             [client.submit(h5py_grid_one, u, args.grid, opts, pure=False)
                              for u in urls]))
                         add_run(f"{label} dask {n}", seconds, int(_merge(*parts)[2].sum()),
-                                get_stats(url))
+                                get_stats(url), n)
                         check_same(f"h5sidecar dask {n} vs {label}", grid, parts, args.grid)
     finally:
         stop()
@@ -126,8 +154,24 @@ def report_large(results: dict[str, Any]) -> str:
     def vs(case: str, label: str) -> str:
         if not case.startswith("h5sidecar"):
             return "-"
-        peer = by_case.get(case.replace("h5sidecar", f"{label}"))
+        # the peer on the same workers (older results have no "1 decode thread" rows)
+        peer = by_case.get(f"{label} dask {case.split()[2].rstrip(',')}")
         return f"{peer / by_case[case]:.1f}x" if peer else "-"
+
+    scaling = []
+    # by default one worker decodes on every CPU and two share them; "one core a worker" pairs
+    # one worker with a 1-thread pool against two 1-thread workers
+    two_default = by_case.get("h5sidecar dask 2")
+    for what, one, two in (
+            ("h5sidecar by default", by_case.get("h5sidecar dask 1"), two_default),
+            ("h5sidecar, one core a worker", by_case.get("h5sidecar dask 1, 1 decode thread"),
+             by_case.get("h5sidecar dask 2, 1 decode thread", two_default))):
+        if one and two:
+            scaling.append(f"{what} {one:.2f} -> {two:.2f} s ({one / two:.2f}x)")
+    for label in H5PY_CASES:
+        one, two = by_case.get(f"{label} dask 1"), by_case.get(f"{label} dask 2")
+        if one and two:
+            scaling.append(f"{label} {one / two:.2f}x")
 
     labels = list(H5PY_CASES)
     table = c.markdown_table(
@@ -145,8 +189,9 @@ def report_large(results: dict[str, Any]) -> str:
     opens = "; ".join(f"{r['case']}: {r['median_ms']:.0f} ms, {r['requests']:g} "
                       f"request{'s' if r['requests'] != 1 else ''}"
                       for r in results.get("open", []))
+    scale = f" From 1 to 2 workers: {'; '.join(scaling)}." if scaling else ""
     return (f"{head}\n\n{table}\n\nOpening one granule's named arrays (median): {opens}. "
-            f"{index[:1].upper()}{index[1:]}.")
+            f"{index[:1].upper()}{index[1:]}.{scale}")
 
 
 def main_large(args: argparse.Namespace) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from h5sidecar.workflows import (
     plot_grid,
 )
 from h5sidecar.workflows._analysis import bin_cells
-from h5sidecar.workflows._dask import WORKER_MMAP_THRESHOLD, _worker_environ
+from h5sidecar.workflows._dask import WORKER_MMAP_THRESHOLD, _decode_env, _worker_environ
 from h5sidecar.workflows._report import ErrorRecord
 
 #: the cluster checks run in one test: a LocalCluster per xdist worker would be too many
@@ -221,15 +221,36 @@ def check_cli_index_on_a_running_scheduler(cluster: Any, bucket_granules: Any, s
     assert report["options"]["executor"] == "DaskExecutor" and report["options"]["workers"] == 2
 
 
-def check_workers_keep_large_buffers_in_the_heap(cluster: Any) -> None:
+def _worker_state() -> dict[str, Any]:
+    from h5sidecar.read._decode import decode_executor
+
+    return {**{k: os.environ.get(k) for k in ("MALLOC_MMAP_THRESHOLD_",
+                                              "MALLOC_TRIM_THRESHOLD_")},
+            "decode pool": decode_executor()._max_workers}
+
+
+def check_workers_keep_large_buffers_in_the_heap_and_share_the_cpus(cluster: Any) -> None:
     """Workers of a cluster ``dask_client`` starts get the raised mmap threshold beside Dask's
-    own trim threshold (both are read by glibc when the process starts)."""
-    env = cluster.run(lambda: {k: os.environ.get(k) for k in
-                               ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")})
+    own trim threshold (both are read by glibc when the process starts), and decode pools
+    that together have one thread per CPU."""
+    from dask.system import CPU_COUNT
+
+    env = cluster.run(_worker_state)
     assert len(env) == 2
     for got in env.values():
         assert got == {"MALLOC_MMAP_THRESHOLD_": str(WORKER_MMAP_THRESHOLD),
-                       "MALLOC_TRIM_THRESHOLD_": "65536"}
+                       "MALLOC_TRIM_THRESHOLD_": "65536",
+                       "decode pool": max(1, CPU_COUNT // 2)}
+
+
+def test_decode_env_shares_the_cpus_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dask.system import CPU_COUNT
+
+    monkeypatch.delenv("H5SIDECAR_DECODE_THREADS", raising=False)
+    assert _decode_env(1) == {"H5SIDECAR_DECODE_THREADS": str(CPU_COUNT)}
+    assert _decode_env(CPU_COUNT * 2) == {"H5SIDECAR_DECODE_THREADS": "1"}
+    monkeypatch.setenv("H5SIDECAR_DECODE_THREADS", "3")
+    assert _decode_env(2) == {}
 
 
 def test_worker_environ_keeps_a_configured_mmap_threshold() -> None:
@@ -247,7 +268,7 @@ def test_on_a_local_cluster(cluster: Any, bucket_granules: tuple[str, dict[str, 
                             indexed_on_cluster: Any, s3_endpoint: str, tmp_path: Path,
                             capsys: Any) -> None:
     """Every cluster check, on one LocalCluster of two worker processes."""
-    check_workers_keep_large_buffers_in_the_heap(cluster)
+    check_workers_keep_large_buffers_in_the_heap_and_share_the_cpus(cluster)
     check_cluster_indexes_a_prefix_and_isolates_the_corrupt_granule(
         indexed_on_cluster, bucket_granules, s3_endpoint)
     check_gridded_mean_height_on_the_cluster_equals_h5py(
