@@ -21,7 +21,7 @@ import numpy as np
 from h5sidecar.read._xr_refs import group_members
 from h5sidecar.read._xr_store import is_cf_time, open_group_dataset, sidecar_store
 
-__all__ = ["build_datatree", "open_groups", "resolve_dimension_clashes"]
+__all__ = ["assemble_tree", "build_datatree", "open_groups", "resolve_dimension_clashes"]
 
 
 def open_groups(ref: Any, *, group: str | None = None, **kwargs: Any) -> dict[str, Any]:
@@ -141,11 +141,45 @@ def resolve_dimension_clashes(groups: Mapping[str, Any]) -> dict[str, Any]:
 
 def build_datatree(ref: Any, *, group: str | None = None, **kwargs: Any) -> Any:
     """The backend's DataTree: every group opened, clashes resolved, assembled."""
-    import xarray as xr
-
     groups = resolve_dimension_clashes(open_groups(ref, group=group, **kwargs))
-    tree = xr.DataTree.from_dict(groups)
+    tree = assemble_tree(groups)
     for path, ds in groups.items():
         if "h5sidecar_renamed" in ds.encoding:
             tree[path].encoding = {**tree[path].encoding, **ds.encoding}
     return tree
+
+
+def assemble_tree(groups: Mapping[str, Any]) -> Any:
+    """``xarray.DataTree.from_dict(groups)`` for datasets keyed by absolute path, without its
+    copies.
+
+    ``from_dict`` wraps every Dataset in a node, then copies that node again to attach it
+    (opening a granule of 140 groups spent ~0.1 s on the copies).  Here each node is made
+    once and attached through the public ``children`` setter, parents before their children
+    and siblings in the order given, so every node passes xarray's own checks on attaching
+    (alignment with its ancestors, inherited indexes deduplicated) exactly as in ``from_dict``;
+    groups missing between a path and the root become empty nodes, as there.
+    """
+    import xarray as xr
+
+    groups = {"/" + p.strip("/"): ds for p, ds in groups.items()}  # "/" for the root
+    nodes: dict[str, Any] = {"/": xr.DataTree(dataset=groups.get("/"))}
+    kids: dict[str, dict[str, Any]] = {}
+
+    def node(path: str) -> Any:
+        found = nodes.get(path)
+        if found is None:
+            parent, _, name = path.rpartition("/")
+            parent = parent or "/"
+            node(parent)  # ancestors first: their children lists are in from_dict's order
+            found = nodes[path] = xr.DataTree(dataset=groups.get(path))
+            kids.setdefault(parent, {})[name] = found
+        return found
+
+    for path in sorted(groups, key=lambda p: len(_ancestors(p))):  # from_dict's order
+        node(path)
+    # attach top-down: a node joins the tree before its own children do, so each attach
+    # checks one node against its ancestors (as from_dict), not a whole subtree
+    for parent in sorted(kids, key=lambda p: len(_ancestors(p))):
+        nodes[parent].children = kids[parent]
+    return nodes["/"]
