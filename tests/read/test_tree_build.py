@@ -1,0 +1,200 @@
+"""The cheap ways the engine builds Datasets and DataTrees give what xarray's generic ways give.
+
+* Each group's Dataset (:func:`h5sidecar.read._xr_dataset.store_dataset`) equals xarray's
+  ``StoreBackendEntrypoint().open_dataset`` of the same data store -- variables in the same
+  order, their types, dimensions, attributes with their types, encodings, coordinates, no
+  indexes, values -- with and without CF decoding, on the corpus and an ATL03-like granule.
+* A whole DataTree (:func:`h5sidecar.read._groups.assemble_tree` over those Datasets) equals the
+  one built with ``DataTree.from_dict`` over ``StoreBackendEntrypoint``'s Datasets, node by
+  node, for ``chunks=None`` and ``{}``, with and without decoding and default indexes, on a
+  granule with dimension clashes; its values equal h5py's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+import xarray as xr
+from xarray.backends.store import StoreBackendEntrypoint
+
+import h5sidecar
+from h5sidecar.indexer import index_granule
+from h5sidecar.read import SidecarStore, _groups, _xr_store
+from h5sidecar.read._xr_dataset import store_dataset
+from h5sidecar.read._xr_store import open_data_store, open_zarr_store
+from h5sidecar.references import GranuleRefs, write_parquet, write_refs
+from tests._granules import refs_for
+from tests.read.test_refs_open import _corpus_files, _encoding, _typed, assert_same_dataset
+
+#: what xarray passes the engine for ``decode_cf=False``, the default, and mixed options
+RAW = {"mask_and_scale": False, "decode_times": False, "concat_characters": False,
+       "decode_coords": False, "decode_timedelta": False, "use_cftime": False}
+DECODINGS: tuple[dict[str, Any], ...] = (
+    {},
+    RAW,
+    {**RAW, "use_cftime": None, "decode_timedelta": None},
+    {**RAW, "decode_coords": True},
+    {"mask_and_scale": False, "decode_times": False},
+)
+
+
+def _same_structure(ours: xr.Dataset, theirs: xr.Dataset, where: str) -> None:
+    """What :func:`assert_same_dataset` leaves out: variable classes, coordinate names, sizes,
+    indexes, the closer."""
+    assert {k: type(v) for k, v in ours.variables.items()} == {
+        k: type(v) for k, v in theirs.variables.items()}, where
+    assert ours._coord_names == theirs._coord_names, where
+    assert dict(ours.sizes) == dict(theirs.sizes), where
+    assert list(ours.xindexes) == list(theirs.xindexes), where
+    assert (ours._close is None) == (theirs._close is None), where
+
+
+def _check_store(store: SidecarStore, native: bool = True) -> int:
+    """Every group of ``store``, every decoding: store_dataset == StoreBackendEntrypoint."""
+    opened = 0
+    for group in store.refs.groups:
+        for decoding in DECODINGS:
+            where = f"{group!r} {decoding}"
+            out: list[Any] = []
+            for open_ in (store_dataset, StoreBackendEntrypoint().open_dataset):
+                zstore = (open_data_store(store, group) if native
+                          else open_zarr_store(store, group))
+                try:
+                    with store.native.opening():
+                        out.append(open_(zstore, **decoding))
+                except (ValueError, KeyError, TypeError, Warning) as exc:  # both fail alike
+                    out.append(exc)
+            ours, theirs = out
+            if isinstance(theirs, Exception):
+                assert type(ours) is type(theirs), (where, ours, theirs)
+                continue
+            assert not isinstance(ours, Exception), (where, ours)
+            assert_same_dataset(ours, theirs, where)
+            _same_structure(ours, theirs, where)
+            opened += 1
+    return opened
+
+
+@pytest.mark.corpus
+@pytest.mark.xdist_group("corpus")
+@pytest.mark.parametrize("name", _corpus_files())
+def test_group_datasets_equal_xarrays_on_the_corpus(name: str, corpus_dir: Path,
+                                                    tmp_path: Path) -> None:
+    refs = index_granule(str(corpus_dir / "files" / name))
+    store = SidecarStore(write_parquet(refs, tmp_path / "refs.parq"))
+    assert _check_store(store) or not refs.arrays
+
+
+def test_group_datasets_equal_xarrays_on_atl03(atl03_refs: GranuleRefs, tmp_path: Path) -> None:
+    store = SidecarStore(write_parquet(atl03_refs, tmp_path / "refs.parq"))
+    assert _check_store(store) >= len(DECODINGS) * 130
+
+
+def test_group_datasets_equal_xarrays_through_zarr(small_refs: GranuleRefs,
+                                                   tmp_path: Path) -> None:
+    """The zarr path (``native=False``: xarray's ZarrStore) gets the same Datasets too."""
+    store = SidecarStore(write_parquet(small_refs, tmp_path / "refs.parq"))
+    assert _check_store(store, native=False) >= len(DECODINGS)
+
+
+def test_undecoded_variables_get_xarrays_encoding(small_refs: GranuleRefs) -> None:
+    """Without decoding, a variable keeps its attributes (``_FillValue``, ``scale_factor``...)
+    and gains ``encoding["dtype"]``, as with xarray's decoding; a dropped variable is gone."""
+    store = SidecarStore(small_refs)
+    group = "gt1l/heights"
+    ds = store_dataset(open_data_store(store, group), drop_variables="h_ph", **RAW)
+    assert "h_ph" not in ds.variables
+    meta = {p.rpartition("/")[2]: a.meta for p, a in small_refs.arrays.items()
+            if p.rpartition("/")[0] == group}
+    assert set(ds.variables) == set(meta) - {"h_ph"}
+    for name, var in ds.variables.items():
+        assert var.encoding["dtype"] == var.dtype == meta[name].numpy_dtype.newbyteorder("="), name
+        assert set(var.attrs) == set(meta[name].attrs), name
+
+
+# -- whole trees ------------------------------------------------------------------------------
+def _write_clashing_tree(path: Path) -> Path:
+    """Groups with same-named dimension scales of other lengths and values, an intermediate
+    group without variables, CF times and a packed variable."""
+    with h5py.File(path, "w") as f:
+        f.attrs["title"] = "clashes"
+        for group, n in (("g", 3), ("g/a", 5), ("g/a/b", 3), ("c/d", 4)):
+            g = f.require_group(group)
+            t = g.create_dataset("time", data=np.arange(n) * 10.0 + len(group))
+            t.make_scale("time")
+            v = g.create_dataset("v", data=np.arange(n, dtype="i2") + n)
+            v.dims[0].attach_scale(t)
+            t.attrs["units"] = "seconds since 2020-01-01"
+            v.attrs["scale_factor"] = np.float32(0.5)
+            v.attrs["_FillValue"] = np.int16(-1)
+            g.attrs["n"] = n
+    return path
+
+
+def _old_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Open groups with StoreBackendEntrypoint and assemble with DataTree.from_dict."""
+    def generic(zstore: Any, **kwargs: Any) -> xr.Dataset:
+        return StoreBackendEntrypoint().open_dataset(zstore, **kwargs)
+
+    monkeypatch.setattr(_xr_store, "store_dataset", generic)
+    monkeypatch.setattr(_groups, "assemble_tree", xr.DataTree.from_dict)
+
+
+OPTIONS = (
+    {"chunks": None},
+    {"chunks": None, "decode_cf": False, "create_default_indexes": False},
+    {"chunks": None, "decode_cf": False},
+    {"chunks": {}},
+    {"chunks": {}, "decode_cf": False, "create_default_indexes": False},
+)
+
+
+def _assert_same_tree(ours: xr.DataTree, theirs: xr.DataTree) -> None:
+    assert [n.path for n in ours.subtree] == [n.path for n in theirs.subtree]
+    for a, b in zip(ours.subtree, theirs.subtree, strict=True):
+        assert _encoding(a.encoding) == _encoding(b.encoding), a.path
+        assert _typed(a.attrs) == _typed(b.attrs), a.path
+        assert list(a.xindexes) == list(b.xindexes), a.path
+        assert list(a._node_indexes) == list(b._node_indexes), a.path
+        ds_a, ds_b = a.to_dataset(inherit=False), b.to_dataset(inherit=False)
+        assert_same_dataset(ds_a, ds_b, a.path)
+        _same_structure(ds_a, ds_b, a.path)
+    xr.testing.assert_identical(ours, theirs)
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: repr(o))
+def test_tree_equals_from_dict_tree(options: dict[str, Any], tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write_clashing_tree(tmp_path / "clash.h5")
+    sidecar = write_refs(refs_for(path), tmp_path / "clash.h5.json", format="json")
+    ours = h5sidecar.open_datatree(sidecar, **options)
+    assert ours["g/a/b"].encoding["h5sidecar_renamed"] == {"time_b": "time"}
+    with monkeypatch.context() as m:
+        _old_way(m)
+        theirs = h5sidecar.open_datatree(sidecar, **options)
+    _assert_same_tree(ours, theirs)
+    if options.get("decode_cf") is False:  # raw values: h5py's
+        with h5py.File(path, "r") as f:
+            for node in ours.subtree:
+                renamed = node.encoding.get("h5sidecar_renamed", {})
+                for name, var in node.to_dataset(inherit=False).variables.items():
+                    src = f"{node.path.strip('/')}/{renamed.get(name, name)}".lstrip("/")
+                    np.testing.assert_array_equal(var.values, f[src][()], err_msg=src)
+
+
+@pytest.mark.parametrize("options", OPTIONS[:2], ids=lambda o: repr(o))
+def test_atl03_tree_equals_from_dict_tree(options: dict[str, Any], atl03_refs: GranuleRefs,
+                                          tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    sidecar = write_refs(atl03_refs, tmp_path / "a.h5.json", format="json")
+    ours = h5sidecar.open_datatree(sidecar, **options)
+    with monkeypatch.context() as m:
+        _old_way(m)
+        theirs = h5sidecar.open_datatree(sidecar, **options)
+    assert sum(len(n.to_dataset(inherit=False).variables) for n in ours.subtree) == len(
+        atl03_refs.arrays)
+    _assert_same_tree(ours, theirs)
