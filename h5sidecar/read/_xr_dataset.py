@@ -14,7 +14,7 @@ indexes) by:
   attribute) gets what ``decode_cf_variable`` gives it -- ``encoding["dtype"]`` -- and any other
   variable still goes through ``decode_cf_variable``;
 * assembling the Dataset directly from those fresh variables (data variables, then
-  coordinates, as xarray orders them).
+  coordinates, as xarray orders them; coordinates as xarray's merge names them).
 
 The tests compare its Datasets with ``StoreBackendEntrypoint``'s on the corpus and on an
 ATL03-like granule, with and without decoding.
@@ -103,10 +103,13 @@ def store_dataset(
         else:
             data_vars[name] = var
     ordered = {**data_vars, **coord_vars}
+    dims = calculate_dimensions(ordered)
     return Dataset._construct_direct(
         variables=ordered,
-        coord_names=set(coord_vars),
-        dims=calculate_dimensions(ordered),
+        # as xarray's merge: a variable named like a dimension is a coordinate, whatever its
+        # own dimensions (a netCDF character array ``z(z, string3)``)
+        coord_names=set(coord_vars) | {d for d in dims if d in ordered},
+        dims=dims,
         attrs=dict(attrs) if attrs else None,
         indexes={},
         encoding=dict(encoding),
