@@ -198,3 +198,40 @@ def test_atl03_tree_equals_from_dict_tree(options: dict[str, Any], atl03_refs: G
     assert sum(len(n.to_dataset(inherit=False).variables) for n in ours.subtree) == len(
         atl03_refs.arrays)
     _assert_same_tree(ours, theirs)
+
+
+# -- typed attributes -------------------------------------------------------------------------
+class _Float(float):
+    """A float the fast path of ``_lossless`` does not take (it checks exact types)."""
+
+
+class _Int(int):
+    """An int the fast path of ``_lossless`` does not take."""
+
+
+NUMBERS = (0, 1, -1, 127, 128, 255, 256, -129, 32767, 32768, 65535, 70000, 2**31, 2**32,
+           2**53 + 1, 2**63 - 1, 2**63, 2**64, -(2**63) - 1, 0.0, -0.0, 0.5, 1.5, 0.1, 1e10,
+           3.5e38, 1e300, -1e300, float("nan"), float("inf"), -float("inf"), 16777217.0, 1e-45,
+           3.4028234663852886e38)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning")
+@pytest.mark.parametrize("dtype", ["i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8", "f2", "f4",
+                                   "f8", ">i2", ">f4"])
+def test_typed_number_attributes_as_the_array_path(dtype: str) -> None:
+    """A CF attribute that is one Python number takes a cheaper path to its type: the same
+    value, NumPy type and refusals as the general (array) path."""
+    from h5sidecar.read._xr_attrs import _lossless
+
+    kept = 0
+    for value in NUMBERS:
+        fast = _lossless(value, np.dtype(dtype))
+        slow = _lossless(_Float(value) if isinstance(value, float) else _Int(value),
+                         np.dtype(dtype))
+        assert (fast is None) == (slow is None), (value, dtype, fast, slow)
+        if fast is not None:
+            assert type(fast) is type(slow), (value, dtype, fast, slow)
+            assert fast == slow or (np.isnan(fast) and np.isnan(slow)), (value, dtype)
+            kept += 1
+    assert kept >= 3
