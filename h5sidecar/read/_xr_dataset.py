@@ -86,6 +86,7 @@ def store_dataset(
     }
     variables, attrs = store.load()
     encoding = store.get_encoding()
+    decoded: Mapping[Hashable, Variable]
     if _no_decoding(decoders):
         drop = {drop_variables} if isinstance(drop_variables, str) else set(drop_variables or ())
         decoded = {k: _undecoded(k, v) for k, v in variables.items() if k not in drop}
