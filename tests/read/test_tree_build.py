@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -246,3 +247,34 @@ def test_typed_number_attributes_as_the_array_path(dtype: str) -> None:
             assert fast == slow or (np.isnan(fast) and np.isnan(slow)), (value, dtype)
             kept += 1
     assert kept >= 3
+
+
+# -- xarray's peeks at CF times ----------------------------------------------------------------
+def test_time_peeks_served_from_one_batch(atl03_refs: GranuleRefs, tmp_path: Path) -> None:
+    """The first and last values xarray peeks at in every CF time variable while it opens the
+    groups come from one batch read before (no blocking read each), and the tree is the same
+    as when xarray reads them itself."""
+    from h5sidecar.read import _batch
+
+    sidecar = write_refs(atl03_refs, tmp_path / "a.h5.json", format="json")
+    times = [p for p, a in atl03_refs.arrays.items()
+             if " since " in str(a.meta.attrs.get("units", ""))]
+    assert len(times) >= 10
+    calls: list[int] = []  # reads that go to the I/O loop (held whole arrays do not)
+    real = _batch.NativeReader.read
+
+    async def counted(self: Any, items: Any) -> Any:
+        calls.append(len(items))
+        return await real(self, items)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(_batch.NativeReader, "read", counted)
+        ours = h5sidecar.open_datatree(sidecar, chunks=None)
+        held = list(calls)
+        calls.clear()
+        m.setattr(_groups, "held_peeks", lambda reader, boxes: contextlib.nullcontext())
+        theirs = h5sidecar.open_datatree(sidecar, chunks=None)
+    assert len(held) <= 3 and max(held) >= len(times), held  # the peeks: one call
+    assert len(calls) >= len(times), calls  # xarray alone: at least one read per variable
+    _assert_same_tree(ours, theirs)
+    assert ours["gt1l/heights"]["delta_time"].dtype.kind == "M"  # decoded with its peeks
