@@ -278,3 +278,26 @@ def test_time_peeks_served_from_one_batch(atl03_refs: GranuleRefs, tmp_path: Pat
     assert len(calls) >= len(times), calls  # xarray alone: at least one read per variable
     _assert_same_tree(ours, theirs)
     assert ours["gt1l/heights"]["delta_time"].dtype.kind == "M"  # decoded with its peeks
+
+
+def test_reads_served_from_held_boxes() -> None:
+    """A read inside a held box is that box's values (a copy); any other read is not served."""
+    from h5sidecar.read._lazy_array import _from_boxes
+
+    values = np.arange(12.0).reshape(3, 4)
+    boxes = [((10, 4), values)]  # rows 10-12, columns 4-7 of a (20, 8) array
+    shape = (20, 8)
+    got = _from_boxes(boxes, (slice(11, 12, 1), slice(None)), shape)
+    assert got is None  # columns 0-3 are outside the box
+    got = _from_boxes(boxes, (slice(11, 13, 1), slice(5, 8)), shape)
+    assert got is not None
+    np.testing.assert_array_equal(got, values[1:3, 1:4])
+    got[...] = -1  # a copy: the held values stay
+    assert values[1, 1] == 5.0
+    got = _from_boxes(boxes, (12, np.int64(7)), shape)
+    assert got is not None and got.shape == () and got == values[2, 3]
+    for key in ((13, 4), (slice(9, 11), 4), (slice(10, 12, 2), 4), (10,), (slice(12, 10), 4)):
+        assert _from_boxes(boxes, key, shape) is None, key
+    whole = [((0,), np.arange(5))]
+    np.testing.assert_array_equal(_from_boxes(whole, (slice(None),), (5,)), np.arange(5))
+    np.testing.assert_array_equal(_from_boxes(whole, (slice(-1, None),), (5,)), [4])
