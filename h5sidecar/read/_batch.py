@@ -105,6 +105,11 @@ class NativeReader:
             self._codecs[path] = ChunkCodec.for_array(zarray, arr.meta.numpy_dtype)
         return self._codecs[path]
 
+    def held(self, path: str) -> np.ndarray | None:
+        """The whole array ``path`` when read-ahead or :meth:`prefetch` holds it (without
+        taking it: its next whole read still gets it), else None."""
+        return self._prefetched.get(path)
+
     def supports(self, path: str) -> bool:
         """True when array ``path`` can be read by this reader (False for arrays of Python
         objects, and for codecs that are not installed: zarr then reports those on read)."""

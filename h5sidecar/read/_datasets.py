@@ -70,12 +70,18 @@ def open_datatree(ref: Any, *, chunks: Any = ..., **kwargs: Any) -> Any:
     """Open every group of a granule as an :class:`xarray.DataTree` (see module docstring).
 
     The dimension coordinates xarray indexes (unless ``create_default_indexes=False``) and the
-    ends of CF time variables it peeks at are read in one batch first, not one by one.
+    ends of CF time variables it peeks at are read in one batch first, not one by one.  With
+    ``chunks=None`` the tree is assembled once, not rebuilt as ``xarray.open_datatree`` does
+    (see :mod:`h5sidecar.read._tree_open`); the result is the same.
     """
     import xarray as xr
 
+    from h5sidecar.read._tree_open import DIRECT_OPTIONS, open_tree_direct
+
     chunks = _default_chunks() if chunks is ... else chunks
     indexes = kwargs.get("create_default_indexes", True) is not False
+    if chunks is None and DIRECT_OPTIONS.issuperset(kwargs):
+        return open_tree_direct(ref, _prefetch_indexes=indexes, **kwargs)
     return xr.open_datatree(
         ref, engine="h5sidecar", chunks=chunks, _prefetch_indexes=indexes, **kwargs
     )

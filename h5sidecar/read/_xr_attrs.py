@@ -24,6 +24,7 @@ DEFAULT_CHUNK_BYTES = 64 * 2**20
 _VARIABLE_TYPED = ("_FillValue", "missing_value", "valid_min", "valid_max", "valid_range")
 _PACKING = ("scale_factor", "add_offset")
 _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_UNSURE = object()
 
 
 def aligned_chunks(
@@ -58,6 +59,10 @@ def _nonfinite(value: Any) -> Any:
 
 def _lossless(value: Any, dtype: np.dtype) -> Any | None:
     """``value`` as ``dtype`` (numpy scalar or array), or None if that would change it."""
+    if type(value) in (int, float) and dtype.kind in "biuf":
+        fast = _lossless_number(value, dtype)
+        if fast is not _UNSURE:
+            return fast
     try:
         src = np.asarray(_nonfinite(value))
         if src.dtype.kind not in "biuf":
@@ -69,6 +74,22 @@ def _lossless(value: Any, dtype: np.dtype) -> Any | None:
     except (TypeError, ValueError, OverflowError):
         return None
     return cast[()] if cast.ndim == 0 else cast
+
+
+def _lossless_number(value: float, dtype: np.dtype) -> Any | None:
+    """:func:`_lossless` of one Python int or float (most attributes), without building
+    arrays: the same cast, and the same round trip through the type NumPy gives the value
+    (int64 or float64); ~10x cheaper, which counts over a granule's thousand variables."""
+    src = np.int64 if type(value) is int else np.float64
+    try:
+        with np.errstate(invalid="ignore", over="ignore"):
+            cast = np.asarray(value, dtype=src).astype(dtype)[()]
+            back = src(cast)
+    except (TypeError, ValueError, OverflowError):  # an int beyond int64: the array path
+        return _UNSURE
+    if back == value or (src is np.float64 and math.isnan(value) and math.isnan(back)):
+        return cast
+    return None
 
 
 def _packing_value(value: Any) -> Any:

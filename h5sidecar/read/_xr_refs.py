@@ -7,9 +7,9 @@ A DataTree of an ATL03-like granule opens ~140 groups and ~1,000 variables that 
 more than reading all of its data.  :class:`RefsGroupStore` hands xarray the same variables --
 dimensions, typed CF attributes, the encoding zarr would give (``chunks``, ``preferred_chunks``,
 ``compressors``, ``filters``, ``shards``) and lazy data read by the native batch reader -- from
-the parsed references alone; xarray's own ``StoreBackendEntrypoint`` then CF-decodes them as
-before.  Arrays the batch reader does not decode (Python objects) still get a zarr Array, read
-through xarray's ``ZarrArrayWrapper``.
+the parsed references alone; xarray's own CF decoding then decodes them as before (see
+:mod:`h5sidecar.read._xr_dataset`).  Arrays the batch reader does not decode (Python objects)
+still get a zarr Array, read through xarray's ``ZarrArrayWrapper``.
 
 The xarray engine uses this store for Zarr v2 views with ``native=True`` (the default); the
 tests check that its Datasets (variables, attributes, encodings, values) equal those of the

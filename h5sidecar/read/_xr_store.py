@@ -1,7 +1,8 @@
 """xarray's Zarr data store over a :class:`~h5sidecar.read.store.SidecarStore`, and one group of
 a granule opened through it as a Dataset.
 
-Decoding is delegated to xarray's own Zarr machinery (``ZarrStore`` + ``StoreBackendEntrypoint``),
+Decoding is delegated to xarray's own Zarr machinery (``ZarrStore`` + the decoding of
+``StoreBackendEntrypoint``, see :mod:`h5sidecar.read._xr_dataset`),
 with three corrections that make CF decoding identical to opening the HDF5 file with
 ``engine="h5netcdf"``:
 
@@ -33,7 +34,6 @@ import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from xarray.backends.store import StoreBackendEntrypoint
 from xarray.backends.zarr import ZarrStore
 from xarray.core import indexing
 from xarray.core.variable import Variable
@@ -47,6 +47,7 @@ from h5sidecar.read._xr_attrs import (
     cf_attributes,
     is_cf_time,
 )
+from h5sidecar.read._xr_dataset import store_dataset
 from h5sidecar.read._xr_refs import RefsGroupStore, group_members
 from h5sidecar.read.store import SidecarStore
 from h5sidecar.references import GranuleRefs
@@ -226,7 +227,7 @@ def open_group_dataset(
     zstore = open_data_store(store, group, chunk_bytes, native, _members)
     # what xarray reads while opening is no loop over variables: it never triggers read-ahead
     with store.native.opening():
-        return StoreBackendEntrypoint().open_dataset(
+        return store_dataset(
             zstore,
             mask_and_scale=mask_and_scale,
             decode_times=decode_times,
