@@ -17,7 +17,8 @@ to read three variables, so the question here is what reading them in place cost
   2-core machine busy, which leaves a second worker nothing to scale into.
 
 Each repeat runs the three cases in turn; every sidecar result is compared with both h5py
-results (the same cells, counts and means).  Requests and bytes are the server's counters.
+results (the same cells, counts and means).  Requests and bytes are the server's counters;
+"cores busy" is the CPU time the whole machine spent (every process) over the wall time.
 """
 
 from __future__ import annotations
@@ -43,6 +44,18 @@ H5PY_CASES: dict[str, dict[str, Any] | None] = {
     "h5py + s3fs (default cache)": None,
     "h5py + s3fs (8 MiB blocks)": {"block_size": 8 * 2**20, "cache_type": "blockcache"},
 }
+
+
+def busy_cores() -> float:
+    """CPU seconds the whole machine has spent busy so far (every process: workers, scheduler,
+    endpoint), from ``/proc/stat``; 0 where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def set_decode_threads(n: int | None) -> int:
@@ -86,17 +99,27 @@ def run_large(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-wf-large-"))
     rows: dict[str, Any] = {"analysis": [], "index": [], "open": []}
 
+    def timed_busy(fn: Any) -> tuple[float, Any]:
+        """``timed(fn)``, noting how many cores the machine kept busy meanwhile."""
+        before = busy_cores()
+        seconds, out = timed(fn)
+        busy.append((busy_cores() - before) / seconds)
+        return seconds, out
+
+    busy: list[float] = []
+
     def add_run(case: str, seconds: float, photons_read: int, stats: dict[str, Any],
                 workers: int) -> None:
         row = next((r for r in rows["analysis"] if r["case"] == case), None)
         if row is None:
             row = {"case": case, "workers": workers, "runs": [], "photons_runs": [],
-                   "requests": [], "bytes": []}
+                   "requests": [], "bytes": [], "busy_cores": []}
             rows["analysis"].append(row)
         row["runs"].append(seconds)
         row["photons_runs"].append(photons_read)
         row["requests"].append(stats["requests"])
         row["bytes"].append(stats["bytes_out"])
+        row["busy_cores"].append(busy.pop())
         row["photons"] = photons_read
         print(f"analysis {case}: {seconds:.2f} s, {stats['requests']} requests, "
               f"{c.fmt_bytes(stats['bytes_out'])}", flush=True)
@@ -124,14 +147,14 @@ def run_large(args: argparse.Namespace) -> dict[str, Any]:
                     for threads, suffix in variants:
                         client.run(set_decode_threads, threads)
                         reset_stats(url)
-                        seconds, grid = timed(lambda client=client: gridded_mean_height(
+                        seconds, grid = timed_busy(lambda client=client: gridded_mean_height(
                             str(dest), grid=args.grid, client=client))
                         add_run(f"h5sidecar dask {n}{suffix}", seconds, grid.attrs["photons"],
                                 get_stats(url), n)
                     client.run(set_decode_threads, None)
                     for label, opts in H5PY_CASES.items():
                         reset_stats(url)
-                        seconds, parts = timed(lambda client=client, opts=opts: client.gather(
+                        seconds, parts = timed_busy(lambda client=client, opts=opts: client.gather(
                             [client.submit(h5py_grid_one, u, args.grid, opts, pure=False)
                              for u in urls]))
                         add_run(f"{label} dask {n}", seconds, int(_merge(*parts)[2].sum()),
@@ -177,10 +200,12 @@ def report_large(results: dict[str, Any]) -> str:
     table = c.markdown_table(
         ["analysis (grid " + f"{a['grid']:g} deg)", "median s", "runs",
          "faster than h5py + s3fs, default cache", "faster than h5py + s3fs, 8 MiB blocks",
-         "requests", "bytes read", "photons"],
+         "requests", "bytes read", "cores busy", "photons"],
         [[r["case"], f"{r['seconds']:.2f}", len(r["runs"]), vs(r["case"], labels[0]),
           vs(r["case"], labels[1]), f"{int(np.median(r['requests'])):,}",
-          c.fmt_bytes(float(np.median(r["bytes"]))), f"{r['photons']:,}"]
+          c.fmt_bytes(float(np.median(r["bytes"]))),
+          f"{np.median(r['busy_cores']):.2f}" if r.get("busy_cores") else "-",
+          f"{r['photons']:,}"]
          for r in results["analysis"]])
     index = "; ".join(
         f"indexing serially: {r['seconds'] / a['granules']:.1f} s and "
