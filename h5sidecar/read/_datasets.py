@@ -76,12 +76,12 @@ def open_datatree(ref: Any, *, chunks: Any = ..., **kwargs: Any) -> Any:
     """
     import xarray as xr
 
-    from h5sidecar.read._tree_open import DIRECT_OPTIONS, open_tree_direct
+    from h5sidecar.read import _tree_open
 
     chunks = _default_chunks() if chunks is ... else chunks
     indexes = kwargs.get("create_default_indexes", True) is not False
-    if chunks is None and DIRECT_OPTIONS.issuperset(kwargs):
-        return open_tree_direct(ref, _prefetch_indexes=indexes, **kwargs)
+    if chunks is None and _tree_open.AVAILABLE and _tree_open.DIRECT_OPTIONS.issuperset(kwargs):
+        return _tree_open.open_tree_direct(ref, _prefetch_indexes=indexes, **kwargs)
     return xr.open_datatree(
         ref, engine="h5sidecar", chunks=chunks, _prefetch_indexes=indexes, **kwargs
     )

@@ -21,8 +21,17 @@ import os
 from typing import Any
 
 from h5sidecar.read._groups import assemble_tree, open_groups, resolve_dimension_clashes
+from h5sidecar.read._xr_dataset import DIRECT
 
-__all__ = ["DIRECT_OPTIONS", "open_tree_direct"]
+try:  # private xarray API: without it, h5sidecar.open_datatree goes through xarray's own
+    from xarray.backends.common import _normalize_path
+except ImportError:  # pragma: no cover - present in the xarray versions we test
+    _normalize_path = None  # type: ignore[assignment]
+
+__all__ = ["AVAILABLE", "DIRECT_OPTIONS", "open_tree_direct"]
+
+#: True when this xarray has the private pieces the direct way relies on
+AVAILABLE = DIRECT and _normalize_path is not None
 
 #: xarray's decoding options, as ``xarray.open_datatree`` resolves them
 _DECODERS = ("mask_and_scale", "decode_times", "decode_timedelta", "use_cftime",
@@ -62,8 +71,6 @@ def open_tree_direct(ref: Any, *, decode_cf: bool | None = None, cache: bool | N
                      create_default_indexes: bool = True, **kwargs: Any) -> Any:
     """``xarray.open_datatree(ref, engine="h5sidecar", chunks=None, ...)``: the same tree,
     assembled once (see the module docstring).  ``kwargs``: :data:`DIRECT_OPTIONS`."""
-    from xarray.backends.common import _normalize_path
-
     from h5sidecar.read.xarray_backend import H5SidecarBackend
 
     cache = True if cache is None else cache  # xarray's default without chunks
@@ -83,5 +90,5 @@ def open_tree_direct(ref: Any, *, decode_cf: bool | None = None, cache: bool | N
             tree[path].encoding = {**tree[path].encoding, **ds.encoding}
     source = getattr(ref, "path", ref)
     if "source" not in tree.encoding and isinstance(source, str | os.PathLike):
-        tree.encoding["source"] = _normalize_path(source)
+        tree.encoding["source"] = _normalize_path(source)  # type: ignore[misc]
     return tree

@@ -30,7 +30,11 @@ from xarray.core import indexing
 from xarray.core.dataset import Dataset
 from xarray.core.variable import Variable, calculate_dimensions
 
-__all__ = ["store_dataset"]
+__all__ = ["DIRECT", "store_dataset"]
+
+#: False when this xarray has no ``Dataset._construct_direct`` (private API): every Dataset is
+#: then built by xarray's ``StoreBackendEntrypoint``, as before this module existed
+DIRECT = hasattr(Dataset, "_construct_direct")
 
 #: dtype kinds ``decode_cf_variable`` leaves alone when nothing is decoded (objects, NumPy
 #: strings, dates and durations have coders of their own)
@@ -84,6 +88,11 @@ def store_dataset(
         "concat_characters": concat_characters, "decode_coords": decode_coords,
         "use_cftime": use_cftime, "decode_timedelta": decode_timedelta,
     }
+    if not DIRECT:
+        from xarray.backends.store import StoreBackendEntrypoint
+
+        return StoreBackendEntrypoint().open_dataset(  # type: ignore[no-any-return]
+            store, drop_variables=drop_variables, **decoders)
     variables, attrs = store.load()
     encoding = store.get_encoding()
     decoded: Mapping[Hashable, Variable]

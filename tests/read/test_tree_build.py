@@ -212,6 +212,28 @@ def test_atl03_tree_equals_xarrays_tree(options: dict[str, Any], atl03_refs: Gra
     _assert_same_tree(ours, theirs)
 
 
+@pytest.mark.parametrize("options", OPTIONS[:2], ids=lambda o: repr(o))
+def test_without_xarrays_private_pieces_the_tree_is_the_same(
+        options: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An xarray without ``Dataset._construct_direct`` / ``_normalize_path`` (private API)
+    gets xarray's own way, with the same result: nothing breaks on an upgrade."""
+    from h5sidecar.read import _tree_open, _xr_dataset
+
+    path = _write_clashing_tree(tmp_path / "clash.h5")
+    sidecar = write_refs(refs_for(path), tmp_path / "clash.h5.json", format="json")
+    direct = h5sidecar.open_datatree(sidecar, **options)
+    monkeypatch.setattr(_xr_dataset, "DIRECT", False)
+    monkeypatch.setattr(_tree_open, "AVAILABLE", False)
+    def refused(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the direct way was taken")
+
+    # only the direct ways call these
+    monkeypatch.setattr(_xr_dataset, "calculate_dimensions", refused)
+    monkeypatch.setattr(_tree_open, "open_tree_direct", refused)
+    fallback = h5sidecar.open_datatree(sidecar, **options)
+    _assert_same_tree(fallback, direct)
+
+
 # -- typed attributes -------------------------------------------------------------------------
 class _Float(float):
     """A float the fast path of ``_lossless`` does not take (it checks exact types)."""
