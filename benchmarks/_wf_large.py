@@ -99,17 +99,14 @@ def run_large(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-wf-large-"))
     rows: dict[str, Any] = {"analysis": [], "index": [], "open": []}
 
-    def timed_busy(fn: Any) -> tuple[float, Any]:
-        """``timed(fn)``, noting how many cores the machine kept busy meanwhile."""
+    def timed_busy(fn: Any) -> tuple[float, Any, float]:
+        """``timed(fn)``, and how many cores the machine kept busy meanwhile."""
         before = busy_cores()
         seconds, out = timed(fn)
-        busy.append((busy_cores() - before) / seconds)
-        return seconds, out
+        return seconds, out, (busy_cores() - before) / seconds
 
-    busy: list[float] = []
-
-    def add_run(case: str, seconds: float, photons_read: int, stats: dict[str, Any],
-                workers: int) -> None:
+    def add_run(case: str, seconds: float, cores: float, photons_read: int,
+                stats: dict[str, Any], workers: int) -> None:
         row = next((r for r in rows["analysis"] if r["case"] == case), None)
         if row is None:
             row = {"case": case, "workers": workers, "runs": [], "photons_runs": [],
@@ -119,7 +116,7 @@ def run_large(args: argparse.Namespace) -> dict[str, Any]:
         row["photons_runs"].append(photons_read)
         row["requests"].append(stats["requests"])
         row["bytes"].append(stats["bytes_out"])
-        row["busy_cores"].append(busy.pop())
+        row["busy_cores"].append(cores)
         row["photons"] = photons_read
         print(f"analysis {case}: {seconds:.2f} s, {stats['requests']} requests, "
               f"{c.fmt_bytes(stats['bytes_out'])}", flush=True)
@@ -147,18 +144,20 @@ def run_large(args: argparse.Namespace) -> dict[str, Any]:
                     for threads, suffix in variants:
                         client.run(set_decode_threads, threads)
                         reset_stats(url)
-                        seconds, grid = timed_busy(lambda client=client: gridded_mean_height(
-                            str(dest), grid=args.grid, client=client))
-                        add_run(f"h5sidecar dask {n}{suffix}", seconds, grid.attrs["photons"],
-                                get_stats(url), n)
+                        seconds, grid, cores = timed_busy(
+                            lambda client=client: gridded_mean_height(
+                                str(dest), grid=args.grid, client=client))
+                        add_run(f"h5sidecar dask {n}{suffix}", seconds, cores,
+                                grid.attrs["photons"], get_stats(url), n)
                     client.run(set_decode_threads, None)
                     for label, opts in H5PY_CASES.items():
                         reset_stats(url)
-                        seconds, parts = timed_busy(lambda client=client, opts=opts: client.gather(
-                            [client.submit(h5py_grid_one, u, args.grid, opts, pure=False)
-                             for u in urls]))
-                        add_run(f"{label} dask {n}", seconds, int(_merge(*parts)[2].sum()),
-                                get_stats(url), n)
+                        seconds, parts, cores = timed_busy(
+                            lambda client=client, opts=opts: client.gather(
+                                [client.submit(h5py_grid_one, u, args.grid, opts, pure=False)
+                                 for u in urls]))
+                        add_run(f"{label} dask {n}", seconds, cores,
+                                int(_merge(*parts)[2].sum()), get_stats(url), n)
                         check_same(f"h5sidecar dask {n} vs {label}", grid, parts, args.grid)
     finally:
         stop()

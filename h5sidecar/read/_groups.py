@@ -23,7 +23,8 @@ from h5sidecar.read._lazy_array import Box, held_peeks
 from h5sidecar.read._xr_refs import group_members
 from h5sidecar.read._xr_store import is_cf_time, open_group_dataset, sidecar_store
 
-__all__ = ["assemble_tree", "build_datatree", "open_groups", "resolve_dimension_clashes"]
+__all__ = ["assemble_tree", "build_datatree", "keep_renamings", "open_groups",
+           "resolve_dimension_clashes"]
 
 
 def open_groups(ref: Any, *, group: str | None = None, **kwargs: Any) -> dict[str, Any]:
@@ -179,7 +180,12 @@ def resolve_dimension_clashes(groups: Mapping[str, Any]) -> dict[str, Any]:
 def build_datatree(ref: Any, *, group: str | None = None, **kwargs: Any) -> Any:
     """The backend's DataTree: every group opened, clashes resolved, assembled."""
     groups = resolve_dimension_clashes(open_groups(ref, group=group, **kwargs))
-    tree = assemble_tree(groups)
+    return keep_renamings(assemble_tree(groups), groups)
+
+
+def keep_renamings(tree: Any, groups: Mapping[str, Any]) -> Any:
+    """``tree`` with each renaming group's encoding (``h5sidecar_renamed``) on its node: a
+    node's encoding is its own, not its Dataset's, once attached."""
     for path, ds in groups.items():
         if "h5sidecar_renamed" in ds.encoding:
             tree[path].encoding = {**tree[path].encoding, **ds.encoding}

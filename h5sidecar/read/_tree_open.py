@@ -20,7 +20,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from h5sidecar.read._groups import assemble_tree, open_groups, resolve_dimension_clashes
+from h5sidecar.read._groups import (
+    assemble_tree,
+    keep_renamings,
+    open_groups,
+    resolve_dimension_clashes,
+)
 from h5sidecar.read._xr_dataset import DIRECT
 
 try:  # private xarray API: without it, h5sidecar.open_datatree goes through xarray's own
@@ -84,10 +89,7 @@ def open_tree_direct(ref: Any, *, decode_cf: bool | None = None, cache: bool | N
         _protect(ds, cache)
     if create_default_indexes:
         groups = {path: _with_default_indexes(ds) for path, ds in groups.items()}
-    tree = assemble_tree(groups)
-    for path, ds in groups.items():
-        if "h5sidecar_renamed" in ds.encoding:  # as the engine's own tree
-            tree[path].encoding = {**tree[path].encoding, **ds.encoding}
+    tree = keep_renamings(assemble_tree(groups), groups)  # as the engine's own tree
     source = getattr(ref, "path", ref)
     if "source" not in tree.encoding and isinstance(source, str | os.PathLike):
         tree.encoding["source"] = _normalize_path(source)  # type: ignore[misc]
