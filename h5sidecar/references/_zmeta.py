@@ -17,6 +17,7 @@ import numpy as np
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._cf import decode_fill_attr
 from h5sidecar.references._model import ArrayMeta
+from h5sidecar.references._names import check_node_path
 
 __all__ = [
     "MAX_CHUNK_BYTES",
@@ -62,7 +63,9 @@ def split_metadata(meta: Mapping[str, Any]) -> ZarrNodes:
     Raises
     ------
     InvalidReferenceError
-        On Zarr v3 keys, documents that are not JSON objects, or attributes without a node.
+        On Zarr v3 keys, documents that are not JSON objects, attributes without a node, or a
+        node name a Zarr key space cannot hold (``..``, ``.zarray``, ...; checked before any
+        record file is fetched).
     """
     nodes = ZarrNodes()
     attrs: dict[str, dict[str, Any]] = {}
@@ -77,6 +80,8 @@ def split_metadata(meta: Mapping[str, Any]) -> ZarrNodes:
             continue  # a nested consolidated copy: derived data, the documents are what count
         if name not in _META_NAMES:
             raise InvalidReferenceError(f"unexpected metadata key {key!r} in the sidecar")
+        if parent:
+            check_node_path(parent, "the node")
         if not isinstance(doc, dict):
             raise InvalidReferenceError(
                 f"{key!r} must hold a JSON object, got {type(doc).__name__}; re-create the sidecar"
