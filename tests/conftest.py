@@ -14,9 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import settings
 
 if TYPE_CHECKING:
     from tests.faultproxy import FaultProxy
+
+# Hypothesis: CI draws the same examples every run ("ci", derandomized), so a failure is
+# reproducible and never shows up by chance; `--hypothesis-profile=fuzz` draws new random ones
+# (with `--hypothesis-seed=N` to replay a run).  Tests that set max_examples keep their own.
+settings.register_profile("ci", derandomize=True, max_examples=100, deadline=None)
+settings.register_profile("fuzz", derandomize=False, max_examples=2000, deadline=None)
+settings.load_profile("ci")
 
 # no test may reach the instance metadata service (169.254.169.254) when it looks for credentials
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")

@@ -9,7 +9,7 @@ import hashlib
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from urllib.parse import unquote_to_bytes
+from urllib.parse import unquote, unquote_to_bytes
 
 from h5sidecar.errors import (
     ChunkDecodeError,
@@ -116,8 +116,9 @@ def status_for(exc: H5SidecarError) -> int:
 
 # -- request paths ----------------------------------------------------------------------------
 #: Percent-encodings refused anywhere in a raw path: an encoded "/" or "\" would smuggle a
-#: separator past routing, and an encoded "%" is double encoding.
-_REFUSED_ENCODINGS = ("%2f", "%5c", "%25", "%00")
+#: separator past routing.  An encoded "%" is allowed: the indexer's escaped names hold "%"
+#: (``%2Ezarray``) and the path is decoded once, never again.
+_REFUSED_ENCODINGS = ("%2f", "%5c", "%00")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\\]")
 
 
@@ -138,7 +139,7 @@ def check_request_path(raw_path: str, path: str, *, max_length: int) -> None:
     KeyTooLongError
         Longer than ``max_length``.
     BadRequestError
-        ``.``/``..`` segments (in any encoding), backslashes, encoded ``/`` ``\\`` ``%`` or NUL,
+        ``.``/``..`` segments (in any encoding), backslashes, encoded ``/`` ``\\`` or NUL,
         control characters, or a leading empty segment.  (Later empty segments are merged by
         the app: a store URL written with a trailing ``/`` makes clients send ``G//key``.)
     """
@@ -150,7 +151,7 @@ def check_request_path(raw_path: str, path: str, *, max_length: int) -> None:
     lowered = raw_path.lower()
     if any(enc in lowered for enc in _REFUSED_ENCODINGS):
         raise BadRequestError(
-            "request path contains an encoded '/', '\\', '%' or NUL: Zarr keys never need them; "
+            "request path contains an encoded '/', '\\' or NUL: Zarr keys never need them; "
             "send the key with plain '/' separators"
         )
     try:
@@ -165,7 +166,8 @@ def check_request_path(raw_path: str, path: str, *, max_length: int) -> None:
     if _CONTROL.search(path):
         raise BadRequestError("request path contains a backslash or a control character")
     segments = path.split("/")[1:]
-    if any(s in (".", "..") for s in segments):
+    # decoded once more too: '%252e%252e' must not pass as a name ('.'/'..' are never names)
+    if any(s in (".", "..") or unquote(s) in (".", "..") for s in segments):
         raise BadRequestError("request path contains a '.' or '..' segment (path traversal)")
     if path.startswith("//"):
         # a scheme-relative form ("//host/...") to anything that re-parses it; later empty

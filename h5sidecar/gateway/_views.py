@@ -16,7 +16,7 @@ from h5sidecar.read._cube import source_key
 from h5sidecar.read._keyspace import ChunkRef, GranuleKeys
 from h5sidecar.read._rechunk import RechunkSpec
 from h5sidecar.read.store import SidecarStore
-from h5sidecar.references import ArrayRefs, GranuleRefs
+from h5sidecar.references import ArrayRefs, GranuleRefs, key_problem, key_safe_name
 from h5sidecar.settings import ReadSettings
 from h5sidecar.sources._fetch import ChunkFetcher
 
@@ -136,6 +136,33 @@ class GranuleEntry:
         self._read_settings = read_settings
         self._storage_options = storage_options
         self._stores: dict[int, SidecarStore] = {2: self._store(2)}
+
+    def model_key(self, key: str) -> str:
+        """``key`` with its node names written as the sidecar writes them.
+
+        A name the indexer escaped (``.zarray`` -> ``%2Ezarray``, ``a#b`` -> ``a%23b``) reaches
+        the gateway as its HDF5 name from clients that do not percent-encode Zarr keys
+        (fsspec's HTTP client under zarr-python sends ``%2E`` as ``.`` and ``%23`` as sent, which
+        the server decodes): such a name is taken for the node whose escaped name it has.  The
+        indexer never gives one node the escaped form of another's name, so this is never
+        ambiguous.  The last name (a metadata key or a chunk index) is never changed.
+        """
+        parts = key.split("/")
+        if all(key_problem(p) is None for p in parts[:-1]):
+            return key
+        nodes = (self.refs.groups, self.refs.arrays)
+        prefix = ""
+        for i, part in enumerate(parts[:-1]):
+            path = f"{prefix}/{part}" if prefix else part
+            if not any(path in n for n in nodes):
+                escaped = f"{prefix}/{key_safe_name(part)}" if prefix else key_safe_name(part)
+                if not any(escaped in n for n in nodes):
+                    break
+                parts[i], path = key_safe_name(part), escaped
+            if path in self.refs.arrays:
+                break  # what follows is a chunk key
+            prefix = path
+        return "/".join(parts)
 
     def _store(self, zarr_format: Literal[2, 3]) -> SidecarStore:
         # chunk_cache=None: the gateway keeps hot chunks in its own cache, bounded by

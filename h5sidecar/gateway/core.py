@@ -275,6 +275,7 @@ class Gateway:
                 "them through the sidecar (engine='h5sidecar' or reference://)"
             )
         entry = await self.entry(name)
+        key = entry.model_key(key)  # escaped names sent as their HDF5 names
         keys = await self.view_of(entry, view)
         doc = self._document(entry, view, key)
         if doc is not None:

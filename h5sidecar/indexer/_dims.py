@@ -35,7 +35,7 @@ import h5py
 import numpy as np
 
 from h5sidecar.indexer._common import H5PY_ERRORS, reraise_io_failure
-from h5sidecar.indexer._walk import DatasetEntry, Hierarchy, ObjectKey, escape_name
+from h5sidecar.indexer._walk import DatasetEntry, Hierarchy, ObjectKey, model_path
 
 __all__ = ["DimensionNamer", "is_dimension_scale"]
 
@@ -85,8 +85,7 @@ def _scale_name(entry: DatasetEntry) -> str:
         name = None
     if not name:
         return entry.path.rpartition("/")[2]
-    text = name if isinstance(name, str) else "/".join(map(escape_name, name.split(b"/")))
-    return text.rpartition("/")[2]
+    return model_path(name).rpartition("/")[2]
 
 
 def _unscaled(dset: h5py.Dataset, rank: int) -> bool:

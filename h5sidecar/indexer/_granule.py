@@ -28,7 +28,7 @@ from h5sidecar.indexer._dims import DimensionNamer
 from h5sidecar.indexer._dtypes import ENUMS_KEY, REFERENCES_KEY, enum_mapping
 from h5sidecar.indexer._h5file import OpenGranule, open_granule
 from h5sidecar.indexer._vds import vds_extent
-from h5sidecar.indexer._walk import DatasetEntry, ObjectKey, escape_name, object_key, walk
+from h5sidecar.indexer._walk import DatasetEntry, ObjectKey, model_path, object_key, walk
 from h5sidecar.references import ArrayRefs, GranuleRefs, Skipped
 from h5sidecar.settings import IndexSettings
 from h5sidecar.sources._ranged import RangeReader
@@ -85,8 +85,7 @@ class _Dereferencer:
         first = self._canonical.get(object_key(obj))
         if first is not None:
             return "/" + first
-        name = obj.name  # bytes when a name on the path is not UTF-8: escape each one
-        return name if isinstance(name, str) else "/".join(map(escape_name, name.split(b"/")))
+        return model_path(obj.name)  # bytes when a name on the path is not UTF-8
 
 
 def _record(skip: Skip, path: str, settings: IndexSettings) -> Skipped:

@@ -10,7 +10,10 @@ order, and decides:
 * a dataset reached again through a hard or soft link is indexed again under the new name
   (same references) with a note naming the first one;
 * soft links to groups are not followed (their contents are indexed under the target);
-* dangling soft links, external links and user-defined links are recorded as skipped.
+* dangling soft links, external links and user-defined links are recorded as skipped;
+* a name a Zarr key space or a URL cannot hold (``.zarray``, ``a\\b``, ``a#b``, see
+  :mod:`h5sidecar.references`' ``key_safe_name``) is kept %-escaped; the names ``.`` and
+  ``..``, and a name longer than a file name can be, are skipped with what they hold.
 """
 
 from __future__ import annotations
@@ -22,9 +25,18 @@ import h5py
 
 from h5sidecar.errors import ErrorKind, NotHDF5Error
 from h5sidecar.indexer._common import H5PY_ERRORS, describe_h5_error, reraise_io_failure
-from h5sidecar.references import SkipKind, Skipped
+from h5sidecar.references import MAX_NAME_BYTES, SkipKind, Skipped, key_safe_name
 
-__all__ = ["DatasetEntry", "Hierarchy", "ObjectKey", "escape_name", "object_key", "walk"]
+__all__ = [
+    "DatasetEntry",
+    "Hierarchy",
+    "ObjectKey",
+    "escape_name",
+    "link_name",
+    "model_path",
+    "object_key",
+    "walk",
+]
 
 #: Identity of an HDF5 object inside one file: (file number, object header address).
 ObjectKey = tuple[int, int]
@@ -50,6 +62,32 @@ def escape_name(name: str | bytes) -> str:
         f"%{ord(c) - 0xDC00:02X}" if "\udc80" <= c <= "\udcff" else "%25" if c == "%" else c
         for c in text
     )
+
+
+def link_name(name: str | bytes) -> str:
+    """The model name of an HDF5 link name: :func:`escape_name`, then the Zarr key escape.
+
+    ``.zarray``, ``..``, ``zarr.json`` or ``a\\b`` cannot be a node of a Zarr key space: they
+    are kept %-escaped the same way (``%2Ezarray``), so ``urllib.parse.unquote_to_bytes``
+    still gives the HDF5 name's bytes back.
+    """
+    text = escape_name(name)
+    # a name that was not UTF-8 has its '%' written '%25' already
+    return key_safe_name(text, percent_escaped=isinstance(name, bytes) and not _is_utf8(name))
+
+
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def model_path(name: str | bytes) -> str:
+    """The model path of an absolute HDF5 path (``/a/b``): each name as :func:`link_name`."""
+    parts: list[str] | list[bytes] = name.split(b"/") if isinstance(name, bytes) else name.split("/")
+    return "/".join(link_name(part) if part else "" for part in parts)
 
 
 def object_key(obj: h5py.HLObject) -> ObjectKey:
@@ -117,6 +155,18 @@ def _names(group: h5py.Group, path: str) -> list[str | bytes]:
         raise
 
 
+def _escape_clash(name: str | bytes, model: str) -> str:
+    """The reason a name is skipped whose escaped form another link of its group has."""
+    why = (
+        "is not UTF-8" if isinstance(name, bytes) and not _is_utf8(name)
+        else "cannot be a Zarr node name"
+    )
+    return (
+        f"the HDF5 name {name!r} {why} and its escaped form {model!r} is the name of another "
+        "link of the group"
+    )
+
+
 def _raw(name: str | bytes) -> bytes:
     return name if isinstance(name, bytes) else name.encode("utf-8")
 
@@ -144,20 +194,36 @@ class _Walker:
                 f"the group's links cannot be read: {describe_h5_error(exc)}"
             )
             return
+        # an escaped name equal to another HDF5 name of the group is skipped: the gateway finds
+        # a node from its HDF5 name too (what clients that do not percent-encode send)
         taken = {n for n in names if isinstance(n, str)}
+        models: set[str] = set()
         for name in names:
-            path = _join(gpath, escape_name(name))
-            if isinstance(name, bytes):
-                if escape_name(name) in taken:
-                    self.skip(
-                        path,
-                        ErrorKind.OTHER,
-                        f"the HDF5 name {name!r} is not UTF-8 and its escaped form is the name "
-                        "of another link of the group",
-                    )
+            model = link_name(name)
+            path = _join(gpath, model)
+            if name in (".", ".."):
+                # escaped it would still be decoded to a path step by URL parsers (yarl turns
+                # 'g/%2E./0' into '0'): no reader over HTTP could name it
+                self.skip(path, ErrorKind.OTHER, f"the name {name!r} is a path step: URLs and "
+                          "file systems take it for this group or its parent, so it is not "
+                          "indexed, nor anything under it: rename it in the file")  # fmt: skip
+                continue
+            if model != name:
+                if model in taken or model in models:
+                    self.skip(path, ErrorKind.OTHER, _escape_clash(name, model))
                     continue
-                taken.add(escape_name(name))
                 self.out.escaped.append(path)
+            models.add(model)
+            if len(model.encode("utf-8")) > MAX_NAME_BYTES:
+                self.skip(
+                    path,
+                    ErrorKind.OTHER,
+                    f"the name is {len(model.encode('utf-8'))} bytes long; sidecars hold names "
+                    f"of at most {MAX_NAME_BYTES} bytes (a Parquet sidecar makes a directory of "
+                    "each, and file systems refuse longer names), so it is not indexed, nor "
+                    "anything under it: give it a shorter name",
+                )
+                continue
             try:
                 ltype = _link_type(group, name)
             except H5PY_ERRORS as exc:

@@ -30,9 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from h5sidecar.errors import UnsupportedFeatureError, did_you_mean
+from h5sidecar.errors import InvalidReferenceError, did_you_mean
 from h5sidecar.read._batch_parts import Chunk as _Chunk
 from h5sidecar.read._batch_parts import Target as _Target
+from h5sidecar.read._batch_parts import check_plain_lengths as _check_plain_lengths
 from h5sidecar.read._batch_parts import decode_all as _decode_all
 from h5sidecar.read._batch_parts import decode_chunks as _decode_chunks
 from h5sidecar.read._batch_parts import flat_numbers as _flat_numbers
@@ -112,10 +113,10 @@ class NativeReader:
 
     def supports(self, path: str) -> bool:
         """True when array ``path`` can be read by this reader (False for arrays of Python
-        objects, and for codecs that are not installed: zarr then reports those on read)."""
+        objects, and for codecs numcodecs cannot build: zarr then reports those on read)."""
         try:
             return path in self.refs.arrays and self.codec(path) is not None
-        except UnsupportedFeatureError:
+        except InvalidReferenceError:
             return False
 
     def read_sync(self, items: Sequence[Item]) -> list[np.ndarray]:
@@ -362,12 +363,15 @@ class NativeReader:
         inline_jobs: list[tuple[_Target, tuple[int, ...], bytes]] = []
         # each manifest once: a lazy array's property asks its loader every time
         manifests = [arr.manifest for _, arr, _ in prepared]
-        for k, ((path, arr, sel), man) in enumerate(zip(prepared, manifests, strict=True)):
+        flats = [_flat_numbers(sel.grid, arr.meta.grid_shape) for _, arr, sel in prepared]
+        for (path, _, _), man, flat in zip(prepared, manifests, flats, strict=True):
+            _check_plain_lengths(path, self.codec(path), man, flat)  # before any allocation
+        for k, ((path, _, sel), man) in enumerate(zip(prepared, manifests, strict=True)):
             codec = self.codec(path)
             assert codec is not None  # _array checked
             t = _Target(path, codec, sel, None if outs is None else outs[k])
             targets.append(t)
-            flat = _flat_numbers(sel.grid, arr.meta.grid_shape)
+            flat = flats[k]
             codes = man.codes.reshape(-1)[flat]
             for row in np.flatnonzero(codes == MISSING).tolist():
                 t.place(sel.grid[row], codec.fill)

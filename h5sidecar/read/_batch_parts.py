@@ -10,12 +10,13 @@ from typing import Any
 
 import numpy as np
 
+from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.read._decode import ChunkCodec, Selection, decode_executor, place_chunk
 from h5sidecar.read._subchunk import SubRead, gather_box
-from h5sidecar.references import ArrayRefs
+from h5sidecar.references import ArrayRefs, ChunkManifest
 
-__all__ = ["Chunk", "Target", "decode_all", "decode_chunks", "flat_numbers", "in_pool",
-           "load_manifests", "out_dtype"]
+__all__ = ["Chunk", "Target", "check_plain_lengths", "decode_all", "decode_chunks",
+           "flat_numbers", "in_pool", "load_manifests", "out_dtype"]
 
 
 def out_dtype(dtype: np.dtype) -> np.dtype:
@@ -117,6 +118,32 @@ def decode_all(jobs: list[tuple[Target, tuple[int, ...], Any]]) -> None:
 
 async def in_pool(fn: Any, *args: Any) -> Any:
     return await asyncio.get_running_loop().run_in_executor(decode_executor(), fn, *args)
+
+
+def check_plain_lengths(path: str, codec: ChunkCodec | None, manifest: ChunkManifest,
+                        flat: np.ndarray) -> None:  # fmt: skip
+    """Refuse stored chunks of an array without codecs whose length is not one chunk's.
+
+    Such a chunk's bytes *are* the values, so its length is known (edge chunks are stored
+    whole): a planted sidecar declaring 4 GB chunks stored in 384 bytes is refused here, before
+    the batch allocates its outputs, and a sub-chunk read never runs past a short chunk.
+
+    Raises
+    ------
+    InvalidReferenceError
+        When a chunk of ``flat`` (flat chunk numbers) is stored in another number of bytes.
+    """
+    if codec is None or codec.codecs or not flat.size:
+        return
+    codes = manifest.codes.reshape(-1)[flat]
+    lengths = manifest.lengths.reshape(-1)[flat][codes >= 0]
+    wrong = np.flatnonzero(lengths != codec.chunk_nbytes)
+    if wrong.size:
+        raise InvalidReferenceError(
+            f"{path}: a chunk is stored in {int(lengths[wrong[0]])} bytes but the array has no "
+            f"codec, so each chunk is {codec.chunk_nbytes} bytes ({codec.chunks} x "
+            f"{codec.dtype}); the sidecar is corrupt: re-index the granule"
+        )
 
 
 def flat_numbers(grid: np.ndarray, grid_shape: tuple[int, ...]) -> np.ndarray:

@@ -36,11 +36,12 @@ import numcodecs
 import numpy as np
 from numcodecs.abc import Codec
 
-from h5sidecar.errors import ChunkDecodeError, UnsupportedFeatureError
+from h5sidecar.errors import ChunkDecodeError, InvalidReferenceError
 from h5sidecar.read._process import process_settings
 
 __all__ = [
     "ChunkCodec",
+    "numcodec",
     "Selection",
     "chunk_boxes",
     "chunk_selection",
@@ -139,12 +140,24 @@ def _codec(config: Mapping[str, Any]) -> Codec:
         return _Unshuffle(int(config.get("elementsize", 4)))
     if config.get("id") == "zlib" and _deflate_decode is not None:
         return _Inflate()
+    return numcodec(config)
+
+
+def numcodec(config: Mapping[str, Any]) -> Codec:
+    """numcodecs' codec of ``config``.
+
+    Raises
+    ------
+    InvalidReferenceError
+        When numcodecs knows no such codec, or not with these parameters (numcodecs raises
+        its own ``UnknownCodecError``, a ``TypeError`` or a ``ValueError``).
+    """
     try:
         return numcodecs.get_codec(dict(config))
     except (ValueError, KeyError, TypeError) as exc:
-        raise UnsupportedFeatureError(
-            f"codec {config.get('id')!r} is not available to numcodecs ({exc}); install the "
-            "package that provides it"
+        raise InvalidReferenceError(
+            f"codec {dict(config)!r} is not one numcodecs can build ({exc}): the sidecar is "
+            "corrupt, or the codec comes with a package to install"
         ) from exc
 
 
@@ -201,8 +214,8 @@ class ChunkCodec:
 
         Raises
         ------
-        UnsupportedFeatureError
-            When a codec is not installed.
+        InvalidReferenceError
+            When numcodecs cannot build a codec (unknown, or not installed).
         """
         if dtype.kind not in _NATIVE_KINDS or dtype.hasobject:
             return None

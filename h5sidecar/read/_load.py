@@ -100,6 +100,7 @@ def read_arrays(
         if store.native.supports(path):
             items.append((path, full))
         else:
+            store.native.codec(path)  # a codec numcodecs cannot build: InvalidReferenceError
             others[path] = full
     if errors == "collect":
         return _read_collecting(store, wanted, items, others, mask_and_scale)

@@ -213,7 +213,7 @@ def _default_scalar(zdtype: Any) -> Any:
 def _fill(zdtype: Any, fv_v2: Any, path: str) -> Any:
     try:
         return zdtype.from_json_scalar(fv_v2, zarr_format=2)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: out of range
         raise InvalidReferenceError(
             f"{path}: fill_value {fv_v2!r} is not valid for {zdtype}: {exc}"
         ) from exc

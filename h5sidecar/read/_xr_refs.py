@@ -21,13 +21,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import numcodecs
 from xarray.backends.common import AbstractDataStore
 from xarray.backends.zarr import DIMENSION_KEY, ZarrArrayWrapper
 from xarray.core import indexing
 from xarray.core.utils import FrozenDict
 from xarray.core.variable import Variable
 
+from h5sidecar.read._decode import numcodec
 from h5sidecar.read._lazy_array import SidecarArray
 from h5sidecar.read._xr_attrs import aligned_chunks, cf_attributes
 from h5sidecar.references import GranuleRefs
@@ -124,4 +124,4 @@ class RefsGroupStore(AbstractDataStore):
 
 
 def _codecs(configs: Iterable[Mapping[str, Any]]) -> tuple[Any, ...]:
-    return tuple(numcodecs.get_codec(dict(c)) for c in configs)
+    return tuple(numcodec(c) for c in configs)

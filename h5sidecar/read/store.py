@@ -28,6 +28,7 @@ from typing import Any
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 
+from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.read._batch import NativeReader
 from h5sidecar.read._cache import (
     CHUNKS,
@@ -149,10 +150,17 @@ class SidecarStore(Store):
         """
         if self._root is None:
             import zarr
+            from numcodecs.errors import UnknownCodecError
 
-            self._root = zarr.open_group(
-                self, mode="r", use_consolidated=True, zarr_format=self.zarr_format
-            )
+            try:
+                self._root = zarr.open_group(
+                    self, mode="r", use_consolidated=True, zarr_format=self.zarr_format
+                )
+            except UnknownCodecError as exc:  # zarr builds every array's codecs on open
+                raise InvalidReferenceError(
+                    f"{exc} in the sidecar of {self.refs.source.url}: the sidecar is corrupt, "
+                    "or the codec comes with a package to install"
+                ) from exc
         return self._root
 
     @property

@@ -31,11 +31,13 @@ from h5sidecar.references._model import (
     SourceInfo,
     VariableStatus,
 )
+from h5sidecar.references._names import MAX_NAME_BYTES, key_problem, key_safe_name
 from h5sidecar.references._readers import virtualizarr_unreadable
 from h5sidecar.references._rename import renamed
 
 __all__ = [
     "INLINE",
+    "MAX_NAME_BYTES",
     "MISSING",
     "ArrayMeta",
     "ArrayRefs",
@@ -52,6 +54,8 @@ __all__ = [
     "concat_refs",
     "from_kerchunk",
     "inline_array",
+    "key_problem",
+    "key_safe_name",
     "member_identities",
     "read_layout",
     "read_refs",

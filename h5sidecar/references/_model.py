@@ -25,6 +25,7 @@ import numpy as np
 from h5sidecar.errors import ErrorKind, InvalidReferenceError
 from h5sidecar.references._cf import cf_fill_value, encode_fill_attr
 from h5sidecar.references._manifest import ChunkManifest, chunk_grid_shape
+from h5sidecar.references._names import check_node_path
 from h5sidecar.references._source_info import SourceInfo
 
 __all__ = [
@@ -315,10 +316,14 @@ class GranuleRefs:
                 raise InvalidReferenceError(f"array registered as {path!r} has path {arr.path!r}")
             if path in groups:
                 raise InvalidReferenceError(f"{path!r} is both a group and an array")
+            check_node_path(path, "the array")  # writers make keys and directories of it
             parent = path.rpartition("/")[0]
             while parent:
                 groups.setdefault(parent, MappingProxyType({}))
                 parent = parent.rpartition("/")[0]
+        for group in groups:
+            if group:
+                check_node_path(group, "the group")
         object.__setattr__(self, "groups", MappingProxyType(groups))
         object.__setattr__(self, "arrays", MappingProxyType(dict(self.arrays)))
         object.__setattr__(self, "skipped", tuple(self.skipped))

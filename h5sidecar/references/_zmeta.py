@@ -9,6 +9,7 @@ Anything a plain Zarr reader would choke on is rejected here with an
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +18,7 @@ import numpy as np
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._cf import decode_fill_attr
 from h5sidecar.references._model import ArrayMeta
+from h5sidecar.references._names import check_node_path
 
 __all__ = [
     "MAX_CHUNK_BYTES",
@@ -62,7 +64,9 @@ def split_metadata(meta: Mapping[str, Any]) -> ZarrNodes:
     Raises
     ------
     InvalidReferenceError
-        On Zarr v3 keys, documents that are not JSON objects, or attributes without a node.
+        On Zarr v3 keys, documents that are not JSON objects, attributes without a node, or a
+        node name a Zarr key space cannot hold (``..``, ``.zarray``, ...; checked before any
+        record file is fetched).
     """
     nodes = ZarrNodes()
     attrs: dict[str, dict[str, Any]] = {}
@@ -77,6 +81,8 @@ def split_metadata(meta: Mapping[str, Any]) -> ZarrNodes:
             continue  # a nested consolidated copy: derived data, the documents are what count
         if name not in _META_NAMES:
             raise InvalidReferenceError(f"unexpected metadata key {key!r} in the sidecar")
+        if parent:
+            check_node_path(parent, "the node")
         if not isinstance(doc, dict):
             raise InvalidReferenceError(
                 f"{key!r} must hold a JSON object, got {type(doc).__name__}; re-create the sidecar"
@@ -164,6 +170,8 @@ def array_meta(
         order=order,
     )
     _check_dtype(where, meta)
+    if fill_value is not KEEP:  # the .zarray's own, which zarr parses
+        _check_fill(where, meta.numpy_dtype, zarray.get("fill_value"))
     return meta
 
 
@@ -198,12 +206,65 @@ def _check_dtype(where: str, meta: ArrayMeta) -> None:
             f"{where}: dtype {meta.dtype!r} mixes Python objects into a structure; re-create "
             "the sidecar"
         )
+    _check_fill(where, dtype, meta.fill_value)
     nbytes = math.prod(meta.chunks) * max(dtype.itemsize, 1)
     if nbytes > MAX_CHUNK_BYTES:
         raise InvalidReferenceError(
             f"{where}: one chunk of {list(meta.chunks)} x {dtype} is {nbytes} bytes decoded, "
             f"more than {MAX_CHUNK_BYTES} (HDF5's limit); the sidecar is corrupt: re-index"
         )
+
+
+_FLOAT_WORDS = ("NaN", "Infinity", "-Infinity")
+
+
+def _check_fill(where: str, dtype: np.dtype, fv: Any) -> None:
+    """Refuse a ``fill_value`` that is not the Zarr v2 JSON of a ``dtype`` value.
+
+    zarr parses it when an array opens and raises ``TypeError`` or ``OverflowError`` (int32
+    ``2147483648``); checked here, every reader refuses the sidecar the same way.  Strings
+    and raw bytes (base64 text) and Python objects are left to the readers' decoding.
+    """
+    if fv is None or dtype.kind in "OSUV" or dtype.fields is not None:
+        return
+    if dtype.kind == "b":
+        ok = isinstance(fv, bool) or (type(fv) is int and fv in (0, 1))
+    elif dtype.kind in "iumM":
+        info = np.iinfo(dtype if dtype.kind in "iu" else np.int64)
+        value = _intish(fv)
+        ok = (value is not None and info.min <= value <= info.max) or (
+            dtype.kind in "mM" and fv == "NaT"
+        )
+    elif dtype.kind == "f":
+        ok = _floatish(fv)
+    else:  # complex: [real, imaginary], or a real number
+        ok = _floatish(fv) or (
+            isinstance(fv, list) and len(fv) == 2 and all(_floatish(x) for x in fv)
+        )
+    if not ok:
+        raise InvalidReferenceError(
+            f"{where}: fill_value {fv!r} is not a value of {dtype} in Zarr v2 JSON; the sidecar "
+            "is corrupt: re-create it"
+        )
+
+
+def _intish(fv: Any) -> int | None:
+    """The integer a JSON fill value stands for (zarr takes ``3``, ``3.0`` and ``"3"``)."""
+    if isinstance(fv, bool):
+        return int(fv)
+    if isinstance(fv, int):
+        return fv
+    if isinstance(fv, float) and math.isfinite(fv) and fv.is_integer():
+        return int(fv)
+    if isinstance(fv, str) and len(fv) < 40 and re.fullmatch(r"[+-]?[0-9]+", fv):
+        return int(fv)
+    return None
+
+
+def _floatish(fv: Any) -> bool:
+    if isinstance(fv, (int, float)):
+        return True
+    return isinstance(fv, str) and (fv in _FLOAT_WORDS or fv.startswith("0x"))
 
 
 def _np_dtype(dtype: str) -> np.dtype:

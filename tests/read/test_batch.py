@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from h5sidecar.errors import ChunkDecodeError
+from h5sidecar.errors import ChunkDecodeError, InvalidReferenceError
 from h5sidecar.read import SidecarStore
 from h5sidecar.read._batch import NativeReader
 from h5sidecar.read._cache import ByteLRU
@@ -188,7 +188,14 @@ def test_wrong_size_after_decoding_raises(small_refs: GranuleRefs) -> None:
     arrays = dict(small_refs.arrays)
     arrays[var] = ArrayRefs(path=arr.path, meta=arr.meta, manifest=short)
     reader = _store(dataclasses.replace(small_refs, arrays=arrays)).native
-    with pytest.raises(ChunkDecodeError, match=r"decoded to .* bytes, expected"):
+    # without codecs the stored length is the decoded one: refused before anything is read
+    with pytest.raises(InvalidReferenceError, match=r"stored in 1196 bytes .* 1200 bytes"):
+        reader.read_sync([(var, (ALL,))])
+    # with a codec, the size is known only once decoded
+    meta = dataclasses.replace(arr.meta, filters=({"id": "shuffle", "elementsize": 4},))
+    arrays[var] = ArrayRefs(path=arr.path, meta=meta, manifest=short)
+    reader = _store(dataclasses.replace(small_refs, arrays=arrays)).native
+    with pytest.raises(ChunkDecodeError, match=r"re-index the granule"):
         reader.read_sync([(var, (ALL,))])
 
 
@@ -380,7 +387,6 @@ def test_edge_and_cut_chunks_inflate_without_zlib(tmp_path: Path, shuffle: bool,
 
 
 def test_an_uninstalled_codec_is_left_to_zarr(small_refs: GranuleRefs) -> None:
-    from h5sidecar.errors import UnsupportedFeatureError
     from h5sidecar.references import ArrayMeta
 
     var = "gt1l/heights/h_ph"
@@ -390,7 +396,7 @@ def test_an_uninstalled_codec_is_left_to_zarr(small_refs: GranuleRefs) -> None:
     arrays[var] = ArrayRefs(path=var, meta=meta, manifest=arr.manifest)
     reader = _store(dataclasses.replace(small_refs, arrays=arrays)).native
     assert isinstance(meta, ArrayMeta) and not reader.supports(var)
-    with pytest.raises(UnsupportedFeatureError, match="no-such-codec"):
+    with pytest.raises(InvalidReferenceError, match="no-such-codec"):
         reader.read_sync([(var, (ALL,))])
 
 
