@@ -28,7 +28,6 @@ import h5py
 import hdf5plugin  # noqa: F401  (registers HDF5 filter plugins for the h5py side)
 import numpy as np
 import zarr
-from fsspec.implementations.reference import LazyReferenceMapper
 from zarr.storage import FsspecStore
 
 from h5sidecar.errors import InvalidReferenceError, SourceNotFoundError
@@ -45,6 +44,7 @@ from h5sidecar.sources._urls import normalize_url
 from h5sidecar.workflows._cfcheck import decoded_differences
 from h5sidecar.workflows._compare import h5_dataset, read_h5_region, values_equal
 from h5sidecar.workflows._listing import filesystem, identity_from_info, is_remote
+from h5sidecar.workflows._plain_parquet import NullKeepingReferenceMapper
 
 __all__ = ["VariableCheck", "VerifyReport", "verify_refs"]
 
@@ -254,9 +254,10 @@ def _open_plain(ref: str, refs: GranuleRefs, opts: dict[str, Any] | None) -> zar
     fo: Any = ref
     ref_fs = filesystem(ref, opts)
     if ref_fs.isdir(ref):
-        # fsspec's lazy Parquet reader defaults to fastparquet, which is not a dependency;
-        # pyarrow (one) reads the same files
-        fo = LazyReferenceMapper(ref, fs=ref_fs, engine="pyarrow")
+        # fsspec's lazy Parquet reader, decoding record files without pandas: its default
+        # engine (fastparquet) is not a dependency, and its pyarrow engine under pandas >= 3
+        # reads a missing chunk as a NaN URL and fails (see _plain_parquet)
+        fo = NullKeepingReferenceMapper(ref, fs=ref_fs)
     so: dict[str, Any] = {"fo": fo, "remote_protocol": remote, "remote_options": remote_options}
     if is_remote(ref):
         so["target_options"] = dict(opts or {})
