@@ -1,11 +1,12 @@
 """Virtual datasets (VDS): map each source dataset's chunks onto one chunk grid, or skip.
 
-A VDS stitches blocks of other datasets (often in other files) into one array.  Its values are
-addressable by reference when the pieces line up with one chunk grid:
+A VDS stitches blocks of other datasets (often in other files) into one array.  Where each
+block comes from, and the extent, are resolved as HDF5 resolves them (``_vds_mapping``:
+unlimited and ``%b`` mappings included).  The values are addressable by reference when the
+blocks line up with one chunk grid:
 
 * every mapping is "whole blocks": the virtual selection and the source selection are ``ALL``
-  or regular hyperslabs with the same number of blocks of the same shape (``%b`` in a source
-  file or dataset name is the block number, as HDF5 expands it);
+  or regular hyperslabs with the same number of blocks of the same shape;
 * all sources share a dtype (byte order may differ from the VDS: the sources' is used), a
   filter pipeline, and a chunk shape (chunked sources) or are contiguous with one block shape;
 * each block starts on that grid, and a block that ends inside a chunk ends at the array's
@@ -19,222 +20,30 @@ empty arrays.  Anything else is skipped with the reason.
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import h5py
 import numpy as np
 
-from h5sidecar.errors import ErrorKind, NotHDF5Error, SourceNotFoundError
-from h5sidecar.indexer._common import H5PY_ERRORS, fail, reraise_io_failure
+from h5sidecar.errors import ErrorKind
+from h5sidecar.indexer._common import fail
 from h5sidecar.indexer._dtypes import plan_dtype
-from h5sidecar.indexer._external import resolve_external
 from h5sidecar.indexer._filters import pipeline_for
 from h5sidecar.indexer._layout import ChunkTable, chunked_table, contiguous_table
 from h5sidecar.indexer._materialize import encode_chunk
 from h5sidecar.indexer._values import fill_bytes
-from h5sidecar.references import INLINE
+from h5sidecar.indexer._vds_mapping import (
+    Opener,
+    Piece,
+    source_dataset,
+    source_url,
+    vds_extent,
+    vds_pieces,
+)
+from h5sidecar.references import INLINE, MISSING
 
 __all__ = ["Piece", "vds_extent", "vds_pieces", "vds_table"]
-
-_UNLIMITED = h5py.h5s.UNLIMITED
-#: ``%b`` source files probed at most (HDF5 stops at the first missing one anyway).
-_MAX_BLOCKS = 100_000
-#: Opens a source (url) as an h5py.File inside the caller's exit stack.
-Opener = Callable[[str], h5py.File]
-
-
-@dataclass(frozen=True)
-class Piece:
-    """One block: ``shape`` elements at ``vstart`` in the VDS come from ``sstart`` in a source."""
-
-    vstart: tuple[int, ...]
-    shape: tuple[int, ...]
-    file: str
-    dataset: str
-    sstart: tuple[int, ...] | None  # None: the whole source dataset
-    #: the source is read whole, block after block in C order: valid only when a block spans
-    #: the source's trailing dimensions entirely (then block b is a slab of rows)
-    rows_of_all: bool = False
-
-
-class _Blocks:
-    """The blocks of an ``ALL`` or regular-hyperslab selection, numbered as HDF5 numbers them.
-
-    With an unlimited count (one dimension, every other count 1) block ``b`` is the ``b``-th
-    along that dimension; otherwise blocks are numbered in C order over the counts.
-    """
-
-    def __init__(self, space: h5py.h5s.SpaceID, rank: int) -> None:
-        kind = space.get_select_type()
-        if kind == h5py.h5s.SEL_ALL:
-            self.all = True
-            return
-        if kind != h5py.h5s.SEL_HYPERSLABS or not space.is_regular_hyperslab():
-            fail(
-                ErrorKind.VIRTUAL_DATASET,
-                "a virtual mapping selects something other than whole blocks",
-            )
-        self.all = False
-        start, stride, count, block = space.get_regular_hyperslab()
-        self.start = tuple(int(v) for v in start)
-        self.stride = tuple(int(v) for v in stride)
-        self.count = tuple(int(v) for v in count)
-        self.block = tuple(int(v) for v in block)
-        self.unlimited = [d for d, c in enumerate(self.count) if c == _UNLIMITED]
-        if self.unlimited and (
-            len(self.unlimited) > 1
-            or any(c != 1 for d, c in enumerate(self.count) if d != self.unlimited[0])
-        ):
-            fail(
-                ErrorKind.VIRTUAL_DATASET,
-                "an unlimited mapping repeats along more than one dimension",
-            )
-
-    def n_within(self, extent: tuple[int, ...]) -> int:
-        """How many blocks start inside ``extent``."""
-        if self.all:
-            return 1
-        if self.unlimited:
-            d = self.unlimited[0]
-            return max(-(-(extent[d] - self.start[d]) // self.stride[d]), 0)
-        return math.prod(self.count)
-
-    def __getitem__(self, b: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """(start, shape) of block ``b`` (``ALL``: the caller supplies the extent)."""
-        if self.unlimited:
-            idx = [0] * len(self.count)
-            idx[self.unlimited[0]] = b
-        else:
-            idx = [int(i) for i in np.unravel_index(b, self.count)]
-        start = tuple(
-            s + int(i) * st for s, i, st in zip(self.start, idx, self.stride, strict=True)
-        )
-        return start, self.block
-
-
-def _expand(pattern: str, b: int) -> str:
-    """HDF5's printf-style source names: ``%b`` is the block number, ``%%`` a percent sign."""
-    return re.sub(r"%%|%b", lambda m: "%" if m.group() == "%%" else str(b), pattern)
-
-
-def _source_dataset(url: str, name: str, opener: Opener) -> h5py.Dataset | None:
-    """The source dataset, or ``None`` when its file or the dataset does not exist."""
-    try:
-        h5 = opener(url)
-    except SourceNotFoundError:
-        return None  # HDF5 reads a missing source as the fill value too
-    except NotHDF5Error as exc:
-        fail(ErrorKind.VIRTUAL_DATASET, f"the source file {url} cannot be opened: {exc}")
-    try:
-        obj = h5.get(name)
-    except H5PY_ERRORS as exc:
-        reraise_io_failure(exc)
-        return None
-    return obj if isinstance(obj, h5py.Dataset) else None
-
-
-def _source_url(name: str, granule_url: str) -> str:
-    return granule_url if name == "." else resolve_external(name, granule_url)
-
-
-def _require_a_source(dset: h5py.Dataset, granule_url: str, opener: Opener) -> None:
-    """Skip a VDS none of whose source datasets can be found.
-
-    HDF5 reads such a VDS as fill values only, and gives it no extent at all along an unlimited
-    dimension; either way the values it was made to show are elsewhere (source files not
-    beside the granule), so an empty or fill-only array would be a silent loss.
-    """
-    dcpl = dset.id.get_create_plist()
-    count = dcpl.get_virtual_count()
-    names = []
-    for i in range(count):
-        fname, dname = dcpl.get_virtual_filename(i), dcpl.get_virtual_dsetname(i)
-        url = _source_url(_expand(fname, 0), granule_url)
-        if _source_dataset(url, _expand(dname, 0), opener) is not None:
-            return
-        names.append(f"{fname}:{dname}")
-    if count:
-        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-        fail(
-            ErrorKind.VIRTUAL_DATASET,
-            f"none of its {count} source dataset(s) can be found ({shown}), so HDF5 would read "
-            "it as fill values only (with no extent along an unlimited dimension); put the "
-            "source files beside the granule (paths are relative to it) and index it again",
-        )
-
-
-def vds_extent(dset: h5py.Dataset, granule_url: str, opener: Opener) -> tuple[int, ...]:
-    """The extent HDF5 gives the VDS (view "last available"), computed from its sources.
-
-    h5py reports the extent HDF5 computed, but HDF5 can only find source files when it knows
-    where the VDS file is, which it does not for a file object.  For unlimited mappings the
-    extent is therefore worked out here: ``%b`` patterns count source files until the first
-    missing one; other mappings count the source blocks inside the source's extent.
-    """
-    _require_a_source(dset, granule_url, opener)
-    shape = list(dset.shape)
-    dcpl = dset.id.get_create_plist()
-    for i in range(dcpl.get_virtual_count()):
-        vblocks = _Blocks(dcpl.get_virtual_vspace(i), len(shape))
-        if vblocks.all or not vblocks.unlimited:
-            continue
-        d = vblocks.unlimited[0]
-        fname, dname = dcpl.get_virtual_filename(i), dcpl.get_virtual_dsetname(i)
-        if "%b" in fname + dname:
-            n = 0
-            while (
-                n < _MAX_BLOCKS
-                and _source_dataset(
-                    _source_url(_expand(fname, n), granule_url), _expand(dname, n), opener
-                )
-                is not None
-            ):
-                n += 1
-        else:
-            src = _source_dataset(_source_url(fname, granule_url), dname, opener)
-            sblocks = _Blocks(dcpl.get_virtual_srcspace(i), len(shape))
-            n = 0
-            if src is not None and not sblocks.all and sblocks.unlimited:
-                sd = sblocks.unlimited[0]
-                room = src.shape[sd] - sblocks.start[sd] - sblocks.block[sd]
-                n = room // sblocks.stride[sd] + 1 if room >= 0 else 0
-        if n:
-            end = vblocks.start[d] + (n - 1) * vblocks.stride[d] + vblocks.block[d]
-            shape[d] = max(shape[d], end)
-    return tuple(shape)
-
-
-def vds_pieces(dset: h5py.Dataset, shape: tuple[int, ...]) -> list[Piece]:
-    """The blocks of a virtual dataset that start inside ``shape``."""
-    dcpl = dset.id.get_create_plist()
-    pieces = []
-    for i in range(dcpl.get_virtual_count()):
-        vblocks = _Blocks(dcpl.get_virtual_vspace(i), len(shape))
-        sblocks = _Blocks(dcpl.get_virtual_srcspace(i), len(shape))
-        fname = dcpl.get_virtual_filename(i)
-        dname = dcpl.get_virtual_dsetname(i)
-        pattern = "%b" in fname + dname
-        for b in range(vblocks.n_within(shape)):
-            vstart, vshape = ((0,) * len(shape), shape) if vblocks.all else vblocks[b]
-            rows_of_all = False
-            if sblocks.all and (pattern or vblocks.n_within(shape) == 1):
-                sstart = None
-            elif sblocks.all:
-                sstart, rows_of_all = (b * vshape[0],) + (0,) * (len(shape) - 1), True
-            else:
-                # with a %b pattern every block has its own source: its selection's first block
-                sstart, sshape = sblocks[0 if pattern else b]
-                if sshape != vshape:
-                    fail(
-                        ErrorKind.VIRTUAL_DATASET, "virtual and source selections have other blocks"
-                    )
-            pieces.append(
-                Piece(vstart, vshape, _expand(fname, b), _expand(dname, b), sstart, rows_of_all)
-            )
-    return pieces
 
 
 @dataclass
@@ -247,8 +56,8 @@ class _Source:
 def _open_sources(pieces: list[Piece], granule_url: str, opener: Opener) -> list[_Source]:
     out = []
     for p in pieces:
-        url = _source_url(p.file, granule_url)
-        out.append(_Source(p, url, _source_dataset(url, p.dataset, opener)))
+        url = source_url(p.file, granule_url)
+        out.append(_Source(p, url, source_dataset(url, p.dataset, opener)))
     return out
 
 
@@ -274,7 +83,7 @@ def vds_table(
         table = ChunkTable.empty(shape, tuple(max(s, 1) for s in shape), [])
         table.note = "virtual dataset without elements (HDF5 gives it the same extent)"
         return table, (), None
-    pieces = vds_pieces(dset, shape)
+    pieces = vds_pieces(dset, shape, granule_url, opener)
     opened = _open_sources(pieces, granule_url, opener)
     sources = [s for s in opened if s.dset is not None]
     missing = sorted({s.url for s in opened if s.dset is None})
@@ -290,9 +99,10 @@ def vds_table(
     for s in sources:
         if plan_dtype(s.dset).mode != "raw":
             fail(ErrorKind.VIRTUAL_DATASET, "source values are not addressable in place")
+    _check_whole_sources(sources)
     pipeline = _common([tuple(pipeline_for(s.dset)) for s in sources], "filter pipeline")
     zchunks, slab = _zarr_chunks(sources, shape, pipeline)
-    table = _assemble(dset, shape, zchunks, slab, sources, pipeline)
+    table = _assemble(dset, shape, zchunks, slab, sources, pipeline, bool(missing))
     if missing:
         table.note += (
             f"; {len(missing)} source(s) missing ({', '.join(missing[:3])}"
@@ -300,6 +110,19 @@ def vds_table(
             "in HDF5"
         )
     return table, pipeline, (src_dtype if src_dtype != dset.dtype else None)
+
+
+def _check_whole_sources(sources: list[_Source]) -> None:
+    """A mapping that takes a source whole (``ALL``) needs the source's extent to be its block's;
+    HDF5 refuses to read it otherwise (a source grown or shrunk since the VDS was made)."""
+    for s in sources:
+        assert s.dset is not None
+        if s.piece.sstart is None and tuple(s.dset.shape) != s.piece.shape:
+            fail(
+                ErrorKind.VIRTUAL_DATASET,
+                f"the source {s.url}:{s.piece.dataset} has the extent {tuple(s.dset.shape)}, "
+                f"not the {s.piece.shape} its mapping takes whole, so HDF5 cannot read it",
+            )
 
 
 def _aligned(s: _Source, z: tuple[int, ...], shape: tuple[int, ...]) -> bool:
@@ -359,20 +182,32 @@ def _assemble(
     slab: bool,
     sources: list[_Source],
     pipeline: tuple[dict[str, Any], ...],
+    missing: bool,
 ) -> ChunkTable:
+    """The chunk table; where mappings overlap, the last one wins, as HDF5 reads them in order.
+
+    HDF5 fills the elements no mapping covers only when the mapped elements, counted once per
+    mapping, are fewer than the selected ones: with an overlap it may leave them unfilled
+    (undefined), so an overlap is accepted only when every chunk is mapped to a found source.
+    """
     urls = list(dict.fromkeys(s.url for s in sources))
     table = ChunkTable.empty(shape, zchunks, urls)
     vds_fill = fill_bytes(dset)
     fills: dict[bytes, bytes] = {}
+    tables: dict[tuple[str, str], ChunkTable] = {}  # interleaved frames: many blocks, one source
+    taken = np.zeros(table.grid, dtype=bool)
+    overlap = False
     for s in sources:
         src = s.dset
         assert src is not None
         sshape = tuple(src.shape)
         sstart = np.asarray(s.piece.sstart or (0,) * len(shape), dtype=np.int64)
-        if src.chunks is not None:
-            st = chunked_table(src, sshape, s.url)
-        else:
-            st = contiguous_table(src, sshape, src.dtype.itemsize, s.url, 2**63, 2**63)
+        key = (s.url, src.name)
+        if key not in tables and src.chunks is not None:
+            tables[key] = chunked_table(src, sshape, s.url)
+        elif key not in tables:
+            tables[key] = contiguous_table(src, sshape, src.dtype.itemsize, s.url, 2**63, 2**63)
+        st = tables[key]
         cshape = np.asarray(st.chunks, dtype=np.int64)
         row_bytes = math.prod(st.chunks[1:]) * src.dtype.itemsize
         code = urls.index(s.url)
@@ -382,6 +217,10 @@ def _assemble(
             vidx = tuple(v // z + r for v, z, r in zip(s.piece.vstart, zchunks, rel, strict=True))
             if any(i >= g for i, g in zip(vidx, table.grid, strict=True)):
                 continue
+            overlap = overlap or bool(taken[vidx])
+            taken[vidx] = True
+            table.codes[vidx] = MISSING  # what an earlier, overlapping mapping put there
+            table.inline.pop(int(np.ravel_multi_index(vidx, table.grid)), None)
             element = sstart + np.asarray(rel, dtype=np.int64) * np.asarray(zchunks)
             sidx = tuple(int(i) for i in element // cshape)
             within = element - np.asarray(sidx) * cshape  # rows into the source chunk (slabs)
@@ -403,5 +242,11 @@ def _assemble(
             table.lengths[vidx] = (
                 math.prod(zchunks) * src.dtype.itemsize if slab else int(st.lengths[sidx])
             )
+    if overlap and (missing or not taken.all()):
+        fail(
+            ErrorKind.VIRTUAL_DATASET,
+            "mappings overlap and leave elements unmapped (or map them to a missing source): "
+            "HDF5 then leaves those elements unfilled, so their values are not defined",
+        )
     table.note = f"virtual dataset mapped onto {len(urls)} source file(s)"
     return table

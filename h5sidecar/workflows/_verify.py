@@ -329,6 +329,9 @@ def _check_array(
         if not isinstance(zarr_arr, zarr.Array):
             raise InvalidReferenceError(f"{arr.path} is a group in the sidecar, not an array")
         dset = h5_dataset(h5, arr.path)
+        shape_problem = _shape_difference(arr, dset, remote=is_remote(current.url))
+        if shape_problem:
+            return VariableCheck(arr.path, "different", chunks_total=total, message=shape_problem)
         for index in indices:
             region = _region(arr, index)
             expected = read_h5_region(dset, region)
@@ -360,6 +363,23 @@ def _check_array(
         checksums_failed=n_bad,
         message=first or sum_msg,
     )
+
+
+def _shape_difference(arr: ArrayRefs, dset: h5py.Dataset, *, remote: bool) -> str:
+    """Why the sidecar's shape is not h5py's, or "" (an empty or truncated array has no
+    chunks to compare, so the chunk checks alone would pass it).
+
+    Dimensions past the dataset's rank hold H5T_ARRAY elements.  A virtual dataset read from a
+    file object is not compared: HDF5 finds no source there and reports the stored extent.
+    """
+    if dset.shape is None:  # null dataspace
+        return ""
+    if remote and dset.id.get_create_plist().get_layout() == h5py.h5d.VIRTUAL:
+        return ""
+    got = tuple(arr.meta.shape[: dset.ndim])
+    if got == tuple(dset.shape):
+        return ""
+    return f"shape {got} in the sidecar, {tuple(dset.shape)} in h5py"
 
 
 def _check_within(arr: ArrayRefs, current: SourceInfo) -> None:

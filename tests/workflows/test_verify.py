@@ -108,3 +108,21 @@ def test_verify_on_s3(tmp_path: Path, s3, s3_bucket: str, s3_storage_options) ->
                          storage_options=s3_storage_options)
     assert result.ok and result.recorded.etag == result.current.etag
     assert all(v.chunks_checked >= 1 for v in result.variables)
+
+
+def test_a_shape_other_than_h5pys_is_a_difference(tmp_path: Path) -> None:
+    """An empty array where h5py has rows (issue 24: a virtual dataset read as shape 0) has no
+    chunk to compare: the shape comparison alone catches it."""
+    _, sidecar = _indexed(tmp_path)
+    doc = json.loads(Path(sidecar).read_text())
+    refs = doc["refs"]
+    zarray = json.loads(refs["grid/.zarray"])
+    refs["grid/.zarray"] = json.dumps({**zarray, "shape": [0, 40]})
+    for key in [k for k in refs if k.startswith("grid/") and not k.split("/")[-1].startswith(".")]:
+        del refs[key]
+    Path(sidecar).write_text(json.dumps(doc))
+    report = verify_refs(sidecar, sample=0)
+    assert not report.ok
+    grid = {v.path: v for v in report.variables}["grid"]
+    assert grid.status == "different"
+    assert grid.message == "shape (0, 40) in the sidecar, (30, 40) in h5py"
