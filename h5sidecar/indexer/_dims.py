@@ -6,8 +6,9 @@ Sources, in order of preference for each dimension:
 1. the dimension scale attached to it (``DIMENSION_LIST``; the last one when several are, as
    netCDF-C does), named by the base of the path HDF5 gives the scale (``h5py``'s ``.name`` of
    the dereferenced scale, what h5netcdf uses);
-2. for a dimension scale itself, its own name for its first dimension; netCDF-4 multi-dimensional
-   coordinate variables list their dimension ids in ``_Netcdf4Coordinates``;
+2. for a dimension scale itself, the dimensions its ``_Netcdf4Coordinates`` lists (netCDF-4
+   coordinate variables; an id names the last link to a scale carrying it, as in h5netcdf),
+   else its own name for its first dimension;
 3. a dimension label (``H5DSset_label``, stored in ``DIMENSION_LABELS``);
 4. for an axis without a scale, h5netcdf's "access" rule: each group has, per length, the
    dimension scales of that group (in link order) followed by ``phony_dim_<n>`` names; the
@@ -147,14 +148,10 @@ class DimensionNamer:
         self._entries = {e.path: e for e in hierarchy.datasets}
         self._members = hierarchy.members
         self.scale_names: dict[ObjectKey, str] = {}
-        self._dimids: dict[int, str] = {}
+        self._dimids: dict[str, dict[int, str]] = {}  # per group, see _dimid_names
         for entry in hierarchy.datasets:
             if entry.alias_of is None and is_dimension_scale(entry.dset):
-                name = _scale_name(entry)
-                self.scale_names[entry.key] = name
-                dimid = _attr(entry.dset, "_Netcdf4Dimid")
-                if dimid is not None and np.size(dimid) == 1:
-                    self._dimids[int(np.asarray(dimid).reshape(-1)[0])] = name
+                self.scale_names[entry.key] = _scale_name(entry)
         self._real = set(self.scale_names.values())
         self._sizes: dict[str, list[tuple[str, int]]] = {}
         self._groups: dict[str, _GroupDims] = {}
@@ -213,13 +210,34 @@ class DimensionNamer:
                     break
         return out
 
-    def _from_netcdf_coordinates(self, dset: h5py.Dataset, out: list[str | None]) -> None:
+    def _dimid_names(self, group: str) -> dict[int, str]:
+        """netCDF-4 dimension id -> name, as h5netcdf maps them in ``group``: it registers a
+        dimension per link to a scale (hard and soft links to one scale included), the root's
+        first and ``group``'s last, and an id names the last one registered with it."""
+        if group not in self._dimids:
+            parts = group.split("/") if group else []
+            out: dict[int, str] = {}
+            for depth in range(len(parts) + 1):
+                for path in self._members.get("/".join(parts[:depth]), []):
+                    entry = self._entries.get(path)
+                    if entry is None or not is_dimension_scale(entry.dset):
+                        continue
+                    dimid = _attr(entry.dset, "_Netcdf4Dimid")
+                    if dimid is not None and np.size(dimid) == 1:
+                        out[int(np.asarray(dimid).reshape(-1)[0])] = path.rpartition("/")[2]
+            self._dimids[group] = out
+        return self._dimids[group]
+
+    def _from_netcdf_coordinates(
+        self, dset: h5py.Dataset, group: str, out: list[str | None]
+    ) -> None:
         dimids = _attr(dset, "_Netcdf4Coordinates")
         if dimids is None:
             return
+        names = self._dimid_names(group)
         for i, dimid in enumerate(np.asarray(dimids).reshape(-1)[: len(out)]):
             if out[i] is None:
-                out[i] = self._dimids.get(int(dimid))
+                out[i] = names.get(int(dimid))
 
     def _from_labels(self, dset: h5py.Dataset, out: list[str | None]) -> None:
         labels = _attr(dset, "DIMENSION_LABELS")
@@ -260,9 +278,12 @@ class DimensionNamer:
         or ``None`` with a note where that name has another size in a related group."""
         group = _parent(entry.path)
         candidates = self._from_dimension_list(entry.dset, len(shape))
-        if entry.key in self.scale_names and shape and candidates[0] is None:
-            candidates[0] = self.scale_names[entry.key]
-        self._from_netcdf_coordinates(entry.dset, candidates)
+        if entry.key in self.scale_names:
+            # h5netcdf names a netCDF-4 coordinate variable by its _Netcdf4Coordinates first
+            self._from_netcdf_coordinates(entry.dset, group, candidates)
+            if shape and candidates[0] is None:
+                candidates[0] = self.scale_names[entry.key]
+        self._from_netcdf_coordinates(entry.dset, group, candidates)
         self._from_labels(entry.dset, candidates)
         pools = self._group_dims(group).pools
         taken: dict[int, int] = {}

@@ -131,3 +131,27 @@ def test_netcdf4_file(tmp_path: Path) -> None:
     tree = _datatree(refs)
     assert tree["temp"].dims == ("time", "lat")
     assert tree["sub"]["w"].dims == ("lat",)
+
+
+def test_links_to_a_netcdf_coordinate_name_it_as_h5netcdf_does(tmp_path: Path) -> None:
+    """Hard and soft links to a netCDF-4 coordinate variable: h5netcdf registers a dimension
+    per link and names the variable (and every link) by the last link carrying its id."""
+    import netCDF4
+
+    from h5sidecar.workflows._dimcheck import sidecar_dimension_differences
+    from tests.indexer._compare import open_plain
+
+    path = tmp_path / "linked.nc"
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.createDimension("lat", 3)
+        nc.createVariable("lat", "f4", ("lat",))[:] = [1, 2, 3]
+        nc.createVariable("t", "f4", ("lat",))[:] = [4, 5, 6]
+    with h5py.File(path, "a") as f:
+        f["lat_soft"] = h5py.SoftLink("/lat")
+        f["lat_hard"] = f["lat"]
+    refs = index_granule(str(path))
+    dims = _dims(refs)
+    assert dims["lat"] == dims["lat_soft"] == dims["lat_hard"] == ("lat_hard",)
+    assert dims["t"] == ("lat",)  # DIMENSION_LIST: the scale's own path
+    store = open_plain(to_kerchunk(refs)).store
+    assert sidecar_dimension_differences(store, path, [""]) == {}
