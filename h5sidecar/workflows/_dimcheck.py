@@ -22,7 +22,12 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["dimension_differences", "outer_lengths", "sidecar_dimension_differences"]
+__all__ = [
+    "dimension_differences",
+    "outer_lengths",
+    "sidecar_dimension_differences",
+    "variable_difference",
+]
 
 PHONY_PREFIX = "phony_dim_"
 
@@ -53,7 +58,9 @@ def _renamed_on_purpose(want: str, got: str, length: int, lengths: Mapping[str, 
     return got.startswith(PHONY_PREFIX) and any(n != length for n in lengths.get(want, ()))
 
 
-def _variable_difference(name: str, got: Any, want: Any, lengths: Mapping[str, set[int]]) -> str:
+def variable_difference(name: str, got: Any, want: Any, lengths: Mapping[str, set[int]]) -> str:
+    """What differs in the dimension names, coordinate or index status of variable ``name`` of
+    ``got`` from ``want``'s ("" when nothing; see :func:`dimension_differences`)."""
     gv, wv = got[name].variable, want[name].variable
     renamed: set[str] = set()
     extra = gv.dims[wv.ndim :] if gv.ndim > wv.ndim else ()
@@ -102,7 +109,7 @@ def dimension_differences(
     out: dict[str, str] = {}
     for name in want.variables:
         if name in got.variables:
-            problem = _variable_difference(name, got, want, lengths)
+            problem = variable_difference(name, got, want, lengths)
             if problem:
                 out[str(name)] = problem
     return out
