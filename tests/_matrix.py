@@ -8,7 +8,9 @@ gets one verdict:
   packing attributes, which JSON cannot carry, unpacked in float64; checked, not assumed);
 * ``refused``: the reader raised, or the variable is absent and the sidecar lists it as skipped
   (or the reader is told to skip it for a documented reason) -- an explicit refusal;
-* ``differ``: anything else.  The matrix tests allow none.
+* ``differ``: anything else, values equal included when the variable's dimension names,
+  coordinate or index status differ from the truth's (:func:`structure_problem`).  The
+  matrix tests allow none.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import h5py
 import xarray as xr
 
 from h5sidecar.workflows._cfcheck import decoded_verdict, open_truth
+from h5sidecar.workflows._dimcheck import variable_difference
 
 Verdict = str  # "equal" | "widened" | "refused" | "differ"
 
@@ -103,10 +106,22 @@ def verdict(got: xr.DataArray, want: xr.DataArray, wide: xr.DataArray | None,
     return "differ" if "differ" in verdicts else "widened" if "widened" in verdicts else "equal"
 
 
+def structure_problem(ds: xr.Dataset, want: xr.Dataset, name: str,
+                      lengths: dict[str, set[int]] | None) -> str:  # fmt: skip
+    """What differs in the dimension names, coordinate or index status of ``name`` ("" when
+    nothing).  The one renaming allowed is the one xarray forces on a sidecar (see
+    :mod:`h5sidecar.workflows._dimcheck`): an axis whose truth name has another length in the
+    group or its ancestors (``lengths``, from :func:`~h5sidecar.workflows._dimcheck.outer_lengths`)."""
+    if lengths is None:
+        lengths = {str(k): {int(v)} for k, v in want.sizes.items()}
+    return variable_difference(name, ds, want, lengths)
+
+
 def compare_group(open_group: Callable[[], xr.Dataset], truth_pair: tuple[xr.Dataset, xr.Dataset],
                   where: str, tally: Tally, skipped: set[str],
-                  resolve: Any = None) -> None:  # fmt: skip
-    """Open one group with a reader and add a verdict per truth variable to ``tally``."""
+                  resolve: Any = None, lengths: dict[str, set[int]] | None = None) -> None:  # fmt: skip
+    """Open one group with a reader and add a verdict per truth variable to ``tally``
+    (``lengths``: see :func:`structure_problem`)."""
     want, wide = truth_pair
     try:
         ds = open_group()
@@ -124,6 +139,10 @@ def compare_group(open_group: Callable[[], xr.Dataset], truth_pair: tuple[xr.Dat
                         resolve)  # fmt: skip
         except Exception as exc:  # noqa: BLE001
             tally.add("refused", f"{at}: {type(exc).__name__}: {str(exc)[:120]}")
+            continue
+        problem = structure_problem(ds, want, name, lengths) if v != "differ" else ""
+        if problem:
+            tally.add("differ", f"{at}: {problem}")
             continue
         tally.add(v, f"{at}: {ds[name].dtype} vs {want[name].dtype}" if v == "differ" else at)
 

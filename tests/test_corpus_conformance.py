@@ -8,7 +8,10 @@ sidecar formats (kerchunk JSON and kerchunk Parquet) into ``tmp_path``, open eac
 by target object.  Datasets with more than 2**31 elements are compared on slices.  Every
 dataset h5sidecar's own batch reader decodes (``SidecarStore.native``, what the xarray engine
 reads through) is compared with h5py too, from the Parquet sidecar.  Each result
-must also open as an xarray ``DataTree`` (dimension names consistent along every path).
+must also open as an xarray ``DataTree`` (dimension names consistent along every path), and
+give every variable the dimension names, coordinate and index status of
+``xr.open_dataset(file, engine="h5netcdf", phony_dims="access", group=g)`` (see
+:mod:`h5sidecar.workflows._dimcheck` for the one renaming xarray forces).
 
 What we skip is pinned by :data:`EXPECTED_SKIPS` (path -> kind and reason), so a regression or
 an improvement shows up as a failure to update deliberately.  Each file must also do at least
@@ -31,6 +34,7 @@ import xarray as xr
 from h5sidecar.indexer import index_granule
 from h5sidecar.read import SidecarStore
 from h5sidecar.references import write_json, write_parquet
+from h5sidecar.workflows._dimcheck import sidecar_dimension_differences
 from tests.conftest import CORPUS
 from tests.indexer._compare import assert_values_equal, h5_dataset, h5_read, open_plain
 
@@ -313,6 +317,9 @@ def test_corpus_file(entry: dict[str, Any], corpus_dir: Path, tmp_path: Path) ->
         groups["json"].store, engine="zarr", consolidated=True, zarr_format=2, decode_cf=False
     )
     assert {node.path.strip("/") for node in tree.subtree} >= set(refs.groups)
+    # and every variable has h5netcdf's dimension names, coordinates and indexes
+    differences = sidecar_dimension_differences(groups["json"].store, path, list(refs.groups))
+    assert differences == {}, differences
     RESULTS[entry["name"]] = counts
     assert counts["ok"] >= _best_peer(entry), (
         f"{counts['ok']} datasets right, kerchunk/VirtualiZarr got {_best_peer(entry)}"

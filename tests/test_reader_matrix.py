@@ -3,7 +3,8 @@
 For every HDF5 file of the corpus, every group, every variable: the truth is
 ``xr.open_dataset(file, engine="h5netcdf", phony_dims="access")`` (CF-decoded), and each reader
 below opens the same group from h5sidecar's sidecars.  Verdicts are defined in
-:mod:`tests._matrix`; **no variable may differ silently** through any reader.  The last test
+:mod:`tests._matrix` (values, and each variable's dimension names, coordinate and index
+status); **no variable may differ silently** through any reader.  The last test
 prints the matrix that the README quotes (run with ``-rP``).
 
 Readers:
@@ -35,6 +36,7 @@ import h5py
 import pytest
 import xarray as xr
 
+from h5sidecar.workflows._dimcheck import outer_lengths
 from tests._matrix import Tally, compare_group, iter_truth, reference_resolver
 from tests.conftest import CORPUS
 
@@ -223,10 +225,11 @@ def test_reader_matrix(name: str, indexed: Indexed, tmp_path: Path) -> None:
                 names = {p[len(prefix):] for p in skipped if p.startswith(prefix)}
                 if reader.startswith(("virtualizarr", "icechunk")):
                     names |= set(virtualizarr_skips(refs, group))
+                lengths = outer_lengths({g: p[0] for g, p in truths}, group)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     compare_group(lambda g=group, o=open_group: o(g), pair, f"{name}:/{group}",
-                                  local, names, resolve)  # fmt: skip
+                                  local, names, resolve, lengths)  # fmt: skip
             tally = TALLIES.setdefault(reader, Tally())
             for k, v in local.counts.items():
                 tally.counts[k] += v

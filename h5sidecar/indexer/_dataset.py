@@ -13,7 +13,11 @@ import numpy as np
 from h5sidecar.errors import ErrorKind, UnsupportedFeatureError
 from h5sidecar.indexer._attrs import read_attrs
 from h5sidecar.indexer._common import H5PY_ERRORS, fail, reraise_io_failure
-from h5sidecar.indexer._dims import DimensionNamer, is_dimension_scale
+from h5sidecar.indexer._dims import (
+    DimensionNamer,
+    is_dimension_scale,
+    is_netcdf_dimension_only,
+)
 from h5sidecar.indexer._dtypes import DtypePlan, plan_dtype
 from h5sidecar.indexer._external import external_segments, external_table
 from h5sidecar.indexer._fillchunks import materialize_missing
@@ -29,9 +33,6 @@ from h5sidecar.references import INLINE, ArrayMeta, ArrayRefs, ChunkManifest
 from h5sidecar.settings import IndexSettings
 
 __all__ = ["IndexContext", "index_alias", "index_dataset"]
-
-#: netCDF-C marks datasets that only carry a dimension (no variable) with this NAME.
-NETCDF_DIM_ONLY = b"This is a netCDF dimension but not a netCDF variable"
 
 
 @dataclass
@@ -80,18 +81,6 @@ def cf_attribute_dtypes(dset: h5py.Dataset) -> dict[str, str]:
 
 
 # -- quirks ---------------------------------------------------------------------------------------
-def _netcdf_dimension_only(dset: h5py.Dataset) -> bool:
-    """A netCDF-4 dimension without a variable: HDF5 holds no values for it."""
-    if not is_dimension_scale(dset):
-        return False
-    try:
-        name = dset.attrs.get("NAME")
-    except H5PY_ERRORS as exc:
-        reraise_io_failure(exc)
-        return False
-    return isinstance(name, bytes) and name.startswith(NETCDF_DIM_ONLY)
-
-
 def _fill(dset: h5py.Dataset, plan: DtypePlan) -> tuple[Any, bytes | None]:
     """The storage fill value: (Zarr v2 JSON form, raw bytes of one element or None)."""
     if plan.np_dtype.kind == "O":
@@ -238,7 +227,7 @@ def index_dataset(entry: DatasetEntry, ctx: IndexContext) -> ArrayRefs:
         When the variable cannot be represented (with the kind and reason to record).
     """
     dset = entry.dset
-    if _netcdf_dimension_only(dset):
+    if is_netcdf_dimension_only(dset):
         fail(
             ErrorKind.OTHER,
             "netCDF-4 dimension without a variable: HDF5 holds no values for it and "

@@ -6,8 +6,9 @@ Sources, in order of preference for each dimension:
 1. the dimension scale attached to it (``DIMENSION_LIST``; the last one when several are, as
    netCDF-C does), named by the base of the path HDF5 gives the scale (``h5py``'s ``.name`` of
    the dereferenced scale, what h5netcdf uses);
-2. for a dimension scale itself, its own name for its first dimension; netCDF-4 multi-dimensional
-   coordinate variables list their dimension ids in ``_Netcdf4Coordinates``;
+2. for a dimension scale itself, the dimensions its ``_Netcdf4Coordinates`` lists (netCDF-4
+   coordinate variables; an id names the last link to a scale carrying it, as in h5netcdf),
+   else its own name for its first dimension;
 3. a dimension label (``H5DSset_label``, stored in ``DIMENSION_LABELS``);
 4. for an axis without a scale, h5netcdf's "access" rule: each group has, per length, the
    dimension scales of that group (in link order) followed by ``phony_dim_<n>`` names; the
@@ -18,7 +19,11 @@ Sources, in order of preference for each dimension:
 
 xarray (and its DataTree) require that one name never has two sizes in a group and its
 ancestors/descendants.  A candidate breaking that rule falls through to a fallback phony name
-(numbered after every name above, unique per (group, length, k-th repeat)).  A name the file
+(numbered after every name above, unique per (group, length, k-th repeat)).  The names the file
+gives are settled for the whole file before any is handed out, groups nearer the root first
+(link order within a depth): when a subgroup's dimension shadows an ancestor's of another
+length, the subgroup's axes fall back, and the ancestor keeps the name h5netcdf shows for it
+(its variables keep their coordinates), whatever the link order.  A name the file
 itself repeats within one array (a netCDF variable ``c(n, n)``) is kept repeated, as h5netcdf
 shows it: renaming one axis would change how xarray decodes the array (a ``|S1`` array whose
 last dimension no other variable uses is joined into strings), so the shape would differ.
@@ -37,9 +42,12 @@ import numpy as np
 from h5sidecar.indexer._common import H5PY_ERRORS, reraise_io_failure
 from h5sidecar.indexer._walk import DatasetEntry, Hierarchy, ObjectKey, model_path
 
-__all__ = ["DimensionNamer", "is_dimension_scale"]
+__all__ = ["DimensionNamer", "is_dimension_scale", "is_netcdf_dimension_only"]
 
 PHONY = "phony_dim_{}"
+
+#: netCDF-C marks datasets that only carry a dimension (no variable) with this NAME.
+NETCDF_DIM_ONLY = b"This is a netCDF dimension but not a netCDF variable"
 
 
 def is_dimension_scale(dset: h5py.Dataset) -> bool:
@@ -49,6 +57,14 @@ def is_dimension_scale(dset: h5py.Dataset) -> bool:
     except H5PY_ERRORS as exc:
         reraise_io_failure(exc)
         return False
+
+
+def is_netcdf_dimension_only(dset: h5py.Dataset) -> bool:
+    """A netCDF-4 dimension without a variable: HDF5 holds no values for it."""
+    if not is_dimension_scale(dset):
+        return False
+    name = _attr(dset, "NAME")
+    return isinstance(name, bytes) and name.startswith(NETCDF_DIM_ONLY)
 
 
 def _parent(path: str) -> str:
@@ -131,19 +147,18 @@ class DimensionNamer:
         self._entries = {e.path: e for e in hierarchy.datasets}
         self._members = hierarchy.members
         self.scale_names: dict[ObjectKey, str] = {}
-        self._dimids: dict[int, str] = {}
+        self._dimids: dict[str, dict[int, str]] = {}  # per group, see _dimid_names
         for entry in hierarchy.datasets:
             if entry.alias_of is None and is_dimension_scale(entry.dset):
-                name = _scale_name(entry)
-                self.scale_names[entry.key] = name
-                dimid = _attr(entry.dset, "_Netcdf4Dimid")
-                if dimid is not None and np.size(dimid) == 1:
-                    self._dimids[int(np.asarray(dimid).reshape(-1)[0])] = name
+                self.scale_names[entry.key] = _scale_name(entry)
         self._real = set(self.scale_names.values())
         self._sizes: dict[str, list[tuple[str, int]]] = {}
         self._groups: dict[str, _GroupDims] = {}
         self._phony: dict[tuple[str, int, int], str] = {}
         self._counter: int | None = None  # fallback names: numbered after h5netcdf's
+        # path -> (HDF5 shape, names the file gives or None, notes), see _settle
+        self._settled: dict[str, tuple[tuple[int, ...], list[str | None], list[str]]] | None
+        self._settled = None
 
     # -- h5netcdf's phony dimensions -------------------------------------------------------------
     def _group_dims(self, group: str) -> _GroupDims:
@@ -194,13 +209,34 @@ class DimensionNamer:
                     break
         return out
 
-    def _from_netcdf_coordinates(self, dset: h5py.Dataset, out: list[str | None]) -> None:
+    def _dimid_names(self, group: str) -> dict[int, str]:
+        """netCDF-4 dimension id -> name, as h5netcdf maps them in ``group``: it registers a
+        dimension per link to a scale (hard and soft links to one scale included), the root's
+        first and ``group``'s last, and an id names the last one registered with it."""
+        if group not in self._dimids:
+            parts = group.split("/") if group else []
+            out: dict[int, str] = {}
+            for depth in range(len(parts) + 1):
+                for path in self._members.get("/".join(parts[:depth]), []):
+                    entry = self._entries.get(path)
+                    if entry is None or not is_dimension_scale(entry.dset):
+                        continue
+                    dimid = _attr(entry.dset, "_Netcdf4Dimid")
+                    if dimid is not None and np.size(dimid) == 1:
+                        out[int(np.asarray(dimid).reshape(-1)[0])] = path.rpartition("/")[2]
+            self._dimids[group] = out
+        return self._dimids[group]
+
+    def _from_netcdf_coordinates(
+        self, dset: h5py.Dataset, group: str, out: list[str | None]
+    ) -> None:
         dimids = _attr(dset, "_Netcdf4Coordinates")
         if dimids is None:
             return
+        names = self._dimid_names(group)
         for i, dimid in enumerate(np.asarray(dimids).reshape(-1)[: len(out)]):
             if out[i] is None:
-                out[i] = self._dimids.get(int(dimid))
+                out[i] = names.get(int(dimid))
 
     def _from_labels(self, dset: h5py.Dataset, out: list[str | None]) -> None:
         labels = _attr(dset, "DIMENSION_LABELS")
@@ -234,6 +270,60 @@ class DimensionNamer:
             self._phony[key] = name
         return self._phony[key]
 
+    def _file_names(
+        self, entry: DatasetEntry, shape: tuple[int, ...]
+    ) -> tuple[list[str | None], list[str]]:
+        """The names the file (or h5netcdf's rule) gives the axes of ``shape``, each claimed,
+        or ``None`` with a note where that name has another size in a related group."""
+        group = _parent(entry.path)
+        candidates = self._from_dimension_list(entry.dset, len(shape))
+        if entry.key in self.scale_names:
+            # h5netcdf names a netCDF-4 coordinate variable by its _Netcdf4Coordinates first
+            self._from_netcdf_coordinates(entry.dset, group, candidates)
+            if shape and candidates[0] is None:
+                candidates[0] = self.scale_names[entry.key]
+        self._from_netcdf_coordinates(entry.dset, group, candidates)
+        self._from_labels(entry.dset, candidates)
+        pools = self._group_dims(group).pools
+        taken: dict[int, int] = {}
+        for i, size in enumerate(shape):  # axes without a scale: h5netcdf's rule
+            if candidates[i] is not None:
+                continue
+            k = taken.get(size, 0)
+            taken[size] = k + 1
+            if k < len(pools.get(size, ())):
+                candidates[i] = pools[size][k]
+        notes: list[str] = []
+        for i, (cand, size) in enumerate(zip(candidates, shape, strict=True)):
+            if cand is None:
+                continue
+            if self._fits(cand, size, group):
+                self._claim(cand, size, group)
+            else:
+                notes.append(
+                    f"dimension {i} is not named {cand!r}: that name has another size here"
+                )
+                candidates[i] = None
+        return candidates, notes
+
+    def _settle(self) -> dict[str, tuple[tuple[int, ...], list[str | None], list[str]]]:
+        """Claim the file's names of every array, groups nearer the root first.
+
+        The first claim of a name wins; claiming in the walk's (depth-first) order let a
+        subgroup listed before an ancestor's variables (``tile_stats/`` before ``x``) take
+        ``x`` and ``y`` from the ancestor, whose variables then lost their coordinates.
+        netCDF dimension-only datasets claim nothing: no variable shows their dimension in
+        their group, so xarray never sees it there.
+        """
+        settled = self._settled = {}
+        by_depth = sorted(self._entries.values(), key=lambda e: e.path.count("/"))  # stable
+        for entry in by_depth:
+            if is_netcdf_dimension_only(entry.dset):
+                continue
+            shape = self._shape_of(entry)
+            settled[entry.path] = (shape, *self._file_names(entry, shape))
+        return settled
+
     def names(
         self, entry: DatasetEntry, shape: tuple[int, ...], n_extra: int = 0
     ) -> tuple[tuple[str, ...], str]:
@@ -255,30 +345,15 @@ class DimensionNamer:
         """
         rank = len(shape) - n_extra
         group = _parent(entry.path)
-        candidates = self._from_dimension_list(entry.dset, rank)
-        if entry.key in self.scale_names and rank and candidates[0] is None:
-            candidates[0] = self.scale_names[entry.key]
-        self._from_netcdf_coordinates(entry.dset, candidates)
-        self._from_labels(entry.dset, candidates)
-        pools = self._group_dims(group).pools
-        taken: dict[int, int] = {}
-        for i, size in enumerate(shape[:rank]):  # axes without a scale: h5netcdf's rule
-            if candidates[i] is not None:
-                continue
-            k = taken.get(size, 0)
-            taken[size] = k + 1
-            if k < len(pools.get(size, ())):
-                candidates[i] = pools[size][k]
+        settled = (self._settled if self._settled is not None else self._settle()).get(entry.path)
+        if settled is not None and settled[0] == shape[:rank]:
+            candidates, notes = list(settled[1]), settled[2]
+        else:  # not settled beforehand (its shape was not known then): claimed now
+            candidates, notes = self._file_names(entry, shape[:rank])
         candidates += [None] * n_extra
         names: list[str] = []
-        notes: list[str] = []
         repeats: dict[int, int] = {}
-        for i, (cand, size) in enumerate(zip(candidates, shape, strict=True)):
-            if cand is not None and not self._fits(cand, size, group):
-                notes.append(
-                    f"dimension {i} is not named {cand!r}: that name has another size here"
-                )
-                cand = None
+        for cand, size in zip(candidates, shape, strict=True):
             if cand is None:
                 k = repeats.get(size, 0)
                 repeats[size] = k + 1
@@ -286,6 +361,6 @@ class DimensionNamer:
                 while cand in names:  # a phony name equal to a real one used above
                     k = repeats[size] = repeats[size] + 1
                     cand = self._phony_name(group, size, k)
-            self._claim(cand, size, group)
+                self._claim(cand, size, group)
             names.append(cand)
         return tuple(names), "; ".join(notes)

@@ -3,7 +3,7 @@
 The sidecar is read the way any kerchunk consumer reads it (fsspec ``reference://`` + zarr), so a
 pass means plain tools get the right values, not only h5sidecar's own reader.  A compact Parquet
 sidecar, which plain tools cannot read, is read through h5sidecar's store instead (the report's
-``reader`` says which).  Three checks:
+``reader`` says which).  Checks:
 
 1. the source still has the identity recorded at index time (size + ETag/mtime);
 2. for ``sample`` chunks per variable (all with ``sample=0``), values decoded through the sidecar
@@ -11,7 +11,10 @@ sidecar, which plain tools cannot read, is read through h5sidecar's store instea
 3. where the sidecar records chunk checksums, the referenced bytes still hash to them;
 4. for the same chunks, the CF-decoded values plain xarray gives through the sidecar equal what
    xarray + h5netcdf gives from the source (masking, packing, times), when h5netcdf is
-   installed.
+   installed;
+5. each variable has the dimension names, coordinate and index status xarray + h5netcdf gives
+   it (values compare by position, so a renamed dimension would pass 2-4), when h5netcdf is
+   installed; see :mod:`h5sidecar.workflows._dimcheck` for the renaming that is allowed.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from h5sidecar.references import (
 from h5sidecar.sources._urls import normalize_url
 from h5sidecar.workflows._cfcheck import decoded_differences
 from h5sidecar.workflows._compare import h5_dataset, read_h5_region, values_equal
+from h5sidecar.workflows._dimcheck import sidecar_dimension_differences
 from h5sidecar.workflows._listing import filesystem, identity_from_info, is_remote
 from h5sidecar.workflows._plain_parquet import NullKeepingReferenceMapper
 
@@ -185,7 +189,8 @@ def verify_refs(
             for arr in refs.arrays.values()
         ]
         decoded = _decoded_check(refs, group, src, opts, chosen, h5)
-    checks = [_with_decoded(c, decoded.get(c.path)) for c in checks]
+    dims = _dimension_check(refs, group, src, opts)
+    checks = [_with_decoded(c, decoded.get(c.path) or dims.get(c.path)) for c in checks]
     checks += [
         VariableCheck(s.path, "skipped", message=f"{s.kind}: {s.reason}") for s in refs.skipped
     ]
@@ -227,6 +232,22 @@ def _decoded_check(
         if is_remote(src):
             source = stack.enter_context(fsspec.open(src, "rb", **(opts or {})))
         return decoded_differences(group.store, source, list(refs.groups), regions, resolve)
+
+
+def _dimension_check(
+    refs: GranuleRefs, group: zarr.Group, src: str, opts: dict[str, Any] | None
+) -> dict[str, str]:
+    """Check 5: dimension names and coordinates through plain xarray equal xarray + h5netcdf's
+    on the source.  Skipped when h5netcdf is not installed."""
+    try:
+        import h5netcdf  # noqa: F401
+    except ImportError:
+        return {}
+    with contextlib.ExitStack() as stack:
+        source: Any = src
+        if is_remote(src):
+            source = stack.enter_context(fsspec.open(src, "rb", **(opts or {})))
+        return sidecar_dimension_differences(group.store, source, list(refs.groups))
 
 
 def _with_decoded(check: VariableCheck, problem: str | None) -> VariableCheck:

@@ -7,6 +7,7 @@ from pathlib import Path
 import fsspec
 import h5py
 import numpy as np
+import pytest
 import xarray as xr
 import zarr.storage
 
@@ -66,21 +67,23 @@ def test_phony_names_per_group_and_length(make_h5) -> None:
     _datatree(refs)  # xarray accepts the tree
 
 
-def test_one_name_never_has_two_sizes_across_ancestors(make_h5) -> None:
+@pytest.mark.parametrize("order", [("", "child"), ("child", "")])
+def test_one_name_never_has_two_sizes_across_ancestors(make_h5, order) -> None:
+    """The ancestor keeps the name whatever the link order; the subgroup falls back."""
+
     def build(f: h5py.File) -> None:
-        for group, n in (("", 3), ("child", 5)):
+        for group in order:
             prefix = f"{group}/" if group else ""
-            x = f.create_dataset(f"{prefix}x", data=np.arange(n))
+            x = f.create_dataset(f"{prefix}x", data=np.arange(5 if group else 3))
             x.make_scale("x")
-            v = f.create_dataset(f"{prefix}v", data=np.zeros(n))
+            v = f.create_dataset(f"{prefix}v", data=np.zeros(x.shape))
             v.dims[0].attach_scale(x)
 
-    refs = index_granule(str(make_h5(build)))
+    refs = index_granule(str(make_h5(build, track_order=True)))
     dims = _dims(refs)
-    names = {dims["x"][0], dims["child/x"][0]}
-    assert "x" in names and len(names) == 2  # one keeps "x", the other falls back
-    assert dims["v"] == dims["x"] and dims["child/v"] == dims["child/x"]
-    assert "another size" in (refs.arrays["x"].note + refs.arrays["child/x"].note)
+    assert dims["x"] == dims["v"] == ("x",)
+    assert dims["child/x"][0].startswith("phony_dim_") and dims["child/v"] == dims["child/x"]
+    assert "another size" in refs.arrays["child/x"].note and not refs.arrays["x"].note
     _datatree(refs)
 
 
@@ -128,3 +131,27 @@ def test_netcdf4_file(tmp_path: Path) -> None:
     tree = _datatree(refs)
     assert tree["temp"].dims == ("time", "lat")
     assert tree["sub"]["w"].dims == ("lat",)
+
+
+def test_links_to_a_netcdf_coordinate_name_it_as_h5netcdf_does(tmp_path: Path) -> None:
+    """Hard and soft links to a netCDF-4 coordinate variable: h5netcdf registers a dimension
+    per link and names the variable (and every link) by the last link carrying its id."""
+    import netCDF4
+
+    from h5sidecar.workflows._dimcheck import sidecar_dimension_differences
+    from tests.indexer._compare import open_plain
+
+    path = tmp_path / "linked.nc"
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.createDimension("lat", 3)
+        nc.createVariable("lat", "f4", ("lat",))[:] = [1, 2, 3]
+        nc.createVariable("t", "f4", ("lat",))[:] = [4, 5, 6]
+    with h5py.File(path, "a") as f:
+        f["lat_soft"] = h5py.SoftLink("/lat")
+        f["lat_hard"] = f["lat"]
+    refs = index_granule(str(path))
+    dims = _dims(refs)
+    assert dims["lat"] == dims["lat_soft"] == dims["lat_hard"] == ("lat_hard",)
+    assert dims["t"] == ("lat",)  # DIMENSION_LIST: the scale's own path
+    store = open_plain(to_kerchunk(refs)).store
+    assert sidecar_dimension_differences(store, path, [""]) == {}
