@@ -106,7 +106,10 @@ def source_key(refs: GranuleRefs) -> str:
     """
     src = refs.source
     if not refs.members:
-        return "|".join(map(str, src.key))
+        # (the file fields only when recorded: the keys, and the gateway's ETags, of other
+        # sources stay what they were)
+        files = tuple(v for v in (src.inode, src.ctime_ns) if v is not None)
+        return "|".join(map(str, (src.url, src.size, src.etag, src.mtime, *files)))
     digest = hashlib.blake2b(digest_size=16)
     for m in refs.members:
         ident = "|".join(map(str, m.key))

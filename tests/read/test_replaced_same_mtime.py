@@ -24,8 +24,10 @@ import zarr
 
 from h5sidecar.errors import InvalidReferenceError, StaleReferenceError
 from h5sidecar.read import read_arrays
+from h5sidecar.read._cache import range_cache_key
+from h5sidecar.read._cube import source_key
 from h5sidecar.read.store import SidecarStore
-from h5sidecar.references import SourceInfo
+from h5sidecar.references import GranuleRefs, SourceInfo
 from h5sidecar.settings import ReadSettings
 from h5sidecar.workflows import build_cube, index_many, verify_refs
 
@@ -189,3 +191,7 @@ def test_same_object_compares_inode_and_ctime_when_both_sides_have_them() -> Non
     assert a.same_object(SourceInfo("f", 10, mtime_ns=5))  # an older sidecar: size and mtime
     back = SourceInfo.from_dict(json.loads(json.dumps(a.to_dict())))
     assert back == a
+    # the keys of chunk caches and of the gateway's ETags tell the two files apart
+    b = SourceInfo("f", 10, mtime_ns=5, inode=8, ctime_ns=9, device=1)
+    assert source_key(GranuleRefs(a, {"": {}}, {})) != source_key(GranuleRefs(b, {"": {}}, {}))
+    assert range_cache_key("f", 0, 4, a) != range_cache_key("f", 0, 4, b)
