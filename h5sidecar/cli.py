@@ -310,8 +310,10 @@ def _cmd_prune(args: argparse.Namespace, out: Console, err: Console) -> int:
         return EXIT_OK
     verb = "removed" if r.applied else "would remove"
     for e in r.entries:
-        out.print(f"{verb} [bold]{escape(e.reason)}[/] {escape(e.path)}: {escape(e.detail)}")
-    out.print(f"{len(r.entries)} of {r.sidecars_checked} sidecar(s) and temporaries {verb}"
+        did = "kept" if r.applied and not e.removed else verb
+        out.print(f"{did} [bold]{escape(e.reason)}[/] {escape(e.path)}: {escape(e.detail)}")
+    done = [e for e in r.entries if e.removed or not r.applied]
+    out.print(f"{len(done)} of {r.sidecars_checked} sidecar(s) and temporaries {verb}"
               + ("" if r.applied or not r.entries else "; run again with --apply to remove them"))
     return EXIT_OK
 

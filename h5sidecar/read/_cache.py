@@ -210,8 +210,7 @@ def range_cache_key(url: str, offset: int, length: int, source: Any) -> tuple[An
     """The :data:`CHUNKS` key of a byte range: the range plus the recorded identity of the object
     it is read from (``SourceInfo``: ``GranuleRefs.identity_of(url)``), so a changed, re-indexed
     source -- or a replaced member of a datacube -- never hits."""
-    return (url, offset, length, source.url, source.size, source.etag, source.mtime,
-            source.mtime_ns)
+    return (url, offset, length, *source.key)
 
 
 def sidecar_identity(path: str, storage_options: Mapping[str, Any] | None = None) -> tuple:

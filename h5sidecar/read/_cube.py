@@ -99,15 +99,19 @@ def cube_summary(refs: GranuleRefs) -> dict[str, Any]:
 def source_key(refs: GranuleRefs) -> str:
     """A key that changes whenever any object the references read changes identity.
 
-    A granule's is its source's URL, size, ETag and mtime.  A cube's is a digest of every
-    member's: chunk caches and ETags keyed by it never serve a member replaced since (a cube
-    rebuilt after one member was re-indexed keeps the first member as its ``source``).
+    A granule's is its source's identity (URL, size, ETag, mtime; a file's inode and change
+    time).  A cube's is a digest of every member's: chunk caches and ETags keyed by it never
+    serve a member replaced since (a cube rebuilt after one member was re-indexed keeps the
+    first member as its ``source``).
     """
     src = refs.source
     if not refs.members:
-        return "|".join(map(str, (src.url, src.size, src.etag, src.mtime)))
+        # (the file fields only when recorded: the keys, and the gateway's ETags, of other
+        # sources stay what they were)
+        files = tuple(v for v in (src.inode, src.ctime_ns) if v is not None)
+        return "|".join(map(str, (src.url, src.size, src.etag, src.mtime, *files)))
     digest = hashlib.blake2b(digest_size=16)
     for m in refs.members:
-        ident = "|".join(map(str, (m.url, m.size, m.etag, m.mtime, m.mtime_ns)))
+        ident = "|".join(map(str, m.key))
         digest.update(ident.encode("utf-8", "surrogatepass") + b"\0")
     return f"cube:{digest.hexdigest()}"

@@ -209,9 +209,8 @@ class SidecarStore(Store):
         root = ".zmetadata" if self.zarr_format == 2 else "zarr.json"
         digest = hashlib.sha1(self.keyspace.documents[root], usedforsecurity=False)
         for m in self._refs.members:  # a cube rebuilt after a member changed is another store
-            digest.update(repr((m.url, m.size, m.etag, m.mtime_ns, m.mtime)).encode())
-        return ("SidecarStore", src.url, src.size, src.etag, src.mtime, self.zarr_format,
-                digest.hexdigest())
+            digest.update(repr(m.key).encode())
+        return ("SidecarStore", *src.key, self.zarr_format, digest.hexdigest())
 
     def __repr__(self) -> str:
         where = self._sidecar or self._refs.source.url

@@ -115,9 +115,8 @@ def _observed(st: os.stat_result, path: str) -> ObservedIdentity:
     if not stat.S_ISREG(st.st_mode):
         # it was a regular file when indexed: the object the sidecar describes is gone
         raise SourceGoneError(f"{path} is no longer a regular file (a FIFO, device or socket)")
-    return ObservedIdentity(
-        size=st.st_size, etag=None, mtime=st.st_mtime, mtime_ns=st.st_mtime_ns
-    )
+    return ObservedIdentity(size=st.st_size, etag=None, mtime=st.st_mtime,
+                            mtime_ns=st.st_mtime_ns, inode=st.st_ino, ctime_ns=st.st_ctime_ns)
 
 
 def _pread(path: str, offset: int, length: int) -> tuple[bytes, ObservedIdentity]:

@@ -49,6 +49,7 @@ from h5sidecar.sources._backends import (
 from h5sidecar.sources._http_read import HttpReader
 from h5sidecar.sources._plan import ReadPlan, plan_reads
 from h5sidecar.sources._retry import retrying
+from h5sidecar.sources._seen import SEEN
 from h5sidecar.sources._stats import FetchStats
 from h5sidecar.sources._urls import SourceLocation, parse_url
 
@@ -316,8 +317,10 @@ class ChunkFetcher:
 
         A source counts as confirmed for ``settings.revalidate_seconds`` after any response of
         it matched (a fetch) or after one HEAD/``stat`` here; a fetcher starts with nothing
-        confirmed, so each opened store checks at least once.  No-op when
-        ``settings.check_freshness`` is off.
+        confirmed, so each opened store checks at least once.  Whatever any fetcher of this
+        process last saw of a source (:data:`~h5sidecar.sources._seen.SEEN`) is compared
+        first, without I/O: once one reader has seen a source change, no reader serves its
+        cached chunks.  No-op when ``settings.check_freshness`` is off.
 
         Raises
         ------
@@ -333,8 +336,13 @@ class ChunkFetcher:
         due = []
         for url in dict.fromkeys(urls):
             loc = self.allow_list.check(url)
-            if loc.url not in self._known:
+            info = self._known.get(loc.url)
+            if info is None:
                 continue
+            latest = SEEN.latest(loc.url)  # another reader of this process may have seen more
+            if latest is not None and not info.same_object(latest):
+                raise self._stale(loc, f"it is now {_describe(latest)} but was "
+                                       f"{_describe(info)} when indexed")  # fmt: skip
             seen_at = self._confirmed_at.get(loc.url)
             if seen_at is None or now - seen_at >= window:
                 due.append(loc)
@@ -370,7 +378,8 @@ class ChunkFetcher:
         if info is None:
             return  # allowed by prefix but not described by any sidecar: nothing to compare
         now = SourceInfo(url=info.url, size=seen.size, etag=seen.etag, mtime=seen.mtime,
-                         mtime_ns=seen.mtime_ns)  # fmt: skip
+                         mtime_ns=seen.mtime_ns, inode=seen.inode, ctime_ns=seen.ctime_ns)  # fmt: skip
+        SEEN.note(loc.url, now)  # so that every reader of this process compares with it
         if not info.same_object(now):
             raise self._stale(
                 loc,
@@ -426,6 +435,10 @@ def _describe(info: SourceInfo) -> str:
         bits.append(f"ETag {info.etag}")
     if info.mtime is not None:
         bits.append(f"mtime {info.mtime:.6f}")
+    if info.inode is not None:
+        bits.append(f"inode {info.inode}")
+    if info.ctime_ns is not None:
+        bits.append(f"ctime {info.ctime_ns / 1e9:.6f}")
     return ", ".join(bits)
 
 

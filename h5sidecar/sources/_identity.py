@@ -1,7 +1,8 @@
-"""The identity of a source object (size, ETag, modification time), as sidecars record it.
+"""The identity of a source object (size, ETag, modification time; a file's inode and change
+time), as sidecars record it.
 
 One HEAD request or ``os.stat``; :class:`~h5sidecar.references.SourceInfo` is what freshness
-checks compare (ETag first, then size and exact ``mtime_ns``).
+checks compare (ETag first, then size, a file's inode and ``ctime_ns``, and exact ``mtime_ns``).
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def identity_from_meta(url: str, meta: ObjectMeta) -> SourceInfo:
 def identity_from_stat(
     path: str | os.PathLike[str], st: os.stat_result | None = None
 ) -> SourceInfo:
-    """A :class:`SourceInfo` for a local file from ``os.stat`` (no ETag)."""
+    """A :class:`SourceInfo` for a local file from ``os.stat`` (no ETag; inode, change time and
+    device beside size and mtime)."""
     absolute = normalize_url(Path(path))
     st = os.stat(absolute) if st is None else st
     return SourceInfo(
@@ -62,6 +64,9 @@ def identity_from_stat(
         etag=None,
         mtime=float(st.st_mtime),
         mtime_ns=int(st.st_mtime_ns),
+        inode=int(st.st_ino),
+        ctime_ns=int(st.st_ctime_ns),
+        device=int(st.st_dev),
     )
 
 

@@ -19,12 +19,15 @@ class SourceGoneError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class ObservedIdentity:
-    """Size / ETag / mtime of the object as seen by the request that just read it."""
+    """Size / ETag / mtime (a file's inode and change time) of the object as seen by the
+    request that just read it."""
 
     size: int
     etag: str | None
     mtime: float | None
     mtime_ns: int | None = None
+    inode: int | None = None
+    ctime_ns: int | None = None
 
 
 def datetime_ns(when: datetime) -> int:

@@ -14,6 +14,7 @@ left out (reading them would block or never end) and named to the caller, who re
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
 import posixpath
@@ -28,6 +29,7 @@ from fsspec.core import url_to_fs
 from h5sidecar._credentials import fsspec_options
 from h5sidecar.errors import SourceNotFoundError
 from h5sidecar.references import SourceInfo
+from h5sidecar.sources import identity_from_stat
 from h5sidecar.sources._urls import normalize_url
 from h5sidecar.workflows._granule import Granule  # re-exported: listing's result type
 from h5sidecar.workflows._url_list import granules_of_urls
@@ -194,7 +196,17 @@ def _nothing_found(
 
 
 def identity_from_info(url: str, info: Mapping[str, Any]) -> SourceInfo:
-    """A :class:`SourceInfo` from an fsspec ``info()``/``find(detail=True)`` entry."""
+    """A :class:`SourceInfo` from an fsspec ``info()``/``find(detail=True)`` entry.
+
+    A local file is stat'ed again: fsspec gives its times as float seconds and no device,
+    where the identity a sidecar records (and the freshness guard compares) has the exact
+    ``mtime_ns``, ``ctime_ns``, inode and device.
+    """
+    if "ino" in info and not is_remote(url):
+        try:
+            return dataclasses.replace(identity_from_stat(url), url=url)
+        except OSError:
+            pass  # gone meanwhile: indexing it says so
     etag = info.get("ETag") or info.get("etag") or info.get("e_tag")
     if etag is not None:
         etag = str(etag).strip('"')

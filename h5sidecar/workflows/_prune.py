@@ -12,6 +12,12 @@ Three kinds of leftovers build up in a DEST that is indexed again and again:
 Nothing is removed unless ``apply=True``: the default is a dry run that lists what would go.
 Removing sidecars also removes their entries from ``_report.json``.  Datacubes in DEST are never
 pruned (a cube whose member disappeared is refused on read, by name).
+
+``prune`` and a concurrent ``index`` cannot destroy each other's work: with ``apply=True`` prune
+holds DEST's exclusive lock (a local DEST; it waits for running index runs, see
+:mod:`h5sidecar.workflows._dest_lock`), and it never removes a sidecar written after the run
+report it decided from (an index run writes its sidecars first and its report last; this guard
+holds on object stores too, which have no lock).
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ from typing import Any, Literal
 from h5sidecar.errors import H5SidecarError, SourceNotFoundError
 from h5sidecar.read import load_refs
 from h5sidecar.sources import normalize_url
+from h5sidecar.workflows._dest_lock import dest_lock
 from h5sidecar.workflows._listing import filesystem, is_remote
-from h5sidecar.workflows._report import RunReport
+from h5sidecar.workflows._report import REPORT_NAME, RunReport
 from h5sidecar.workflows._report_io import read_report, write_report
 
 __all__ = ["PruneEntry", "PruneResult", "prune"]
@@ -122,7 +129,23 @@ def prune(
     root = dest.split("://", 1)[-1].rstrip("/") if is_remote(dest) else dest.rstrip("/")
     if not fs.exists(root):
         raise SourceNotFoundError(f"{dest} does not exist: pass the DEST of h5sidecar index")
+    if not apply:  # a dry run removes nothing: it need not wait for a running index
+        return _prune(fs, dest, root, False, reasons, staging_age, storage_options,
+                      source_storage_options)  # fmt: skip
+    with dest_lock(dest, exclusive=True, holder="prune --apply"):
+        return _prune(fs, dest, root, True, reasons, staging_age, storage_options,
+                      source_storage_options)  # fmt: skip
+
+
+def _prune(fs: Any, dest: str, root: str, apply: bool, reasons: tuple[str, ...],
+           staging_age: float, storage_options: Mapping[str, Any] | None,
+           source_storage_options: Mapping[str, Any] | None) -> PruneResult:  # fmt: skip
+    """:func:`prune` once DEST is known to exist (and, to apply, locked)."""
     prefix = dest.split("://", 1)[0] + "://" if is_remote(dest) else ""
+    # read before the report: a sidecar committed after this moment is not removed
+    decided_at = _report_mtime(fs, root)
+    if decided_at is None:
+        decided_at = time.time()
     sidecars, temporaries = _walk(fs, root)
     report = _report(dest, storage_options)
     by_name = {g.name: g for g in report.granules} if report else {}
@@ -153,7 +176,7 @@ def prune(
         entries.extend(_orphans(kept, by_name, storage_options,
                                 source_storage_options or storage_options))
     if apply:
-        entries = [_remove(fs, e, prefix) for e in entries]
+        entries = [_remove(fs, e, prefix, decided_at) for e in entries]
         if report is not None:
             _drop_from_report(report, dest, entries, storage_options)
     return PruneResult(dest, tuple(entries), apply, len(sidecars))
@@ -209,15 +232,24 @@ def _format_kept(name: str, found: Mapping[str, str], by_name: Mapping[str, Any]
         for fmt, path in found.items():
             if normalize_url(path) == normalize_url(entry.sidecar):
                 return fmt
-    def mtime(path: str) -> float:
-        target = path[len(prefix):]
-        if path.endswith(".parq"):
-            target = f"{target}/.zmetadata"
-        try:
-            return _mtime(fs.info(target)) or 0.0
-        except FileNotFoundError:
-            return 0.0
-    return max(found, key=lambda fmt: mtime(found[fmt]))
+    return max(found, key=lambda fmt: _committed(fs, found[fmt][len(prefix):]) or 0.0)
+
+
+def _committed(fs: Any, path: str) -> float | None:
+    """When the sidecar at ``path`` (no scheme) was last written: its file's mtime, a Parquet
+    sidecar's ``.zmetadata`` (written last, its commit marker); None when gone."""
+    target = f"{path}/.zmetadata" if path.endswith(".parq") else path
+    try:
+        return _mtime(fs.info(target))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _report_mtime(fs: Any, root: str) -> float | None:
+    try:
+        return _mtime(fs.info(f"{root}/{REPORT_NAME}"))
+    except FileNotFoundError:
+        return None
 
 
 def _orphans(kept: Mapping[str, str], by_name: Mapping[str, Any],
@@ -258,8 +290,16 @@ def _path(url: str) -> str:
 
 
 # -- removing ---------------------------------------------------------------------------------
-def _remove(fs: Any, e: PruneEntry, prefix: str) -> PruneEntry:
+def _remove(fs: Any, e: PruneEntry, prefix: str, decided_at: float) -> PruneEntry:
+    """Remove ``e``, unless it is a sidecar committed after ``decided_at`` (the run report's
+    mtime when prune read it): then an index run wrote it since, and the report prune
+    decided from does not describe it yet."""
     target = e.path[len(prefix):]
+    if e.reason != "staging":
+        written = _committed(fs, target)
+        if written is not None and written > decided_at:
+            return replace(e, detail=f"{e.detail}; kept: written after the run report prune "
+                                     "read (an index run is writing to DEST)")  # fmt: skip
     with contextlib.suppress(FileNotFoundError):  # gone meanwhile: the goal is reached
         fs.rm(target, recursive=True)
     return replace(e, removed=True)
