@@ -174,11 +174,26 @@ def check_request_path(raw_path: str, path: str, *, max_length: int) -> None:
 
 
 # -- ranges -------------------------------------------------------------------------------------
+#: RFC 9110's digits are ASCII only: ``str.isdigit`` also takes superscripts ("²"), which
+#: ``int`` refuses.
+_DIGITS = re.compile(r"[0-9]+")
+#: Any position at least this large lies past the end of every value served.
+_HUGE = 2**63
+
+
+def _position(digits: str) -> int:
+    """The number ``digits`` spells, saturated at :data:`_HUGE`: a header of thousands of
+    digits is past any end, and ``int()`` refuses strings over 4,300 digits anyway."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) < 19 else _HUGE
+
+
 def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     """``(start, stop)`` asked for by a ``Range`` header, or ``None`` to send everything.
 
     Only single byte ranges are served (``bytes=a-b``, ``bytes=a-``, ``bytes=-n``).  Headers in
-    another unit or with invalid syntax are ignored, as RFC 9110 asks.
+    another unit or with invalid syntax are ignored, as RFC 9110 asks.  Numbers of any length
+    are accepted: a start past the end is refused, an end past the end is clipped.
 
     Raises
     ------
@@ -197,23 +212,24 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
         )
     first, dash, last = spec.partition("-")
     first, last = first.strip(), last.strip()
-    if not dash or not (first.isdigit() or first == "") or not (last.isdigit() or last == ""):
+    if not dash or not all(p == "" or _DIGITS.fullmatch(p) for p in (first, last)):
         return None
     if first == "":
         if last == "":
             return None
-        n = int(last)
+        n = _position(last)
         if n == 0 or size == 0:
             raise RangeNotSatisfiableError(f"empty suffix range of a {size}-byte value", size=size)
         return max(size - n, 0), size
-    start = int(first)
-    if last and int(last) < start:
+    start = _position(first)
+    if last and _position(last) < start:
         return None
     if start >= size:
+        shown = f"{start}" if start < _HUGE else f"{first[:20]}... ({len(first)} digits)"
         raise RangeNotSatisfiableError(
-            f"range starts at byte {start} but the value has {size} bytes", size=size
+            f"range starts at byte {shown} but the value has {size} bytes", size=size
         )
-    stop = size if last == "" else min(int(last) + 1, size)
+    stop = size if last == "" else min(_position(last) + 1, size)
     return start, stop
 
 
