@@ -5,6 +5,9 @@ from worker threads, so it is bound to no event loop (zarr's loop and fsspec's l
 as they share obstore's clients).  Each request follows redirects itself rather than letting
 the library do it, because each hop decides its own headers:
 
+* a hop leaves the source's origin only for an allowed host, and reaches an address inside the
+  network only when that host is named exactly (:mod:`h5sidecar.sources._hops`), checked before
+  connecting to it;
 * the ``Range`` (and ``If-Match``) header is kept on every hop;
 * credentials go only where :class:`~h5sidecar.sources._auth.HttpAuth` says (the token to the
   source's origin, ``.netrc`` basic auth to the hosts it names);
@@ -44,6 +47,7 @@ import urllib3
 from h5sidecar.errors import SourceAuthError, SourceReadError
 from h5sidecar.sources._auth import HttpAuth, origin_of, secure_for_credentials
 from h5sidecar.sources._content_range import expected_part, slice_part
+from h5sidecar.sources._hops import REDIRECT_HOSTS_ENV, RedirectPolicy
 
 __all__ = [
     "HttpClient",
@@ -108,6 +112,7 @@ class HttpClient:
     def __init__(self, storage_options: Mapping[str, Any] | None = None, *,
                  timeout: float = 60.0) -> None:  # fmt: skip
         self.auth = HttpAuth(storage_options)
+        self.redirects = RedirectPolicy.from_env(self.auth.netrc_hosts)
         self._pool = urllib3.PoolManager(num_pools=16, maxsize=32, block=False,
                                          timeout=urllib3.Timeout(connect=min(timeout, 30.0),
                                                                  read=timeout))  # fmt: skip
@@ -191,6 +196,7 @@ class HttpClient:
                 resp.drain_conn()
                 resp.release_conn()
                 target = self._next_hop(url, target, location)
+                self.redirects.check(url, source_origin, target)  # before connecting to it
                 continue
             if cached and resp.status in (400, 401, 403, 404):
                 # the cached signed URL expired (S3 answers 400 or 403): resolve the chain again
@@ -350,8 +356,9 @@ def _threads() -> ThreadPoolExecutor:
 def http_client(storage_options: Mapping[str, Any] | None = None) -> HttpClient:
     """The shared :class:`HttpClient` for these options (cookies and signed URLs are shared by
     every reader of the process that uses the same options)."""
-    # the variables HttpAuth reads are part of the key: a changed token means another client
-    env = [os.environ.get(k) for k in ("EARTHDATA_TOKEN", "NETRC", "HOME")]
+    # the variables HttpAuth and the redirect policy read are part of the key: a changed token
+    # (or list of redirect hosts) means another client
+    env = [os.environ.get(k) for k in ("EARTHDATA_TOKEN", "NETRC", "HOME", REDIRECT_HOSTS_ENV)]
     key = hashlib.sha256(
         json.dumps([dict(storage_options or {}), env], sort_keys=True, default=str).encode()
     ).hexdigest()
