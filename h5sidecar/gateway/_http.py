@@ -243,16 +243,18 @@ def etag_of(*parts: object) -> str:
 class Admission:
     """Bounds requests that read upstream: ``limit`` at once, ``max_pending`` waiting.
 
-    A request that would wait beyond ``max_pending`` others, or longer than ``wait_timeout``,
-    fails at once with :class:`SaturatedError` (503 + ``Retry-After``) instead of piling up
-    until clients time out.  Requests answered from memory (metadata, inline chunks, shard
-    indexes, cached chunks) never enter the gate.
+    A request that would wait beyond ``max_pending`` others fails at once, and one that waited
+    ``wait_timeout`` seconds (or past the ``deadline`` it was given) fails then, with
+    :class:`SaturatedError` (503 + ``Retry-After``) instead of piling up until clients time
+    out.  Requests answered from memory (metadata, inline chunks, shard indexes, cached chunks)
+    never enter the gate.
     """
 
     def __init__(self, limit: int, max_pending: int, *, wait_timeout: float = 30.0) -> None:
-        if limit < 1 or max_pending < 0:
+        if limit < 1 or max_pending < 0 or not wait_timeout > 0:
             raise ValueError(
-                f"max_upstream must be >= 1 and max_pending >= 0, got {limit} and {max_pending}"
+                f"max_upstream must be >= 1, max_pending >= 0 and queue_timeout > 0, got "
+                f"{limit}, {max_pending} and {wait_timeout}"
             )
         self.limit = limit
         self.max_pending = max_pending
@@ -262,8 +264,9 @@ class Admission:
         self._sem: asyncio.Semaphore | None = None
 
     @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Hold one upstream slot for the duration of the ``async with`` block."""
+    async def slot(self, deadline: float | None = None) -> AsyncIterator[None]:
+        """Hold one upstream slot for the duration of the ``async with`` block, waiting for it
+        until ``deadline`` (the running loop's ``time()``; default: ``wait_timeout`` from now)."""
         if self._sem is None:
             self._sem = asyncio.Semaphore(self.limit)
         sem = self._sem
@@ -274,12 +277,16 @@ class Admission:
                     f"{self.waiting} waiting): retry after a second",
                     retry_after=1,
                 )
+            loop = asyncio.get_running_loop()
+            until = loop.time() + self.wait_timeout if deadline is None else deadline
             self.waiting += 1
             try:
-                await asyncio.wait_for(sem.acquire(), self.wait_timeout)
+                async with asyncio.timeout_at(until):
+                    await sem.acquire()
             except TimeoutError as exc:
                 raise SaturatedError(
-                    f"waited {self.wait_timeout:.0f} s for an upstream slot: retry later",
+                    f"waited {self.wait_timeout:g} s for an upstream slot ({self.active} "
+                    f"upstream reads running, {self.waiting - 1} others waiting): retry later",
                     retry_after=2,
                 ) from exc
             finally:

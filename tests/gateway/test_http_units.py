@@ -268,6 +268,37 @@ def test_admission_bounds_and_rejects() -> None:
     asyncio.run(scenario())
     with pytest.raises(ValueError):
         Admission(0, 1)
+    with pytest.raises(ValueError, match="queue_timeout"):
+        Admission(1, 1, wait_timeout=0)
+
+
+def test_admission_waits_until_the_deadline_it_is_given() -> None:
+    async def scenario() -> None:
+        gate = Admission(1, 4, wait_timeout=60.0)
+        release = asyncio.Event()
+
+        async def hold() -> None:
+            async with gate.slot():
+                await release.wait()
+
+        holder = asyncio.create_task(hold())
+        while gate.active < 1:
+            await asyncio.sleep(0)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        with pytest.raises(SaturatedError) as err:
+            async with gate.slot(t0 + 0.05):  # the caller's deadline, not wait_timeout
+                pass
+        assert 0.05 <= loop.time() - t0 < 5 and err.value.retry_after == 2
+        waiter = asyncio.create_task(gate.slot(t0 + 60).__aenter__())
+        await asyncio.sleep(0.01)
+        assert gate.waiting == 1  # queued, within max_pending
+        release.set()
+        await waiter
+        assert gate.active == 1 and gate.waiting == 0
+        await holder
+
+    asyncio.run(scenario())
 
 
 # -- DEST -------------------------------------------------------------------------------------
