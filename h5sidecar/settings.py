@@ -266,11 +266,17 @@ class GatewaySettings:
         Upstream requests in flight at once; beyond ``max_pending`` waiting requests the gateway
         answers 503 with ``Retry-After``.
     max_pending : int
+        Requests that may wait for an upstream slot, per granule and gateway-wide; one more is
+        answered 503 (``Retry-After: 1``) at once.
+    queue_timeout : float
+        Seconds a request may wait for its upstream slots (both gates together) before it is
+        answered 503 (``Retry-After: 2``); independent of ``request_timeout``, which bounds
+        each upstream attempt once a slot is held.
     max_key_length : int
     max_response_bytes : int
     max_per_granule : int
-        Upstream reads of one granule in flight at once; more wait (then 503), so one slow or
-        blocking source cannot take every upstream slot.
+        Upstream reads of one granule in flight at once; up to ``max_pending`` more wait, so one
+        slow or blocking source cannot take every upstream slot.
     shutdown_seconds : float
         On SIGTERM/SIGINT, in-flight requests get this long to finish before they are cut.
     max_connections : int
@@ -288,6 +294,7 @@ class GatewaySettings:
     cache_bytes: int = 256 * 2**20
     max_upstream: int = 64
     max_pending: int = 256
+    queue_timeout: float = 30.0
     max_key_length: int = 512
     max_response_bytes: int = 256 * 2**20
     max_per_granule: int = 16

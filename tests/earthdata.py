@@ -190,8 +190,11 @@ def _handler(archive: Archive, host: str) -> type[BaseHTTPRequestHandler]:
 
 
 @pytest.fixture
-def earthdata() -> Iterator[Archive]:
-    """A running Earthdata-like archive (two servers on 127.0.0.1), stopped after the test."""
+def earthdata(monkeypatch: pytest.MonkeyPatch) -> Iterator[Archive]:
+    """A running Earthdata-like archive (two servers on 127.0.0.1), stopped after the test.
+
+    Its login host (which serves the signed URLs) is an allowed redirect target, as an
+    Earthdata user allows the login host and the host of the signed URLs."""
     from h5sidecar.sources._http import clear_http_clients
 
     archive = Archive()
@@ -203,6 +206,7 @@ def earthdata() -> Iterator[Archive]:
         threading.Thread(target=server.serve_forever, daemon=True).start()
     archive.data_port = servers[0].server_address[1]
     archive.login_port = servers[1].server_address[1]
+    monkeypatch.setenv("H5SIDECAR_REDIRECT_HOSTS", f"localhost:{archive.login_port}")
     clear_http_clients()
     try:
         yield archive

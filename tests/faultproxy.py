@@ -10,6 +10,11 @@ forwards each request upstream and relays the answer -- unless a queued fault sa
 ``"truncate"``  the upstream headers (true ``Content-Length``) but only half the body, then close
 ``"short"``     a 206 whose ``Content-Length`` and body are both cut to half: looks complete
 ``"hang"``      never answers (until the client or the proxy closes the connection)
+``"shift"``     asks upstream for the range 4 bytes later and relays its honest 206
+``"superset"``  asks upstream for 4 more bytes on each side and relays its honest 206
+``"relabel"``   relays the bytes asked for, with a ``Content-Range`` 4 bytes earlier
+``"whole"``     drops the ``Range`` header and relays the 200 with the whole object
+``"long"``      a 206 whose ``Content-Length`` and body both have 4 bytes more than the range
 
 Faults are consumed by the next matching requests (``proxy.inject("reset", times=2)``).  Every
 request is recorded (method, path, Range header, fault applied) so tests can count exactly what
@@ -31,7 +36,8 @@ from urllib.parse import urlsplit
 
 __all__ = ["FaultProxy", "Recorded"]
 
-FAULTS = ("slowdown", "500", "403", "reset", "truncate", "short", "hang")
+FAULTS = ("slowdown", "500", "403", "reset", "truncate", "short", "hang", "shift", "superset",
+          "relabel", "whole", "long")
 
 _ERROR_BODIES = {
     "slowdown": (503, "Slow Down", "SlowDown", "Please reduce your request rate."),
@@ -192,7 +198,10 @@ class FaultProxy:
             writer.write(_error_response(*_ERROR_BODIES[fault]))
             await writer.drain()
             return True
-        status_line, headers, payload = await self._forward(head, body)
+        status_line, headers, payload = await self._forward(_moved_range(head, fault), body)
+        if fault == "relabel":
+            headers = [(k, _moved_content_range(v, -4) if k.lower() == "content-range" else v)
+                       for k, v in headers]  # fmt: skip
         if head.startswith(b"HEAD "):
             # a HEAD answer carries the object's length but no body: relay it untouched
             length = int({k.lower(): v for k, v in headers}.get("content-length", "0"))
@@ -207,6 +216,8 @@ class FaultProxy:
             return False
         if fault == "short":
             payload = payload[: len(payload) // 2]
+        elif fault == "long":
+            payload += b"\0\0\0\0"
         writer.write(_response_head(status_line, headers, len(payload)) + payload)
         await writer.drain()
         return True
@@ -233,6 +244,30 @@ def _parse_request_head(head: bytes) -> tuple[str, str, dict[str, str]]:
             k, v = line.split(":", 1)
             headers[k.strip().lower()] = v.strip()
     return method, target, headers
+
+
+def _moved_range(head: bytes, fault: str | None) -> bytes:
+    """The request head with its Range moved as ``fault`` asks (or dropped)."""
+    if fault not in ("shift", "superset", "whole"):
+        return head
+    lines = head.decode("latin-1").split("\r\n")
+    out = []
+    for ln in lines:
+        if ln.lower().startswith("range:"):
+            if fault == "whole":
+                continue
+            first, _, last = ln.split("=", 1)[1].strip().partition("-")
+            a, b = int(first), int(last)
+            a, b = (a + 4, b + 4) if fault == "shift" else (max(a - 4, 0), b + 4)
+            ln = f"Range: bytes={a}-{b}"
+        out.append(ln)
+    return "\r\n".join(out).encode("latin-1")
+
+
+def _moved_content_range(value: str, by: int) -> str:
+    span, _, total = value.removeprefix("bytes ").partition("/")
+    first, _, last = span.partition("-")
+    return f"bytes {int(first) + by}-{int(last) + by}/{total}"
 
 
 def _with_connection_close(head: bytes) -> bytes:

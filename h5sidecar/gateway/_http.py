@@ -176,11 +176,26 @@ def check_request_path(raw_path: str, path: str, *, max_length: int) -> None:
 
 
 # -- ranges -------------------------------------------------------------------------------------
+#: RFC 9110's digits are ASCII only: ``str.isdigit`` also takes superscripts ("²"), which
+#: ``int`` refuses.
+_DIGITS = re.compile(r"[0-9]+")
+#: Any position at least this large lies past the end of every value served.
+_HUGE = 2**63
+
+
+def _position(digits: str) -> int:
+    """The number ``digits`` spells, saturated at :data:`_HUGE`: a header of thousands of
+    digits is past any end, and ``int()`` refuses strings over 4,300 digits anyway."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) < 19 else _HUGE
+
+
 def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     """``(start, stop)`` asked for by a ``Range`` header, or ``None`` to send everything.
 
     Only single byte ranges are served (``bytes=a-b``, ``bytes=a-``, ``bytes=-n``).  Headers in
-    another unit or with invalid syntax are ignored, as RFC 9110 asks.
+    another unit or with invalid syntax are ignored, as RFC 9110 asks.  Numbers of any length
+    are accepted: a start past the end is refused, an end past the end is clipped.
 
     Raises
     ------
@@ -199,23 +214,24 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
         )
     first, dash, last = spec.partition("-")
     first, last = first.strip(), last.strip()
-    if not dash or not (first.isdigit() or first == "") or not (last.isdigit() or last == ""):
+    if not dash or not all(p == "" or _DIGITS.fullmatch(p) for p in (first, last)):
         return None
     if first == "":
         if last == "":
             return None
-        n = int(last)
+        n = _position(last)
         if n == 0 or size == 0:
             raise RangeNotSatisfiableError(f"empty suffix range of a {size}-byte value", size=size)
         return max(size - n, 0), size
-    start = int(first)
-    if last and int(last) < start:
+    start = _position(first)
+    if last and _position(last) < start:
         return None
     if start >= size:
+        shown = f"{start}" if start < _HUGE else f"{first[:20]}... ({len(first)} digits)"
         raise RangeNotSatisfiableError(
-            f"range starts at byte {start} but the value has {size} bytes", size=size
+            f"range starts at byte {shown} but the value has {size} bytes", size=size
         )
-    stop = size if last == "" else min(int(last) + 1, size)
+    stop = size if last == "" else min(_position(last) + 1, size)
     return start, stop
 
 
@@ -229,16 +245,18 @@ def etag_of(*parts: object) -> str:
 class Admission:
     """Bounds requests that read upstream: ``limit`` at once, ``max_pending`` waiting.
 
-    A request that would wait beyond ``max_pending`` others, or longer than ``wait_timeout``,
-    fails at once with :class:`SaturatedError` (503 + ``Retry-After``) instead of piling up
-    until clients time out.  Requests answered from memory (metadata, inline chunks, shard
-    indexes, cached chunks) never enter the gate.
+    A request that would wait beyond ``max_pending`` others fails at once, and one that waited
+    ``wait_timeout`` seconds (or past the ``deadline`` it was given) fails then, with
+    :class:`SaturatedError` (503 + ``Retry-After``) instead of piling up until clients time
+    out.  Requests answered from memory (metadata, inline chunks, shard indexes, cached chunks)
+    never enter the gate.
     """
 
     def __init__(self, limit: int, max_pending: int, *, wait_timeout: float = 30.0) -> None:
-        if limit < 1 or max_pending < 0:
+        if limit < 1 or max_pending < 0 or not wait_timeout > 0:
             raise ValueError(
-                f"max_upstream must be >= 1 and max_pending >= 0, got {limit} and {max_pending}"
+                f"max_upstream must be >= 1, max_pending >= 0 and queue_timeout > 0, got "
+                f"{limit}, {max_pending} and {wait_timeout}"
             )
         self.limit = limit
         self.max_pending = max_pending
@@ -248,8 +266,9 @@ class Admission:
         self._sem: asyncio.Semaphore | None = None
 
     @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Hold one upstream slot for the duration of the ``async with`` block."""
+    async def slot(self, deadline: float | None = None) -> AsyncIterator[None]:
+        """Hold one upstream slot for the duration of the ``async with`` block, waiting for it
+        until ``deadline`` (the running loop's ``time()``; default: ``wait_timeout`` from now)."""
         if self._sem is None:
             self._sem = asyncio.Semaphore(self.limit)
         sem = self._sem
@@ -260,12 +279,16 @@ class Admission:
                     f"{self.waiting} waiting): retry after a second",
                     retry_after=1,
                 )
+            loop = asyncio.get_running_loop()
+            until = loop.time() + self.wait_timeout if deadline is None else deadline
             self.waiting += 1
             try:
-                await asyncio.wait_for(sem.acquire(), self.wait_timeout)
+                async with asyncio.timeout_at(until):
+                    await sem.acquire()
             except TimeoutError as exc:
                 raise SaturatedError(
-                    f"waited {self.wait_timeout:.0f} s for an upstream slot: retry later",
+                    f"waited {self.wait_timeout:g} s for an upstream slot ({self.active} "
+                    f"upstream reads running, {self.waiting - 1} others waiting): retry later",
                     retry_after=2,
                 ) from exc
             finally:

@@ -11,6 +11,7 @@ while its source was seen unchanged within ``revalidate_seconds``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -35,9 +36,10 @@ class UpstreamReads:
     Parameters
     ----------
     settings : GatewaySettings
-        ``max_upstream``, ``max_per_granule``, ``max_pending``, ``max_response_bytes``.
+        ``max_upstream``, ``max_per_granule``, ``max_pending``, ``queue_timeout``,
+        ``max_response_bytes``.
     read_settings : ReadSettings
-        Its ``request_timeout`` bounds how long a request waits for a granule's slot.
+        The read path's settings (kept for the fetchers).
     metrics : GatewayMetrics
         Where upstream requests/bytes and chunk-cache hits/misses are counted.
     chunks : ByteLRU
@@ -52,7 +54,8 @@ class UpstreamReads:
         self.chunks = chunks
         #: replaced by the gateway whenever DEST's sources change
         self.allow = AllowList(())
-        self.admission = Admission(settings.max_upstream, settings.max_pending)
+        self.admission = Admission(settings.max_upstream, settings.max_pending,
+                                   wait_timeout=settings.queue_timeout)  # fmt: skip
         # per-granule upstream gates (created on demand, dropped when idle): one slow or
         # blocking source holds at most max_per_granule of the max_upstream slots
         self._per_granule: dict[str, Admission] = {}
@@ -148,21 +151,25 @@ class UpstreamReads:
     async def upstream(self, name: str) -> AsyncIterator[None]:
         """Hold an upstream slot for granule ``name``: one of its ``max_per_granule``, then one
         of the gateway's ``max_upstream`` (the granule's gate first, so requests queued behind
-        a stalled source never hold gateway-wide slots).
+        a stalled source never hold gateway-wide slots).  Up to ``max_pending`` requests wait at
+        each gate, for ``queue_timeout`` seconds in all.
 
         Raises
         ------
         SaturatedError
-            Too many requests already wait (503 with ``Retry-After``).
+            ``max_pending`` requests already wait (503, ``Retry-After: 1``), or the slots did
+            not come within ``queue_timeout`` (503, ``Retry-After: 2``).
         """
         gate = self._per_granule.get(name)
         if gate is None:
-            limit = self.settings.max_per_granule
-            gate = self._per_granule[name] = Admission(
-                limit, self.settings.max_pending, wait_timeout=self.read_settings.request_timeout
-            )
+            s = self.settings
+            gate = self._per_granule[name] = Admission(s.max_per_granule, s.max_pending,
+                                                       wait_timeout=s.queue_timeout)  # fmt: skip
+        # one deadline for both queues: queue_timeout bounds the whole wait for slots (not
+        # request_timeout, which bounds an upstream attempt once a slot is held)
+        deadline = asyncio.get_running_loop().time() + self.settings.queue_timeout
         try:
-            async with gate.slot(), self.admission.slot():
+            async with gate.slot(deadline), self.admission.slot(deadline):
                 yield
         finally:
             if gate.active == 0 and gate.waiting == 0 and self._per_granule.get(name) is gate:

@@ -129,6 +129,11 @@ class HttpAuth:
         return out
 
     @property
+    def netrc_hosts(self) -> frozenset[str]:
+        """The hosts the ``.netrc`` in use names (lower-case): redirects may lead there."""
+        return frozenset(self._basic)
+
+    @property
     def has_credentials(self) -> bool:
         """Whether any token, Authorization header or ``.netrc`` login is configured."""
         return self.sources_token or bool(self._basic)

@@ -8,7 +8,10 @@ are sorted here into three internal kinds the executor acts on:
   resets, timeouts, truncated bodies: worth retrying;
 * :class:`SourceGoneError` -- the object does not exist (404) or a precondition failed (412);
 * a public :class:`~h5sidecar.errors.SourceReadError` -- anything retrying cannot fix
-  (403, 400, bad credentials).
+  (403, 400, bad credentials, an answer holding another byte range than asked for).
+
+obstore checks each ranged answer's status and ``Content-Range`` against the range asked for
+(a mismatch is an error naming both ranges), not its body's length: the executor checks that.
 
 obstore was chosen over aiohttp/s3fs by measurement (see the README, "Read path: tuning"): it
 spends several times less client CPU per ranged GET, and its client is not bound to an asyncio
@@ -38,6 +41,7 @@ from h5sidecar.sources._stores import (
     STORE_ERRORS,
     http_status,
     provider_failure,
+    range_mismatch,
     resolve_store,
 )
 from h5sidecar.sources._urls import SourceLocation
@@ -212,6 +216,14 @@ def _identity(meta: Any) -> ObservedIdentity:
 
 
 def _classify(exc: BaseException, loc: SourceLocation) -> Exception:
+    if range_mismatch(exc):
+        # obstore checked Content-Range: the server answers other bytes, and would again
+        return SourceReadError(
+            f"GET {loc.url} was answered with another byte range than the one asked for "
+            f"({_first_line(exc)}); refusing bytes that may not be the ones asked for. Check "
+            "the endpoint (or the proxy in front of it).",
+            url=loc.url,
+        )
     status = http_status(exc)
     if status == 416:
         # ranges were checked against the size recorded at index time, so the object shrank
@@ -232,7 +244,7 @@ def transient_store_error(exc: Exception) -> bool:
     precondition or denied access.  The same verdict :func:`_classify` gives the read path."""
     final = (H5SidecarError, FileNotFoundError, PreconditionError, PermissionDeniedError,
              UnauthenticatedError)  # fmt: skip
-    if not isinstance(exc, STORE_ERRORS) or isinstance(exc, final):
+    if not isinstance(exc, STORE_ERRORS) or isinstance(exc, final) or range_mismatch(exc):
         return False
     status = http_status(exc)
     return status is None or status >= 500 or status in _RETRYABLE_4XX

@@ -5,6 +5,9 @@ from worker threads, so it is bound to no event loop (zarr's loop and fsspec's l
 as they share obstore's clients).  Each request follows redirects itself rather than letting
 the library do it, because each hop decides its own headers:
 
+* a hop leaves the source's origin only for an allowed host, and reaches an address inside the
+  network only when that host is named exactly (:mod:`h5sidecar.sources._hops`), checked before
+  connecting to it;
 * the ``Range`` (and ``If-Match``) header is kept on every hop;
 * credentials go only where :class:`~h5sidecar.sources._auth.HttpAuth` says (the token to the
   source's origin, ``.netrc`` basic auth to the hosts it names);
@@ -13,6 +16,9 @@ the library do it, because each hop decides its own headers:
 * the final URL of a chain that ended elsewhere (a signed S3 URL) is cached per source for
   :data:`SIGNED_URL_SECONDS`, so later ranged GETs skip the chain; a 401/403 or 400 from a cached
   URL (it expired) drops it and resolves the chain again.
+
+Every answer's ``Content-Range`` and body length are checked against the range asked for
+before its bytes are used (:mod:`h5sidecar.sources._content_range`).
 
 The source's identity comes from the response's headers (``ETag``, ``Content-Range`` total or
 ``Content-Length``, ``Last-Modified``); a ``stat`` is a one-byte ranged GET, not a HEAD, because
@@ -40,6 +46,8 @@ import urllib3
 
 from h5sidecar.errors import SourceAuthError, SourceReadError
 from h5sidecar.sources._auth import HttpAuth, origin_of, secure_for_credentials
+from h5sidecar.sources._content_range import expected_part, slice_part
+from h5sidecar.sources._hops import REDIRECT_HOSTS_ENV, RedirectPolicy
 
 __all__ = [
     "HttpClient",
@@ -104,6 +112,7 @@ class HttpClient:
     def __init__(self, storage_options: Mapping[str, Any] | None = None, *,
                  timeout: float = 60.0) -> None:  # fmt: skip
         self.auth = HttpAuth(storage_options)
+        self.redirects = RedirectPolicy.from_env(self.auth.netrc_hosts)
         self._pool = urllib3.PoolManager(num_pools=16, maxsize=32, block=False,
                                          timeout=urllib3.Timeout(connect=min(timeout, 30.0),
                                                                  read=timeout))  # fmt: skip
@@ -132,25 +141,34 @@ class HttpClient:
             404/410, 412, 416 and retryable failures, for the caller to translate.
         SourceReadError
             Any other failure retrying cannot fix (a redirect loop, another 4xx, a server that
-            ignores ``Range``).
+            ignores ``Range``, an answer holding another range than asked for: see
+            :mod:`h5sidecar.sources._content_range`).
         """
         extra = {"Range": f"bytes={start}-{stop - 1}", **(headers or {})}
-        resp, final = self._resolve(url, extra)
+        resp, _final = self._resolve(url, extra)
+        keep = False
         try:
-            if resp.status == 200:
-                # a server that ignores Range sends the whole object: refuse before reading it
+            if resp.status != 206:
+                # a server that ignores Range sends the whole object (200): refused before it
+                # is read, as a granule may be gigabytes and the range a few bytes of it
                 raise SourceReadError(
-                    f"GET {url} answered the whole object instead of the requested byte range; "
-                    "h5sidecar reads web sources with Range requests only: use a server (or "
-                    "another URL of the archive) that supports them",
+                    f"GET {url} answered HTTP {resp.status} instead of 206 with the requested "
+                    "byte range; h5sidecar reads web sources with Range requests only: use a "
+                    "server (or another URL of the archive) that supports them",
                     url=url,
                 )
-            data = resp.read()
+            part = expected_part(url, start, stop, resp.headers)  # before reading the body
+            # one byte more than promised shows a body longer than its Content-Range
+            body = resp.read(amt=part.length + 1)
+            data = slice_part(url, start, stop, part, body)
+            keep = True
         except urllib3.exceptions.HTTPError as exc:
             raise HttpTransient(f"reading the answer of GET {url} failed: {type(exc).__name__}") from exc
         finally:
+            if not keep:
+                resp.close()  # a body not read to its end must not reach the next request
             resp.release_conn()
-        return _response(url, final, resp, data)
+        return _response(resp, part.total, data)
 
     async def get_range_async(self, url: str, start: int, stop: int,
                               headers: Mapping[str, str] | None = None) -> HttpResponse:  # fmt: skip
@@ -178,6 +196,7 @@ class HttpClient:
                 resp.drain_conn()
                 resp.release_conn()
                 target = self._next_hop(url, target, location)
+                self.redirects.check(url, source_origin, target)  # before connecting to it
                 continue
             if cached and resp.status in (400, 401, 403, 404):
                 # the cached signed URL expired (S3 answers 400 or 403): resolve the chain again
@@ -308,26 +327,15 @@ def _public(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{parts.path}"
 
 
-def _response(url: str, final: str, resp: Any, data: bytes) -> HttpResponse:
+def _response(resp: Any, total: int | None, data: bytes) -> HttpResponse:
+    assert total is not None  # expected_part refused an answer without the object's size
     headers = resp.headers
-    total = None
-    content_range = headers.get("Content-Range") or ""
-    if "/" in content_range:
-        tail = content_range.rsplit("/", 1)[1].strip()
-        total = int(tail) if tail.isdigit() else None
-    if total is None:
-        raise SourceReadError(
-            f"GET {url} gave no object size (no Content-Range total); h5sidecar needs servers "
-            "that answer Range requests with it",
-            url=url,
-        )
     modified = headers.get("Last-Modified")
     try:
         when = parsedate_to_datetime(modified) if modified else None
     except (TypeError, ValueError):
         when = None
-    etag = headers.get("ETag")
-    return HttpResponse(data=data, size=total, etag=etag, last_modified=when)
+    return HttpResponse(data=data, size=total, etag=headers.get("ETag"), last_modified=when)
 
 
 # -- shared clients and threads ------------------------------------------------------------------
@@ -348,8 +356,9 @@ def _threads() -> ThreadPoolExecutor:
 def http_client(storage_options: Mapping[str, Any] | None = None) -> HttpClient:
     """The shared :class:`HttpClient` for these options (cookies and signed URLs are shared by
     every reader of the process that uses the same options)."""
-    # the variables HttpAuth reads are part of the key: a changed token means another client
-    env = [os.environ.get(k) for k in ("EARTHDATA_TOKEN", "NETRC", "HOME")]
+    # the variables HttpAuth and the redirect policy read are part of the key: a changed token
+    # (or list of redirect hosts) means another client
+    env = [os.environ.get(k) for k in ("EARTHDATA_TOKEN", "NETRC", "HOME", REDIRECT_HOSTS_ENV)]
     key = hashlib.sha256(
         json.dumps([dict(storage_options or {}), env], sort_keys=True, default=str).encode()
     ).hexdigest()

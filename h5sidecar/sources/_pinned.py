@@ -63,7 +63,8 @@ async def _get_async(store: Any, path: str, options: dict[str, Any]) -> Any:
 
 
 class _ShortRead(Exception):
-    """A response shorter than the range asked for (internal; retried, then a SourceReadError)."""
+    """A body shorter or longer than the range asked for (internal; retried, then a
+    SourceReadError)."""
 
 
 def _transient(exc: Exception) -> bool:
@@ -154,7 +155,12 @@ class PinnedFetcher:
         async def once() -> Any:
             options = {"range": (0, self.first_request)}
             result = await _get_async(self.store, self.path, options)
-            return result, bytes(await result.bytes_async())
+            data = bytes(await result.bytes_async())
+            # obstore checks Content-Range, not the body's length: bytes past the range would
+            # be cached as the object's
+            if len(data) != min(self.first_request, int(result.meta["size"])):
+                raise _ShortRead(len(data))
+            return result, data
 
         try:
             result, data = await retrying(once, retries=self.retries, backoff=self.backoff,
@@ -163,6 +169,12 @@ class PinnedFetcher:
             raise SourceNotFoundError(f"{self.url} does not exist; check the URL") from exc
         except H5SidecarError:
             raise  # already says what happened (e.g. a web source refused the credentials)
+        except _ShortRead as exc:
+            raise SourceReadError(
+                f"{self.url} answered {exc.args[0]} bytes for its first "
+                f"{self.first_request}; the connection was cut or the server miscounts: retry",
+                url=self.url,
+            ) from exc
         except STORE_ERRORS as exc:
             if http_status(exc) == 416:  # an empty object has no byte 0 to range over
                 raise NotHDF5Error(f"{self.url} is empty, not an HDF5 file") from exc

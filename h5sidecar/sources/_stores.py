@@ -67,6 +67,7 @@ __all__ = [
     "normalize_url",
     "parse_url",
     "provider_failure",
+    "range_mismatch",
     "resolve_store",
     "translate_store_error",
 ]
@@ -361,6 +362,21 @@ def http_status(exc: BaseException) -> int | None:
     return int(match.group(1)) if match else None
 
 
+#: How object_store (under obstore) reports an answer holding another range than asked for
+#: (``GetResultError``: a 200 to a ranged GET, no or a malformed ``Content-Range``, another
+#: range): it checks ``Content-Range`` itself, so these are the server's, not the network's.
+_RANGE_MISMATCH = re.compile(
+    r"non-partial response when range requested|Content-Range header not present|"
+    r"CONTENT_RANGE|Requested \d+\.\.\d+, got \d+\.\.\d+"
+)
+
+
+def range_mismatch(exc: BaseException) -> bool:
+    """Whether a failed obstore GET was answered with another byte range than it asked for
+    (a 200, or a 206 whose ``Content-Range`` names other bytes): not worth a retry."""
+    return _RANGE_MISMATCH.search(str(exc)) is not None
+
+
 def provider_failure(exc: BaseException, url: str) -> CredentialsError | None:
     """The :class:`~h5sidecar.errors.CredentialsError` of a request that failed because its
     credential provider raised (obstore reports it as unauthenticated), else None.  Not worth a
@@ -399,6 +415,11 @@ def translate_store_error(exc: BaseException, url: str, action: str) -> Exceptio
         hint = (
             "the bucket lives in another region than the one configured; pass "
             "storage_options={'client_kwargs': {'region_name': REGION}} or set AWS_REGION"
+        )
+    elif range_mismatch(exc):
+        hint = (
+            "the endpoint (or a proxy in front of it) answered another byte range than the one "
+            "asked for; refusing bytes that may not be the ones asked for: check the endpoint"
         )
     elif isinstance(exc, (oe.PermissionDeniedError, oe.UnauthenticatedError, PermissionError)):
         hint = "access denied; check credentials (key/secret/token or AWS_* variables) and anon"

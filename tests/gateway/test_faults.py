@@ -344,6 +344,58 @@ def test_stalled_upstream_times_out_and_other_granules_are_served(stalled_s3) ->
             assert set(stuck.result()) <= {502, 503}
 
 
+def _timed_get_many(url: str, paths: list[str], timeout: float) -> list[tuple[int, float, str]]:
+    """GET every path at once; (status, seconds to the answer, Retry-After) of each."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    t0 = time.monotonic()
+
+    def one(path: str) -> tuple[int, float, str]:
+        r = httpx.get(url + path, timeout=timeout)
+        return r.status_code, time.monotonic() - t0, r.headers.get("retry-after", "")
+
+    with ThreadPoolExecutor(len(paths)) as pool:
+        return list(pool.map(one, paths))
+
+
+def test_requests_queue_up_to_max_pending_behind_a_hung_source(stalled_s3) -> None:
+    """max_per_granule read, max_pending wait (however short request_timeout is), the rest
+    get 503 at once; the queued ones get their turn and the stalled source's 502."""
+    from h5sidecar.settings import ReadSettings
+
+    dest, proxy, options, bucket = stalled_s3
+    proxy.inject("hang", times=1000, match=lambda r: r.path.endswith("/a.h5"))
+    read = ReadSettings(request_timeout=0.4, retries=0, backoff=0.0)
+    with gateway(str(dest), options, read_settings=read, allow=(f"s3://{bucket}/",),
+                 max_upstream=8, max_per_granule=2, max_pending=6) as (url, _app):  # fmt: skip
+        got = _timed_get_many(url, [f"/zarr/a.h5/{VAR}/{i % 4}" for i in range(11)], timeout=30)
+    statuses = sorted(status for status, _, _ in got)
+    # 2 read + 6 queued (each reaching the source in turn: 502 after its request_timeout),
+    # 3 beyond the queue: 503 + Retry-After at once
+    assert statuses == [502] * 8 + [503] * 3, got
+    assert all(after == "1" for status, _, after in got if status == 503), got
+    # "at once": before the first read's request_timeout ran out
+    assert max(t for s, t, _ in got if s == 503) < min(t for s, t, _ in got if s == 502), got
+    assert max(t for _, t, _ in got) < 10
+
+
+def test_the_queue_wait_is_bounded_by_queue_timeout(stalled_s3) -> None:
+    from h5sidecar.settings import ReadSettings
+
+    dest, proxy, options, bucket = stalled_s3
+    proxy.inject("hang", times=1000, match=lambda r: r.path.endswith("/a.h5"))
+    read = ReadSettings(request_timeout=4.0, retries=0, backoff=0.0)
+    with gateway(str(dest), options, read_settings=read, allow=(f"s3://{bucket}/",),
+                 max_upstream=8, max_per_granule=1, max_pending=4,
+                 queue_timeout=1.0) as (url, _app):  # fmt: skip
+        got = _timed_get_many(url, [f"/zarr/a.h5/{VAR}/{i % 4}" for i in range(5)], timeout=30)
+    assert sorted(s for s, _, _ in got) == [502] + [503] * 4, got
+    waited = [t for status, t, _ in got if status == 503]
+    assert all(1.0 <= t < 3.0 for t in waited), got  # the queue timeout, not request_timeout
+    assert all(after == "2" for status, _, after in got if status == 503), got
+
+
 def test_sigterm_stops_the_server_within_the_shutdown_bound(stalled_s3) -> None:
     import signal
     import time

@@ -120,3 +120,50 @@ def test_process_workers_use_the_callers_current_token(archive: Archive, tmp_pat
                         workers=1)  # fmt: skip
     assert report.counts["ok"] == 1, report.to_dict()
     assert archive.token not in str(report.to_dict())
+
+
+def test_gateway_follows_redirects_only_to_allowed_hosts(archive: Archive, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The archive's signed URLs live on its login host: without it among the allowed redirect
+    hosts the gateway refuses the hop (502) and sends nothing there."""
+    import httpx
+
+    dest = tmp_path / "dest"
+    index_many([archive.url("a.h5")], str(dest), format="json", executor="serial")
+    monkeypatch.delenv("H5SIDECAR_REDIRECT_HOSTS")
+    before = len(archive.seen("login"))
+    with gateway(str(dest)) as (url, _app):
+        r = httpx.get(f"{url}/zarr/a.h5/gt1l/heights/h_ph/0", timeout=30)
+    assert r.status_code == 502 and r.json()["error"] == "source_read", r.text
+    assert "not an allowed redirect target" in r.json()["message"]
+    assert len(archive.seen("login")) == before
+
+
+@pytest.mark.parametrize("mode", ["shifted", "label_later", "superset"])
+def test_gateway_checks_the_ranges_its_upstream_answers(tmp_path: Path, mode: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """An upstream answering another range than asked for is a 502, never wrong bytes; a
+    superset is sliced."""
+    import httpx
+
+    from h5sidecar.indexer import index_granule
+    from h5sidecar.references import write_json
+    from tests.sources.ranges_server import ranges_server
+
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    path = tmp_path / "g.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("lat", data=np.arange(-89, 8103, 2, dtype="<i4"), chunks=(1024,))
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with ranges_server(path) as upstream:
+        write_json(index_granule(upstream.url), dest / "g.h5.json")
+        upstream.mode = mode
+        with gateway(str(dest), allow=(upstream.url,)) as (url, _app):
+            r = httpx.get(f"{url}/zarr/g.h5/lat/1", timeout=30)
+    if mode == "superset":
+        assert r.status_code == 200, r.text
+        with h5py.File(path) as f:
+            np.testing.assert_array_equal(np.frombuffer(r.content, "<i4"), f["lat"][1024:2048])
+    else:
+        assert r.status_code == 502 and r.json()["error"] == "source_read", r.text

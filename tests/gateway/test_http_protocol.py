@@ -122,6 +122,11 @@ def test_unsatisfiable_and_ignored_ranges(http: httpx.Client, served) -> None:
     assert r.headers["content-range"] == f"bytes */{size}"
     assert r.json()["error"] == "range_not_satisfiable"
     assert http.get(f"{url}/zarr/{H_PH}/1", headers={"Range": "bytes=0-1,4-5"}).status_code == 416
+    # 5,000 digits: past the end (416), not a traceback (500)
+    huge = http.get(f"{url}/zarr/{H_PH}/1", headers={"Range": f"bytes={'9' * 5000}-"})
+    assert huge.status_code == 416 and huge.json()["error"] == "range_not_satisfiable"
+    tail = http.get(f"{url}/zarr/{H_PH}/1", headers={"Range": f"bytes=1-{'9' * 5000}"})
+    assert tail.status_code == 206 and len(tail.content) == size - 1
     for ignored in ("items=0-5", "bytes=abc", "bytes=9-3"):  # RFC 9110: ignore, send it all
         r = http.get(f"{url}/zarr/{H_PH}/1", headers={"Range": ignored})
         assert r.status_code == 200 and len(r.content) == size

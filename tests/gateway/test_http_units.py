@@ -64,6 +64,43 @@ def test_parse_range_refusals_and_ignored_forms() -> None:
         parse_range("bytes=-3", 0)
 
 
+def test_parse_range_of_huge_numbers() -> None:
+    # 5,000 digits are past int()'s limit of 4,300: they must not surface as a 500
+    huge = "9" * 5000
+    with pytest.raises(RangeNotSatisfiableError):
+        parse_range(f"bytes={huge}-", 10)
+    with pytest.raises(RangeNotSatisfiableError):
+        parse_range(f"bytes={huge}-{huge}", 10)
+    assert parse_range(f"bytes=2-{huge}", 10) == (2, 10)
+    assert parse_range(f"bytes=-{huge}", 10) == (0, 10)
+    assert parse_range(f"bytes={'0' * 5000}3-4", 10) == (3, 5)  # leading zeros are a number
+
+
+@pytest.mark.parametrize("header", ["bytes=\u00b2-", "bytes=0-\u00b3", "bytes=-\u0661",
+                                    "bytes=1_0-20", "bytes=+1-2", "bytes= 1 - 2 x"])
+def test_parse_range_ignores_what_is_not_ascii_digits(header: str) -> None:
+    # str.isdigit() accepts superscripts, which int() refuses; RFC 9110 digits are ASCII
+    assert parse_range(header, 10) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(header=st.one_of(
+    st.text(max_size=40),
+    st.builds("bytes={}-{}".format, st.text("0123456789 \u00b2", max_size=30),
+              st.text("0123456789 ,-", max_size=30)),
+    st.builds("bytes={}".format, st.text(max_size=40)),
+), size=st.integers(0, 2**40))  # fmt: skip
+def test_parse_range_fuzzed(header: str, size: int) -> None:
+    try:
+        span = parse_range(header, size)
+    except RangeNotSatisfiableError as exc:
+        assert exc.size == size
+        return
+    if span is not None:
+        start, stop = span
+        assert 0 <= start < stop <= size
+
+
 # -- paths ----------------------------------------------------------------------------------------
 
 
@@ -231,6 +268,37 @@ def test_admission_bounds_and_rejects() -> None:
     asyncio.run(scenario())
     with pytest.raises(ValueError):
         Admission(0, 1)
+    with pytest.raises(ValueError, match="queue_timeout"):
+        Admission(1, 1, wait_timeout=0)
+
+
+def test_admission_waits_until_the_deadline_it_is_given() -> None:
+    async def scenario() -> None:
+        gate = Admission(1, 4, wait_timeout=60.0)
+        release = asyncio.Event()
+
+        async def hold() -> None:
+            async with gate.slot():
+                await release.wait()
+
+        holder = asyncio.create_task(hold())
+        while gate.active < 1:
+            await asyncio.sleep(0)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        with pytest.raises(SaturatedError) as err:
+            async with gate.slot(t0 + 0.05):  # the caller's deadline, not wait_timeout
+                pass
+        assert 0.05 <= loop.time() - t0 < 5 and err.value.retry_after == 2
+        waiter = asyncio.create_task(gate.slot(t0 + 60).__aenter__())
+        await asyncio.sleep(0.01)
+        assert gate.waiting == 1  # queued, within max_pending
+        release.set()
+        await waiter
+        assert gate.active == 1 and gate.waiting == 0
+        await holder
+
+    asyncio.run(scenario())
 
 
 # -- DEST -------------------------------------------------------------------------------------

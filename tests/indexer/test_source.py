@@ -467,6 +467,43 @@ def test_persistent_faults_raise_source_read_error(
     assert err.value.url == url
 
 
+@pytest.mark.parametrize("fault", ["shift", "relabel", "superset", "whole", "long", "short"])
+@pytest.mark.parametrize("first", [True, False])
+def test_answers_of_another_range_are_refused(
+    classic: Path, upload: Any, proxied: dict[str, object], proxy: FaultProxy, fault: str,
+    first: bool,
+) -> None:
+    # the first request (identity and head) and every later one: bytes of another range, or
+    # a body longer or shorter than its range, never reach the cache
+    url = upload(classic, "ranges.h5")
+    settings = IndexSettings(source_retries=1, source_backoff=0.0, source_first_request=4096)
+    if first:
+        proxy.inject(fault, times=1000)
+        with pytest.raises(SourceReadError) as err:
+            open_source(url, storage_options=proxied, settings=settings).__enter__()
+    else:
+        with open_source(url, storage_options=proxied, settings=settings, prefetch=False) as f:
+            proxy.inject(fault, times=1000)
+            with pytest.raises(SourceReadError) as err:
+                scan(f)
+    assert err.value.url == url
+    tries = len(proxy.gets()) if first else len([r for r in proxy.gets() if r.fault])
+    # obstore's Content-Range check is final; a body of the wrong length is retried once
+    assert tries >= (2 if fault in ("long", "short") else 1)
+
+
+@pytest.mark.parametrize("fault", ["long", "short"])
+def test_a_first_answer_of_the_wrong_length_is_asked_again(
+    classic: Path, upload: Any, proxied: dict[str, object], proxy: FaultProxy, fault: str
+) -> None:
+    url = upload(classic, "first.h5")
+    settings = IndexSettings(source_retries=1, source_backoff=0.0, source_first_request=4096)
+    proxy.inject(fault, times=1)
+    with open_source(url, storage_options=proxied, settings=settings, prefetch=False) as f:
+        assert f.fetch_stats.retries == 1  # the head was fetched again, not cached as sent
+        assert scan(f, values=True) == scan(classic, values=True)
+
+
 def test_unreachable_endpoint_is_a_source_read_error() -> None:
     from tests.conftest import free_port
 

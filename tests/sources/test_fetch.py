@@ -147,6 +147,33 @@ def test_persistent_faults_raise_source_read_error(s3_granule, proxied, proxy, f
     assert sum("attempt" in m for m in caplog.messages) == FAST.retries + 1
 
 
+@pytest.mark.parametrize("fault", ["shift", "relabel", "superset", "whole"])
+def test_another_range_than_asked_is_refused_at_once(s3_granule, proxied, proxy, fault):
+    # obstore compares Content-Range with the range asked for: a server that answers other
+    # bytes (and says so, or lies) would answer them again, so there is no retry
+    url, chunks, info = s3_granule
+    fetcher = ChunkFetcher(FAST, storage_options=proxied, sources=[info])
+    proxy.inject(fault, times=1000)
+    with pytest.raises(SourceReadError, match="another byte range") as err:
+        fetcher.fetch_sync([(url, chunks[0][0], chunks[0][1])])
+    assert err.value.url == url
+    assert len(proxy.gets()) == 1 and fetcher.stats.retries == 0
+    proxy.clear()
+    assert fetcher.fetch_sync([(url, chunks[0][0], chunks[0][1])]) == [chunks[0][2]]
+
+
+def test_a_body_longer_than_its_range_is_refused(s3_granule, proxied, proxy):
+    # obstore does not count the body: the executor does (retried, as a short body is)
+    url, chunks, info = s3_granule
+    fetcher = ChunkFetcher(FAST, storage_options=proxied, sources=[info])
+    proxy.inject("long", times=1000)
+    with pytest.raises(SourceReadError, match="short read: got"):
+        fetcher.fetch_sync([(url, chunks[0][0], chunks[0][1])])
+    proxy.clear()
+    proxy.inject("long", times=1)
+    assert fetcher.fetch_sync([(url, chunks[0][0], chunks[0][1])]) == [chunks[0][2]]
+
+
 def test_forbidden_status_is_not_retried(s3_granule, proxied, proxy):
     url, chunks, info = s3_granule
     fetcher = ChunkFetcher(FAST, storage_options=proxied, sources=[info])
