@@ -27,16 +27,31 @@ import ipaddress
 import os
 import socket
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 from h5sidecar.errors import SourceReadError
 from h5sidecar.sources._auth import origin_of
 
-__all__ = ["REDIRECT_HOSTS_ENV", "RedirectPolicy"]
+__all__ = ["EARTHDATA_REDIRECT_HOSTS", "REDIRECT_HOSTS_ENV", "RedirectPolicy"]
 
 #: The variable listing the hosts redirects may lead to (besides the source's own origin).
 REDIRECT_HOSTS_ENV = "H5SIDECAR_REDIRECT_HOSTS"
+
+#: Where NASA Earthdata's download flow leads (its login host, then a signed URL on CloudFront
+#: or S3): the redirect targets of a source on an Earthdata host while
+#: ``H5SIDECAR_REDIRECT_HOSTS`` is unset, so an Earthdata granule reads without configuration.
+#: Setting the variable (even to an empty string) replaces this list.  Wildcards admit public
+#: addresses only, so none of these can lead inside the network.
+EARTHDATA_REDIRECT_HOSTS = (
+    "urs.earthdata.nasa.gov",
+    "*.earthdata.nasa.gov",
+    "*.earthdatacloud.nasa.gov",
+    "*.cloudfront.net",
+    "*.amazonaws.com",
+)
+#: The source hosts (suffixes) whose redirects get :data:`EARTHDATA_REDIRECT_HOSTS` by default.
+_EARTHDATA_SOURCES = (".earthdata.nasa.gov", ".earthdatacloud.nasa.gov")
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -58,6 +73,9 @@ class RedirectPolicy:
     exact: frozenset[str] = frozenset()
     domains: tuple[str, ...] = ()
     any_public: bool = False
+    #: ``H5SIDECAR_REDIRECT_HOSTS`` was unset: Earthdata sources get
+    #: :data:`EARTHDATA_REDIRECT_HOSTS` as well
+    earthdata_default: bool = False
 
     @classmethod
     def from_entries(cls, entries: Iterable[str]) -> RedirectPolicy:
@@ -80,8 +98,11 @@ class RedirectPolicy:
                  env: Mapping[str, str] | None = None) -> RedirectPolicy:  # fmt: skip
         """The policy of ``H5SIDECAR_REDIRECT_HOSTS`` plus the ``.netrc`` machines."""
         env = os.environ if env is None else env
-        listed = (env.get(REDIRECT_HOSTS_ENV) or "").split(",")
-        return cls.from_entries([*listed, *netrc_hosts])
+        value = env.get(REDIRECT_HOSTS_ENV)
+        policy = cls.from_entries([*(value or "").split(","), *netrc_hosts])
+        if value is None:
+            policy = replace(policy, earthdata_default=True)
+        return policy
 
     def describe(self) -> str:
         """The entries, for messages."""
@@ -100,6 +121,11 @@ class RedirectPolicy:
         parts = urlsplit(nxt)
         if origin_of(nxt) == source_origin:
             return
+        if self.earthdata_default and _on_earthdata(source_origin):
+            extra = _EARTHDATA_POLICY
+            merged = RedirectPolicy(self.exact | extra.exact, self.domains + extra.domains,
+                                    self.any_public)  # fmt: skip
+            return merged.check(url, source_origin, nxt)
         host = (parts.hostname or "").lower().rstrip(".")
         port = parts.port or _DEFAULT_PORTS.get(parts.scheme.lower(), 0)
         named = host in self.exact or f"{_bracketed(host)}:{port}" in self.exact
@@ -123,6 +149,14 @@ class RedirectPolicy:
                 "inside the network",
                 url=url,
             )
+
+
+_EARTHDATA_POLICY = RedirectPolicy.from_entries(EARTHDATA_REDIRECT_HOSTS)
+
+
+def _on_earthdata(origin: str) -> bool:
+    host = (urlsplit(origin).hostname or "").lower().rstrip(".")
+    return urlsplit(origin).scheme == "https" and host.endswith(_EARTHDATA_SOURCES)
 
 
 def _bracketed(host: str) -> str:

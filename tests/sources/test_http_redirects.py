@@ -186,3 +186,38 @@ def test_policy_matching(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(SourceReadError, match=r"non-public address 10\.1\.2\.3"):
         inside.check(src, origin, "https://inside.example.org/x.h5")
     assert RedirectPolicy.from_env(["urs.example.gov"], env={}).describe() == "urs.example.gov"
+
+
+def test_earthdata_sources_redirect_to_earthdata_hosts_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Earthdata's flow (login host, then a signed CloudFront/S3 URL) works without configuration
+    # while H5SIDECAR_REDIRECT_HOSTS is unset; other sources, and a set variable, do not get it.
+    # Names resolve locally (no DNS query leaves the machine); an S3 name that resolves inside
+    # the network is still refused, as any wildcard target is.
+    def resolve(host: str, port: int, *args: Any, **kwargs: Any) -> list[Any]:
+        address = "169.254.169.254" if host.startswith("inside.") else "192.0.32.10"
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    src = "https://data.lpdaac.earthdatacloud.nasa.gov/lp-prod/x.h5"
+    origin = "https://data.lpdaac.earthdatacloud.nasa.gov"
+    default = RedirectPolicy.from_env([], env={})
+    for hop in ("https://urs.earthdata.nasa.gov/oauth/authorize?x=1",
+                "https://d1.cloudfront.net/x.h5?Signature=s",
+                "https://lp-prod.s3.us-west-2.amazonaws.com/x.h5?X-Amz-Signature=s"):
+        default.check(src, origin, hop)
+    with pytest.raises(SourceReadError, match=r"non-public address 169\.254\.169\.254"):
+        default.check(src, origin, "https://inside.s3.amazonaws.com/x.h5")
+    for refused in ("http://169.254.169.254/latest/meta-data/", "https://evil.example.com/"):
+        with pytest.raises(SourceReadError, match="not an allowed"):
+            default.check(src, origin, refused)
+    # another source does not get Earthdata's hosts, nor does plain http
+    with pytest.raises(SourceReadError, match="not an allowed"):
+        default.check("https://data.example.org/x.h5", "https://data.example.org",
+                      "https://d1.cloudfront.net/x.h5")
+    with pytest.raises(SourceReadError, match="not an allowed"):
+        default.check("http://data.earthdata.nasa.gov/x.h5", "http://data.earthdata.nasa.gov",
+                      "https://d1.cloudfront.net/x.h5")
+    # setting the variable, even to nothing, replaces the default
+    with pytest.raises(SourceReadError, match="not an allowed"):
+        RedirectPolicy.from_env([], env={"H5SIDECAR_REDIRECT_HOSTS": ""}).check(
+            src, origin, "https://d1.cloudfront.net/x.h5")
