@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import unquote
 
 import fsspec
 import h5py
@@ -101,7 +102,8 @@ def _ref_targets(values: np.ndarray, h5: h5py.File) -> np.ndarray:
 
 def _path_targets(values: np.ndarray, h5: h5py.File) -> np.ndarray:
     def one(path: Any) -> Any:
-        return h5py.h5o.get_info(h5[str(path)].id).addr if path else None
+        # the sidecar's paths are %XX-escaped where a name cannot be a Zarr key
+        return h5py.h5o.get_info(h5[unquote(str(path))].id).addr if path else None
 
     return np.vectorize(one, otypes=[object])(values)
 
