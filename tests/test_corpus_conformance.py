@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ import xarray as xr
 from h5sidecar.indexer import index_granule
 from h5sidecar.read import SidecarStore
 from h5sidecar.references import write_json, write_parquet
+from tests._matrix import attributes_differ, iter_truth, reference_resolver
 from tests.conftest import CORPUS
 from tests.indexer._compare import assert_values_equal, h5_dataset, h5_read, open_plain
 
@@ -313,10 +315,38 @@ def test_corpus_file(entry: dict[str, Any], corpus_dir: Path, tmp_path: Path) ->
         groups["json"].store, engine="zarr", consolidated=True, zarr_format=2, decode_cf=False
     )
     assert {node.path.strip("/") for node in tree.subtree} >= set(refs.groups)
+    differ = _attribute_differences(path, tmp_path / "refs.parq", groups)
+    assert not differ, "attributes differ from h5netcdf's:\n" + "\n".join(differ)
     RESULTS[entry["name"]] = counts
     assert counts["ok"] >= _best_peer(entry), (
         f"{counts['ok']} datasets right, kerchunk/VirtualiZarr got {_best_peer(entry)}"
     )
+
+
+def _attribute_differences(path: Path, parquet: Path, plain: dict[str, Any]) -> list[str]:
+    """Attributes of every group and variable against xarray + h5netcdf's: h5sidecar's engine
+    value and type, plain zarr over both sidecars in JSON form (see tests/_attrs_equal.py).
+    Groups a reader refuses to open are the reader matrix's to judge."""
+    out: list[str] = []
+    with h5py.File(path, "r") as h5, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        resolve = reference_resolver(h5)
+        for group, (want, _) in iter_truth(path):
+            g = group or None
+            readers: list[tuple[str, Any, Any]] = [
+                ("h5sidecar", lambda g=g: xr.open_dataset(parquet, engine="h5sidecar", group=g),
+                 "exact"),
+                *((fmt, lambda g=g, z=z: xr.open_dataset(z.store, engine="zarr", group=g,
+                                                          consolidated=True, zarr_format=2), "json")
+                  for fmt, z in plain.items()),
+            ]  # fmt: skip
+            for name, open_group, strength in readers:
+                try:
+                    ds = open_group()
+                except Exception:  # noqa: BLE001, S112 - a refusal, judged by the reader matrix
+                    continue
+                out += attributes_differ(ds, want, f"[{name}] /{group}", strength, resolve)
+    return out
 
 
 def test_corpus_summary() -> None:
