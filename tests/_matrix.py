@@ -22,6 +22,7 @@ import h5py
 import xarray as xr
 
 from h5sidecar.workflows._cfcheck import decoded_verdict, open_truth
+from tests._attrs_equal import Strength, attr_differences
 
 Verdict = str  # "equal" | "widened" | "refused" | "differ"
 
@@ -36,6 +37,8 @@ class Tally:
         ("equal", "refused", "differ"), 0))  # fmt: skip
     differ: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    #: attributes that differ from h5netcdf's (see :func:`attributes_differ`)
+    attrs_differ: list[str] = field(default_factory=list)
 
     def add(self, verdict: Verdict, where: str) -> None:
         self.counts[verdict] += 1
@@ -103,10 +106,24 @@ def verdict(got: xr.DataArray, want: xr.DataArray, wide: xr.DataArray | None,
     return "differ" if "differ" in verdicts else "widened" if "widened" in verdicts else "equal"
 
 
+def attributes_differ(ds: xr.Dataset, want: xr.Dataset, where: str, strength: Strength,
+                      resolve: Any = None) -> list[str]:  # fmt: skip
+    """The group's and its variables' attributes that differ from h5netcdf's, value and type
+    (``strength``: see :mod:`tests._attrs_equal`); variables the reader lacks are not judged
+    here (their verdict is)."""
+    out = [f"{where}: {d}" for d in attr_differences(ds.attrs, want.attrs, strength, resolve)]
+    for name in want.variables:
+        if name in ds.variables:
+            out += [f"{where}/{name}: {d}"
+                    for d in attr_differences(ds[name].attrs, want[name].attrs, strength, resolve)]
+    return out
+
+
 def compare_group(open_group: Callable[[], xr.Dataset], truth_pair: tuple[xr.Dataset, xr.Dataset],
                   where: str, tally: Tally, skipped: set[str],
-                  resolve: Any = None) -> None:  # fmt: skip
-    """Open one group with a reader and add a verdict per truth variable to ``tally``."""
+                  resolve: Any = None, attrs: Strength | None = None) -> None:  # fmt: skip
+    """Open one group with a reader and add a verdict per truth variable to ``tally``, and
+    with ``attrs`` the attributes that differ from h5netcdf's (:func:`attributes_differ`)."""
     want, wide = truth_pair
     try:
         ds = open_group()
@@ -114,6 +131,8 @@ def compare_group(open_group: Callable[[], xr.Dataset], truth_pair: tuple[xr.Dat
         for name in want.variables:
             tally.add("refused", f"{where}/{name}: {type(exc).__name__}: {str(exc)[:120]}")
         return
+    if attrs is not None:
+        tally.attrs_differ += attributes_differ(ds, want, where, attrs, resolve)
     for name in want.variables:
         at = f"{where}/{name}"
         if name not in ds.variables:
