@@ -83,7 +83,7 @@ def test_bbox_searches_find_them(built: tuple[CatalogResult, Path]) -> None:
     from h5sidecar.settings import GatewaySettings
     from tests.gateway._http import running
 
-    res, stac = built
+    _, stac = built
     inland = {"bbox": "-45,70,-40,72"}
     assert [i["id"] for i in search_items(list(_items(stac).values()), inland)] == [
         "ATL14_GL_like"]
