@@ -261,6 +261,9 @@ def _cmd_catalog(args: argparse.Namespace, out: Console, err: Console) -> int:
               f"[/]: {result.catalog} (validated against the STAC 1.1 schemas)")
     if result.cubes:
         out.print(f"cube asset(s) of the collection: {', '.join(result.cubes)}")
+    for n in result.no_footprint:
+        out.print(f"[yellow]NO FOOTPRINT[/] {escape(n.name)}: {escape(n.reason)} (catalogued; "
+                  "bbox and intersects searches cannot find it)")
     for e in result.errors:
         # escaped: "[no_time]" would otherwise be taken for a rich markup tag and vanish
         out.print(f"[red]LEFT OUT[/] {escape(e.name)}: {escape(f'[{e.kind}]')} {escape(e.message)}")

@@ -23,8 +23,10 @@ from typing import Any
 import h5py
 import xarray as xr
 
+from h5sidecar.references import key_safe_name
 from h5sidecar.workflows._cfcheck import decoded_verdict, open_truth
 from h5sidecar.workflows._dimcheck import variable_difference
+from tests._attrs_equal import Strength, attr_differences
 
 Verdict = str  # "equal" | "widened" | "refused" | "differ"
 
@@ -39,6 +41,8 @@ class Tally:
         ("equal", "refused", "differ"), 0))  # fmt: skip
     differ: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    #: attributes that differ from h5netcdf's (see :func:`attributes_differ`)
+    attrs_differ: list[str] = field(default_factory=list)
 
     def add(self, verdict: Verdict, where: str) -> None:
         self.counts[verdict] += 1
@@ -117,11 +121,26 @@ def structure_problem(ds: xr.Dataset, want: xr.Dataset, name: str,
     return variable_difference(name, ds, want, lengths)
 
 
+def attributes_differ(ds: xr.Dataset, want: xr.Dataset, where: str, strength: Strength,
+                      resolve: Any = None) -> list[str]:  # fmt: skip
+    """The group's and its variables' attributes that differ from h5netcdf's, value and type
+    (``strength``: see :mod:`tests._attrs_equal`); variables the reader lacks are not judged
+    here (their verdict is)."""
+    out = [f"{where}: {d}" for d in attr_differences(ds.attrs, want.attrs, strength, resolve)]
+    for name in want.variables:
+        if name in ds.variables:
+            out += [f"{where}/{name}: {d}"
+                    for d in attr_differences(ds[name].attrs, want[name].attrs, strength, resolve)]
+    return out
+
+
 def compare_group(open_group: Callable[[], xr.Dataset], truth_pair: tuple[xr.Dataset, xr.Dataset],
                   where: str, tally: Tally, skipped: set[str],
-                  resolve: Any = None, lengths: dict[str, set[int]] | None = None) -> None:  # fmt: skip
+                  resolve: Any = None, lengths: dict[str, set[int]] | None = None,
+                  attrs: Strength | None = None) -> None:  # fmt: skip
     """Open one group with a reader and add a verdict per truth variable to ``tally``
-    (``lengths``: see :func:`structure_problem`)."""
+    (``lengths``: see :func:`structure_problem`), and with ``attrs`` the attributes that differ
+    from h5netcdf's (:func:`attributes_differ`)."""
     want, wide = truth_pair
     try:
         ds = open_group()
@@ -129,6 +148,8 @@ def compare_group(open_group: Callable[[], xr.Dataset], truth_pair: tuple[xr.Dat
         for name in want.variables:
             tally.add("refused", f"{where}/{name}: {type(exc).__name__}: {str(exc)[:120]}")
         return
+    if attrs is not None:
+        tally.attrs_differ += attributes_differ(ds, want, where, attrs, resolve)
     for name in want.variables:
         at = f"{where}/{name}"
         if name not in ds.variables:
@@ -155,11 +176,13 @@ def iter_truth(path: Path) -> Iterator[tuple[str, tuple[xr.Dataset, xr.Dataset]]
 
 
 def reference_resolver(h5: h5py.File) -> Callable[[Any], str]:
-    """h5py object reference -> the target's path, as sidecars hold references."""
+    """h5py object reference -> the target's path, as sidecars hold references (names a Zarr
+    key space cannot hold %XX-escaped, as in the sidecar)."""
 
     def resolve(ref: Any) -> str:
         if not isinstance(ref, h5py.Reference):
             return str(ref)
-        return h5[ref].name if ref else ""
+        name = h5[ref].name if ref else ""
+        return "/".join(key_safe_name(part) for part in (name or "").split("/"))
 
     return resolve

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from h5sidecar.indexer import index_granule
 from h5sidecar.read import SidecarStore
 from h5sidecar.references import key_safe_name, write_json, write_parquet
 from h5sidecar.workflows._dimcheck import sidecar_dimension_differences
+from tests._matrix import attributes_differ, iter_truth, reference_resolver
 from tests.conftest import CORPUS
 from tests.indexer._compare import assert_values_equal, h5_dataset, h5_read, open_plain
 
@@ -321,10 +323,38 @@ def test_corpus_file(entry: dict[str, Any], corpus_dir: Path, tmp_path: Path) ->
     # and every variable has h5netcdf's dimension names, coordinates and indexes
     differences = sidecar_dimension_differences(groups["json"].store, path, list(refs.groups))
     assert differences == {}, differences
+    differ = _attribute_differences(path, tmp_path / "refs.parq", groups)
+    assert not differ, "attributes differ from h5netcdf's:\n" + "\n".join(differ)
     RESULTS[entry["name"]] = counts
     assert counts["ok"] >= _best_peer(entry), (
         f"{counts['ok']} datasets right, kerchunk/VirtualiZarr got {_best_peer(entry)}"
     )
+
+
+def _attribute_differences(path: Path, parquet: Path, plain: dict[str, Any]) -> list[str]:
+    """Attributes of every group and variable against xarray + h5netcdf's: h5sidecar's engine
+    value and type, plain zarr over both sidecars in JSON form (see tests/_attrs_equal.py).
+    Groups a reader refuses to open are the reader matrix's to judge."""
+    out: list[str] = []
+    with h5py.File(path, "r") as h5, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        resolve = reference_resolver(h5)
+        for group, (want, _) in iter_truth(path):
+            g = group or None
+            readers: list[tuple[str, Any, Any]] = [
+                ("h5sidecar", lambda g=g: xr.open_dataset(parquet, engine="h5sidecar", group=g),
+                 "exact"),
+                *((fmt, lambda g=g, z=z: xr.open_dataset(z.store, engine="zarr", group=g,
+                                                          consolidated=True, zarr_format=2), "json")
+                  for fmt, z in plain.items()),
+            ]  # fmt: skip
+            for name, open_group, strength in readers:
+                try:
+                    ds = open_group()
+                except Exception:  # noqa: BLE001, S112 - a refusal, judged by the reader matrix
+                    continue
+                out += attributes_differ(ds, want, f"[{name}] /{group}", strength, resolve)
+    return out
 
 
 def test_corpus_summary() -> None:

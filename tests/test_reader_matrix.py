@@ -4,7 +4,8 @@ For every HDF5 file of the corpus, every group, every variable: the truth is
 ``xr.open_dataset(file, engine="h5netcdf", phony_dims="access")`` (CF-decoded), and each reader
 below opens the same group from h5sidecar's sidecars.  Verdicts are defined in
 :mod:`tests._matrix` (values, and each variable's dimension names, coordinate and index
-status); **no variable may differ silently** through any reader.  The last test
+status); **no variable may differ silently** through any reader.  Every group's and variable's
+attributes must equal h5netcdf's too (:data:`ATTRS`, :mod:`tests._attrs_equal`).  The last test
 prints the matrix that the README quotes (run with ``-rP``).
 
 Readers:
@@ -51,6 +52,10 @@ READERS = (
     "gateway-v2", "gateway-v3", "gateway-sharded",
     "virtualizarr-json", "virtualizarr-parquet", "icechunk", "xpystac",
 )  # fmt: skip
+
+#: reader -> how its attributes must equal h5netcdf's (see tests/_attrs_equal.py): h5sidecar's
+#: engine exactly (value and type), every other reader in the JSON form ``.zattrs`` holds.
+ATTRS: dict[str, Any] = {r: "exact" if r == "h5sidecar" else "json" for r in READERS}
 
 #: reader -> verdict tallies of the files checked in this worker (printed by the summary).
 TALLIES: dict[str, Tally] = {}
@@ -229,7 +234,7 @@ def test_reader_matrix(name: str, indexed: Indexed, tmp_path: Path) -> None:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     compare_group(lambda g=group, o=open_group: o(g), pair, f"{name}:/{group}",
-                                  local, names, resolve, lengths)  # fmt: skip
+                                  local, names, resolve, lengths, ATTRS.get(reader))  # fmt: skip
             tally = TALLIES.setdefault(reader, Tally())
             for k, v in local.counts.items():
                 tally.counts[k] += v
@@ -238,6 +243,7 @@ def test_reader_matrix(name: str, indexed: Indexed, tmp_path: Path) -> None:
             tally.differ += local.differ
             tally.refused += local.refused
             differ += [f"[{reader}] {d}" for d in local.differ]
+            differ += [f"[{reader}] attribute {d}" for d in local.attrs_differ]
     assert not differ, "silent differences:\n" + "\n".join(differ)
 
 

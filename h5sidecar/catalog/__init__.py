@@ -21,6 +21,7 @@ __all__ = [
     "CatalogResult",
     "GranuleExtent",
     "ItemError",
+    "NoFootprint",
     "STACValidationError",
     "StacApi",
     "build_catalog",
@@ -35,6 +36,7 @@ __all__ = [
 _LAZY = {
     "CatalogResult": "_build",
     "ItemError": "_build",
+    "NoFootprint": "_build",
     "build_catalog": "_build",
     "list_indexed": "_build",
     "GranuleExtent": "_extent",

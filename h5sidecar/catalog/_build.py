@@ -10,7 +10,9 @@ Datacubes (``h5sidecar cube``) are Collection assets, not Items (:mod:`._cube_as
 written inside DEST are found by listing it, others are named by the caller (``cubes=``).
 
 Re-running replaces the collection of the same id and keeps the others.  A granule that cannot be
-catalogued (unreadable sidecar, no time information) is left out and reported with the reason.
+catalogued (unreadable sidecar, no time information) is left out and reported with the reason; a
+granule catalogued without a footprint (no coordinates nor ACDD bounds give one) is reported
+with the reason too, as bbox searches cannot find it.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from h5sidecar.errors import ErrorKind, H5SidecarError, InvalidRequestError
 from h5sidecar.read._cube import cube_names, is_cube
 from h5sidecar.references import GranuleRefs, read_layout, read_refs
 
-__all__ = ["ItemError", "CatalogResult", "build_catalog", "list_indexed"]
+__all__ = ["ItemError", "CatalogResult", "NoFootprint", "build_catalog", "list_indexed"]
 
 log = logging.getLogger("h5sidecar.catalog")
 
@@ -66,6 +68,18 @@ class ItemError:
 
 
 @dataclass(frozen=True)
+class NoFootprint:
+    """A granule catalogued without a geometry (spatial searches cannot find it), and why."""
+
+    name: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON-ready form."""
+        return {"name": self.name, "reason": self.reason}
+
+
+@dataclass(frozen=True)
 class CatalogResult:
     """Outcome of :func:`build_catalog`.
 
@@ -82,6 +96,8 @@ class CatalogResult:
         Granules left out.
     cubes : tuple of str
         Names of the datacubes given as collection assets.
+    no_footprint : tuple of NoFootprint
+        Items written without a geometry (neither coordinates nor ACDD bounds give one).
     """
 
     catalog: str
@@ -90,6 +106,7 @@ class CatalogResult:
     items: tuple[str, ...]
     errors: tuple[ItemError, ...] = field(default=())
     cubes: tuple[str, ...] = field(default=())
+    no_footprint: tuple[NoFootprint, ...] = field(default=())
 
     @property
     def ok(self) -> bool:
@@ -100,7 +117,8 @@ class CatalogResult:
         """JSON-ready form."""
         return {"catalog": self.catalog, "collection": self.collection,
                 "collection_id": self.collection_id, "items": list(self.items),
-                "errors": [e.to_dict() for e in self.errors], "cubes": list(self.cubes)}
+                "errors": [e.to_dict() for e in self.errors], "cubes": list(self.cubes),
+                "no_footprint": [n.to_dict() for n in self.no_footprint]}
 
 
 def _fs(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, str]:
@@ -305,6 +323,7 @@ def build_catalog(
             f"no sidecar under {dest}: index granules first (h5sidecar index SOURCE -o {dest})")
     items: list[dict[str, Any]] = []
     errors: list[ItemError] = []
+    unlocated: list[NoFootprint] = []
     given = _given_cubes(cubes, storage_options)
     found: list[tuple[GranuleInfo, GranuleRefs]] = []
     for g in granules:
@@ -319,6 +338,10 @@ def build_catalog(
             errors.append(res)
         else:
             items.append(res)
+            if res["geometry"] is None:
+                why = res["properties"].get("h5sidecar:no_footprint", "")
+                log.info("%s has no footprint: %s", g.name, why)
+                unlocated.append(NoFootprint(g.name, why))
         if progress is not None:
             progress(g.name, not isinstance(res, ItemError))
     cid = collection_id or _collection_id(dest, items)
@@ -355,7 +378,8 @@ def build_catalog(
     coll_path = str(collection.get_self_href())
     if validate:
         validate_tree(str(root_href))
-    return CatalogResult(str(root_href), coll_path, cid, item_paths, tuple(errors), cube_keys)
+    return CatalogResult(str(root_href), coll_path, cid, item_paths, tuple(errors), cube_keys,
+                         tuple(unlocated))
 
 
 def _add_cubes(

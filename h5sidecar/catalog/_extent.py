@@ -1,6 +1,8 @@
 """Read a granule's locating variables through its sidecar and derive footprint and time range.
 
-Values are read with the ``h5sidecar`` xarray engine (the same read path users get, selected by
+When the coordinates give no footprint (projected x/y only, or no finite value), the ACDD
+``geospatial_*`` bounds do, as ACDD time attributes stand in for time variables.  Values are
+read with the ``h5sidecar`` xarray engine (the same read path users get, selected by
 name so this package does not import the gateway), undecoded (``decode_times=False``) but with
 ``_FillValue`` masked, so fill values never stretch a footprint or a time range.
 """
@@ -14,7 +16,14 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
-from h5sidecar.catalog._geometry import Footprint, Track, grid_footprint, track_footprint
+from h5sidecar.catalog._geometry import (
+    ACDD_BOUNDS,
+    Footprint,
+    Track,
+    acdd_footprint,
+    grid_footprint,
+    track_footprint,
+)
 from h5sidecar.catalog._probe import Locators, find_locators, gps_epoch_variable
 from h5sidecar.catalog._time import decode_cf_range, time_range_from_attrs
 from h5sidecar.references import GranuleRefs
@@ -29,14 +38,17 @@ class GranuleExtent:
     Attributes
     ----------
     footprint : Footprint or None
-        None when the granule has no latitude/longitude variables.
+        From the latitude/longitude variables, else from the ACDD ``geospatial_*`` bounds;
+        None when neither gives one (``no_footprint`` says why).
     start, end : datetime or None
         UTC time range; None when neither variables nor attributes give one.
     space_from : tuple of str
-        The latitude/longitude variables read.
+        The latitude/longitude variables read, or ``("attributes",)`` for ACDD bounds.
     time_from : str
         ``"variables: ..."``, ``"attributes"`` or ``""``.
     kind : "track", "grid" or "none"
+    no_footprint : str
+        Why there is no footprint (``""`` when there is one).
     """
 
     footprint: Footprint | None
@@ -45,6 +57,7 @@ class GranuleExtent:
     space_from: tuple[str, ...]
     time_from: str
     kind: Literal["track", "grid", "none"]
+    no_footprint: str = ""
 
 
 class _Reader:
@@ -171,4 +184,23 @@ def granule_extent(
         start, end, time_from = _time_range(reader, refs, loc)
     finally:
         reader.close()
-    return GranuleExtent(footprint, start, end, space, time_from, loc.kind)
+    why = ""
+    if footprint is None:
+        footprint, why = _acdd_fallback(refs, loc)
+        space = ("attributes",) if footprint is not None else ()
+    return GranuleExtent(footprint, start, end, space, time_from, loc.kind, why)
+
+
+def _acdd_fallback(refs: GranuleRefs, loc: Locators) -> tuple[Footprint | None, str]:
+    """The ACDD bounds' footprint when the coordinates give none (as ACDD time attributes
+    stand in for time variables), else why the granule has no footprint at all."""
+    try:
+        return acdd_footprint(refs.groups.get("", {})), ""
+    except ValueError as exc:
+        acdd = f"and its ACDD bounds ({', '.join(ACDD_BOUNDS)}) give none: {exc}"
+    if loc.kind == "none":
+        return None, f"no latitude/longitude variables were found, {acdd}"
+    read: list[str | None] = [p for tv in loc.tracks for p in (tv.lat, tv.lon)]
+    names = ", ".join(p for p in read or [loc.grid_lat, loc.grid_lon] if p)
+    return None, f"the latitude/longitude variables ({names}) hold no finite value, {acdd}"
+

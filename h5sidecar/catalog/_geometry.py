@@ -4,7 +4,8 @@ Along-track data (ICESat-2 ground tracks): the beams' positions are averaged int
 a few dozen vertices (on the sphere, through 3-D unit vectors, so neither the antimeridian nor
 the dateline-crossing average of 179 and -179 is a problem), and the footprint is that line
 buffered by the largest cross-track distance of any data point plus a margin, so every point
-lies inside it.  Gridded data: the box of the grid's coordinates.
+lies inside it.  Gridded data: the box of the grid's coordinates.  Granules whose coordinates
+give no footprint (projected x/y only): the box of their ACDD ``geospatial_*`` bounds.
 
 A footprint that crosses the antimeridian is split into a ``MultiPolygon`` at +/-180 degrees
 (RFC 7946, section 3.1.9) and its ``bbox`` has west > east (section 5.2).
@@ -12,13 +13,17 @@ A footprint that crosses the antimeridian is split into a ``MultiPolygon`` at +/
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["EARTH_RADIUS_M", "Footprint", "Track", "grid_footprint", "track_footprint"]
+__all__ = [
+    "ACDD_BOUNDS", "EARTH_RADIUS_M", "Footprint", "Track", "acdd_footprint", "grid_footprint",
+    "track_footprint",
+]  # fmt: skip
 
 EARTH_RADIUS_M = 6_371_008.8
 
@@ -259,6 +264,12 @@ def grid_footprint(lat: np.ndarray, lon: np.ndarray) -> Footprint:
         raise ValueError("no finite latitude/longitude coordinate values")
     south, north = float(la.min()), float(la.max())
     west, east = _lon_arc(((lo + 180.0) % 360.0) - 180.0)
+    return _box(west, south, east, north)
+
+
+def _box(west: float, south: float, east: float, north: float) -> Footprint:
+    """The box between two longitudes in [-180, 180] (west > east: across the antimeridian,
+    split in two) and two latitudes."""
     if west <= east:
         ring = np.array([[west, south], [east, south], [east, north], [west, north], [west, south]])
         geometry = {"type": "Polygon", "coordinates": [_rounded(ring)]}
@@ -269,6 +280,48 @@ def grid_footprint(lat: np.ndarray, lon: np.ndarray) -> Footprint:
     ]
     geometry = {"type": "MultiPolygon", "coordinates": [[_rounded(p)] for p in parts]}
     return Footprint(geometry, _round_bbox([west, south, east, north]))
+
+
+#: ACDD global attributes of a granule's bounds, in degrees.
+ACDD_BOUNDS = ("geospatial_lon_min", "geospatial_lat_min", "geospatial_lon_max",
+               "geospatial_lat_max")  # fmt: skip
+
+
+def acdd_footprint(attrs: Mapping[str, Any]) -> Footprint:
+    """Box footprint from ACDD ``geospatial_lat_min/max`` and ``geospatial_lon_min/max``.
+
+    ACDD 1.3: a ``geospatial_lon_min`` greater than ``geospatial_lon_max`` means the box
+    crosses the antimeridian; longitudes in 0..360 are understood.  Numbers written as text
+    (common in products) are read as numbers.
+
+    Raises
+    ------
+    ValueError
+        Saying which attribute is missing or unusable.
+    """
+    values = []
+    for name in ACDD_BOUNDS:
+        if name not in attrs:
+            raise ValueError(f"no {name} attribute")
+        try:
+            value = float(np.asarray(attrs[name]).reshape(-1)[0])
+        except (TypeError, ValueError, IndexError):
+            raise ValueError(f"{name} = {attrs[name]!r} is not a number") from None
+        if not math.isfinite(value):
+            raise ValueError(f"{name} = {attrs[name]!r} is not finite")
+        values.append(value)
+    west, south, east, north = values
+    if not -90.0 <= south <= north <= 90.0:
+        raise ValueError(f"latitudes {south}..{north} are not a range within -90..90")
+    if not (-180.0 <= west <= 360.0 and -180.0 <= east <= 360.0):
+        raise ValueError(f"longitudes {west}..{east} are outside -180..360")
+    if east - west >= 360.0:
+        return _box(-180.0, south, 180.0, north)
+    # 0..360 -> -180..180; an east edge on the antimeridian stays +180 (not -180)
+    west = ((west + 180.0) % 360.0) - 180.0
+    wrapped = ((east + 180.0) % 360.0) - 180.0
+    east = 180.0 if wrapped == -180.0 and east > -180.0 else wrapped
+    return _box(west, south, east, north)
 
 
 def _lon_arc(lon: np.ndarray) -> tuple[float, float]:

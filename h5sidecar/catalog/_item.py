@@ -134,6 +134,8 @@ def _properties(refs: GranuleRefs, ext: GranuleExtent, info: GranuleInfo) -> dic
         "skipped": len(refs.skipped),
     }
     props["h5sidecar:footprint_from"] = list(ext.space_from)
+    if ext.footprint is None:  # said in the item too: bbox and intersects searches miss it
+        props["h5sidecar:no_footprint"] = ext.no_footprint
     props["h5sidecar:time_from"] = ext.time_from
     props["h5sidecar:attributes"] = _scalar_attrs(attrs)
     return props

@@ -4,6 +4,9 @@ Every attribute whose value JSON can hold is kept (CF attributes verbatim, ``_Fi
 included); the bookkeeping HDF5 and netCDF-4 write for themselves is dropped, and so are the
 ``CLASS``/``NAME`` attributes netCDF readers hide (the attributes seen are h5netcdf's).  An attribute that
 cannot be read or has no JSON form never fails the granule: it is left out and reported.
+Values are those netCDF readers show (empty strings, one-element arrays unpacked, see
+:func:`~h5sidecar.indexer._attr_types.netcdf_view`); the type JSON loses is recorded as a spec
+(:func:`~h5sidecar.indexer._attr_types.type_spec`) for h5sidecar's readers.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import h5py
+import numpy as np
 
+from h5sidecar.indexer._attr_types import netcdf_view, type_spec
 from h5sidecar.indexer._common import H5PY_ERRORS, describe_h5_error, reraise_io_failure
 from h5sidecar.indexer._values import NotJSONable, decode_text, to_json
 from h5sidecar.indexer._walk import escape_name
@@ -50,6 +55,8 @@ class AttrResult:
     dropped: dict[str, str] = field(default_factory=dict)
     #: names kept in escaped form (not valid UTF-8, see :func:`escape_name`)
     escaped: list[str] = field(default_factory=list)
+    #: name -> the type spec JSON loses (see :mod:`h5sidecar.references._attr_types`)
+    types: dict[str, str] = field(default_factory=dict)
 
     def note(self) -> str:
         """A sentence for ``ArrayRefs.note`` listing dropped and escaped attributes ("" when
@@ -136,7 +143,36 @@ def read_attrs(
                 result.dropped[name] = "hidden, as netCDF readers (h5netcdf) hide it"
             continue
         try:
-            result.attrs[name] = to_json(value, deref)
+            view = netcdf_view(name, value, _hdf5_dtype(obj, raw, value))
+            result.attrs[name] = to_json(view, deref)
         except NotJSONable as exc:
             result.dropped[name] = str(exc)
+            continue
+        except H5PY_ERRORS as exc:
+            reraise_io_failure(exc)
+            result.dropped[name] = f"HDF5 cannot read its type: {describe_h5_error(exc)}"
+            continue
+        spec = type_spec(name, view, result.attrs[name])
+        if spec is not None:
+            result.types[name] = spec
     return result
+
+
+def _hdf5_dtype(obj: h5py.HLObject, raw: str | bytes, value: Any) -> np.dtype:
+    """The attribute's type as far as :func:`netcdf_view` needs it.  h5py's value loses a
+    fixed string's length and encoding (a scalar ``np.bytes_`` drops trailing NULs), so HDF5 is
+    asked, except in the common cases where the value says enough (opening every attribute
+    again costs ~25% of indexing a granule of a thousand variables)."""
+    if isinstance(value, str):  # variable-length text: h5py decoded it, nothing more to do
+        return _NO_STRING
+    if isinstance(value, np.bytes_) and len(value) > 1 and value.isascii():
+        return _ASCII  # longer than one character: decoded, and ASCII in any encoding
+    if isinstance(value, np.ndarray | h5py.Empty) and value.dtype.kind not in "SOU":
+        return value.dtype
+    if isinstance(value, np.generic) and not isinstance(value, np.bytes_ | np.str_):
+        return value.dtype
+    return obj.attrs.get_id(raw).dtype
+
+
+_NO_STRING = np.dtype(object)
+_ASCII = h5py.string_dtype("ascii", 2)

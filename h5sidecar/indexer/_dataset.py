@@ -49,7 +49,8 @@ class IndexContext:
     read_many: Callable[[str, list[tuple[int, int]]], list[bytes]]
     #: opens another HDF5 file (sources of virtual datasets); closed with the granule
     open_h5: Callable[[str], h5py.File]
-    #: array path -> CF attribute -> numpy type string (JSON keeps no float width)
+    #: array path -> attribute -> type spec JSON loses (float width, bytes, ...; see
+    #: :mod:`h5sidecar.references._attr_types`); the granule adds its groups'
     attribute_dtypes: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
 
 
@@ -245,7 +246,9 @@ def index_dataset(entry: DatasetEntry, ctx: IndexContext) -> ArrayRefs:
         hshape = vds_extent(dset, ctx.url, ctx.open_h5)
     shape = hshape + plan.extra_shape
     attrs = read_attrs(dset, ctx.deref, is_scale=is_dimension_scale(dset))
-    types = cf_attribute_dtypes(dset)
+    # the CF attributes' types keep the readers' CF rules (native byte order)
+    types = {k: v for k, v in attrs.types.items() if k not in plan.attrs}
+    types.update(cf_attribute_dtypes(dset))
     if types:
         ctx.attribute_dtypes[entry.path] = types
     dim_names, dim_note = ctx.dims.names(entry, shape, len(plan.extra_shape))
@@ -307,4 +310,6 @@ def index_alias(entry: DatasetEntry, first: ArrayRefs, ctx: IndexContext) -> Arr
     else:
         why = f"another hard link to the dataset indexed as {first.path!r} (same data)"
     note = _join(why, first.note)
+    if first.path in ctx.attribute_dtypes:
+        ctx.attribute_dtypes[entry.path] = ctx.attribute_dtypes[first.path]
     return dataclasses.replace(first, path=entry.path, meta=meta, note=note)

@@ -207,6 +207,8 @@ def index_open_granule(
     for gpath, group in hierarchy.groups:
         result = read_attrs(group, deref.path)
         groups[gpath] = result.attrs
+        if result.types:
+            ctx.attribute_dtypes[gpath] = result.types
         if result.dropped:
             dropped[gpath] = result.dropped
         if result.escaped:

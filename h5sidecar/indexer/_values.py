@@ -177,7 +177,8 @@ def to_json(value: Any, deref: Deref, *, unpack_single: bool = True) -> Any:
     ----------
     value : Any
         What ``h5py.AttributeManager.__getitem__`` returned (numpy scalar or array, bytes,
-        ``h5py.Empty``, references, object arrays of strings or of vlen sequences).
+        ``h5py.Empty``, references, object arrays of strings or of vlen sequences), or a list
+        of such values.
     deref : callable
         Maps an object reference to the target's path.
     unpack_single : bool
@@ -196,4 +197,6 @@ def to_json(value: Any, deref: Deref, *, unpack_single: bool = True) -> Any:
         if unpack_single and value.size == 1:
             return _scalar_to_json(value.reshape(-1)[0], deref)
         return _array_to_json(value, deref)
+    if isinstance(value, list):  # netCDF readers give string arrays as lists
+        return [to_json(v, deref, unpack_single=False) for v in value]
     return _scalar_to_json(value, deref)

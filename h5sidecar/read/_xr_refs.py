@@ -29,7 +29,7 @@ from xarray.core.variable import Variable
 
 from h5sidecar.read._decode import numcodec
 from h5sidecar.read._lazy_array import SidecarArray
-from h5sidecar.read._xr_attrs import aligned_chunks, cf_attributes
+from h5sidecar.read._xr_attrs import aligned_chunks, cf_attributes, group_attributes
 from h5sidecar.references import GranuleRefs
 
 __all__ = ["RefsGroupStore", "group_members"]
@@ -76,8 +76,11 @@ class RefsGroupStore(AbstractDataStore):
 
     def get_attrs(self) -> dict[str, Any]:
         # as xarray's ZarrStore: NCZarr's bookkeeping attributes are not the group's
-        attrs = self.store.refs.groups[self.group]
-        return {k: v for k, v in attrs.items() if not k.lower().startswith("_nc")}
+        refs = self.store.refs
+        attrs = refs.groups[self.group]
+        hints = refs.extra.get("attribute_dtypes", {}).get(self.group, {})
+        kept = {k: v for k, v in attrs.items() if not k.lower().startswith("_nc")}
+        return group_attributes(kept, hints)
 
     def get_dimensions(self) -> dict[str, int]:
         dims: dict[str, int] = {}

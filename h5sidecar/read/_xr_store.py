@@ -45,6 +45,7 @@ from h5sidecar.read._xr_attrs import (
     DEFAULT_CHUNK_BYTES,
     aligned_chunks,
     cf_attributes,
+    group_attributes,
     is_cf_time,
 )
 from h5sidecar.read._xr_dataset import store_dataset
@@ -71,6 +72,11 @@ class _SidecarZarrStore(ZarrStore):
     h5_refs: GranuleRefs
     h5_chunk_bytes: int
     h5_native: NativeReader | None
+
+    def get_attrs(self) -> dict[str, Any]:
+        path = self.zarr_group.path.strip("/")
+        hints = self.h5_refs.extra.get("attribute_dtypes", {}).get(path, {})
+        return group_attributes(super().get_attrs(), hints)
 
     def open_store_variable(self, name: str) -> Variable:
         var = super().open_store_variable(name)

@@ -4,6 +4,7 @@ This package imports neither h5py nor a web framework: everything that reads sid
 on it, and it depends on nothing of h5sidecar but :mod:`h5sidecar.errors`.
 """
 
+from h5sidecar.references._attr_types import nonfinite, typed_value
 from h5sidecar.references._concat import concat_refs, inline_array, member_identities, slice_refs
 from h5sidecar.references._io import (
     SidecarFormat,
@@ -57,11 +58,13 @@ __all__ = [
     "key_problem",
     "key_safe_name",
     "member_identities",
+    "nonfinite",
     "read_layout",
     "read_refs",
     "renamed",
     "slice_refs",
     "to_kerchunk",
+    "typed_value",
     "write_json",
     "write_parquet",
     "virtualizarr_unreadable",
