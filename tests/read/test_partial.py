@@ -23,8 +23,10 @@ GOOD = (f"{GROUP}/delta_time", f"{GROUP}/quality_ph", f"{GROUP}/lat_ph")
 
 
 def _corrupt_one_chunk(path: Path, name: str) -> None:
-    """Overwrite the middle of ``name``'s second chunk in place; the file keeps its size and
-    modification time, so its identity (and every other chunk) is unchanged."""
+    """Overwrite the middle of ``name``'s second chunk in place (the indexer reads metadata,
+    not chunk data, so a granule corrupted before indexing has a sidecar whose references are
+    right and one chunk that cannot be decoded; after indexing, the change time would make the
+    granule stale instead)."""
     with h5py.File(path) as f:
         info = f[name].id.get_chunk_info(1)
     st = path.stat()
@@ -43,9 +45,9 @@ def bad_granule(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     src.mkdir()
     h5 = src / "g.h5"
     shutil.copy2(good, h5)
+    _corrupt_one_chunk(h5, BAD)
     report = index_many(str(src), str(root / "dest"), format=request.param, executor="serial")
     assert report.ok
-    _corrupt_one_chunk(h5, BAD)
     return good, h5, report.granules[0].sidecar
 
 
