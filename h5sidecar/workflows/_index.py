@@ -37,7 +37,7 @@ from h5sidecar.workflows._recorded import (
     sweep_leftovers,
 )
 from h5sidecar.workflows._report import GranuleResult, RunReport, error_record
-from h5sidecar.workflows._report_io import read_report, write_merged_report
+from h5sidecar.workflows._report_io import RunRecorder, read_report
 
 __all__ = ["IndexOptions", "ProgressSink", "index_many", "index_one"]
 
@@ -251,62 +251,71 @@ def index_many(
     ]
     n_workers = workers if workers is not None else default_workers(len(tasks))
     # a shared lock: a prune --apply waits until this run's report names its sidecars
+    run = RunReport(
+        **_source_of_report(source, granules),
+        dest=dest,
+        format=format,
+        options={
+            "force": force,
+            "checksums": options.settings.checksums,
+            "on_unsupported": on_unsupported,
+            **({"layout": options.settings.layout} if format == "parquet" else {}),
+            "patterns": list(patterns),
+            "executor": executor if isinstance(executor, str) else type(executor).__name__,
+            "workers": n_workers,
+            **({"not_regular_files": not_regular} if not_regular else {}),
+        },
+        started=started.isoformat(timespec="seconds"),
+        finished=started.isoformat(timespec="seconds"),
+        seconds=time.perf_counter() - t0,
+        granules=(),
+        complete=False,
+        version=__version__,
+    )
+    # a shared lock: a prune --apply waits until this run's report names its sidecars
     with dest_lock(dest, exclusive=False, holder="index"):
         previous = _previous_chunk_counts(dest, storage_options)
+        recorder = RunRecorder(dest, run, storage_options)
         if progress is not None:
             progress.start(len(tasks))
         results: list[GranuleResult] = []
         complete = False
-        # up-to-date granules are found here, with threads (one small read each), so workers
-        # are started only for granules that need indexing
-        done, todo = ([], tasks) if force else precheck(tasks, storage_options=storage_options)
-        limit = options.settings.max_granule_seconds
-        pending = run_tasks(
-            index_one,
-            todo,
-            executor,
-            workers=n_workers,
-            time_limit=_hard_limit(limit),
-            memory_limit=options.settings.max_worker_memory,
-        )
+        pending = None
         try:
+            # up-to-date granules are found here, with threads (one small read each), so
+            # workers are started only for granules that need indexing
+            done, todo = ([], tasks) if force else precheck(tasks, storage_options=storage_options)
+            limit = options.settings.max_granule_seconds
+            pending = run_tasks(
+                index_one,
+                todo,
+                executor,
+                workers=n_workers,
+                time_limit=_hard_limit(limit),
+                memory_limit=options.settings.max_worker_memory,
+            )
             for res in itertools.chain(done, pending):
                 res = res.renamed(names.get(res.url, res.name))
                 if res.status == "up_to_date":
                     res = replace(res, n_chunks=previous.get((res.sidecar, _key(res.source)), 0))
                 elif res.source is None:  # a task that crashed or raised: what the listing saw
                     res = replace(res, source=listed.get(res.url))
+                recorder.put(res)  # recorded as it finishes: a killed run keeps it
                 results.append(res)
                 if progress is not None:
                     progress.advance(res)
             complete = True
         finally:
-            pending.close()  # stops the worker pool now, not when garbage-collected
+            if pending is not None:
+                pending.close()  # stops the worker pool now, not when garbage-collected
             # also on KeyboardInterrupt: the report says what was finished (complete=false)
-            report = RunReport(
-                **_source_of_report(source, granules),
-                dest=dest,
-                format=format,
-                options={
-                    "force": force,
-                    "checksums": options.settings.checksums,
-                    "on_unsupported": on_unsupported,
-                    **({"layout": options.settings.layout} if format == "parquet" else {}),
-                    "patterns": list(patterns),
-                    "executor": executor if isinstance(executor, str) else type(executor).__name__,
-                    "workers": n_workers,
-                    **({"not_regular_files": not_regular} if not_regular else {}),
-                },
-                started=started.isoformat(timespec="seconds"),
+            report = recorder.finish(replace(
+                run,
                 finished=datetime.now(UTC).isoformat(timespec="seconds"),
                 seconds=time.perf_counter() - t0,
                 granules=tuple(sorted(results, key=lambda r: r.name)),
                 complete=complete,
-                version=__version__,
-            )
-            _, written = write_merged_report(report, dest, storage_options=storage_options)
-            # the sidecars of earlier runs whose sources this complete listing no longer found
-            report = replace(report, orphaned=written.orphaned)
+            ))
         return report
 
 
