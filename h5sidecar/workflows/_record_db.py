@@ -34,6 +34,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from h5sidecar._modes import follow_umask
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.workflows._report import REPORT_NAME, ErrorRecord, GranuleResult, RunReport
 
@@ -157,7 +158,8 @@ class Record:
         return [_result(r) for r in rows]
 
     def report(self) -> RunReport:
-        """The run report this record holds: the latest run's fields with every granule.
+        """The run report this record holds: the latest run's fields with every granule
+        (what :func:`merge_reports` made of every run's report).
 
         Raises
         ------
@@ -179,13 +181,14 @@ class Record:
             carried += db.execute("SELECT count(*) FROM granules WHERE run != ?",
                                   (run,)).fetchone()[0]
             roots = tuple(r for (r,) in db.execute("SELECT root FROM roots ORDER BY seq"))
+            first = db.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
         finally:
             db.execute("COMMIT")
         names = {g.name or g.url for g in granules}
         return RunReport(
             source=source, dest=dest, format=fmt, options=json.loads(options), started=started,
             finished=finished, seconds=seconds, granules=granules, complete=bool(complete),
-            version=version, roots=() if roots == (source,) else roots, carried_over=carried,
+            version=version, roots=() if first and roots == (source,) else roots, carried_over=carried,
             orphaned=tuple(n for n in json.loads(orphaned) if n in names),
         )
 
@@ -239,6 +242,9 @@ def _create(dest: str, path: str) -> None:
                 record.import_report(old)
         finally:
             db.close()  # the last connection: the log is folded into the file and removed
+        # SQLite creates files 0644: follow the umask like the sidecars (its log files copy
+        # the database's mode)
+        follow_umask(tmp)
         with contextlib.suppress(FileExistsError):  # another run created it first: use theirs
             os.link(tmp, path)
         if old is not None:
