@@ -66,7 +66,7 @@ class DestSnapshot:
     sources : tuple of str
         Source URLs recorded in the report for granules indexed successfully.
     report_found : bool
-        Whether ``DEST/_report.json`` exists.
+        Whether DEST has a run report (its record, or ``_report.json``).
     listed_at : float
         ``time.monotonic()`` of the listing.
     """

@@ -173,7 +173,7 @@ def index_many(
         list of object URLs (see :func:`list_granules`).
     dest : str
         Local folder or S3 prefix; granule ``NAME`` gets ``DEST/NAME.parq`` (or ``.json``) and
-        the run report goes to ``DEST/_report.json``.
+        the run report to DEST's record (``_report.json`` on an object store).
     format : "parquet" or "json"
     force : bool
         Re-index every granule, even those whose sidecar is up to date.
@@ -201,8 +201,10 @@ def index_many(
     Returns
     -------
     RunReport
-        Also written atomically to ``DEST/_report.json``.  ``report.ok`` is false when a granule
-        failed.
+        This run's own results.  Each granule is also recorded in the record of a local DEST as
+        it finishes (one transaction each; see :mod:`h5sidecar.workflows._record_db`); on an
+        object store the report is written to ``DEST/_report.json`` at the end.
+        ``report.ok`` is false when a granule failed.
 
     Raises
     ------
