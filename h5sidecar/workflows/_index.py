@@ -37,7 +37,7 @@ from h5sidecar.workflows._recorded import (
     sweep_leftovers,
 )
 from h5sidecar.workflows._report import GranuleResult, RunReport, error_record
-from h5sidecar.workflows._report_io import RunRecorder, read_report
+from h5sidecar.workflows._report_io import RunRecorder
 
 __all__ = ["IndexOptions", "ProgressSink", "index_many", "index_one"]
 
@@ -276,7 +276,6 @@ def index_many(
     )
     # a shared lock: a prune --apply waits until this run's report names its sidecars
     with dest_lock(dest, exclusive=False, holder="index"):
-        previous = _previous_chunk_counts(dest, storage_options)
         recorder = RunRecorder(dest, run, storage_options)
         if progress is not None:
             progress.start(len(tasks))
@@ -299,7 +298,7 @@ def index_many(
             for res in itertools.chain(done, pending):
                 res = res.renamed(names.get(res.url, res.name))
                 if res.status == "up_to_date":
-                    res = replace(res, n_chunks=previous.get((res.sidecar, _key(res.source)), 0))
+                    res = replace(res, n_chunks=recorder.known_chunks(res))
                 elif res.source is None:  # a task that crashed or raised: what the listing saw
                     res = replace(res, source=listed.get(res.url))
                 recorder.put(res)  # recorded as it finishes: a killed run keeps it
@@ -328,27 +327,12 @@ def _hard_limit(seconds: float) -> float | None:
     return seconds + min(seconds, 30.0) if seconds > 0 else None
 
 
-def _previous_chunk_counts(
-    dest: str, storage_options: Mapping[str, Any] | None
-) -> dict[tuple[str, str], int]:
-    """``(sidecar, source identity) -> n_chunks`` from the last run's report, if readable."""
-    try:
-        last = read_report(dest, storage_options=storage_options)
-    except (FileNotFoundError, H5SidecarError):
-        return {}
-    return {(g.sidecar, _key(g.source)): g.n_chunks for g in last.granules if g.source}
-
-
 def _source_of_report(source: str | Sequence[str], granules: Sequence[Any]) -> dict[str, Any]:
     """The report's ``source`` (and, for a list of URLs, ``roots``: exactly those URLs, which
     the gateway allows, and no prefix under which a missing granule would count as orphaned)."""
     if isinstance(source, str):
         return {"source": normalize_url(source)}
     return {"source": f"(a list of {len(granules)} URLs)", "roots": tuple(g.url for g in granules)}
-
-
-def _key(source: Mapping[str, Any] | None) -> str:
-    return repr(sorted((source or {}).items()))
 
 
 def _opts(options: IndexOptions) -> dict[str, Any] | None:

@@ -149,6 +149,15 @@ class Record:
                        for s in sidecars)
 
     # -- reading ---------------------------------------------------------------------------------
+    def chunks_of(self, result: GranuleResult) -> int:
+        """The chunk count recorded for ``result``'s granule when its row names the same
+        sidecar and source identity (an up-to-date granule keeps it), else 0."""
+        row = self._db.execute("SELECT sidecar, source, n_chunks FROM granules WHERE url = ?",
+                               (result.url,)).fetchone()
+        if row is None or row[0] != result.sidecar or row[1] is None:
+            return 0
+        return int(row[2]) if json.loads(row[1]) == dict(result.source or {}) else 0
+
     def carried(self, run: int, under: str) -> list[GranuleResult]:
         """The granules under the prefix ``under`` (``"root/"``) not processed by ``run``."""
         # a range on the primary key: every URL that starts with ``under``
@@ -234,12 +243,14 @@ def _create(dest: str, path: str) -> None:
     try:
         db = _connect(tmp)
         try:
-            db.execute("PRAGMA journal_mode=WAL")  # persistent: every later connection uses it
+            # no journal while building: a crash leaves only the temporary file, which is dropped
+            db.execute("PRAGMA journal_mode=MEMORY")
             db.executescript(f"BEGIN; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
             if old is not None:
                 record = Record.__new__(Record)
                 record.path, record._db = tmp, db
                 record.import_report(old)
+            db.execute("PRAGMA journal_mode=WAL")  # persistent: every later connection uses it
         finally:
             db.close()  # the last connection: the log is folded into the file and removed
         # SQLite creates files 0644: follow the umask like the sidecars (its log files copy

@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.errors import H5SidecarError, InvalidReferenceError
 from h5sidecar.sources._urls import normalize_url
 from h5sidecar.workflows._listing import DEFAULT_PATTERNS, filesystem, is_remote, join_url
 from h5sidecar.workflows._record_db import Record, open_record, record_path
@@ -84,12 +84,22 @@ class RunRecorder:
         self._t0 = time.perf_counter() - run.seconds
         self._record = None if is_remote(dest) else open_record(dest)
         self._run = 0
-        if self._record is not None:
+        self._chunks: dict[tuple[str, str], int] = {}
+        if self._record is None:
+            self._chunks = _chunk_counts(dest, storage_options)
+        else:
             try:
                 self._run = self._record.begin_run(run)
             except BaseException:
                 self._record.close()
                 raise
+
+    def known_chunks(self, result: GranuleResult) -> int:
+        """The chunk count the report holds for ``result``'s granule, when its entry names the
+        same sidecar and source identity (what an up-to-date granule has), else 0."""
+        if self._record is not None:
+            return self._record.chunks_of(result)
+        return self._chunks.get((result.sidecar, _key(result.source)), 0)
 
     def put(self, result: GranuleResult) -> None:
         """Record one finished granule (locally; on an object store at :meth:`finish`)."""
@@ -114,6 +124,20 @@ class RunRecorder:
         finally:
             self._record.close()
         return replace(report, orphaned=orphaned)
+
+
+def _chunk_counts(dest: str, storage_options: Mapping[str, Any] | None
+                  ) -> dict[tuple[str, str], int]:
+    """``(sidecar, source identity) -> n_chunks`` from the report on an object store."""
+    try:
+        last = read_json_report(dest, storage_options=storage_options)
+    except (FileNotFoundError, H5SidecarError):
+        return {}
+    return {(g.sidecar, _key(g.source)): g.n_chunks for g in last.granules if g.source}
+
+
+def _key(source: Mapping[str, Any] | None) -> str:
+    return repr(sorted((source or {}).items()))
 
 
 def _now() -> str:

@@ -79,6 +79,8 @@ def test_sigkill_keeps_finished_rows_and_a_rerun_does_not_redo_them(tmp_path: Pa
     assert again.ok and again.complete
     status = {g.url: g.status for g in again.granules}
     assert all(status[g.url] == "up_to_date" for g in killed.granules)  # not redone
+    chunks = {g.url: g.n_chunks for g in again.granules}
+    assert all(chunks[g.url] == g.n_chunks > 0 for g in killed.granules)  # kept from the row
     assert read_report(str(dest)).counts["ok"] + read_report(str(dest)).counts["up_to_date"] == 16
 
 
@@ -140,6 +142,7 @@ def test_an_old_dest_is_migrated_on_first_write(tmp_path: Path,
 
     again = index_many(str(src), str(dest), format="json", executor="serial")
     assert again.counts == {"ok": 0, "failed": 0, "up_to_date": 3}
+    assert [g.n_chunks for g in again.granules] == [g.n_chunks for g in old.granules]
     assert (dest / RECORD).is_file() and not (dest / "_report.json").exists()
     assert json.loads((dest / "_report.json.migrated").read_text()) == doc  # kept, not read
     assert read_report(str(dest)).granules == again.granules
