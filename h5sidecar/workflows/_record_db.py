@@ -31,7 +31,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from h5sidecar._modes import follow_umask
@@ -202,22 +202,23 @@ class Record:
         )
 
 
-def open_record(dest: str, *, create: bool = True) -> Record:
+def open_record(dest: str, *, create: bool = True,
+                legacy: Callable[[], RunReport | None] | None = None) -> Record:
     """Open the record of the local DEST ``dest``.
 
-    With ``create``, a DEST without one gets one, holding the rows of its ``_report.json``
-    when it has one (the migration).
+    With ``create``, a DEST without one gets one, holding the rows of the report ``legacy``
+    returns (DEST's ``_report.json``, read by the caller): the migration.
 
     Raises
     ------
     FileNotFoundError
         Without ``create``, when DEST has no record.
     InvalidReferenceError
-        When the file is not a readable record, or the ``_report.json`` to migrate is malformed.
+        When the file is not a readable record.
     """
     path = record_path(dest)
     if create and not os.path.exists(path):
-        _create(dest, path)
+        _create(path, None if legacy is None else legacy())
     elif not os.path.exists(path):
         raise FileNotFoundError(path)
     try:
@@ -229,16 +230,11 @@ def open_record(dest: str, *, create: bool = True) -> Record:
     return record
 
 
-def _create(dest: str, path: str) -> None:
-    """Create the record complete under a temporary name, then link it into place."""
-    from h5sidecar.workflows._report_io import read_json_report
-
+def _create(path: str, old: RunReport | None) -> None:
+    """Create the record (holding ``old``'s rows) complete under a temporary name, then link
+    it into place."""
     folder = os.path.dirname(path)
     os.makedirs(folder, exist_ok=True)
-    try:
-        old: RunReport | None = read_json_report(folder)
-    except FileNotFoundError:
-        old = None
     tmp = os.path.join(folder, f".{RECORD_NAME}.{uuid.uuid4().hex}.tmp")
     try:
         db = _connect(tmp)

@@ -82,7 +82,7 @@ class RunRecorder:
         self.dest = dest
         self._storage_options = storage_options
         self._t0 = time.perf_counter() - run.seconds
-        self._record = None if is_remote(dest) else open_record(dest)
+        self._record = None if is_remote(dest) else _open(dest)
         self._run = 0
         self._chunks: dict[tuple[str, str], int] = {}
         if self._record is None:
@@ -191,7 +191,7 @@ def write_merged_report(
     """:func:`write_report`, also returning the report as written (merged, with orphans)."""
     dest = normalize_url(dest)
     if not is_remote(dest):
-        record = open_record(dest)
+        record = _open(dest)
         try:
             # only this report's granules are written; merging tells the orphans among the rest
             merged = merge_reports(_recorded(record), report) if merge else report
@@ -207,6 +207,21 @@ def write_merged_report(
     return url, report
 
 
+def _open(dest: str) -> Record:
+    """The record of the local ``dest``, created from its ``_report.json`` when it has none."""
+    return open_record(dest, legacy=lambda: _json_or_none(dest))
+
+
+def _json_or_none(dest: str) -> RunReport | None:
+    try:
+        return read_json_report(dest)
+    except FileNotFoundError:
+        return None
+    except InvalidReferenceError as exc:  # as a malformed report always was: replaced
+        log.warning("%s; the record starts empty instead", exc)
+        return None
+
+
 def _recorded(record: Record) -> RunReport | None:
     try:
         return record.report()
@@ -219,7 +234,7 @@ def forget_sidecars(report: RunReport, dest: str, sidecars: Iterable[str], *,
     """Remove the granules of ``sidecars`` (removed by prune) from DEST's report ``report``."""
     gone = {normalize_url(s) for s in sidecars}
     if not is_remote(normalize_url(dest)):
-        record = open_record(normalize_url(dest))
+        record = _open(normalize_url(dest))
         try:
             record.drop(g.sidecar for g in report.granules if normalize_url(g.sidecar) in gone)
         finally:

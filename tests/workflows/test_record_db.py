@@ -182,3 +182,17 @@ def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     db.close()
     with pytest.raises(InvalidReferenceError, match="schema version 99"):
         read_report(str(dest))
+
+
+def test_a_malformed_old_report_is_replaced_by_the_record(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    src, dest = tmp_path / "in", tmp_path / "out"
+    _granules(src, 2)
+    dest.mkdir()
+    (dest / "_report.json").write_text("{not json")
+    with caplog.at_level("WARNING", logger="h5sidecar.workflows"):
+        report = index_many(str(src), str(dest), executor="serial")
+    assert report.ok and "the record starts empty" in caplog.text
+    assert [g.name for g in read_report(str(dest)).granules] == ["G00.h5", "G01.h5"]
+    assert_matches_h5py(str(dest / "G01.h5.parq"), src / "G01.h5")
