@@ -106,8 +106,8 @@ def _cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
         out.print_json(data=report.to_dict())
         return EXIT_OK if report.ok else EXIT_FAILED
     _print_report(report, out)
-    where = "its record" if "://" not in report.dest else "_report.json"
-    out.print(f"report: {report.dest.rstrip('/')} ({where}; `h5sidecar report DEST` shows it)")
+    where = "_report.json" if "://" in report.dest else "_h5sidecar.sqlite"
+    out.print(f"report: {report.dest.rstrip('/')}/{where} (`h5sidecar report DEST` shows it)")
     return EXIT_OK if report.ok else EXIT_FAILED
 
 

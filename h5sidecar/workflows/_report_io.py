@@ -275,7 +275,13 @@ def read_report(dest: str, *, storage_options: Mapping[str, Any] | None = None) 
             return record.report()
         finally:
             record.close()
-    return read_json_report(dest, storage_options=storage_options)
+    try:
+        return read_json_report(dest, storage_options=storage_options)
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(
+            f"{dest} has no run report (no record, no {REPORT_NAME}): run `h5sidecar index` "
+            "into it first"
+        ) from exc
 
 
 def read_json_report(dest: str, *, storage_options: Mapping[str, Any] | None = None

@@ -126,6 +126,8 @@ def test_report_json_is_the_old_report_document(tmp_path: Path,
     assert main(["report", str(dest)]) == 1  # a granule failed
     out = capsys.readouterr().out
     assert "3 indexed" in out and "1 failed" in out and "bad.h5" in out and "not_hdf5" in out
+    assert main(["report", str(tmp_path / "elsewhere")]) == 2
+    assert "has no run report" in capsys.readouterr().err
 
 
 def test_an_old_dest_is_migrated_on_first_write(tmp_path: Path,
