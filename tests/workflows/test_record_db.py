@@ -198,3 +198,21 @@ def test_a_malformed_old_report_is_replaced_by_the_record(
     assert report.ok and "the record starts empty" in caplog.text
     assert [g.name for g in read_report(str(dest)).granules] == ["G00.h5", "G01.h5"]
     assert_matches_h5py(str(dest / "G01.h5.parq"), src / "G01.h5")
+
+
+def test_the_catalog_and_the_gateway_read_the_record(tmp_path: Path) -> None:
+    from h5sidecar.catalog import list_indexed
+    from h5sidecar.gateway._dest import DestIndex
+
+    src, dest = tmp_path / "in", tmp_path / "out"
+    _granules(src, 2)
+    index_many(str(src), str(dest), executor="serial")
+    (src / "G01.h5").write_bytes(b"no longer HDF5\n" * 100)  # its old sidecar stays
+    assert not index_many(str(src), str(dest), executor="serial").ok
+    assert (dest / "G01.h5.parq").is_dir() and not (dest / "_report.json").exists()
+    # the record marks G01 failed: the catalog leaves it out, the gateway allows the root
+    assert [g.name for g in list_indexed(str(dest))] == ["G00.h5"]
+    snap = DestIndex(str(dest)).snapshot()
+    assert snap.report_found and str(src) in snap.sources and str(src / "G00.h5") in snap.sources
+    assert str(src / "G01.h5") not in snap.sources
+    assert_matches_h5py(str(dest / "G00.h5.parq"), src / "G00.h5")
