@@ -37,8 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("index", parents=[verbose], help="index granules into sidecars",
                        description="Index every granule of SOURCE into DEST/<name>.parq (or "
-                       ".json), skipping granules whose sidecar is up to date, and write "
-                       "DEST/_report.json.")
+                       ".json), skipping granules whose sidecar is up to date, and record each granule in "
+                       "DEST's run report (`h5sidecar report DEST`).")
     p.add_argument("source", nargs="?", default=None,
                    help="a file, a folder, a glob, s3://bucket/prefix or one https:// URL")
     p.add_argument("--url-list", metavar="FILE", default=None,
@@ -164,6 +164,16 @@ def build_parser() -> argparse.ArgumentParser:
     _storage_option_arg(p)
     p.set_defaults(command="prune")
 
+    p = sub.add_parser("report", parents=[verbose], help="show the run report of DEST",
+                       description="Show what DEST's record holds: granules per status, "
+                       "failures and what to do about them. --json writes the whole report "
+                       "document (the former DEST/_report.json) to stdout. Exit code 1 when "
+                       "a granule failed or the last run was interrupted.")
+    p.add_argument("dest", help="folder or S3 prefix written by `h5sidecar index -o`")
+    p.add_argument("--json", action="store_true", help="write the report document to stdout")
+    _storage_option_arg(p)
+    p.set_defaults(command="report")
+
     p = sub.add_parser("sample", parents=[verbose], help="write sample ATL03-like granules",
                        description="Write small synthetic ATL03-like HDF5 granules (and "
                        "optionally a netCDF-4 file) to OUTDIR.")
@@ -197,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=None, help="port (default 8000)")
     p.add_argument("--allow", action="append", default=[], metavar="PREFIX",
                    help="also allow reading sources under PREFIX (repeatable; default: only the "
-                   "sources listed in DEST/_report.json)")
+                   "sources listed in DEST's run report)")
     p.add_argument("--token", default=None,
                    help="require 'Authorization: Bearer TOKEN' on every route but /healthz")
     p.add_argument("--cors", action="append", default=[], metavar="ORIGIN",

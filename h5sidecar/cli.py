@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import signal
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -27,6 +28,9 @@ from h5sidecar._cli_output import ProgressBar, setup_logging
 from h5sidecar._cli_output import shape as _shape
 from h5sidecar._cli_output import size as _size
 from h5sidecar.errors import ErrorKind, H5SidecarError
+
+if TYPE_CHECKING:
+    from h5sidecar.workflows import RunReport
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main",
            "storage_options"]
@@ -101,6 +105,29 @@ def _cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.json:
         out.print_json(data=report.to_dict())
         return EXIT_OK if report.ok else EXIT_FAILED
+    _print_report(report, out)
+    where = "_report.json" if "://" in report.dest else "_h5sidecar.sqlite"
+    out.print(f"report: {report.dest.rstrip('/')}/{where} (`h5sidecar report DEST` shows it)")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _cmd_report(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from h5sidecar.workflows import read_report
+
+    report = read_report(args.dest, storage_options=storage_options(args.storage_options))
+    if args.json:
+        # the whole document, unformatted: `h5sidecar report DEST --json > report.json`
+        sys.stdout.write(json.dumps(report.to_dict(), indent=1, allow_nan=False) + "\n")
+        return EXIT_OK if report.ok else EXIT_FAILED
+    _print_report(report, out)
+    if not report.complete:
+        out.print(f"[yellow]the last run was interrupted[/] (started {report.started}, last "
+                  f"recorded {report.finished})")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _print_report(report: RunReport, out: Console) -> None:
+    """The summary of a run report: counts, failures and what to do, partial granules."""
     counts = report.counts
     out.print(
         f"[bold]{len(report.granules)}[/] granule(s) in {report.seconds:.1f} s: "
@@ -135,8 +162,6 @@ def _cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
                   f"({escape(', '.join(report.orphaned[:5]))}"
                   f"{' ...' if len(report.orphaned) > 5 else ''}); "
                   f"`h5sidecar prune {escape(report.dest)}` lists and removes them")
-    out.print(f"report: {report.dest.rstrip('/')}/_report.json")
-    return EXIT_OK if report.ok else EXIT_FAILED
 
 
 @contextlib.contextmanager
@@ -398,6 +423,7 @@ _COMMANDS = {
     "catalog": _cmd_catalog,
     "cube": _cmd_cube,
     "prune": _cmd_prune,
+    "report": _cmd_report,
     "sample": _cmd_sample,
     "demo": _cmd_demo,
     "serve": _cmd_serve,

@@ -59,7 +59,7 @@ def test_index_inspect_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     dest = tmp_path / "out"
     assert main(["index", str(src), "-o", str(dest), "--workers", "2", "--checksums"]) == 0
     out = capsys.readouterr().out
-    assert "2 indexed" in out and "0 failed" in out and "_report.json" in out
+    assert "2 indexed" in out and "0 failed" in out and "h5sidecar report" in out
     assert_matches_h5py(str(dest / "G0.h5.parq"), src / "G0.h5")
     # second run: everything up to date, machine-readable report
     assert main(["index", str(src), "-o", str(dest), "--json", "--serial"]) == 0
@@ -146,7 +146,7 @@ def test_demo_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     out = capsys.readouterr().out
     assert "values through the sidecar vs h5py" in out and "NO" not in out
     assert len(list((outdir / "sidecars").glob("*.parq"))) == 2
-    assert (outdir / "sidecars" / "_report.json").is_file()
+    assert (outdir / "sidecars" / "_h5sidecar.sqlite").is_file()
 
 
 def test_entry_point_subprocess(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from h5sidecar.catalog import validate_document
 from h5sidecar.errors import ErrorKind, H5SidecarError, NotHDF5Error, STACValidationError
 from h5sidecar.indexer import index_granule
 from h5sidecar.references import GranuleRefs, Skipped, write_refs
-from h5sidecar.workflows import index_many
+from h5sidecar.workflows import index_many, read_report
 from h5sidecar.workflows._report import error_record
 
 #: Every value of ErrorKind, in order.  Run reports, sidecars, catalog results and HTTP error
@@ -158,7 +158,7 @@ def test_written_reports_and_sidecars_carry_only_error_kinds(tmp_path: Path) -> 
     for fmt in ("json", "parquet"):
         dest = tmp_path / f"out-{fmt}"
         index_many(str(src), str(dest), format=fmt, executor="serial")
-        report = json.loads((dest / "_report.json").read_text())
+        report = read_report(str(dest)).to_dict()
         sidecar = (
             dest / "good.h5.json" if fmt == "json" else dest / "good.h5.parq" / ".zmetadata"
         )

@@ -47,7 +47,7 @@ def test_sidecars_and_report_follow_umask(tmp_path: Path, umask: int, fmt: str) 
     files = [sidecar] if sidecar.is_file() else [p for p in sidecar.rglob("*") if p.is_file()]
     dirs = [p for p in sidecar.rglob("*") if p.is_dir()] + ([sidecar] if sidecar.is_dir() else [])
     assert files
-    for f in [*files, dest / "_report.json"]:
+    for f in [*files, dest / "_h5sidecar.sqlite"]:
         assert _mode(f) == 0o666 & ~umask, f
     for d in dirs:
         assert _mode(d) == 0o777 & ~umask, d

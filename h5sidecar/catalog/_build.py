@@ -24,10 +24,12 @@ import logging
 import os
 import posixpath
 import re
+import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import fsspec
 
@@ -46,6 +48,9 @@ __all__ = ["ItemError", "CatalogResult", "NoFootprint", "build_catalog", "list_i
 log = logging.getLogger("h5sidecar.catalog")
 
 REPORT_NAME = "_report.json"
+#: The record of a local DEST, which replaces its report there (an SQLite database; its schema
+#: is in :mod:`h5sidecar.workflows._record_db`, above this package).
+RECORD_NAME = "_h5sidecar.sqlite"
 ROOT_ID = "h5sidecar"
 _SUFFIXES = {".parq": "parquet", ".json": "json"}
 _ID_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
@@ -134,6 +139,15 @@ def _size(fs: Any, path: str) -> int:
     return int(fs.du(path, total=True)) if fs.isdir(path) else int(fs.size(path))
 
 
+def _failed_in_record(path: str) -> set[str]:
+    """Names of the granules the record at ``path`` marks as failed."""
+    db = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True, timeout=60.0)
+    try:
+        return {n for (n,) in db.execute("SELECT name FROM granules WHERE status = 'failed'")}
+    finally:
+        db.close()
+
+
 def list_indexed(
     dest: str, *, storage_options: Mapping[str, Any] | None = None, sizes: bool = True
 ) -> list[GranuleInfo]:
@@ -149,7 +163,9 @@ def list_indexed(
     prefix = dest.split("://", 1)[0] + "://" if remote else ""
     failed: set[str] = set()
     report = f"{root}/{REPORT_NAME}"
-    if fs.exists(report):
+    if not remote and os.path.exists(f"{root}/{RECORD_NAME}"):
+        failed = _failed_in_record(f"{root}/{RECORD_NAME}")
+    elif fs.exists(report):
         with fs.open(report, "rb") as f:
             doc = json.load(f)
         failed = {g.get("name", "") for g in doc.get("granules", []) if g.get("status") == "failed"}

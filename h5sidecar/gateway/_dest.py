@@ -1,7 +1,8 @@
 """The gateway's view of DEST: which granules it serves and which sources it may read.
 
 ``h5sidecar index SOURCE -o DEST`` writes one sidecar per granule (``DEST/<name>.parq`` or
-``DEST/<name>.json``) and a run report, ``DEST/_report.json``.  The gateway serves exactly the
+``DEST/<name>.json``) and a run report: the record ``DEST/_h5sidecar.sqlite`` of a local DEST,
+``DEST/_report.json`` on an object store.  The gateway serves exactly the
 sidecars found under DEST (nothing outside it is ever opened as a sidecar), named by their path
 relative to DEST without the sidecar suffix.
 
@@ -21,12 +22,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import posixpath
+import sqlite3
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import fsspec
 
@@ -38,6 +42,9 @@ __all__ = ["REPORT_NAME", "SIDECAR_SUFFIXES", "DestIndex", "DestSnapshot"]
 log = logging.getLogger("h5sidecar.gateway")
 
 REPORT_NAME = "_report.json"
+#: The record of a local DEST (an SQLite database written by ``h5sidecar index``; its schema is
+#: in :mod:`h5sidecar.workflows._record_db`, above this package): it replaces the report there.
+RECORD_NAME = "_h5sidecar.sqlite"
 #: File-name suffix of each sidecar format written by ``h5sidecar index``.
 SIDECAR_SUFFIXES = (".parq", ".json")
 #: Folders below DEST visited when listing (sidecars of nested granule names live deeper).
@@ -59,7 +66,7 @@ class DestSnapshot:
     sources : tuple of str
         Source URLs recorded in the report for granules indexed successfully.
     report_found : bool
-        Whether ``DEST/_report.json`` exists.
+        Whether DEST has a run report (its record, or ``_report.json``).
     listed_at : float
         ``time.monotonic()`` of the listing.
     """
@@ -149,7 +156,7 @@ class DestIndex:
                 snap = self._snapshot = self._list()
                 log.info("DEST %s: %d granule(s), %d allowed source(s)%s", self.dest,
                          len(snap.sidecars), len(snap.sources),
-                         "" if snap.report_found else " (no _report.json)")  # fmt: skip
+                         "" if snap.report_found else " (no run report)")  # fmt: skip
             return snap
 
     # -- listing -------------------------------------------------------------------------------
@@ -212,6 +219,10 @@ class DestIndex:
             ) from exc
 
     def _report_sources(self) -> tuple[tuple[str, ...], bool]:
+        protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
+        record = f"{self.root}/{RECORD_NAME}"
+        if "file" in protocols and os.path.exists(record):
+            return _record_sources(record, self.dest), True
         path = f"{self.root}/{REPORT_NAME}"
         try:
             raw = self.fs.cat_file(path)
@@ -251,3 +262,25 @@ class DestIndex:
                 return head, path[pos + 1 :]
             pos = path.rfind("/", 0, pos)
         return None
+
+
+def _record_sources(path: str, dest: str) -> tuple[str, ...]:
+    """The sources the record at ``path`` allows: every run's source root, and the source of
+    every granule indexed successfully (what :meth:`DestIndex._report_sources` takes from a
+    JSON report)."""
+    try:
+        db = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True, timeout=60.0)
+        try:
+            sources = [r for (r,) in db.execute("SELECT root FROM roots ORDER BY seq")]
+            rows = db.execute("SELECT url, source FROM granules "
+                              "WHERE status IN ('ok', 'up_to_date')")
+            for url, source in rows:
+                sources.append((json.loads(source) if source else {}).get("url") or url)
+        finally:
+            db.close()
+    except (sqlite3.Error, ValueError, AttributeError) as exc:
+        raise InvalidReferenceError(
+            f"the record {dest}/{RECORD_NAME} is unreadable ({exc}): re-run `h5sidecar index` "
+            "into DEST, or pass the source prefixes with --allow"
+        ) from exc
+    return tuple(dict.fromkeys(s for s in sources if isinstance(s, str) and s))

@@ -150,7 +150,7 @@ class Gateway:
             self._entries.clear()  # fetchers carry the allow-list: rebuild them
         if not prefixes and snap is not self._snap:
             log.warning("no %s in DEST and no --allow: every chunk read will be refused (403); "
-                        "pass --allow PREFIX for the sources", "_report.json")  # fmt: skip
+                        "pass --allow PREFIX for the sources", "run report")  # fmt: skip
         self._snap = snap
         self.metrics.set("h5sidecar_granules", len(snap.sidecars))
         self.metrics.set("h5sidecar_cubes", len(snap.cubes))

@@ -4,7 +4,7 @@ Everything the ``h5sidecar`` command line does is a function here first:
 
 - :func:`index_many` lists a folder, glob or S3 prefix and indexes each granule with
   :func:`index_one` (a picklable task for any executor), skipping up-to-date sidecars, and writes
-  a :class:`RunReport` to ``DEST/_report.json``;
+  a :class:`RunReport` in DEST (its SQLite record locally, ``_report.json`` on object stores);
 - :func:`inspect_refs` summarises a sidecar; :func:`verify_refs` compares it with h5py;
 - :func:`build_cube` combines many granules' sidecars into one datacube reference set along a
   dimension (checked encodings, coordinate order, the coordinate held inline);

@@ -37,7 +37,7 @@ from h5sidecar.workflows._recorded import (
     sweep_leftovers,
 )
 from h5sidecar.workflows._report import GranuleResult, RunReport, error_record
-from h5sidecar.workflows._report_io import read_report, write_merged_report
+from h5sidecar.workflows._report_io import RunRecorder
 
 __all__ = ["IndexOptions", "ProgressSink", "index_many", "index_one"]
 
@@ -173,7 +173,7 @@ def index_many(
         list of object URLs (see :func:`list_granules`).
     dest : str
         Local folder or S3 prefix; granule ``NAME`` gets ``DEST/NAME.parq`` (or ``.json``) and
-        the run report goes to ``DEST/_report.json``.
+        the run report to DEST's record (``_report.json`` on an object store).
     format : "parquet" or "json"
     force : bool
         Re-index every granule, even those whose sidecar is up to date.
@@ -201,8 +201,10 @@ def index_many(
     Returns
     -------
     RunReport
-        Also written atomically to ``DEST/_report.json``.  ``report.ok`` is false when a granule
-        failed.
+        This run's own results.  Each granule is also recorded in the record of a local DEST as
+        it finishes (one transaction each; see :mod:`h5sidecar.workflows._record_db`); on an
+        object store the report is written to ``DEST/_report.json`` at the end.
+        ``report.ok`` is false when a granule failed.
 
     Raises
     ------
@@ -251,62 +253,70 @@ def index_many(
     ]
     n_workers = workers if workers is not None else default_workers(len(tasks))
     # a shared lock: a prune --apply waits until this run's report names its sidecars
+    run = RunReport(
+        **_source_of_report(source, granules),
+        dest=dest,
+        format=format,
+        options={
+            "force": force,
+            "checksums": options.settings.checksums,
+            "on_unsupported": on_unsupported,
+            **({"layout": options.settings.layout} if format == "parquet" else {}),
+            "patterns": list(patterns),
+            "executor": executor if isinstance(executor, str) else type(executor).__name__,
+            "workers": n_workers,
+            **({"not_regular_files": not_regular} if not_regular else {}),
+        },
+        started=started.isoformat(timespec="seconds"),
+        finished=started.isoformat(timespec="seconds"),
+        seconds=time.perf_counter() - t0,
+        granules=(),
+        complete=False,
+        version=__version__,
+    )
+    # a shared lock: a prune --apply waits until this run's report names its sidecars
     with dest_lock(dest, exclusive=False, holder="index"):
-        previous = _previous_chunk_counts(dest, storage_options)
+        recorder = RunRecorder(dest, run, storage_options)
         if progress is not None:
             progress.start(len(tasks))
         results: list[GranuleResult] = []
         complete = False
-        # up-to-date granules are found here, with threads (one small read each), so workers
-        # are started only for granules that need indexing
-        done, todo = ([], tasks) if force else precheck(tasks, storage_options=storage_options)
-        limit = options.settings.max_granule_seconds
-        pending = run_tasks(
-            index_one,
-            todo,
-            executor,
-            workers=n_workers,
-            time_limit=_hard_limit(limit),
-            memory_limit=options.settings.max_worker_memory,
-        )
+        pending = None
         try:
+            # up-to-date granules are found here, with threads (one small read each), so
+            # workers are started only for granules that need indexing
+            done, todo = ([], tasks) if force else precheck(tasks, storage_options=storage_options)
+            limit = options.settings.max_granule_seconds
+            pending = run_tasks(
+                index_one,
+                todo,
+                executor,
+                workers=n_workers,
+                time_limit=_hard_limit(limit),
+                memory_limit=options.settings.max_worker_memory,
+            )
             for res in itertools.chain(done, pending):
                 res = res.renamed(names.get(res.url, res.name))
                 if res.status == "up_to_date":
-                    res = replace(res, n_chunks=previous.get((res.sidecar, _key(res.source)), 0))
+                    res = replace(res, n_chunks=recorder.known_chunks(res))
                 elif res.source is None:  # a task that crashed or raised: what the listing saw
                     res = replace(res, source=listed.get(res.url))
+                recorder.put(res)  # recorded as it finishes: a killed run keeps it
                 results.append(res)
                 if progress is not None:
                     progress.advance(res)
             complete = True
         finally:
-            pending.close()  # stops the worker pool now, not when garbage-collected
+            if pending is not None:
+                pending.close()  # stops the worker pool now, not when garbage-collected
             # also on KeyboardInterrupt: the report says what was finished (complete=false)
-            report = RunReport(
-                **_source_of_report(source, granules),
-                dest=dest,
-                format=format,
-                options={
-                    "force": force,
-                    "checksums": options.settings.checksums,
-                    "on_unsupported": on_unsupported,
-                    **({"layout": options.settings.layout} if format == "parquet" else {}),
-                    "patterns": list(patterns),
-                    "executor": executor if isinstance(executor, str) else type(executor).__name__,
-                    "workers": n_workers,
-                    **({"not_regular_files": not_regular} if not_regular else {}),
-                },
-                started=started.isoformat(timespec="seconds"),
+            report = recorder.finish(replace(
+                run,
                 finished=datetime.now(UTC).isoformat(timespec="seconds"),
                 seconds=time.perf_counter() - t0,
                 granules=tuple(sorted(results, key=lambda r: r.name)),
                 complete=complete,
-                version=__version__,
-            )
-            _, written = write_merged_report(report, dest, storage_options=storage_options)
-            # the sidecars of earlier runs whose sources this complete listing no longer found
-            report = replace(report, orphaned=written.orphaned)
+            ))
         return report
 
 
@@ -317,27 +327,12 @@ def _hard_limit(seconds: float) -> float | None:
     return seconds + min(seconds, 30.0) if seconds > 0 else None
 
 
-def _previous_chunk_counts(
-    dest: str, storage_options: Mapping[str, Any] | None
-) -> dict[tuple[str, str], int]:
-    """``(sidecar, source identity) -> n_chunks`` from the last run's report, if readable."""
-    try:
-        last = read_report(dest, storage_options=storage_options)
-    except (FileNotFoundError, H5SidecarError):
-        return {}
-    return {(g.sidecar, _key(g.source)): g.n_chunks for g in last.granules if g.source}
-
-
 def _source_of_report(source: str | Sequence[str], granules: Sequence[Any]) -> dict[str, Any]:
     """The report's ``source`` (and, for a list of URLs, ``roots``: exactly those URLs, which
     the gateway allows, and no prefix under which a missing granule would count as orphaned)."""
     if isinstance(source, str):
         return {"source": normalize_url(source)}
     return {"source": f"(a list of {len(granules)} URLs)", "roots": tuple(g.url for g in granules)}
-
-
-def _key(source: Mapping[str, Any] | None) -> str:
-    return repr(sorted((source or {}).items()))
 
 
 def _opts(options: IndexOptions) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ Three kinds of leftovers build up in a DEST that is indexed again and again:
   behind, older than ``staging_age`` seconds (younger ones may belong to a running ``index``).
 
 Nothing is removed unless ``apply=True``: the default is a dry run that lists what would go.
-Removing sidecars also removes their entries from ``_report.json``.  Datacubes in DEST are never
+Removing sidecars also removes their entries from the run report (DEST's record).  Datacubes in DEST are never
 pruned (a cube whose member disappeared is refused on read, by name).
 
 ``prune`` and a concurrent ``index`` cannot destroy each other's work: with ``apply=True`` prune
@@ -36,8 +36,9 @@ from h5sidecar.read import load_refs
 from h5sidecar.sources import normalize_url
 from h5sidecar.workflows._dest_lock import dest_lock
 from h5sidecar.workflows._listing import filesystem, is_remote
+from h5sidecar.workflows._record_db import RECORD_NAME
 from h5sidecar.workflows._report import REPORT_NAME, RunReport
-from h5sidecar.workflows._report_io import read_report, write_report
+from h5sidecar.workflows._report_io import forget_sidecars, read_report
 
 __all__ = ["PruneEntry", "PruneResult", "prune"]
 
@@ -246,10 +247,15 @@ def _committed(fs: Any, path: str) -> float | None:
 
 
 def _report_mtime(fs: Any, root: str) -> float | None:
-    try:
-        return _mtime(fs.info(f"{root}/{REPORT_NAME}"))
-    except FileNotFoundError:
-        return None
+    """When DEST's report was last written: its JSON, or a local record (whose log is written
+    at each granule's commit)."""
+    times = []
+    for name in (REPORT_NAME, RECORD_NAME, RECORD_NAME + "-wal"):
+        try:
+            times.append(_mtime(fs.info(f"{root}/{name}")))
+        except FileNotFoundError:
+            continue
+    return max((t for t in times if t is not None), default=None)
 
 
 def _orphans(kept: Mapping[str, str], by_name: Mapping[str, Any],
@@ -307,12 +313,6 @@ def _remove(fs: Any, e: PruneEntry, prefix: str, decided_at: float) -> PruneEntr
 
 def _drop_from_report(report: RunReport, dest: str, entries: list[PruneEntry],
                       storage_options: Mapping[str, Any] | None) -> None:
-    gone = {normalize_url(e.path) for e in entries if e.removed and e.reason != "staging"}
-    if not gone:
-        return
-    granules = tuple(g for g in report.granules if normalize_url(g.sidecar) not in gone)
-    names = {g.name for g in granules}
-    write_report(replace(report, granules=granules,
-                         orphaned=tuple(n for n in report.orphaned if n in names)),
-                 dest, storage_options=storage_options, merge=False)
-
+    gone = [e.path for e in entries if e.removed and e.reason != "staging"]
+    if gone:
+        forget_sidecars(report, dest, gone, storage_options=storage_options)

@@ -1,4 +1,4 @@
-"""Run-report records of the batch workflow (``DEST/_report.json``).
+"""Run-report records of the batch workflow (``h5sidecar report DEST --json``).
 
 Records are frozen dataclasses of plain values so they pickle cheaply between worker processes
 and serialise to JSON without custom encoders.  The report format is documented in the README

@@ -1,29 +1,37 @@
 """Persistence of the run report: merge with the report already in DEST, write atomically, read.
 
-Locally the JSON goes to a temporary file in DEST which then replaces ``_report.json``
-(``os.replace``; temporaries a killed run left are swept); on object stores it is one PUT.
+A local DEST keeps its report in its record, an SQLite database (:mod:`._record_db`); an object
+store DEST in ``_report.json``, one PUT (atomic there).  A local ``_report.json`` (written by
+earlier versions) is read while DEST has no record, and migrated into one by the first write.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import json
 import logging
 import os
-import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
-from h5sidecar._modes import follow_umask
-from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.errors import H5SidecarError, InvalidReferenceError
 from h5sidecar.sources._urls import normalize_url
 from h5sidecar.workflows._listing import DEFAULT_PATTERNS, filesystem, is_remote, join_url
+from h5sidecar.workflows._record_db import Record, open_record, record_path
 from h5sidecar.workflows._report import REPORT_NAME, GranuleResult, RunReport
 
-__all__ = ["merge_reports", "read_report", "write_merged_report", "write_report"]
+__all__ = [
+    "RunRecorder",
+    "forget_sidecars",
+    "merge_reports",
+    "read_json_report",
+    "read_report",
+    "write_merged_report",
+    "write_report",
+]
 
 log = logging.getLogger("h5sidecar.workflows")
 
@@ -44,9 +52,96 @@ def merge_reports(previous: RunReport | None, current: RunReport) -> RunReport:
     carried = [g for g in previous.granules if g.url not in fresh]
     roots = tuple(dict.fromkeys((*(previous.roots or (previous.source,)), *own_roots)))
     granules = tuple(sorted((*current.granules, *carried), key=lambda g: (g.name, g.url)))
-    orphaned = tuple(g.name or g.url for g in carried if _listing_missed(current, g))
+    orphaned = orphaned_names(current, carried)
     return replace(current, granules=granules, roots=roots, carried_over=len(carried),
                    orphaned=orphaned)
+
+
+def orphaned_names(current: RunReport, carried: Iterable[GranuleResult]) -> tuple[str, ...]:
+    """The names of the ``carried`` granules (not processed by ``current``) whose sources
+    ``current``'s listing would have found if they existed: orphans (see
+    :func:`_listing_missed`)."""
+    return tuple(g.name or g.url for g in carried if _listing_missed(current, g))
+
+
+class RunRecorder:
+    """Records one run in DEST: each granule as it finishes in the record of a local DEST
+    (one transaction each, so a killed run keeps what it finished), the whole report at the
+    end on an object store (``_report.json``).
+
+    Parameters
+    ----------
+    dest : str
+        Normalised DEST.
+    run : RunReport
+        The run's fields (its granules are ignored), recorded at once locally.
+    """
+
+    def __init__(self, dest: str, run: RunReport,
+                 storage_options: Mapping[str, Any] | None = None) -> None:
+        self.dest = dest
+        self._storage_options = storage_options
+        self._t0 = time.perf_counter() - run.seconds
+        self._record = None if is_remote(dest) else _open(dest)
+        self._run = 0
+        self._chunks: dict[tuple[str, str], int] = {}
+        if self._record is None:
+            self._chunks = _chunk_counts(dest, storage_options)
+        else:
+            try:
+                self._run = self._record.begin_run(run)
+            except BaseException:
+                self._record.close()
+                raise
+
+    def known_chunks(self, result: GranuleResult) -> int:
+        """The chunk count the report holds for ``result``'s granule, when its entry names the
+        same sidecar and source identity (what an up-to-date granule has), else 0."""
+        if self._record is not None:
+            return self._record.chunks_of(result)
+        return self._chunks.get((result.sidecar, _key(result.source)), 0)
+
+    def put(self, result: GranuleResult) -> None:
+        """Record one finished granule (locally; on an object store at :meth:`finish`)."""
+        if self._record is not None:
+            self._record.put(self._run, result, finished=_now(),
+                             seconds=time.perf_counter() - self._t0)
+
+    def finish(self, report: RunReport) -> RunReport:
+        """Record the end of the run (``report``: its fields and granules); returns ``report``
+        with the orphans its listing revealed (see :func:`merge_reports`)."""
+        if self._record is None:
+            _, written = write_merged_report(report, self.dest,
+                                             storage_options=self._storage_options)
+            return replace(report, orphaned=written.orphaned)
+        try:
+            orphaned: tuple[str, ...] = ()
+            root = report.source.rstrip("/")
+            if report.complete and root:
+                orphaned = orphaned_names(report, self._record.carried(self._run, root + "/"))
+            self._record.end_run(self._run, finished=report.finished, seconds=report.seconds,
+                                 complete=report.complete, orphaned=orphaned)
+        finally:
+            self._record.close()
+        return replace(report, orphaned=orphaned)
+
+
+def _chunk_counts(dest: str, storage_options: Mapping[str, Any] | None
+                  ) -> dict[tuple[str, str], int]:
+    """``(sidecar, source identity) -> n_chunks`` from the report on an object store."""
+    try:
+        last = read_json_report(dest, storage_options=storage_options)
+    except (FileNotFoundError, H5SidecarError):
+        return {}
+    return {(g.sidecar, _key(g.source)): g.n_chunks for g in last.granules if g.source}
+
+
+def _key(source: Mapping[str, Any] | None) -> str:
+    return repr(sorted((source or {}).items()))
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _listing_missed(current: RunReport, g: GranuleResult) -> bool:
@@ -74,16 +169,14 @@ def write_report(
     storage_options: Mapping[str, Any] | None = None,
     merge: bool = True,
 ) -> str:
-    """Write ``DEST/_report.json`` atomically and return its URL.
+    """Record ``report`` in DEST and return where: the record of a local DEST (one
+    transaction), ``DEST/_report.json`` on an object store (one PUT).
 
-    With ``merge`` (the default) the report already in DEST is merged in first
-    (:func:`merge_reports`), so granules this run did not process keep their entries.  A
-    malformed earlier report is replaced (with a warning).  Two runs writing into one DEST at
-    the same moment may lose each other's entries (last writer wins).
-
-    Locally the JSON goes to a temporary file in the same folder which then replaces the report
-    (``os.replace``), so a killed run never leaves half a report; on object stores it is a
-    single PUT, which is atomic there.
+    With ``merge`` (the default) the granules already recorded that ``report`` does not name
+    keep their entries (:func:`merge_reports`); without, ``report`` replaces them all.  On an
+    object store a malformed earlier report is replaced (with a warning), and two runs
+    writing at the same moment may lose each other's entries (last writer wins); a local
+    record has neither problem.
     """
     return write_merged_report(report, dest, storage_options=storage_options, merge=merge)[0]
 
@@ -97,29 +190,61 @@ def write_merged_report(
 ) -> tuple[str, RunReport]:
     """:func:`write_report`, also returning the report as written (merged, with orphans)."""
     dest = normalize_url(dest)
+    if not is_remote(dest):
+        record = _open(dest)
+        try:
+            # only this report's granules are written; merging tells the orphans among the rest
+            merged = merge_reports(_recorded(record), report) if merge else report
+            record.import_report(replace(report, orphaned=merged.orphaned), replace=not merge)
+            return record.path, merged
+        finally:
+            record.close()
     url = join_url(dest, REPORT_NAME)
     if merge:
         report = merge_reports(_previous(dest, storage_options), report)
     data = json.dumps(report.to_dict(), indent=1, allow_nan=False).encode()
-    if is_remote(url):
-        filesystem(url, storage_options).pipe_file(url, data)
-        return url, report
-    os.makedirs(dest, exist_ok=True)
-    _sweep_stale_temporaries(dest)
-    fd, tmp = tempfile.mkstemp(prefix="._report.", suffix=".tmp", dir=dest)
-    try:
-        follow_umask(tmp, fd=fd)  # mkstemp's 0600 would make the report private to its writer
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, url)
-    except BaseException:
-        # never leave the temporary file behind, whatever interrupted the write
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    filesystem(url, storage_options).pipe_file(url, data)
     return url, report
+
+
+def _open(dest: str) -> Record:
+    """The record of the local ``dest``, created from its ``_report.json`` when it has none."""
+    return open_record(dest, legacy=lambda: _json_or_none(dest))
+
+
+def _json_or_none(dest: str) -> RunReport | None:
+    try:
+        return read_json_report(dest)
+    except FileNotFoundError:
+        return None
+    except InvalidReferenceError as exc:  # as a malformed report always was: replaced
+        log.warning("%s; the record starts empty instead", exc)
+        return None
+
+
+def _recorded(record: Record) -> RunReport | None:
+    try:
+        return record.report()
+    except FileNotFoundError:
+        return None
+
+
+def forget_sidecars(report: RunReport, dest: str, sidecars: Iterable[str], *,
+                    storage_options: Mapping[str, Any] | None = None) -> None:
+    """Remove the granules of ``sidecars`` (removed by prune) from DEST's report ``report``."""
+    gone = {normalize_url(s) for s in sidecars}
+    if not is_remote(normalize_url(dest)):
+        record = _open(normalize_url(dest))
+        try:
+            record.drop(g.sidecar for g in report.granules if normalize_url(g.sidecar) in gone)
+        finally:
+            record.close()
+        return
+    granules = tuple(g for g in report.granules if normalize_url(g.sidecar) not in gone)
+    names = {g.name for g in granules}
+    write_report(replace(report, granules=granules,
+                         orphaned=tuple(n for n in report.orphaned if n in names)),
+                 dest, storage_options=storage_options, merge=False)
 
 
 def _previous(dest: str, storage_options: Mapping[str, Any] | None) -> RunReport | None:
@@ -132,27 +257,37 @@ def _previous(dest: str, storage_options: Mapping[str, Any] | None) -> RunReport
         return None
 
 
-def _sweep_stale_temporaries(dest: str, min_age: float = 60.0) -> None:
-    """Remove report temporaries a killed run left (older than ``min_age`` seconds, so a
-    concurrent run's report being written right now is never touched)."""
-    now = time.time()
-    for entry in os.scandir(dest):
-        if entry.name.startswith("._report.") and entry.name.endswith(".tmp"):
-            with contextlib.suppress(FileNotFoundError):
-                if now - entry.stat().st_mtime > min_age:
-                    os.unlink(entry.path)
-
-
 def read_report(dest: str, *, storage_options: Mapping[str, Any] | None = None) -> RunReport:
-    """Read ``DEST/_report.json``.
+    """Read DEST's run report: from its record (a local DEST that has one), else from
+    ``DEST/_report.json``.
 
     Raises
     ------
     FileNotFoundError
         When there is no report.
     InvalidReferenceError
-        When the report is not valid JSON or lacks fields.
+        When the record is unreadable, or the report is not valid JSON or lacks fields.
     """
+    dest = normalize_url(dest)
+    if not is_remote(dest) and os.path.exists(record_path(dest)):
+        record = open_record(dest, create=False)
+        try:
+            return record.report()
+        finally:
+            record.close()
+    try:
+        return read_json_report(dest, storage_options=storage_options)
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(
+            f"{dest} has no run report (no record, no {REPORT_NAME}): run `h5sidecar index` "
+            "into it first"
+        ) from exc
+
+
+def read_json_report(dest: str, *, storage_options: Mapping[str, Any] | None = None
+                     ) -> RunReport:
+    """Read ``DEST/_report.json`` (an object store DEST's report, or a local one not migrated
+    yet); raises as :func:`read_report`."""
     url = join_url(normalize_url(dest), REPORT_NAME)
     raw = filesystem(url, storage_options).cat_file(url)
     try:

@@ -135,7 +135,7 @@ def test_without_a_report_only_allowed_prefixes_are_read(
 ) -> None:  # type: ignore[no-untyped-def]
     dest = tmp_path / "dest"
     shutil.copytree(http_corpus.dest, dest)
-    (dest / "_report.json").unlink()
+    (dest / "_h5sidecar.sqlite").unlink()
     with gateway(str(dest), http_corpus.options) as (url, _):
         assert http.get(f"{url}/zarr/{SMALL}/.zmetadata").status_code == 200
         assert http.get(f"{url}/zarr/{SMALL}/{CHUNK}").status_code == 403

@@ -8,7 +8,6 @@ bug of h5sidecar on one unusual variable would surface.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from h5sidecar.cli import main
 from h5sidecar.indexer import _dataset, index_granule
 from h5sidecar.references import read_refs, write_json
 from h5sidecar.settings import IndexSettings
-from h5sidecar.workflows import index_many
+from h5sidecar.workflows import index_many, read_report
 from tests.indexer._compare import assert_refs_match_h5py, open_plain
 
 
@@ -77,7 +76,7 @@ def test_the_granule_is_partial_in_the_report_and_the_cli_exits_1(
     report = index_many(str(src), str(tmp_path / "out"), executor="serial")
     assert report.counts == {"ok": 2, "failed": 0, "up_to_date": 0}
     assert [g.name for g in report.partial] == ["g.h5"] and not report.ok
-    doc = json.loads((tmp_path / "out" / "_report.json").read_text())
+    doc = read_report(str(tmp_path / "out")).to_dict()
     assert {g["name"]: g["partial"] for g in doc["granules"]} == {"g.h5": True, "ok.h5": False}
     # a re-run finds the sidecar up to date and still reports what it lacks
     capsys.readouterr()

@@ -43,7 +43,7 @@ def test_sigkill_mid_batch_then_rerun_completes(tmp_path: Path) -> None:
         proc.wait()
     killed = _entries(dest)
     done = [n for n in killed if n.endswith(".h5.parq")]
-    assert "_report.json" not in killed  # the run never finished, so it wrote no report
+    assert "_report.json" not in killed  # a local DEST's report is its record
     assert 0 < len(done) < N_GRANULES
     for name in done:  # whatever is visible is a complete sidecar
         refs = read_refs(str(dest / name))
@@ -54,9 +54,9 @@ def test_sigkill_mid_batch_then_rerun_completes(tmp_path: Path) -> None:
     report = read_report(str(dest))
     assert report.complete and len(report.granules) == N_GRANULES
     assert report.counts["failed"] == 0 and report.counts["up_to_date"] >= len(done)
-    # nothing else left behind: exactly one sidecar per granule, the report and DEST's lock
+    # nothing else left behind: exactly one sidecar per granule, the record and DEST's lock
     assert _entries(dest) == sorted([f"G{i:02d}.h5.parq" for i in range(N_GRANULES)]
-                                    + ["_report.json", ".h5sidecar.lock"])
+                                    + ["_h5sidecar.sqlite", ".h5sidecar.lock"])
     for i in (0, N_GRANULES - 1):
         assert_matches_h5py(str(dest / f"G{i:02d}.h5.parq"), src / f"G{i:02d}.h5")
 

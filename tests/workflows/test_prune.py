@@ -33,7 +33,8 @@ def test_deleted_source_is_reported_and_pruned(granule_dir: Path, tmp_path: Path
     assert "1 sidecar(s) orphaned" in out and "G1.h5" in out and "h5sidecar prune" in out
     report = read_report(str(dest))
     assert report.orphaned == ("G1.h5",)
-    assert json.loads((dest / "_report.json").read_text())["orphaned"] == ["G1.h5"]
+    assert main(["report", str(dest), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["orphaned"] == ["G1.h5"]
 
     dry = prune(str(dest))
     assert [(e.reason, e.name, e.removed) for e in dry.entries] == [("orphaned", "G1.h5", False)]

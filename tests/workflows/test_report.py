@@ -1,9 +1,8 @@
-"""Run-report records: JSON round trip, atomic write, malformed reports."""
+"""Run-report records: JSON round trip, the record of a local DEST, malformed reports."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -44,21 +43,27 @@ def test_error_kinds_and_hints() -> None:
     assert rec.kind == "bug" and rec.type == "RuntimeError" and "report" in rec.hint
 
 
-def test_write_is_atomic_and_readable(tmp_path: Path) -> None:
+def test_write_goes_to_the_record_of_a_local_dest(tmp_path: Path) -> None:
+    dest = tmp_path / "out"
+    url = write_report(_report(), str(dest))
+    assert url == str(dest / "_h5sidecar.sqlite")
+    assert sorted(p.name for p in dest.iterdir()) == ["_h5sidecar.sqlite"]  # nothing else left
+    assert read_report(str(dest)) == _report()
+
+
+def test_a_malformed_json_report_is_refused(tmp_path: Path) -> None:
     dest = tmp_path / "out"
     dest.mkdir()
-    stale, fresh = dest / "._report.old1.tmp", dest / "._report.new1.tmp"
-    stale.write_text("{")
-    os.utime(stale, (1_000_000_000, 1_000_000_000))  # left by a run killed long ago
-    fresh.write_text("{")  # maybe a concurrent run writing right now: kept
-    url = write_report(_report(), str(dest))
-    assert not stale.exists() and fresh.exists()
-    fresh.unlink()
-    assert url == str(dest / "_report.json")
-    assert sorted(p.name for p in dest.iterdir()) == ["_report.json"]  # no temporary file left
-    assert read_report(str(dest)) == _report()
     (dest / "_report.json").write_text("{not json")
     with pytest.raises(InvalidReferenceError, match="delete it"):
+        read_report(str(dest))
+
+
+def test_an_unreadable_record_is_refused(tmp_path: Path) -> None:
+    dest = tmp_path / "out"
+    dest.mkdir()
+    (dest / "_h5sidecar.sqlite").write_bytes(b"not a database, " * 100)
+    with pytest.raises(InvalidReferenceError, match="unreadable"):
         read_report(str(dest))
 
 

@@ -1,0 +1,323 @@
+"""The record of a local DEST: an SQLite database, ``DEST/_h5sidecar.sqlite``.
+
+What is indexed lives here, one row per granule keyed by its source URL, written by the run
+that processed it as soon as it finishes (one transaction per granule), so a run that touched
+one granule writes one row, not the whole report, and a run killed at any moment (``kill -9``
+included) keeps every row it committed and none half-written.  :func:`read_report` rebuilds
+the run report (:class:`RunReport`) from it; ``h5sidecar report DEST --json`` exports it.
+
+Why SQLite: it is in the standard library (nothing to install on a cluster's workers), one
+file, and its write-ahead log lets readers (the gateway, ``h5sidecar report``) read while runs
+write, and several runs on one DEST write in turn (``busy_timeout``).  ``synchronous=NORMAL``
+keeps committed rows through a killed process (a power cut may lose the last transactions,
+never corrupt the file).  Object stores cannot host it: there the JSON report stays.
+
+The file is created complete or not at all: its schema (and the rows of an old
+``_report.json``, the migration) are written to a temporary file which is then hard-linked into
+place, so concurrent first runs agree on one database and a crash mid-migration leaves the JSON
+authoritative.  A migrated ``_report.json`` is renamed ``_report.json.migrated`` (kept for
+audit, never read again).  Schema versions are ``PRAGMA user_version``.
+
+The gateway and the catalog (below this package) read two queries of this schema directly
+(``roots``, and ``granules`` by status): keep those tables' columns stable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from h5sidecar._modes import follow_umask
+from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.workflows._report import REPORT_NAME, ErrorRecord, GranuleResult, RunReport
+
+__all__ = ["RECORD_NAME", "Record", "open_record", "record_path"]
+
+log = logging.getLogger("h5sidecar.workflows")
+
+RECORD_NAME = "_h5sidecar.sqlite"
+SCHEMA_VERSION = 1
+MIGRATED_SUFFIX = ".migrated"
+BUSY_TIMEOUT_MS = 60_000
+
+_SCHEMA = """
+CREATE TABLE runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    source TEXT NOT NULL, dest TEXT NOT NULL, format TEXT NOT NULL, options TEXT NOT NULL,
+    started TEXT NOT NULL, finished TEXT NOT NULL, seconds REAL NOT NULL,
+    complete INTEGER NOT NULL, version TEXT NOT NULL, orphaned TEXT NOT NULL DEFAULT '[]',
+    carried INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE roots (seq INTEGER PRIMARY KEY AUTOINCREMENT, root TEXT NOT NULL UNIQUE);
+CREATE TABLE granules (
+    url TEXT PRIMARY KEY, name TEXT NOT NULL, sidecar TEXT NOT NULL, status TEXT NOT NULL,
+    source TEXT, n_virtual INTEGER NOT NULL, n_inlined INTEGER NOT NULL,
+    n_skipped INTEGER NOT NULL, skipped TEXT NOT NULL, n_chunks INTEGER NOT NULL,
+    sidecar_bytes INTEGER NOT NULL, seconds TEXT NOT NULL, error TEXT,
+    run INTEGER NOT NULL, updated REAL NOT NULL
+);
+CREATE INDEX granules_by_name ON granules (name, url);
+CREATE INDEX granules_by_sidecar ON granules (sidecar);
+"""
+
+_COLUMNS = ("url, name, sidecar, status, source, n_virtual, n_inlined, n_skipped, skipped, "
+            "n_chunks, sidecar_bytes, seconds, error")
+
+
+def record_path(dest: str) -> str:
+    """Where the record of the local DEST ``dest`` is (whether or not it exists)."""
+    return os.path.join(dest.removeprefix("file://"), RECORD_NAME)
+
+
+class Record:
+    """An open record (one connection; not shared between threads or processes)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._db = _connect(path)
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version != SCHEMA_VERSION:
+            self.close()
+            raise InvalidReferenceError(
+                f"the record {path} has schema version {version}, this h5sidecar reads "
+                f"{SCHEMA_VERSION}: use the h5sidecar that wrote it, or export it with its "
+                "`h5sidecar report DEST --json`"
+            )
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._db.close()
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        # IMMEDIATE takes the write lock at once, so busy_timeout covers the whole transaction
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # -- writing ---------------------------------------------------------------------------------
+    def begin_run(self, report: RunReport) -> int:
+        """Record a run starting (``report``'s fields; its granules are ignored) and its
+        source roots; returns the run's id for :meth:`put` and :meth:`end_run`."""
+        with self._write() as db:
+            return _insert_run(db, report, complete=False)
+
+    def put(self, run: int, result: GranuleResult, *, finished: str, seconds: float) -> None:
+        """Record one granule's result (replacing the granule's earlier row) in one
+        transaction, which also moves the run's ``finished`` time forward."""
+        with self._write() as db:
+            _upsert(db, run, [result])
+            db.execute("UPDATE runs SET finished = ?, seconds = ? WHERE id = ?",
+                       (finished, seconds, run))
+
+    def end_run(self, run: int, *, finished: str, seconds: float, complete: bool,
+                orphaned: Iterable[str] = ()) -> None:
+        """Record the end of a run (``complete`` is false for an interrupted one)."""
+        with self._write() as db:
+            db.execute("UPDATE runs SET finished = ?, seconds = ?, complete = ?, orphaned = ? "
+                       "WHERE id = ?",
+                       (finished, seconds, int(complete), json.dumps(list(orphaned)), run))
+
+    def import_report(self, report: RunReport, *, replace: bool = False) -> None:
+        """Record a whole report as one run, in one transaction; ``replace`` first forgets
+        every granule (the report is then the whole record)."""
+        with self._write() as db:
+            if replace:
+                db.execute("DELETE FROM granules")
+                db.execute("DELETE FROM roots")
+            run = _insert_run(db, report, complete=report.complete)
+            # an imported report's carried-over granules are recorded under its run
+            db.execute("UPDATE runs SET orphaned = ?, carried = ? WHERE id = ?",
+                       (json.dumps(list(report.orphaned)), report.carried_over, run))
+            _upsert(db, run, report.granules)
+
+    def drop(self, sidecars: Iterable[str]) -> int:
+        """Forget the granules whose sidecar is one of ``sidecars``; returns how many."""
+        with self._write() as db:
+            return sum(db.execute("DELETE FROM granules WHERE sidecar = ?", (s,)).rowcount
+                       for s in sidecars)
+
+    # -- reading ---------------------------------------------------------------------------------
+    def chunks_of(self, result: GranuleResult) -> int:
+        """The chunk count recorded for ``result``'s granule when its row names the same
+        sidecar and source identity (an up-to-date granule keeps it), else 0."""
+        row = self._db.execute("SELECT sidecar, source, n_chunks FROM granules WHERE url = ?",
+                               (result.url,)).fetchone()
+        if row is None or row[0] != result.sidecar or row[1] is None:
+            return 0
+        return int(row[2]) if json.loads(row[1]) == dict(result.source or {}) else 0
+
+    def carried(self, run: int, under: str) -> list[GranuleResult]:
+        """The granules under the prefix ``under`` (``"root/"``) not processed by ``run``."""
+        # a range on the primary key: every URL that starts with ``under``
+        end = under[:-1] + chr(ord(under[-1]) + 1)
+        rows = self._db.execute(f"SELECT {_COLUMNS} FROM granules WHERE url >= ? AND url < ? "
+                                "AND run != ?", (under, end, run))
+        return [_result(r) for r in rows]
+
+    def report(self) -> RunReport:
+        """The run report this record holds: the latest run's fields with every granule
+        (what :func:`merge_reports` made of every run's report).
+
+        Raises
+        ------
+        FileNotFoundError
+            When no run was recorded yet.
+        """
+        db = self._db
+        db.execute("BEGIN")  # one snapshot for the run and its granules
+        try:
+            row = db.execute("SELECT id, source, dest, format, options, started, finished, "
+                             "seconds, complete, version, orphaned, carried FROM runs "
+                             "ORDER BY id DESC LIMIT 1").fetchone()
+            if row is None:
+                raise FileNotFoundError(f"{self.path} records no run yet")
+            run, source, dest, fmt, options, started, finished, seconds, complete, version, \
+                orphaned, carried = row
+            granules = tuple(_result(r) for r in db.execute(
+                f"SELECT {_COLUMNS} FROM granules ORDER BY name, url"))
+            carried += db.execute("SELECT count(*) FROM granules WHERE run != ?",
+                                  (run,)).fetchone()[0]
+            roots = tuple(r for (r,) in db.execute("SELECT root FROM roots ORDER BY seq"))
+            first = db.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+        finally:
+            db.execute("COMMIT")
+        names = {g.name or g.url for g in granules}
+        return RunReport(
+            source=source, dest=dest, format=fmt, options=json.loads(options), started=started,
+            finished=finished, seconds=seconds, granules=granules, complete=bool(complete),
+            version=version, roots=() if first and roots == (source,) else roots, carried_over=carried,
+            orphaned=tuple(n for n in json.loads(orphaned) if n in names),
+        )
+
+
+def open_record(dest: str, *, create: bool = True,
+                legacy: Callable[[], RunReport | None] | None = None) -> Record:
+    """Open the record of the local DEST ``dest``.
+
+    With ``create``, a DEST without one gets one, holding the rows of the report ``legacy``
+    returns (DEST's ``_report.json``, read by the caller): the migration.
+
+    Raises
+    ------
+    FileNotFoundError
+        Without ``create``, when DEST has no record.
+    InvalidReferenceError
+        When the file is not a readable record.
+    """
+    path = record_path(dest)
+    if create and not os.path.exists(path):
+        _create(path, None if legacy is None else legacy())
+    elif not os.path.exists(path):
+        raise FileNotFoundError(path)
+    try:
+        record = Record(path)
+    except sqlite3.DatabaseError as exc:
+        raise _corrupt(path, exc) from exc
+    if create:
+        _retire_json(dest)
+    return record
+
+
+def _create(path: str, old: RunReport | None) -> None:
+    """Create the record (holding ``old``'s rows) complete under a temporary name, then link
+    it into place."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{RECORD_NAME}.{uuid.uuid4().hex}.tmp")
+    try:
+        db = _connect(tmp)
+        try:
+            # no journal while building: a crash leaves only the temporary file, which is dropped
+            db.execute("PRAGMA journal_mode=MEMORY")
+            db.executescript(f"BEGIN; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+            if old is not None:
+                record = Record.__new__(Record)
+                record.path, record._db = tmp, db
+                record.import_report(old)
+            db.execute("PRAGMA journal_mode=WAL")  # persistent: every later connection uses it
+        finally:
+            db.close()  # the last connection: the log is folded into the file and removed
+        # SQLite creates files 0644: follow the umask like the sidecars (its log files copy
+        # the database's mode)
+        follow_umask(tmp)
+        with contextlib.suppress(FileExistsError):  # another run created it first: use theirs
+            os.link(tmp, path)
+        if old is not None:
+            log.info("migrated %s into %s", os.path.join(folder, REPORT_NAME), path)
+    finally:
+        for leftover in (tmp, tmp + "-wal", tmp + "-shm", tmp + "-journal"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
+
+
+def _retire_json(dest: str) -> None:
+    """Rename a migrated ``_report.json`` (the record holds its rows)."""
+    old = os.path.join(dest.removeprefix("file://"), REPORT_NAME)
+    with contextlib.suppress(FileNotFoundError):
+        os.replace(old, old + MIGRATED_SUFFIX)
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    # autocommit mode: transactions are explicit (BEGIN IMMEDIATE ... COMMIT)
+    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+    db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    db.execute("PRAGMA synchronous = NORMAL")
+    return db
+
+
+def _corrupt(path: str, exc: Exception) -> InvalidReferenceError:
+    return InvalidReferenceError(
+        f"the record {path} is unreadable ({exc}): move it aside and re-run `h5sidecar index` "
+        "into DEST (sidecars that are up to date are not redone)"
+    )
+
+
+def _insert_run(db: sqlite3.Connection, report: RunReport, *, complete: bool) -> int:
+    cur = db.execute(
+        "INSERT INTO runs (source, dest, format, options, started, finished, seconds, complete, "
+        "version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (report.source, report.dest, report.format, json.dumps(dict(report.options)),
+         report.started, report.finished, report.seconds, int(complete), report.version))
+    db.executemany("INSERT OR IGNORE INTO roots (root) VALUES (?)",
+                   [(r,) for r in report.roots or (report.source,)])
+    assert cur.lastrowid is not None
+    return cur.lastrowid
+
+
+def _upsert(db: sqlite3.Connection, run: int, results: Iterable[GranuleResult]) -> None:
+    now = time.time()
+    db.executemany(
+        f"INSERT OR REPLACE INTO granules ({_COLUMNS}, run, updated) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(g.url, g.name, g.sidecar, g.status, _dumps(g.source), g.n_virtual, g.n_inlined,
+          g.n_skipped, json.dumps([dict(s) for s in g.skipped]), g.n_chunks, g.sidecar_bytes,
+          json.dumps(dict(g.seconds)), None if g.error is None else json.dumps(g.error.to_dict()),
+          run, now) for g in results])
+
+
+def _dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(dict(value))
+
+
+def _result(row: tuple[Any, ...]) -> GranuleResult:
+    (url, name, sidecar, status, source, n_virtual, n_inlined, n_skipped, skipped, n_chunks,
+     sidecar_bytes, seconds, error) = row
+    return GranuleResult(
+        url=url, sidecar=sidecar, status=status, name=name,
+        source=None if source is None else json.loads(source), n_virtual=n_virtual,
+        n_inlined=n_inlined, n_skipped=n_skipped, skipped=tuple(json.loads(skipped)),
+        n_chunks=n_chunks, sidecar_bytes=sidecar_bytes, seconds=json.loads(seconds),
+        error=None if error is None else ErrorRecord(**json.loads(error)),
+    )
