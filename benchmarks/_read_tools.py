@@ -38,9 +38,11 @@ class Env:
     failed: dict[str, str] = field(default_factory=dict)  # kerchunk arrays zarr cannot decode
 
 
-def prepare(granule: Path, url: str, need_kerchunk: bool) -> Env:
+def prepare(granule: Path, url: str, need_kerchunk: bool,
+            publish: Callable[[Path], None] | None = None) -> Env:
     """Index the granule once (h5sidecar from the endpoint, kerchunk from the local file with
-    its URLs pointed at the endpoint) and put both sidecars next to it on the endpoint."""
+    its URLs pointed at the endpoint) and put both sidecars next to it on the endpoint
+    (``publish`` uploads them to an endpoint that does not serve the folder)."""
     from h5sidecar.read import load_refs
 
     opts = {"endpoint_url": url, "anon": True}
@@ -71,6 +73,8 @@ def prepare(granule: Path, url: str, need_kerchunk: bool) -> Env:
             k: json.loads(v) for k, v in refs["refs"].items()
             if k.rsplit("/", 1)[-1] in (".zgroup", ".zarray", ".zattrs")}})
         kjson.write_text(json.dumps(refs))
+    if publish is not None:
+        publish(folder)
     sidecar = f"s3://{c.s3_key(parq)}"
     return Env(granule, url, opts, s3url, sidecar,
                f"s3://{c.s3_key(kjson)}" if need_kerchunk else None,
