@@ -154,8 +154,8 @@ def check(case: str, got: dict[str, Any], want: dict[str, np.ndarray],
         val, ref = np.asarray(got[key]), np.asarray(raw)  # h5py gives a str scalar as bytes
         assert val.shape == ref.shape, f"{case}: {key} shape {val.shape} != h5py {ref.shape}"
         kinds = {ref.dtype.kind, val.dtype.kind}
-        if kinds <= set("OSU") and (len(kinds) > 1 or "O" in kinds):
-            # variable-length strings: bytes from h5py, str (object or unicode) from readers
+        if kinds <= set("OSUT") and (len(kinds) > 1 or "O" in kinds):
+            # variable-length strings: bytes from h5py, str (object, unicode, StringDType) from readers
             val, ref = _text(val), _text(ref)
         nan = ref.dtype.kind in "fc"
         assert np.array_equal(val, ref, equal_nan=nan), f"{case}: {key} differs from h5py"
