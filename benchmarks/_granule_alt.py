@@ -69,6 +69,8 @@ ENGINEERING = {"receiver": ["rx_bckgrd_sensitivity", "rx_return_sensitivity", "r
                "transmit": ["tx_pulse_energy", "tx_pulse_width", "tx_pulse_distribution",
                             "tx_pulse_thresh_lower", "tx_pulse_thresh_upper"],
                "timing": ["ddg_delay", "ddg_width", "range_window_start", "range_window_width"]}
+#: a table's variables: name -> (values, units, rows per chunk or None for contiguous)
+Columns = dict[str, tuple[np.ndarray, str, "int | None"]]
 
 
 def _attrs(ds: h5py.Dataset, units: str, content: str, coords: str | None,
@@ -125,7 +127,7 @@ def _rate_var(g: h5py.Group, name: str, data: np.ndarray, units: str, content: s
     return ds
 
 
-def _table(g: h5py.Group, cols: dict[str, tuple[np.ndarray, str, int | None]], content: str,
+def _table(g: h5py.Group, cols: Columns, content: str,
            coords: str | None, rng: np.random.Generator) -> None:
     """Write a table of same-length variables; ``delta_time`` becomes their dimension scale."""
     made = {name: _rate_var(g, name, data, units, content, coords, rows, int(rng.integers(1, 10)))
@@ -157,7 +159,7 @@ def _beam(f: h5py.File, beam: str, photons: int, rng: np.random.Generator, t0: f
                     "sc_orientation": "Forward", "Description": "One ground track."})
     n = photons
     t = t0 + np.sort(rng.uniform(0, n / 40_000, n))
-    cols: dict[str, tuple[np.ndarray, str, int | None]] = {}
+    cols: Columns = {}
     for name, dtype, units, rows in HEIGHTS:
         cols[name] = (t if name == "delta_time" else _values(dtype, n, rng), units, rows)
     cols["signal_conf_ph"] = (_values("i1", n, rng, (5,)) % 5, "1", 10_000)
@@ -165,7 +167,7 @@ def _beam(f: h5py.File, beam: str, photons: int, rng: np.random.Generator, t0: f
     nseg = max(n // 20, 2)
     tseg = t0 + np.linspace(0, n / 40_000, nseg)
     rows_of = (PHOTON_CHUNK, 50_000, None)
-    geo = {"delta_time": (tseg, "seconds since 2018-01-01", PHOTON_CHUNK)}
+    geo: Columns = {"delta_time": (tseg, "seconds since 2018-01-01", PHOTON_CHUNK)}
     for i, name in enumerate(GEOLOCATION):
         dtype = ("i4", "f8", "f4")[i % 3]
         geo[name] = (_values(dtype, nseg, rng), "meters", rows_of[i % 3])
@@ -180,7 +182,7 @@ def _beam(f: h5py.File, beam: str, photons: int, rng: np.random.Generator, t0: f
         _table(corr.create_group(kind), cols, "referenceInformation", "delta_time", rng)
     nfr = max(n // 800, 2)
     tfr = t0 + np.linspace(0, n / 40_000, nfr)
-    bck = {"delta_time": (tfr, "seconds since 2018-01-01", None)}
+    bck: Columns = {"delta_time": (tfr, "seconds since 2018-01-01", None)}
     bck |= {nm: (_values("f4" if j % 2 else "i4", nfr, rng), "counts", PHOTON_CHUNK)
             for j, nm in enumerate(BCKGRD)}
     _table(g.create_group("bckgrd_atlas"), bck, "auxiliaryInformation", "delta_time", rng)
