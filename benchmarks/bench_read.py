@@ -220,7 +220,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with endpoint(args.endpoint, args.latency_ms) as ep:
         ep.publish(granule)
         url = ep.url
-        env = prepare(granule, url, need_kerchunk="kerchunk" in families, publish=ep.publish)
+        env = prepare(granule, url, need_kerchunk="kerchunk" in families, publish=ep.publish,
+                      refs_tag="-moto" if args.endpoint == "moto" else "")
         warm_up(env, loads[chosen[0]][:2], families)
         results: list[ReadMeasurement] = []
         needed = {}
