@@ -28,18 +28,30 @@ BUCKET = "bench"
 BYTES_PER_PHOTON = 40.0
 
 
-def sample_granule(size_mb: float) -> Path:
-    """The ATL03-like benchmark granule of about ``size_mb`` MB (written once, then reused)."""
+#: ``--generator`` choices: the package's sample, and benchmarks/_granule_alt.py's layout
+GENERATORS = ("atl03", "alt")
+
+
+def sample_granule(size_mb: float, generator: str = "atl03") -> Path:
+    """The ATL03-like benchmark granule of about ``size_mb`` MB (written once, then reused):
+    ``generator="atl03"`` is ``h5sidecar.sample.write_atl03_like``, ``"alt"`` the structurally
+    different ``benchmarks._granule_alt.write_atl03_alt``."""
     from h5sidecar.sample import granule_name, write_atl03_like
 
-    folder = S3_ROOT / BUCKET / f"{int(size_mb)}mb"
+    folder = S3_ROOT / BUCKET / (f"{int(size_mb)}mb" + ("" if generator == "atl03" else
+                                                        f"-{generator}"))
     path = folder / granule_name(0)
     if not path.exists():
         folder.mkdir(parents=True, exist_ok=True)
-        photons = max(int(size_mb * 1e6 / BYTES_PER_PHOTON), 1000)
-        print(f"writing {path.name} ({photons:,} photons, ~{size_mb:g} MB) ...", flush=True)
         tmp = path.with_suffix(".tmp")
-        write_atl03_like(tmp, photons=photons, seed=0)
+        print(f"writing {path.name} ({generator}, ~{size_mb:g} MB) ...", flush=True)
+        if generator == "alt":
+            from benchmarks._granule_alt import write_atl03_alt
+
+            write_atl03_alt(tmp, size_mb=size_mb, seed=0)
+        else:
+            photons = max(int(size_mb * 1e6 / BYTES_PER_PHOTON), 1000)
+            write_atl03_like(tmp, photons=photons, seed=0)
         tmp.rename(path)  # an interrupted write never leaves a half granule behind
     return path
 
@@ -59,25 +71,32 @@ class Measurement:
     requests: int | None = None
     bytes: int | None = None
     note: str = ""
+    cpu: list[float] = field(default_factory=list)  # process CPU time of each run
+    in_a_row: int | None = None  # the most requests one after another (server's counter)
 
     @property
     def median(self) -> float:
         return statistics.median(self.times) if self.times else float("nan")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"median_s": self.median}
+        cpu = statistics.median(self.cpu) if self.cpu else None
+        return asdict(self) | {"median_s": self.median, "median_cpu_s": cpu}
 
 
-def repeat(fn: Callable[[], Any], repeats: int) -> tuple[list[float], Any]:
-    """Run ``fn`` ``repeats`` times; wall times and the last result.  A GC before each run
-    keeps one run's garbage from being collected on the next one's clock."""
+def repeat(fn: Callable[[], Any], repeats: int, cpu: list[float] | None = None
+           ) -> tuple[list[float], Any]:
+    """Run ``fn`` ``repeats`` times; wall times and the last result (each run's process CPU
+    time is appended to ``cpu`` when given).  A GC before each run keeps one run's garbage
+    from being collected on the next one's clock."""
     times, result = [], None
     for _ in range(repeats):
         result = None
         gc.collect()
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         result = fn()
         times.append(time.perf_counter() - t0)
+        if cpu is not None:
+            cpu.append(time.process_time() - c0)
     return times, result
 
 

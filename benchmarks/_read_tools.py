@@ -38,14 +38,18 @@ class Env:
     failed: dict[str, str] = field(default_factory=dict)  # kerchunk arrays zarr cannot decode
 
 
-def prepare(granule: Path, url: str, need_kerchunk: bool) -> Env:
+def prepare(granule: Path, url: str, need_kerchunk: bool,
+            publish: Callable[[Path], None] | None = None, refs_tag: str = "") -> Env:
     """Index the granule once (h5sidecar from the endpoint, kerchunk from the local file with
-    its URLs pointed at the endpoint) and put both sidecars next to it on the endpoint."""
+    its URLs pointed at the endpoint) and put both sidecars next to it on the endpoint
+    (``publish`` uploads them to an endpoint that does not serve the folder).  ``refs_tag``
+    keeps the sidecars of an endpoint whose ETags differ (moto's are content hashes) apart:
+    a sidecar records the identity of the object it was indexed from."""
     from h5sidecar.read import load_refs
 
     opts = {"endpoint_url": url, "anon": True}
     s3url = f"s3://{c.s3_key(granule)}"
-    folder = granule.parent.with_name(granule.parent.name + "-refs")
+    folder = granule.parent.with_name(granule.parent.name + "-refs" + refs_tag)
     folder.mkdir(exist_ok=True)
     parq = folder / f"{granule.name}.parq"
     if not parq.exists() or parq.stat().st_mtime < granule.stat().st_mtime:
@@ -71,6 +75,8 @@ def prepare(granule: Path, url: str, need_kerchunk: bool) -> Env:
             k: json.loads(v) for k, v in refs["refs"].items()
             if k.rsplit("/", 1)[-1] in (".zgroup", ".zarray", ".zattrs")}})
         kjson.write_text(json.dumps(refs))
+    if publish is not None:
+        publish(folder)
     sidecar = f"s3://{c.s3_key(parq)}"
     return Env(granule, url, opts, s3url, sidecar,
                f"s3://{c.s3_key(kjson)}" if need_kerchunk else None,

@@ -35,10 +35,25 @@ class Stats:
     def __init__(self) -> None:
         self.ops: Counter[str] = Counter()
         self.bytes_out = self.bytes_in = 0
+        self.spans: list[tuple[float, float]] = []  # (arrival, answered) of each request
 
     def snapshot(self) -> dict[str, object]:
         return {"requests": sum(self.ops.values()), "ops": dict(self.ops),
-                "bytes_out": self.bytes_out, "bytes_in": self.bytes_in}
+                "bytes_out": self.bytes_out, "bytes_in": self.bytes_in,
+                "in_a_row": in_a_row(self.spans)}
+
+
+def in_a_row(spans: list[tuple[float, float]]) -> int:
+    """The most requests that ran one after another: the largest set of spans none of which
+    overlap (earliest end first is optimal).  A client that must wait for one answer before it
+    asks the next (a chain of dependent round trips) shows up here; concurrent requests do
+    not, so this is the number of first-byte latencies the client's wall time contains at
+    least (it is an upper bound on its truly dependent round trips)."""
+    count, free_at = 0, float("-inf")
+    for start, end in sorted(spans, key=lambda s: s[1]):
+        if start >= free_at:
+            count, free_at = count + 1, end
+    return count
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -38,6 +38,7 @@ import h5py
 import numpy as np
 
 from benchmarks import _common as c
+from benchmarks._endpoints import ENDPOINTS, endpoint
 from benchmarks._read_loops import LOOP_CASES, LOOP_TARGETS
 from benchmarks._read_tools import (
     BEAMS,
@@ -52,7 +53,7 @@ from benchmarks._read_tools import (
     prepare,
     warm_up,
 )
-from benchmarks.s3server import get_stats, reset_stats, start_server
+from benchmarks.s3server import get_stats, reset_stats
 
 README = c.BENCH_DIR / "README.md"
 #: zarr's ``async.concurrency`` for every zarr case (zarr 3.1's default is 10)
@@ -68,6 +69,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kerchunk-xarray-all", action="store_true",
                    help="also read every variable with kerchunk + xarray (slow: ~20x the bytes)")
     p.add_argument("--latency-ms", type=float, default=20, help="S3 first-byte latency")
+    p.add_argument("--generator", choices=c.GENERATORS, default="atl03",
+                   help="granule layout: the package's sample or benchmarks/_granule_alt.py")
+    p.add_argument("--endpoint", choices=ENDPOINTS, default="fast",
+                   help="S3 endpoint: fast, costly (per-request cost) or moto (see _endpoints)")
     p.add_argument("--only", choices=FAMILIES, action="append", default=None,
                    help="run these tool families only (repeatable; the floor always runs)")
     p.add_argument("--case", action="append", default=None, metavar="TEXT",
@@ -93,6 +98,7 @@ class ReadMeasurement:
     cpu: list[float] = field(default_factory=list)
     requests: int | None = None
     bytes: int | None = None
+    in_a_row: int | None = None  # the most requests one after another (server's counter)
     unreadable: int = 0  # arrays the tool could not read (kerchunk + zarr 3 only)
 
     def to_dict(self) -> dict[str, Any]:
@@ -142,13 +148,22 @@ def check(case: str, got: dict[str, Any], want: dict[str, np.ndarray],
     kerchunk cases may leave out arrays zarr could not decode (reported, not hidden)."""
     missing = set(want) - set(got) - (set(unreadable) if case.startswith("kerchunk") else set())
     assert not missing, f"{case}: {len(missing)} arrays not read, e.g. {sorted(missing)[:3]}"
-    for key, ref in want.items():
+    for key, raw in want.items():
         if key not in got:
             continue
-        val = np.asarray(got[key])
+        val, ref = np.asarray(got[key]), np.asarray(raw)  # h5py gives a str scalar as bytes
         assert val.shape == ref.shape, f"{case}: {key} shape {val.shape} != h5py {ref.shape}"
+        kinds = {ref.dtype.kind, val.dtype.kind}
+        if kinds <= set("OSUT") and (len(kinds) > 1 or "O" in kinds):
+            # variable-length strings: bytes from h5py, str (object, unicode, StringDType) from readers
+            val, ref = _text(val), _text(ref)
         nan = ref.dtype.kind in "fc"
         assert np.array_equal(val, ref, equal_nan=nan), f"{case}: {key} differs from h5py"
+
+
+def _text(a: np.ndarray) -> np.ndarray:
+    """Variable-length strings as ``str`` whether a reader gives bytes or str."""
+    return np.vectorize(lambda x: x.decode() if isinstance(x, bytes) else x, otypes=[object])(a)
 
 
 # ---------------------------------------------------------------------------- measuring
@@ -178,6 +193,7 @@ def measure(case: str, workload: str, fn: Callable[[], dict[str, Any]], repeats:
             if url:
                 stats = get_stats(url)
                 m.requests, m.bytes = int(stats["requests"]), int(stats["bytes_out"])  # type: ignore[arg-type]
+                m.in_a_row = int(stats["in_a_row"])  # type: ignore[arg-type]
             else:
                 m.requests, m.bytes = io["requests"], io["bytes"]
         if want is not None:
@@ -185,7 +201,7 @@ def measure(case: str, workload: str, fn: Callable[[], dict[str, Any]], repeats:
             m.unreadable = len(set(want) - set(out))
     print(f"  {workload:8s} {case:34s} median {statistics.median(m.times):7.2f} s  cpu "
           f"{statistics.median(m.cpu):6.2f} s  runs {[round(t, 2) for t in m.times]}  "
-          f"requests {m.requests}  bytes {c.fmt_bytes(m.bytes)}", flush=True)
+          f"requests {m.requests}  in a row {m.in_a_row}  bytes {c.fmt_bytes(m.bytes)}", flush=True)
     return m, out
 
 
@@ -195,15 +211,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # The README's one explicit call for whole-array reads through zarr, made once for every
     # zarr case alike (kerchunk's and h5sidecar's); stores no longer make it behind our back.
     zarr.config.set({"async.concurrency": ZARR_CONCURRENCY})
-    granule = c.sample_granule(args.size_mb)
+    granule = c.sample_granule(args.size_mb, args.generator)
     size = granule.stat().st_size
     print(f"granule {granule.name}: {c.fmt_bytes(size)}", flush=True)
     families = args.only or list(FAMILIES)
     chosen = args.workload or ["all", "science"]
     loads = {k: v for k, v in workloads(granule).items() if k in chosen}
-    url, stop = start_server(c.S3_ROOT, latency_ms=args.latency_ms)
-    try:
-        env = prepare(granule, url, need_kerchunk="kerchunk" in families)
+    with endpoint(args.endpoint, args.latency_ms) as ep:
+        ep.publish(granule)
+        url = ep.url
+        env = prepare(granule, url, need_kerchunk="kerchunk" in families, publish=ep.publish,
+                      refs_tag="-moto" if args.endpoint == "moto" else "")
         warm_up(env, loads[chosen[0]][:2], families)
         results: list[ReadMeasurement] = []
         needed = {}
@@ -228,9 +246,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         opens = [measure(name, "open metadata", lambda fn=fn: fn(env), args.repeats,
                          args.budget_s, url, None)[0]
                  for name, family, fn in OPEN_CASES if family in families]
-    finally:
-        stop()
     return {"benchmark": "read", "env": c.environment(), "args": vars(args),
+            "endpoint": ep.describe(),
             "zarr_async_concurrency": zarr.config.get("async.concurrency"),
             "granule": {"name": granule.name, "bytes": size,
                         "arrays": {k: len(v) for k, v in loads.items()}},
@@ -247,7 +264,9 @@ def report(results: dict[str, Any]) -> str:
     out = [f"Granule: `{g['name']}`, {c.fmt_bytes(g['bytes'])}; workloads: "
            + ", ".join(f"{k} ({v} arrays or slices, {c.fmt_bytes(results['needed_bytes'][k])} "
                        "of chunks needed)" for k, v in g["arrays"].items())
-           + f"; S3 latency {results['args']['latency_ms']:g} ms; {env['cpus']} CPUs, load "
+           + f"; generator {results['args'].get('generator', 'atl03')}; S3 endpoint "
+           f"{results.get('endpoint', 'fast (s3server.py)')}, latency "
+           f"{results['args']['latency_ms']:g} ms; {env['cpus']} CPUs, load "
            f"average {env['load_avg'][0]:.1f} at the end; code {env.get('commit') or 'unknown'}; "
            f"{env['when']}.", ""]
     by = {(m["workload"], m["case"]): m for m in results["measurements"]}
@@ -260,13 +279,15 @@ def report(results: dict[str, Any]) -> str:
             label = case + (f" ({m['unreadable']} arrays unreadable)" if m.get("unreadable")
                             else "")
             rows.append((label, f"{m['median_s']:.2f}", f"{m['median_s'] / floor['median_s']:.2f}",
-                         m["requests"], c.fmt_bytes(m["bytes"]),
+                         m["requests"],
+                         m["in_a_row"] if m.get("in_a_row") is not None else "-",
+                         c.fmt_bytes(m["bytes"]),
                          f"{m['bytes'] / floor['bytes']:.2f}" if case != FLOOR else "1.00",
                          f"{m['median_cpu_s']:.2f}",
                          f"{m['median_cpu_s'] / floor['median_cpu_s']:.2f}"))
         out += [(f"**Workload {workload}** (median of {len(floor['times'])} runs; the floor's "
                  "requests and bytes are read syscalls and bytes read, page cache included)"), "",
-                c.markdown_table(["tool", "s", "x floor", "requests", "bytes moved",
+                c.markdown_table(["tool", "s", "x floor", "requests", "in a row", "bytes moved",
                                   "bytes x floor", "CPU s", "CPU x floor"], rows), ""]
     out += ["**Opening the whole hierarchy's metadata** (every group and array, no data)", "",
             c.markdown_table(["from", "GETs", "bytes", "median s"],

@@ -35,11 +35,13 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 import urllib.request
 import uuid
 from collections.abc import Callable
 from email.utils import formatdate
 from pathlib import Path
+from typing import Any
 from xml.etree import ElementTree as ET
 from xml.sax.saxutils import escape
 
@@ -47,8 +49,10 @@ from aiohttp import web
 
 if __package__:
     from benchmarks import _s3proto as proto
+    from benchmarks._s3upstream import Upstream
 else:  # run as a script: python benchmarks/s3server.py
     import _s3proto as proto  # type: ignore[no-redef]
+    from _s3upstream import Upstream  # type: ignore[no-redef]
 
 HOST = "127.0.0.1"
 SMALL_BODY = 1 << 20  # bodies up to this size are copied, larger ones sent with sendfile
@@ -62,9 +66,14 @@ SUBRESOURCES = {"acl", "cors", "lifecycle", "policy", "tagging", "versioning", "
 class S3Server:
     """The aiohttp application: routing, listing, objects."""
 
-    def __init__(self, root: Path, latency_ms: float = 0.0) -> None:
+    def __init__(self, root: Path, latency_ms: float = 0.0, *, request_cost_ms: float = 0.0,
+                 max_concurrent: int = 0, upstream: str | None = None) -> None:
         self.root = root.resolve()
         self.latency = latency_ms / 1000.0
+        self.cost = request_cost_ms / 1000.0
+        # requests served at once (the rest queue), like an object store's per-client limits
+        self.slots = asyncio.Semaphore(max_concurrent) if max_concurrent else None
+        self.upstream = Upstream(upstream) if upstream else None
         self.stats = proto.Stats()
 
     def app(self) -> web.Application:
@@ -97,11 +106,24 @@ class S3Server:
         return self._bucket(bucket) / key
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
-        bucket, _, key = request.match_info["path"].partition("/")
-        q, m = request.query, request.method
+        arrived = time.monotonic()
         try:
             if self.latency:
                 await asyncio.sleep(self.latency)
+            if self.slots is None:
+                return await self._serve(request)
+            async with self.slots:  # the per-request cost is paid one slot at a time
+                await asyncio.sleep(self.cost)
+                return await self._serve(request)
+        finally:
+            self.stats.spans.append((arrived, time.monotonic()))
+
+    async def _serve(self, request: web.Request) -> web.StreamResponse:
+        if self.upstream is not None:
+            return await self.upstream.forward(request, self.stats)
+        bucket, _, key = request.match_info["path"].partition("/")
+        q, m = request.query, request.method
+        try:
             if "uploads" in q or "uploadId" in q or "x-amz-copy-source" in request.headers:
                 raise proto.S3Error(501, "NotImplemented", "multipart upload and copy are not "
                                     "supported by this test server; copy files into its folder")
@@ -247,9 +269,10 @@ class S3Server:
 # ---------------------------------------------------------------------------- running it
 
 async def serve(root: Path, port: int, latency_ms: float,
-                ready: Callable[[str], None]) -> None:
-    """Serve until cancelled; ``ready(url)`` is called once the socket listens."""
-    runner = web.AppRunner(S3Server(root, latency_ms).app(), access_log=None)
+                ready: Callable[[str], None], **options: Any) -> None:
+    """Serve until cancelled; ``ready(url)`` is called once the socket listens.  ``options``
+    go to :class:`S3Server` (``request_cost_ms``, ``max_concurrent``, ``upstream``)."""
+    runner = web.AppRunner(S3Server(root, latency_ms, **options).app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, HOST, port, backlog=1024)
     await site.start()
@@ -265,15 +288,21 @@ async def serve(root: Path, port: int, latency_ms: float,
         await runner.cleanup()
 
 
-def start_server(root: str | Path, latency_ms: float = 0.0, *, port: int = 0
-                 ) -> tuple[str, Callable[[], None]]:
+def start_server(root: str | Path, latency_ms: float = 0.0, *, port: int = 0,
+                 request_cost_ms: float = 0.0, max_concurrent: int = 0,
+                 upstream: str | None = None) -> tuple[str, Callable[[], None]]:
     """Start the server in a child process (so it never competes for the caller's GIL).
 
-    Returns ``(url, stop)``; call ``stop()`` to terminate it.
+    ``request_cost_ms`` and ``max_concurrent`` make it a costly endpoint (see ``--help``);
+    ``upstream`` makes it a proxy in front of another S3 endpoint.  Returns ``(url, stop)``;
+    call ``stop()`` to terminate it.
     """
+    extra = ["--request-cost-ms", str(request_cost_ms), "--max-concurrent", str(max_concurrent)]
+    if upstream:
+        extra += ["--upstream", upstream]
     proc = subprocess.Popen(
         [sys.executable, str(Path(__file__).resolve()), str(root), "--port", str(port),
-         "--latency-ms", str(latency_ms)], stdout=subprocess.PIPE, text=True)
+         "--latency-ms", str(latency_ms), *extra], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     if not line.startswith("http://"):
@@ -302,7 +331,8 @@ def _admin(url: str, path: str, method: str = "GET") -> dict[str, object]:
 
 def get_stats(url: str) -> dict[str, object]:
     """Counters since the last reset: ``requests``, ``ops`` (per operation), ``bytes_out``
-    (object bytes sent), ``bytes_in`` (object bytes received)."""
+    (object bytes sent), ``bytes_in`` (object bytes received), ``in_a_row`` (the most requests
+    that ran one after another, see :func:`_s3proto.in_a_row`)."""
     return _admin(url, "/_admin/stats")
 
 
@@ -317,10 +347,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free one)")
     p.add_argument("--latency-ms", type=float, default=0.0,
                    help="delay before answering each S3 request (default 0)")
+    p.add_argument("--request-cost-ms", type=float, default=0.0,
+                   help="time each request holds one of --max-concurrent slots (default 0)")
+    p.add_argument("--max-concurrent", type=int, default=0,
+                   help="requests served at once, the rest wait for a slot (default 0: no "
+                        "limit, no cost)")
+    p.add_argument("--upstream", default=None, metavar="URL",
+                   help="forward every S3 request to this endpoint (e.g. a moto server) "
+                        "instead of serving ROOT; latency, cost and counters still apply")
     args = p.parse_args(argv)
     if not args.root.is_dir():
         p.error(f"{args.root} is not a folder")
-    asyncio.run(serve(args.root, args.port, args.latency_ms, lambda url: print(url, flush=True)))
+    asyncio.run(serve(args.root, args.port, args.latency_ms, lambda url: print(url, flush=True),
+                      request_cost_ms=args.request_cost_ms, max_concurrent=args.max_concurrent,
+                      upstream=args.upstream))
 
 
 if __name__ == "__main__":

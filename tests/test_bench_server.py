@@ -14,7 +14,7 @@ import h5py
 import numpy as np
 import pytest
 
-from benchmarks._s3proto import list_page
+from benchmarks._s3proto import in_a_row, list_page
 from benchmarks.s3server import get_stats, reset_stats, start_server
 from h5sidecar.sample import write_atl03_like
 
@@ -151,3 +151,37 @@ def test_list_pages_concatenate_to_the_full_listing(delimiter: str, page_size: i
         after, token = page.last, True
     assert (got_keys, got_prefixes) == (whole.keys, whole.prefixes)
     assert whole.prefixes == (["b/", "d/"] if delimiter else [])
+
+
+def test_in_a_row_counts_requests_that_ran_one_after_another() -> None:
+    assert in_a_row([]) == 0
+    assert in_a_row([(0, 1), (1, 2), (2, 3)]) == 3  # a chain: each waited for the last
+    assert in_a_row([(0, 1), (0, 1), (0.5, 1.5)]) == 1  # concurrent: one round trip
+    assert in_a_row([(0, 1), (0.2, 0.4), (0.5, 0.6), (1, 2)]) == 3
+
+
+def test_costly_endpoint_serves_few_requests_at_once(tmp_path: Path) -> None:
+    import concurrent.futures
+    import time
+
+    import s3fs
+
+    (tmp_path / BUCKET).mkdir()
+    (tmp_path / BUCKET / "blob.bin").write_bytes(bytes(range(256)) * 40)
+    url, stop = start_server(tmp_path, request_cost_ms=50, max_concurrent=2)
+    try:
+        fs = s3fs.S3FileSystem(anon=True, endpoint_url=url, skip_instance_cache=True)
+        fs.cat_file(f"{BUCKET}/blob.bin", start=0, end=10)  # connect before timing
+        reset_stats(url)
+        t0 = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(lambda i: fs.cat_file(f"{BUCKET}/blob.bin", start=i,
+                                                      end=i + 10), range(8)))
+        took = time.perf_counter() - t0
+        stats = get_stats(url)
+    finally:
+        stop()
+    assert got == [(bytes(range(256)) * 40)[i:i + 10] for i in range(8)]
+    assert took >= 4 * 0.050  # 8 requests, 2 at a time, 50 ms each
+    # asked together: queueing on the server's slots is not the client waiting in a row
+    assert stats["requests"] == 8 and stats["in_a_row"] == 1

@@ -53,6 +53,26 @@ def _not_hdf5(url: str, exc: BaseException) -> NotHDF5Error:
     )
 
 
+#: HDF5's page buffer for files written with paged aggregation (HDF5 ignores it for the
+#: others).  Metadata of such files is gathered in pages, and with the buffer HDF5 reads a
+#: whole page on its first miss instead of each object header, heap block and B-tree node on
+#: its own: an ATL03-like paged granule (1 MiB pages) took ~6,600 reads through the file
+#: object without it and ~30 with it, and over S3 ~70 requests one after another instead of a
+#: few.  The buffer only holds pages HDF5 read; this is its upper bound.
+PAGE_BUFFER_BYTES = 64 << 20
+
+
+def _open_h5(fileobj: Any) -> h5py.File:
+    """``h5py.File`` over ``fileobj`` with the page buffer; without it when HDF5 refuses the
+    buffer (a paged file whose page is larger than :data:`PAGE_BUFFER_BYTES`)."""
+    try:
+        return h5py.File(fileobj, "r", page_buf_size=PAGE_BUFFER_BYTES)
+    except H5PY_ERRORS as exc:
+        reraise_io_failure(exc)
+        fileobj.seek(0)
+        return h5py.File(fileobj, "r")
+
+
 #: Held while a granule is open for indexing (re-entrant: a granule may open another file).
 _ONE_GRANULE_AT_A_TIME = threading.RLock()
 
@@ -85,7 +105,7 @@ def open_granule(
                                              settings=settings) as fileobj:
         identity = fileobj.identity
         try:
-            h5 = h5py.File(fileobj, "r")
+            h5 = _open_h5(fileobj)
         except H5PY_ERRORS as exc:
             reraise_io_failure(exc)
             raise _not_hdf5(identity.url, exc) from exc

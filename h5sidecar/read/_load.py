@@ -108,7 +108,7 @@ def read_arrays(
         raise ValueError(f"errors must be 'raise' or 'collect', got {errors!r}")
     out = dict(zip([p for p, _ in items], store.native.read_sync(items), strict=True))
     for path, key in others.items():
-        out[path] = np.asarray(store.zarr_root()[path][key])
+        out[path] = np.asarray(store.zarr_array(path)[key])
     if mask_and_scale:
         return {p: cf_decoded(store.refs, p, out[p]) for p in wanted}
     return {p: out[p] for p in wanted}
@@ -130,7 +130,7 @@ def _read_collecting(store: Any, wanted: Mapping[str, Any], items: list[Item],
         got[path] = res if isinstance(res, BaseException) else res[0]
     for path, key in others.items():
         try:
-            got[path] = np.asarray(store.zarr_root()[path][key])
+            got[path] = np.asarray(store.zarr_array(path)[key])
         except COLLECTED as exc:
             got[path] = exc
     failed = {p: v for p, v in got.items() if isinstance(v, BaseException)}

@@ -107,7 +107,7 @@ class RefsGroupStore(AbstractDataStore):
         if codec is not None and codec.dtype == meta.numpy_dtype:
             data = indexing.LazilyIndexedArray(SidecarArray(reader, path))
         else:  # Python objects: zarr's reader, as on the zarr path
-            wrapper = ZarrArrayWrapper(self.store.zarr_root()[path])
+            wrapper = ZarrArrayWrapper(self.store.zarr_array(path))
             native = codec is not None and wrapper.dtype == codec.dtype
             data = indexing.LazilyIndexedArray(SidecarArray(reader, path) if native else wrapper)
         hints = refs.extra.get("attribute_dtypes", {}).get(path, {})

@@ -163,6 +163,18 @@ class SidecarStore(Store):
                 ) from exc
         return self._root
 
+    def zarr_array(self, path: str) -> Any:
+        """The read-only ``zarr.Array`` at ``path``: from the root when it is parsed already,
+        else parsing this array's metadata alone.  The arrays the batch reader leaves to zarr
+        (variable-length strings) are few; parsing every array of the granule for them (the
+        root) cost ~0.05 s of CPU per open on a 1,000-variable granule with 35 such arrays.
+        """
+        if self._root is not None:
+            return self._root[path]
+        import zarr
+
+        return zarr.open_array(self, path=path, mode="r", zarr_format=self.zarr_format)
+
     @property
     def keyspace(self) -> GranuleKeys:
         """The Zarr keys and metadata documents of this view (built on first use)."""
