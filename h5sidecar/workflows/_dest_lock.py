@@ -3,16 +3,17 @@
 ``prune --apply`` decides from the run report which format each granule is indexed in; an
 ``index`` switching ``--format`` writes the new sidecars first and the report last, so a prune
 in between removed the fresh sidecars as "other format".  Each ``index`` run therefore holds a
-*shared* ``flock`` on ``DEST/.h5sidecar.lock`` while it writes (index runs may share a DEST:
+*shared* ``flock`` on ``DEST/_h5sidecar.lock`` while it writes (index runs may share a DEST:
 their reports merge), and ``prune --apply`` an *exclusive* one.  Whoever comes second waits,
 with a warning saying for what, rather than failing: a prune started during a long index run
 simply happens after it, which is what the user asked for.
 
 Object stores have no such lock: there prune relies on its second guard alone, which holds
 everywhere (it never removes a sidecar written after the report it read; see
-:mod:`h5sidecar.workflows._prune`).  The file is hidden (a leading dot), so listings, the
-gateway and catalogs never see it; it stays after the run (removing it would race the next
-run's ``open``).
+:mod:`h5sidecar.workflows._prune`).  Like ``_report.json`` and the record database, its name
+starts with ``_`` and has no sidecar suffix, so the gateway, catalogs and tools that take every
+other file of DEST for a sidecar never see it; it stays after the run (removing it would race
+the next run's ``open``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ __all__ = ["LOCK_NAME", "dest_lock"]
 
 log = logging.getLogger("h5sidecar.workflows")
 
-LOCK_NAME = ".h5sidecar.lock"
+LOCK_NAME = "_h5sidecar.lock"
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ def test_index_folder_values_equal_h5py(granule_dir: Path, tmp_path: Path, fmt: 
     assert report.counts == {"ok": 3, "failed": 0, "up_to_date": 0}
     suffix = ".parq" if fmt == "parquet" else ".json"
     assert sorted(p.name for p in dest.iterdir()) == sorted(
-        [f"G{i}.h5{suffix}" for i in range(3)] + ["_h5sidecar.sqlite", ".h5sidecar.lock"])
+        [f"G{i}.h5{suffix}" for i in range(3)] + ["_h5sidecar.sqlite", "_h5sidecar.lock"])
     for g in report.granules:
         src = granule_dir / g.name
         assert g.url == str(src) and g.sidecar == str(dest / (g.name + suffix))

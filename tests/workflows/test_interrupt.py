@@ -56,7 +56,7 @@ def test_sigkill_mid_batch_then_rerun_completes(tmp_path: Path) -> None:
     assert report.counts["failed"] == 0 and report.counts["up_to_date"] >= len(done)
     # nothing else left behind: exactly one sidecar per granule, the record and DEST's lock
     assert _entries(dest) == sorted([f"G{i:02d}.h5.parq" for i in range(N_GRANULES)]
-                                    + ["_h5sidecar.sqlite", ".h5sidecar.lock"])
+                                    + ["_h5sidecar.sqlite", "_h5sidecar.lock"])
     for i in (0, N_GRANULES - 1):
         assert_matches_h5py(str(dest / f"G{i:02d}.h5.parq"), src / f"G{i:02d}.h5")
 

@@ -92,7 +92,7 @@ def test_the_lock_file_is_hidden_from_listings(tmp_path: Path, exclusive: bool) 
     dest = tmp_path / "dest"
     with dest_lock(str(dest), exclusive=exclusive, holder="test"):
         pass
-    assert (dest / ".h5sidecar.lock").exists()
+    assert (dest / "_h5sidecar.lock").exists()
     assert index_many(str(tmp_path / "in"), str(dest), format="json", executor="serial").ok
     assert prune(str(dest), apply=True).entries == ()
     assert_matches_h5py(str(dest / f"{files[0].name}.json"), files[0])
