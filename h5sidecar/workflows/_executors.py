@@ -42,6 +42,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from h5sidecar._modes import current_umask
 from h5sidecar.errors import ErrorKind
 from h5sidecar.workflows._report import ErrorRecord, GranuleResult, error_record
 
@@ -109,7 +110,7 @@ def process_pool(
         max_workers=workers,
         mp_context=ctx,
         initializer=_init_worker,
-        initargs=(level, _env_snapshot(), os.getpid(), memory_limit),
+        initargs=(level, _env_snapshot(), os.getpid(), memory_limit, current_umask()),
         max_tasks_per_child=_MAX_TASKS_PER_CHILD,
     )
 
@@ -134,8 +135,12 @@ def _env_snapshot() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
 
 
-def _init_worker(level: int, env: dict[str, str], parent: int, memory_limit: int = 0) -> None:
+def _init_worker(
+    level: int, env: dict[str, str], parent: int, memory_limit: int = 0, umask: int | None = None
+) -> None:
     limit_memory(memory_limit)
+    if umask is not None:  # the caller's, not the fork server's (sidecars follow the umask)
+        os.umask(umask)
     for key in [k for k in os.environ if k.startswith(_ENV_PREFIXES) and k not in env]:
         del os.environ[key]
     os.environ.update(env)
