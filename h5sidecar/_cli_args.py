@@ -59,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retries", type=int, default=2, metavar="N",
                    help="with --dask: extra attempts for a granule that failed with a "
                    "transient read error (default 2)")
+    p.add_argument("--max-granule-seconds", type=_non_negative, default=None, metavar="S",
+                   help="time limit of one granule; past it the granule fails with kind "
+                   "timeout and the batch goes on (0: none; default: "
+                   "H5SIDECAR_MAX_GRANULE_SECONDS, else 300)")
     p.add_argument("--force", action="store_true", help="re-index up-to-date granules too")
     p.add_argument("--checksums", action="store_true",
                    help="record a checksum of every chunk (reads all the data)")
@@ -228,6 +232,13 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")
     return value
 
 

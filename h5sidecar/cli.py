@@ -100,7 +100,7 @@ def _cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
             executor=executor,
             workers=workers,
             progress=bar,
-            settings=from_env(IndexSettings),
+            settings=from_env(IndexSettings, max_granule_seconds=args.max_granule_seconds),
         )
     if args.json:
         out.print_json(data=report.to_dict())

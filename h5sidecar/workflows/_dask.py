@@ -11,7 +11,12 @@ adds what a batch of granules needs:
 * **bad granules are isolated**: expected failures come back as ``failed`` results (never as
   exceptions that would stop the batch), and a granule that kills its worker process (the HDF5
   library can crash on corrupt files) is rescheduled by Dask on another worker, then -- after
-  ``distributed.scheduler.allowed-failures`` deaths -- reported as ``worker_crashed``.
+  ``distributed.scheduler.allowed-failures`` deaths -- reported as ``worker_crashed``;
+* **each granule is bounded in time**: with a time limit (what :func:`run_tasks` asks through
+  :meth:`DaskExecutor.limited`), each attempt runs in a child process of the worker
+  (:func:`~h5sidecar.workflows._isolated.run_isolated`), killed past the limit (``timeout``) --
+  HDF5 looping in C over a corrupt file would otherwise hold a worker thread for good -- and a
+  child that crashes costs its granule only (``worker_crashed``), not the worker.
 
 Nothing here depends on where the workers run: with ``local:N`` a ``LocalCluster`` of N
 single-threaded worker processes is started on 127.0.0.1; any other address is an existing
@@ -23,6 +28,7 @@ with each task.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -75,6 +81,27 @@ def run_with_retries(
         attempt += 1
 
 
+def run_bounded(
+    fn: Callable[..., GranuleResult],
+    args: tuple[Any, ...],
+    retries: int,
+    backoff: float,
+    time_limit: float | None,
+    memory_limit: int,
+) -> GranuleResult:
+    """:func:`run_with_retries`, each attempt in a child process bounded by ``time_limit``
+    seconds and ``memory_limit`` bytes (see :func:`~h5sidecar.workflows._isolated.run_isolated`)."""
+    from h5sidecar.workflows._isolated import run_isolated
+
+    bounded = functools.partial(_isolated_call, run_isolated, fn, time_limit, memory_limit)
+    return run_with_retries(bounded, args, retries, backoff)
+
+
+def _isolated_call(run: Callable[..., GranuleResult], fn: Callable[..., GranuleResult],
+                   time_limit: float | None, memory_limit: int, *args: Any) -> GranuleResult:
+    return run(fn, args, time_limit=time_limit, memory_limit=memory_limit)
+
+
 def _crashed(url: str, sidecar: str, exc: BaseException) -> GranuleResult:
     base = error_record(exc, kind=ErrorKind.WORKER_CRASHED)
     err = ErrorRecord(kind=ErrorKind.WORKER_CRASHED, type=type(exc).__name__, hint=base.hint,
@@ -108,6 +135,12 @@ class DaskExecutor(Executor):
         Extra attempts for a granule that failed with a transient error.
     backoff : float
         Seconds before the first retry (doubled for each further one).
+    time_limit : float, optional
+        Seconds after which a granule's attempt is ended (each attempt then runs in a child
+        process of its worker); ``None``: attempts run in the worker's thread, unbounded inside
+        HDF5.  :func:`~h5sidecar.workflows.index_many` sets it through :meth:`limited`.
+    memory_limit : int
+        Data-memory limit of those child processes (bytes, 0: none).
 
     Notes
     -----
@@ -116,11 +149,22 @@ class DaskExecutor(Executor):
     sidecar, so that a task whose workers all died resolves to a ``worker_crashed`` result.
     """
 
-    def __init__(self, client: Any, *, retries: int = 2, backoff: float = 1.0) -> None:
+    def __init__(self, client: Any, *, retries: int = 2, backoff: float = 1.0,
+                 time_limit: float | None = None, memory_limit: int = 0) -> None:
         self.client = client
         self.retries = retries
         self.backoff = backoff
+        self.time_limit = time_limit
+        self.memory_limit = memory_limit
         self._futures: set[Any] = set()
+
+    def limited(self, time_limit: float | None, memory_limit: int) -> DaskExecutor:
+        """This executor on the same client, its tasks bounded by ``time_limit`` seconds and
+        ``memory_limit`` bytes each (see :class:`~h5sidecar.workflows._executors.LimitedExecutor`)."""
+        bounded = DaskExecutor(self.client, retries=self.retries, backoff=self.backoff,
+                               time_limit=time_limit, memory_limit=memory_limit)
+        bounded._futures = self._futures  # one set: shutdown() cancels the tasks of both
+        return bounded
 
     @property
     def n_threads(self) -> int:
@@ -136,8 +180,13 @@ class DaskExecutor(Executor):
         out: Future[Any] = Future()
         out.set_running_or_notify_cancel()
         # pure=False: re-running a granule is a new task, never a cached old result
-        dfut = self.client.submit(run_with_retries, fn, _without_secrets(args), self.retries,
-                                  self.backoff, pure=False)  # fmt: skip
+        if self.time_limit or self.memory_limit:
+            dfut = self.client.submit(run_bounded, fn, _without_secrets(args), self.retries,
+                                      self.backoff, self.time_limit, self.memory_limit,
+                                      pure=False)  # fmt: skip
+        else:
+            dfut = self.client.submit(run_with_retries, fn, _without_secrets(args), self.retries,
+                                      self.backoff, pure=False)  # fmt: skip
         self._futures.add(dfut)
 
         def done(f: Any) -> None:

@@ -15,6 +15,13 @@ the other granules in flight re-run; an interrupted batch (Ctrl-C, SIGTERM, an e
 workers at once instead of waiting for their granules; and each worker watches the process that
 started it and exits when it dies (even by ``kill -9``), so no worker, fork server or resource
 tracker outlives the batch.
+
+Only ending a process bounds a granule: HDF5 looping over a corrupt file's metadata (a B-tree
+whose nodes are shared, walked again and again from the cache) runs in C without reading and
+without releasing the GIL, so neither the indexer's checks at each read, nor a signal handler,
+nor a watchdog thread ever runs.  So ``"serial"`` with a time limit runs its granules one by one
+in a single worker process of ours, and an executor that can bound its tasks itself (a
+:class:`LimitedExecutor` such as the Dask one) is asked to.
 """
 
 from __future__ import annotations
@@ -33,12 +40,13 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
+from h5sidecar._modes import current_umask
 from h5sidecar.errors import ErrorKind
 from h5sidecar.workflows._report import ErrorRecord, GranuleResult, error_record
 
-__all__ = ["ExecutorSpec", "SerialExecutor", "Task", "process_pool", "run_tasks"]
+__all__ = ["ExecutorSpec", "LimitedExecutor", "SerialExecutor", "Task", "process_pool", "run_tasks"]
 
 log = logging.getLogger("h5sidecar.workflows")
 
@@ -59,6 +67,16 @@ class Task:
     url: str
     sidecar: str
     args: tuple[Any, ...]
+
+
+@runtime_checkable
+class LimitedExecutor(Protocol):
+    """An executor that can bound each task it runs (its own processes, its own clock)."""
+
+    def limited(self, time_limit: float | None, memory_limit: int) -> Executor:
+        """An executor like this one whose tasks are ended after ``time_limit`` seconds (then
+        resolving to a ``timeout`` result) and run under ``memory_limit`` bytes (0: none)."""
+        ...
 
 
 class SerialExecutor(Executor):
@@ -92,7 +110,7 @@ def process_pool(
         max_workers=workers,
         mp_context=ctx,
         initializer=_init_worker,
-        initargs=(level, _env_snapshot(), os.getpid(), memory_limit),
+        initargs=(level, _env_snapshot(), os.getpid(), memory_limit, current_umask()),
         max_tasks_per_child=_MAX_TASKS_PER_CHILD,
     )
 
@@ -117,16 +135,30 @@ def _env_snapshot() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
 
 
-def _init_worker(level: int, env: dict[str, str], parent: int, memory_limit: int = 0) -> None:
-    if memory_limit > 0 and hasattr(resource, "RLIMIT_DATA"):
-        hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
-        soft = memory_limit if hard == resource.RLIM_INFINITY else min(memory_limit, hard)
-        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+def _init_worker(
+    level: int, env: dict[str, str], parent: int, memory_limit: int = 0, umask: int | None = None
+) -> None:
+    limit_memory(memory_limit)
+    if umask is not None:  # the caller's, not the fork server's (sidecars follow the umask)
+        os.umask(umask)
     for key in [k for k in os.environ if k.startswith(_ENV_PREFIXES) and k not in env]:
         del os.environ[key]
     os.environ.update(env)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s [%(process)d] %(message)s")
-    threading.Thread(target=_exit_with, args=(parent,), name="h5sidecar-parent", daemon=True).start()
+    watch_parent(parent)
+
+
+def limit_memory(memory_limit: int) -> None:
+    """Cap this process's data memory (``RLIMIT_DATA``) at ``memory_limit`` bytes (0: none)."""
+    if memory_limit > 0 and hasattr(resource, "RLIMIT_DATA"):
+        hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+        soft = memory_limit if hard == resource.RLIM_INFINITY else min(memory_limit, hard)
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
+def watch_parent(pid: int) -> None:
+    """Exit this process when process ``pid`` ends (a thread waits for it)."""
+    threading.Thread(target=_exit_with, args=(pid,), name="h5sidecar-parent", daemon=True).start()
 
 
 def _exit_with(pid: int) -> None:
@@ -170,17 +202,24 @@ def run_tasks(
     """Yield one :class:`GranuleResult` per task, in completion order.
 
     A task that raises (a bug, a dead worker) yields a ``failed`` result instead of stopping the
-    batch.  With ``time_limit`` (seconds), a task still running in a worker process after it is
-    ended with its worker and reported as ``timeout`` (the ``"process"`` executor only: a
-    thread or a caller's executor cannot be stopped from outside).  ``memory_limit`` caps each
-    worker process's memory (see :func:`process_pool`).
+    batch.  With ``time_limit`` (seconds), a task still running after it is ended with its
+    process and reported as ``timeout``: in the ``"process"`` pool; with ``"serial"``, whose
+    tasks then run one by one in a single worker process (in this process only without a time
+    limit: for debugging, unbounded inside HDF5); and on a :class:`LimitedExecutor` (Dask),
+    which runs each task in a child process of its worker.  Another caller's executor runs
+    threads that cannot be stopped from outside: there only the indexer's own checks apply.
+    ``memory_limit`` caps the memory of each of these processes (see :func:`process_pool`).
     """
     tasks = list(tasks)
-    if executor == "serial":
+    if executor == "serial" and time_limit:
+        yield from _run_processes(fn, tasks, 1, time_limit, memory_limit)
+    elif executor == "serial":
         yield from _run_on(SerialExecutor(), fn, deque(tasks), window=1, suspects=None)
     elif executor == "process":
         yield from _run_processes(fn, tasks, workers, time_limit, memory_limit)
     elif isinstance(executor, Executor):
+        if isinstance(executor, LimitedExecutor) and (time_limit or memory_limit):
+            executor = executor.limited(time_limit, memory_limit)
         yield from _run_on(executor, fn, deque(tasks), window=2 * workers, suspects=None)
     else:
         raise ValueError(f"executor must be 'serial', 'process' or an Executor, got {executor!r}")
@@ -268,7 +307,7 @@ def _run_on(
             elif isinstance(exc, BrokenProcessPool) and suspects is not None:
                 crashed.append(task)
             else:
-                yield _failure(task, exc)
+                yield task_failure(task, exc)
         if crashed:
             assert suspects is not None
             # every task still in flight died with the pool, whether or not it has noticed yet
@@ -283,7 +322,7 @@ def _run_on(
         overdue = [f for f in inflight if time_limit and now - started[f] > time_limit]
         if overdue:
             for fut in overdue:
-                yield _timed_out(inflight.pop(fut), time_limit or 0.0)
+                yield timed_out(inflight.pop(fut), time_limit or 0.0)
             queue.extendleft(reversed(list(inflight.values())))  # innocent: run them again
             raise _PoolAbandoned
 
@@ -292,19 +331,27 @@ class _PoolAbandoned(Exception):
     """Internal: the pool holds a stuck worker; end it and go on with a new one."""
 
 
-def _timed_out(task: Task, limit: float) -> GranuleResult:
-    """A failed result for a task ended after ``limit`` seconds in a worker."""
+def timed_out(task: Task, limit: float) -> GranuleResult:
+    """A failed result for a task ended after ``limit`` seconds in a worker process."""
     message = (
         f"indexing {task.url} was still running after {limit:g} s (max_granule_seconds plus a "
-        "grace period); its worker process was ended"
+        "grace period), stuck where no check runs (inside HDF5, most likely looping over a "
+        "corrupt file's metadata, or in a blocking system call): its worker process was ended. "
+        "For a sound granule that is only slow, raise --max-granule-seconds (or "
+        "H5SIDECAR_MAX_GRANULE_SECONDS; 0: no limit)"
     )
     err = error_record(TimeoutError(message), kind=ErrorKind.TIMEOUT)
     return GranuleResult(url=task.url, sidecar=task.sidecar, status="failed", error=err)
 
 
-def _failure(task: Task, exc: BaseException) -> GranuleResult:
+class ProcessDied(Exception):
+    """The process running a task ended without a result (killed by a signal: HDF5's segfault
+    on a corrupt file, the kernel's OOM killer)."""
+
+
+def task_failure(task: Task, exc: BaseException) -> GranuleResult:
     """A failed result for a task whose call raised instead of returning a result."""
-    if isinstance(exc, BrokenProcessPool):
+    if isinstance(exc, BrokenProcessPool | ProcessDied):
         err = error_record(exc, kind=ErrorKind.WORKER_CRASHED)
         err = ErrorRecord(
             kind=err.kind,

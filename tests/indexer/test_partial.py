@@ -73,7 +73,9 @@ def test_the_granule_is_partial_in_the_report_and_the_cli_exits_1(
     _granule(src / "g.h5")
     with h5py.File(src / "ok.h5", "w") as f:
         f.create_dataset("x", data=np.arange(4))
-    report = index_many(str(src), str(tmp_path / "out"), executor="serial")
+    # no time limit: serial then runs in this process, where the bug is patched in
+    in_process = IndexSettings(max_granule_seconds=0)
+    report = index_many(str(src), str(tmp_path / "out"), executor="serial", settings=in_process)
     assert report.counts == {"ok": 2, "failed": 0, "up_to_date": 0}
     assert [g.name for g in report.partial] == ["g.h5"] and not report.ok
     doc = read_report(str(tmp_path / "out")).to_dict()

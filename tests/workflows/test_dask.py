@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -209,6 +210,22 @@ def check_a_granule_that_kills_its_worker_is_isolated(cluster: Any, tmp_path: Pa
     cluster.wait_for_workers(2, timeout=120)  # the nanny restarted the dead worker
 
 
+def check_a_granule_looping_in_hdf5_is_bounded(cluster: Any, tmp_path: Path) -> None:
+    """HDF5 looping in C holds a worker thread for good: each granule runs in a child process
+    of its worker, ended past the limit; a crashing granule costs its child, not the worker."""
+    from h5sidecar.settings import IndexSettings
+    from tests.workflows.test_granule_limits import LIMIT, batch_folder, check_bounded_report
+
+    src = batch_folder(tmp_path / "limits")
+    workers = set(cluster.scheduler_info()["workers"])
+    t0 = time.monotonic()
+    report = index_many(str(src), str(tmp_path / "limits" / "out"), format="json",
+                        executor=DaskExecutor(cluster, retries=1), workers=2,
+                        settings=IndexSettings(max_granule_seconds=LIMIT))
+    check_bounded_report(report, src, time.monotonic() - t0)
+    assert set(cluster.scheduler_info()["workers"]) == workers  # no worker died or was lost
+
+
 def check_cli_index_on_a_running_scheduler(cluster: Any, bucket_granules: Any, s3_endpoint: str,
                                            capsys: Any) -> None:
     bucket, _ = bucket_granules
@@ -276,4 +293,5 @@ def test_on_a_local_cluster(cluster: Any, bucket_granules: tuple[str, dict[str, 
     check_transient_failures_are_retried_on_the_worker(cluster, tmp_path)
     check_a_granule_that_kills_its_worker_is_isolated(cluster, tmp_path, bucket_granules,
                                                        s3_endpoint)
+    check_a_granule_looping_in_hdf5_is_bounded(cluster, tmp_path)
     check_cli_index_on_a_running_scheduler(cluster, bucket_granules, s3_endpoint, capsys)
