@@ -21,8 +21,9 @@ chunks coalesce into few requests.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any
 
 from zarr.abc.store import ByteRequest, Store
@@ -150,18 +151,25 @@ class SidecarStore(Store):
         """
         if self._root is None:
             import zarr
-            from numcodecs.errors import UnknownCodecError
 
-            try:
+            with self._known_codecs():  # zarr builds every array's codecs on open
                 self._root = zarr.open_group(
                     self, mode="r", use_consolidated=True, zarr_format=self.zarr_format
                 )
-            except UnknownCodecError as exc:  # zarr builds every array's codecs on open
-                raise InvalidReferenceError(
-                    f"{exc} in the sidecar of {self.refs.source.url}: the sidecar is corrupt, "
-                    "or the codec comes with a package to install"
-                ) from exc
         return self._root
+
+    @contextlib.contextmanager
+    def _known_codecs(self) -> Iterator[None]:
+        """numcodecs' error for a codec it does not know, as the invalid reference it is."""
+        from numcodecs.errors import UnknownCodecError
+
+        try:
+            yield
+        except UnknownCodecError as exc:
+            raise InvalidReferenceError(
+                f"{exc} in the sidecar of {self.refs.source.url}: the sidecar is corrupt, "
+                "or the codec comes with a package to install"
+            ) from exc
 
     def zarr_array(self, path: str) -> Any:
         """The read-only ``zarr.Array`` at ``path``: from the root when it is parsed already,
@@ -173,7 +181,8 @@ class SidecarStore(Store):
             return self._root[path]
         import zarr
 
-        return zarr.open_array(self, path=path, mode="r", zarr_format=self.zarr_format)
+        with self._known_codecs():
+            return zarr.open_array(self, path=path, mode="r", zarr_format=self.zarr_format)
 
     @property
     def keyspace(self) -> GranuleKeys:
