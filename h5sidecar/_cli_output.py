@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Self
 
 from rich.console import Console
@@ -16,17 +18,35 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-__all__ = ["ProgressBar", "setup_logging", "shape", "size"]
+__all__ = ["ProgressBar", "cli_logging", "shape", "size"]
 
 log = logging.getLogger("h5sidecar")
 
 
-def setup_logging(verbose: int, console: Console) -> None:
+@contextmanager
+def cli_logging(verbose: int, console: Console) -> Iterator[None]:
+    """Log to ``console`` while a command runs, then put logging back as it was.
+
+    ``main`` may run in-process (tests, notebooks, a user's script): the root logger's handlers
+    and levels must not outlive the command, or every later log record of the process (another
+    library's threads too) would go through a console made for one command.
+    """
     level = logging.WARNING if not verbose else logging.INFO if verbose == 1 else logging.DEBUG
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level, log.level
     # the progress bar's console: rich then prints log records above the live bar
     handler = RichHandler(console=console, show_path=False)
     logging.basicConfig(level=level, handlers=[handler], format="%(message)s", force=True)
     log.setLevel(level)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+        for h in saved[0]:
+            root.addHandler(h)
+        root.setLevel(saved[1])
+        log.setLevel(saved[2])
 
 
 class ProgressBar:

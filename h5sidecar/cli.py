@@ -24,7 +24,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from h5sidecar._cli_args import build_parser, storage_options
-from h5sidecar._cli_output import ProgressBar, setup_logging
+from h5sidecar._cli_output import ProgressBar, cli_logging
 from h5sidecar._cli_output import shape as _shape
 from h5sidecar._cli_output import size as _size
 from h5sidecar.errors import ErrorKind, H5SidecarError
@@ -51,7 +51,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # columns; on a terminal rich fits the terminal
     width = None if sys.stdout.isatty() else _PIPE_WIDTH
     out, err = Console(soft_wrap=True, width=width), Console(stderr=True, soft_wrap=True)
-    setup_logging(args.verbose, err)
+    with cli_logging(args.verbose, err):
+        return _run(args, out, err)
+
+
+def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     try:
         return int(_COMMANDS[args.command](args, out, err))
     except KeyboardInterrupt:

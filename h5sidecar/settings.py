@@ -139,6 +139,10 @@ class IndexSettings:
         (exponential backoff with full jitter, as on the read path).
     source_backoff : float
         Base delay in seconds of that backoff.
+    source_request_timeout : float
+        Seconds one request of a granule may take, answer and body (default 30); a request
+        past it is a transient failure, retried as above.  A stalled server costs retries,
+        never the granule's whole ``max_granule_seconds``.
     max_crawl_steps : int
         Metadata structures parsed ahead of HDF5 per granule at most; past it HDF5's own reads
         are fetched on demand (a bound for corrupt files whose structures loop).
@@ -166,6 +170,7 @@ class IndexSettings:
     source_max_gap: int = 64 * 2**10
     source_retries: int = 4
     source_backoff: float = 0.1
+    source_request_timeout: float = 30.0
     max_crawl_steps: int = 200_000
     layout: Literal["kerchunk", "compact"] = "kerchunk"
 

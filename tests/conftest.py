@@ -6,6 +6,7 @@ on every ranged GET, so tests keep the objects they upload small.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
@@ -51,6 +52,8 @@ def s3_endpoint() -> Iterator[str]:
     """URL of a moto S3 server on 127.0.0.1 (one per test session / xdist worker)."""
     from moto.server import ThreadedMotoServer
 
+    # one access-log line per request from the server's threads is noise in every failure report
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     old = {k: os.environ.get(k) for k in S3_CREDENTIALS}
     os.environ.update(S3_CREDENTIALS)
     port = free_port()

@@ -52,6 +52,20 @@ def test_storage_option_parsing() -> None:
         main(["inspect", "x", "--storage-option", "novalue"])
 
 
+def test_a_command_leaves_logging_as_it_found_it(tmp_path: Path) -> None:
+    """``main`` run in-process logs through its console only while the command runs: a handler
+    left on the root logger would carry every later record of the process (other libraries'
+    threads too) to a console made for one command."""
+    import logging
+
+    root, ours = logging.getLogger(), logging.getLogger("h5sidecar")
+    before = root.handlers[:], root.level, ours.level
+    write_granule(tmp_path / "in" / "G.h5", seed=0)
+    assert main(["-vv", "index", str(tmp_path / "in"), "-o", str(tmp_path / "out"), "--serial"]) == 0
+    assert main(["-v", "inspect", str(tmp_path / "nope.parq")]) == 2  # the failing path too
+    assert (root.handlers, root.level, ours.level) == before
+
+
 def test_index_inspect_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = tmp_path / "in"
     for i in range(2):

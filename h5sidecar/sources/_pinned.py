@@ -67,9 +67,25 @@ class _ShortRead(Exception):
     SourceReadError)."""
 
 
+class _Stalled(Exception):
+    """No whole answer within ``source_request_timeout`` (internal; retried, then a
+    SourceReadError)."""
+
+
 def _transient(exc: Exception) -> bool:
-    """Whether a failed GET is worth another attempt (short bodies included)."""
-    return isinstance(exc, _ShortRead) or transient_store_error(exc)
+    """Whether a failed GET is worth another attempt (short bodies and stalls included)."""
+    return isinstance(exc, _ShortRead | _Stalled) or transient_store_error(exc)
+
+
+async def _answer(store: Any, path: str, options: dict[str, Any], timeout: float) -> Any:
+    """One GET and its whole body within ``timeout`` seconds (:class:`_Stalled` past it): a
+    server that stops answering must cost a retry, not the granule's whole time limit."""
+    try:
+        async with asyncio.timeout(timeout):
+            result = await _get_async(store, path, options)
+            return result, bytes(await result.bytes_async())
+    except TimeoutError as exc:
+        raise _Stalled(timeout) from exc
 
 
 class PinnedFetcher:
@@ -125,6 +141,7 @@ class PinnedFetcher:
         self.max_gap = settings.source_max_gap
         self.max_request = max(settings.metadata_block_size, settings.source_max_gap)
         self.retries, self.backoff = settings.source_retries, settings.source_backoff
+        self.request_timeout = settings.source_request_timeout
         self.cache = PageCache(cache_bytes)
         self.stats = FetchStats()
         self.identity: SourceInfo | None = None
@@ -154,8 +171,7 @@ class PinnedFetcher:
 
         async def once() -> Any:
             options = {"range": (0, self.first_request)}
-            result = await _get_async(self.store, self.path, options)
-            data = bytes(await result.bytes_async())
+            result, data = await _answer(self.store, self.path, options, self.request_timeout)
             # obstore checks Content-Range, not the body's length: bytes past the range would
             # be cached as the object's
             if len(data) != min(self.first_request, int(result.meta["size"])):
@@ -169,6 +185,8 @@ class PinnedFetcher:
             raise SourceNotFoundError(f"{self.url} does not exist; check the URL") from exc
         except H5SidecarError:
             raise  # already says what happened (e.g. a web source refused the credentials)
+        except _Stalled as exc:
+            raise self._stalled(exc, "its first bytes") from exc
         except _ShortRead as exc:
             raise SourceReadError(
                 f"{self.url} answered {exc.args[0]} bytes for its first "
@@ -220,8 +238,7 @@ class PinnedFetcher:
 
         async def once() -> Any:
             options = {"range": (start, stop), **self._pin}
-            result = await _get_async(self.store, self.path, options)
-            data = bytes(await result.bytes_async())
+            result, data = await _answer(self.store, self.path, options, self.request_timeout)
             self._check_identity(result.meta)  # a replaced, shorter object is stale, not short
             if len(data) != stop - start:
                 raise _ShortRead(len(data))
@@ -232,6 +249,8 @@ class PinnedFetcher:
                                   retry_if=_transient, on_retry=self._count_retry)  # fmt: skip
         except H5SidecarError:
             raise  # the object changed: not a store failure to translate
+        except _Stalled as exc:
+            raise self._stalled(exc, f"bytes {start}-{stop - 1}") from exc
         except _ShortRead as exc:
             raise SourceReadError(
                 f"short read from {self.url}: {exc.args[0]} of {stop - start} bytes at {start}; "
@@ -240,6 +259,14 @@ class PinnedFetcher:
             ) from exc
         except STORE_ERRORS as exc:
             raise translate_store_error(exc, self.url, f"GET bytes {start}-{stop - 1} of") from exc
+
+    def _stalled(self, exc: _Stalled, what: str) -> SourceReadError:
+        return SourceReadError(
+            f"no answer with {what} of {self.url} within source_request_timeout="
+            f"{exc.args[0]:g} s, {self.retries + 1} time(s): the server stalls; retry later, "
+            "or raise H5SIDECAR_SOURCE_REQUEST_TIMEOUT for a slow link",
+            url=self.url,
+        )
 
     def _check_identity(self, meta: Any) -> None:
         assert self.identity is not None

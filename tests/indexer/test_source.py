@@ -417,6 +417,27 @@ def test_transient_faults_are_retried_transparently(
     assert sum(r.fault is not None for r in proxy.requests) == 2
 
 
+def test_a_stalled_request_is_retried_then_refused_within_its_timeout(
+    classic: Path, upload: Any, proxied: dict[str, object], proxy: FaultProxy
+) -> None:
+    """A server that stops answering costs ``source_request_timeout`` per attempt: the next
+    attempt reads on; one that never answers is a SourceReadError, not a wait without end."""
+    import time
+
+    url = upload(classic, "stalled.h5")
+    settings = IndexSettings(source_request_timeout=0.5, source_retries=1, source_backoff=0.0)
+    with open_source(url, storage_options=proxied, settings=settings, prefetch=False) as f:
+        proxy.inject("hang", times=1)
+        assert scan(f, values=False) == scan(classic, values=False)
+        assert f.fetch_stats.retries == 1
+    proxy.inject("hang", times=1000)
+    started = time.monotonic()
+    with pytest.raises(SourceReadError, match=r"source_request_timeout=0\.5 s") as err:
+        open_source(url, storage_options=proxied, settings=settings).__enter__()
+    assert time.monotonic() - started < 10  # two attempts of 0.5 s, not a hang
+    assert err.value.url == url
+
+
 @pytest.mark.parametrize(("retries", "counted"), [(0, 0), (2, 1)])
 def test_retries_follow_index_settings_and_are_counted(
     classic: Path,
