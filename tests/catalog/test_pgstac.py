@@ -289,6 +289,34 @@ def test_http_search_through_serve_equals_the_embedded_backend(
     assert code in (0, -signal.SIGTERM), log.read_text()
 
 
+def test_a_waiting_query_does_not_stall_the_gateway(loaded: Loaded, indexed: Indexed) -> None:
+    """pgstac's queries run in worker threads: while one waits on the database (here on a lock
+    another session holds), the gateway still answers other requests at once."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import psycopg
+
+    pg = PgStacApi(loaded.dsn)
+    app = create_app(GatewaySettings(), str(indexed.dest_parquet), stac_api=pg)
+    try:
+        with running(app) as url, psycopg.connect(loaded.dsn) as locker, \
+                ThreadPoolExecutor(1) as pool:  # fmt: skip
+            locker.execute("LOCK TABLE pgstac.collections IN ACCESS EXCLUSIVE MODE")
+            waiting = pool.submit(httpx.get, f"{url}/stac/collections", timeout=60)
+            time.sleep(0.5)  # the query has reached the lock
+            t0 = time.monotonic()
+            assert httpx.get(f"{url}/healthz", timeout=10).status_code == 200
+            assert time.monotonic() - t0 < 5
+            assert not waiting.done()
+            locker.rollback()  # the lock goes; the waiting query completes
+            r = waiting.result(timeout=30)
+            assert r.status_code == 200
+            assert sorted(c["id"] for c in r.json()["collections"]) == ["acdd", "samples"]
+    finally:
+        pg.close()
+
+
 def _http_pages(url: str, body: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Every feature of a POST search over HTTP, following ``next`` links."""
     out: dict[str, dict[str, Any]] = {}
