@@ -284,7 +284,7 @@ def _cmd_catalog(args: argparse.Namespace, out: Console, err: Console) -> int:
             progress=lambda name, ok: status.update(f"catalogued {name}"),
         )
     if args.pgstac:
-        from h5sidecar.catalog._pgstac import load_pgstac
+        from h5sidecar.catalog import load_pgstac
 
         with err.status("loading into pgstac"):
             loaded = load_pgstac(args.pgstac, args.stacdir, collections=[result.collection_id])
@@ -419,6 +419,10 @@ def _cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.stac_backend:
         from h5sidecar.catalog._pgstac import PgStacApi, backend_dsn
 
+        if args.stac:
+            from h5sidecar.errors import InvalidRequestError
+
+            raise InvalidRequestError("give --stac STACDIR or --stac-backend pgstac:DSN, not both")
         stac_api = PgStacApi(backend_dsn(args.stac_backend))
     elif args.stac:
         from h5sidecar.catalog import StacApi

@@ -52,7 +52,7 @@ _LAZY = {
     "StacApi": "_search",
     "search_items": "_search",
     "PgStacApi": "_pgstac",
-    "load_pgstac": "_pgstac",
+    "load_pgstac": "_pgstac_load",
 }
 
 

@@ -1,15 +1,13 @@
-"""The catalog in pgstac (PostgreSQL + PostGIS): loading it, and the STAC API answered from it.
+"""The catalog in pgstac (PostgreSQL + PostGIS): the STAC API answered from it.
 
-* :func:`load_pgstac` -- ``h5sidecar catalog ... --pgstac DSN``: the collections and items of a
-  catalog folder (what :func:`~h5sidecar.catalog.build_catalog` writes) upserted into pgstac with
-  pypgstac's ``Loader``, items streamed from their files in batches;
+* :func:`~h5sidecar.catalog._pgstac_load.load_pgstac` -- ``h5sidecar catalog ... --pgstac DSN``
+  loads it (its own module);
 * :class:`PgStacApi` -- ``h5sidecar serve --stac-backend pgstac:DSN``: the methods and answers of
   :class:`~h5sidecar.catalog.StacApi`, each a query of pgstac's SQL functions (``search``,
   ``get_item``, ``get_collection``, ``all_collections``).
 
-The loader reads the folder rather than hooking into the build, so a catalog written earlier
-(or by another run) loads the same way.  Links are not stored: the static catalog's relative links
-mean nothing in a database, and every answer builds absolute ones from the request's base URL.
+Links are not stored: the static catalog's relative links mean nothing in a database, and every
+answer builds absolute ones from the request's base URL.
 
 Searches mean what they mean in the embedded backend, with one difference: pgstac matches ``bbox``
 against each item's footprint (as the STAC API asks), the embedded backend against each item's
@@ -20,9 +18,7 @@ in pgstac's order (newest first) with pgstac's paging tokens.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode
 
@@ -30,10 +26,8 @@ from h5sidecar.catalog._search import CONFORMANCE, GEOJSON, JSON
 from h5sidecar.catalog._search_params import parse_search
 from h5sidecar.errors import InvalidRequestError, NotIndexedError, SourceReadError
 
-__all__ = ["PgStacApi", "PgstacLoad", "backend_dsn", "load_pgstac", "pgstac_search_body"]
+__all__ = ["PgStacApi", "backend_dsn", "pgstac_search_body"]
 
-#: Items sent to the database per batch: bounds the loader's memory whatever the catalog's size.
-BATCH = 1000
 #: What a pgstac paging token starts with (``next:<collection>:<item>``, ``prev:...``).
 _TOKEN_PREFIXES = ("next:", "prev:")
 
@@ -66,112 +60,8 @@ def _unreachable(dsn: str, exc: Exception) -> SourceReadError:
                            "running there, and pgstac installed with `pypgstac migrate`?)")
 
 
-@dataclass(frozen=True)
-class PgstacLoad:
-    """What :func:`load_pgstac` upserted: the collection ids and the number of items, and the
-    ids of the items left out for having no geometry (pgstac's items require one)."""
-
-    collections: tuple[str, ...]
-    items: int
-    no_geometry: tuple[str, ...] = ()
-
-
-def _read(path: Path) -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads(path.read_text("utf-8"))
-    return doc
-
-
-def _collection_files(stacdir: Path) -> Iterator[Path]:
-    root = stacdir / "catalog.json"
-    if not root.is_file():
-        raise NotIndexedError(f"no catalog.json in {stacdir}: write one with "
-                              "`h5sidecar catalog DEST -o STACDIR`")  # fmt: skip
-    for link in _read(root).get("links", []):
-        if link.get("rel") == "child":
-            yield (root.parent / link["href"]).resolve()
-
-
 def _unlinked(doc: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k != "links"}
-
-
-def _items(coll_file: Path, cid: str, counter: list[int],
-           unlocated: list[str]) -> Iterator[dict[str, Any]]:  # fmt: skip
-    """The collection's items, read one file at a time (never all held); those without a
-    geometry are named in ``unlocated`` instead (pgstac requires one)."""
-    for link in _read(coll_file).get("links", []):
-        if link.get("rel") == "item":
-            doc = _unlinked(_read(coll_file.parent / link["href"]))
-            if doc.get("geometry") is None:
-                unlocated.append(doc["id"])
-                continue
-            doc["collection"] = cid
-            counter[0] += 1
-            yield doc
-
-
-def load_pgstac(
-    dsn: str,
-    stacdir: str | Path,
-    *,
-    collections: Iterable[str] | None = None,
-    batch: int = BATCH,
-) -> PgstacLoad:
-    """Upsert a catalog folder's collections and items into pgstac.
-
-    Re-running is idempotent (upserts by collection and item id); items the folder no longer
-    holds are not deleted from the database.  Items without a geometry (granules catalogued
-    with no footprint) are left out and named in the result: pgstac requires a geometry.
-
-    Parameters
-    ----------
-    dsn : str
-        libpq connection string of a database with pgstac installed (``pypgstac migrate``).
-    stacdir : str or Path
-        Folder written by ``h5sidecar catalog DEST -o STACDIR``.
-    collections : iterable of str, optional
-        Only these collection ids (default: every collection of the folder).
-    batch : int
-        Items per database batch.
-
-    Raises
-    ------
-    NotIndexedError
-        No ``catalog.json`` in ``stacdir``, or a named collection is not in it.
-    """
-    from pypgstac.db import PgstacDB
-    from pypgstac.load import Loader, Methods
-
-    wanted = None if collections is None else set(collections)
-    files = {}
-    for path in _collection_files(Path(stacdir)):
-        doc = _read(path)
-        if doc.get("type") == "Collection" and (wanted is None or doc["id"] in wanted):
-            files[doc["id"]] = path
-    unknown = (wanted or set()) - set(files)
-    if unknown:
-        raise NotIndexedError(f"no collection {sorted(unknown)} in {stacdir} (collections: "
-                              f"{', '.join(files) or 'none'})")  # fmt: skip
-    import psycopg
-
-    counter, unlocated = [0], list[str]()
-    try:
-        with PgstacDB(dsn=dsn) as db:
-            loader = Loader(db)
-            for cid, path in files.items():
-                # the collection first: pgstac partitions its items by it
-                loader.load_collections(iter([_unlinked(_read(path))]),
-                                        insert_mode=Methods.upsert)  # fmt: skip
-                loader.load_items(_items(path, cid, counter, unlocated), insert_mode=Methods.upsert,
-                                  chunksize=batch)  # fmt: skip
-            # pgstac keeps each search's count for a day (context_stats_ttl): mark them stale,
-            # or numberMatched would not count what was just loaded
-            conn = db.connect()
-            conn.execute("UPDATE pgstac.search_wheres SET statslastupdated = NULL")
-            conn.commit()
-    except psycopg.OperationalError as exc:
-        raise _unreachable(dsn, exc) from exc
-    return PgstacLoad(tuple(files), counter[0], tuple(unlocated))
 
 
 class PgStacApi:
@@ -186,7 +76,7 @@ class PgStacApi:
     pool_size : int
         Most connections held open (one query each at a time).
     timeout : float
-        Seconds to wait for the first connection.
+        Seconds to wait for a connection (the first, or a free one of the pool).
     context : {"on", "auto", "off"}
         pgstac's ``numberMatched``: exact (as the embedded backend), estimated from the
         planner's statistics above pgstac's thresholds (cheap on billions of items), or none.
@@ -194,7 +84,8 @@ class PgStacApi:
     Raises
     ------
     SourceReadError
-        When the database cannot be reached within ``timeout``.
+        When the database cannot be reached within ``timeout`` (here, and from every method:
+        the gateway answers 502).
     """
 
     #: the gateway runs this backend's methods in worker threads (they wait on the database)
@@ -209,9 +100,12 @@ class PgStacApi:
         self.context = context
 
         # search_path per connection: pgstac's functions live in its own schema
+        # check: a connection the server dropped (restart, idle timeout) is replaced before use
         self.pool = ConnectionPool(dsn, min_size=1, max_size=pool_size, open=False,
+                                   check=ConnectionPool.check_connection,
                                    kwargs={"autocommit": True,
                                            "options": "-c search_path=pgstac,public"})  # fmt: skip
+        self.timeout, self._dsn = timeout, dsn
         try:
             self.pool.open(wait=True, timeout=timeout)
         except PoolTimeout as exc:
@@ -223,8 +117,14 @@ class PgStacApi:
         self.pool.close()
 
     def _one(self, sql: str, *args: Any) -> Any:
-        with self.pool.connection() as conn:
-            row = conn.execute(sql, args).fetchone()
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
+        try:
+            with self.pool.connection(timeout=self.timeout) as conn:
+                row = conn.execute(sql, args).fetchone()
+        except (psycopg.OperationalError, PoolTimeout) as exc:  # down, or every connection busy
+            raise _unreachable(self._dsn, exc) from exc
         return None if row is None else row[0]
 
     # -- documents ------------------------------------------------------------------------------
@@ -312,7 +212,15 @@ class PgStacApi:
         if collection is not None:
             self._get_collection(collection)
         body = pgstac_search_body(params, collection=collection, context=self.context)
-        page = self._one("SELECT search(%s::jsonb)", json.dumps(body)) or {}
+        import psycopg
+
+        try:
+            page = self._one("SELECT search(%s::jsonb)", json.dumps(body)) or {}
+        except (psycopg.errors.RaiseException, psycopg.DataError) as exc:
+            if "token" not in body:  # pgstac refuses only tokens it cannot read
+                raise
+            raise InvalidRequestError(f"token {body['token']!r} is not one this API issued "
+                                      "(use 'next' links)") from exc  # fmt: skip
         self_href = f"{base}/collections/{collection}/items" if collection else f"{base}/search"
         links: list[dict[str, Any]] = [{"rel": "root", "href": f"{base}/", "type": JSON}]
         token = _next_token(page)

@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from h5sidecar.catalog import StacApi, build_catalog
-from h5sidecar.catalog._pgstac import PgStacApi, backend_dsn, load_pgstac
+from h5sidecar.catalog import PgStacApi, StacApi, build_catalog, load_pgstac
+from h5sidecar.catalog._pgstac import backend_dsn
 from h5sidecar.cli import main
 from h5sidecar.errors import InvalidRequestError, NotIndexedError, SourceReadError
 from h5sidecar.gateway.app import create_app
@@ -216,8 +216,9 @@ def test_collection_routes_and_items_match(apis: tuple[StacApi, PgStacApi],
         pg.item("acdd", "nowhere", BASE)
     with pytest.raises(NotIndexedError, match=r"no collection 'missing'.*acdd, samples"):
         pg.search({}, BASE, collection="missing")
-    with pytest.raises(InvalidRequestError, match="token"):
-        pg.search({"token": "offset:3"}, BASE)
+    for token in ("offset:3", "next:zz", "prev:00:00", "next:73616d706c6573:00"):
+        with pytest.raises(InvalidRequestError, match="token"):
+            pg.search({"token": token}, BASE)
     with pytest.raises(InvalidRequestError, match="bbox"):
         pg.search({"bbox": "1,2,3"}, BASE)
     with pytest.raises(NotIndexedError, match="pgstac"):
@@ -243,6 +244,25 @@ def test_a_load_refreshes_the_counts_pgstac_keeps(pgstac_dsn: str, loaded: Loade
             conn.execute("SELECT pgstac.delete_collection('acdd-copy')")
 
 
+def test_connections_the_server_dropped_are_replaced(loaded: Loaded) -> None:
+    """A database restart or an idle timeout ends the pool's connections: the next query gets
+    a new one instead of failing."""
+    import psycopg
+
+    pg = PgStacApi(loaded.dsn, pool_size=2)
+    try:
+        assert pg.item("acdd", "greenland", BASE)["id"] == "greenland"
+        with psycopg.connect(loaded.dsn, autocommit=True) as admin:
+            ended = admin.execute(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM "
+                "pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND backend_type = 'client backend'").fetchone()
+        assert ended is not None and ended[0] >= 1
+        assert pg.item("acdd", "greenland", BASE)["id"] == "greenland"
+    finally:
+        pg.close()
+
+
 def test_unreachable_database_and_bad_option_say_what(tmp_path: Path) -> None:
     port = free_port()  # nothing listens there
     with pytest.raises(SourceReadError, match=f"127.0.0.1:{port}/x.*pypgstac migrate"):
@@ -250,6 +270,17 @@ def test_unreachable_database_and_bad_option_say_what(tmp_path: Path) -> None:
     with pytest.raises(InvalidRequestError, match="pgstac:DSN"):
         backend_dsn("sqlite:foo")
     assert backend_dsn("pgstac:host=127.0.0.1 dbname=x") == "host=127.0.0.1 dbname=x"
+
+
+def test_serve_refuses_a_wrong_or_doubled_backend(capsys: pytest.CaptureFixture[str],
+                                                  tmp_path: Path) -> None:  # fmt: skip
+    from h5sidecar.cli import EXIT_USAGE
+
+    args = ["serve", str(tmp_path), "--port", str(free_port())]
+    assert main([*args, "--stac-backend", "sqlite:x.db"]) == EXIT_USAGE
+    assert "give pgstac:DSN" in capsys.readouterr().err
+    assert main([*args, "--stac", str(tmp_path), "--stac-backend", "pgstac:x"]) == EXIT_USAGE
+    assert "not both" in capsys.readouterr().err
 
 
 def test_http_search_through_serve_equals_the_embedded_backend(
