@@ -116,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cube", action="append", default=[], metavar="[NAME=]CUBE",
                    help="add this datacube (written by `h5sidecar cube`) as a collection asset "
                    "(repeatable; cubes inside DEST are found by themselves)")
+    p.add_argument("--pgstac", default=None, metavar="DSN",
+                   help="also upsert the catalog's collections and items into the pgstac "
+                   "database at this libpq DSN (password from PGPASSWORD or ~/.pgpass)")
     _storage_option_arg(p)
     p.set_defaults(command="catalog")
 
@@ -220,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stac", default=None, metavar="STACDIR",
                    help="serve this catalog (written by `h5sidecar catalog`) under /stac/, with "
                    "a STAC API item search at /stac/search")
+    p.add_argument("--stac-backend", default=None, metavar="pgstac:DSN",
+                   help="answer /stac/ from the pgstac database at this libpq DSN (loaded with "
+                   "`h5sidecar catalog --pgstac DSN`) instead of a catalog folder")
     p.add_argument("--cube", action="append", default=[], metavar="[NAME=]CUBE",
                    help="also serve this datacube (written by `h5sidecar cube`) as /zarr/NAME/, "
                    "... (repeatable; NAME defaults to the file name without .parq/.json)")

@@ -283,6 +283,15 @@ def _cmd_catalog(args: argparse.Namespace, out: Console, err: Console) -> int:
             description=args.description, cubes=args.cube or None,
             progress=lambda name, ok: status.update(f"catalogued {name}"),
         )
+    if args.pgstac:
+        from h5sidecar.catalog import load_pgstac
+
+        with err.status("loading into pgstac"):
+            loaded = load_pgstac(args.pgstac, args.stacdir, collections=[result.collection_id])
+        err.print(f"upserted {loaded.items} item(s) of {result.collection_id} into pgstac")
+        for name in loaded.no_geometry:
+            out.print(f"[yellow]NOT IN PGSTAC[/] {escape(name)}: no footprint (pgstac's items "
+                      "need a geometry)")
     if args.json:
         out.print_json(data=result.to_dict())
         return EXIT_OK if result.ok else EXIT_FAILED
@@ -406,8 +415,16 @@ def _cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
                         allow=tuple(args.allow) or None, cors_origins=cors)
     err.print(f"serving [bold]{args.dest}[/] on http://{settings.host}:{settings.port}/ "
               f"(token {'required' if settings.token else 'off'}; Ctrl-C stops)")
-    stac_api = None
-    if args.stac:
+    stac_api: Any = None
+    if args.stac_backend:
+        from h5sidecar.catalog._pgstac import PgStacApi, backend_dsn
+
+        if args.stac:
+            from h5sidecar.errors import InvalidRequestError
+
+            raise InvalidRequestError("give --stac STACDIR or --stac-backend pgstac:DSN, not both")
+        stac_api = PgStacApi(backend_dsn(args.stac_backend))
+    elif args.stac:
         from h5sidecar.catalog import StacApi
 
         stac_api = StacApi(args.stac)

@@ -8,7 +8,9 @@
 * :func:`open_item` -- an Item (object, dict, file or URL) -> :class:`xarray.Dataset`, or a
   Collection -> its datacube (cubes are Collection assets, see ``_cube_assets``);
 * :class:`StacApi` / :func:`search_items` -- the framework-free core of the gateway's
-  ``/stac/`` routes (STAC API item search: bbox, datetime, ids, limit, paging).
+  ``/stac/`` routes (STAC API item search: bbox, datetime, ids, limit, paging);
+* :func:`load_pgstac` / :class:`PgStacApi` -- the same catalog loaded into, and searched in,
+  pgstac (PostgreSQL + PostGIS).
 
 Names load on first use.
 """
@@ -22,11 +24,13 @@ __all__ = [
     "GranuleExtent",
     "ItemError",
     "NoFootprint",
+    "PgStacApi",
     "STACValidationError",
     "StacApi",
     "build_catalog",
     "granule_extent",
     "list_indexed",
+    "load_pgstac",
     "open_item",
     "search_items",
     "validate_document",
@@ -47,6 +51,8 @@ _LAZY = {
     "open_item": "_open_item",
     "StacApi": "_search",
     "search_items": "_search",
+    "PgStacApi": "_pgstac",
+    "load_pgstac": "_pgstac_load",
 }
 
 

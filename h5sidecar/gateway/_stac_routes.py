@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -29,6 +30,14 @@ class StacHandlers:
     def __init__(self, api: Any | None) -> None:
         self.api = api
 
+    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """The backend's answer; in a worker thread for one that waits on a database (pgstac),
+        so that the event loop keeps serving."""
+        fn = getattr(self.api, name)
+        if getattr(self.api, "blocking", False):
+            return await run_in_threadpool(fn, *args, **kwargs)
+        return fn(*args, **kwargs)
+
     def _base(self, request: Request) -> str:
         if self.api is None:
             raise NotIndexedError("this gateway serves no STAC catalog: write one with "
@@ -38,28 +47,28 @@ class StacHandlers:
 
     async def landing(self, request: Request) -> Response:
         base = self._base(request)  # first: it refuses when no catalog is served
-        return JSONResponse(self.api.landing(base))  # type: ignore[union-attr]
+        return JSONResponse(await self._call("landing", base))
 
     async def conformance(self, request: Request) -> Response:
         self._base(request)
-        return JSONResponse(self.api.conformance())  # type: ignore[union-attr]
+        return JSONResponse(await self._call("conformance"))
 
     async def collections(self, request: Request) -> Response:
         base = self._base(request)
-        return JSONResponse(self.api.list_collections(base))  # type: ignore[union-attr]
+        return JSONResponse(await self._call("list_collections", base))
 
     async def collection(self, request: Request) -> Response:
         base, cid = self._base(request), request.path_params["cid"]
-        return JSONResponse(self.api.collection(cid, base))  # type: ignore[union-attr]
+        return JSONResponse(await self._call("collection", cid, base))
 
     async def items(self, request: Request) -> Response:
         base, cid = self._base(request), request.path_params["cid"]
-        page = self.api.search(dict(request.query_params), base, collection=cid)  # type: ignore[union-attr]
+        page = await self._call("search", dict(request.query_params), base, collection=cid)
         return JSONResponse(page, media_type="application/geo+json")
 
     async def item(self, request: Request) -> Response:
         base, p = self._base(request), request.path_params
-        return JSONResponse(self.api.item(p["cid"], p["iid"], base),  # type: ignore[union-attr]
+        return JSONResponse(await self._call("item", p["cid"], p["iid"], base),
                             media_type="application/geo+json")  # fmt: skip
 
     async def search(self, request: Request) -> Response:
@@ -76,10 +85,10 @@ class StacHandlers:
                 raise BadRequestError("search body must be a JSON object")
         else:
             params = dict(request.query_params)
-        page = self.api.search(params, base, method=request.method)  # type: ignore[union-attr]
+        page = await self._call("search", params, base, method=request.method)
         return JSONResponse(page, media_type="application/geo+json")
 
     async def file(self, request: Request) -> Response:
         self._base(request)
-        data = self.api.static_file(request.path_params["path"])  # type: ignore[union-attr]
+        data = await self._call("static_file", request.path_params["path"])
         return Response(data, media_type="application/json")

@@ -301,8 +301,9 @@ def create_app(
     refresh_seconds : float
         How often DEST is re-listed for new granules.
     stac_api : h5sidecar.catalog.StacApi, optional
-        The catalog written by ``h5sidecar catalog`` (``StacApi(STACDIR)``): served under
-        ``/stac/`` with a STAC API item search at ``/stac/search`` (GET and POST).
+        The catalog written by ``h5sidecar catalog`` (``StacApi(STACDIR)``, or
+        ``PgStacApi(DSN)`` for one loaded into pgstac): served under ``/stac/`` with a STAC API
+        item search at ``/stac/search`` (GET and POST).
     cubes : mapping or sequence, optional
         Datacubes written by ``h5sidecar cube``, served beside the granules in every view
         (``/zarr/NAME/``, ...): name -> URL of the cube, or ``"[NAME=]PATH"`` strings (named
@@ -403,7 +404,12 @@ def serve(
                             timeout_graceful_shutdown=math.ceil(settings.shutdown_seconds),
                             limit_concurrency=settings.max_connections)  # fmt: skip
     server = uvicorn.Server(config)
-    asyncio_run(_serve_then_drop_queued(server), loop_factory=config.get_loop_factory())
+    try:
+        asyncio_run(_serve_then_drop_queued(server), loop_factory=config.get_loop_factory())
+    finally:
+        close = getattr(stac_api, "close", None)  # a database backend's connections (pgstac)
+        if close is not None:
+            close()
 
 
 async def _serve_then_drop_queued(server: Any) -> None:

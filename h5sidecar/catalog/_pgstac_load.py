@@ -1,0 +1,127 @@
+"""``h5sidecar catalog ... --pgstac DSN``: a catalog folder loaded into pgstac.
+
+The collections and items of a catalog folder (what :func:`~h5sidecar.catalog.build_catalog`
+writes) are upserted with pypgstac's ``Loader``, items streamed from their files in batches.  The
+loader reads the folder rather than hooking into the build, so a catalog written earlier (or by
+another run) loads the same way.  Links are left out (see :mod:`._pgstac`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from h5sidecar.catalog._pgstac import _unlinked, _unreachable
+from h5sidecar.errors import NotIndexedError
+
+__all__ = ["BATCH", "PgstacLoad", "load_pgstac"]
+
+#: Items sent to the database per batch: bounds the loader's memory whatever the catalog's size.
+BATCH = 1000
+
+
+@dataclass(frozen=True)
+class PgstacLoad:
+    """What :func:`load_pgstac` upserted: the collection ids and the number of items, and the
+    ids of the items left out for having no geometry (pgstac's items require one)."""
+
+    collections: tuple[str, ...]
+    items: int
+    no_geometry: tuple[str, ...] = ()
+
+
+def _read(path: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(path.read_text("utf-8"))
+    return doc
+
+
+def _collection_files(stacdir: Path) -> Iterator[Path]:
+    root = stacdir / "catalog.json"
+    if not root.is_file():
+        raise NotIndexedError(f"no catalog.json in {stacdir}: write one with "
+                              "`h5sidecar catalog DEST -o STACDIR`")  # fmt: skip
+    for link in _read(root).get("links", []):
+        if link.get("rel") == "child":
+            yield (root.parent / link["href"]).resolve()
+
+
+def _items(coll_file: Path, cid: str, counter: list[int],
+           unlocated: list[str]) -> Iterator[dict[str, Any]]:  # fmt: skip
+    """The collection's items, read one file at a time (never all held); those without a
+    geometry are named in ``unlocated`` instead (pgstac requires one)."""
+    for link in _read(coll_file).get("links", []):
+        if link.get("rel") == "item":
+            doc = _unlinked(_read(coll_file.parent / link["href"]))
+            if doc.get("geometry") is None:
+                unlocated.append(doc["id"])
+                continue
+            doc["collection"] = cid
+            counter[0] += 1
+            yield doc
+
+
+def load_pgstac(
+    dsn: str,
+    stacdir: str | Path,
+    *,
+    collections: Iterable[str] | None = None,
+    batch: int = BATCH,
+) -> PgstacLoad:
+    """Upsert a catalog folder's collections and items into pgstac.
+
+    Re-running is idempotent (upserts by collection and item id); items the folder no longer
+    holds are not deleted from the database.  Items without a geometry (granules catalogued
+    with no footprint) are left out and named in the result: pgstac requires a geometry.
+
+    Parameters
+    ----------
+    dsn : str
+        libpq connection string of a database with pgstac installed (``pypgstac migrate``).
+    stacdir : str or Path
+        Folder written by ``h5sidecar catalog DEST -o STACDIR``.
+    collections : iterable of str, optional
+        Only these collection ids (default: every collection of the folder).
+    batch : int
+        Items per database batch.
+
+    Raises
+    ------
+    NotIndexedError
+        No ``catalog.json`` in ``stacdir``, or a named collection is not in it.
+    """
+    from pypgstac.db import PgstacDB
+    from pypgstac.load import Loader, Methods
+
+    wanted = None if collections is None else set(collections)
+    files = {}
+    for path in _collection_files(Path(stacdir)):
+        doc = _read(path)
+        if doc.get("type") == "Collection" and (wanted is None or doc["id"] in wanted):
+            files[doc["id"]] = path
+    unknown = (wanted or set()) - set(files)
+    if unknown:
+        raise NotIndexedError(f"no collection {sorted(unknown)} in {stacdir} (collections: "
+                              f"{', '.join(files) or 'none'})")  # fmt: skip
+    import psycopg
+
+    counter, unlocated = [0], list[str]()
+    try:
+        with PgstacDB(dsn=dsn) as db:
+            loader = Loader(db)
+            for cid, path in files.items():
+                # the collection first: pgstac partitions its items by it
+                loader.load_collections(iter([_unlinked(_read(path))]),
+                                        insert_mode=Methods.upsert)  # fmt: skip
+                loader.load_items(_items(path, cid, counter, unlocated), insert_mode=Methods.upsert,
+                                  chunksize=batch)  # fmt: skip
+            # pgstac keeps each search's count for a day (context_stats_ttl): mark them stale,
+            # or numberMatched would not count what was just loaded
+            conn = db.connect()
+            conn.execute("UPDATE pgstac.search_wheres SET statslastupdated = NULL")
+            conn.commit()
+    except psycopg.OperationalError as exc:
+        raise _unreachable(dsn, exc) from exc
+    return PgstacLoad(tuple(files), counter[0], tuple(unlocated))
