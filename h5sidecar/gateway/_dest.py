@@ -40,7 +40,7 @@ from typing import Any
 import fsspec
 
 from h5sidecar._credentials import fsspec_options
-from h5sidecar.errors import InvalidReferenceError, SourceReadError
+from h5sidecar.errors import H5SidecarError, InvalidReferenceError, SourceReadError
 from h5sidecar.gateway._record import RecordView, safe_name
 
 __all__ = ["REPORT_NAME", "SIDECAR_SUFFIXES", "DestIndex", "DestSnapshot"]
@@ -53,6 +53,8 @@ REPORT_NAME = "_report.json"
 RECORD_NAME = "_h5sidecar.sqlite"
 #: File-name suffix of each sidecar format written by ``h5sidecar index``.
 SIDECAR_SUFFIXES = (".parq", ".json")
+#: Seconds a snapshot waits for the count of a record's granules before going on without it.
+COUNT_WAIT_SECONDS = 0.1
 #: Folders below DEST visited when listing (sidecars of nested granule names live deeper).
 MAX_DEPTH = 8
 
@@ -75,8 +77,8 @@ class DestSnapshot:
         ``time.monotonic()`` of the listing.
     record : RecordView or None
         The record granules are looked up in (``sidecars`` is then empty: DEST is not listed).
-    count : int
-        Granules served (for a record: as of the snapshot).
+    count : int or None
+        Granules served (for a record: as last counted, None before the first count).
     names : tuple of str
         The keys of ``sidecars``, sorted (for paging).
     """
@@ -87,7 +89,7 @@ class DestSnapshot:
     listed_at: float
     cubes: Mapping[str, str] = field(default_factory=dict)
     record: RecordView | None = None
-    count: int = 0
+    count: int | None = 0
     names: tuple[str, ...] = ()
 
     def url_of(self, name: str) -> str | None:
@@ -136,7 +138,14 @@ class DestIndex:
         self._snapshot: DestSnapshot | None = None
         self._record: RecordView | None = None
         self._seen = False
-        self._counted: tuple[tuple[tuple[int, int], ...], int] = ((), 0)
+        self._counted: int | None = None
+        self._count_marker: tuple[tuple[int, int], ...] = ()
+        self._counting: threading.Event | None = None
+
+    @property
+    def counted(self) -> int | None:
+        """Granules in the record when last counted (None before the first count)."""
+        return self._counted
 
     @property
     def fs(self) -> Any:
@@ -170,7 +179,7 @@ class DestIndex:
             snap = self._snapshot
             if snap is None or time.monotonic() - snap.listed_at > limit:
                 snap = self._snapshot = self._list()
-                log.info("DEST %s: %d granule(s)%s, %d allowed source(s)%s", self.dest, snap.count,
+                log.info("DEST %s: %s granule(s)%s, %d allowed source(s)%s", self.dest, snap.count,
                          " in its record" if snap.record else "", len(snap.sources),
                          "" if snap.report_found else " (no run report)")  # fmt: skip
             return snap
@@ -216,17 +225,35 @@ class DestIndex:
             raise SourceReadError(f"DEST {self.dest} is gone: the gateway cannot serve "
                                   "until it is back")  # fmt: skip
 
-    def _count(self, path: str) -> int:
-        # counting scans the name index (~0.1 s at 1M): only when the record changed
+    def _count(self, path: str) -> int | None:
+        # counting scans the record (~2 s at a million granules): done in a thread of its own
+        # when the record changed, and waited for briefly (small DESTs have their count at
+        # once); a snapshot carries the last count, None until the first is done
         try:
             marker = tuple((st.st_mtime_ns, st.st_size) for st in
                            (os.stat(p) for p in (path, path + "-wal") if os.path.exists(p)))
         except OSError:
             marker = ()
-        if marker != self._counted[0] or not marker:
-            assert self._record is not None
-            self._counted = (marker, self._record.count())
-        return self._counted[1]
+        record = self._record
+        if record is not None and self._counting is None and (marker != self._count_marker
+                                                              or not marker):
+            self._count_marker = marker
+            done = self._counting = threading.Event()
+
+            def count() -> None:
+                try:
+                    self._counted = record.count()
+                except H5SidecarError as exc:  # reported by /healthz (DestIndex.probe)
+                    log.warning("counting the granules of DEST %s failed: %s", self.dest, exc)
+                finally:
+                    self._counting = None
+                    done.set()
+
+            threading.Thread(target=count, name="h5sidecar-count", daemon=True).start()
+        pending = self._counting
+        if pending is not None:
+            pending.wait(COUNT_WAIT_SECONDS)
+        return self._counted
 
     def _walk(self) -> DestSnapshot:
         self.fs.invalidate_cache()

@@ -169,13 +169,13 @@ def render_page(
             for g in names[:MAX_LISTED]
         )
 
-    total = len(granules) if count is None else count
+    total = "" if count is None else f" ({count})"
     search = ('<form id=search method=get action="/"><input type=search name=q '
               f'value="{_e(query)}" placeholder="name contains..." aria-label="search granules">'
               "<button type=submit>search</button></form>")  # fmt: skip
     found = f"<p>No granule name holds <code>{_e(query)}</code>.</p>" if query and not granules else ""
     nxt = f'<p><a id=next-page href="{_e(more)}">next page</a></p>' if more else ""
-    nav = (f"<h2>Granules ({total})</h2>{search}{found}<ul id=granules>{listed(granules)}</ul>"
+    nav = (f"<h2>Granules{total}</h2>{search}{found}<ul id=granules>{listed(granules)}</ul>"
            f"{nxt}")  # fmt: skip
     if cubes:
         nav = f"<h2>Cubes ({len(cubes)})</h2><ul id=cubes>{listed(cubes)}</ul>{nav}"

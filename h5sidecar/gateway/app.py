@@ -250,7 +250,8 @@ class _Handlers:
         snap = await self.gw.snapshot()
         page = render_page(base=str(request.base_url).rstrip("/"), granules=granules,
                            granule=name, summary=summary, variable=variable,
-                           token=self.private, error=error, cubes=cubes, count=snap.count,
+                           token=self.private, error=error, cubes=cubes,
+                           count=self.gw.count(snap),
                            query=request.query_params.get("q", ""),
                            more=more and "/?" + more.partition("?")[2])  # fmt: skip
         csp = ("default-src 'self'; img-src 'self' data:; connect-src 'self' http: https:; "
@@ -261,7 +262,8 @@ class _Handlers:
     async def granules(self, request: Request) -> Response:
         names, more = await self._page(request, PAGE_LIMIT)
         snap = await self.gw.snapshot()
-        body = {"granules": names, "cubes": list(snap.cubes), "count": snap.count, "next": more}
+        body = {"granules": names, "cubes": list(snap.cubes), "count": self.gw.count(snap),
+                "next": more}
         return JSONResponse(body, headers={"Link": f'<{more}>; rel="next"'} if more else None)
 
     async def granule(self, request: Request) -> Response:

@@ -158,7 +158,9 @@ class Gateway:
             log.warning("no %s in DEST and no --allow: every chunk read will be refused (403); "
                         "pass --allow PREFIX for the sources", "run report")  # fmt: skip
         self._snap = snap
-        self.metrics.set("h5sidecar_granules", snap.count)
+        count = self.count(snap)
+        if count is not None:
+            self.metrics.set("h5sidecar_granules", count)
         self.metrics.set("h5sidecar_cubes", len(snap.cubes))
 
     async def page(self, after: str = "", limit: int = 1000, *, prefix: str = "",
@@ -168,6 +170,11 @@ class Gateway:
         snap = await self.snapshot()
         return await asyncio.to_thread(self.dest.page, snap, after, limit, prefix=prefix,
                                        contains=contains)  # fmt: skip
+
+    def count(self, snap: DestSnapshot) -> int | None:
+        """Granules served: listed, or as the record was last counted (None before then;
+        counting a record runs in the background and lands between two snapshots)."""
+        return snap.count if snap.record is None else self.dest.counted
 
     async def cubes(self) -> list[str]:
         """Names of the cubes served."""
