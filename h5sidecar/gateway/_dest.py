@@ -40,7 +40,7 @@ from typing import Any
 import fsspec
 
 from h5sidecar._credentials import fsspec_options
-from h5sidecar.errors import H5SidecarError, InvalidReferenceError, SourceReadError
+from h5sidecar.errors import InvalidReferenceError, SourceReadError
 from h5sidecar.gateway._record import RecordView, safe_name
 
 __all__ = ["REPORT_NAME", "SIDECAR_SUFFIXES", "DestIndex", "DestSnapshot"]
@@ -53,8 +53,6 @@ REPORT_NAME = "_report.json"
 RECORD_NAME = "_h5sidecar.sqlite"
 #: File-name suffix of each sidecar format written by ``h5sidecar index``.
 SIDECAR_SUFFIXES = (".parq", ".json")
-#: Seconds a snapshot waits for the count of a record's granules before going on without it.
-COUNT_WAIT_SECONDS = 0.1
 #: Folders below DEST visited when listing (sidecars of nested granule names live deeper).
 MAX_DEPTH = 8
 
@@ -138,14 +136,11 @@ class DestIndex:
         self._snapshot: DestSnapshot | None = None
         self._record: RecordView | None = None
         self._seen = False
-        self._counted: int | None = None
-        self._count_marker: tuple[tuple[int, int], ...] = ()
-        self._counting: threading.Event | None = None
 
     @property
     def counted(self) -> int | None:
         """Granules in the record when last counted (None before the first count)."""
-        return self._counted
+        return None if self._record is None else self._record.counted
 
     @property
     def fs(self) -> Any:
@@ -204,7 +199,7 @@ class DestIndex:
                     log.warning("granule %s is hidden by the cube of the same name: name the "
                                 "cube otherwise (--cube NAME=PATH)", name)  # fmt: skip
             return DestSnapshot({}, self._record.roots(), True, time.monotonic(),
-                                dict(self.cubes), self._record, self._count(path))  # fmt: skip
+                                dict(self.cubes), self._record, self._record.recount())  # fmt: skip
         return self._walk()
 
     def probe(self, snapshot: DestSnapshot) -> None:
@@ -224,36 +219,6 @@ class DestIndex:
         if self._seen and not found:
             raise SourceReadError(f"DEST {self.dest} is gone: the gateway cannot serve "
                                   "until it is back")  # fmt: skip
-
-    def _count(self, path: str) -> int | None:
-        # counting scans the record (~2 s at a million granules): done in a thread of its own
-        # when the record changed, and waited for briefly (small DESTs have their count at
-        # once); a snapshot carries the last count, None until the first is done
-        try:
-            marker = tuple((st.st_mtime_ns, st.st_size) for st in
-                           (os.stat(p) for p in (path, path + "-wal") if os.path.exists(p)))
-        except OSError:
-            marker = ()
-        record = self._record
-        if record is not None and self._counting is None and (marker != self._count_marker
-                                                              or not marker):
-            self._count_marker = marker
-            done = self._counting = threading.Event()
-
-            def count() -> None:
-                try:
-                    self._counted = record.count()
-                except H5SidecarError as exc:  # reported by /healthz (DestIndex.probe)
-                    log.warning("counting the granules of DEST %s failed: %s", self.dest, exc)
-                finally:
-                    self._counting = None
-                    done.set()
-
-            threading.Thread(target=count, name="h5sidecar-count", daemon=True).start()
-        pending = self._counting
-        if pending is not None:
-            pending.wait(COUNT_WAIT_SECONDS)
-        return self._counted
 
     def _walk(self) -> DestSnapshot:
         self.fs.invalidate_cache()

@@ -19,6 +19,7 @@ Every call is blocking: call them from a thread in async code.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -26,12 +27,21 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from h5sidecar.errors import ForbiddenSourceError, InvalidReferenceError, SourceReadError
+from h5sidecar.errors import (
+    ForbiddenSourceError,
+    H5SidecarError,
+    InvalidReferenceError,
+    SourceReadError,
+)
 from h5sidecar.sources._allow import AllowList
 from h5sidecar.sources._urls import SourceLocation, parse_url
 
 __all__ = ["Located", "RecordAllowList", "RecordView"]
 
+log = logging.getLogger("h5sidecar.gateway")
+
+#: Seconds :meth:`RecordView.recount` waits for a count before going on without it.
+COUNT_WAIT_SECONDS = 0.1
 #: Statuses of granules the record says have a good sidecar.
 SERVED = ("ok", "up_to_date")
 _SERVED_SQL = "status IN ('ok', 'up_to_date')"
@@ -89,6 +99,9 @@ class RecordView:
         self.path = path
         self.dest = dest
         self._local = threading.local()
+        self.counted: int | None = None  # granules at the last count (None before it)
+        self._count_marker: tuple[tuple[int, int], ...] = ()
+        self._counting: threading.Event | None = None
 
     # -- connections -------------------------------------------------------------------------
     def _db(self) -> sqlite3.Connection:
@@ -140,6 +153,37 @@ class RecordView:
     def count(self) -> int:
         """Granules with a good sidecar (a scan of the name index: call it rarely)."""
         return int(self._query(f"SELECT count(DISTINCT name) FROM granules WHERE {_SERVED_SQL}")[0][0])
+
+    def recount(self) -> int | None:
+        """Count the granules again if the record changed; the last count (see :attr:`counted`).
+
+        Counting scans the record (~2 s at a million granules), so it runs in a thread of its
+        own, waited for briefly (small records have their count at once).
+        """
+        try:
+            marker = tuple((st.st_mtime_ns, st.st_size) for st in
+                           (os.stat(p) for p in (self.path, self.path + "-wal")
+                            if os.path.exists(p)))  # fmt: skip
+        except OSError:
+            marker = ()
+        if self._counting is None and (marker != self._count_marker or not marker):
+            self._count_marker = marker
+            done = self._counting = threading.Event()
+
+            def count() -> None:
+                try:
+                    self.counted = self.count()
+                except H5SidecarError as exc:  # reported by /healthz (probe)
+                    log.warning("counting the granules of DEST %s failed: %s", self.dest, exc)
+                finally:
+                    self._counting = None
+                    done.set()
+
+            threading.Thread(target=count, name="h5sidecar-count", daemon=True).start()
+        pending = self._counting
+        if pending is not None:
+            pending.wait(COUNT_WAIT_SECONDS)
+        return self.counted
 
     def locate(self, names: Iterable[str]) -> Located | None:
         """The longest of ``names`` recorded with a good sidecar (one indexed query)."""
