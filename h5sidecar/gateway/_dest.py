@@ -16,6 +16,12 @@ Sidecars are untrusted: anyone able to drop a file into DEST could point a refer
 *report* (written by the indexer: the source root of every run merged into it, and the source
 URL of every granule indexed), plus the prefixes the operator allows explicitly (``--allow``),
 never from the sidecars themselves.
+
+A local DEST with a record is not listed: granules are looked up by name in the record
+(:mod:`h5sidecar.gateway._record`), one indexed query per request, and a sidecar present under
+DEST but not recorded is still found by name (one ``stat``).  Other DESTs (``s3://``, a folder
+of sidecars without a record) are listed whole, every ``refresh_seconds``: the listing is held
+as a sorted list, about 200 bytes per granule, without a cap.
 """
 
 from __future__ import annotations
@@ -24,18 +30,18 @@ import json
 import logging
 import os
 import posixpath
-import sqlite3
 import threading
 import time
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
 
 import fsspec
 
 from h5sidecar._credentials import fsspec_options
 from h5sidecar.errors import InvalidReferenceError, SourceReadError
+from h5sidecar.gateway._record import RecordView, safe_name
 
 __all__ = ["REPORT_NAME", "SIDECAR_SUFFIXES", "DestIndex", "DestSnapshot"]
 
@@ -49,8 +55,6 @@ RECORD_NAME = "_h5sidecar.sqlite"
 SIDECAR_SUFFIXES = (".parq", ".json")
 #: Folders below DEST visited when listing (sidecars of nested granule names live deeper).
 MAX_DEPTH = 8
-#: Granules listed at most (a guard against pointing the gateway at a whole bucket).
-MAX_GRANULES = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,12 @@ class DestSnapshot:
         Whether DEST has a run report (its record, or ``_report.json``).
     listed_at : float
         ``time.monotonic()`` of the listing.
+    record : RecordView or None
+        The record granules are looked up in (``sidecars`` is then empty: DEST is not listed).
+    count : int or None
+        Granules served (for a record: as last counted, None before the first count).
+    names : tuple of str
+        The keys of ``sidecars``, sorted (for paging).
     """
 
     sidecars: Mapping[str, str]
@@ -76,6 +86,9 @@ class DestSnapshot:
     report_found: bool
     listed_at: float
     cubes: Mapping[str, str] = field(default_factory=dict)
+    record: RecordView | None = None
+    count: int | None = 0
+    names: tuple[str, ...] = ()
 
     def url_of(self, name: str) -> str | None:
         """The references of ``name``: a cube's (cubes take precedence) or a granule's sidecar."""
@@ -121,6 +134,13 @@ class DestIndex:
         self.refresh_seconds = refresh_seconds
         self._lock = threading.Lock()
         self._snapshot: DestSnapshot | None = None
+        self._record: RecordView | None = None
+        self._seen = False
+
+    @property
+    def counted(self) -> int | None:
+        """Granules in the record when last counted (None before the first count)."""
+        return None if self._record is None else self._record.counted
 
     @property
     def fs(self) -> Any:
@@ -154,13 +174,53 @@ class DestIndex:
             snap = self._snapshot
             if snap is None or time.monotonic() - snap.listed_at > limit:
                 snap = self._snapshot = self._list()
-                log.info("DEST %s: %d granule(s), %d allowed source(s)%s", self.dest,
-                         len(snap.sidecars), len(snap.sources),
+                log.info("DEST %s: %s granule(s)%s, %d allowed source(s)%s", self.dest, snap.count,
+                         " in its record" if snap.record else "", len(snap.sources),
                          "" if snap.report_found else " (no run report)")  # fmt: skip
             return snap
 
     # -- listing -------------------------------------------------------------------------------
+    def _local_record(self) -> str | None:
+        protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
+        return f"{self.root}/{RECORD_NAME}" if "file" in protocols else None
+
     def _list(self) -> DestSnapshot:
+        path = self._local_record()
+        if path is not None and (self._record is not None or os.path.exists(path)):
+            # once served from its record, DEST stays so: a removed record is an error
+            # (reported by /healthz), not a silent fall back to listing a million sidecars
+            if not os.path.isdir(self.root):
+                raise SourceReadError(f"DEST {self.dest} is gone: the gateway cannot serve "
+                                      "until it is back")  # fmt: skip
+            self._record = self._record or RecordView(path, self.dest)
+            for name in self.cubes:
+                if name not in self._hidden and self._record.locate([name]) is not None:
+                    self._hidden.add(name)
+                    log.warning("granule %s is hidden by the cube of the same name: name the "
+                                "cube otherwise (--cube NAME=PATH)", name)  # fmt: skip
+            return DestSnapshot({}, self._record.roots(), True, time.monotonic(),
+                                dict(self.cubes), self._record, self._record.recount())  # fmt: skip
+        return self._walk()
+
+    def probe(self, snapshot: DestSnapshot) -> None:
+        """Raise unless DEST (and its record) can be read now; lists nothing."""
+        if snapshot.record is not None:
+            if not os.path.isdir(self.root):
+                raise SourceReadError(f"DEST {self.dest} is gone: the gateway cannot serve "
+                                      "until it is back")  # fmt: skip
+            snapshot.record.probe()
+            return
+        try:
+            found = self.fs.exists(self.root)
+        except OSError as exc:
+            raise SourceReadError(f"DEST {self.dest} cannot be read: {exc}") from exc
+        # a DEST not written yet is empty, not gone: only one seen before can be gone
+        self._seen = self._seen or found
+        if self._seen and not found:
+            raise SourceReadError(f"DEST {self.dest} is gone: the gateway cannot serve "
+                                  "until it is back")  # fmt: skip
+
+    def _walk(self) -> DestSnapshot:
         self.fs.invalidate_cache()
         sidecars: dict[str, str] = {}
         level = [self.root]
@@ -179,17 +239,13 @@ class DestIndex:
                         sidecars[name] = self.url_of(path)
                     elif is_dir:
                         below.append(path)
-                if len(sidecars) > MAX_GRANULES:
-                    raise InvalidReferenceError(
-                        f"more than {MAX_GRANULES} sidecars under {self.dest}: serve a narrower "
-                        "prefix (one gateway per collection)"
-                    )
             if not below:
                 break
             level = below
         sources, found = self._report_sources()
-        return DestSnapshot(self._granules_only(sidecars), sources, found, time.monotonic(),
-                            dict(self.cubes))  # fmt: skip
+        granules = self._granules_only(sidecars)
+        return DestSnapshot(granules, sources, found, time.monotonic(), dict(self.cubes),
+                            count=len(granules), names=tuple(granules))  # fmt: skip
 
     def _granules_only(self, sidecars: dict[str, str]) -> dict[str, str]:
         """The sidecars but the cubes: a cube inside DEST is listed once, as a cube."""
@@ -219,10 +275,6 @@ class DestIndex:
             ) from exc
 
     def _report_sources(self) -> tuple[tuple[str, ...], bool]:
-        protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
-        record = f"{self.root}/{RECORD_NAME}"
-        if "file" in protocols and os.path.exists(record):
-            return _record_sources(record, self.dest), True
         path = f"{self.root}/{REPORT_NAME}"
         try:
             raw = self.fs.cat_file(path)
@@ -250,37 +302,73 @@ class DestIndex:
         return tuple(dict.fromkeys(sources)), True
 
     # -- lookup ----------------------------------------------------------------------------------
-    @staticmethod
-    def split(snapshot: DestSnapshot, path: str) -> tuple[str, str] | None:
-        """``(name, rest)`` for a request path ``"<name>/<key>"`` (longest granule or cube name)."""
-        if snapshot.url_of(path) is not None:
-            return path, ""
+    def find(self, snapshot: DestSnapshot, path: str) -> tuple[str, str, str | None] | None:
+        """``(name, rest, source)`` for a request path ``"<name>/<key>"``: the longest granule
+        or cube name it starts with; ``source`` is the recorded source of a recorded granule.
+
+        Blocking for a DEST with a record (one query): call it from a thread in async code.
+        """
+        heads = [path]
         pos = path.rfind("/")
         while pos > 0:
-            head = path[:pos]
-            if snapshot.url_of(head) is not None:
-                return head, path[pos + 1 :]
+            heads.append(path[:pos])
             pos = path.rfind("/", 0, pos)
-        return None
+        if snapshot.record is None:
+            head = next((h for h in heads if snapshot.url_of(h) is not None), None)
+            return None if head is None else (head, path[len(head) + 1 :], None)
+        found = snapshot.record.locate(heads)
+        best = found.name if found is not None else ""
+        for head in heads:
+            if len(head) < len(best):
+                break
+            # a cube (it hides a granule of its name), or a sidecar under DEST the record does
+            # not hold (written by hand, or a cube built into DEST): found as a listing would
+            if head in snapshot.cubes or (head != best and self._sidecar_file(head) is not None):
+                return head, path[len(head) + 1 :], None
+        if found is None:
+            return None
+        return found.name, path[len(found.name) + 1 :], found.source
 
+    def locate(self, snapshot: DestSnapshot, name: str) -> tuple[str, str | None] | None:
+        """``(url, source)`` of the references of granule or cube ``name`` (see :meth:`find`)."""
+        url = snapshot.url_of(name)
+        if url is not None or snapshot.record is None:
+            return None if url is None else (url, None)
+        found = snapshot.record.locate([name])
+        if found is not None:
+            return self.url_of(f"{self.root}/{found.name}{found.suffix}"), found.source
+        path = self._sidecar_file(name)
+        return None if path is None else (self.url_of(path), None)
 
-def _record_sources(path: str, dest: str) -> tuple[str, ...]:
-    """The sources the record at ``path`` allows: every run's source root, and the source of
-    every granule indexed successfully (what :meth:`DestIndex._report_sources` takes from a
-    JSON report)."""
-    try:
-        db = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True, timeout=60.0)
-        try:
-            sources = [r for (r,) in db.execute("SELECT root FROM roots ORDER BY seq")]
-            rows = db.execute("SELECT url, source FROM granules "
-                              "WHERE status IN ('ok', 'up_to_date')")
-            for url, source in rows:
-                sources.append((json.loads(source) if source else {}).get("url") or url)
-        finally:
-            db.close()
-    except (sqlite3.Error, ValueError, AttributeError) as exc:
-        raise InvalidReferenceError(
-            f"the record {dest}/{RECORD_NAME} is unreadable ({exc}): re-run `h5sidecar index` "
-            "into DEST, or pass the source prefixes with --allow"
-        ) from exc
-    return tuple(dict.fromkeys(s for s in sources if isinstance(s, str) and s))
+    def _sidecar_file(self, name: str) -> str | None:
+        if not safe_name(name):
+            return None
+        base = f"{self.root}/{name}"
+        if os.path.isdir(base + ".parq"):
+            path = base + ".parq"
+        elif os.path.isfile(base + ".json"):
+            path = base + ".json"
+        else:
+            return None
+        # a cube written into DEST is served under its cube name only, as a listing does
+        return None if self.url_of(path) in self.cubes.values() else path
+
+    def page(self, snapshot: DestSnapshot, after: str, limit: int, *, prefix: str = "",
+             contains: str = "") -> list[str]:
+        """Up to ``limit`` granule names after ``after`` (code-point order), starting with
+        ``prefix`` and holding ``contains``.  Blocking for a DEST with a record."""
+        if snapshot.record is not None:
+            return snapshot.record.page(after, limit, prefix=prefix, contains=contains)
+        names = snapshot.names
+        out: list[str] = []
+        start = bisect_right(names, after)
+        if prefix:
+            start = max(start, bisect_left(names, prefix))
+        for name in names[start:]:
+            if prefix and not name.startswith(prefix):
+                break
+            if contains in name:
+                out.append(name)
+                if len(out) >= limit:
+                    break
+        return out

@@ -5,6 +5,8 @@ request-path checks, ``Range`` parsing, ETags and the admission gate (503 when s
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import hashlib
 import re
 from collections.abc import AsyncIterator
@@ -32,6 +34,8 @@ __all__ = [
     "STATUS",
     "Admission",
     "BadRequestError",
+    "decode_cursor",
+    "encode_cursor",
     "KeyTooLongError",
     "RangeNotSatisfiableError",
     "ResponseTooLargeError",
@@ -120,6 +124,20 @@ def status_for(exc: H5SidecarError) -> int:
 #: (``%2Ezarray``) and the path is decoded once, never again.
 _REFUSED_ENCODINGS = ("%2f", "%5c", "%00")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\\]")
+
+
+def encode_cursor(name: str) -> str:
+    """The opaque cursor of a page of names that ends with ``name`` (URL-safe)."""
+    return base64.urlsafe_b64encode(name.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> str:
+    """The last name of the page ``cursor`` ends, or :class:`BadRequestError`."""
+    try:
+        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (binascii.Error, ValueError):
+        raise BadRequestError(f"cursor {cursor!r} is not one this gateway gave: start again "
+                              "without it") from None  # fmt: skip
 
 
 def check_request_path(raw_path: str, path: str, *, max_length: int) -> None:

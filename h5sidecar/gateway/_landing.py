@@ -151,9 +151,17 @@ def render_page(
     token: bool,
     error: str = "",
     cubes: Sequence[str] = (),
+    count: int | None = None,
+    query: str = "",
+    more: str | None = None,
 ) -> str:
     """The landing page (HTML).  ``summary`` is :func:`describe` of ``granule`` (a granule or
-    cube name); ``cubes`` are listed above the granules."""
+    cube name); ``cubes`` are listed above the granules.
+
+    ``granules`` is one page of names (of ``count`` served), those holding ``query`` when a
+    search was made; ``more`` is the relative URL of the next page.  A search box asks the
+    gateway for others: the page never lists every granule.
+    """
     def listed(names: Sequence[str]) -> str:
         return "".join(
             f'<li{" class=selected" if g == granule else ""}><a href="/?{_e(urlencode({"granule": g}))}">'
@@ -161,8 +169,14 @@ def render_page(
             for g in names[:MAX_LISTED]
         )
 
-    more = f"<p>... and {len(granules) - MAX_LISTED} more</p>" if len(granules) > MAX_LISTED else ""
-    nav = f"<h2>Granules ({len(granules)})</h2><ul id=granules>{listed(granules)}</ul>{more}"
+    total = "" if count is None else f" ({count})"
+    search = ('<form id=search method=get action="/"><input type=search name=q '
+              f'value="{_e(query)}" placeholder="name contains..." aria-label="search granules">'
+              "<button type=submit>search</button></form>")  # fmt: skip
+    found = f"<p>No granule name holds <code>{_e(query)}</code>.</p>" if query and not granules else ""
+    nxt = f'<p><a id=next-page href="{_e(more)}">next page</a></p>' if more else ""
+    nav = (f"<h2>Granules{total}</h2>{search}{found}<ul id=granules>{listed(granules)}</ul>"
+           f"{nxt}")  # fmt: skip
     if cubes:
         nav = f"<h2>Cubes ({len(cubes)})</h2><ul id=cubes>{listed(cubes)}</ul>{nav}"
     body = [f"<nav>{nav}</nav>"]

@@ -21,6 +21,10 @@ def _param(name: str, where: str, description: str, *, required: bool = True,
             "schema": schema or {"type": "string"}}  # fmt: skip
 
 
+_HEALTH = {"type": "object", "properties": {
+    "status": {"type": "string", "enum": ["ok", "degraded"]},
+    "reason": {"type": "string", "description": "Why it cannot serve (degraded only)."},
+    "version": {"type": "string"}}, "required": ["status", "version"]}  # fmt: skip
 _GRANULE = _param("granule", "path", "Granule name under DEST, or cube name (as listed by "
                   "/api/granules).")
 _KEY = _param("key", "path", "Zarr key relative to the granule ('.zmetadata', "
@@ -71,22 +75,56 @@ def openapi_document(version: str) -> dict[str, Any]:
                 "parameters": [
                     _param("granule", "query", "Granule to show.", required=False),
                     _param("variable", "query", "Variable to plot.", required=False),
+                    _param("q", "query", "Search: list the granules whose name holds this "
+                           "(100 a page).", required=False),
+                    _param("cursor", "query", "Next page of the search (from its link).",
+                           required=False),
                 ],
                 "responses": {"200": {"description": "HTML page.",
                                       "content": {"text/html": {"schema": {"type": "string"}}}},
                               "401": _ERROR},
             }},
-            "/healthz": {"get": {"summary": "Liveness (no token needed).",
-                                 "responses": {"200": {"description": "OK."}}}},
+            "/healthz": {"get": {
+                "summary": "Readiness (no token needed): 503 while DEST or its record cannot "
+                           "be read (gone, corrupt), with the reason.",
+                "responses": {
+                    "200": {"description": "Serving.", "content": {"application/json": {
+                        "schema": _HEALTH}}},
+                    "503": {"description": "Degraded: cannot serve now.",
+                            "content": {"application/json": {"schema": _HEALTH}}},
+                }}},
             "/metrics": {"get": {"summary": "Prometheus metrics.",
                                  "responses": {"200": {"description": "Text exposition."},
                                                "401": _ERROR}}},
             "/openapi.json": {"get": {"summary": "This document.",
                                       "responses": {"200": {"description": "OpenAPI 3.1."},
                                                     "401": _ERROR}}},
-            "/api/granules": {"get": {"summary": "Names of the granules and of the cubes served.",
-                                      "responses": {"200": {"description": "JSON list."},
-                                                    "401": _ERROR}}},
+            "/api/granules": {"get": {
+                "summary": "Names of the granules served, a page at a time in code-point order "
+                           "of their names, and of the cubes served (all, on every page).",
+                "description": "Follow `next` (also sent as `Link: <...>; rel=\"next\"`) until "
+                               "it is null: every granule is listed exactly once, granules "
+                               "indexed meanwhile after the cursor included.",
+                "parameters": [
+                    _param("limit", "query", "Names per page, 1 to 10000 (default 1000).",
+                           required=False,
+                           schema={"type": "integer", "minimum": 1, "maximum": 10000}),
+                    _param("cursor", "query", "Opaque: the `cursor` of the previous page's "
+                           "`next` link.", required=False),
+                    _param("prefix", "query", "Only names starting with this (indexed).",
+                           required=False),
+                    _param("q", "query", "Only names holding this (a scan: slower on large "
+                           "DESTs).", required=False),
+                ],
+                "responses": {"200": {"description": "A page.", "content": {"application/json": {
+                    "schema": {"type": "object", "properties": {
+                        "granules": {"type": "array", "items": {"type": "string"}},
+                        "cubes": {"type": "array", "items": {"type": "string"}},
+                        "count": {"type": "integer", "description": "Granules served."},
+                        "next": {"type": ["string", "null"],
+                                 "description": "URL of the next page; null on the last."},
+                    }, "required": ["granules", "cubes", "count", "next"]}}}},
+                    "400": _ERROR, "401": _ERROR}}},
             "/api/granules/{granule}": {"get": {
                 "summary": "Groups and variables of one granule or cube (kind, members).",
                 "parameters": [_GRANULE],

@@ -34,7 +34,14 @@ from starlette.staticfiles import StaticFiles
 
 from h5sidecar._version import __version__
 from h5sidecar.errors import ErrorKind, H5SidecarError, NotIndexedError
-from h5sidecar.gateway._http import Admission, BadRequestError, SaturatedError, check_request_path
+from h5sidecar.gateway._http import (
+    Admission,
+    BadRequestError,
+    SaturatedError,
+    check_request_path,
+    decode_cursor,
+    encode_cursor,
+)
 from h5sidecar.gateway._landing import describe, preview, render_page, render_png
 from h5sidecar.gateway._openapi import openapi_document
 from h5sidecar.gateway._reply import Reply, error_reply, key_reply
@@ -52,6 +59,8 @@ ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitab
                    Awaitable[None]]  # fmt: skip
 
 STATIC = Path(__file__).with_name("static")
+#: Names per page of ``/api/granules`` (default, most) and of the landing page's search.
+PAGE_LIMIT, MAX_PAGE_LIMIT, LANDING_LIMIT = 1000, 10_000, 100
 METHODS = ("GET", "HEAD", "OPTIONS")
 #: The only route accepting POST: STAC API item search (a query in the body; nothing is written).
 POST_PATHS = ("/stac/search",)
@@ -210,48 +219,62 @@ class _Handlers:
                                 private=self.private)  # fmt: skip
         return _response(reply)
 
+    async def _page(self, request: Request, default: int) -> tuple[list[str], str | None]:
+        """A page of granule names for the query's ``cursor``, ``limit``, ``prefix`` and ``q``
+        (substring), and the URL of the next page (None after the last)."""
+        params = request.query_params
+        raw = params.get("limit") or str(default)
+        if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_PAGE_LIMIT:
+            raise BadRequestError(f"limit must be an integer in [1, {MAX_PAGE_LIMIT}], got {raw!r}")
+        limit = int(raw)
+        after = decode_cursor(params["cursor"]) if params.get("cursor") else ""
+        names = await self.gw.page(after, limit, prefix=params.get("prefix", ""),
+                                   contains=params.get("q", ""))  # fmt: skip
+        if len(names) < limit:
+            return names, None
+        return names, str(request.url.include_query_params(cursor=encode_cursor(names[-1])))
+
     async def landing(self, request: Request) -> Response:
-        granules, cubes = await self.gw.granules(), await self.gw.cubes()
+        (granules, more), cubes = await self._page(request, LANDING_LIMIT), await self.gw.cubes()
         first = cubes[0] if cubes else (granules[0] if granules else None)
         name = request.query_params.get("granule") or first
         variable = request.query_params.get("variable")
         summary, error = None, ""
         if name is not None:
             try:
-                entry = await self.gw.entry(self._known(name, [*cubes, *granules]))
+                entry = await self.gw.entry(await self.gw.known(name))
                 # a lazily opened sidecar loads every manifest here: off the event loop
                 summary = await asyncio.to_thread(describe, entry.refs)
             except H5SidecarError as exc:
                 error, name = f"{name}: {exc}", None
+        snap = await self.gw.snapshot()
         page = render_page(base=str(request.base_url).rstrip("/"), granules=granules,
                            granule=name, summary=summary, variable=variable,
-                           token=self.private, error=error, cubes=cubes)  # fmt: skip
+                           token=self.private, error=error, cubes=cubes,
+                           count=self.gw.count(snap),
+                           query=request.query_params.get("q", ""),
+                           more=more and "/?" + more.partition("?")[2])  # fmt: skip
         csp = ("default-src 'self'; img-src 'self' data:; connect-src 'self' http: https:; "
                "style-src 'self'; script-src 'self'; frame-ancestors 'none'")  # fmt: skip
         return HTMLResponse(page, headers={"Content-Security-Policy": csp,
                                            "Cache-Control": "no-cache"})  # fmt: skip
 
-    @staticmethod
-    def _known(name: str, granules: list[str]) -> str:
-        if name not in granules:
-            raise NotIndexedError(f"no granule or cube {name!r} is served (see /api/granules)")
-        return name
-
-    async def _names(self) -> list[str]:
-        return [*await self.gw.cubes(), *await self.gw.granules()]
-
     async def granules(self, request: Request) -> Response:
-        return JSONResponse({"granules": await self.gw.granules(), "cubes": await self.gw.cubes()})
+        names, more = await self._page(request, PAGE_LIMIT)
+        snap = await self.gw.snapshot()
+        body = {"granules": names, "cubes": list(snap.cubes), "count": self.gw.count(snap),
+                "next": more}
+        return JSONResponse(body, headers={"Link": f'<{more}>; rel="next"'} if more else None)
 
     async def granule(self, request: Request) -> Response:
-        name = self._known(request.path_params["granule"], await self._names())
+        name = await self.gw.known(request.path_params["granule"])
         entry = await self.gw.entry(name)
         return JSONResponse({"granule": name, **await asyncio.to_thread(describe, entry.refs)})
 
     async def quicklook(self, request: Request) -> Response:
         name = request.query_params.get("granule") or ""
         var = request.query_params.get("variable") or ""
-        entry = await self.gw.entry(self._known(name, await self._names()))
+        entry = await self.gw.entry(await self.gw.known(name))
         arr = entry.refs.arrays.get(var)
         if arr is None:
             raise NotIndexedError(f"granule {name!r} has no variable {var!r} (see /api/granules)")
@@ -264,7 +287,14 @@ class _Handlers:
                         headers={"Cache-Control": self._cache_control(300)})  # fmt: skip
 
     async def healthz(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok", "version": __version__})
+        # 503 when DEST cannot be served: load balancers and Kubernetes readiness probes take
+        # any status outside 200-399 as "send no traffic here", and read no body
+        reason = await self.gw.health()
+        if reason:
+            return JSONResponse({"status": "degraded", "reason": reason, "version": __version__},
+                                503, headers={"Cache-Control": "no-store"})  # fmt: skip
+        return JSONResponse({"status": "ok", "version": __version__},
+                            headers={"Cache-Control": "no-store"})  # fmt: skip
 
     async def metrics(self, request: Request) -> Response:
         self.gw.cache_stats()  # refresh the cache gauges

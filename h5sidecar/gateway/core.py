@@ -47,6 +47,7 @@ from h5sidecar.gateway._http import Admission, BadRequestError, etag_of
 from h5sidecar.gateway._metrics import GatewayMetrics
 from h5sidecar.gateway._reads import UpstreamReads
 from h5sidecar.gateway._rechunk import rechunk_document, virtual_layout
+from h5sidecar.gateway._record import RecordAllowList
 from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, shard_layout
 from h5sidecar.gateway._views import GranuleEntry, Resolved, View
 from h5sidecar.read._cache import ByteLRU, load_refs, sidecar_identity
@@ -116,6 +117,7 @@ class Gateway:
         self._snap: DestSnapshot | None = None
         self._listing: asyncio.Future[DestSnapshot] | None = None
         self._loading: dict[str, asyncio.Future[GranuleEntry]] = {}
+        self._health: tuple[float, str] = (-1e9, "")
 
     # -- DEST ------------------------------------------------------------------------------------
     @property
@@ -145,23 +147,44 @@ class Gateway:
     def _install(self, snap: DestSnapshot) -> None:
         prefixes = tuple(dict.fromkeys(
             (*snap.sources, *self.settings.allow, *self.read_settings.allowed_prefixes)))
-        if prefixes != self._allow.prefixes:
-            self._allow = AllowList(prefixes)
+        recorded = isinstance(self._allow, RecordAllowList)
+        if prefixes != self._allow.prefixes or recorded != (snap.record is not None):
+            # with a record, a granule's own source is allowed by a lookup, not by a list of
+            # every source (a million URLs)
+            self._allow = (AllowList(prefixes) if snap.record is None
+                           else RecordAllowList(prefixes, snap.record))  # fmt: skip
             self._entries.clear()  # fetchers carry the allow-list: rebuild them
-        if not prefixes and snap is not self._snap:
+        if not prefixes and snap.record is None and snap is not self._snap:
             log.warning("no %s in DEST and no --allow: every chunk read will be refused (403); "
                         "pass --allow PREFIX for the sources", "run report")  # fmt: skip
         self._snap = snap
-        self.metrics.set("h5sidecar_granules", len(snap.sidecars))
+        count = self.count(snap)
+        if count is not None:
+            self.metrics.set("h5sidecar_granules", count)
         self.metrics.set("h5sidecar_cubes", len(snap.cubes))
 
-    async def granules(self) -> list[str]:
-        """Names of the granules served."""
-        return list((await self.snapshot()).sidecars)
+    async def page(self, after: str = "", limit: int = 1000, *, prefix: str = "",
+                   contains: str = "") -> list[str]:
+        """Up to ``limit`` granule names after ``after``, in code-point order (see
+        :meth:`DestIndex.page`); run in a thread (a substring search scans the record)."""
+        snap = await self.snapshot()
+        return await asyncio.to_thread(self.dest.page, snap, after, limit, prefix=prefix,
+                                       contains=contains)  # fmt: skip
+
+    def count(self, snap: DestSnapshot) -> int | None:
+        """Granules served: listed, or as the record was last counted (None before then;
+        counting a record runs in the background and lands between two snapshots)."""
+        return snap.count if snap.record is None else self.dest.counted
 
     async def cubes(self) -> list[str]:
         """Names of the cubes served."""
         return list((await self.snapshot()).cubes)
+
+    async def _find(self, path: str, max_age: float | None = None) -> tuple[str, str, str | None] | None:
+        snap = await self.snapshot(max_age=max_age)
+        if snap.record is None:
+            return self.dest.find(snap, path)  # dictionary look-ups
+        return await asyncio.to_thread(self.dest.find, snap, path)
 
     async def split(self, path: str) -> tuple[str, str]:
         """``(granule, key)`` of ``"<granule>/<key>"``; re-lists DEST once on a miss.
@@ -171,15 +194,39 @@ class Gateway:
         NotIndexedError
             No granule of that name is indexed under DEST.
         """
-        found = DestIndex.split(await self.snapshot(), path)
-        if found is None:
-            found = DestIndex.split(await self.snapshot(max_age=MISS_REFRESH_SECONDS), path)
+        found = await self._find(path)
+        if found is None and (await self.snapshot()).record is None:
+            found = await self._find(path, MISS_REFRESH_SECONDS)
         if found is None:
             raise NotIndexedError(
                 f"no granule or cube matches {path!r}: list them at /api/granules, or index "
                 "the granule (h5sidecar index SOURCE -o DEST)"
             )
-        return found
+        return found[0], found[1]
+
+    async def known(self, name: str) -> str:
+        """``name`` if it is a granule or cube served, else :class:`NotIndexedError`."""
+        found = await self._find(name)
+        if found is None or found[0] != name:
+            raise NotIndexedError(f"no granule or cube {name!r} is served (see /api/granules)")
+        return name
+
+    async def health(self) -> str:
+        """Why the gateway cannot serve now (DEST or its record gone or unreadable), or ``""``.
+
+        Probes DEST (at most once a second, in a thread): a removed or corrupt record is seen
+        at once, not at the next refresh; DEST is not listed again for it.
+        """
+        now = time.monotonic()
+        if now - self._health[0] >= 1.0:
+            try:
+                snap = await self.snapshot()
+                await asyncio.to_thread(self.dest.probe, snap)
+                reason = ""
+            except H5SidecarError as exc:
+                reason = str(exc)
+            self._health = (time.monotonic(), reason)
+        return self._health[1]
 
     # -- sidecars -----------------------------------------------------------------------------------
     async def entry(self, name: str) -> GranuleEntry:
@@ -198,9 +245,11 @@ class Gateway:
 
     async def _load(self, name: str, cached: GranuleEntry | None) -> GranuleEntry:
         snap = await self.snapshot()
-        url = snap.url_of(name)
-        if url is None:
+        located = (self.dest.locate(snap, name) if snap.record is None
+                   else await asyncio.to_thread(self.dest.locate, snap, name))  # fmt: skip
+        if located is None:
             raise NotIndexedError(f"granule {name!r} is no longer indexed under DEST")
+        url, source = located
         try:
             identity = await asyncio.to_thread(sidecar_identity, url, self.storage_options)
             if cached is not None and cached.identity == identity:
@@ -234,8 +283,10 @@ class Gateway:
             # the fetcher allows exactly the cube's members (and companion files beside them);
             # _fetch checks the gateway's allow-list first, as for granules
             read = dataclasses.replace(read, allowed_prefixes=())
-        elif self._allow.prefixes:
-            read = dataclasses.replace(read, allowed_prefixes=self._allow.prefixes)
+        elif self._allow.prefixes or source:
+            # the granule's recorded source is allowed even outside the runs' roots
+            extra = (source,) if source else ()
+            read = dataclasses.replace(read, allowed_prefixes=(*self._allow.prefixes, *extra))
         entry = await asyncio.to_thread(
             GranuleEntry, name, url, identity, refs, read, self.storage_options
         )

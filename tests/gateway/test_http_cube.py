@@ -239,14 +239,17 @@ def test_dest_index_lists_cubes_once(daily, caplog) -> None:
     from h5sidecar.gateway._dest import DestIndex
 
     _, dest, cubes = daily
-    snap = DestIndex(str(dest), cubes={"indest": cubes["indest"]}).snapshot()
-    assert "all" not in snap.sidecars and snap.url_of("indest") == cubes["indest"]
+    index = DestIndex(str(dest), cubes={"indest": cubes["indest"]})
+    snap = index.snapshot()
+    assert index.locate(snap, "all") is None and snap.url_of("indest") == cubes["indest"]
+    assert "all" not in index.page(snap, "", 100)
     index = DestIndex(str(dest), cubes={"tas_20200101.nc": cubes["daily"]})
     for _ in range(2):
         snap = index.snapshot(max_age=0)
-        assert "tas_20200101.nc" not in snap.sidecars and "all" in snap.sidecars
-        assert DestIndex.split(snap, "tas_20200101.nc/tas/0.0.0") == ("tas_20200101.nc", "tas/0.0.0")
-        assert snap.url_of("tas_20200101.nc") == cubes["daily"]
+        assert index.locate(snap, "all") is not None
+        assert index.find(snap, "tas_20200101.nc/tas/0.0.0") == ("tas_20200101.nc", "tas/0.0.0",
+                                                                 None)  # fmt: skip
+        assert index.locate(snap, "tas_20200101.nc") == (cubes["daily"], None)
     assert sum("hidden by the cube" in r.message for r in caplog.records) == 1
 
 

@@ -314,14 +314,20 @@ def test_dest_listing_and_granule_names(tmp_path: Path) -> None:
     (tmp_path / "_report.json").write_text('{"granules": [{"status": "ok", "source": '
                                            '{"url": "s3://b/a.h5"}}, {"status": "failed", '
                                            '"url": "s3://b/x.h5"}]}')  # fmt: skip
-    snap = DestIndex(str(tmp_path)).snapshot()
+    index = DestIndex(str(tmp_path))
+    snap = index.snapshot()
     assert list(snap.sidecars) == ["2019/03/b.h5", "a.h5", "c.h5"]
     assert snap.sidecars["c.h5"] == str(tmp_path / "c.h5.parq")
     assert snap.sources == ("s3://b/a.h5",) and snap.report_found
-    assert DestIndex.split(snap, "2019/03/b.h5/gt1l/h_ph/0") == ("2019/03/b.h5", "gt1l/h_ph/0")
-    assert DestIndex.split(snap, "a.h5/.zmetadata") == ("a.h5", ".zmetadata")
-    assert DestIndex.split(snap, "a.h5") == ("a.h5", "")
-    assert DestIndex.split(snap, "2019/03/zz.h5/x") is None
+    assert index.find(snap, "2019/03/b.h5/gt1l/h_ph/0") == ("2019/03/b.h5", "gt1l/h_ph/0", None)
+    assert index.find(snap, "a.h5/.zmetadata") == ("a.h5", ".zmetadata", None)
+    assert index.find(snap, "a.h5") == ("a.h5", "", None)
+    assert index.find(snap, "2019/03/zz.h5/x") is None
+    # pages of a listed DEST: code-point order, after the cursor, by prefix and substring
+    assert index.page(snap, "", 2) == ["2019/03/b.h5", "a.h5"]
+    assert index.page(snap, "a.h5", 2) == ["c.h5"]
+    assert index.page(snap, "", 5, prefix="a") == ["a.h5"]
+    assert index.page(snap, "", 5, contains="03") == ["2019/03/b.h5"]
 
 
 # -- metrics -----------------------------------------------------------------------------------------
