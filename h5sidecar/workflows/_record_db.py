@@ -20,22 +20,32 @@ audit, never read again).  Schema versions are ``PRAGMA user_version``.
 
 The gateway and the catalog (below this package) read two queries of this schema directly
 (``roots``, and ``granules`` by status): keep those tables' columns stable.
+
+Incremental runs decide from the record (:meth:`Record.lookup`): a run stores the settings that
+shape a sidecar's content (``runs.content``), so a granule's row, joined with the run that
+wrote it, says everything the sidecar's extras block would, and its ``stamp`` (size and
+modification time of the sidecar's commit file when recorded) tells a sidecar rewritten or
+damaged since by something else.  A re-run does not rewrite the rows
+of granules it found up to date (it counts them, ``runs.confirmed``): a no-op run writes no
+granule row.  Schema version 2 added those three columns; a version-1 record is upgraded in
+place on first open (two ``ALTER TABLE``, no row rewritten).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from h5sidecar._modes import follow_umask
-from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.errors import InvalidReferenceError, RecordBusyError
 from h5sidecar.workflows._report import REPORT_NAME, ErrorRecord, GranuleResult, RunReport
 
 __all__ = ["RECORD_NAME", "Record", "open_record", "record_path"]
@@ -43,7 +53,7 @@ __all__ = ["RECORD_NAME", "Record", "open_record", "record_path"]
 log = logging.getLogger("h5sidecar.workflows")
 
 RECORD_NAME = "_h5sidecar.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MIGRATED_SUFFIX = ".migrated"
 BUSY_TIMEOUT_MS = 60_000
 
@@ -53,7 +63,7 @@ CREATE TABLE runs (
     source TEXT NOT NULL, dest TEXT NOT NULL, format TEXT NOT NULL, options TEXT NOT NULL,
     started TEXT NOT NULL, finished TEXT NOT NULL, seconds REAL NOT NULL,
     complete INTEGER NOT NULL, version TEXT NOT NULL, orphaned TEXT NOT NULL DEFAULT '[]',
-    carried INTEGER NOT NULL DEFAULT 0
+    carried INTEGER NOT NULL DEFAULT 0, content TEXT, confirmed INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE roots (seq INTEGER PRIMARY KEY AUTOINCREMENT, root TEXT NOT NULL UNIQUE);
 CREATE TABLE granules (
@@ -61,14 +71,26 @@ CREATE TABLE granules (
     source TEXT, n_virtual INTEGER NOT NULL, n_inlined INTEGER NOT NULL,
     n_skipped INTEGER NOT NULL, skipped TEXT NOT NULL, n_chunks INTEGER NOT NULL,
     sidecar_bytes INTEGER NOT NULL, seconds TEXT NOT NULL, error TEXT,
-    run INTEGER NOT NULL, updated REAL NOT NULL
+    run INTEGER NOT NULL, updated REAL NOT NULL, stamp TEXT
 );
 CREATE INDEX granules_by_name ON granules (name, url);
 CREATE INDEX granules_by_sidecar ON granules (sidecar);
 """
 
+#: From each version to the next (``user_version`` is set by :func:`_upgrade`).
+_UPGRADES = {
+    1: "ALTER TABLE runs ADD COLUMN content TEXT; "
+       "ALTER TABLE runs ADD COLUMN confirmed INTEGER NOT NULL DEFAULT 0; "
+       "ALTER TABLE granules ADD COLUMN stamp TEXT;",
+}
+
+#: Bound parameters per ``IN (...)`` lookup (SQLite's default limit is 32766; small batches
+#: keep what one lookup holds small).
+LOOKUP_BATCH = 500
+
 _COLUMNS = ("url, name, sidecar, status, source, n_virtual, n_inlined, n_skipped, skipped, "
             "n_chunks, sidecar_bytes, seconds, error")
+_G_COLUMNS = ", ".join(f"g.{c.strip()}" for c in _COLUMNS.split(","))
 
 
 def record_path(dest: str) -> str:
@@ -82,7 +104,14 @@ class Record:
     def __init__(self, path: str) -> None:
         self.path = path
         self._db = _connect(path)
+        self._listed = False
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version in _UPGRADES:
+            try:
+                version = _upgrade(self._db, path)
+            except BaseException:
+                self.close()
+                raise
         if version != SCHEMA_VERSION:
             self.close()
             raise InvalidReferenceError(
@@ -97,37 +126,51 @@ class Record:
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        # IMMEDIATE takes the write lock at once, so busy_timeout covers the whole transaction
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        with busy(self.path):
+            # IMMEDIATE takes the write lock at once, so busy_timeout covers the whole transaction
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     # -- writing ---------------------------------------------------------------------------------
-    def begin_run(self, report: RunReport) -> int:
+    def begin_run(self, report: RunReport, content: Mapping[str, Any] | None = None) -> int:
         """Record a run starting (``report``'s fields; its granules are ignored) and its
-        source roots; returns the run's id for :meth:`put` and :meth:`end_run`."""
-        with self._write() as db:
-            return _insert_run(db, report, complete=False)
+        source roots; returns the run's id for :meth:`put` and :meth:`end_run`.
 
-    def put(self, run: int, result: GranuleResult, *, finished: str, seconds: float) -> None:
-        """Record one granule's result (replacing the granule's earlier row) in one
-        transaction, which also moves the run's ``finished`` time forward."""
+        ``content`` (the settings that shape the sidecars' content, JSON-ready) is what
+        :meth:`lookup` returns with each granule this run writes.
+        """
         with self._write() as db:
-            _upsert(db, run, [result])
+            run = _insert_run(db, report, complete=False)
+            if content is not None:
+                db.execute("UPDATE runs SET content = ? WHERE id = ?",
+                           (json.dumps(dict(content), sort_keys=True), run))
+            return run
+
+    def put(self, run: int, result: GranuleResult, *, finished: str, seconds: float,
+            stamp: str | None = None) -> None:
+        """Record one granule's result (replacing the granule's earlier row) in one
+        transaction, which also moves the run's ``finished`` time forward; ``stamp``
+        identifies the sidecar's commit file as written (see :meth:`lookup`)."""
+        with self._write() as db:
+            _upsert(db, run, [result], stamp)
             db.execute("UPDATE runs SET finished = ?, seconds = ? WHERE id = ?",
                        (finished, seconds, run))
 
     def end_run(self, run: int, *, finished: str, seconds: float, complete: bool,
-                orphaned: Iterable[str] = ()) -> None:
-        """Record the end of a run (``complete`` is false for an interrupted one)."""
+                orphaned: Iterable[str] = (), confirmed: int = 0) -> None:
+        """Record the end of a run (``complete`` is false for an interrupted one);
+        ``confirmed`` granules were found up to date from their rows, not rewritten."""
         with self._write() as db:
-            db.execute("UPDATE runs SET finished = ?, seconds = ?, complete = ?, orphaned = ? "
-                       "WHERE id = ?",
-                       (finished, seconds, int(complete), json.dumps(list(orphaned)), run))
+            db.execute("UPDATE runs SET finished = ?, seconds = ?, complete = ?, orphaned = ?, "
+                       "confirmed = ? WHERE id = ?",
+                       (finished, seconds, int(complete), json.dumps(list(orphaned)), confirmed,
+                        run))
 
     def import_report(self, report: RunReport, *, replace: bool = False) -> None:
         """Record a whole report as one run, in one transaction; ``replace`` first forgets
@@ -149,6 +192,40 @@ class Record:
                        for s in sidecars)
 
     # -- reading ---------------------------------------------------------------------------------
+    def lookup(self, urls: Iterable[str]
+               ) -> Iterator[tuple[GranuleResult, Mapping[str, Any] | None, str | None]]:
+        """The rows of the granules ``urls`` (those recorded), each with the ``content`` of
+        the run that wrote it and its sidecar's ``stamp`` (None: an imported report or a
+        version-1 run), in batches of :data:`LOOKUP_BATCH` keys of the primary key."""
+        batch: list[str] = []
+        for url in itertools.chain(urls, [None]):
+            if url is not None:
+                batch.append(url)
+                if len(batch) < LOOKUP_BATCH:
+                    continue
+            if not batch:
+                break
+            rows = self._db.execute(
+                f"SELECT {_G_COLUMNS}, r.content, g.stamp FROM granules g "
+                "JOIN runs r ON r.id = g.run "
+                f"WHERE g.url IN ({', '.join('?' * len(batch))})", batch).fetchall()
+            batch = []
+            for row in rows:
+                yield (_result(row[:-2]), None if row[-2] is None else json.loads(row[-2]),
+                       row[-1])
+
+    def note_listed(self, urls: Iterable[str]) -> None:
+        """Remember (in a temporary table of this connection) the URLs this run listed, so
+        :meth:`carried` leaves out the granules it found up to date without rewriting."""
+        if not self._listed:
+            self._db.execute("CREATE TEMP TABLE listed (url TEXT PRIMARY KEY)")
+            self._listed = True
+        with busy(self.path):
+            self._db.execute("BEGIN")
+            self._db.executemany("INSERT OR IGNORE INTO temp.listed VALUES (?)",
+                                 ((u,) for u in urls))
+            self._db.execute("COMMIT")
+
     def chunks_of(self, result: GranuleResult) -> int:
         """The chunk count recorded for ``result``'s granule when its row names the same
         sidecar and source identity (an up-to-date granule keeps it), else 0."""
@@ -162,8 +239,9 @@ class Record:
         """The granules under the prefix ``under`` (``"root/"``) not processed by ``run``."""
         # a range on the primary key: every URL that starts with ``under``
         end = under[:-1] + chr(ord(under[-1]) + 1)
+        listed = " AND url NOT IN (SELECT url FROM temp.listed)" if self._listed else ""
         rows = self._db.execute(f"SELECT {_COLUMNS} FROM granules WHERE url >= ? AND url < ? "
-                                "AND run != ?", (under, end, run))
+                                f"AND run != ?{listed}", (under, end, run))
         return [_result(r) for r in rows]
 
     def report(self) -> RunReport:
@@ -179,16 +257,17 @@ class Record:
         db.execute("BEGIN")  # one snapshot for the run and its granules
         try:
             row = db.execute("SELECT id, source, dest, format, options, started, finished, "
-                             "seconds, complete, version, orphaned, carried FROM runs "
+                             "seconds, complete, version, orphaned, carried, confirmed FROM runs "
                              "ORDER BY id DESC LIMIT 1").fetchone()
             if row is None:
                 raise FileNotFoundError(f"{self.path} records no run yet")
             run, source, dest, fmt, options, started, finished, seconds, complete, version, \
-                orphaned, carried = row
+                orphaned, carried, confirmed = row
             granules = tuple(_result(r) for r in db.execute(
                 f"SELECT {_COLUMNS} FROM granules ORDER BY name, url"))
+            # rows the run found up to date kept the run that wrote them: not carried over
             carried += db.execute("SELECT count(*) FROM granules WHERE run != ?",
-                                  (run,)).fetchone()[0]
+                                  (run,)).fetchone()[0] - confirmed
             roots = tuple(r for (r,) in db.execute("SELECT root FROM roots ORDER BY seq"))
             first = db.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
         finally:
@@ -269,6 +348,48 @@ def _retire_json(dest: str) -> None:
         os.replace(old, old + MIGRATED_SUFFIX)
 
 
+def _upgrade(db: sqlite3.Connection, path: str) -> int:
+    """Bring an older record to :data:`SCHEMA_VERSION` in one transaction (concurrent first
+    opens: the second finds it done); returns the version now."""
+    with busy(path):
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            while version in _UPGRADES:
+                for statement in _UPGRADES[version].split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                version += 1
+                db.execute(f"PRAGMA user_version = {version}")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+    log.info("upgraded the record %s to schema version %d", path, version)
+    return int(version)
+
+
+@contextlib.contextmanager
+def busy(path: str) -> Iterator[None]:
+    """Turn SQLite's "cannot write now" errors into :class:`RecordBusyError`."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        text = str(exc).lower()
+        if "locked" in text or "busy" in text:
+            raise RecordBusyError(
+                f"the record {path} stayed locked by another process for more than "
+                f"{BUSY_TIMEOUT_MS // 1000} s ({exc}): another h5sidecar run (or a tool holding "
+                "the database open for writing) is busy with DEST; re-run when it is done"
+            ) from exc
+        if "readonly" in text or "read-only" in text or "unable to open" in text:
+            raise RecordBusyError(
+                f"the record {path} cannot be written ({exc}): DEST or the record is read-only; "
+                "index into a writable DEST, or read it with `h5sidecar report DEST`"
+            ) from exc
+        raise
+
+
 def _connect(path: str) -> sqlite3.Connection:
     # autocommit mode: transactions are explicit (BEGIN IMMEDIATE ... COMMIT)
     db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
@@ -296,15 +417,16 @@ def _insert_run(db: sqlite3.Connection, report: RunReport, *, complete: bool) ->
     return cur.lastrowid
 
 
-def _upsert(db: sqlite3.Connection, run: int, results: Iterable[GranuleResult]) -> None:
+def _upsert(db: sqlite3.Connection, run: int, results: Iterable[GranuleResult],
+            stamp: str | None = None) -> None:
     now = time.time()
     db.executemany(
-        f"INSERT OR REPLACE INTO granules ({_COLUMNS}, run, updated) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        f"INSERT OR REPLACE INTO granules ({_COLUMNS}, run, updated, stamp) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [(g.url, g.name, g.sidecar, g.status, _dumps(g.source), g.n_virtual, g.n_inlined,
           g.n_skipped, json.dumps([dict(s) for s in g.skipped]), g.n_chunks, g.sidecar_bytes,
           json.dumps(dict(g.seconds)), None if g.error is None else json.dumps(g.error.to_dict()),
-          run, now) for g in results])
+          run, now, stamp) for g in results])
 
 
 def _dumps(value: Any) -> str | None:

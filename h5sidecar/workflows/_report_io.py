@@ -21,6 +21,7 @@ from h5sidecar.errors import H5SidecarError, InvalidReferenceError
 from h5sidecar.sources._urls import normalize_url
 from h5sidecar.workflows._listing import DEFAULT_PATTERNS, filesystem, is_remote, join_url
 from h5sidecar.workflows._record_db import Record, open_record, record_path
+from h5sidecar.workflows._recorded import sidecar_stamp
 from h5sidecar.workflows._report import REPORT_NAME, GranuleResult, RunReport
 
 __all__ = [
@@ -78,21 +79,34 @@ class RunRecorder:
     """
 
     def __init__(self, dest: str, run: RunReport,
-                 storage_options: Mapping[str, Any] | None = None) -> None:
+                 storage_options: Mapping[str, Any] | None = None, *,
+                 content: Mapping[str, Any] | None = None) -> None:
         self.dest = dest
         self._storage_options = storage_options
         self._t0 = time.perf_counter() - run.seconds
         self._record = None if is_remote(dest) else _open(dest)
         self._run = 0
         self._chunks: dict[tuple[str, str], int] = {}
+        #: Granules found up to date from their rows (not rewritten), counted at the end.
+        self.confirmed = 0
         if self._record is None:
             self._chunks = _chunk_counts(dest, storage_options)
         else:
             try:
-                self._run = self._record.begin_run(run)
+                self._run = self._record.begin_run(run, content)
             except BaseException:
                 self._record.close()
                 raise
+
+    @property
+    def record(self) -> Record | None:
+        """The record of a local DEST (None on an object store)."""
+        return self._record
+
+    def note_listed(self, urls: Iterable[str]) -> None:
+        """Remember the URLs this run listed (see :meth:`Record.note_listed`)."""
+        if self._record is not None:
+            self._record.note_listed(urls)
 
     def known_chunks(self, result: GranuleResult) -> int:
         """The chunk count the report holds for ``result``'s granule, when its entry names the
@@ -104,8 +118,9 @@ class RunRecorder:
     def put(self, result: GranuleResult) -> None:
         """Record one finished granule (locally; on an object store at :meth:`finish`)."""
         if self._record is not None:
+            stamp = sidecar_stamp(result.sidecar) if result.status != "failed" else None
             self._record.put(self._run, result, finished=_now(),
-                             seconds=time.perf_counter() - self._t0)
+                             seconds=time.perf_counter() - self._t0, stamp=stamp)
 
     def finish(self, report: RunReport) -> RunReport:
         """Record the end of the run (``report``: its fields and granules); returns ``report``
@@ -120,7 +135,8 @@ class RunRecorder:
             if report.complete and root:
                 orphaned = orphaned_names(report, self._record.carried(self._run, root + "/"))
             self._record.end_run(self._run, finished=report.finished, seconds=report.seconds,
-                                 complete=report.complete, orphaned=orphaned)
+                                 complete=report.complete, orphaned=orphaned,
+                                 confirmed=self.confirmed)
         finally:
             self._record.close()
         return replace(report, orphaned=orphaned)
