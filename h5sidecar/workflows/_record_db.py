@@ -42,6 +42,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from h5sidecar._modes import follow_umask
@@ -109,10 +110,12 @@ class Record:
         if version in _UPGRADES:
             try:
                 version = _upgrade(self._db, path)
+            except RecordBusyError as exc:
+                log.debug("%s: read as version %d", exc, version)  # a read-only DEST: reads work
             except BaseException:
                 self.close()
                 raise
-        if version != SCHEMA_VERSION:
+        if version != SCHEMA_VERSION and version not in _UPGRADES:
             self.close()
             raise InvalidReferenceError(
                 f"the record {path} has schema version {version}, this h5sidecar reads "
@@ -253,32 +256,56 @@ class Record:
         FileNotFoundError
             When no run was recorded yet.
         """
+        with self.snapshot() as (header, granules):
+            return replace(header, granules=tuple(granules), omitted={})
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[tuple[RunReport, Iterator[GranuleResult]]]:
+        """The report as a header and a stream of its granules, read from one snapshot.
+
+        The header is the latest run's fields with no ``granules`` and every granule counted
+        in ``omitted`` (so its ``counts`` are the report's); the stream yields the granules by
+        name, one row at a time (what ``h5sidecar report`` holds does not grow with them).
+
+        Raises
+        ------
+        FileNotFoundError
+            When no run was recorded yet.
+        """
         db = self._db
         db.execute("BEGIN")  # one snapshot for the run and its granules
         try:
             row = db.execute("SELECT id, source, dest, format, options, started, finished, "
-                             "seconds, complete, version, orphaned, carried, confirmed FROM runs "
+                             "seconds, complete, version, orphaned, carried, "
+                             f"{'confirmed' if self._has_confirmed() else '0'} FROM runs "
                              "ORDER BY id DESC LIMIT 1").fetchone()
             if row is None:
                 raise FileNotFoundError(f"{self.path} records no run yet")
             run, source, dest, fmt, options, started, finished, seconds, complete, version, \
                 orphaned, carried, confirmed = row
-            granules = tuple(_result(r) for r in db.execute(
-                f"SELECT {_COLUMNS} FROM granules ORDER BY name, url"))
             # rows the run found up to date kept the run that wrote them: not carried over
             carried += db.execute("SELECT count(*) FROM granules WHERE run != ?",
                                   (run,)).fetchone()[0] - confirmed
             roots = tuple(r for (r,) in db.execute("SELECT root FROM roots ORDER BY seq"))
             first = db.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+            counts = dict(db.execute("SELECT status, count(*) FROM granules GROUP BY status"))
+            kept = tuple(n for n in json.loads(orphaned) if db.execute(
+                "SELECT 1 FROM granules WHERE name = ? OR url = ? LIMIT 1", (n, n)).fetchone())
+            header = RunReport(
+                source=source, dest=dest, format=fmt, options=json.loads(options),
+                started=started, finished=finished, seconds=seconds, granules=(),
+                complete=bool(complete), version=version,
+                roots=() if first and roots == (source,) else roots, carried_over=carried,
+                orphaned=kept, omitted=counts,
+            )
+            yield header, (_result(r) for r in db.execute(
+                f"SELECT {_COLUMNS} FROM granules ORDER BY name, url"))
         finally:
             db.execute("COMMIT")
-        names = {g.name or g.url for g in granules}
-        return RunReport(
-            source=source, dest=dest, format=fmt, options=json.loads(options), started=started,
-            finished=finished, seconds=seconds, granules=granules, complete=bool(complete),
-            version=version, roots=() if first and roots == (source,) else roots, carried_over=carried,
-            orphaned=tuple(n for n in json.loads(orphaned) if n in names),
-        )
+
+    def _has_confirmed(self) -> bool:
+        # a version-1 record opened read-only is not upgraded
+        return any(r[1] == "confirmed" for r in self._db.execute("PRAGMA table_info(runs)"))
 
 
 def open_record(dest: str, *, create: bool = True,

@@ -7,15 +7,16 @@ earlier versions) is read while DEST has no record, and migrated into one by the
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
 
 from h5sidecar.errors import H5SidecarError, InvalidReferenceError
 from h5sidecar.sources._urls import normalize_url
@@ -30,8 +31,10 @@ __all__ = [
     "merge_reports",
     "read_json_report",
     "read_report",
+    "report_stream",
     "write_merged_report",
     "write_report",
+    "write_report_json",
 ]
 
 log = logging.getLogger("h5sidecar.workflows")
@@ -298,6 +301,44 @@ def read_report(dest: str, *, storage_options: Mapping[str, Any] | None = None) 
             f"{dest} has no run report (no record, no {REPORT_NAME}): run `h5sidecar index` "
             "into it first"
         ) from exc
+
+
+@contextlib.contextmanager
+def report_stream(dest: str, *, storage_options: Mapping[str, Any] | None = None
+                  ) -> Iterator[tuple[RunReport, Iterator[GranuleResult]]]:
+    """DEST's run report as a header (its fields, every granule counted in ``omitted``) and a
+    stream of its granules by name: from a record one row at a time, so a reader of a million
+    granules holds one (``h5sidecar report``); from ``_report.json`` after reading it whole.
+
+    Raises as :func:`read_report`.
+    """
+    dest = normalize_url(dest)
+    if not is_remote(dest) and os.path.exists(record_path(dest)):
+        record = open_record(dest, create=False)
+        try:
+            with record.snapshot() as stream:
+                yield stream
+        finally:
+            record.close()
+        return
+    report = read_report(dest, storage_options=storage_options)
+    yield replace(report, granules=(), omitted=report.counts), iter(report.granules)
+
+
+def write_report_json(header: RunReport, granules: Iterable[GranuleResult], out: TextIO) -> bool:
+    """Write the report document (:meth:`RunReport.to_dict`, what ``_report.json`` holds) of
+    ``header`` and ``granules`` to ``out``, one granule at a time; returns ``report.ok``."""
+    doc = header.to_dict()
+    doc.pop("omitted", None)
+    doc.pop("granules")
+    head = json.dumps(doc, indent=1, allow_nan=False)
+    out.write(head[:-2] + ',\n "granules": [')
+    partial = False
+    for i, g in enumerate(granules):
+        partial = partial or g.partial
+        out.write(("\n  " if i == 0 else ",\n  ") + json.dumps(g.to_dict(), allow_nan=False))
+    out.write("\n ]\n}\n")
+    return header.complete and not header.counts["failed"] and not partial
 
 
 def read_json_report(dest: str, *, storage_options: Mapping[str, Any] | None = None

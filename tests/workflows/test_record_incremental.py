@@ -4,9 +4,12 @@ locked is a clear error, a version-1 record is upgraded, a large run's report ho
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -181,3 +184,65 @@ def test_a_large_run_returns_failures_and_counts(tmp_path: Path,
     assert main(["index", str(src), "-o", str(dest), "--format", "json", "--serial"]) == 1
     assert "5 granule(s)" in capsys.readouterr().out
     assert_matches_h5py(str(dest / "G03.h5.json"), files[3])
+
+
+def _synthetic_dest(root: Path, n: int) -> tuple[Path, Path]:
+    """``n`` hard links of one granule, their JSON sidecars and record rows (copied from one
+    indexed for real, with each granule's URL and identity): a large DEST made in seconds."""
+    src, dest = root / "in", root / "out"
+    first = write_granule(src / "G0000000.h5", seed=0, n=50)
+    index_many(str(first), str(dest), format="json", executor="serial")
+    text = (dest / "G0000000.h5.json").read_text()
+    db = sqlite3.connect(dest / RECORD)
+    cols = [r[1] for r in db.execute("PRAGMA table_info(granules)")]
+    row = db.execute("SELECT * FROM granules").fetchone()
+    names = [f"G{i:07d}.h5" for i in range(n)]
+    for name in names[1:]:  # linked first: adding links changes the file's ctime
+        os.link(first, src / name)
+    rows = []
+    for name in names:
+        url, sidecar = src / name, dest / f"{name}.json"
+        sidecar.write_text(text.replace(str(first), str(url)))
+        source = json.loads(row[cols.index("source")])
+        st = url.stat()
+        source.update(url=str(url), inode=st.st_ino, ctime_ns=st.st_ctime_ns,
+                      mtime_ns=st.st_mtime_ns, mtime=st.st_mtime)
+        values = dict(zip(cols, row, strict=True))
+        stamp = sidecar.stat()
+        values.update(url=str(url), name=name, sidecar=str(sidecar), source=json.dumps(source),
+                      stamp=f"{stamp.st_size}:{stamp.st_mtime_ns}")
+        rows.append(tuple(values[c] for c in cols))
+    db.executemany(f"INSERT OR REPLACE INTO granules VALUES ({', '.join('?' * len(cols))})",
+                   rows)
+    db.commit()
+    db.close()
+    return src, dest
+
+
+def _peak_rss_kb(*args: str) -> int:
+    """Peak RSS of ``h5sidecar ARGS`` run in a child process (its main process only)."""
+    prog = ("import resource, sys\nfrom h5sidecar.cli import main\nrc = main(sys.argv[1:])\n"
+            "sys.stdout.flush()\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+            "sys.exit(rc)")
+    res = subprocess.run([sys.executable, "-c", prog, *args], capture_output=True, text=True,
+                         check=False, cwd=Path(__file__).parents[2])
+    assert res.returncode == 0, res.stderr[-2000:]
+    return int(res.stderr.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_memory_of_rerun_and_report_does_not_grow_with_granules(tmp_path: Path) -> None:
+    peaks = {}
+    for n in (10_000, 50_000):
+        src, dest = _synthetic_dest(tmp_path / str(n), n)
+        index = _peak_rss_kb("index", str(src), "-o", str(dest), "--format", "json", "--json")
+        export = _peak_rss_kb("report", str(dest), "--json")
+        peaks[n] = index, export
+        assert read_report(str(dest)).counts["ok"] == n
+        assert_matches_h5py(str(dest / "G0000007.h5.json"), src / "G0000007.h5")
+    # the listing and the tasks still grow (~2 KB a granule: 80 MB over these 40,000); the
+    # results, the rows and the report do not
+    (index10, export10), (index50, export50) = peaks[10_000], peaks[50_000]
+    assert index50 - index10 < 120_000, peaks
+    assert export50 - export10 < 20_000, peaks
