@@ -39,7 +39,6 @@ import json
 import logging
 import os
 import sqlite3
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
@@ -47,51 +46,31 @@ from typing import Any
 
 from h5sidecar._modes import follow_umask
 from h5sidecar.errors import InvalidReferenceError, RecordBusyError
-from h5sidecar.workflows._report import REPORT_NAME, ErrorRecord, GranuleResult, RunReport
+from h5sidecar.workflows._record_sql import (
+    COLUMNS,
+    G_COLUMNS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    UPGRADES,
+    busy,
+    connect,
+    insert_run,
+    result_of,
+    upgrade,
+    upsert,
+)
+from h5sidecar.workflows._report import REPORT_NAME, GranuleResult, RunReport
 
 __all__ = ["RECORD_NAME", "Record", "open_record", "record_path"]
 
 log = logging.getLogger("h5sidecar.workflows")
 
 RECORD_NAME = "_h5sidecar.sqlite"
-SCHEMA_VERSION = 2
 MIGRATED_SUFFIX = ".migrated"
-BUSY_TIMEOUT_MS = 60_000
-
-_SCHEMA = """
-CREATE TABLE runs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    source TEXT NOT NULL, dest TEXT NOT NULL, format TEXT NOT NULL, options TEXT NOT NULL,
-    started TEXT NOT NULL, finished TEXT NOT NULL, seconds REAL NOT NULL,
-    complete INTEGER NOT NULL, version TEXT NOT NULL, orphaned TEXT NOT NULL DEFAULT '[]',
-    carried INTEGER NOT NULL DEFAULT 0, content TEXT, confirmed INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE roots (seq INTEGER PRIMARY KEY AUTOINCREMENT, root TEXT NOT NULL UNIQUE);
-CREATE TABLE granules (
-    url TEXT PRIMARY KEY, name TEXT NOT NULL, sidecar TEXT NOT NULL, status TEXT NOT NULL,
-    source TEXT, n_virtual INTEGER NOT NULL, n_inlined INTEGER NOT NULL,
-    n_skipped INTEGER NOT NULL, skipped TEXT NOT NULL, n_chunks INTEGER NOT NULL,
-    sidecar_bytes INTEGER NOT NULL, seconds TEXT NOT NULL, error TEXT,
-    run INTEGER NOT NULL, updated REAL NOT NULL, stamp TEXT
-);
-CREATE INDEX granules_by_name ON granules (name, url);
-CREATE INDEX granules_by_sidecar ON granules (sidecar);
-"""
-
-#: From each version to the next (``user_version`` is set by :func:`_upgrade`).
-_UPGRADES = {
-    1: "ALTER TABLE runs ADD COLUMN content TEXT; "
-       "ALTER TABLE runs ADD COLUMN confirmed INTEGER NOT NULL DEFAULT 0; "
-       "ALTER TABLE granules ADD COLUMN stamp TEXT;",
-}
 
 #: Bound parameters per ``IN (...)`` lookup (SQLite's default limit is 32766; small batches
 #: keep what one lookup holds small).
 LOOKUP_BATCH = 500
-
-_COLUMNS = ("url, name, sidecar, status, source, n_virtual, n_inlined, n_skipped, skipped, "
-            "n_chunks, sidecar_bytes, seconds, error")
-_G_COLUMNS = ", ".join(f"g.{c.strip()}" for c in _COLUMNS.split(","))
 
 
 def record_path(dest: str) -> str:
@@ -104,18 +83,18 @@ class Record:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._db = _connect(path)
+        self._db = connect(path)
         self._listed = False
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version in _UPGRADES:
+        if version in UPGRADES:
             try:
-                version = _upgrade(self._db, path)
+                version = upgrade(self._db, path)
             except RecordBusyError as exc:
                 log.debug("%s: read as version %d", exc, version)  # a read-only DEST: reads work
             except BaseException:
                 self.close()
                 raise
-        if version != SCHEMA_VERSION and version not in _UPGRADES:
+        if version != SCHEMA_VERSION and version not in UPGRADES:
             self.close()
             raise InvalidReferenceError(
                 f"the record {path} has schema version {version}, this h5sidecar reads "
@@ -149,7 +128,7 @@ class Record:
         :meth:`lookup` returns with each granule this run writes.
         """
         with self._write() as db:
-            run = _insert_run(db, report, complete=False)
+            run = insert_run(db, report, complete=False)
             if content is not None:
                 db.execute("UPDATE runs SET content = ? WHERE id = ?",
                            (json.dumps(dict(content), sort_keys=True), run))
@@ -161,7 +140,7 @@ class Record:
         transaction, which also moves the run's ``finished`` time forward; ``stamp``
         identifies the sidecar's commit file as written (see :meth:`lookup`)."""
         with self._write() as db:
-            _upsert(db, run, [result], stamp)
+            upsert(db, run, [result], stamp)
             db.execute("UPDATE runs SET finished = ?, seconds = ? WHERE id = ?",
                        (finished, seconds, run))
 
@@ -182,11 +161,11 @@ class Record:
             if replace:
                 db.execute("DELETE FROM granules")
                 db.execute("DELETE FROM roots")
-            run = _insert_run(db, report, complete=report.complete)
+            run = insert_run(db, report, complete=report.complete)
             # an imported report's carried-over granules are recorded under its run
             db.execute("UPDATE runs SET orphaned = ?, carried = ? WHERE id = ?",
                        (json.dumps(list(report.orphaned)), report.carried_over, run))
-            _upsert(db, run, report.granules)
+            upsert(db, run, report.granules)
 
     def drop(self, sidecars: Iterable[str]) -> int:
         """Forget the granules whose sidecar is one of ``sidecars``; returns how many."""
@@ -209,12 +188,12 @@ class Record:
             if not batch:
                 break
             rows = self._db.execute(
-                f"SELECT {_G_COLUMNS}, r.content, g.stamp FROM granules g "
+                f"SELECT {G_COLUMNS}, r.content, g.stamp FROM granules g "
                 "JOIN runs r ON r.id = g.run "
                 f"WHERE g.url IN ({', '.join('?' * len(batch))})", batch).fetchall()
             batch = []
             for row in rows:
-                yield (_result(row[:-2]), None if row[-2] is None else json.loads(row[-2]),
+                yield (result_of(row[:-2]), None if row[-2] is None else json.loads(row[-2]),
                        row[-1])
 
     def note_listed(self, urls: Iterable[str]) -> None:
@@ -243,9 +222,9 @@ class Record:
         # a range on the primary key: every URL that starts with ``under``
         end = under[:-1] + chr(ord(under[-1]) + 1)
         listed = " AND url NOT IN (SELECT url FROM temp.listed)" if self._listed else ""
-        rows = self._db.execute(f"SELECT {_COLUMNS} FROM granules WHERE url >= ? AND url < ? "
+        rows = self._db.execute(f"SELECT {COLUMNS} FROM granules WHERE url >= ? AND url < ? "
                                 f"AND run != ?{listed}", (under, end, run))
-        return [_result(r) for r in rows]
+        return [result_of(r) for r in rows]
 
     def report(self) -> RunReport:
         """The run report this record holds: the latest run's fields with every granule
@@ -298,8 +277,8 @@ class Record:
                 roots=() if first and roots == (source,) else roots, carried_over=carried,
                 orphaned=kept, omitted=counts,
             )
-            yield header, (_result(r) for r in db.execute(
-                f"SELECT {_COLUMNS} FROM granules ORDER BY name, url"))
+            yield header, (result_of(r) for r in db.execute(
+                f"SELECT {COLUMNS} FROM granules ORDER BY name, url"))
         finally:
             db.execute("COMMIT")
 
@@ -343,11 +322,11 @@ def _create(path: str, old: RunReport | None) -> None:
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, f".{RECORD_NAME}.{uuid.uuid4().hex}.tmp")
     try:
-        db = _connect(tmp)
+        db = connect(tmp)
         try:
             # no journal while building: a crash leaves only the temporary file, which is dropped
             db.execute("PRAGMA journal_mode=MEMORY")
-            db.executescript(f"BEGIN; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+            db.executescript(f"BEGIN; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
             if old is not None:
                 record = Record.__new__(Record)
                 record.path, record._db = tmp, db
@@ -375,98 +354,8 @@ def _retire_json(dest: str) -> None:
         os.replace(old, old + MIGRATED_SUFFIX)
 
 
-def _upgrade(db: sqlite3.Connection, path: str) -> int:
-    """Bring an older record to :data:`SCHEMA_VERSION` in one transaction (concurrent first
-    opens: the second finds it done); returns the version now."""
-    with busy(path):
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            while version in _UPGRADES:
-                for statement in _UPGRADES[version].split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-                version += 1
-                db.execute(f"PRAGMA user_version = {version}")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
-    log.info("upgraded the record %s to schema version %d", path, version)
-    return int(version)
-
-
-@contextlib.contextmanager
-def busy(path: str) -> Iterator[None]:
-    """Turn SQLite's "cannot write now" errors into :class:`RecordBusyError`."""
-    try:
-        yield
-    except sqlite3.OperationalError as exc:
-        text = str(exc).lower()
-        if "locked" in text or "busy" in text:
-            raise RecordBusyError(
-                f"the record {path} stayed locked by another process for more than "
-                f"{BUSY_TIMEOUT_MS // 1000} s ({exc}): another h5sidecar run (or a tool holding "
-                "the database open for writing) is busy with DEST; re-run when it is done"
-            ) from exc
-        if "readonly" in text or "read-only" in text or "unable to open" in text:
-            raise RecordBusyError(
-                f"the record {path} cannot be written ({exc}): DEST or the record is read-only; "
-                "index into a writable DEST, or read it with `h5sidecar report DEST`"
-            ) from exc
-        raise
-
-
-def _connect(path: str) -> sqlite3.Connection:
-    # autocommit mode: transactions are explicit (BEGIN IMMEDIATE ... COMMIT)
-    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-    db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    db.execute("PRAGMA synchronous = NORMAL")
-    return db
-
-
 def _corrupt(path: str, exc: Exception) -> InvalidReferenceError:
     return InvalidReferenceError(
         f"the record {path} is unreadable ({exc}): move it aside and re-run `h5sidecar index` "
         "into DEST (sidecars that are up to date are not redone)"
-    )
-
-
-def _insert_run(db: sqlite3.Connection, report: RunReport, *, complete: bool) -> int:
-    cur = db.execute(
-        "INSERT INTO runs (source, dest, format, options, started, finished, seconds, complete, "
-        "version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (report.source, report.dest, report.format, json.dumps(dict(report.options)),
-         report.started, report.finished, report.seconds, int(complete), report.version))
-    db.executemany("INSERT OR IGNORE INTO roots (root) VALUES (?)",
-                   [(r,) for r in report.roots or (report.source,)])
-    assert cur.lastrowid is not None
-    return cur.lastrowid
-
-
-def _upsert(db: sqlite3.Connection, run: int, results: Iterable[GranuleResult],
-            stamp: str | None = None) -> None:
-    now = time.time()
-    db.executemany(
-        f"INSERT OR REPLACE INTO granules ({_COLUMNS}, run, updated, stamp) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [(g.url, g.name, g.sidecar, g.status, _dumps(g.source), g.n_virtual, g.n_inlined,
-          g.n_skipped, json.dumps([dict(s) for s in g.skipped]), g.n_chunks, g.sidecar_bytes,
-          json.dumps(dict(g.seconds)), None if g.error is None else json.dumps(g.error.to_dict()),
-          run, now, stamp) for g in results])
-
-
-def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(dict(value))
-
-
-def _result(row: tuple[Any, ...]) -> GranuleResult:
-    (url, name, sidecar, status, source, n_virtual, n_inlined, n_skipped, skipped, n_chunks,
-     sidecar_bytes, seconds, error) = row
-    return GranuleResult(
-        url=url, sidecar=sidecar, status=status, name=name,
-        source=None if source is None else json.loads(source), n_virtual=n_virtual,
-        n_inlined=n_inlined, n_skipped=n_skipped, skipped=tuple(json.loads(skipped)),
-        n_chunks=n_chunks, sidecar_bytes=sidecar_bytes, seconds=json.loads(seconds),
-        error=None if error is None else ErrorRecord(**json.loads(error)),
     )

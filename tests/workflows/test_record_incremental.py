@@ -16,7 +16,7 @@ import pytest
 
 from h5sidecar.cli import main
 from h5sidecar.errors import RecordBusyError
-from h5sidecar.workflows import _index, _record_db, _recorded, index_many, read_report
+from h5sidecar.workflows import _index, _record_sql, _recorded, index_many, read_report
 from tests.workflows.conftest import assert_matches_h5py, write_granule
 
 RECORD = "_h5sidecar.sqlite"
@@ -125,7 +125,7 @@ def test_a_locked_record_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.Mo
     src, dest = tmp_path / "in", tmp_path / "out"
     files = _granules(src, 1)
     index_many(str(src), str(dest), format="json", executor="serial")
-    monkeypatch.setattr(_record_db, "BUSY_TIMEOUT_MS", 200)
+    monkeypatch.setattr(_record_sql, "BUSY_TIMEOUT_MS", 200)
     holder = sqlite3.connect(dest / RECORD, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # another process writing for longer than the wait
     try:
