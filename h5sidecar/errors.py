@@ -31,6 +31,7 @@ __all__ = [
     "InvalidRequestError",
     "NotHDF5Error",
     "NotIndexedError",
+    "RecordBusyError",
     "STACValidationError",
     "SourceNotFoundError",
     "SourceAuthError",
@@ -102,6 +103,8 @@ class ErrorKind(enum.StrEnum):
     NO_CREDENTIALS = "no_credentials"
     # -- append new codes here ------------------------------------------------------------------
     SOURCE_AUTH = "source_auth"
+    # -- DEST's record cannot be written (``RecordBusyError``) ---------------------------------
+    RECORD_BUSY = "record_busy"
 
 
 class H5SidecarError(Exception):
@@ -266,3 +269,11 @@ def did_you_mean(name: str, choices: Iterable[str], *, listed: int = 20) -> str:
     more = f" ... ({len(level)} of {len(pool)} in all)" if len(level) > listed else ""
     scope = "at that level " if level is not pool else ""
     return f"the names {scope}are {level[:listed]}{more}"
+
+
+class RecordBusyError(H5SidecarError, OSError):
+    """DEST's record (its SQLite database) cannot be written: another process held its write
+    lock past the wait (``database is locked``), or DEST is read-only.  The message names the
+    record and what to do; nothing was half-written."""
+
+    kind = ErrorKind.RECORD_BUSY

@@ -71,6 +71,7 @@ PINNED = [
     "internal_error",
     "no_credentials",
     "source_auth",
+    "record_busy",
 ]
 
 

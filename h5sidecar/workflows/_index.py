@@ -7,7 +7,6 @@ failures become a ``failed`` :class:`GranuleResult` with the error kind, message
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import time
@@ -26,14 +25,17 @@ from h5sidecar.workflows._dest_lock import dest_lock
 from h5sidecar.workflows._executors import ExecutorSpec, Task, default_workers, run_tasks
 from h5sidecar.workflows._listing import (
     DEFAULT_PATTERNS,
+    SIDECAR_SUFFIX,
     is_remote,
     list_granules,
     sidecar_url,
 )
 from h5sidecar.workflows._recorded import (
     check_up_to_date,
+    content_of,
     precheck,
     sidecar_bytes,
+    sweep_folders,
     sweep_leftovers,
 )
 from h5sidecar.workflows._report import GranuleResult, RunReport, error_record
@@ -81,7 +83,11 @@ class ProgressSink(Protocol):
 
 
 def index_one(
-    url: str, dest_url: str, options: IndexOptions, listed: SourceInfo | None = None
+    url: str,
+    dest_url: str,
+    options: IndexOptions,
+    listed: SourceInfo | None = None,
+    sweep: bool = True,
 ) -> GranuleResult:
     """Index one granule into its sidecar, unless the sidecar is already up to date.
 
@@ -94,6 +100,9 @@ def index_one(
     options : IndexOptions
     listed : SourceInfo, optional
         The granule's identity from the listing; looked up when not given.
+    sweep : bool
+        Remove what an interrupted write of this sidecar left beside it (reads its folder;
+        :func:`index_many` sweeps every folder once instead and passes False).
 
     Returns
     -------
@@ -105,7 +114,8 @@ def index_one(
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     try:
-        sweep_leftovers(dest_url)
+        if sweep:
+            sweep_leftovers(dest_url)
         if not options.force:
             done = check_up_to_date(
                 url,
@@ -244,11 +254,9 @@ def index_many(
     )
     for url in not_regular:
         log.warning("skipped %s: not a regular file (a FIFO, socket or device)", url)
-    names = {g.url: g.name for g in granules}
-    listed = {g.url: g.identity.to_dict() for g in granules}
     sidecars = [sidecar_url(dest, g.name, format) for g in granules]
     tasks = [
-        Task(g.url, sc, (g.url, sc, options, g.identity))  # index_one's arguments
+        Task(g.url, sc, (g.url, sc, options, g.identity, False))  # index_one's arguments
         for g, sc in zip(granules, sidecars, strict=True)
     ]
     n_workers = workers if workers is not None else default_workers(len(tasks))
@@ -276,16 +284,49 @@ def index_many(
     )
     # a shared lock: a prune --apply waits until this run's report names its sidecars
     with dest_lock(dest, exclusive=False, holder="index"):
-        recorder = RunRecorder(dest, run, storage_options)
+        recorder = RunRecorder(dest, run, storage_options,
+                               content=content_of(options.settings, format))
         if progress is not None:
             progress.start(len(tasks))
-        results: list[GranuleResult] = []
+        held = HeldResults(keep_all=recorder.record is None)
         complete = False
         pending = None
+        listed: dict[str, Any] = {}
+
+        def finished(res: GranuleResult) -> None:
+            res = res.renamed(_name_of(res.sidecar, dest, format))
+            if res.status == "up_to_date":
+                res = replace(res, n_chunks=recorder.known_chunks(res))
+            elif res.source is None:  # a task that crashed or raised: what the listing saw
+                res = replace(res, source=listed.get(res.url))
+            recorder.put(res)  # recorded as it finishes: a killed run keeps it
+            held.add(res)
+            if progress is not None:
+                progress.advance(res)
+
         try:
-            # up-to-date granules are found here, with threads (one small read each), so
-            # workers are started only for granules that need indexing
-            done, todo = ([], tasks) if force else precheck(tasks, storage_options=storage_options)
+            # what an interrupted write left beside the sidecars: one read of each folder
+            sweep_folders(t.sidecar for t in tasks)
+            recorder.note_listed(t.url for t in tasks)
+            # up-to-date granules are found here, from the record or with threads (one small
+            # read each), so workers are started only for granules that need indexing
+            todo: list[Task] = []
+            if force:
+                todo = tasks
+            else:
+                lookup = None if recorder.record is None else recorder.record.lookup
+                for res in precheck(tasks, storage_options=storage_options, lookup=lookup):
+                    if isinstance(res, Task):
+                        todo.append(res)
+                    elif not res.seconds:  # decided from its row: the row stays as it is
+                        recorder.confirmed += 1
+                        held.add(res)
+                        if progress is not None:
+                            progress.advance(res)
+                    else:
+                        finished(res)  # from its sidecar: recorded with this run's settings
+            del tasks, granules, sidecars  # what follows holds only the granules to index
+            listed.update((t.url, t.args[3].to_dict()) for t in todo)
             limit = options.settings.max_granule_seconds
             pending = run_tasks(
                 index_one,
@@ -295,16 +336,8 @@ def index_many(
                 time_limit=_hard_limit(limit),
                 memory_limit=options.settings.max_worker_memory,
             )
-            for res in itertools.chain(done, pending):
-                res = res.renamed(names.get(res.url, res.name))
-                if res.status == "up_to_date":
-                    res = replace(res, n_chunks=recorder.known_chunks(res))
-                elif res.source is None:  # a task that crashed or raised: what the listing saw
-                    res = replace(res, source=listed.get(res.url))
-                recorder.put(res)  # recorded as it finishes: a killed run keeps it
-                results.append(res)
-                if progress is not None:
-                    progress.advance(res)
+            for res in pending:
+                finished(res)
             complete = True
         finally:
             if pending is not None:
@@ -314,10 +347,44 @@ def index_many(
                 run,
                 finished=datetime.now(UTC).isoformat(timespec="seconds"),
                 seconds=time.perf_counter() - t0,
-                granules=tuple(sorted(results, key=lambda r: r.name)),
+                granules=held.granules(),
+                omitted=held.omitted,
                 complete=complete,
             ))
         return report
+
+
+#: Results a run's report holds beyond its failures (a larger run's report holds its failures
+#: and counts; every granule is in DEST's record).
+HELD_RESULTS = 10_000
+
+
+class HeldResults:
+    """The results :func:`index_many` returns: every one up to :data:`HELD_RESULTS` (all of
+    them for an object-store DEST, whose report is written from them), then only failures and
+    counts of the rest, so a run's memory does not grow with its granules."""
+
+    def __init__(self, *, keep_all: bool) -> None:
+        self._keep_all = keep_all
+        self._results: list[GranuleResult] = []
+        self.omitted: dict[str, int] = {}
+
+    def add(self, result: GranuleResult) -> None:
+        """Hold ``result`` (or count it)."""
+        if self._keep_all or result.status == "failed" or len(self._results) < HELD_RESULTS:
+            self._results.append(result)
+        else:
+            self.omitted[result.status] = self.omitted.get(result.status, 0) + 1
+
+    def granules(self) -> tuple[GranuleResult, ...]:
+        """The held results sorted by name."""
+        return tuple(sorted(self._results, key=lambda r: r.name))
+
+
+def _name_of(sidecar: str, dest: str, fmt: SidecarFormat) -> str:
+    """The listing name of the granule whose sidecar is ``sidecar`` (the inverse of
+    :func:`sidecar_url`: no per-granule name table held for the run)."""
+    return sidecar[len(dest.rstrip("/")) + 1 : -len(SIDECAR_SUFFIX[fmt])]
 
 
 def _hard_limit(seconds: float) -> float | None:

@@ -20,55 +20,57 @@ audit, never read again).  Schema versions are ``PRAGMA user_version``.
 
 The gateway and the catalog (below this package) read two queries of this schema directly
 (``roots``, and ``granules`` by status): keep those tables' columns stable.
+
+Incremental runs decide from the record (:meth:`Record.lookup`): a run stores the settings that
+shape a sidecar's content (``runs.content``), so a granule's row, joined with the run that
+wrote it, says everything the sidecar's extras block would, and its ``stamp`` (size and
+modification time of the sidecar's commit file when recorded) tells a sidecar rewritten or
+damaged since by something else.  A re-run does not rewrite the rows
+of granules it found up to date (it counts them, ``runs.confirmed``): a no-op run writes no
+granule row.  Schema version 2 added those three columns; a version-1 record is upgraded in
+place on first open (two ``ALTER TABLE``, no row rewritten).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
 import sqlite3
-import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from h5sidecar._modes import follow_umask
-from h5sidecar.errors import InvalidReferenceError
-from h5sidecar.workflows._report import REPORT_NAME, ErrorRecord, GranuleResult, RunReport
+from h5sidecar.errors import InvalidReferenceError, RecordBusyError
+from h5sidecar.workflows._record_sql import (
+    COLUMNS,
+    G_COLUMNS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    UPGRADES,
+    busy,
+    connect,
+    insert_run,
+    result_of,
+    upgrade,
+    upsert,
+)
+from h5sidecar.workflows._report import REPORT_NAME, GranuleResult, RunReport
 
 __all__ = ["RECORD_NAME", "Record", "open_record", "record_path"]
 
 log = logging.getLogger("h5sidecar.workflows")
 
 RECORD_NAME = "_h5sidecar.sqlite"
-SCHEMA_VERSION = 1
 MIGRATED_SUFFIX = ".migrated"
-BUSY_TIMEOUT_MS = 60_000
 
-_SCHEMA = """
-CREATE TABLE runs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    source TEXT NOT NULL, dest TEXT NOT NULL, format TEXT NOT NULL, options TEXT NOT NULL,
-    started TEXT NOT NULL, finished TEXT NOT NULL, seconds REAL NOT NULL,
-    complete INTEGER NOT NULL, version TEXT NOT NULL, orphaned TEXT NOT NULL DEFAULT '[]',
-    carried INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE roots (seq INTEGER PRIMARY KEY AUTOINCREMENT, root TEXT NOT NULL UNIQUE);
-CREATE TABLE granules (
-    url TEXT PRIMARY KEY, name TEXT NOT NULL, sidecar TEXT NOT NULL, status TEXT NOT NULL,
-    source TEXT, n_virtual INTEGER NOT NULL, n_inlined INTEGER NOT NULL,
-    n_skipped INTEGER NOT NULL, skipped TEXT NOT NULL, n_chunks INTEGER NOT NULL,
-    sidecar_bytes INTEGER NOT NULL, seconds TEXT NOT NULL, error TEXT,
-    run INTEGER NOT NULL, updated REAL NOT NULL
-);
-CREATE INDEX granules_by_name ON granules (name, url);
-CREATE INDEX granules_by_sidecar ON granules (sidecar);
-"""
-
-_COLUMNS = ("url, name, sidecar, status, source, n_virtual, n_inlined, n_skipped, skipped, "
-            "n_chunks, sidecar_bytes, seconds, error")
+#: Bound parameters per ``IN (...)`` lookup (SQLite's default limit is 32766; small batches
+#: keep what one lookup holds small).
+LOOKUP_BATCH = 500
 
 
 def record_path(dest: str) -> str:
@@ -81,9 +83,18 @@ class Record:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._db = _connect(path)
+        self._db = connect(path)
+        self._listed = False
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version != SCHEMA_VERSION:
+        if version in UPGRADES:
+            try:
+                version = upgrade(self._db, path)
+            except RecordBusyError as exc:
+                log.debug("%s: read as version %d", exc, version)  # a read-only DEST: reads work
+            except BaseException:
+                self.close()
+                raise
+        if version != SCHEMA_VERSION and version not in UPGRADES:
             self.close()
             raise InvalidReferenceError(
                 f"the record {path} has schema version {version}, this h5sidecar reads "
@@ -97,37 +108,51 @@ class Record:
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        # IMMEDIATE takes the write lock at once, so busy_timeout covers the whole transaction
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        with busy(self.path):
+            # IMMEDIATE takes the write lock at once, so busy_timeout covers the whole transaction
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     # -- writing ---------------------------------------------------------------------------------
-    def begin_run(self, report: RunReport) -> int:
+    def begin_run(self, report: RunReport, content: Mapping[str, Any] | None = None) -> int:
         """Record a run starting (``report``'s fields; its granules are ignored) and its
-        source roots; returns the run's id for :meth:`put` and :meth:`end_run`."""
-        with self._write() as db:
-            return _insert_run(db, report, complete=False)
+        source roots; returns the run's id for :meth:`put` and :meth:`end_run`.
 
-    def put(self, run: int, result: GranuleResult, *, finished: str, seconds: float) -> None:
-        """Record one granule's result (replacing the granule's earlier row) in one
-        transaction, which also moves the run's ``finished`` time forward."""
+        ``content`` (the settings that shape the sidecars' content, JSON-ready) is what
+        :meth:`lookup` returns with each granule this run writes.
+        """
         with self._write() as db:
-            _upsert(db, run, [result])
+            run = insert_run(db, report, complete=False)
+            if content is not None:
+                db.execute("UPDATE runs SET content = ? WHERE id = ?",
+                           (json.dumps(dict(content), sort_keys=True), run))
+            return run
+
+    def put(self, run: int, result: GranuleResult, *, finished: str, seconds: float,
+            stamp: str | None = None) -> None:
+        """Record one granule's result (replacing the granule's earlier row) in one
+        transaction, which also moves the run's ``finished`` time forward; ``stamp``
+        identifies the sidecar's commit file as written (see :meth:`lookup`)."""
+        with self._write() as db:
+            upsert(db, run, [result], stamp)
             db.execute("UPDATE runs SET finished = ?, seconds = ? WHERE id = ?",
                        (finished, seconds, run))
 
     def end_run(self, run: int, *, finished: str, seconds: float, complete: bool,
-                orphaned: Iterable[str] = ()) -> None:
-        """Record the end of a run (``complete`` is false for an interrupted one)."""
+                orphaned: Iterable[str] = (), confirmed: int = 0) -> None:
+        """Record the end of a run (``complete`` is false for an interrupted one);
+        ``confirmed`` granules were found up to date from their rows, not rewritten."""
         with self._write() as db:
-            db.execute("UPDATE runs SET finished = ?, seconds = ?, complete = ?, orphaned = ? "
-                       "WHERE id = ?",
-                       (finished, seconds, int(complete), json.dumps(list(orphaned)), run))
+            db.execute("UPDATE runs SET finished = ?, seconds = ?, complete = ?, orphaned = ?, "
+                       "confirmed = ? WHERE id = ?",
+                       (finished, seconds, int(complete), json.dumps(list(orphaned)), confirmed,
+                        run))
 
     def import_report(self, report: RunReport, *, replace: bool = False) -> None:
         """Record a whole report as one run, in one transaction; ``replace`` first forgets
@@ -136,11 +161,11 @@ class Record:
             if replace:
                 db.execute("DELETE FROM granules")
                 db.execute("DELETE FROM roots")
-            run = _insert_run(db, report, complete=report.complete)
+            run = insert_run(db, report, complete=report.complete)
             # an imported report's carried-over granules are recorded under its run
             db.execute("UPDATE runs SET orphaned = ?, carried = ? WHERE id = ?",
                        (json.dumps(list(report.orphaned)), report.carried_over, run))
-            _upsert(db, run, report.granules)
+            upsert(db, run, report.granules)
 
     def drop(self, sidecars: Iterable[str]) -> int:
         """Forget the granules whose sidecar is one of ``sidecars``; returns how many."""
@@ -149,6 +174,40 @@ class Record:
                        for s in sidecars)
 
     # -- reading ---------------------------------------------------------------------------------
+    def lookup(self, urls: Iterable[str]
+               ) -> Iterator[tuple[GranuleResult, Mapping[str, Any] | None, str | None]]:
+        """The rows of the granules ``urls`` (those recorded), each with the ``content`` of
+        the run that wrote it and its sidecar's ``stamp`` (None: an imported report or a
+        version-1 run), in batches of :data:`LOOKUP_BATCH` keys of the primary key."""
+        batch: list[str] = []
+        for url in itertools.chain(urls, [None]):
+            if url is not None:
+                batch.append(url)
+                if len(batch) < LOOKUP_BATCH:
+                    continue
+            if not batch:
+                break
+            rows = self._db.execute(
+                f"SELECT {G_COLUMNS}, r.content, g.stamp FROM granules g "
+                "JOIN runs r ON r.id = g.run "
+                f"WHERE g.url IN ({', '.join('?' * len(batch))})", batch).fetchall()
+            batch = []
+            for row in rows:
+                yield (result_of(row[:-2]), None if row[-2] is None else json.loads(row[-2]),
+                       row[-1])
+
+    def note_listed(self, urls: Iterable[str]) -> None:
+        """Remember (in a temporary table of this connection) the URLs this run listed, so
+        :meth:`carried` leaves out the granules it found up to date without rewriting."""
+        if not self._listed:
+            self._db.execute("CREATE TEMP TABLE listed (url TEXT PRIMARY KEY)")
+            self._listed = True
+        with busy(self.path):
+            self._db.execute("BEGIN")
+            self._db.executemany("INSERT OR IGNORE INTO temp.listed VALUES (?)",
+                                 ((u,) for u in urls))
+            self._db.execute("COMMIT")
+
     def chunks_of(self, result: GranuleResult) -> int:
         """The chunk count recorded for ``result``'s granule when its row names the same
         sidecar and source identity (an up-to-date granule keeps it), else 0."""
@@ -162,9 +221,10 @@ class Record:
         """The granules under the prefix ``under`` (``"root/"``) not processed by ``run``."""
         # a range on the primary key: every URL that starts with ``under``
         end = under[:-1] + chr(ord(under[-1]) + 1)
-        rows = self._db.execute(f"SELECT {_COLUMNS} FROM granules WHERE url >= ? AND url < ? "
-                                "AND run != ?", (under, end, run))
-        return [_result(r) for r in rows]
+        listed = " AND url NOT IN (SELECT url FROM temp.listed)" if self._listed else ""
+        rows = self._db.execute(f"SELECT {COLUMNS} FROM granules WHERE url >= ? AND url < ? "
+                                f"AND run != ?{listed}", (under, end, run))
+        return [result_of(r) for r in rows]
 
     def report(self) -> RunReport:
         """The run report this record holds: the latest run's fields with every granule
@@ -175,31 +235,56 @@ class Record:
         FileNotFoundError
             When no run was recorded yet.
         """
+        with self.snapshot() as (header, granules):
+            return replace(header, granules=tuple(granules), omitted={})
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[tuple[RunReport, Iterator[GranuleResult]]]:
+        """The report as a header and a stream of its granules, read from one snapshot.
+
+        The header is the latest run's fields with no ``granules`` and every granule counted
+        in ``omitted`` (so its ``counts`` are the report's); the stream yields the granules by
+        name, one row at a time (what ``h5sidecar report`` holds does not grow with them).
+
+        Raises
+        ------
+        FileNotFoundError
+            When no run was recorded yet.
+        """
         db = self._db
         db.execute("BEGIN")  # one snapshot for the run and its granules
         try:
             row = db.execute("SELECT id, source, dest, format, options, started, finished, "
-                             "seconds, complete, version, orphaned, carried FROM runs "
+                             "seconds, complete, version, orphaned, carried, "
+                             f"{'confirmed' if self._has_confirmed() else '0'} FROM runs "
                              "ORDER BY id DESC LIMIT 1").fetchone()
             if row is None:
                 raise FileNotFoundError(f"{self.path} records no run yet")
             run, source, dest, fmt, options, started, finished, seconds, complete, version, \
-                orphaned, carried = row
-            granules = tuple(_result(r) for r in db.execute(
-                f"SELECT {_COLUMNS} FROM granules ORDER BY name, url"))
+                orphaned, carried, confirmed = row
+            # rows the run found up to date kept the run that wrote them: not carried over
             carried += db.execute("SELECT count(*) FROM granules WHERE run != ?",
-                                  (run,)).fetchone()[0]
+                                  (run,)).fetchone()[0] - confirmed
             roots = tuple(r for (r,) in db.execute("SELECT root FROM roots ORDER BY seq"))
             first = db.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+            counts = dict(db.execute("SELECT status, count(*) FROM granules GROUP BY status"))
+            kept = tuple(n for n in json.loads(orphaned) if db.execute(
+                "SELECT 1 FROM granules WHERE name = ? OR url = ? LIMIT 1", (n, n)).fetchone())
+            header = RunReport(
+                source=source, dest=dest, format=fmt, options=json.loads(options),
+                started=started, finished=finished, seconds=seconds, granules=(),
+                complete=bool(complete), version=version,
+                roots=() if first and roots == (source,) else roots, carried_over=carried,
+                orphaned=kept, omitted=counts,
+            )
+            yield header, (result_of(r) for r in db.execute(
+                f"SELECT {COLUMNS} FROM granules ORDER BY name, url"))
         finally:
             db.execute("COMMIT")
-        names = {g.name or g.url for g in granules}
-        return RunReport(
-            source=source, dest=dest, format=fmt, options=json.loads(options), started=started,
-            finished=finished, seconds=seconds, granules=granules, complete=bool(complete),
-            version=version, roots=() if first and roots == (source,) else roots, carried_over=carried,
-            orphaned=tuple(n for n in json.loads(orphaned) if n in names),
-        )
+
+    def _has_confirmed(self) -> bool:
+        # a version-1 record opened read-only is not upgraded
+        return any(r[1] == "confirmed" for r in self._db.execute("PRAGMA table_info(runs)"))
 
 
 def open_record(dest: str, *, create: bool = True,
@@ -237,11 +322,11 @@ def _create(path: str, old: RunReport | None) -> None:
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, f".{RECORD_NAME}.{uuid.uuid4().hex}.tmp")
     try:
-        db = _connect(tmp)
+        db = connect(tmp)
         try:
             # no journal while building: a crash leaves only the temporary file, which is dropped
             db.execute("PRAGMA journal_mode=MEMORY")
-            db.executescript(f"BEGIN; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+            db.executescript(f"BEGIN; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
             if old is not None:
                 record = Record.__new__(Record)
                 record.path, record._db = tmp, db
@@ -269,55 +354,8 @@ def _retire_json(dest: str) -> None:
         os.replace(old, old + MIGRATED_SUFFIX)
 
 
-def _connect(path: str) -> sqlite3.Connection:
-    # autocommit mode: transactions are explicit (BEGIN IMMEDIATE ... COMMIT)
-    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-    db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    db.execute("PRAGMA synchronous = NORMAL")
-    return db
-
-
 def _corrupt(path: str, exc: Exception) -> InvalidReferenceError:
     return InvalidReferenceError(
         f"the record {path} is unreadable ({exc}): move it aside and re-run `h5sidecar index` "
         "into DEST (sidecars that are up to date are not redone)"
-    )
-
-
-def _insert_run(db: sqlite3.Connection, report: RunReport, *, complete: bool) -> int:
-    cur = db.execute(
-        "INSERT INTO runs (source, dest, format, options, started, finished, seconds, complete, "
-        "version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (report.source, report.dest, report.format, json.dumps(dict(report.options)),
-         report.started, report.finished, report.seconds, int(complete), report.version))
-    db.executemany("INSERT OR IGNORE INTO roots (root) VALUES (?)",
-                   [(r,) for r in report.roots or (report.source,)])
-    assert cur.lastrowid is not None
-    return cur.lastrowid
-
-
-def _upsert(db: sqlite3.Connection, run: int, results: Iterable[GranuleResult]) -> None:
-    now = time.time()
-    db.executemany(
-        f"INSERT OR REPLACE INTO granules ({_COLUMNS}, run, updated) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [(g.url, g.name, g.sidecar, g.status, _dumps(g.source), g.n_virtual, g.n_inlined,
-          g.n_skipped, json.dumps([dict(s) for s in g.skipped]), g.n_chunks, g.sidecar_bytes,
-          json.dumps(dict(g.seconds)), None if g.error is None else json.dumps(g.error.to_dict()),
-          run, now) for g in results])
-
-
-def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(dict(value))
-
-
-def _result(row: tuple[Any, ...]) -> GranuleResult:
-    (url, name, sidecar, status, source, n_virtual, n_inlined, n_skipped, skipped, n_chunks,
-     sidecar_bytes, seconds, error) = row
-    return GranuleResult(
-        url=url, sidecar=sidecar, status=status, name=name,
-        source=None if source is None else json.loads(source), n_virtual=n_virtual,
-        n_inlined=n_inlined, n_skipped=n_skipped, skipped=tuple(json.loads(skipped)),
-        n_chunks=n_chunks, sidecar_bytes=sidecar_bytes, seconds=json.loads(seconds),
-        error=None if error is None else ErrorRecord(**json.loads(error)),
     )

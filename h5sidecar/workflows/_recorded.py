@@ -5,19 +5,27 @@ Parquet sidecar of a ~1000-variable granule (every ``refs.N.parq``) takes second
 source identity sits in one small JSON document.  So we read only the h5sidecar extras block:
 the top-level ``"h5sidecar"`` key of ``.zmetadata`` (Parquet; written last, so its presence
 also means the sidecar is complete) or of the JSON sidecar.
+
+With a record (a local DEST), not even that: the granule's row, and the content settings of
+the run that wrote it, decide (:func:`from_record`), and one ``stat`` of the sidecar's commit
+file (a Parquet sidecar's ``.zmetadata``, the JSON file) says it is still there.  A stat, not a
+listing of DEST: it costs the same per granule (microseconds, measured) without holding a
+million names in memory, and it works when DEST mirrors the source's folders.  The extras block
+is read only for granules the record does not describe (no row: an old DEST, another tool).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from h5sidecar.errors import H5SidecarError, InvalidReferenceError
@@ -31,12 +39,23 @@ __all__ = [
     "CONTENT_SETTINGS",
     "Recorded",
     "check_up_to_date",
+    "content_of",
+    "sidecar_stamp",
+    "from_record",
     "precheck",
     "read_recorded",
     "settings_differ",
     "sidecar_bytes",
     "sweep_leftovers",
+    "sweep_folders",
 ]
+
+#: Tasks checked at once (bounds what a check holds, whatever the number of granules).
+_BATCH = 2_000
+
+#: ``urls -> (row as a GranuleResult, content of the run that wrote it)`` (``Record.lookup``).
+Lookup = Callable[[Iterable[str]],
+                  Iterator[tuple[GranuleResult, Mapping[str, Any] | None, str | None]]]
 
 #: Threads checking sidecars before workers start (each check is one small read).
 _CHECK_THREADS = 16
@@ -179,20 +198,72 @@ def check_up_to_date(
     )
 
 
-def precheck(
-    tasks: Sequence[Task], *, storage_options: Mapping[str, Any] | None = None
-) -> tuple[list[GranuleResult], list[Task]]:
-    """Split ``index_one`` tasks into up-to-date results and the tasks still to run.
+def content_of(settings: IndexSettings, fmt: str) -> dict[str, Any]:
+    """What a run records of the settings that shape its sidecars' content (``runs.content``
+    of the record): the format, the Parquet layout and the :data:`CONTENT_SETTINGS`."""
+    return {
+        "format": fmt,
+        "layout": settings.layout if fmt == "parquet" else None,
+        "settings": {name: getattr(settings, name) for name in CONTENT_SETTINGS},
+    }
 
-    Runs in threads of this process (the checks are small reads), so a re-run with nothing to
-    do starts no worker process.  A check that fails leaves its task to run: ``index_one``
-    then records the failure properly.
+
+def sidecar_stamp(sidecar: str) -> str | None:
+    """Size and modification time (ns) of a local sidecar's commit file (a Parquet sidecar's
+    ``.zmetadata``, written last; the JSON file), recorded with its row: a sidecar deleted,
+    rewritten or damaged since no longer matches.  None when absent or remote."""
+    if is_remote(sidecar):
+        return None
+    commit = os.path.join(sidecar, ".zmetadata") if sidecar.endswith(".parq") else sidecar
+    try:
+        st = os.stat(commit)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def from_record(row: GranuleResult, content: Mapping[str, Any], stamp: str, url: str,
+                sidecar: str, listed: SourceInfo | None, settings: IndexSettings, fmt: str
+                ) -> GranuleResult | None:
+    """An ``up_to_date`` result (the row's counts) when the record shows ``url``'s sidecar
+    current: the row was written ``ok`` for this sidecar from the identity the listing sees
+    (``listed``), by a run whose ``content`` gives what ``settings`` and ``fmt`` ask for, and
+    the sidecar's commit file is still the one recorded (``stamp``, one stat).  None: index
+    it."""
+    if (row.status not in ("ok", "up_to_date") or row.sidecar != sidecar or listed is None
+            or row.source is None or content.get("format") != fmt):
+        return None
+    if fmt == "parquet" and content.get("layout") != settings.layout:
+        return None
+    if settings_differ(content.get("settings"), settings):
+        return None
+    source = SourceInfo.from_dict(row.source)
+    if source.url != url or not source.same_object(listed):
+        return None
+    if sidecar_stamp(sidecar) != stamp:  # deleted, or rewritten by something else since
+        return None
+    return replace(row, status="up_to_date", seconds={})
+
+
+def precheck(
+    tasks: Sequence[Task],
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    lookup: Lookup | None = None,
+) -> Iterator[GranuleResult | Task]:
+    """Split ``index_one`` tasks into up-to-date results and the tasks still to run, yielded
+    in batches of :data:`_BATCH` tasks (what it holds does not grow with their number).
+
+    ``lookup`` (a local DEST's record) decides for the granules it has rows for, without
+    reading their sidecars (:func:`from_record`); the others are checked from their sidecars'
+    extras blocks, in threads of this process (small reads), so a re-run with nothing to do
+    starts no worker process.  A check that fails leaves its task to run: ``index_one`` then
+    records the failure properly.
     """
 
     def one(task: Task) -> GranuleResult | None:
-        url, sidecar, options, listed = task.args
+        url, sidecar, options, listed = task.args[:4]
         try:
-            sweep_leftovers(sidecar)
             return check_up_to_date(
                 url, sidecar, listed, storage_options=storage_options, settings=options.settings
             )
@@ -200,13 +271,27 @@ def precheck(
             log.debug("cannot check %s (%s): indexing it", sidecar, exc)
             return None
 
-    if not tasks:
-        return [], []
-    with ThreadPoolExecutor(min(_CHECK_THREADS, len(tasks))) as pool:
-        checked = list(pool.map(one, tasks))
-    done = [r for r in checked if r is not None]
-    todo = [t for t, r in zip(tasks, checked, strict=True) if r is None]
-    return done, todo
+    pool = ThreadPoolExecutor(_CHECK_THREADS)
+    try:
+        for start in range(0, len(tasks), _BATCH):
+            batch = tasks[start:start + _BATCH]
+            decided: dict[str, GranuleResult | None] = {}
+            if lookup is not None:
+                options = batch[0].args[2]
+                by_url = {t.url: t for t in batch}
+                for row, content, stamp in lookup(by_url):
+                    if content is None or stamp is None:
+                        continue  # written by an import or a version-1 run: ask the sidecar
+                    task = by_url[row.url]
+                    decided[row.url] = from_record(row, content, stamp, task.url, task.sidecar,
+                                                   task.args[3], options.settings,
+                                                   options.format)
+            unknown = [t for t in batch if t.url not in decided]
+            decided.update(zip((t.url for t in unknown), pool.map(one, unknown), strict=True))
+            for task in batch:
+                yield decided[task.url] or task
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def sidecar_bytes(sidecar: str, storage_options: Mapping[str, Any] | None = None) -> int:
@@ -214,6 +299,45 @@ def sidecar_bytes(sidecar: str, storage_options: Mapping[str, Any] | None = None
     fs = filesystem(sidecar, storage_options)
     path = sidecar.split("://", 1)[1] if is_remote(sidecar) else sidecar
     return int(fs.du(path, total=True)) if fs.isdir(path) else int(fs.size(path))
+
+
+_LEFTOVER = re.compile(r"\.(.+)\.[A-Za-z0-9_]+\.(tmp|old)")
+
+
+def sweep_folders(sidecars: Iterable[str]) -> int:
+    """:func:`sweep_leftovers` for many local sidecars, reading each folder once (not once per
+    sidecar: that is quadratic in the folder's size); returns how many folders were read.
+
+    Only the leftovers of ``sidecars`` are removed (a concurrent run on other granules is
+    unaffected); what is held is the folders and the leftovers found, not every name.
+    """
+    folders: dict[str, dict[str, list[os.DirEntry[str]]]] = {}
+    for sidecar in sidecars:
+        if is_remote(sidecar):
+            continue
+        folder, name = os.path.split(sidecar)
+        if folder not in folders:
+            folders[folder] = {}
+            try:
+                entries = list(os.scandir(folder))  # the one read of this folder
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for entry in entries:
+                m = _LEFTOVER.fullmatch(entry.name)
+                if m:
+                    folders[folder].setdefault(m.group(1), []).append(entry)
+        for entry in folders[folder].pop(name, ()):
+            _remove(entry)
+    return len(folders)
+
+
+def _remove(entry: os.DirEntry[str]) -> None:
+    log.info("removing %s left by an interrupted run", entry.path)
+    if entry.is_dir(follow_symlinks=False):
+        shutil.rmtree(entry.path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):  # a concurrent run removed it first
+            os.unlink(entry.path)
 
 
 def sweep_leftovers(sidecar: str) -> None:
@@ -232,8 +356,4 @@ def sweep_leftovers(sidecar: str) -> None:
     pattern = re.compile(r"\." + re.escape(name) + r"\.[A-Za-z0-9_]+\.(tmp|old)")
     for entry in os.scandir(folder):
         if pattern.fullmatch(entry.name):
-            log.info("removing %s left by an interrupted run", entry.path)
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                os.unlink(entry.path)
+            _remove(entry)

@@ -227,6 +227,12 @@ class RunReport:
         prefixes the gateway allows (see :func:`merge_reports`).  Empty means ``(source,)``.
     carried_over : int
         Granules kept from earlier reports because this run did not process them.
+    orphaned : tuple of str
+        Carried-over granules whose sources this run's listing showed gone.
+    omitted : dict
+        Granules of this run not held in ``granules``, per status: a run over more than
+        10,000 granules returns its failures and counts only (DEST's record holds every
+        granule: :func:`read_report`, ``h5sidecar report DEST``).  Empty otherwise.
     """
 
     source: str
@@ -242,14 +248,22 @@ class RunReport:
     roots: tuple[str, ...] = ()
     carried_over: int = 0
     orphaned: tuple[str, ...] = ()
+    omitted: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def counts(self) -> dict[str, int]:
-        """Granules per status."""
+        """Granules per status (``omitted`` ones included)."""
         out = {"ok": 0, "failed": 0, "up_to_date": 0}
         for g in self.granules:
             out[g.status] += 1
+        for status, n in self.omitted.items():
+            out[status] += n
         return out
+
+    @property
+    def n_granules(self) -> int:
+        """Granules of the report, held in ``granules`` or ``omitted``."""
+        return len(self.granules) + sum(self.omitted.values())
 
     @property
     def failed(self) -> tuple[GranuleResult, ...]:
@@ -283,6 +297,7 @@ class RunReport:
             "carried_over": self.carried_over,
             "orphaned": list(self.orphaned),
             "counts": self.counts,
+            **({"omitted": dict(self.omitted)} if self.omitted else {}),
             "granules": [g.to_dict() for g in self.granules],
         }
 
@@ -303,4 +318,5 @@ class RunReport:
             roots=tuple(str(r) for r in d.get("roots", ())),
             carried_over=int(d.get("carried_over", 0)),
             orphaned=tuple(str(n) for n in d.get("orphaned", ())),
+            omitted={str(k): int(v) for k, v in d.get("omitted", {}).items()},
         )

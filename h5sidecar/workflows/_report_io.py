@@ -7,20 +7,22 @@ earlier versions) is read while DEST has no record, and migrated into one by the
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
 
 from h5sidecar.errors import H5SidecarError, InvalidReferenceError
 from h5sidecar.sources._urls import normalize_url
 from h5sidecar.workflows._listing import DEFAULT_PATTERNS, filesystem, is_remote, join_url
 from h5sidecar.workflows._record_db import Record, open_record, record_path
+from h5sidecar.workflows._recorded import sidecar_stamp
 from h5sidecar.workflows._report import REPORT_NAME, GranuleResult, RunReport
 
 __all__ = [
@@ -29,8 +31,10 @@ __all__ = [
     "merge_reports",
     "read_json_report",
     "read_report",
+    "report_stream",
     "write_merged_report",
     "write_report",
+    "write_report_json",
 ]
 
 log = logging.getLogger("h5sidecar.workflows")
@@ -78,21 +82,34 @@ class RunRecorder:
     """
 
     def __init__(self, dest: str, run: RunReport,
-                 storage_options: Mapping[str, Any] | None = None) -> None:
+                 storage_options: Mapping[str, Any] | None = None, *,
+                 content: Mapping[str, Any] | None = None) -> None:
         self.dest = dest
         self._storage_options = storage_options
         self._t0 = time.perf_counter() - run.seconds
         self._record = None if is_remote(dest) else _open(dest)
         self._run = 0
         self._chunks: dict[tuple[str, str], int] = {}
+        #: Granules found up to date from their rows (not rewritten), counted at the end.
+        self.confirmed = 0
         if self._record is None:
             self._chunks = _chunk_counts(dest, storage_options)
         else:
             try:
-                self._run = self._record.begin_run(run)
+                self._run = self._record.begin_run(run, content)
             except BaseException:
                 self._record.close()
                 raise
+
+    @property
+    def record(self) -> Record | None:
+        """The record of a local DEST (None on an object store)."""
+        return self._record
+
+    def note_listed(self, urls: Iterable[str]) -> None:
+        """Remember the URLs this run listed (see :meth:`Record.note_listed`)."""
+        if self._record is not None:
+            self._record.note_listed(urls)
 
     def known_chunks(self, result: GranuleResult) -> int:
         """The chunk count the report holds for ``result``'s granule, when its entry names the
@@ -104,8 +121,9 @@ class RunRecorder:
     def put(self, result: GranuleResult) -> None:
         """Record one finished granule (locally; on an object store at :meth:`finish`)."""
         if self._record is not None:
+            stamp = sidecar_stamp(result.sidecar) if result.status != "failed" else None
             self._record.put(self._run, result, finished=_now(),
-                             seconds=time.perf_counter() - self._t0)
+                             seconds=time.perf_counter() - self._t0, stamp=stamp)
 
     def finish(self, report: RunReport) -> RunReport:
         """Record the end of the run (``report``: its fields and granules); returns ``report``
@@ -120,7 +138,8 @@ class RunRecorder:
             if report.complete and root:
                 orphaned = orphaned_names(report, self._record.carried(self._run, root + "/"))
             self._record.end_run(self._run, finished=report.finished, seconds=report.seconds,
-                                 complete=report.complete, orphaned=orphaned)
+                                 complete=report.complete, orphaned=orphaned,
+                                 confirmed=self.confirmed)
         finally:
             self._record.close()
         return replace(report, orphaned=orphaned)
@@ -282,6 +301,44 @@ def read_report(dest: str, *, storage_options: Mapping[str, Any] | None = None) 
             f"{dest} has no run report (no record, no {REPORT_NAME}): run `h5sidecar index` "
             "into it first"
         ) from exc
+
+
+@contextlib.contextmanager
+def report_stream(dest: str, *, storage_options: Mapping[str, Any] | None = None
+                  ) -> Iterator[tuple[RunReport, Iterator[GranuleResult]]]:
+    """DEST's run report as a header (its fields, every granule counted in ``omitted``) and a
+    stream of its granules by name: from a record one row at a time, so a reader of a million
+    granules holds one (``h5sidecar report``); from ``_report.json`` after reading it whole.
+
+    Raises as :func:`read_report`.
+    """
+    dest = normalize_url(dest)
+    if not is_remote(dest) and os.path.exists(record_path(dest)):
+        record = open_record(dest, create=False)
+        try:
+            with record.snapshot() as stream:
+                yield stream
+        finally:
+            record.close()
+        return
+    report = read_report(dest, storage_options=storage_options)
+    yield replace(report, granules=(), omitted=report.counts), iter(report.granules)
+
+
+def write_report_json(header: RunReport, granules: Iterable[GranuleResult], out: TextIO) -> bool:
+    """Write the report document (:meth:`RunReport.to_dict`, what ``_report.json`` holds) of
+    ``header`` and ``granules`` to ``out``, one granule at a time; returns ``report.ok``."""
+    doc = header.to_dict()
+    doc.pop("omitted", None)
+    doc.pop("granules")
+    head = json.dumps(doc, indent=1, allow_nan=False)
+    out.write(head[:-2] + ',\n "granules": [')
+    partial = False
+    for i, g in enumerate(granules):
+        partial = partial or g.partial
+        out.write(("\n  " if i == 0 else ",\n  ") + json.dumps(g.to_dict(), allow_nan=False))
+    out.write("\n ]\n}\n")
+    return header.complete and not header.counts["failed"] and not partial
 
 
 def read_json_report(dest: str, *, storage_options: Mapping[str, Any] | None = None
