@@ -1,7 +1,8 @@
 """The gateway's ``/stac/`` routes: a static STAC catalog and a STAC API item search.
 
 Answered by a framework-free :class:`h5sidecar.catalog.StacApi` passed in by the caller; this
-module only maps HTTP to it.
+module only maps HTTP to it.  Every call into it runs in a worker thread: a search reads the
+catalog's database, and the event loop must keep answering chunk requests meanwhile.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -19,6 +21,8 @@ __all__ = ["MAX_SEARCH_BODY", "StacHandlers"]
 
 #: Largest STAC search body read (bytes).
 MAX_SEARCH_BODY = 64 * 1024
+_JSON = "application/json"
+_GEOJSON = "application/geo+json"
 
 
 class StacHandlers:
@@ -36,9 +40,18 @@ class StacHandlers:
                                   "--stac STACDIR")  # fmt: skip
         return f"{str(request.base_url).rstrip('/')}/stac"
 
+    async def _answer(self, media_type: str, call: str, *args: Any, **kwargs: Any) -> Response:
+        """The API's answer, computed and serialised in a worker thread (a large page's JSON
+        would hold the loop too)."""
+
+        def answer() -> Response:
+            return JSONResponse(getattr(self.api, call)(*args, **kwargs), media_type=media_type)
+
+        return await run_in_threadpool(answer)
+
     async def landing(self, request: Request) -> Response:
         base = self._base(request)  # first: it refuses when no catalog is served
-        return JSONResponse(self.api.landing(base))  # type: ignore[union-attr]
+        return await self._answer(_JSON, "landing", base)
 
     async def conformance(self, request: Request) -> Response:
         self._base(request)
@@ -46,21 +59,20 @@ class StacHandlers:
 
     async def collections(self, request: Request) -> Response:
         base = self._base(request)
-        return JSONResponse(self.api.list_collections(base))  # type: ignore[union-attr]
+        return await self._answer(_JSON, "list_collections", base)
 
     async def collection(self, request: Request) -> Response:
         base, cid = self._base(request), request.path_params["cid"]
-        return JSONResponse(self.api.collection(cid, base))  # type: ignore[union-attr]
+        return await self._answer(_JSON, "collection", cid, base)
 
     async def items(self, request: Request) -> Response:
         base, cid = self._base(request), request.path_params["cid"]
-        page = self.api.search(dict(request.query_params), base, collection=cid)  # type: ignore[union-attr]
-        return JSONResponse(page, media_type="application/geo+json")
+        return await self._answer(_GEOJSON, "search", dict(request.query_params), base,
+                                  collection=cid)  # fmt: skip
 
     async def item(self, request: Request) -> Response:
         base, p = self._base(request), request.path_params
-        return JSONResponse(self.api.item(p["cid"], p["iid"], base),  # type: ignore[union-attr]
-                            media_type="application/geo+json")  # fmt: skip
+        return await self._answer(_GEOJSON, "item", p["cid"], p["iid"], base)
 
     async def search(self, request: Request) -> Response:
         base = self._base(request)
@@ -76,10 +88,10 @@ class StacHandlers:
                 raise BadRequestError("search body must be a JSON object")
         else:
             params = dict(request.query_params)
-        page = self.api.search(params, base, method=request.method)  # type: ignore[union-attr]
-        return JSONResponse(page, media_type="application/geo+json")
+        return await self._answer(_GEOJSON, "search", params, base, method=request.method)
 
     async def file(self, request: Request) -> Response:
         self._base(request)
-        data = self.api.static_file(request.path_params["path"])  # type: ignore[union-attr]
+        data = await run_in_threadpool(self.api.static_file,  # type: ignore[union-attr]
+                                       request.path_params["path"])  # fmt: skip
         return Response(data, media_type="application/json")
