@@ -57,7 +57,8 @@ CREATE VIRTUAL TABLE IF NOT EXISTS items_rtree USING rtree (
 CREATE TABLE IF NOT EXISTS runs (
     dest TEXT PRIMARY KEY,
     collection TEXT NOT NULL,
-    settings TEXT NOT NULL
+    settings TEXT NOT NULL,
+    json_tree INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS left_out (
     dest TEXT NOT NULL,
