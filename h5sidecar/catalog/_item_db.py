@@ -83,7 +83,8 @@ def connect(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
     # WAL: the STAC API may read while a catalog run writes; NORMAL: one fsync per commit
     db.execute("PRAGMA journal_mode = WAL")
     db.execute("PRAGMA synchronous = NORMAL")
-    db.executescript(SCHEMA)
+    if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+        db.executescript(SCHEMA)  # only then: a run that changes nothing writes nothing
     return db
 
 

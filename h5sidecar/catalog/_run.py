@@ -109,7 +109,9 @@ class Run:
         tree = json_tree if json_tree is not None else n_items <= JSON_TREE_MAX_ITEMS
         if prior is not None and bool(prior[2]) != tree:
             rewrite_all = True
-        db.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?)", (dest, cid, self.settings, tree))
+        if prior != (cid, self.settings, int(tree)):
+            db.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?)",
+                       (dest, cid, self.settings, int(tree)))  # fmt: skip
         db.commit()
         for err in synced.errors:
             # info, not warning: the result's errors carry it, and the CLI prints them once
