@@ -86,7 +86,8 @@ def _identity(fs: Any, path: str, entry: Mapping[str, Any]) -> str:
             entry = fs.info(f"{path}/.zmetadata")
         except FileNotFoundError:
             return "no-zmetadata"
-    keys = ("size", "mtime", "ino", "ETag", "LastModified", "created")
+    # not the change time: it moves when another hard link to the file is made or removed
+    keys = ("size", "mtime", "ino", "ETag", "LastModified")
     return json.dumps([str(entry.get(k, "")) for k in keys])
 
 
