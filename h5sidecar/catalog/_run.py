@@ -20,16 +20,10 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from h5sidecar.catalog._build import (
-    JSON_TREE_MAX_ITEMS,
-    ROOT_ID,
-    CatalogResult,
-    NoFootprint,
-    _add_cubes,
-    _catalogue_one,
-)
+from h5sidecar.catalog._catalogue import add_cubes, catalogue_one
 from h5sidecar.catalog._item import GranuleInfo
 from h5sidecar.catalog._item_db import delete_rows
+from h5sidecar.catalog._result import CatalogResult, NoFootprint
 from h5sidecar.catalog._sync import reset_dest, sync_dest
 from h5sidecar.catalog._tree import (
     item_document,
@@ -43,7 +37,13 @@ from h5sidecar.catalog._union import union_bbox
 from h5sidecar.catalog._validate import ShapeValidator, validate_document
 from h5sidecar.references import GranuleRefs
 
-__all__ = ["Run"]
+__all__ = ["JSON_TREE_MAX_ITEMS", "ROOT_ID", "Run"]
+
+ROOT_ID = "h5sidecar"
+#: Collections of at most this many items are also written as a static JSON tree (one document
+#: per item, linked from the collection); larger ones only as stac-geoparquet and in the item
+#: database the STAC API searches.
+JSON_TREE_MAX_ITEMS = 10_000
 
 log = logging.getLogger("h5sidecar.catalog")
 _ID_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
@@ -62,7 +62,7 @@ class Run:
         self.gateway_url = gateway_url
         self.storage_options = storage_options
         self.catalogue = functools.partial(
-            _catalogue_one, dest=dest, gateway_url=gateway_url,
+            catalogue_one, dest=dest, gateway_url=gateway_url,
             references_base_url=references_base_url, storage_options=storage_options)
         self.references_base_url = references_base_url
         self.settings = json.dumps({"gateway_url": gateway_url,
@@ -242,7 +242,7 @@ class Run:
                                  pystac.TemporalExtent([interval])),
             license="other", stac_extensions=[],
         )  # fmt: skip
-        names = _add_cubes(collection, given, found, dest=self.dest,
+        names = add_cubes(collection, given, found, dest=self.dest,
                            gateway_url=self.gateway_url,
                            references_base_url=self.references_base_url)  # fmt: skip
         return dict(collection.to_dict(include_self_link=False, transform_hrefs=False)), names

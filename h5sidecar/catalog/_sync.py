@@ -19,7 +19,8 @@ from typing import Any
 from h5sidecar.catalog._item import GranuleInfo
 from h5sidecar.catalog._item_db import delete_rows, item_row, write_row
 from h5sidecar.catalog._listing import dest_fs, iter_sidecars, sidecar_size
-from h5sidecar.references import GranuleRefs
+from h5sidecar.catalog._result import ItemError
+from h5sidecar.references import GranuleRefs, read_refs
 
 __all__ = ["COMMIT_EVERY", "Synced", "sync_dest"]
 
@@ -62,9 +63,6 @@ def sync_dest(
 ) -> Synced:
     """Update the rows of DEST (see module docs); ``catalogue(granule)`` returns the granule's
     Item dict, an ``ItemError`` or a cube's ``GranuleRefs``.  New rows go to ``collection``."""
-    from h5sidecar.catalog._build import ItemError
-    from h5sidecar.references import read_refs
-
     fs, _ = dest_fs(dest, storage_options)
     out = Synced()
     db.execute("CREATE TEMP TABLE IF NOT EXISTS seen (key INTEGER PRIMARY KEY)")

@@ -91,7 +91,7 @@ def test_noop_rerun_reads_and_writes_nothing(setup: tuple[Path, Path, Path],
     def no_read(*args: object, **kwargs: object) -> None:
         raise AssertionError("an unchanged sidecar was read")
 
-    monkeypatch.setattr("h5sidecar.catalog._build.read_refs", no_read)
+    monkeypatch.setattr("h5sidecar.catalog._catalogue.read_refs", no_read)
     res = build_catalog(str(dest), stac, collection_id="grids")
     assert res.ok and (res.added, res.updated, res.removed, res.unchanged) == (0, 0, 0, 3)
     assert _snapshot(stac) == before
