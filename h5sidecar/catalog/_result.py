@@ -60,6 +60,8 @@ class CatalogResult:
         gone since the last run, and left as they were (not read).
     geoparquet : str
         Path of the collection's stac-geoparquet file (``""`` when not written).
+    n_items : int
+        Items in the collection.
     """
 
     catalog: str
@@ -74,6 +76,7 @@ class CatalogResult:
     removed: int = 0
     unchanged: int = 0
     geoparquet: str = ""
+    n_items: int = 0
 
     @property
     def ok(self) -> bool:
@@ -87,4 +90,5 @@ class CatalogResult:
                 "errors": [e.to_dict() for e in self.errors], "cubes": list(self.cubes),
                 "no_footprint": [n.to_dict() for n in self.no_footprint],
                 "added": self.added, "updated": self.updated, "removed": self.removed,
-                "unchanged": self.unchanged, "geoparquet": self.geoparquet}
+                "unchanged": self.unchanged, "geoparquet": self.geoparquet,
+                "n_items": self.n_items}

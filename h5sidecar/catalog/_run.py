@@ -154,7 +154,7 @@ class Run:
             cube_names,
             tuple(self._no_footprint(cid)), added=synced.added, updated=synced.updated,
             removed=len(synced.removed), unchanged=synced.unchanged,
-            geoparquet=str(parquet) if geoparquet else "")
+            geoparquet=str(parquet) if geoparquet else "", n_items=n_items)
 
     # -- reading back -------------------------------------------------------------------------
     def _docs(self, cid: str) -> Iterator[dict[str, Any]]:

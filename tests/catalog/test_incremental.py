@@ -182,3 +182,19 @@ def test_without_json_tree_items_are_searchable(tmp_path: Path) -> None:
     api = StacApi(tmp_path / "stac")
     assert [f["id"] for f in api.search({"bbox": "-120,1,-110,2"}, BASE)["features"]] == ["g1"]
     assert api.item(res.collection_id, "g2", BASE)["bbox"][0] == pytest.approx(-59.0)
+
+
+def test_cli_rerun_says_what_changed(setup: tuple[Path, Path, Path], capsys) -> None:
+    from h5sidecar.cli import main
+
+    _, dest, stac = setup
+    capsys.readouterr()
+    assert main(["catalog", str(dest), "-o", str(stac), "--collection-id", "grids"]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "3 item(s) in collection grids" in printed
+    assert "0 added, 0 updated, 0 removed, 3 unchanged" in printed
+    assert main(["catalog", str(dest), "-o", str(stac), "--collection-id", "grids",
+                 "--no-json-tree", "--no-geoparquet", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["items"] == [] and res["geoparquet"] == "" and res["n_items"] == 3
+    assert not (stac / "grids" / "a").exists()
