@@ -79,10 +79,9 @@ def connect(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
                              check_same_thread=False)  # fmt: skip
         db.execute("PRAGMA query_only = 1")
         return db
+    # the default rollback journal, not WAL: a served catalog folder may be read-only, and a
+    # read-only WAL database needs its -shm file; readers wait out a commit (timeout)
     db = sqlite3.connect(str(path), timeout=60.0)
-    # WAL: the STAC API may read while a catalog run writes; NORMAL: one fsync per commit
-    db.execute("PRAGMA journal_mode = WAL")
-    db.execute("PRAGMA synchronous = NORMAL")
     if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
         db.executescript(SCHEMA)  # only then: a run that changes nothing writes nothing
     return db

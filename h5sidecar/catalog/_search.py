@@ -180,7 +180,7 @@ class StacApi:
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
+            db = sqlite3.connect(self._uri, uri=True, check_same_thread=False, timeout=30.0)
             db.execute("PRAGMA query_only = 1")
             self._local.db = db
         return db
