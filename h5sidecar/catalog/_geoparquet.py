@@ -34,9 +34,9 @@ _AS_JSON = ("h5sidecar:attributes",)
 _ASSET_JSON = ("xarray:open_kwargs", "xarray:storage_options")
 
 
-def _asset(asset: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: json.dumps(v, separators=(",", ":")) if k in _ASSET_JSON else v
-            for k, v in asset.items()}  # fmt: skip
+def _asset(asset: Mapping[str, Any], light: bool = False) -> dict[str, Any]:
+    return {k: ("" if light else json.dumps(v, separators=(",", ":"))) if k in _ASSET_JSON
+            else v for k, v in asset.items()}  # fmt: skip
 
 
 def _time(text: Any) -> dt.datetime | None:
@@ -46,7 +46,9 @@ def _time(text: Any) -> dt.datetime | None:
     return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
 
 
-def _row(doc: Mapping[str, Any], collection: str) -> dict[str, Any]:
+def _row(doc: Mapping[str, Any], collection: str, *, light: bool = False) -> dict[str, Any]:
+    """The item as a row; ``light`` (for the schema pass) leaves out what does not change the
+    schema and costs most: the WKB geometry and the JSON texts (their types are fixed)."""
     import shapely
     from shapely.geometry import shape
 
@@ -57,19 +59,19 @@ def _row(doc: Mapping[str, Any], collection: str) -> dict[str, Any]:
         "stac_version": doc.get("stac_version"),
         "stac_extensions": list(doc.get("stac_extensions", [])),
         "id": doc["id"],
-        "geometry": shapely.to_wkb(shape(geom)) if geom else None,
+        "geometry": shapely.to_wkb(shape(geom)) if geom and not light else None,
         "bbox": None if not bbox else dict(zip(("xmin", "ymin", "xmax", "ymax"),
                                                [float(v) for v in bbox[:4]], strict=True)),
         "links": [{k: v for k, v in lk.items() if k in ("href", "rel", "type", "title")}
                   for lk in doc.get("links", [])],
-        "assets": {k: _asset(a) for k, a in doc.get("assets", {}).items()},
+        "assets": {k: _asset(a, light) for k, a in doc.get("assets", {}).items()},
         "collection": collection,
     }  # fmt: skip
     for key, value in doc.get("properties", {}).items():
         if key in _TIMES:
             row[key] = _time(value)
         elif key in _AS_JSON:
-            row[key] = json.dumps(value, separators=(",", ":"))
+            row[key] = "" if light else json.dumps(value, separators=(",", ":"))
         else:
             row[key] = value
     return row
@@ -78,12 +80,13 @@ def _row(doc: Mapping[str, Any], collection: str) -> dict[str, Any]:
 def _batches(
     docs: Iterable[Mapping[str, Any]], collection: str, types: set[str] | None = None
 ) -> Iterator[list[dict[str, Any]]]:
-    """Rows in batches of :data:`ROW_GROUP`; the geometry types seen are added to ``types``."""
+    """Rows in batches of :data:`ROW_GROUP`.  With ``types`` (the schema pass), light rows, and
+    the geometry types seen are added to it."""
     batch: list[dict[str, Any]] = []
     for doc in docs:
         if types is not None and doc.get("geometry"):
             types.add(str(doc["geometry"]["type"]))
-        batch.append(_row(doc, collection))
+        batch.append(_row(doc, collection, light=types is not None))
         if len(batch) >= ROW_GROUP:
             yield batch
             batch = []
