@@ -51,6 +51,7 @@ CREATE TABLE IF NOT EXISTS items (
 CREATE INDEX IF NOT EXISTS items_by_id ON items (collection, id);
 CREATE INDEX IF NOT EXISTS items_by_id_only ON items (id);
 CREATE INDEX IF NOT EXISTS items_by_sidecar ON items (dest, sidecar);
+-- entry ids: 2*key (and 2*key+1 for the second half of a box across the antimeridian)
 CREATE VIRTUAL TABLE IF NOT EXISTS items_rtree USING rtree (
     rid, minx, maxx, miny, maxy, mint, maxt, +key INTEGER
 );
@@ -149,7 +150,7 @@ def write_row(db: sqlite3.Connection, row: ItemRow, key: int | None = None) -> i
         db.execute(
             'UPDATE items SET collection=?, id=?, dest=?, sidecar=?, identity=?, w=?, s=?, e=?, '
             'n=?, start=?, "end"=?, short_name=?, doc=? WHERE key=?', (*values, key))
-        db.execute("DELETE FROM items_rtree WHERE key = ?", (key,))
+        _delete_entries(db, key)
     t0 = -OPEN if row.start is None else row.start
     t1 = OPEN if row.end is None else row.end
     if row.bbox is None:
@@ -158,16 +159,23 @@ def write_row(db: sqlite3.Connection, row: ItemRow, key: int | None = None) -> i
         w, s, e, n = row.bbox
         entries = [(a, b, s, n) for a, b in spans_of(w, e)]
     db.executemany(
-        "INSERT INTO items_rtree (minx, maxx, miny, maxy, mint, maxt, key) VALUES (?,?,?,?,?,?,?)",
-        [(a, b, s, n, t0, t1, key) for a, b, s, n in entries])
+        "INSERT INTO items_rtree (rid, minx, maxx, miny, maxy, mint, maxt, key) "
+        "VALUES (?,?,?,?,?,?,?,?)",
+        [(2 * key + i, a, b, s, n, t0, t1, key) for i, (a, b, s, n) in enumerate(entries)])
     return key
+
+
+def _delete_entries(db: sqlite3.Connection, key: int) -> None:
+    # an item's entries have ids 2*key and 2*key+1: found through the R-tree's own index
+    # (its auxiliary ``key`` column has none, and a scan per item is quadratic)
+    db.execute("DELETE FROM items_rtree WHERE rid IN (?, ?)", (2 * key, 2 * key + 1))
 
 
 def delete_rows(db: sqlite3.Connection, keys: Iterable[int]) -> None:
     """Delete items by key (and their R-tree entries)."""
     for key in keys:
         db.execute("DELETE FROM items WHERE key = ?", (key,))
-        db.execute("DELETE FROM items_rtree WHERE key = ?", (key,))
+        _delete_entries(db, key)
 
 
 def iter_docs(db: sqlite3.Connection, collection: str, batch: int = 2000) -> Iterator[str]:
