@@ -100,7 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Write (or update) a static STAC 1.1 catalog in STACDIR: a "
                        "Collection with one Item per granule indexed under DEST (footprint and "
                        "time range read from the data; assets: original file, sidecar, and the "
-                       "gateway's Zarr store with --gateway-url). Documents are validated "
+                       "gateway's Zarr store with --gateway-url), also written as stac-geoparquet. "
+                       "Re-runs read only new or changed sidecars and drop removed ones. The "
+                       "collection, the root and one item per document shape are validated "
                        "against the STAC schemas offline.")
     p.add_argument("dest", help="folder or S3 prefix written by `h5sidecar index -o`")
     p.add_argument("-o", "--output", dest="stacdir", required=True, help="catalog folder")
@@ -119,6 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pgstac", default=None, metavar="DSN",
                    help="also upsert the catalog's collections and items into the pgstac "
                    "database at this libpq DSN (password from PGPASSWORD or ~/.pgpass)")
+    p.add_argument("--json-tree", action=argparse.BooleanOptionalAction, default=None,
+                   help="write one JSON document per item, linked from the collection "
+                   "(default: for collections of at most 10,000 items)")
+    p.add_argument("--no-geoparquet", dest="geoparquet", action="store_false",
+                   help="do not write the collection's items.parquet (stac-geoparquet)")
     _storage_option_arg(p)
     p.set_defaults(command="catalog")
 

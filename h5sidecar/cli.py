@@ -301,6 +301,7 @@ def _cmd_catalog(args: argparse.Namespace, out: Console, err: Console) -> int:
             storage_options=storage_options(args.storage_options), title=args.title,
             description=args.description, cubes=args.cube or None,
             progress=lambda name, ok: status.update(f"catalogued {name}"),
+            json_tree=args.json_tree, geoparquet=args.geoparquet,
         )
     if args.pgstac:
         from h5sidecar.catalog import load_pgstac
@@ -314,8 +315,11 @@ def _cmd_catalog(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.json:
         out.print_json(data=result.to_dict())
         return EXIT_OK if result.ok else EXIT_FAILED
-    out.print(f"[bold]{len(result.items)}[/] item(s) in collection [bold]{result.collection_id}"
-              f"[/]: {result.catalog} (validated against the STAC 1.1 schemas)")
+    out.print(f"[bold]{result.n_items}[/] item(s) in collection [bold]{result.collection_id}[/]: "
+              f"{result.catalog} (validated against the STAC 1.1 schemas)")
+    out.print(f"{result.added} added, {result.updated} updated, {result.removed} removed, "
+              f"{result.unchanged} unchanged" +
+              (f"; stac-geoparquet: {result.geoparquet}" if result.geoparquet else ""))
     if result.cubes:
         out.print(f"cube asset(s) of the collection: {', '.join(result.cubes)}")
     for n in result.no_footprint:

@@ -2,13 +2,15 @@
 
 * :func:`build_catalog` -- ``h5sidecar catalog DEST -o STACDIR``: one STAC Item per granule
   (footprint and time range read from the data, properties from global attributes, assets for
-  the original file, the sidecar and the gateway's Zarr store) in a Collection;
+  the original file, the sidecar and the gateway's Zarr store) in a Collection, also written as
+  stac-geoparquet; re-runs touch only what changed (item database ``STACDIR/_items.sqlite``);
 * :func:`validate_document` / :func:`validate_tree` -- validation against the STAC JSON schemas
   shipped in the package (no network);
 * :func:`open_item` -- an Item (object, dict, file or URL) -> :class:`xarray.Dataset`, or a
   Collection -> its datacube (cubes are Collection assets, see ``_cube_assets``);
 * :class:`StacApi` / :func:`search_items` -- the framework-free core of the gateway's
-  ``/stac/`` routes (STAC API item search: bbox, datetime, ids, limit, paging);
+  ``/stac/`` routes (STAC API item search over the item database: bbox, datetime, ids,
+  collections, intersects, limit, cursor paging).
 * :func:`load_pgstac` / :class:`PgStacApi` -- the same catalog loaded into, and searched in,
   pgstac (PostgreSQL + PostGIS).
 

@@ -1,5 +1,11 @@
 """Read a granule's locating variables through its sidecar and derive footprint and time range.
 
+Gridded and time-only granules indexed with a coordinate summary (what the indexer records of
+small latitude, longitude and time variables, see :mod:`h5sidecar.indexer._summary`) are
+located from it without reading values, with the same result; along-track granules (whose
+footprint follows every point), packed coordinates and sidecars written before summaries were
+recorded are read as below.
+
 When the coordinates give no footprint (projected x/y only, or no finite value), the ACDD
 ``geospatial_*`` bounds do, as ACDD time attributes stand in for time variables.  Values are
 read with the ``h5sidecar`` xarray engine (the same read path users get, selected by
@@ -21,6 +27,7 @@ from h5sidecar.catalog._geometry import (
     Footprint,
     Track,
     acdd_footprint,
+    grid_box,
     grid_footprint,
     track_footprint,
 )
@@ -164,6 +171,9 @@ def granule_extent(
         See :func:`~h5sidecar.catalog._geometry.track_footprint`.
     """
     loc = find_locators(refs)
+    recorded = _from_summary(refs, loc)
+    if recorded is not None:
+        return recorded
     kw = {"storage_options": dict(storage_options)} if storage_options else {}
     reader = _Reader(refs, kw)
     try:
@@ -204,3 +214,65 @@ def _acdd_fallback(refs: GranuleRefs, loc: Locators) -> tuple[Footprint | None, 
     names = ", ".join(p for p in read or [loc.grid_lat, loc.grid_lon] if p)
     return None, f"the latitude/longitude variables ({names}) hold no finite value, {acdd}"
 
+
+
+def _summary_times(
+    refs: GranuleRefs, loc: Locators, summary: Mapping[str, Any]
+) -> tuple[dt.datetime | None, dt.datetime | None, str] | None:
+    """:func:`_time_range` from the recorded summaries (None when a time variable has none):
+    a 1-D dimension coordinate's first and last values when both are finite (what the reader
+    takes), else its finite minimum and maximum."""
+    ranges = []
+    for path in loc.times:
+        s = summary.get(path)
+        if s is None:
+            return None
+        meta = refs.arrays[path].meta
+        name = path.rpartition("/")[2]
+        ends = s.get("ends")
+        if (len(meta.shape) == 1 and tuple(meta.dimension_names) == (name,) and ends
+                and None not in ends):
+            values = np.asarray(ends, dtype="f8")
+        else:
+            values = np.asarray([s["min"], s["max"]] if s["finite"] else [], dtype="f8")
+        attrs = dict(meta.attrs)
+        if "units" not in attrs:
+            attrs = _coordinate_attrs(refs, path) or attrs
+        r = decode_cf_range(values, attrs)
+        if r is not None:
+            ranges.append(r)
+    if ranges:
+        return (min(r[0] for r in ranges), max(r[1] for r in ranges),
+                f"variables: {', '.join(loc.times)}")
+    attr_range = time_range_from_attrs(refs.groups.get("", {}))
+    if attr_range is not None:
+        return attr_range[0], attr_range[1], "attributes"
+    return None, None, ""
+
+
+def _from_summary(refs: GranuleRefs, loc: Locators) -> GranuleExtent | None:
+    """The extent from the index-time coordinate summary, or None to read the values."""
+    from h5sidecar.indexer import COORDINATE_SUMMARY_KEY
+
+    summary = refs.extra.get(COORDINATE_SUMMARY_KEY)
+    if not isinstance(summary, Mapping) or loc.kind == "track":
+        return None
+    footprint: Footprint | None = None
+    space: tuple[str, ...] = ()
+    if loc.kind == "grid":
+        assert loc.grid_lat is not None and loc.grid_lon is not None
+        lat, lon = summary.get(loc.grid_lat), summary.get(loc.grid_lon)
+        if lat is None or lon is None:
+            return None
+        if lat["finite"] and lon["finite"]:
+            west, east = lon["lon_arc"]
+            footprint = grid_box(west, lat["min"], east, lat["max"])
+            space = (loc.grid_lat, loc.grid_lon)
+    times = _summary_times(refs, loc, summary)
+    if times is None:
+        return None
+    why = ""
+    if footprint is None:
+        footprint, why = _acdd_fallback(refs, loc)
+        space = ("attributes",) if footprint is not None else ()
+    return GranuleExtent(footprint, times[0], times[1], space, times[2], loc.kind, why)

@@ -20,8 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from h5sidecar.indexer import longitude_arc
+
 __all__ = [
-    "ACDD_BOUNDS", "EARTH_RADIUS_M", "Footprint", "Track", "acdd_footprint", "grid_footprint",
+    "ACDD_BOUNDS", "EARTH_RADIUS_M", "Footprint", "Track", "acdd_footprint", "grid_box",
+    "grid_footprint",
     "track_footprint",
 ]  # fmt: skip
 
@@ -263,7 +266,13 @@ def grid_footprint(lat: np.ndarray, lon: np.ndarray) -> Footprint:
     if la.size == 0 or lo.size == 0:
         raise ValueError("no finite latitude/longitude coordinate values")
     south, north = float(la.min()), float(la.max())
-    west, east = _lon_arc(((lo + 180.0) % 360.0) - 180.0)
+    west, east = longitude_arc(((lo + 180.0) % 360.0) - 180.0)
+    return _box(west, south, east, north)
+
+
+def grid_box(west: float, south: float, east: float, north: float) -> Footprint:
+    """What :func:`grid_footprint` gives for coordinates whose latitudes span ``south..north``
+    and whose longitudes' shortest arc is ``west..east`` (an index-time summary)."""
     return _box(west, south, east, north)
 
 
@@ -324,16 +333,3 @@ def acdd_footprint(attrs: Mapping[str, Any]) -> Footprint:
     return _box(west, south, east, north)
 
 
-def _lon_arc(lon: np.ndarray) -> tuple[float, float]:
-    """(west, east) of the shortest arc holding every longitude in [-180, 180)."""
-    u = np.unique(lon)
-    if u.size == 1:
-        return float(u[0]), float(u[0])
-    gaps = np.diff(np.r_[u, u[0] + 360.0])
-    spacing = float(np.median(gaps))
-    i = int(np.argmax(gaps))
-    if gaps[i] <= 2 * spacing:  # evenly spread all around: global
-        return -180.0, 180.0
-    west = float(u[(i + 1) % u.size])
-    east = float(u[i])
-    return west, east

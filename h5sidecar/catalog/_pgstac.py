@@ -88,9 +88,6 @@ class PgStacApi:
         the gateway answers 502).
     """
 
-    #: the gateway runs this backend's methods in worker threads (they wait on the database)
-    blocking = True
-
     def __init__(self, dsn: str, *, pool_size: int = 4, timeout: float = 30.0,
                  context: str = "on") -> None:  # fmt: skip
         from psycopg_pool import ConnectionPool, PoolTimeout

@@ -4,11 +4,13 @@ Framework-free: :class:`StacApi` answers with JSON-ready dicts and raises
 :class:`~h5sidecar.errors.InvalidRequestError` (HTTP 400) for malformed parameters and
 :class:`~h5sidecar.errors.NotIndexedError` (HTTP 404) for unknown collections or items; the
 gateway's ``/stac/`` routes only translate HTTP to these calls.  Conformance: STAC API Core,
-Item Search (``bbox``, ``intersects``, ``datetime``, ``ids``, ``collections``, ``limit``, token paging, by GET
+Item Search (``bbox``, ``intersects``, ``datetime``, ``ids``, ``collections``, ``limit``, cursor paging, by GET
 or POST) and Collections/Features (browsing).
 
-Items are held in memory, loaded once from ``STACDIR`` (the folder ``h5sidecar catalog``
-writes); the links of every answer are absolute, built from the request's base URL.
+Items are searched in the catalog's item database (``STACDIR/_items.sqlite``, written by
+``h5sidecar catalog``; an R-tree over space and time, keyset paging, see :mod:`._item_query`),
+never all held in memory; the links of every answer are absolute, built from the request's
+base URL.
 """
 
 from __future__ import annotations
@@ -16,11 +18,16 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
+import sqlite3
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+from h5sidecar.catalog._item_db import DB_NAME, SCHEMA, load_tree
+from h5sidecar.catalog._item_query import find_item, search_page
 from h5sidecar.catalog._search_params import SearchParams, parse_search
 from h5sidecar.errors import NotIndexedError
 
@@ -129,6 +136,11 @@ def search_items(
 class StacApi:
     """STAC API answers over the catalog written by ``h5sidecar catalog`` (see module docs).
 
+    Items are not held in memory: they are searched in the catalog's item database
+    (``STACDIR/_items.sqlite``, see :mod:`._item_db`), opened read-only; a catalog folder
+    without one (written by hand or by an earlier version) is loaded once into an in-memory
+    database.  Every method may be called from any thread (one connection per thread).
+
     Parameters
     ----------
     stacdir : str or Path
@@ -143,21 +155,35 @@ class StacApi:
                 f"no catalog.json in {stacdir}: write one with "
                 "`h5sidecar catalog DEST -o STACDIR`")
         self.root = json.loads(root_file.read_text("utf-8"))
-        self.collections: dict[str, dict[str, Any]] = {}
-        self.entries: list[_Entry] = []
+        self._local = threading.local()
+        self._keeper: sqlite3.Connection | None = None
+        db_path = self.root_dir / DB_NAME
+        if db_path.is_file():
+            self._uri = f"file:{quote(str(db_path))}?mode=ro"
+            self.collections = self._read_collections()
+        else:
+            # shared in-memory database: every thread's connection sees the one loaded here
+            self._uri = f"file:h5sidecar-stac-{id(self)}?mode=memory&cache=shared"
+            self._keeper = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
+            self._keeper.executescript(SCHEMA)
+            self.collections = load_tree(self._keeper, self.root_dir, self.root)
+
+    def _read_collections(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
         for link in self.root.get("links", []):
             if link.get("rel") == "child":
-                self._load_collection(root_file.parent / link["href"])
+                coll = json.loads((self.root_dir / link["href"]).read_text("utf-8"))
+                if coll.get("type") == "Collection":
+                    out[coll["id"]] = coll
+        return out
 
-    def _load_collection(self, path: Path) -> None:
-        coll = json.loads(path.read_text("utf-8"))
-        if coll.get("type") != "Collection":
-            return
-        self.collections[coll["id"]] = coll
-        for link in coll.get("links", []):
-            if link.get("rel") == "item":
-                doc = json.loads((path.parent / link["href"]).read_text("utf-8"))
-                self.entries.append(_entry(doc, coll["id"]))
+    def _db(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self._uri, uri=True, check_same_thread=False, timeout=30.0)
+            db.execute("PRAGMA query_only = 1")
+            self._local.db = db
+        return db
 
     # -- documents ------------------------------------------------------------------------------
     def landing(self, base: str) -> dict[str, Any]:
@@ -220,17 +246,17 @@ class StacApi:
     def item(self, cid: str, item_id: str, base: str) -> dict[str, Any]:
         """One item with absolute links (``NotIndexedError`` when unknown)."""
         self._check_collection(cid)
-        for e in self.entries:
-            if e.collection == cid and e.doc["id"] == item_id:
-                return self._item_doc(e, base.rstrip("/"))
-        raise NotIndexedError(f"no item {item_id!r} in collection {cid!r}")
+        doc = find_item(self._db(), cid, item_id)
+        if doc is None:
+            raise NotIndexedError(f"no item {item_id!r} in collection {cid!r}")
+        return self._item_doc(doc, cid, base.rstrip("/"))
 
-    def _item_doc(self, e: _Entry, base: str) -> dict[str, Any]:
-        doc = {k: v for k, v in e.doc.items() if k != "links"}
-        coll = f"{base}/collections/{e.collection}"
-        doc["collection"] = e.collection
+    def _item_doc(self, item: dict[str, Any], cid: str, base: str) -> dict[str, Any]:
+        doc = {k: v for k, v in item.items() if k != "links"}
+        coll = f"{base}/collections/{cid}"
+        doc["collection"] = cid
         doc["links"] = [
-            {"rel": "self", "href": f"{coll}/items/{e.doc['id']}", "type": GEOJSON},
+            {"rel": "self", "href": f"{coll}/items/{item['id']}", "type": GEOJSON},
             {"rel": "parent", "href": coll, "type": JSON},
             {"rel": "collection", "href": coll, "type": JSON},
             {"rel": "root", "href": f"{base}/", "type": JSON},
@@ -272,19 +298,17 @@ class StacApi:
         if collection is not None:
             self._check_collection(collection)
             q = q.restricted_to(collection)
-        matched = [e for e in self.entries if _matches(e, q)]
-        page = matched[q.offset : q.offset + q.limit]
+        page = search_page(self._db(), q)
         self_href = f"{base}/collections/{collection}/items" if collection else f"{base}/search"
         links: list[dict[str, Any]] = [{"rel": "root", "href": f"{base}/", "type": JSON}]
-        nxt = q.offset + q.limit
-        if nxt < len(matched):
-            links.append(_next_link(self_href, params, method, nxt))
+        if page.next_key is not None:
+            links.append(_next_link(self_href, params, method, f"next:{page.next_key}"))
         return {
             "type": "FeatureCollection",
-            "features": [self._item_doc(e, base) for e in page],
+            "features": [self._item_doc(doc, cid, base) for _, cid, doc in page.rows],
             "links": links,
-            "numberMatched": len(matched),
-            "numberReturned": len(page),
+            "numberMatched": page.matched,
+            "numberReturned": len(page.rows),
         }
 
     def static_file(self, rel: str) -> bytes:
@@ -306,8 +330,7 @@ class StacApi:
         return target.read_bytes()
 
 
-def _next_link(href: str, params: Mapping[str, Any], method: str, offset: int) -> dict[str, Any]:
-    token = f"offset:{offset}"
+def _next_link(href: str, params: Mapping[str, Any], method: str, token: str) -> dict[str, Any]:
     if method.upper() == "POST":
         body = {k: v for k, v in params.items() if k != "token"}
         body["token"] = token

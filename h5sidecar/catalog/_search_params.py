@@ -30,6 +30,8 @@ class SearchParams:
     intersects: Any = None
     limit: int = DEFAULT_LIMIT
     offset: int = 0
+    #: keyset cursor (``next:KEY`` token): items after this key
+    after: int = 0
 
     def restricted_to(self, collection: str) -> SearchParams:
         """The same search within one collection."""
@@ -110,13 +112,17 @@ def _int(name: str, value: Any, lo: int, hi: int) -> int:
     return n
 
 
-def _offset(token: Any) -> int:
+def _token(token: Any) -> tuple[int, int]:
+    """``(offset, after)`` of a paging token: ``next:KEY`` (a keyset cursor, what this API
+    issues) or ``offset:N`` (issued by earlier versions, still accepted)."""
     if token is None or token == "":
-        return 0
+        return 0, 0
     text = str(token)
+    if text.startswith("next:"):
+        return 0, _int("token key", text.split(":", 1)[1], 0, 2**62)
     if not text.startswith("offset:"):
         raise InvalidRequestError(f"token {text!r} is not one this API issued (use 'next' links)")
-    return _int("token offset", text.split(":", 1)[1], 0, 10**9)
+    return _int("token offset", text.split(":", 1)[1], 0, 10**9), 0
 
 
 def parse_search(params: Mapping[str, Any]) -> SearchParams:
@@ -134,6 +140,7 @@ def parse_search(params: Mapping[str, Any]) -> SearchParams:
                 f"{unsupported!r} is not supported by this API: search with bbox, intersects, "
                 "datetime, ids and collections")
     start, end = _datetime(params.get("datetime"))
+    offset, after = _token(params.get("token"))
     limit = params.get("limit")
     bbox, intersects = _bbox(params.get("bbox")), _intersects(params.get("intersects"))
     if bbox is not None and intersects is not None:
@@ -146,7 +153,8 @@ def parse_search(params: Mapping[str, Any]) -> SearchParams:
         ids=_strings("ids", params.get("ids")),
         collections=_strings("collections", params.get("collections")),
         limit=DEFAULT_LIMIT if limit in (None, "") else _int("limit", limit, 1, MAX_LIMIT),
-        offset=_offset(params.get("token")),
+        offset=offset,
+        after=after,
     )
 
 

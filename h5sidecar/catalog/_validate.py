@@ -17,7 +17,10 @@ from typing import Any
 # defined in the error tree (an H5SidecarError and a ValueError); re-exported here
 from h5sidecar.errors import STACValidationError
 
-__all__ = ["STACValidationError", "shipped_schemas", "validate_document", "validate_tree"]
+__all__ = [
+    "STACValidationError", "ShapeValidator", "document_shape", "shipped_schemas",
+    "validate_document", "validate_tree",
+]
 
 _STAC = "https://schemas.stacspec.org/v1.1.0"
 #: Canonical URL -> file under ``schemas/`` (URLs, not ``$id``: one upstream ``$id`` is mistyped).
@@ -135,3 +138,47 @@ def validate_tree(root: str | Path) -> int:
         validate_document(json.loads(path.read_text("utf-8")), where=str(path))
         n += 1
     return n
+
+
+def _shape(value: Any, path: str, out: set[str]) -> None:
+    if isinstance(value, Mapping):
+        for key, v in value.items():
+            _shape(v, f"{path}/{key}", out)
+        out.add(f"{path}:object")
+    elif isinstance(value, list):
+        for v in value:
+            _shape(v, f"{path}[]", out)
+        out.add(f"{path}:array")
+    else:
+        out.add(f"{path}:{type(value).__name__}")
+
+
+def document_shape(doc: Mapping[str, Any]) -> frozenset[str]:
+    """The structure of a document: every key path with the JSON types found there (list
+    elements merged), values left out.  Two items of one shape differ only by values."""
+    out: set[str] = set()
+    _shape(doc, "", out)
+    return frozenset(out)
+
+
+class ShapeValidator:
+    """Validates the first document of each shape (:func:`document_shape`) and skips the others.
+
+    What the schemas check beyond structure (value ranges, formats, patterns) is therefore
+    checked on one document per shape; items of one catalog run are built by one function, so
+    their values vary only within what that function writes.
+    """
+
+    def __init__(self) -> None:
+        self._seen: set[frozenset[str]] = set()
+        self.validated = 0
+
+    def validate(self, doc: Mapping[str, Any], *, where: str = "") -> bool:
+        """Validate ``doc`` when its shape is new; returns whether it was validated."""
+        shape = document_shape(doc)
+        if shape in self._seen:
+            return False
+        validate_document(doc, where=where)
+        self._seen.add(shape)
+        self.validated += 1
+        return True

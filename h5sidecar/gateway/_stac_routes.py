@@ -1,7 +1,8 @@
 """The gateway's ``/stac/`` routes: a static STAC catalog and a STAC API item search.
 
 Answered by a framework-free :class:`h5sidecar.catalog.StacApi` passed in by the caller; this
-module only maps HTTP to it.
+module only maps HTTP to it.  Every call into it runs in a worker thread: a search reads the
+catalog's database, and the event loop must keep answering chunk requests meanwhile.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ __all__ = ["MAX_SEARCH_BODY", "StacHandlers"]
 
 #: Largest STAC search body read (bytes).
 MAX_SEARCH_BODY = 64 * 1024
+_JSON = "application/json"
+_GEOJSON = "application/geo+json"
 
 
 class StacHandlers:
@@ -30,14 +33,6 @@ class StacHandlers:
     def __init__(self, api: Any | None) -> None:
         self.api = api
 
-    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """The backend's answer; in a worker thread for one that waits on a database (pgstac),
-        so that the event loop keeps serving."""
-        fn = getattr(self.api, name)
-        if getattr(self.api, "blocking", False):
-            return await run_in_threadpool(fn, *args, **kwargs)
-        return fn(*args, **kwargs)
-
     def _base(self, request: Request) -> str:
         if self.api is None:
             raise NotIndexedError("this gateway serves no STAC catalog: write one with "
@@ -45,31 +40,39 @@ class StacHandlers:
                                   "--stac STACDIR")  # fmt: skip
         return f"{str(request.base_url).rstrip('/')}/stac"
 
+    async def _answer(self, media_type: str, call: str, *args: Any, **kwargs: Any) -> Response:
+        """The API's answer, computed and serialised in a worker thread (a large page's JSON
+        would hold the loop too)."""
+
+        def answer() -> Response:
+            return JSONResponse(getattr(self.api, call)(*args, **kwargs), media_type=media_type)
+
+        return await run_in_threadpool(answer)
+
     async def landing(self, request: Request) -> Response:
         base = self._base(request)  # first: it refuses when no catalog is served
-        return JSONResponse(await self._call("landing", base))
+        return await self._answer(_JSON, "landing", base)
 
     async def conformance(self, request: Request) -> Response:
         self._base(request)
-        return JSONResponse(await self._call("conformance"))
+        return await self._answer(_JSON, "conformance")
 
     async def collections(self, request: Request) -> Response:
         base = self._base(request)
-        return JSONResponse(await self._call("list_collections", base))
+        return await self._answer(_JSON, "list_collections", base)
 
     async def collection(self, request: Request) -> Response:
         base, cid = self._base(request), request.path_params["cid"]
-        return JSONResponse(await self._call("collection", cid, base))
+        return await self._answer(_JSON, "collection", cid, base)
 
     async def items(self, request: Request) -> Response:
         base, cid = self._base(request), request.path_params["cid"]
-        page = await self._call("search", dict(request.query_params), base, collection=cid)
-        return JSONResponse(page, media_type="application/geo+json")
+        return await self._answer(_GEOJSON, "search", dict(request.query_params), base,
+                                  collection=cid)  # fmt: skip
 
     async def item(self, request: Request) -> Response:
         base, p = self._base(request), request.path_params
-        return JSONResponse(await self._call("item", p["cid"], p["iid"], base),
-                            media_type="application/geo+json")  # fmt: skip
+        return await self._answer(_GEOJSON, "item", p["cid"], p["iid"], base)
 
     async def search(self, request: Request) -> Response:
         base = self._base(request)
@@ -85,10 +88,10 @@ class StacHandlers:
                 raise BadRequestError("search body must be a JSON object")
         else:
             params = dict(request.query_params)
-        page = await self._call("search", params, base, method=request.method)
-        return JSONResponse(page, media_type="application/geo+json")
+        return await self._answer(_GEOJSON, "search", params, base, method=request.method)
 
     async def file(self, request: Request) -> Response:
         self._base(request)
-        data = await self._call("static_file", request.path_params["path"])
+        data = await run_in_threadpool(self.api.static_file,  # type: ignore[union-attr]
+                                       request.path_params["path"])  # fmt: skip
         return Response(data, media_type="application/json")

@@ -26,6 +26,8 @@ from h5sidecar.indexer._filters import (
 from h5sidecar.indexer._granule import index_open_granule, skip_loses_data
 from h5sidecar.indexer._h5file import open_granule
 from h5sidecar.indexer._source import open_source
+from h5sidecar.indexer._summary import SUMMARY_KEY as COORDINATE_SUMMARY_KEY
+from h5sidecar.indexer._summary import longitude_arc
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import IndexSettings
 
@@ -33,6 +35,7 @@ from h5sidecar.settings import IndexSettings
 DEFAULT_SETTINGS = IndexSettings()
 
 __all__ = [
+    "COORDINATE_SUMMARY_KEY",
     "ENUMS_KEY",
     "REFERENCES_KEY",
     "Indexer",
@@ -40,6 +43,7 @@ __all__ = [
     "chunk_pipeline",
     "chunk_pipeline_differs",
     "index_granule",
+    "longitude_arc",
     "open_source",
     "partial_edge_chunks_unfiltered",
     "pipeline_for",

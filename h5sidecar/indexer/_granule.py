@@ -27,6 +27,7 @@ from h5sidecar.indexer._dataset import IndexContext, index_alias, index_dataset
 from h5sidecar.indexer._dims import DimensionNamer
 from h5sidecar.indexer._dtypes import ENUMS_KEY, REFERENCES_KEY, enum_mapping
 from h5sidecar.indexer._h5file import OpenGranule, open_granule
+from h5sidecar.indexer._summary import SUMMARY_KEY, add_summary
 from h5sidecar.indexer._vds import vds_extent
 from h5sidecar.indexer._walk import DatasetEntry, ObjectKey, model_path, object_key, walk
 from h5sidecar.references import ArrayRefs, GranuleRefs, Skipped
@@ -219,6 +220,7 @@ def index_open_granule(
     described: dict[str, Any] = {}  # enums and object references, see _describe_type
     skipped = list(hierarchy.skipped)
     by_path: dict[str, Skipped] = {}
+    summaries: dict[str, Any] = {}  # coordinate summaries for the catalog, see _summary
     try:
         for entry in hierarchy.datasets:
             try:
@@ -235,6 +237,8 @@ def index_open_granule(
                     )
                 arrays[entry.path] = arr
                 _describe_type(entry, described)
+                if entry.alias_of is None:
+                    add_summary(entry.path, entry.dset, arr.meta.attrs, summaries)
             except Skip as skip:
                 by_path[entry.path] = _record(skip, entry.path, settings)
                 skipped.append(by_path[entry.path])
@@ -255,6 +259,8 @@ def index_open_granule(
         extra["names_escaped"] = escaped  # see _walk.escape_name
     if ctx.attribute_dtypes:
         extra["attribute_dtypes"] = ctx.attribute_dtypes
+    if summaries:
+        extra[SUMMARY_KEY] = summaries
     return GranuleRefs(granule.identity, groups, arrays, tuple(skipped), extra)
 
 

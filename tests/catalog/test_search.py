@@ -112,7 +112,7 @@ def test_paging_with_next_links(api: StacApi) -> None:
     assert len(seen) == 4 and len(set(zip(seen, range(4), strict=True))) == 4
     body = api.search({"limit": 3}, BASE, method="POST")
     [nxt] = [link for link in body["links"] if link["rel"] == "next"]
-    assert nxt["method"] == "POST" and nxt["body"] == {"limit": 3, "token": "offset:3"}
+    assert nxt["method"] == "POST" and nxt["body"] == {"limit": 3, "token": "next:3"}
     assert api.search(nxt["body"], BASE, method="POST")["numberReturned"] == 1
 
 
