@@ -9,8 +9,10 @@ of h5py and xarray + h5netcdf.
 from __future__ import annotations
 
 import shutil
+import tracemalloc
 from pathlib import Path
 
+import numpy as np
 import pytest
 import xarray as xr
 
@@ -94,3 +96,31 @@ def test_build_leaves_the_shared_sidecar_cache_alone(shuffled, tmp_path: Path) -
     SIDECARS.clear()
     build_cube(str(sidecars), str(tmp_path / "cube.parq"), on_mismatch="split")
     assert len(SIDECARS) == 0
+
+
+def _traced_peak(dest: Path, out: Path) -> int:
+    """Peak bytes of Python objects allocated while building a cube of ``dest``."""
+    tracemalloc.start()
+    try:
+        build_cube(str(dest), str(out))
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.slow
+def test_memory_of_a_build_grows_by_little_per_member(tmp_path: Path, monkeypatch) -> None:
+    """A build held every member's whole references (~40 KB each, 40 GB at a million); now
+    one batch of them and ~1-2 KB a member (names, stamps, identities, chunk offsets)."""
+    from benchmarks._scale_data import make_dest
+
+    monkeypatch.setattr(_cube_batches, "BATCH", 200)
+    small, large = 400, 1600
+    peaks = [_traced_peak(make_dest(tmp_path / str(n), n)[1], tmp_path / f"cube{n}.parq")
+             for n in (small, large)]
+    per_member = (peaks[1] - peaks[0]) / (large - small)
+    print(f"{per_member:.0f} bytes a member")  # shown with -s
+    assert per_member < 6000, f"{per_member:.0f} bytes a member"
+    with xr.open_dataset(tmp_path / f"cube{large}.parq", engine="h5sidecar", chunks=None) as ds:
+        assert ds.sizes["time"] == large  # every member, in order (one day each)
+        assert (np.diff(ds["time"].values) > np.timedelta64(0)).all()
