@@ -64,11 +64,13 @@ class Piece:
 class Encoding:
     """The granules of one encoding: one cube (several when split)."""
 
-    first: GranuleRefs  # its first granule's references (subset): templates, encodings
-    name: str
+    #: its earliest granule's references (subset): the cube's templates (coordinate attributes)
+    first: GranuleRefs
+    name: str  # its first granule's name (errors)
     shared: dict[str, np.ndarray]  # its shared coordinates' values
     encoding: dict[str, dict[str, str]]
     pieces: list[Piece] = field(default_factory=list)
+    start: Any = None  # the earliest granule's first coordinate value
 
     def ordered(self) -> list[Piece]:
         """Its pieces in coordinate order."""
@@ -83,6 +85,7 @@ class Scan:
     coord: str
     shared: list[str]
     encodings: list[Encoding]
+    head: GranuleRefs  # the first granule listed (subset): its time units, when normalized
     coord_attrs: dict[str, Any] | None = None  # the cube's coordinate attributes (normalized)
 
 
@@ -111,8 +114,8 @@ def scan(
 
     ``select`` gives the cube's arrays, coordinate and shared coordinates from the first
     granule; ``subset`` cuts a granule to them; ``normalized(parts, paths, coord, values,
-    names, first)`` re-expresses a batch's coordinate values in the cube's time units (those
-    of ``first``, the cube's first granule, unless given) and returns them and the attributes.
+    names, head)`` re-expresses a batch's coordinate values in the cube's time units (those
+    of ``head``, the first granule listed, unless given) and returns them and the attributes.
 
     Raises
     ------
@@ -131,7 +134,8 @@ def scan(
             continue
         if out is None:
             paths, coord, shared = select(pairs[0][0])
-            out = Scan(paths, coord, shared, [])
+            head = subset(pairs[0][0], paths, pairs[0][0].source.url)
+            out = Scan(paths, coord, shared, [], head)
         names = [r.source.url for r, _ in pairs]
         parts = [subset(r, out.paths, n) for (r, _), n in zip(pairs, names, strict=True)]
         stamps = [s for _, s in pairs]
@@ -173,8 +177,7 @@ def _fold(
     read = read_coords(parts, [coord, *out.shared], opts)
     values = [r[coord] for r in read]
     if normalize_time:
-        values, out.coord_attrs = normalized(parts, paths, coord, values, names,
-                                             out.encodings[0].first)
+        values, out.coord_attrs = normalized(parts, paths, coord, values, names, out.head)
     check_order(values, names, coord)  # each granule's own values; overlaps: at the end
     inlined = {coord, *out.shared}
     for key, g in zip(keys, groups, strict=True):
@@ -184,6 +187,8 @@ def _fold(
         check_shared_values([enc.shared, *(read[i] for i in g)],
                             [enc.name, *(names[i] for i in g)], out.shared)
         g = sorted(g, key=lambda i: values[i][0])
+        if enc.start is None or values[g[0]][0] < enc.start:  # as a build in one batch does
+            enc.first, enc.start = parts[g[0]], values[g[0]][0]
         bare = [GranuleRefs(p.source, p.groups,
                             {k: a for k, a in p.arrays.items() if k not in inlined},
                             p.skipped, p.extra, p.members) for p in (parts[i] for i in g)]

@@ -247,7 +247,7 @@ def _normalized(
     time_units: str | None,
 ) -> tuple[list[np.ndarray], dict[str, Any]]:
     """Every granule's coordinate in one time units (see :mod:`._cube_time`) and its attrs:
-    ``time_units``, else those of ``first`` (the cube's first granule)."""
+    ``time_units``, else those of ``first`` (the first granule listed)."""
     head = first.arrays[coord].meta.attrs
     check_bounds(head, {p: first.arrays[p].meta.attrs for p in paths}, coord)
     units, calendar = time_attrs(head)
