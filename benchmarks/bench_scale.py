@@ -273,9 +273,11 @@ def _exponent(a: float | None, b: float | None, n1: int, n2: int) -> str:
 
 
 def _cell(r: dict[str, Any]) -> str:
-    if r.get("status") != "ok":
-        return str(r.get("status", "-"))
-    return f"{r['seconds']:.1f} s, {r['rss_mb']:.0f} MB"
+    status = str(r.get("status", "-"))
+    if status != "ok" and not status.startswith("exit"):
+        return status
+    text = f"{r['seconds']:.1f} s, {r['rss_mb']:.0f} MB"
+    return text if status == "ok" else f"{text} ({status})"
 
 
 def _serve_cell(r: dict[str, Any]) -> str:
