@@ -26,6 +26,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                   "batch indexing on Dask (granules/s) vs kerchunk; analysis vs h5py + s3fs"),
     "cube": ("benchmarks.bench_cube",
              "datacube: build from sidecars vs kerchunk from HDF5; open, time series, time step"),
+    "scale": ("benchmarks.bench_scale",
+              "every command at 10k-1M synthetic granules: time, peak RSS, growth with N"),
     "subchunk": ("benchmarks.bench_subchunk",
                  "NSRDB-like time step / site series: h5py, s3fs, kerchunk, read_arrays, gateway"),
 }

@@ -94,8 +94,10 @@ def load_granules(
         if isinstance(x, GranuleRefs):
             return x, None
         path = os.fspath(x)
-        identity = sidecar_identity(path, opts)  # the stamp, and the sidecar cache's key
-        refs = load_refs(path, opts, identity=identity)
+        identity = sidecar_identity(path, opts)  # the stamp
+        # not through the process-wide sidecar cache: a build reads each sidecar once, and
+        # would fill that cache (256 MB by default) with references nobody asks for again
+        refs = load_refs(path, opts, identity=identity, cache=None)
         _preload(refs)
         return refs, (path, _stamp(identity))
 

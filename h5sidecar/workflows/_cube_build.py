@@ -10,25 +10,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError
 from h5sidecar.references import GranuleRefs, write_refs
-from h5sidecar.workflows._cube_assemble import (
-    assemble,
-    cube_record,
-    load_granules,
-    read_coords,
-)
-from h5sidecar.workflows._cube_checks import (
-    check_order,
-    check_shared_values,
-    encoding_groups,
-    encodings,
-    mismatch_message,
-)
+from h5sidecar.workflows._cube_assemble import assemble, cube_record
+from h5sidecar.workflows._cube_batches import Interleaved, Scan, scan
+from h5sidecar.workflows._cube_checks import encodings
 from h5sidecar.workflows._cube_time import (
     NORMALIZED_FIELDS,
     check_bounds,
@@ -199,76 +190,70 @@ def _build(
     normalize_time: bool, time_units: str | None, action: str = "built",
 ) -> CubeResult:
     items = _sidecar_list(sidecars, opts)
-    pairs = load_granules(items, opts)
-    if isinstance(sidecars, str | os.PathLike):
+
+    def select(first: GranuleRefs) -> tuple[list[str], str, list[str]]:
+        paths, coord = _selection(first, concat_dim, group, variables)
+        return paths, coord, _shared_coords(first, paths, coord)
+
+    def run(items: Sequence[Any], units: str | None) -> Scan:
+        return scan(items, skip_cubes=isinstance(sidecars, str | os.PathLike),
+                    concat_dim=concat_dim, on_mismatch=on_mismatch, opts=opts,
+                    normalize_time=normalize_time, select=select, subset=_subset,
+                    normalized=partial(_normalized, time_units=units))  # fmt: skip
+
+    try:
         # cubes written into DEST (by an earlier run) are not granules of the next one
-        pairs = [(r, s) for r, s in pairs if not r.members]
-    if not pairs:
-        raise InvalidRequestError("no granule sidecars to combine (only cubes, or nothing)")
-    loaded = [r for r, _ in pairs]
-    names = [r.source.url for r in loaded]
-    paths, coord = _selection(loaded[0], concat_dim, group, variables)
-    parts = [_subset(r, paths, n) for r, n in zip(loaded, names, strict=True)]
+        found = run(items, time_units)
+    except Interleaved as again:  # not listed in coordinate order: once more, in that order
+        found = run([items[i] for i in again.order], time_units or again.units)
+    paths, coord = found.paths, found.coord
+    ordered = sorted(found.encodings, key=lambda e: min(p.coordinate[0] for p in e.pieces))
+    targets = cube_paths(out, len(ordered))
+    written, added = [], []
     ignore = {coord: NORMALIZED_FIELDS} if normalize_time else {}
-    groups = encoding_groups(parts, paths, concat_dim, ignore)
-    if len(groups) > 1 and on_mismatch == "raise":
-        only_time = not normalize_time and len(
-            encoding_groups(parts, paths, concat_dim, {coord: NORMALIZED_FIELDS})) == 1
-        raise IncompatibleGranulesError(
-            mismatch_message(parts, names, paths, concat_dim, ignore)
-            + (f"\nOnly the time coordinate {coord} differs: pass normalize_time=True "
-               "(--normalize-time) to hold its times in one units" if only_time else ""))
-    shared = _shared_coords(parts[0], paths, coord)
-    read = read_coords(parts, [coord, *shared], opts)
-    for g in groups:  # each cube keeps one copy of its grid
-        check_shared_values([read[i] for i in g], [names[i] for i in g], shared)
-    values = [r[coord] for r in read]
-    coord_attrs = None
-    if normalize_time:
-        values, coord_attrs = _normalized(parts, paths, coord, values, names, time_units)
-    # overlaps are refused across all granules, split or not (a split cube must not repeat steps)
-    check_order(values, names, coord)
-    ordered_groups = sorted(
-        (sorted(g, key=lambda i: values[i][0]) for g in groups), key=lambda g: values[g[0]][0]
-    )
-    targets = cube_paths(out, len(ordered_groups))
-    written = []
-    for target, members in zip(targets, ordered_groups, strict=True):
-        first = parts[members[0]]
+    for target, enc in zip(targets, ordered, strict=True):
+        pieces = enc.ordered()
+        names = [n for p in pieces for n in p.names]
+        stamps = [s for p in pieces for s in p.stamps]
         record = cube_record(
-            concat_dim=concat_dim, coord=coord, shared=shared,
-            lengths=[values[i].size for i in members],
-            encoding=encodings(first, paths, concat_dim, ignore),
-            sidecars={names[i]: s for i in members if (s := pairs[i][1]) is not None},
-            order=[names[i] for i in members],
+            concat_dim=concat_dim, coord=coord, shared=found.shared,
+            lengths=np.concatenate([p.lengths for p in pieces]).tolist(),
+            encoding=encodings(enc.first, paths, concat_dim, ignore),
+            sidecars={n: s for n, s in zip(names, stamps, strict=True) if s is not None},
+            order=names,
             normalized=normalize_time,
         )  # fmt: skip
-        coordinate = np.concatenate([values[i] for i in members])
+        coordinate = np.concatenate([p.coordinate for p in pieces])
+        # named by their last granule: a piece's partial last chunk is what concat refuses
         cube = assemble(
-            [parts[i] for i in members], [names[i] for i in members], paths=paths, coord=coord,
-            coordinate=coordinate, templates={p: first.arrays[p] for p in [coord, *shared]},
-            shared_values={c: read[members[0]][c] for c in shared}, concat_dim=concat_dim,
-            record=record, coord_attrs=coord_attrs,
+            [p.refs for p in pieces], [p.names[-1] for p in pieces], paths=paths, coord=coord,
+            coordinate=coordinate, templates={p: enc.first.arrays[p] for p in [coord, *found.shared]},
+            shared_values=enc.shared, concat_dim=concat_dim,
+            record=record, coord_attrs=found.coord_attrs,
         )  # fmt: skip
+        del pieces, enc.pieces[:]  # joined into the cube: free them before the write
         path = write_cube(cube, target, format, opts)
-        written.append(CubePart(path=path, granules=tuple(names[i] for i in members),
-                                length=int(coordinate.size), first=coordinate[0].item(),
-                                last=coordinate[-1].item()))
+        del cube
+        written.append(CubePart(path=path, granules=tuple(names), length=int(coordinate.size),
+                                first=coordinate[0].item(), last=coordinate[-1].item()))
+        added.extend(names)
     return CubeResult(cubes=tuple(written), concat_dim=concat_dim, variables=tuple(paths),
-                      action=action, added=tuple(names))
+                      action=action, added=tuple(added))
 
 
 def _normalized(
     parts: Sequence[GranuleRefs], paths: Sequence[str], coord: str,
-    values: list[np.ndarray], names: Sequence[str], time_units: str | None,
+    values: list[np.ndarray], names: Sequence[str], first: GranuleRefs, *,
+    time_units: str | None,
 ) -> tuple[list[np.ndarray], dict[str, Any]]:
-    """Every granule's coordinate in one time units (see :mod:`._cube_time`) and its attrs."""
-    attrs = [p.arrays[coord].meta.attrs for p in parts]
-    check_bounds(attrs[0], {p: parts[0].arrays[p].meta.attrs for p in paths}, coord)
-    units, calendar = time_attrs(attrs[0])
+    """Every granule's coordinate in one time units (see :mod:`._cube_time`) and its attrs:
+    ``time_units``, else those of ``first`` (the first granule listed)."""
+    head = first.arrays[coord].meta.attrs
+    check_bounds(head, {p: first.arrays[p].meta.attrs for p in paths}, coord)
+    units, calendar = time_attrs(head)
     units = time_units or units
-    dtype = parts[0].arrays[coord].meta.numpy_dtype
-    out = normalize_times(values, attrs, names, coord, units=units, calendar=calendar,
-                          dtype=dtype)
-    check_not_fill(out, attrs[0], names, coord)
-    return out, {**attrs[0], "units": units}
+    dtype = first.arrays[coord].meta.numpy_dtype
+    out = normalize_times(values, [p.arrays[coord].meta.attrs for p in parts], names, coord,
+                          units=units, calendar=calendar, dtype=dtype)
+    check_not_fill(out, head, names, coord)
+    return out, {**head, "units": units}

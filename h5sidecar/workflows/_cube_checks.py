@@ -27,6 +27,7 @@ __all__ = [
     "check_shared_values",
     "encoding_diff",
     "encoding_groups",
+    "encoding_key",
     "encoding_of",
     "encodings",
     "mismatch_message",
@@ -91,12 +92,18 @@ def encoding_groups(
     (keys sorted) is made of its values' texts, so two keys are equal exactly when every
     field's :func:`encoding_of` text is (one encoder call per part instead of one per field).
     """
-    ignore = ignore or {}
     groups: dict[str, list[int]] = {}
     for i, part in enumerate(parts):
-        key = _canonical({p: _fields(part.arrays[p].meta, dim, ignore.get(p, ())) for p in paths})
-        groups.setdefault(key, []).append(i)
+        groups.setdefault(encoding_key(part, paths, dim, ignore), []).append(i)
     return list(groups.values())
+
+
+def encoding_key(part: GranuleRefs, paths: Sequence[str], dim: str,
+                 ignore: Ignore | None = None) -> str:
+    """One text equal between two granules exactly when their encodings of ``paths`` are
+    (see :func:`encoding_groups`)."""
+    ignore = ignore or {}
+    return _canonical({p: _fields(part.arrays[p].meta, dim, ignore.get(p, ())) for p in paths})
 
 
 def mismatch_message(

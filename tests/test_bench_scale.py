@@ -1,0 +1,54 @@
+"""The scale benchmark (benchmarks/bench_scale.py): its synthetic DESTs are what index would
+write, and a small run measures every operation."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from benchmarks import _scale_data as data
+from h5sidecar.read import read_arrays
+
+N = 60
+
+
+def test_synthetic_dest_is_up_to_date_and_reads_like_h5py(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(data, "LINKS_PER_INODE", 25)  # three inodes, three templates
+    src, dest = data.make_dest(tmp_path, N)
+    run = subprocess.run(data.cli("index", str(src), "-o", str(dest), "--format", "json",
+                                  "--serial", "--json"), cwd=data.ROOT, env=data.command_env(),
+                         capture_output=True, text=True, check=True)
+    statuses = [g["status"] for g in json.loads(run.stdout)["granules"]]
+    assert len(statuses) == N and set(statuses) == {"up_to_date"}  # nothing re-indexed
+    for i in (0, 26, N - 1):  # one granule of each inode
+        got = read_arrays(str(dest / f"{data.name(i)}.json"), ["tas", "time", "lat"])
+        with h5py.File(src / data.name(i)) as f:
+            np.testing.assert_array_equal(got["tas"], f["tas"][...])
+            np.testing.assert_array_equal(got["lat"], f["lat"][...])
+        assert got["time"].tolist() == [i + 0.5]  # its own day (the source holds day 0)
+
+
+@pytest.mark.slow
+def test_small_run_measures_every_operation(tmp_path: Path) -> None:
+    from benchmarks import bench_scale
+
+    args = argparse.Namespace(sizes=[20, 40], cap=120.0, ops=list(bench_scale.OPS),
+                              data=tmp_path, update_readme=False, from_results=None)
+    results = bench_scale.run(args)
+    for n in ("20", "40"):
+        per = results["results"][n]
+        for op in bench_scale.OPS:
+            assert per[op]["status"] == "ok", (n, op, per[op])
+            assert per[op]["rss_mb"] > 10
+        serve = per["serve"]
+        assert serve["granules_page"]["code"] == serve["lookup"]["code"] == 200
+        assert serve["search"]["code"] == 200 and serve["search"]["items"] == 9
+        assert per["index 1%"]["touched"] == 1
+    table = bench_scale.report(results)
+    assert table.count("\n| ") == 1 + len(bench_scale.OPS)  # a header and a row per operation
