@@ -135,9 +135,24 @@ def _write_record(template: Path, out: Path, subs: Mapping[str, str], n: int) ->
         tmpl_names = [name(k * LINKS_PER_INODE) for k in range(-(-n // LINKS_PER_INODE))]
         for table in tables:
             _copy_rows(db, table, subs, tmpl_names, n)
+        _restamp(db)
         db.commit()
     finally:
         db.close()
+
+
+def _restamp(db: sqlite3.Connection) -> None:
+    """Each row's sidecar ``stamp`` (when the record has one) made that of its own sidecar:
+    copied from the template's, it would name another file's size and time, and every granule
+    would be re-checked as if its sidecar had been rewritten."""
+    from h5sidecar.workflows._recorded import sidecar_stamp
+
+    cols = {c[1] for c in db.execute("PRAGMA table_info(granules)")}
+    if "stamp" not in cols:
+        return
+    sidecars = [r[0] for r in db.execute("SELECT sidecar FROM granules")]
+    db.executemany("UPDATE granules SET stamp = ? WHERE sidecar = ?",
+                   ((sidecar_stamp(sc.removeprefix("file://")), sc) for sc in sidecars))
 
 
 def _copy_rows(db: sqlite3.Connection, table: str, subs: Mapping[str, str],
