@@ -63,6 +63,21 @@ def command_env() -> dict[str, str]:
     return {**os.environ, **ENV}
 
 
+def groups(n: int) -> list[range]:
+    """The names that share one inode, in order: runs of :data:`LINKS_PER_INODE`, and the last
+    1% of the names (:func:`touched`) on inodes of their own.  Replacing a hard link changes
+    its inode's change time, which every other name of that inode reports too (and the
+    indexer compares): the names a run replaces must not share an inode with the others."""
+    last = n - len(touched(n))
+    out = [range(a, min(a + LINKS_PER_INODE, last)) for a in range(0, last, LINKS_PER_INODE)]
+    return out + [range(a, min(a + LINKS_PER_INODE, n)) for a in range(last, n, LINKS_PER_INODE)]
+
+
+def touched(n: int) -> range:
+    """The names ``index 1%`` replaces: the last 1% (at least one)."""
+    return range(n - max(1, n // 100), n)
+
+
 def make_dest(root: Path, n: int) -> tuple[Path, Path]:
     """``root/src`` with ``n`` granules and ``root/dest`` indexed from it (made once per ``n``).
 
@@ -79,8 +94,8 @@ def make_dest(root: Path, n: int) -> tuple[Path, Path]:
     inodes = _link_sources(root, src, tmpl_src, n)
     subprocess.run(cli("index", str(tmpl_src), "-o", str(tmpl_dest), "--format", "json",
                        "--serial"), cwd=ROOT, env=command_env(), check=True, capture_output=True)
-    templates = [(tmpl_dest / f"{name(k * LINKS_PER_INODE)}.json").read_text()
-                 for k in range(inodes)]
+    templates = [(tmpl_dest / f"{name(g.start)}.json").read_text() for g in groups(n)]
+    assert len(templates) == inodes
     subs = {str(tmpl_src): str(src), str(tmpl_dest): str(dest)}
     _write_sidecars(dest, templates, subs, n)
     _write_record(tmpl_dest / RECORD, dest / RECORD, subs, n)
@@ -94,14 +109,13 @@ def _link_sources(root: Path, src: Path, tmpl_src: Path, n: int) -> int:
     from h5sidecar.sample._collection import write_daily_granule
 
     first = write_daily_granule(root / "granule.nc", date(2020, 1, 1))
-    inodes = -(-n // LINKS_PER_INODE)
-    for k in range(inodes):
+    for k, group in enumerate(groups(n)):
         copy = root / f"inode_{k}.nc"
         shutil.copyfile(first, copy)
-        for i in range(k * LINKS_PER_INODE, min(n, (k + 1) * LINKS_PER_INODE)):
+        for i in group:
             os.link(copy, src / name(i))
-        os.link(copy, tmpl_src / name(k * LINKS_PER_INODE))
-    return inodes
+        os.link(copy, tmpl_src / name(group.start))
+    return len(groups(n))
 
 
 def _time_chunk(day: float) -> str:
@@ -117,10 +131,10 @@ def _write_sidecars(dest: Path, templates: list[str], subs: Mapping[str, str], n
         for old, new in subs.items():
             text = text.replace(old, new)
         templates[k] = text
-    for i in range(n):
-        text = templates[i // LINKS_PER_INODE].replace(
-            name(i // LINKS_PER_INODE * LINKS_PER_INODE), name(i))
-        (dest / f"{name(i)}.json").write_text(text.replace(template_time, _time_chunk(i + 0.5)))
+    for group, template in zip(groups(n), templates, strict=True):
+        for i in group:
+            text = template.replace(name(group.start), name(i))
+            (dest / f"{name(i)}.json").write_text(text.replace(template_time, _time_chunk(i + 0.5)))
 
 
 def _write_record(template: Path, out: Path, subs: Mapping[str, str], n: int) -> None:
@@ -132,7 +146,7 @@ def _write_record(template: Path, out: Path, subs: Mapping[str, str], n: int) ->
         db.execute("PRAGMA journal_mode=WAL")
         tables = [r[0] for r in db.execute(
             "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")]
-        tmpl_names = [name(k * LINKS_PER_INODE) for k in range(-(-n // LINKS_PER_INODE))]
+        tmpl_names = [name(g.start) for g in groups(n)]
         for table in tables:
             _copy_rows(db, table, subs, tmpl_names, n)
         _restamp(db)
@@ -184,6 +198,5 @@ def _copy_rows(db: sqlite3.Connection, table: str, subs: Mapping[str, str],
             db.execute(insert(cols), [sub(values[c]) for c in cols])
             continue
         k = tmpl_names.index(owner)
-        stop = min(n, (k + 1) * LINKS_PER_INODE)
         db.executemany(insert(keep), ([sub(values[c], owner, name(i)) for c in keep]
-                                for i in range(k * LINKS_PER_INODE, stop)))
+                                for i in groups(n)[k]))

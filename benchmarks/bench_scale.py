@@ -185,10 +185,11 @@ def run_serve(dest: Path, stac: Path | None, cap: float) -> dict[str, Any]:
 
 
 def _touch_one_percent(src: Path, n: int) -> int:
-    """Replace every 100th source by a new copy (a new inode: a changed identity)."""
+    """Replace 1% of the sources (:func:`~benchmarks._scale_data.touched`, on inodes of their
+    own) by new copies (new inodes: a changed identity)."""
     template = src.parent / "granule.nc"
     touched = 0
-    for i in range(0, n, 100):
+    for i in data.touched(n):
         path = src / data.name(i)
         tmp = path.with_suffix(".tmp")
         shutil.copyfile(template, tmp)

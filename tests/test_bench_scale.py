@@ -19,7 +19,7 @@ N = 60
 
 
 def test_synthetic_dest_is_up_to_date_and_reads_like_h5py(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(data, "LINKS_PER_INODE", 25)  # three inodes, three templates
+    monkeypatch.setattr(data, "LINKS_PER_INODE", 25)  # four inodes (the last 1% on its own)
     src, dest = data.make_dest(tmp_path, N)
     run = subprocess.run(data.cli("index", str(src), "-o", str(dest), "--format", "json",
                                   "--serial", "--json"), cwd=data.ROOT, env=data.command_env(),
@@ -32,6 +32,17 @@ def test_synthetic_dest_is_up_to_date_and_reads_like_h5py(tmp_path: Path, monkey
             np.testing.assert_array_equal(got["tas"], f["tas"][...])
             np.testing.assert_array_equal(got["lat"], f["lat"][...])
         assert got["time"].tolist() == [i + 0.5]  # its own day (the source holds day 0)
+    # "index 1%" re-indexes the sources it replaced, and only those: the others share no inode
+    # with them, so their change time did not move
+    from benchmarks.bench_scale import _touch_one_percent
+
+    assert _touch_one_percent(src, N) == len(data.touched(N)) == 1
+    run = subprocess.run(data.cli("index", str(src), "-o", str(dest), "--format", "json",
+                                  "--serial", "--json"), cwd=data.ROOT, env=data.command_env(),
+                         capture_output=True, text=True, check=True)
+    done = {g["name"]: g["status"] for g in json.loads(run.stdout)["granules"]}
+    assert {k for k, v in done.items() if v != "up_to_date"} == {data.name(N - 1)}
+    assert done[data.name(N - 1)] == "ok"
 
 
 @pytest.mark.slow

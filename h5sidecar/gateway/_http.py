@@ -24,6 +24,7 @@ from h5sidecar.errors import (
     InvalidRequestError,
     NotHDF5Error,
     NotIndexedError,
+    RecordBusyError,
     SourceNotFoundError,
     SourceReadError,
     StaleReferenceError,
@@ -94,6 +95,7 @@ STATUS: dict[type[H5SidecarError], int] = {
     RangeNotSatisfiableError: 416,
     ResponseTooLargeError: 413,
     SaturatedError: 503,
+    RecordBusyError: 503,  # another process holds DEST's record: a moment later it may not
     NotIndexedError: 404,
     SourceNotFoundError: 404,
     ForbiddenSourceError: 403,

@@ -359,6 +359,7 @@ _STATUSES = {
     "invalid_request": 400, "unsupported": 501, "stale_reference": 409, "not_hdf5": 422,
     "corrupt": 422, "source_read": 502, "chunk_decode": 502, "no_credentials": 502, "error": 500,
     "limit_exceeded": 500, "timeout": 500, "invalid_stac": 500, "source_auth": 502,
+    "record_busy": 503,
 }
 
 
