@@ -131,9 +131,13 @@ def _write_sidecars(dest: Path, templates: list[str], subs: Mapping[str, str], n
         for old, new in subs.items():
             text = text.replace(old, new)
         templates[k] = text
+    # the time summary the indexer recorded (what the catalog dates an item by) says day i too
+    template_summary = '"time":{"finite":1,"min":0.5,"max":0.5}'
     for group, template in zip(groups(n), templates, strict=True):
         for i in group:
             text = template.replace(name(group.start), name(i))
+            text = text.replace(template_summary,
+                                f'"time":{{"finite":1,"min":{i + 0.5},"max":{i + 0.5}}}')
             (dest / f"{name(i)}.json").write_text(text.replace(template_time, _time_chunk(i + 0.5)))
 
 

@@ -32,6 +32,8 @@ def test_synthetic_dest_is_up_to_date_and_reads_like_h5py(tmp_path: Path, monkey
             np.testing.assert_array_equal(got["tas"], f["tas"][...])
             np.testing.assert_array_equal(got["lat"], f["lat"][...])
         assert got["time"].tolist() == [i + 0.5]  # its own day (the source holds day 0)
+        extra = json.loads((dest / f"{data.name(i)}.json").read_text())["h5sidecar"]["extra"]
+        assert extra["coordinate_summary"]["time"]["min"] == i + 0.5  # the catalog dates by it
     # "index 1%" re-indexes the sources it replaced, and only those: the others share no inode
     # with them, so their change time did not move
     from benchmarks.bench_scale import _touch_one_percent
