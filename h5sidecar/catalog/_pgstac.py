@@ -20,9 +20,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlencode
 
-from h5sidecar.catalog._search import CONFORMANCE, GEOJSON, JSON
+from h5sidecar.catalog._search import (
+    CONFORMANCE,
+    GEOJSON,
+    JSON,
+    collection_links,
+    landing_links,
+    next_link,
+)
 from h5sidecar.catalog._search_params import parse_search
 from h5sidecar.errors import InvalidRequestError, NotIndexedError, SourceReadError
 
@@ -132,16 +138,8 @@ class PgStacApi:
     def landing(self, base: str) -> dict[str, Any]:
         """The landing page (root catalog with conformance and search links)."""
         base = base.rstrip("/")
-        links = [
-            {"rel": "self", "href": f"{base}/", "type": JSON},
-            {"rel": "root", "href": f"{base}/", "type": JSON},
-            {"rel": "conformance", "href": f"{base}/conformance", "type": JSON},
-            {"rel": "data", "href": f"{base}/collections", "type": JSON},
-            {"rel": "search", "href": f"{base}/search", "type": GEOJSON, "method": "GET"},
-            {"rel": "search", "href": f"{base}/search", "type": GEOJSON, "method": "POST"},
-        ]
-        links += [{"rel": "child", "href": f"{base}/collections/{c['id']}", "type": JSON,
-                   "title": c.get("title", c["id"])} for c in self._collections()]
+        links = landing_links(base, ((c["id"], c.get("title", c["id"]))
+                                     for c in self._collections()))
         return {"type": "Catalog", "stac_version": "1.1.0", "id": "h5sidecar",
                 "title": "h5sidecar catalog", "description": "Granules indexed by h5sidecar",
                 "conformsTo": list(CONFORMANCE), "links": links}  # fmt: skip
@@ -154,12 +152,7 @@ class PgStacApi:
     def _collection_doc(coll: Mapping[str, Any], base: str) -> dict[str, Any]:
         cid = coll["id"]
         doc = _unlinked(coll)
-        doc["links"] = [
-            {"rel": "self", "href": f"{base}/collections/{cid}", "type": JSON},
-            {"rel": "root", "href": f"{base}/", "type": JSON},
-            {"rel": "parent", "href": f"{base}/", "type": JSON},
-            {"rel": "items", "href": f"{base}/collections/{cid}/items", "type": GEOJSON},
-        ]
+        doc["links"] = collection_links(base, cid)
         return doc
 
     def _get_collection(self, cid: str) -> dict[str, Any]:
@@ -222,7 +215,7 @@ class PgStacApi:
         links: list[dict[str, Any]] = [{"rel": "root", "href": f"{base}/", "type": JSON}]
         token = _next_token(page)
         if token is not None:
-            links.append(_next_link(self_href, params, method, token))
+            links.append(next_link(self_href, params, method, token))
         features = [_item_doc(f, base) for f in page.get("features") or []]
         out = {"type": "FeatureCollection", "features": features, "links": links,
                "numberReturned": len(features)}  # fmt: skip
@@ -311,16 +304,3 @@ def _item_doc(doc: Mapping[str, Any], base: str) -> dict[str, Any]:
         {"rel": "root", "href": f"{base}/", "type": JSON},
     ]
     return out
-
-
-def _next_link(href: str, params: Mapping[str, Any], method: str, token: str) -> dict[str, Any]:
-    if method.upper() == "POST":
-        body = {k: v for k, v in params.items() if k != "token"}
-        body["token"] = token
-        return {"rel": "next", "href": href, "type": GEOJSON, "method": "POST", "body": body,
-                "merge": False}
-    query = {k: v for k, v in params.items() if k != "token"}
-    query["token"] = token
-    flat = {k: ",".join(map(str, v)) if isinstance(v, list | tuple) else v
-            for k, v in query.items()}
-    return {"rel": "next", "href": f"{href}?{urlencode(flat)}", "type": GEOJSON, "method": "GET"}

@@ -20,11 +20,11 @@ import functools
 import json
 import sqlite3
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from h5sidecar.catalog._item_db import DB_NAME, SCHEMA, load_tree
 from h5sidecar.catalog._item_query import find_item, search_page
@@ -189,16 +189,8 @@ class StacApi:
     def landing(self, base: str) -> dict[str, Any]:
         """The landing page (root catalog with conformance and search links)."""
         base = base.rstrip("/")
-        links = [
-            {"rel": "self", "href": f"{base}/", "type": JSON},
-            {"rel": "root", "href": f"{base}/", "type": JSON},
-            {"rel": "conformance", "href": f"{base}/conformance", "type": JSON},
-            {"rel": "data", "href": f"{base}/collections", "type": JSON},
-            {"rel": "search", "href": f"{base}/search", "type": GEOJSON, "method": "GET"},
-            {"rel": "search", "href": f"{base}/search", "type": GEOJSON, "method": "POST"},
-        ]
-        links += [{"rel": "child", "href": f"{base}/collections/{cid}", "type": JSON,
-                   "title": c.get("title", cid)} for cid, c in self.collections.items()]
+        links = landing_links(base, ((cid, c.get("title", cid))
+                                     for cid, c in self.collections.items()))
         return {
             "type": "Catalog",
             "stac_version": self.root.get("stac_version", "1.1.0"),
@@ -215,12 +207,7 @@ class StacApi:
 
     def _collection_doc(self, cid: str, base: str) -> dict[str, Any]:
         doc = {k: v for k, v in self.collections[cid].items() if k != "links"}
-        doc["links"] = [
-            {"rel": "self", "href": f"{base}/collections/{cid}", "type": JSON},
-            {"rel": "root", "href": f"{base}/", "type": JSON},
-            {"rel": "parent", "href": f"{base}/", "type": JSON},
-            {"rel": "items", "href": f"{base}/collections/{cid}/items", "type": GEOJSON},
-        ]
+        doc["links"] = collection_links(base, cid)
         return doc
 
     def collection(self, cid: str, base: str) -> dict[str, Any]:
@@ -302,7 +289,7 @@ class StacApi:
         self_href = f"{base}/collections/{collection}/items" if collection else f"{base}/search"
         links: list[dict[str, Any]] = [{"rel": "root", "href": f"{base}/", "type": JSON}]
         if page.next_key is not None:
-            links.append(_next_link(self_href, params, method, f"next:{page.next_key}"))
+            links.append(next_link(self_href, params, method, f"next:{page.next_key}"))
         return {
             "type": "FeatureCollection",
             "features": [self._item_doc(doc, cid, base) for _, cid, doc in page.rows],
@@ -330,14 +317,39 @@ class StacApi:
         return target.read_bytes()
 
 
-def _next_link(href: str, params: Mapping[str, Any], method: str, token: str) -> dict[str, Any]:
+def landing_links(base: str, children: Iterable[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The links of a STAC API landing page at ``base``, with a ``child`` link per
+    ``(collection id, title)`` (shared by every backend)."""
+    links = [
+        {"rel": "self", "href": f"{base}/", "type": JSON},
+        {"rel": "root", "href": f"{base}/", "type": JSON},
+        {"rel": "conformance", "href": f"{base}/conformance", "type": JSON},
+        {"rel": "data", "href": f"{base}/collections", "type": JSON},
+        {"rel": "search", "href": f"{base}/search", "type": GEOJSON, "method": "GET"},
+        {"rel": "search", "href": f"{base}/search", "type": GEOJSON, "method": "POST"},
+    ]
+    return links + [{"rel": "child", "href": f"{base}/collections/{cid}", "type": JSON,
+                     "title": title} for cid, title in children]
+
+
+def collection_links(base: str, cid: str) -> list[dict[str, Any]]:
+    """The links of collection ``cid`` served at ``base`` (shared by every backend)."""
+    return [
+        {"rel": "self", "href": f"{base}/collections/{cid}", "type": JSON},
+        {"rel": "root", "href": f"{base}/", "type": JSON},
+        {"rel": "parent", "href": f"{base}/", "type": JSON},
+        {"rel": "items", "href": f"{base}/collections/{cid}/items", "type": GEOJSON},
+    ]
+
+
+def next_link(href: str, params: Mapping[str, Any], method: str, token: str) -> dict[str, Any]:
+    """The ``next`` link of a search page: the same search with ``token`` (shared by every
+    backend; each has its own token format)."""
     if method.upper() == "POST":
         body = {k: v for k, v in params.items() if k != "token"}
         body["token"] = token
         return {"rel": "next", "href": href, "type": GEOJSON, "method": "POST", "body": body,
                 "merge": False}
-    from urllib.parse import urlencode
-
     query = {k: v for k, v in params.items() if k != "token"}
     query["token"] = token
     flat = {k: ",".join(map(str, v)) if isinstance(v, list | tuple) else v
