@@ -323,12 +323,4 @@ def report(results: dict[str, Any]) -> str:
 
 
 def main(args: argparse.Namespace) -> None:
-    if args.from_results:
-        results = json.loads(args.from_results.read_text())
-    else:
-        results = run(args)
-        print(f"results: {c.save_results('scale', results)}")
-    text = report(results)
-    print(text)
-    if args.update_readme:
-        c.replace_section(c.BENCH_DIR / "README.md", "scale", text)
+    c.run_and_report("scale", args, run, report)
