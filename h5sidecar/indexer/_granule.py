@@ -32,7 +32,7 @@ from h5sidecar.indexer._vds import vds_extent
 from h5sidecar.indexer._walk import DatasetEntry, ObjectKey, model_path, object_key, walk
 from h5sidecar.references import ArrayRefs, GranuleRefs, Skipped
 from h5sidecar.settings import IndexSettings
-from h5sidecar.sources._ranged import RangeReader
+from h5sidecar.sources._ranged import RangeReader, RemoteRangedFile
 
 __all__ = ["BENIGN_KINDS", "index_open_granule", "skip_loses_data"]
 
@@ -221,6 +221,10 @@ def index_open_granule(
     skipped = list(hierarchy.skipped)
     by_path: dict[str, Skipped] = {}
     summaries: dict[str, Any] = {}  # coordinate summaries for the catalog, see _summary
+    # only where values are one local read away: over a network HDF5 would fetch them one
+    # variable at a time, outside the metadata prefetch (52 requests in a row on an ATL03-like
+    # granule); the catalog reads those itself
+    summarise = not isinstance(granule.fileobj, RemoteRangedFile)
     try:
         for entry in hierarchy.datasets:
             try:
@@ -237,7 +241,7 @@ def index_open_granule(
                     )
                 arrays[entry.path] = arr
                 _describe_type(entry, described)
-                if entry.alias_of is None:
+                if entry.alias_of is None and summarise:
                     add_summary(entry.path, entry.dset, arr.meta.attrs, summaries)
             except Skip as skip:
                 by_path[entry.path] = _record(skip, entry.path, settings)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -83,3 +84,22 @@ def test_packed_coordinates_are_not_summarised(tmp_path: Path) -> None:
     refs = read_refs(str(_indexed(tmp_path, src)))
     assert "lat" not in refs.extra["coordinate_summary"]
     assert granule_extent(refs).footprint is not None  # read from the values instead
+
+
+def test_a_granule_read_over_s3_is_summarised_by_the_catalog_not_the_indexer(
+    tmp_path: Path, s3: Any, s3_bucket: str, s3_storage_options: dict[str, object]
+) -> None:
+    """Over a network the indexer records no summary (its values would be fetched one variable
+    at a time, outside the metadata prefetch): the catalog reads them, to the same extent."""
+    from h5sidecar.indexer import index_granule
+
+    src = _grid(tmp_path / "g.h5", np.linspace(-10.0, 20.0, 7))
+    local = read_refs(str(_indexed(tmp_path, src)))
+    url = f"s3://{s3_bucket}/g.h5"
+    s3.put(str(src), url)
+    remote = index_granule(url, storage_options=s3_storage_options)
+    assert "coordinate_summary" in local.extra
+    assert "coordinate_summary" not in remote.extra
+    got = granule_extent(remote, storage_options=s3_storage_options)
+    want = granule_extent(local)
+    assert (got.footprint.bbox, got.start, got.end) == (want.footprint.bbox, want.start, want.end)
