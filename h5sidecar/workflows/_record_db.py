@@ -109,6 +109,10 @@ class Record:
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         with busy(self.path):
+            if self._db.in_transaction:
+                # a Ctrl-C that landed between an earlier BEGIN and its try below left that
+                # transaction open: nothing of it was committed, so it is dropped
+                self._db.execute("ROLLBACK")
             # IMMEDIATE takes the write lock at once, so busy_timeout covers the whole transaction
             self._db.execute("BEGIN IMMEDIATE")
             try:

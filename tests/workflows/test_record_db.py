@@ -219,3 +219,21 @@ def test_the_catalog_and_the_gateway_read_the_record(tmp_path: Path) -> None:
     assert snap.record.is_source(str(src / "G00.h5"))
     assert not snap.record.is_source(str(src / "G01.h5"))
     assert_matches_h5py(str(dest / "G00.h5.parq"), src / "G00.h5")
+
+
+def test_a_transaction_an_interrupt_left_open_is_dropped_not_fatal(tmp_path: Path) -> None:
+    """Ctrl-C landing between ``BEGIN`` and the guard that rolls back leaves the connection in
+    a transaction: the run's closing write (its report, ``complete: false``) must still be
+    made, and nothing of the interrupted write committed."""
+    src, dest = tmp_path / "in", tmp_path / "out"
+    _granules(src, 2)
+    report = index_many(str(src), str(dest), executor="serial")
+    record = _record_db.open_record(str(dest))
+    try:
+        run = record.begin_run(report)
+        record._db.execute("BEGIN IMMEDIATE")  # where the interrupt left it
+        record._db.execute("DELETE FROM granules")  # half of a write, never committed
+        record.end_run(run, finished=report.finished, seconds=1.0, complete=False)
+    finally:
+        record.close()
+    assert {g.name for g in read_report(str(dest)).granules} == {"G00.h5", "G01.h5"}
