@@ -62,7 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cap", type=float, default=CAP_SECONDS,
                    help="seconds an operation may take before it is stopped (default 600)")
     p.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS), metavar="OP",
-                   help=f"operations to run (default all: {', '.join(OPS)})")
+                   # argparse %-formats help: "index 1%" must be escaped
+                   help=f"operations to run (default all: {', '.join(OPS)})".replace("%", "%%"))
     p.add_argument("--data", type=Path, default=c.DATA_DIR / "scale",
                    help="where the synthetic DESTs go")
     p.add_argument("--update-readme", action="store_true",
