@@ -1,0 +1,107 @@
+"""Attributes of the objects of one open granule, read from its metadata bytes without h5py.
+
+:class:`NativeAttrs` ties :mod:`._attr_messages` (where the messages are) and
+:mod:`._attr_decode` (what they hold) to the granule's file object: a local file is read in
+blocks kept for a while (the metadata of neighbouring objects shares them), an object store
+through the indexer's own page cache, which holds the bytes HDF5 just read for the object
+(and the crawl prefetched), so no request is added.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+
+import h5py
+
+from h5sidecar.indexer._attr_decode import Decoded, GlobalHeaps, Unsupported, decode_attribute
+from h5sidecar.indexer._attr_messages import NotNative, attribute_messages
+from h5sidecar.indexer._source_hints import find_superblock
+from h5sidecar.sources._ranged import LocalRangedFile, RangedFile
+
+__all__ = ["BlockView", "NativeAttrs"]
+
+
+class BlockView:
+    """``view(start, stop)`` over a local file, read in aligned blocks of which the last
+    ``keep`` used are kept (metadata is read in pieces of tens of bytes: one ``pread`` each
+    would cost more than decoding them)."""
+
+    def __init__(self, read: Callable[[int, int], bytes], size: int, block: int = 1 << 16,
+                 keep: int = 64) -> None:  # fmt: skip
+        self.read, self.size, self.block, self.keep = read, size, block, keep
+        self._blocks: OrderedDict[int, bytes] = OrderedDict()
+
+    def _get(self, index: int) -> bytes:
+        data = self._blocks.get(index)
+        if data is None:
+            start = index * self.block
+            data = self.read(start, min(start + self.block, self.size))
+            self._blocks[index] = data
+            if len(self._blocks) > self.keep:
+                self._blocks.popitem(last=False)
+        else:
+            self._blocks.move_to_end(index)
+        return data
+
+    def __call__(self, start: int, stop: int) -> bytes:
+        """Bytes ``[start, stop)`` (fewer past the end of the file)."""
+        stop = min(stop, self.size)
+        if stop <= start:
+            return b""
+        first, last = start // self.block, (stop - 1) // self.block
+        if first == last:
+            offset = first * self.block
+            return self._get(first)[start - offset : stop - offset]
+        data = b"".join(self._get(i) for i in range(first, last + 1))
+        return data[start - first * self.block : stop - first * self.block]
+
+
+class NativeAttrs:
+    """Reads the attributes of objects of ``h5`` (opened over ``fileobj``) from their bytes.
+
+    Attributes
+    ----------
+    served, fallbacks : int
+        Objects whose attribute messages were read here / left to h5py (tests check both).
+    """
+
+    def __init__(self, h5: h5py.File, fileobj: RangedFile) -> None:
+        self.view: Callable[[int, int], bytes]
+        if isinstance(fileobj, LocalRangedFile):
+            self.view = BlockView(fileobj.view, fileobj.size)
+        else:  # the page cache: what HDF5 read for the object is there
+            self.view = fileobj.view
+        self.layout, _ = find_superblock(self.view, fileobj.size)
+        self.fileno = h5py.h5o.get_info(h5.id).fileno
+        self.heaps = GlobalHeaps(self.view, self.layout)
+        self.served = self.fallbacks = 0
+
+    def read(self, obj: h5py.HLObject) -> list[Decoded] | None:
+        """The attributes of ``obj`` in the order h5py iterates them (by creation order when
+        the object tracks it, else by name), ``None`` to read them all through h5py.  An
+        attribute whose value is not decoded here has ``value=None``."""
+        info = h5py.h5o.get_info(obj.id)
+        if info.fileno != self.fileno:  # an object of another file (an external link)
+            return None
+        try:
+            messages, tracked = attribute_messages(info.addr, self.view, self.layout)
+            if len(messages) != info.num_attrs:
+                raise NotNative(f"{len(messages)} attribute messages, HDF5 counts {info.num_attrs}")
+            decoded = [decode_attribute(m.body, self.heaps) for m in messages]
+        except (NotNative, Unsupported):
+            self.fallbacks += 1
+            return None
+        self.served += 1
+        if tracked:  # h5py iterates by increasing creation order when it is tracked
+            order = [m.order for m in messages]
+            return [d for _, d in sorted(zip(order, decoded, strict=True), key=_first)]
+        return sorted(decoded, key=_raw_name)  # HDF5 compares names with strcmp
+
+
+def _first(item: tuple[int, Decoded]) -> int:
+    return item[0]
+
+
+def _raw_name(item: Decoded) -> bytes:
+    return item.name.encode("utf-8") if isinstance(item.name, str) else item.name
