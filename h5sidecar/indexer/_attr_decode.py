@@ -133,9 +133,9 @@ def decode_attribute(body: bytes, heaps: GlobalHeaps) -> Decoded:
         return Decoded(name, None, None)
     try:
         pos += padded[0]
-        htype = _datatype(body[pos : pos + sizes[1]], heaps.layout)
+        htype = _datatype(body[pos : pos + sizes[1]], heaps.layout.offset_size)
         pos += padded[1]
-        shape = _dataspace(body[pos : pos + sizes[2]], heaps.layout)
+        shape = _dataspace(body[pos : pos + sizes[2]], heaps.layout.length_size)
         pos += padded[2]
         if shape is None:
             return Decoded(name, h5py.Empty(htype.dtype), htype.dtype)
@@ -158,7 +158,7 @@ def _name(raw: bytes) -> str | bytes:
 
 
 @functools.lru_cache(maxsize=4096)  # a granule's attributes share a few dozen types
-def _datatype(data: bytes, layout: Layout) -> _Type:
+def _datatype(data: bytes, offset_size: int) -> _Type:
     cls, version, bits, size = data[0] & 0x0F, data[0] >> 4, data[1:4], u(data, 4, 4)
     if cls == 0:  # fixed-point: whole bytes only (h5py maps other precisions differently)
         whole = u(data, 8, 2) == 0 and u(data, 10, 2) == 8 * size
@@ -189,13 +189,13 @@ def _datatype(data: bytes, layout: Layout) -> _Type:
         if bits[0] & 0x0F != 1 or (bits[1] & 0x0F) not in _ENCODINGS:
             raise Unsupported("variable-length sequence")
         dtype = h5py.string_dtype(_ENCODINGS[bits[1] & 0x0F])
-        return _Type("vlen", dtype, 4 + layout.offset_size + 4)
+        return _Type("vlen", dtype, 4 + offset_size + 4)
     if cls == 10 and version in (2, 3):
         rank = data[8]
         pos = 9 if version == 3 else 12
         dims = tuple(u(data, pos + 4 * i, 4) for i in range(rank))
         pos += 4 * rank * (1 if version == 3 else 2)  # version 2 adds permutation indices
-        base = _datatype(data[pos:], layout)
+        base = _datatype(data[pos:], offset_size)
         if base.kind not in ("number", "string") or base.size * math.prod(dims) != size:
             raise Unsupported("array of a type not decoded here")
         return _Type("array", np.dtype((base.dtype, dims)), size, base=base, dims=dims)
@@ -203,7 +203,7 @@ def _datatype(data: bytes, layout: Layout) -> _Type:
 
 
 @functools.lru_cache(maxsize=4096)
-def _dataspace(data: bytes, layout: Layout) -> tuple[int, ...] | None:
+def _dataspace(data: bytes, length_size: int) -> tuple[int, ...] | None:
     """The shape (``()`` scalar), ``None`` for a null dataspace."""
     version, rank, flags = data[0], data[1], data[2]
     if version == 1:
@@ -218,7 +218,7 @@ def _dataspace(data: bytes, layout: Layout) -> tuple[int, ...] | None:
         return ()
     if kind != 1 or flags & ~0x03:
         raise Unsupported(f"dataspace type {kind}")
-    ln = layout.length_size
+    ln = length_size
     return tuple(u(data, pos + i * ln, ln) for i in range(rank))
 
 
@@ -228,14 +228,16 @@ def _value(htype: _Type, shape: tuple[int, ...], data: bytes, heaps: GlobalHeaps
         assert htype.base is not None
         shape, htype = shape + htype.dims, htype.base
     if htype.kind == "vlen":
-        dtype = htype.dtype
-        arr = np.array([_vlen(data, i * htype.size, heaps) for i in range(math.prod(shape))],
-                       dtype=dtype).reshape(shape)  # fmt: skip
-    else:
-        if htype.kind == "string" and htype.pad != _NULLPAD:
-            data = _to_nullpad(data, htype.size, htype.pad)
-        arr = np.frombuffer(data, dtype=htype.dtype).reshape(shape).copy()
-    return arr[()] if arr.ndim == 0 else arr
+        if not shape:  # what ``arr[()]`` of a 0-d object array gives
+            return _vlen(data, 0, heaps)
+        items = [_vlen(data, i * htype.size, heaps) for i in range(math.prod(shape))]
+        return np.array(items, dtype=htype.dtype).reshape(shape)
+    if htype.kind == "string" and htype.pad != _NULLPAD:
+        data = _to_nullpad(data, htype.size, htype.pad)
+    flat = np.frombuffer(data, dtype=htype.dtype)
+    if not shape:  # a numpy scalar, as ``arr[()]`` gives it
+        return flat[0]
+    return flat.reshape(shape).copy()
 
 
 def _to_nullpad(data: bytes, size: int, pad: int) -> bytes:

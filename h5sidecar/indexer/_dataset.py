@@ -16,7 +16,6 @@ from h5sidecar.indexer._attrs import read_attrs
 from h5sidecar.indexer._common import H5PY_ERRORS, fail, reraise_io_failure
 from h5sidecar.indexer._dims import (
     DimensionNamer,
-    is_dimension_scale,
     is_netcdf_dimension_only,
 )
 from h5sidecar.indexer._dtypes import DtypePlan, plan_dtype
@@ -237,7 +236,7 @@ def index_dataset(entry: DatasetEntry, ctx: IndexContext) -> ArrayRefs:
         When the variable cannot be represented (with the kind and reason to record).
     """
     dset = entry.dset
-    is_scale = is_dimension_scale(dset)  # asked once: a lookup of the CLASS attribute
+    is_scale = ctx.dims.is_scale(entry)  # asked once: a lookup of the CLASS attribute
     if is_scale and is_netcdf_dimension_only(dset):
         fail(
             ErrorKind.OTHER,
