@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any
 
 import h5py
 
@@ -66,7 +67,7 @@ class NativeAttrs:
         Objects whose attribute messages were read here / left to h5py (tests check both).
     """
 
-    def __init__(self, h5: h5py.File, fileobj: RangedFile) -> None:
+    def __init__(self, h5: h5py.File, fileobj: RangedFile, keep: int = 4096) -> None:
         self.view: Callable[[int, int], bytes]
         if isinstance(fileobj, LocalRangedFile):
             self.view = BlockView(fileobj.view, fileobj.size)
@@ -76,6 +77,10 @@ class NativeAttrs:
         self.fileno = h5py.h5o.get_info(h5.id).fileno
         self.heaps = GlobalHeaps(self.view, self.layout)
         self.served = self.fallbacks = 0
+        # the last ``keep`` objects read: the dimension namer looks at every array's
+        # attributes before the arrays are indexed, in another order
+        self._read: OrderedDict[int, list[Decoded] | None] = OrderedDict()
+        self.keep = keep
 
     def read(self, obj: h5py.HLObject) -> list[Decoded] | None:
         """The attributes of ``obj`` in the order h5py iterates them (by creation order when
@@ -84,6 +89,27 @@ class NativeAttrs:
         info = h5py.h5o.get_info(obj.id)
         if info.fileno != self.fileno:  # an object of another file (an external link)
             return None
+        if info.addr in self._read:
+            self._read.move_to_end(info.addr)
+            return self._read[info.addr]
+        found = self._parse(info)
+        self._read[info.addr] = found
+        if len(self._read) > self.keep:
+            self._read.popitem(last=False)
+        return found
+
+    def lookup(self, obj: h5py.HLObject, name: str) -> tuple[bool, Any]:
+        """``(True, obj.attrs.get(name))`` when known from the bytes (``None``: no such
+        attribute), ``(False, None)`` when h5py must be asked."""
+        decoded = self.read(obj)
+        if decoded is None:
+            return False, None
+        for d in decoded:
+            if d.name == name:
+                return d.value is not None, d.value
+        return True, None
+
+    def _parse(self, info: Any) -> list[Decoded] | None:
         try:
             messages, tracked = attribute_messages(info.addr, self.view, self.layout)
             if len(messages) != info.num_attrs:

@@ -149,6 +149,10 @@ class DimensionNamer:
     shape_of : callable, optional
         The shape of a dataset as h5netcdf sees it (a virtual dataset's extent worked out from
         its sources); ``dset.shape`` when not given.
+    lookup : callable, optional
+        ``lookup(dset, name) -> (known, value)``: an attribute's value (``None``: absent) when
+        ``known`` without asking HDF5 (see :meth:`~._attr_native.NativeAttrs.lookup`); looking
+        up attributes an array does not have through h5py costs an HDF5 error each.
     """
 
     def __init__(
@@ -156,8 +160,10 @@ class DimensionNamer:
         hierarchy: Hierarchy,
         key_of: Callable[[h5py.Reference], ObjectKey | None],
         shape_of: Callable[[DatasetEntry], tuple[int, ...]] | None = None,
+        lookup: Callable[[h5py.Dataset, str], tuple[bool, Any]] | None = None,
     ) -> None:
         self._key_of = key_of
+        self._lookup = lookup
         self._shape_of = shape_of or (lambda entry: tuple(entry.dset.shape or ()))
         self._entries = {e.path: e for e in hierarchy.datasets}
         self._members = hierarchy.members
@@ -182,6 +188,13 @@ class DimensionNamer:
         # path -> (HDF5 shape, names the file gives or None, notes), see _settle
         self._settled: dict[str, tuple[tuple[int, ...], list[str | None], list[str]]] | None
         self._settled = None
+
+    def _attr(self, dset: h5py.Dataset, name: str) -> Any:
+        if self._lookup is not None:
+            known, value = self._lookup(dset, name)
+            if known:
+                return value
+        return _attr(dset, name)
 
     def is_scale(self, entry: DatasetEntry) -> bool:
         """:func:`is_dimension_scale` of ``entry``, asked of HDF5 once per path (an attribute
@@ -251,7 +264,7 @@ class DimensionNamer:
     # -- candidates from the file ---------------------------------------------------------------
     def _from_dimension_list(self, dset: h5py.Dataset, rank: int) -> list[str | None]:
         out: list[str | None] = [None] * rank
-        value = _attr(dset, "DIMENSION_LIST")
+        value = self._attr(dset, "DIMENSION_LIST")
         if value is None:
             return out
         for i, refs in enumerate(np.asarray(value, dtype=object).reshape(-1)[:rank]):
@@ -275,7 +288,7 @@ class DimensionNamer:
                     entry = self._entries.get(path)
                     if entry is None or not self.is_scale(entry):
                         continue
-                    dimid = _attr(entry.dset, "_Netcdf4Dimid")
+                    dimid = self._attr(entry.dset, "_Netcdf4Dimid")
                     if dimid is not None and np.size(dimid) == 1:
                         out[int(np.asarray(dimid).reshape(-1)[0])] = path.rpartition("/")[2]
             self._dimids[group] = out
@@ -284,7 +297,7 @@ class DimensionNamer:
     def _from_netcdf_coordinates(
         self, dset: h5py.Dataset, group: str, out: list[str | None]
     ) -> None:
-        dimids = _attr(dset, "_Netcdf4Coordinates")
+        dimids = self._attr(dset, "_Netcdf4Coordinates")
         if dimids is None:
             return
         names = self._dimid_names(group)
@@ -293,7 +306,7 @@ class DimensionNamer:
                 out[i] = names.get(int(dimid))
 
     def _from_labels(self, dset: h5py.Dataset, out: list[str | None]) -> None:
-        labels = _attr(dset, "DIMENSION_LABELS")
+        labels = self._attr(dset, "DIMENSION_LABELS")
         if labels is None:
             return
         for i, label in enumerate(np.asarray(labels, dtype=object).reshape(-1)[: len(out)]):

@@ -194,16 +194,18 @@ def index_open_granule(
             opened[url] = others.enter_context(other).h5
         return opened[url]
 
+    native = _native_attrs(granule)
+    lookup = native.lookup if native is not None else None
     ctx = IndexContext(
         url=granule.identity.url,
         file_size=granule.identity.size,
         settings=settings,
-        dims=DimensionNamer(hierarchy, deref.key, _shape_of(granule.identity.url, open_h5)),
+        dims=DimensionNamer(hierarchy, deref.key, _shape_of(granule.identity.url, open_h5), lookup),
         deref=deref.path,
         identity=reader.identity,
         read_many=reader.read_many,
         open_h5=open_h5,
-        native_attrs=_native_attrs(granule),
+        native_attrs=native,
     )
     groups: dict[str, dict[str, Any]] = {}
     dropped: dict[str, dict[str, str]] = {}

@@ -70,6 +70,7 @@ def compare_with_h5py(path: Path) -> Counter[str]:
                 continue
             counts["objects_native"] += 1
             assert [d.name for d in decoded] == list(obj.attrs), obj.name
+            _check_lookup(native, obj, [d.name for d in decoded if isinstance(d.name, str)])
             for d in decoded:
                 try:
                     want = obj.attrs[d.name]
@@ -86,6 +87,24 @@ def compare_with_h5py(path: Path) -> Counter[str]:
                 assert _same(d.value, want), where
                 assert d.dtype == want_dtype and d.dtype.metadata == want_dtype.metadata, where
     return counts
+
+
+#: what the dimension namer looks up (most arrays have none of them)
+LOOKED_UP = ["DIMENSION_LIST", "DIMENSION_LABELS", "_Netcdf4Dimid", "_Netcdf4Coordinates", "nope"]
+
+
+def _check_lookup(native: NativeAttrs, obj: h5py.HLObject, names: list[str]) -> None:
+    """``lookup`` gives ``obj.attrs.get(name)`` whenever it says it knows it."""
+    for name in [*names, *LOOKED_UP]:
+        known, value = native.lookup(obj, name)
+        if not known:
+            assert name in names, (obj.name, name)  # only attributes it could not decode
+            continue
+        try:
+            want = obj.attrs.get(name)
+        except (OSError, TypeError, ValueError, KeyError, RuntimeError):
+            raise AssertionError((obj.name, name, "h5py fails where lookup answered")) from None
+        assert (value is None and want is None) or _same(value, want), (obj.name, name)
 
 
 def _results_match(path: Path) -> None:
