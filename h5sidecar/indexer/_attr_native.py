@@ -3,8 +3,11 @@
 :class:`NativeAttrs` ties :mod:`._attr_messages` (where the messages are) and
 :mod:`._attr_decode` (what they hold) to the granule's file object: a local file is read in
 blocks kept for a while (the metadata of neighbouring objects shares them), an object store
-through the indexer's own page cache, which holds the bytes HDF5 just read for the object
-(and the crawl prefetched), so no request is added.
+from the indexer's own page cache only, which holds the bytes HDF5 just read for the object
+(and the crawl prefetched).  Bytes not there yet leave the object to h5py rather than fetch
+them: a fetch of ours would be a request HDF5 makes again for the whole page around it (with
+the page buffer, HDF5 reads paged granules a page at a time), so requests in a row grew
+(42 instead of 27 on a 70 MB paged granule over S3).
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ import h5py
 
 from h5sidecar.indexer._attr_decode import Decoded, GlobalHeaps, Unsupported, decode_attribute
 from h5sidecar.indexer._attr_messages import NotNative, attribute_messages
-from h5sidecar.indexer._source_hints import find_superblock
-from h5sidecar.sources._ranged import LocalRangedFile, RangedFile
+from h5sidecar.indexer._source_hints import BadStructure, find_superblock
+from h5sidecar.sources._ranged import LocalRangedFile, RangedFile, RemoteRangedFile
 
-__all__ = ["BlockView", "NativeAttrs"]
+__all__ = ["BlockView", "NativeAttrs", "NotFetched", "cached_view"]
 
 
 class BlockView:
@@ -58,6 +61,29 @@ class BlockView:
         return data[start - first * self.block : stop - first * self.block]
 
 
+class NotFetched(BadStructure):  # internal: the object's attributes are read by h5py
+    """Bytes the page cache does not hold (yet)."""
+
+
+def cached_view(fileobj: RemoteRangedFile) -> Callable[[int, int], bytes]:
+    """``view(start, stop)`` of the bytes ``fileobj``'s page cache holds (:class:`NotFetched`
+    for the others: nothing is fetched)."""
+    fetcher = fileobj.fetcher
+
+    def view(start: int, stop: int) -> bytes:
+        stop = min(stop, fileobj.size)
+        if stop <= start:
+            return b""
+        if fetcher.fault is not None:
+            raise fetcher.fault
+        data = fetcher.cache.read(start, stop)
+        if data is None:
+            raise NotFetched(f"bytes {start}-{stop} not fetched")
+        return data
+
+    return view
+
+
 class NativeAttrs:
     """Reads the attributes of objects of ``h5`` (opened over ``fileobj``) from their bytes.
 
@@ -71,8 +97,10 @@ class NativeAttrs:
         self.view: Callable[[int, int], bytes]
         if isinstance(fileobj, LocalRangedFile):
             self.view = BlockView(fileobj.view, fileobj.size)
-        else:  # the page cache: what HDF5 read for the object is there
-            self.view = fileobj.view
+        elif isinstance(fileobj, RemoteRangedFile):
+            self.view = cached_view(fileobj)
+        else:
+            raise BadStructure(f"no native attribute reading through {type(fileobj).__name__}")
         self.layout, _ = find_superblock(self.view, fileobj.size)
         self.fileno = h5py.h5o.get_info(h5.id).fileno
         self.heaps = GlobalHeaps(self.view, self.layout)
@@ -92,10 +120,11 @@ class NativeAttrs:
         if info.addr in self._read:
             self._read.move_to_end(info.addr)
             return self._read[info.addr]
-        found = self._parse(info)
-        self._read[info.addr] = found
-        if len(self._read) > self.keep:
-            self._read.popitem(last=False)
+        found, final = self._parse(info)
+        if final:  # bytes not fetched yet may be there when asked again
+            self._read[info.addr] = found
+            if len(self._read) > self.keep:
+                self._read.popitem(last=False)
         return found
 
     def lookup(self, obj: h5py.HLObject, name: str) -> tuple[bool, Any]:
@@ -109,20 +138,21 @@ class NativeAttrs:
                 return d.value is not None, d.value
         return True, None
 
-    def _parse(self, info: Any) -> list[Decoded] | None:
+    def _parse(self, info: Any) -> tuple[list[Decoded] | None, bool]:
+        """The decoded attributes (``None``: h5py's to read) and whether that is final."""
         try:
             messages, tracked = attribute_messages(info.addr, self.view, self.layout)
             if len(messages) != info.num_attrs:
                 raise NotNative(f"{len(messages)} attribute messages, HDF5 counts {info.num_attrs}")
             decoded = [decode_attribute(m.body, self.heaps) for m in messages]
-        except (NotNative, Unsupported):
+        except (NotNative, Unsupported) as exc:
             self.fallbacks += 1
-            return None
+            return None, not isinstance(exc.__cause__, NotFetched)
         self.served += 1
         if tracked:  # h5py iterates by increasing creation order when it is tracked
             order = [m.order for m in messages]
-            return [d for _, d in sorted(zip(order, decoded, strict=True), key=_first)]
-        return sorted(decoded, key=_raw_name)  # HDF5 compares names with strcmp
+            return [d for _, d in sorted(zip(order, decoded, strict=True), key=_first)], True
+        return sorted(decoded, key=_raw_name), True  # HDF5 compares names with strcmp
 
 
 def _first(item: tuple[int, Decoded]) -> int:

@@ -312,3 +312,35 @@ def test_corpus_attributes_equal_h5py(corpus_dir: Path) -> None:
         _results_match(path)
     assert totals["objects_native"] > 10 * totals["objects_fallback"], totals
     assert totals["attrs_native"] > 5 * totals["attrs_fallback"], totals
+
+
+def test_over_s3_from_the_cache_only(
+    make_h5: Callable[..., Path], s3: Any, s3_bucket: str, s3_storage_options: Any
+) -> None:
+    """Over S3 attributes are decoded from the bytes already fetched, without a request of
+    their own, and the index equals the local one."""
+    path = make_h5(lambda f: (_dense_storage(f), _tracked(f), _many_types(f)), libver="latest")
+    url = f"s3://{s3_bucket}/attrs.h5"
+    s3.put(str(path), url)
+    with open_source(url, storage_options=s3_storage_options) as src, h5py.File(src, "r") as f:
+        native = NativeAttrs(f, src)
+        objects = _objects(f)
+        before = src.stats.requests
+        found = [native.read(obj) for obj in objects]
+        assert src.stats.requests == before  # nothing fetched for the attributes
+        assert native.served >= 3, (native.served, native.fallbacks)
+        for obj, decoded in zip(objects, found, strict=True):
+            for d in decoded or []:
+                if d.value is not None:
+                    assert _same(d.value, obj.attrs[d.name]), (obj.name, d.name)
+    remote = index_granule(url, storage_options=s3_storage_options)
+    local = index_granule(str(path))
+    assert json.dumps({k: dict(v) for k, v in remote.groups.items()}) == json.dumps(
+        {k: dict(v) for k, v in local.groups.items()}
+    )
+    for name, arr in local.arrays.items():
+        got = remote.arrays[name].meta
+        assert json.dumps(dict(got.attrs)) == json.dumps(dict(arr.meta.attrs)), name
+        assert got.dimension_names == arr.meta.dimension_names, name
+        assert remote.arrays[name].note == arr.note, name
+    assert remote.extra.get("attribute_dtypes") == local.extra.get("attribute_dtypes")
