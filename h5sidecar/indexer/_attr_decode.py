@@ -24,7 +24,7 @@ import numpy as np
 
 from h5sidecar.indexer._source_hints_base import BadStructure, Layout, u
 
-__all__ = ["Decoded", "GlobalHeaps", "Unsupported", "decode_attribute"]
+__all__ = ["Decoded", "GlobalHeaps", "Unsupported", "decode_attribute", "object_addresses"]
 
 View = Callable[[int, int], bytes]
 
@@ -36,11 +36,13 @@ class Unsupported(Exception):  # a signal, not an error: read this attribute thr
 @dataclass(frozen=True, slots=True)
 class Decoded:
     """One attribute: its name as h5py gives it (``bytes`` when not UTF-8), value and dtype;
-    ``value`` is ``None`` when only the name could be read (read the rest through h5py)."""
+    ``value`` is ``None`` when only the name could be read (read the rest through h5py), and
+    then ``body`` is the message (see :func:`object_addresses`)."""
 
     name: str | bytes
     value: Any
     dtype: np.dtype | None
+    body: bytes = b""
 
 
 #: size -> (sign bit, exponent location, exponent size, mantissa size, bias) of IEEE floats
@@ -130,7 +132,7 @@ def decode_attribute(body: bytes, heaps: GlobalHeaps) -> Decoded:
     except (BadStructure, IndexError, struct.error) as exc:
         raise Unsupported(f"attribute message: {exc}") from exc
     if version > 1 and body[1] & 0x03:  # shared datatype or dataspace: a pointer elsewhere
-        return Decoded(name, None, None)
+        return Decoded(name, None, None, body)
     try:
         pos += padded[0]
         htype = _datatype(body[pos : pos + sizes[1]], heaps.layout.offset_size)
@@ -144,8 +146,48 @@ def decode_attribute(body: bytes, heaps: GlobalHeaps) -> Decoded:
             raise Unsupported("attribute data shorter than its dataspace")
         value = _value(htype, shape, body[pos : pos + nbytes], heaps)
     except (Unsupported, BadStructure, IndexError, ValueError, UnicodeDecodeError):
-        return Decoded(name, None, None)
+        return Decoded(name, None, None, body)
     return Decoded(name, value, htype.dtype)
+
+
+def object_addresses(body: bytes, heaps: GlobalHeaps) -> list[list[int]]:
+    """The addresses the references of a ``DIMENSION_LIST`` attribute point at, per axis: a
+    1-D array of variable-length sequences of (version 1) object references, whose values are
+    the targets' object header addresses.
+
+    Raises
+    ------
+    Unsupported
+        Any other type or layout (read it through h5py).
+    """
+    o = heaps.layout.offset_size
+    try:
+        version = body[0]
+        if version not in (1, 2, 3) or (version > 1 and body[1] & 0x03):
+            raise Unsupported(f"attribute message version {version} or shared parts")
+        sizes = _SIZES.unpack_from(body, 2)
+        padded = tuple((n + 7) & ~7 for n in sizes) if version == 1 else sizes
+        pos = (9 if version == 3 else 8) + padded[0]
+        dt, base = body[pos : pos + sizes[1]], body[pos + 8 : pos + sizes[1]]
+        pos += padded[1]
+        shape = _dataspace(body[pos : pos + sizes[2]], heaps.layout.length_size)
+        pos += padded[2]
+        if dt[0] & 0x0F != 9 or dt[1] & 0x0F != 0:
+            raise Unsupported("not a variable-length sequence")
+        if base[0] != 0x17 or base[1] & 0x0F != 0 or u(base, 4, 4) != o:
+            raise Unsupported("not a sequence of version-1 object references")
+        if shape is None or len(shape) != 1:
+            raise Unsupported("not a 1-D array")
+        out = []
+        for at in range(pos, pos + shape[0] * (8 + o), 8 + o):
+            count = u(body, at, 4)
+            raw = heaps.object(u(body, at + 4, o), u(body, at + 4 + o, 4)) if count else b""
+            if len(raw) < count * o:
+                raise Unsupported("sequence longer than its heap object")
+            out.append([int.from_bytes(raw[i : i + o], "little") for i in range(0, count * o, o)])
+        return out
+    except (BadStructure, IndexError, ValueError, struct.error) as exc:
+        raise Unsupported(f"DIMENSION_LIST: {exc}") from exc
 
 
 def _name(raw: bytes) -> str | bytes:

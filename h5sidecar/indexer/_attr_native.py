@@ -18,7 +18,13 @@ from typing import Any
 
 import h5py
 
-from h5sidecar.indexer._attr_decode import Decoded, GlobalHeaps, Unsupported, decode_attribute
+from h5sidecar.indexer._attr_decode import (
+    Decoded,
+    GlobalHeaps,
+    Unsupported,
+    decode_attribute,
+    object_addresses,
+)
 from h5sidecar.indexer._attr_messages import NotNative, attribute_messages
 from h5sidecar.indexer._source_hints import BadStructure, find_superblock
 from h5sidecar.sources._ranged import LocalRangedFile, RangedFile, RemoteRangedFile
@@ -102,7 +108,7 @@ class NativeAttrs:
         else:
             raise BadStructure(f"no native attribute reading through {type(fileobj).__name__}")
         self.layout, _ = find_superblock(self.view, fileobj.size)
-        self.fileno = h5py.h5o.get_info(h5.id).fileno
+        self.fileno = int(h5py.h5o.get_info(h5.id).fileno)
         self.heaps = GlobalHeaps(self.view, self.layout)
         self.served = self.fallbacks = 0
         # the last ``keep`` objects read: the dimension namer looks at every array's
@@ -137,6 +143,24 @@ class NativeAttrs:
             if d.name == name:
                 return d.value is not None, d.value
         return True, None
+
+    def dimension_list(self, obj: h5py.HLObject) -> list[list[tuple[int, int]]] | None:
+        """The :data:`~._walk.ObjectKey` of every object ``obj``'s ``DIMENSION_LIST`` points
+        at, per axis (``[]`` when it has none; ``None``: read it through h5py).  A null
+        reference gives address 0, which no object has."""
+        decoded = self.read(obj)
+        if decoded is None:
+            return None
+        for d in decoded:
+            if d.name == "DIMENSION_LIST":
+                if d.value is not None or not d.body:
+                    return None
+                try:
+                    addresses = object_addresses(d.body, self.heaps)
+                except Unsupported:
+                    return None
+                return [[(self.fileno, addr) for addr in axis] for axis in addresses]
+        return []
 
     def _parse(self, info: Any) -> tuple[list[Decoded] | None, bool]:
         """The decoded attributes (``None``: h5py's to read) and whether that is final."""

@@ -153,6 +153,10 @@ class DimensionNamer:
         ``lookup(dset, name) -> (known, value)``: an attribute's value (``None``: absent) when
         ``known`` without asking HDF5 (see :meth:`~._attr_native.NativeAttrs.lookup`); looking
         up attributes an array does not have through h5py costs an HDF5 error each.
+    dimension_list : callable, optional
+        ``dimension_list(dset)``: the keys of the objects ``DIMENSION_LIST`` points at, per
+        axis (``None``: ask h5py; see :meth:`~._attr_native.NativeAttrs.dimension_list`),
+        without opening each target through HDF5.
     """
 
     def __init__(
@@ -161,9 +165,11 @@ class DimensionNamer:
         key_of: Callable[[h5py.Reference], ObjectKey | None],
         shape_of: Callable[[DatasetEntry], tuple[int, ...]] | None = None,
         lookup: Callable[[h5py.Dataset, str], tuple[bool, Any]] | None = None,
+        dimension_list: Callable[[h5py.Dataset], list[list[ObjectKey]] | None] | None = None,
     ) -> None:
         self._key_of = key_of
         self._lookup = lookup
+        self._dimension_list = dimension_list
         self._shape_of = shape_of or (lambda entry: tuple(entry.dset.shape or ()))
         self._entries = {e.path: e for e in hierarchy.datasets}
         self._members = hierarchy.members
@@ -264,6 +270,14 @@ class DimensionNamer:
     # -- candidates from the file ---------------------------------------------------------------
     def _from_dimension_list(self, dset: h5py.Dataset, rank: int) -> list[str | None]:
         out: list[str | None] = [None] * rank
+        keys = self._dimension_list(dset) if self._dimension_list is not None else None
+        if keys is not None:
+            for i, axis in enumerate(keys[:rank]):
+                for target in axis[::-1]:  # the last scale names the axis, as below
+                    if target in self.scale_names:
+                        out[i] = self.scale_names[target]
+                        break
+            return out
         value = self._attr(dset, "DIMENSION_LIST")
         if value is None:
             return out

@@ -196,11 +196,14 @@ def index_open_granule(
 
     native = _native_attrs(granule)
     lookup = native.lookup if native is not None else None
+    dimension_list = native.dimension_list if native is not None else None
     ctx = IndexContext(
         url=granule.identity.url,
         file_size=granule.identity.size,
         settings=settings,
-        dims=DimensionNamer(hierarchy, deref.key, _shape_of(granule.identity.url, open_h5), lookup),
+        dims=DimensionNamer(
+            hierarchy, deref.key, _shape_of(granule.identity.url, open_h5), lookup, dimension_list
+        ),
         deref=deref.path,
         identity=reader.identity,
         read_many=reader.read_many,

@@ -20,6 +20,7 @@ import pytest
 from h5sidecar.indexer import index_granule, open_source
 from h5sidecar.indexer._attr_native import NativeAttrs
 from h5sidecar.indexer._attrs import read_attrs
+from h5sidecar.indexer._walk import object_key
 from tests.conftest import CORPUS
 
 Builder = Callable[[h5py.File], Any]
@@ -71,6 +72,7 @@ def compare_with_h5py(path: Path) -> Counter[str]:
             counts["objects_native"] += 1
             assert [d.name for d in decoded] == list(obj.attrs), obj.name
             _check_lookup(native, obj, [d.name for d in decoded if isinstance(d.name, str)])
+            counts["dimension_lists_native"] += _check_dimension_list(native, f, obj)
             for d in decoded:
                 try:
                     want = obj.attrs[d.name]
@@ -105,6 +107,27 @@ def _check_lookup(native: NativeAttrs, obj: h5py.HLObject, names: list[str]) -> 
         except (OSError, TypeError, ValueError, KeyError, RuntimeError):
             raise AssertionError((obj.name, name, "h5py fails where lookup answered")) from None
         assert (value is None and want is None) or _same(value, want), (obj.name, name)
+
+
+def _check_dimension_list(native: NativeAttrs, f: h5py.File, obj: h5py.HLObject) -> bool:
+    """``dimension_list`` gives the keys of what h5py's ``DIMENSION_LIST`` references open
+    (address 0 for a null reference); True when it answered for a list it has."""
+    keys = native.dimension_list(obj)
+    if keys is None:
+        return False
+    try:
+        value = obj.attrs.get("DIMENSION_LIST")
+    except (OSError, TypeError, ValueError, KeyError, RuntimeError):
+        raise AssertionError((obj.name, "h5py fails where dimension_list answered")) from None
+    if value is None:
+        assert keys == [], obj.name
+        return False
+    want = [
+        [object_key(f[ref]) if ref else (native.fileno, 0) for ref in np.atleast_1d(axis)]
+        for axis in np.asarray(value, dtype=object).reshape(-1)
+    ]
+    assert keys == want, obj.name
+    return True
 
 
 def _results_match(path: Path) -> None:
@@ -185,6 +208,23 @@ def _dense_storage(f: h5py.File) -> None:
         big.attrs[f"blob_{i}"] = np.full(10 * i + 1, i, dtype="i8")
 
 
+def _scales(f: h5py.File) -> None:
+    """Dimension scales (``DIMENSION_LIST``: sequences of references), several on one axis,
+    an axis without."""
+    x = f.create_dataset("x", data=np.arange(3))
+    x.make_scale("x")
+    y = f.create_dataset("g/y", data=np.arange(2))
+    y.make_scale()
+    y2 = f.create_dataset("g/y2", data=np.arange(2))
+    y2.make_scale()
+    v = f.create_dataset("g/v", data=np.zeros((2, 3, 4)))
+    v.dims[0].attach_scale(y)
+    v.dims[0].attach_scale(y2)
+    v.dims[1].attach_scale(x)
+    for i in range(10):  # dense storage on "latest"
+        v.attrs[f"a{i}"] = i
+
+
 def _tracked(f: h5py.File) -> None:
     g = f.create_group("tracked", track_order=True)
     for name in ("zeta", "alpha", "mu"):
@@ -211,6 +251,7 @@ BUILDS: dict[str, Builder] = {
     "dense": _dense_storage,
     "tracked": _tracked,
     "continuations": _continuations,
+    "scales": _scales,
 }
 
 
@@ -223,6 +264,8 @@ def test_native_attributes_equal_h5py(
     counts = compare_with_h5py(path)
     assert counts["objects_fallback"] == 0, counts
     assert counts["attrs_native"] > counts["attrs_fallback"], counts
+    if build == "scales":
+        assert counts["dimension_lists_native"] == 1, counts
     _results_match(path)
 
 
@@ -312,6 +355,7 @@ def test_corpus_attributes_equal_h5py(corpus_dir: Path) -> None:
         _results_match(path)
     assert totals["objects_native"] > 10 * totals["objects_fallback"], totals
     assert totals["attrs_native"] > 5 * totals["attrs_fallback"], totals
+    assert totals["dimension_lists_native"] > 20, totals
 
 
 def test_over_s3_from_the_cache_only(
