@@ -115,22 +115,29 @@ class NativeAttrs:
         # attributes before the arrays are indexed, in another order
         self._read: OrderedDict[int, list[Decoded] | None] = OrderedDict()
         self.keep = keep
+        self._last: tuple[h5py.HLObject, list[Decoded] | None] | None = None
 
     def read(self, obj: h5py.HLObject) -> list[Decoded] | None:
         """The attributes of ``obj`` in the order h5py iterates them (by creation order when
         the object tracks it, else by name), ``None`` to read them all through h5py.  An
         attribute whose value is not decoded here has ``value=None``."""
+        last = self._last
+        if last is not None and last[0] is obj:  # asked again for one array (dimension names)
+            return last[1]
         info = h5py.h5o.get_info(obj.id)
         if info.fileno != self.fileno:  # an object of another file (an external link)
             return None
         if info.addr in self._read:
             self._read.move_to_end(info.addr)
-            return self._read[info.addr]
-        found, final = self._parse(info)
-        if final:  # bytes not fetched yet may be there when asked again
+            found = self._read[info.addr]
+        else:
+            found, final = self._parse(info)
+            if not final:  # bytes not fetched yet may be there when asked again
+                return found
             self._read[info.addr] = found
             if len(self._read) > self.keep:
                 self._read.popitem(last=False)
+        self._last = (obj, found)
         return found
 
     def lookup(self, obj: h5py.HLObject, name: str) -> tuple[bool, Any]:
