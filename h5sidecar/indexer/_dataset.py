@@ -76,12 +76,11 @@ def cf_attribute_dtypes(dset: h5py.Dataset, kept: Collection[str] | None = None,
     HDF5 whether each CF name exists cost a lookup per name and variable, ~7,000 on a granule
     of ~1,000 variables)."""
     out: dict[str, str] = {}
-    attrs = dset.attrs
     for name in CF_TYPED_ATTRS:
         try:
-            if name not in (attrs if kept is None else kept):
+            if name not in (dset.attrs if kept is None else kept):
                 continue
-            dtype = known[name] if known and name in known else attrs.get_id(name).dtype
+            dtype = known[name] if known and name in known else dset.attrs.get_id(name).dtype
         except H5PY_ERRORS:
             continue
         if dtype.kind in "biuf":
