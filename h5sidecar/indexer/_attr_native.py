@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import h5py
+import numpy as np
 
 from h5sidecar.indexer._attr_decode import (
     Decoded,
@@ -99,7 +100,7 @@ class NativeAttrs:
         Objects whose attribute messages were read here / left to h5py (tests check both).
     """
 
-    def __init__(self, h5: h5py.File, fileobj: RangedFile, keep: int = 4096) -> None:
+    def __init__(self, h5: h5py.File, fileobj: RangedFile, keep_bytes: int = 32 << 20) -> None:
         self.view: Callable[[int, int], bytes]
         if isinstance(fileobj, LocalRangedFile):
             self.view = BlockView(fileobj.view, fileobj.size)
@@ -111,10 +112,11 @@ class NativeAttrs:
         self.fileno = int(h5py.h5o.get_info(h5.id).fileno)
         self.heaps = GlobalHeaps(self.view, self.layout)
         self.served = self.fallbacks = 0
-        # the last ``keep`` objects read: the dimension namer looks at every array's
-        # attributes before the arrays are indexed, in another order
-        self._read: OrderedDict[int, list[Decoded] | None] = OrderedDict()
-        self.keep = keep
+        # the objects read last, up to ``keep_bytes`` of attribute messages (what their
+        # values take, roughly): the dimension namer looks at every array's attributes before
+        # the arrays are indexed, in another order
+        self._read: OrderedDict[int, tuple[list[Decoded] | None, int]] = OrderedDict()
+        self.keep_bytes, self._kept = keep_bytes, 0
         self._last: tuple[h5py.HLObject, list[Decoded] | None] | None = None
 
     def read(self, obj: h5py.HLObject) -> list[Decoded] | None:
@@ -129,16 +131,21 @@ class NativeAttrs:
             return None
         if info.addr in self._read:
             self._read.move_to_end(info.addr)
-            found = self._read[info.addr]
+            found = self._read[info.addr][0]
         else:
             found, final = self._parse(info)
             if not final:  # bytes not fetched yet may be there when asked again
                 return found
-            self._read[info.addr] = found
-            if len(self._read) > self.keep:
-                self._read.popitem(last=False)
+            self._keep(info.addr, found)
         self._last = (obj, found)
         return found
+
+    def _keep(self, addr: int, found: list[Decoded] | None) -> None:
+        size = 64 + sum(len(d.body) + _nbytes(d.value) for d in found or ())
+        self._read[addr] = (found, size)
+        self._kept += size
+        while self._kept > self.keep_bytes and self._read:
+            self._kept -= self._read.popitem(last=False)[1][1]
 
     def lookup(self, obj: h5py.HLObject, name: str) -> tuple[bool, Any]:
         """``(True, obj.attrs.get(name))`` when known from the bytes (``None``: no such
@@ -184,6 +191,13 @@ class NativeAttrs:
             order = [m.order for m in messages]
             return [d for _, d in sorted(zip(order, decoded, strict=True), key=_first)], True
         return sorted(decoded, key=_raw_name), True  # HDF5 compares names with strcmp
+
+
+def _nbytes(value: Any) -> int:
+    """Roughly what a decoded value takes (strings: their length)."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes if value.dtype.kind != "O" else 64 * value.size
+    return 64 if not isinstance(value, str) else 64 + len(value)
 
 
 def _first(item: tuple[int, Decoded]) -> int:

@@ -388,3 +388,19 @@ def test_over_s3_from_the_cache_only(
         assert got.dimension_names == arr.meta.dimension_names, name
         assert remote.arrays[name].note == arr.note, name
     assert remote.extra.get("attribute_dtypes") == local.extra.get("attribute_dtypes")
+
+
+def test_kept_attributes_bounded_by_bytes(make_h5: Callable[..., Path]) -> None:
+    """The objects read last are kept up to a byte bound; read again after they left, their
+    attributes are the same."""
+    path = make_h5(lambda f: (_dense_storage(f), _many_types(f)), libver="latest")
+    with open_source(str(path)) as src, h5py.File(src, "r") as f:
+        native = NativeAttrs(f, src, keep_bytes=2000)
+        objects = _objects(f)
+        first = [native.read(obj) for obj in objects]
+        again = [native.read(obj) for obj in reversed(objects)][::-1]
+        assert native._kept <= 2000
+        assert [[d.name for d in r or []] for r in first] == [
+            [d.name for d in r or []] for r in again
+        ]
+        assert native.served > len(objects)  # parsed again once they left
