@@ -40,7 +40,8 @@ import h5py
 import numpy as np
 
 from h5sidecar.indexer._common import H5PY_ERRORS, reraise_io_failure
-from h5sidecar.indexer._walk import DatasetEntry, Hierarchy, ObjectKey, model_path
+from h5sidecar.indexer._scales import Scales, is_dimension_scale
+from h5sidecar.indexer._walk import DatasetEntry, Hierarchy, ObjectKey
 
 __all__ = ["DimensionNamer", "is_dimension_scale", "is_netcdf_dimension_only"]
 
@@ -48,15 +49,6 @@ PHONY = "phony_dim_{}"
 
 #: netCDF-C marks datasets that only carry a dimension (no variable) with this NAME.
 NETCDF_DIM_ONLY = b"This is a netCDF dimension but not a netCDF variable"
-
-
-def is_dimension_scale(dset: h5py.Dataset) -> bool:
-    """True when ``dset`` is an HDF5 dimension scale (``CLASS == "DIMENSION_SCALE"``)."""
-    try:
-        return bool(h5py.h5ds.is_scale(dset.id))
-    except H5PY_ERRORS as exc:
-        reraise_io_failure(exc)
-        return False
 
 
 def is_netcdf_dimension_only(dset: h5py.Dataset) -> bool:
@@ -90,33 +82,6 @@ class _GroupDims:
 
     pools: dict[int, list[str]]
     n_phony: int
-
-
-def _scale_name(entry: DatasetEntry, single: bool = False) -> str:
-    """The base of the path HDF5 gives the scale when dereferenced (what h5netcdf shows).
-
-    ``single``: the scale has one path only (see :meth:`DimensionNamer._single_path`), so it
-    is that path: asking HDF5 makes it search the file for the object (~1.5 ms a scale).
-    """
-    if single:
-        return entry.path.rpartition("/")[2]
-    try:
-        name = entry.dset.file[entry.dset.ref].name
-    except H5PY_ERRORS as exc:
-        reraise_io_failure(exc)
-        name = None
-    if not name:
-        return entry.path.rpartition("/")[2]
-    return model_path(name).rpartition("/")[2]
-
-
-def _links(obj: h5py.HLObject) -> int:
-    """The object's hard link count (0 when HDF5 cannot say)."""
-    try:
-        return int(h5py.h5o.get_info(obj.id).rc)
-    except H5PY_ERRORS as exc:
-        reraise_io_failure(exc)
-        return 0
 
 
 def _unscaled(dset: h5py.Dataset, rank: int) -> bool:
@@ -173,19 +138,10 @@ class DimensionNamer:
         self._shape_of = shape_of or (lambda entry: tuple(entry.dset.shape or ()))
         self._entries = {e.path: e for e in hierarchy.datasets}
         self._members = hierarchy.members
-        self.scale_names: dict[ObjectKey, str] = {}
         self._dimids: dict[str, dict[int, str]] = {}  # per group, see _dimid_names
-        self._scales: dict[str, bool] = {}  # path -> is a scale, see is_scale
-        self._group_objects = dict(hierarchy.groups)
-        self._escaped = set(hierarchy.escaped)
-        self._links: dict[str, int] = {}  # group path -> its hard link count
-        # names HDF5 may find an object by besides its entry: other entries of it (soft links
-        # and aliases), or links the walk left out (any kind: not looked at more closely)
-        self._names_of = Counter(e.key for e in hierarchy.datasets)
-        self._all_links_seen = not hierarchy.skipped
-        for entry in hierarchy.datasets:
-            if entry.alias_of is None and self.is_scale(entry):
-                self.scale_names[entry.key] = _scale_name(entry, self._single_path(entry))
+        self.scales = Scales(hierarchy)
+        self.is_scale = self.scales.is_scale
+        self.scale_names = self.scales.names
         self._real = set(self.scale_names.values())
         self._sizes: dict[str, list[tuple[str, int]]] = {}
         self._groups: dict[str, _GroupDims] = {}
@@ -201,37 +157,6 @@ class DimensionNamer:
             if known:
                 return value
         return _attr(dset, name)
-
-    def is_scale(self, entry: DatasetEntry) -> bool:
-        """:func:`is_dimension_scale` of ``entry``, asked of HDF5 once per path (an attribute
-        lookup each time, four times per array otherwise)."""
-        found = self._scales.get(entry.path)
-        if found is None:
-            found = self._scales[entry.path] = is_dimension_scale(entry.dset)
-        return found
-
-    def _single_path(self, entry: DatasetEntry) -> bool:
-        """True when ``entry.path`` is the only path to the dataset, so that the name HDF5 gives
-        it (the first link in name order that resolves to it) is that path: one hard link to it
-        and to each group above it, no soft link to it, no link the walk left out, and its name
-        kept unescaped."""
-        if (
-            not self._all_links_seen
-            or self._names_of[entry.key] != 1
-            or entry.link != "hard"
-            or entry.path in self._escaped
-            or _links(entry.dset) != 1
-        ):
-            return False
-        parts = entry.path.split("/")[:-1]
-        for depth in range(1, len(parts) + 1):
-            group = "/".join(parts[:depth])
-            if group not in self._links:
-                obj = self._group_objects.get(group)
-                self._links[group] = _links(obj) if obj is not None else 0
-            if self._links[group] != 1:
-                return False
-        return True
 
     # -- h5netcdf's phony dimensions -------------------------------------------------------------
     def _group_dims(self, group: str) -> _GroupDims:

@@ -176,7 +176,8 @@ def _link_layouts(f: h5py.File, group_twice: bool = False) -> None:
 def test_scale_names_with_one_path_skip_hdf5s_search(make_h5) -> None:
     """A scale with a single path is named by it without asking HDF5 (which searches the
     file); every scale still gets the name HDF5 would give."""
-    from h5sidecar.indexer._dims import DimensionNamer, _scale_name
+    from h5sidecar.indexer._dims import DimensionNamer
+    from h5sidecar.indexer._scales import scale_name
     from h5sidecar.indexer._walk import object_key, walk
 
     for libver, twice in (("earliest", False), ("latest", False), ("latest", True)):
@@ -188,8 +189,8 @@ def test_scale_names_with_one_path_skip_hdf5s_search(make_h5) -> None:
             singles = 0
             for entry in hierarchy.datasets:
                 if entry.alias_of is None and namer.is_scale(entry):
-                    assert namer.scale_names[entry.key] == _scale_name(entry), entry.path
-                    singles += namer._single_path(entry)
+                    assert namer.scale_names[entry.key] == scale_name(entry), entry.path
+                    singles += namer.scales.single_path(entry)
             # x, twice_x and deep/er/s; the others ask HDF5, and all do when the walk left a
             # link out (the group linked twice)
             assert singles == (0 if twice else 3)
