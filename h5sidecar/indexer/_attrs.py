@@ -18,6 +18,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from h5sidecar.indexer._attr_native import NativeAttrs
 from h5sidecar.indexer._attr_types import netcdf_view, type_spec
 from h5sidecar.indexer._common import H5PY_ERRORS, describe_h5_error, reraise_io_failure
 from h5sidecar.indexer._values import NotJSONable, decode_text, to_json
@@ -57,6 +58,9 @@ class AttrResult:
     escaped: list[str] = field(default_factory=list)
     #: name -> the type spec JSON loses (see :mod:`h5sidecar.references._attr_types`)
     types: dict[str, str] = field(default_factory=dict)
+    #: name -> HDF5 type (as h5py maps it) of the attributes kept, where known without asking
+    #: HDF5 again
+    dtypes: dict[str, np.dtype] = field(default_factory=dict)
 
     def note(self) -> str:
         """A sentence for ``ArrayRefs.note`` listing dropped and escaped attributes ("" when
@@ -77,6 +81,17 @@ def _attr_names(obj: h5py.HLObject) -> list[str | bytes]:
     return list(obj.attrs)
 
 
+def _listing(
+    obj: h5py.HLObject, native: NativeAttrs | None
+) -> list[tuple[str | bytes, Any, np.dtype | None]]:
+    """(name, value, dtype) of every attribute, in h5py's order: decoded from the metadata
+    bytes where :class:`NativeAttrs` can, else ``(name, None, None)`` (read through h5py)."""
+    decoded = native.read(obj) if native is not None else None
+    if decoded is None:
+        return [(name, None, None) for name in _attr_names(obj)]
+    return [(d.name, d.value, d.dtype) for d in decoded]
+
+
 def _is_scale_marker(name: str, value: Any) -> bool:
     if name == "CLASS":
         text = (
@@ -95,6 +110,7 @@ def read_attrs(
     deref: Callable[[h5py.Reference], str | None],
     *,
     is_scale: bool = False,
+    native: NativeAttrs | None = None,
 ) -> AttrResult:
     """Read and convert every attribute of ``obj``.
 
@@ -105,6 +121,9 @@ def read_attrs(
         Maps an object reference to its target's path (references become paths).
     is_scale : bool
         ``obj`` is a dimension scale: its ``CLASS``/``NAME`` markers are dropped too.
+    native : NativeAttrs, optional
+        Decodes attributes from the granule's metadata bytes (the same values and types
+        h5py reads, at a fraction of the cost); what it cannot decode is read through h5py.
 
     Returns
     -------
@@ -113,13 +132,13 @@ def read_attrs(
     """
     result = AttrResult()
     try:
-        names = _attr_names(obj)
+        listing = _listing(obj, native)
     except H5PY_ERRORS as exc:
         reraise_io_failure(exc)
         result.dropped["*"] = f"the attribute table cannot be read ({describe_h5_error(exc)})"
         return result
-    taken = {n for n in names if isinstance(n, str)}
-    for raw in names:
+    taken = {n for n, _, _ in listing if isinstance(n, str)}
+    for raw, value, dtype in listing:
         if raw in ALWAYS_DROPPED:
             continue
         name = escape_name(raw)
@@ -132,18 +151,21 @@ def read_attrs(
                 continue
             taken.add(name)
             result.escaped.append(name)
-        try:
-            value = obj.attrs[raw]
-        except H5PY_ERRORS as exc:
-            reraise_io_failure(exc)
-            result.dropped[name] = f"HDF5 cannot read it: {describe_h5_error(exc)}"
-            continue
+        if value is None:
+            try:
+                value = obj.attrs[raw]
+            except H5PY_ERRORS as exc:
+                reraise_io_failure(exc)
+                result.dropped[name] = f"HDF5 cannot read it: {describe_h5_error(exc)}"
+                continue
         if name in SCALE_MARKERS:
             if not (is_scale and _is_scale_marker(name, value)):
                 result.dropped[name] = "hidden, as netCDF readers (h5netcdf) hide it"
             continue
         try:
-            view = netcdf_view(name, value, _hdf5_dtype(obj, raw, value))
+            view = netcdf_view(
+                name, value, dtype if dtype is not None else _hdf5_dtype(obj, raw, value)
+            )
             result.attrs[name] = to_json(view, deref)
         except NotJSONable as exc:
             result.dropped[name] = str(exc)
@@ -152,6 +174,8 @@ def read_attrs(
             reraise_io_failure(exc)
             result.dropped[name] = f"HDF5 cannot read its type: {describe_h5_error(exc)}"
             continue
+        if dtype is not None:
+            result.dtypes[name] = dtype
         spec = type_spec(name, view, result.attrs[name])
         if spec is not None:
             result.types[name] = spec

@@ -11,11 +11,11 @@ import h5py
 import numpy as np
 
 from h5sidecar.errors import ErrorKind, UnsupportedFeatureError
+from h5sidecar.indexer._attr_native import NativeAttrs
 from h5sidecar.indexer._attrs import read_attrs
 from h5sidecar.indexer._common import H5PY_ERRORS, fail, reraise_io_failure
 from h5sidecar.indexer._dims import (
     DimensionNamer,
-    is_dimension_scale,
     is_netcdf_dimension_only,
 )
 from h5sidecar.indexer._dtypes import DtypePlan, plan_dtype
@@ -52,6 +52,8 @@ class IndexContext:
     #: array path -> attribute -> type spec JSON loses (float width, bytes, ...; see
     #: :mod:`h5sidecar.references._attr_types`); the granule adds its groups'
     attribute_dtypes: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    #: reads attributes from the granule's metadata bytes (``None``: all through h5py)
+    native_attrs: NativeAttrs | None = None
 
 
 def _join(*parts: str) -> str:
@@ -65,8 +67,8 @@ CF_TYPED_ATTRS = (
 )  # fmt: skip
 
 
-def cf_attribute_dtypes(dset: h5py.Dataset, kept: Collection[str] | None = None
-                        ) -> dict[str, str]:
+def cf_attribute_dtypes(dset: h5py.Dataset, kept: Collection[str] | None = None,
+                        known: Mapping[str, np.dtype] | None = None) -> dict[str, str]:
     """Numeric types of the CF attributes of ``dset`` (JSON loses float32 vs float64, which
     decides the dtype xarray unpacks to: a float64 ``scale_factor`` of 0.5 means float64).
 
@@ -74,12 +76,11 @@ def cf_attribute_dtypes(dset: h5py.Dataset, kept: Collection[str] | None = None
     HDF5 whether each CF name exists cost a lookup per name and variable, ~7,000 on a granule
     of ~1,000 variables)."""
     out: dict[str, str] = {}
-    attrs = dset.attrs
     for name in CF_TYPED_ATTRS:
         try:
-            if name not in (attrs if kept is None else kept):
+            if name not in (dset.attrs if kept is None else kept):
                 continue
-            dtype = attrs.get_id(name).dtype
+            dtype = known[name] if known and name in known else dset.attrs.get_id(name).dtype
         except H5PY_ERRORS:
             continue
         if dtype.kind in "biuf":
@@ -234,7 +235,7 @@ def index_dataset(entry: DatasetEntry, ctx: IndexContext) -> ArrayRefs:
         When the variable cannot be represented (with the kind and reason to record).
     """
     dset = entry.dset
-    is_scale = is_dimension_scale(dset)  # asked once: a lookup of the CLASS attribute
+    is_scale = ctx.dims.is_scale(entry)  # asked once: a lookup of the CLASS attribute
     if is_scale and is_netcdf_dimension_only(dset):
         fail(
             ErrorKind.OTHER,
@@ -252,10 +253,10 @@ def index_dataset(entry: DatasetEntry, ctx: IndexContext) -> ArrayRefs:
             )
         hshape = vds_extent(dset, ctx.url, ctx.open_h5)
     shape = hshape + plan.extra_shape
-    attrs = read_attrs(dset, ctx.deref, is_scale=is_scale)
+    attrs = read_attrs(dset, ctx.deref, is_scale=is_scale, native=ctx.native_attrs)
     # the CF attributes' types keep the readers' CF rules (native byte order)
     types = {k: v for k, v in attrs.types.items() if k not in plan.attrs}
-    types.update(cf_attribute_dtypes(dset, attrs.attrs))
+    types.update(cf_attribute_dtypes(dset, attrs.attrs, attrs.dtypes))
     if types:
         ctx.attribute_dtypes[entry.path] = types
     dim_names, dim_note = ctx.dims.names(entry, shape, len(plan.extra_shape))

@@ -40,7 +40,8 @@ import h5py
 import numpy as np
 
 from h5sidecar.indexer._common import H5PY_ERRORS, reraise_io_failure
-from h5sidecar.indexer._walk import DatasetEntry, Hierarchy, ObjectKey, model_path
+from h5sidecar.indexer._scales import Scales, is_dimension_scale
+from h5sidecar.indexer._walk import DatasetEntry, Hierarchy, ObjectKey
 
 __all__ = ["DimensionNamer", "is_dimension_scale", "is_netcdf_dimension_only"]
 
@@ -48,15 +49,6 @@ PHONY = "phony_dim_{}"
 
 #: netCDF-C marks datasets that only carry a dimension (no variable) with this NAME.
 NETCDF_DIM_ONLY = b"This is a netCDF dimension but not a netCDF variable"
-
-
-def is_dimension_scale(dset: h5py.Dataset) -> bool:
-    """True when ``dset`` is an HDF5 dimension scale (``CLASS == "DIMENSION_SCALE"``)."""
-    try:
-        return bool(h5py.h5ds.is_scale(dset.id))
-    except H5PY_ERRORS as exc:
-        reraise_io_failure(exc)
-        return False
 
 
 def is_netcdf_dimension_only(dset: h5py.Dataset) -> bool:
@@ -92,18 +84,6 @@ class _GroupDims:
     n_phony: int
 
 
-def _scale_name(entry: DatasetEntry) -> str:
-    """The base of the path HDF5 gives the scale when dereferenced (what h5netcdf shows)."""
-    try:
-        name = entry.dset.file[entry.dset.ref].name
-    except H5PY_ERRORS as exc:
-        reraise_io_failure(exc)
-        name = None
-    if not name:
-        return entry.path.rpartition("/")[2]
-    return model_path(name).rpartition("/")[2]
-
-
 def _unscaled(dset: h5py.Dataset, rank: int) -> bool:
     """True when no axis of ``dset`` has a dimension scale attached (h5netcdf: "unlabeled")."""
     try:
@@ -134,6 +114,14 @@ class DimensionNamer:
     shape_of : callable, optional
         The shape of a dataset as h5netcdf sees it (a virtual dataset's extent worked out from
         its sources); ``dset.shape`` when not given.
+    lookup : callable, optional
+        ``lookup(dset, name) -> (known, value)``: an attribute's value (``None``: absent) when
+        ``known`` without asking HDF5 (see :meth:`~._attr_native.NativeAttrs.lookup`); looking
+        up attributes an array does not have through h5py costs an HDF5 error each.
+    dimension_list : callable, optional
+        ``dimension_list(dset)``: the keys of the objects ``DIMENSION_LIST`` points at, per
+        axis (``None``: ask h5py; see :meth:`~._attr_native.NativeAttrs.dimension_list`),
+        without opening each target through HDF5.
     """
 
     def __init__(
@@ -141,16 +129,19 @@ class DimensionNamer:
         hierarchy: Hierarchy,
         key_of: Callable[[h5py.Reference], ObjectKey | None],
         shape_of: Callable[[DatasetEntry], tuple[int, ...]] | None = None,
+        lookup: Callable[[h5py.Dataset, str], tuple[bool, Any]] | None = None,
+        dimension_list: Callable[[h5py.Dataset], list[list[ObjectKey]] | None] | None = None,
     ) -> None:
         self._key_of = key_of
+        self._lookup = lookup
+        self._dimension_list = dimension_list
         self._shape_of = shape_of or (lambda entry: tuple(entry.dset.shape or ()))
         self._entries = {e.path: e for e in hierarchy.datasets}
         self._members = hierarchy.members
-        self.scale_names: dict[ObjectKey, str] = {}
         self._dimids: dict[str, dict[int, str]] = {}  # per group, see _dimid_names
-        for entry in hierarchy.datasets:
-            if entry.alias_of is None and is_dimension_scale(entry.dset):
-                self.scale_names[entry.key] = _scale_name(entry)
+        self.scales = Scales(hierarchy)
+        self.is_scale = self.scales.is_scale
+        self.scale_names = self.scales.names
         self._real = set(self.scale_names.values())
         self._sizes: dict[str, list[tuple[str, int]]] = {}
         self._groups: dict[str, _GroupDims] = {}
@@ -159,6 +150,13 @@ class DimensionNamer:
         # path -> (HDF5 shape, names the file gives or None, notes), see _settle
         self._settled: dict[str, tuple[tuple[int, ...], list[str | None], list[str]]] | None
         self._settled = None
+
+    def _attr(self, dset: h5py.Dataset, name: str) -> Any:
+        if self._lookup is not None:
+            known, value = self._lookup(dset, name)
+            if known:
+                return value
+        return _attr(dset, name)
 
     # -- h5netcdf's phony dimensions -------------------------------------------------------------
     def _group_dims(self, group: str) -> _GroupDims:
@@ -177,7 +175,7 @@ class DimensionNamer:
             shape = self._shape_of(entry) if entry is not None else ()
             if entry is None or not shape:
                 continue
-            if is_dimension_scale(entry.dset):
+            if self.is_scale(entry):
                 real.append((path.rpartition("/")[2], shape[0]))
                 if not _unlimited(entry.dset):
                     labeled[shape[0]] += 1
@@ -197,7 +195,15 @@ class DimensionNamer:
     # -- candidates from the file ---------------------------------------------------------------
     def _from_dimension_list(self, dset: h5py.Dataset, rank: int) -> list[str | None]:
         out: list[str | None] = [None] * rank
-        value = _attr(dset, "DIMENSION_LIST")
+        keys = self._dimension_list(dset) if self._dimension_list is not None else None
+        if keys is not None:
+            for i, axis in enumerate(keys[:rank]):
+                for target in axis[::-1]:  # the last scale names the axis, as below
+                    if target in self.scale_names:
+                        out[i] = self.scale_names[target]
+                        break
+            return out
+        value = self._attr(dset, "DIMENSION_LIST")
         if value is None:
             return out
         for i, refs in enumerate(np.asarray(value, dtype=object).reshape(-1)[:rank]):
@@ -219,9 +225,9 @@ class DimensionNamer:
             for depth in range(len(parts) + 1):
                 for path in self._members.get("/".join(parts[:depth]), []):
                     entry = self._entries.get(path)
-                    if entry is None or not is_dimension_scale(entry.dset):
+                    if entry is None or not self.is_scale(entry):
                         continue
-                    dimid = _attr(entry.dset, "_Netcdf4Dimid")
+                    dimid = self._attr(entry.dset, "_Netcdf4Dimid")
                     if dimid is not None and np.size(dimid) == 1:
                         out[int(np.asarray(dimid).reshape(-1)[0])] = path.rpartition("/")[2]
             self._dimids[group] = out
@@ -230,7 +236,7 @@ class DimensionNamer:
     def _from_netcdf_coordinates(
         self, dset: h5py.Dataset, group: str, out: list[str | None]
     ) -> None:
-        dimids = _attr(dset, "_Netcdf4Coordinates")
+        dimids = self._attr(dset, "_Netcdf4Coordinates")
         if dimids is None:
             return
         names = self._dimid_names(group)
@@ -239,7 +245,7 @@ class DimensionNamer:
                 out[i] = names.get(int(dimid))
 
     def _from_labels(self, dset: h5py.Dataset, out: list[str | None]) -> None:
-        labels = _attr(dset, "DIMENSION_LABELS")
+        labels = self._attr(dset, "DIMENSION_LABELS")
         if labels is None:
             return
         for i, label in enumerate(np.asarray(labels, dtype=object).reshape(-1)[: len(out)]):
@@ -318,7 +324,7 @@ class DimensionNamer:
         settled = self._settled = {}
         by_depth = sorted(self._entries.values(), key=lambda e: e.path.count("/"))  # stable
         for entry in by_depth:
-            if is_netcdf_dimension_only(entry.dset):
+            if self.is_scale(entry) and is_netcdf_dimension_only(entry.dset):
                 continue
             shape = self._shape_of(entry)
             settled[entry.path] = (shape, *self._file_names(entry, shape))

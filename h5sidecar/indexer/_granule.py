@@ -13,7 +13,8 @@ from typing import Any
 
 import h5py
 
-from h5sidecar.errors import ErrorKind, H5SidecarError, UnsupportedFeatureError
+from h5sidecar.errors import ErrorKind, H5SidecarError, NotHDF5Error, UnsupportedFeatureError
+from h5sidecar.indexer._attr_native import NativeAttrs
 from h5sidecar.indexer._attrs import read_attrs
 from h5sidecar.indexer._checksums import manifest_checksums
 from h5sidecar.indexer._common import (
@@ -27,12 +28,13 @@ from h5sidecar.indexer._dataset import IndexContext, index_alias, index_dataset
 from h5sidecar.indexer._dims import DimensionNamer
 from h5sidecar.indexer._dtypes import ENUMS_KEY, REFERENCES_KEY, enum_mapping
 from h5sidecar.indexer._h5file import OpenGranule, open_granule
+from h5sidecar.indexer._source_hints import BadStructure
 from h5sidecar.indexer._summary import SUMMARY_KEY, add_summary
 from h5sidecar.indexer._vds import vds_extent
 from h5sidecar.indexer._walk import DatasetEntry, ObjectKey, model_path, object_key, walk
 from h5sidecar.references import ArrayRefs, GranuleRefs, Skipped
 from h5sidecar.settings import IndexSettings
-from h5sidecar.sources._ranged import RangeReader, RemoteRangedFile
+from h5sidecar.sources._ranged import RangedFile, RangeReader, RemoteRangedFile
 
 __all__ = ["BENIGN_KINDS", "index_open_granule", "skip_loses_data"]
 
@@ -192,21 +194,27 @@ def index_open_granule(
             opened[url] = others.enter_context(other).h5
         return opened[url]
 
+    native = _native_attrs(granule)
+    lookup = native.lookup if native is not None else None
+    dimension_list = native.dimension_list if native is not None else None
     ctx = IndexContext(
         url=granule.identity.url,
         file_size=granule.identity.size,
         settings=settings,
-        dims=DimensionNamer(hierarchy, deref.key, _shape_of(granule.identity.url, open_h5)),
+        dims=DimensionNamer(
+            hierarchy, deref.key, _shape_of(granule.identity.url, open_h5), lookup, dimension_list
+        ),
         deref=deref.path,
         identity=reader.identity,
         read_many=reader.read_many,
         open_h5=open_h5,
+        native_attrs=native,
     )
     groups: dict[str, dict[str, Any]] = {}
     dropped: dict[str, dict[str, str]] = {}
     escaped: dict[str, list[str]] = {"links": list(hierarchy.escaped)}
     for gpath, group in hierarchy.groups:
-        result = read_attrs(group, deref.path)
+        result = read_attrs(group, deref.path, native=ctx.native_attrs)
         groups[gpath] = result.attrs
         if result.types:
             ctx.attribute_dtypes[gpath] = result.types
@@ -266,6 +274,17 @@ def index_open_granule(
     if summaries:
         extra[SUMMARY_KEY] = summaries
     return GranuleRefs(granule.identity, groups, arrays, tuple(skipped), extra)
+
+
+def _native_attrs(granule: OpenGranule) -> NativeAttrs | None:
+    """The reader of attributes from the metadata bytes, ``None`` (all through h5py) when the
+    granule is not read through one of the indexer's file objects or its superblock is odd."""
+    if not isinstance(granule.fileobj, RangedFile):
+        return None
+    try:
+        return NativeAttrs(granule.h5, granule.fileobj)
+    except (NotHDF5Error, BadStructure):
+        return None
 
 
 def _provenance(

@@ -82,8 +82,10 @@ def summarise(dset: Any, attrs: Mapping[str, Any]) -> dict[str, Any] | None:
     values are taken from the dataset's own attributes, as h5netcdf and our engine mask them.
     """
     kind = _kind(attrs)
+    if kind is None:  # before h5py's attribute manager: most variables stop here
+        return None
     raw = dset.attrs
-    if kind is None or any(k in raw for k in ("scale_factor", "add_offset", "_Unsigned")):
+    if any(k in raw for k in ("scale_factor", "add_offset", "_Unsigned")):
         return None
     if dset.dtype.kind not in "iuf" or not 0 < dset.size <= MAX_VALUES:
         return None

@@ -155,3 +155,42 @@ def test_links_to_a_netcdf_coordinate_name_it_as_h5netcdf_does(tmp_path: Path) -
     assert dims["t"] == ("lat",)  # DIMENSION_LIST: the scale's own path
     store = open_plain(to_kerchunk(refs)).store
     assert sidecar_dimension_differences(store, path, [""]) == {}
+
+
+def _link_layouts(f: h5py.File, group_twice: bool = False) -> None:
+    """Scales reachable by one path, and by more (a soft link named before the hard one, a
+    second hard link, a group linked twice)."""
+    for name in ("plain", "a_soft", "z_hard", "twice"):
+        g = f.create_group(name) if name != "plain" else f
+        scale = g.create_dataset(f"{name}_x" if name != "plain" else "x", data=np.arange(3))
+        scale.make_scale()
+        g.create_dataset("v", data=np.zeros(3)).dims[0].attach_scale(scale)
+    f["a_soft/a_link"] = h5py.SoftLink("/a_soft/a_soft_x")
+    f["z_hard/0_other"] = f["z_hard/z_hard_x"]
+    if group_twice:
+        f["again"] = f["twice"]
+    deep = f.create_group("deep/er")
+    deep.create_dataset("s", data=np.arange(2)).make_scale()
+
+
+def test_scale_names_with_one_path_skip_hdf5s_search(make_h5) -> None:
+    """A scale with a single path is named by it without asking HDF5 (which searches the
+    file); every scale still gets the name HDF5 would give."""
+    from h5sidecar.indexer._dims import DimensionNamer
+    from h5sidecar.indexer._scales import scale_name
+    from h5sidecar.indexer._walk import object_key, walk
+
+    for libver, twice in (("earliest", False), ("latest", False), ("latest", True)):
+        path = make_h5(lambda f, twice=twice: _link_layouts(f, twice), name=f"l-{libver}-{twice}.h5",
+                       libver=libver)  # fmt: skip
+        with h5py.File(path, "r") as f:
+            hierarchy = walk(f)
+            namer = DimensionNamer(hierarchy, lambda ref: object_key(f[ref]))
+            singles = 0
+            for entry in hierarchy.datasets:
+                if entry.alias_of is None and namer.is_scale(entry):
+                    assert namer.scale_names[entry.key] == scale_name(entry), entry.path
+                    singles += namer.scales.single_path(entry)
+            # x, twice_x and deep/er/s; the others ask HDF5, and all do when the walk left a
+            # link out (the group linked twice)
+            assert singles == (0 if twice else 3)
