@@ -6,7 +6,7 @@ Layout written (relative links only, so the folder can be copied or served anywh
     STACDIR/<collection>/collection.json               one Collection per DEST
     STACDIR/<collection>/<item>/<item>.json            one Item per indexed granule (JSON tree,
                                                        collections of at most 10,000 items)
-    STACDIR/<collection>/items.parquet                 every item, stac-geoparquet
+    STACDIR/<collection>/items.parquet/part-*.parquet  every item, stac-geoparquet in parts
     STACDIR/_items.sqlite                              item database: incremental runs, search
 
 Datacubes (``h5sidecar cube``) are Collection assets, not Items (:mod:`._cube_assets`): those

@@ -32,7 +32,7 @@ DB_NAME = "_items.sqlite"
 #: R-tree stand-ins for open time bounds and for "no bbox" (outside every latitude searched).
 OPEN = 3.0e38
 NO_BOX_LAT = 1000.0
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: parquet_rows
 
 SCHEMA = f"""
 PRAGMA user_version = {SCHEMA_VERSION};
@@ -61,6 +61,15 @@ CREATE TABLE IF NOT EXISTS runs (
     settings TEXT NOT NULL,
     json_tree INTEGER NOT NULL
 );
+-- where each item's row is in its collection's stac-geoparquet parts (_geoparquet_parts)
+CREATE TABLE IF NOT EXISTS parquet_rows (
+    key INTEGER PRIMARY KEY,
+    collection TEXT NOT NULL,
+    part TEXT NOT NULL,
+    row INTEGER NOT NULL,
+    version TEXT
+);
+CREATE INDEX IF NOT EXISTS parquet_rows_by_part ON parquet_rows (collection, part);
 CREATE TABLE IF NOT EXISTS left_out (
     dest TEXT NOT NULL,
     sidecar TEXT NOT NULL,

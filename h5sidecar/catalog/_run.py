@@ -4,7 +4,7 @@ Steps: (1) :func:`._sync.sync_dest` reads only new or changed sidecars; (2) the 
 settled (a renamed collection moves its items); (3) the item documents of changed rows are
 written, those of removed rows deleted; (4) the collection's extent is computed in SQL (no list
 of items is held), its document and the root's are written when their text changes; (5) the
-stac-geoparquet file is rewritten when the collection changed.
+stac-geoparquet parts of the changed and removed items are written (:mod:`._geoparquet_parts`).
 """
 
 from __future__ import annotations
@@ -143,11 +143,10 @@ class Run:
         if validate:
             validate_document(json.loads(coll_path.read_text("utf-8")), where=str(coll_path))
             validate_document(json.loads(root_path.read_text("utf-8")), where=str(root_path))
-        changed = bool(synced.changed or removed or rewrite_all)
-        if geoparquet and (changed or not parquet.exists()):
-            from h5sidecar.catalog._geoparquet import write_geoparquet
+        if geoparquet:  # (also when nothing changed here: it checks its own records)
+            from h5sidecar.catalog._geoparquet_parts import update_parts
 
-            write_geoparquet(parquet, lambda: self._docs(cid), cid, coll_doc)
+            update_parts(db, parquet, cid, coll_doc, self._docs_of, full=rewrite_all)
         items = tuple(str(item_path(self.root_dir, cid, i)) for i in self._ids(cid)) if tree else ()
         return CatalogResult(
             str(root_path), str(coll_path), cid, items, tuple(synced.errors),
