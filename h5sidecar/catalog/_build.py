@@ -94,8 +94,9 @@ def build_catalog(
         Write one JSON document per item, linked from the collection.  Default: when the
         collection has at most :data:`JSON_TREE_MAX_ITEMS` items.
     geoparquet : bool
-        Write the collection's items as stac-geoparquet (``<collection>/items.parquet``),
-        rewritten when an item of the collection changed.
+        Write the collection's items as stac-geoparquet (``<collection>/items.parquet/``, a
+        folder of parts; a run writes the parts of what changed, see
+        :mod:`._geoparquet_parts`).
 
     Returns
     -------
