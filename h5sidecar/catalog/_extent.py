@@ -166,6 +166,7 @@ def granule_extent(
     storage_options: Mapping[str, Any] | None = None,
     n_vertices: int = 24,
     margin_m: float = 100.0,
+    track_footprints: Literal["recorded", "read"] = "recorded",
 ) -> GranuleExtent:
     """Footprint and UTC time range of a granule, read through its references.
 
@@ -176,10 +177,16 @@ def granule_extent(
         Options to read the granule's source (e.g. an S3 endpoint).
     n_vertices, margin_m :
         See :func:`~h5sidecar.catalog._geometry.track_footprint`.
+    track_footprints : {"recorded", "read"}
+        Along-track granules: located from what was recorded (the box of the tracks' recorded
+        bounds, else ACDD attributes; see module docs), or always read for the buffered polygon
+        that follows the tracks (reads every track's positions from the source).
     """
     loc = find_locators(refs)
-    recorded = _from_summary(refs, loc, margin_m)
-    if recorded is None and loc.kind == "track":
+    recorded = None
+    if loc.kind != "track" or track_footprints == "recorded":
+        recorded = _from_summary(refs, loc, margin_m)
+    if recorded is None and loc.kind == "track" and track_footprints == "recorded":
         recorded = _track_from_attributes(refs, loc)
     if recorded is not None:
         return recorded

@@ -18,7 +18,7 @@ import re
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from h5sidecar.catalog._catalogue import add_cubes, catalogue_one
 from h5sidecar.catalog._item import GranuleInfo
@@ -57,17 +57,22 @@ class Run:
 
     def __init__(self, db: sqlite3.Connection, root_dir: Path, dest: str, *,
                  gateway_url: str | None, references_base_url: str | None,
-                 storage_options: Mapping[str, Any] | None) -> None:  # fmt: skip
+                 storage_options: Mapping[str, Any] | None,
+                 track_footprints: Literal["recorded", "read"] = "recorded") -> None:  # fmt: skip
         self.db, self.root_dir, self.dest = db, root_dir, dest
         self.gateway_url = gateway_url
         self.storage_options = storage_options
         self.catalogue = functools.partial(
             catalogue_one, dest=dest, gateway_url=gateway_url,
-            references_base_url=references_base_url, storage_options=storage_options)
+            references_base_url=references_base_url, storage_options=storage_options,
+            track_footprints=track_footprints)
         self.references_base_url = references_base_url
-        self.settings = json.dumps({"gateway_url": gateway_url,
+        settings: dict[str, Any] = {"gateway_url": gateway_url,
                                     "references_base_url": references_base_url,
-                                    "item_format": 1}, sort_keys=True)  # fmt: skip
+                                    "item_format": 1}  # fmt: skip
+        if track_footprints != "recorded":  # (only then: the runs of before keep their items)
+            settings["track_footprints"] = track_footprints
+        self.settings = json.dumps(settings, sort_keys=True)
 
     def build(self, *, collection_id: str | None, title: str | None, description: str | None,
               validate: bool, progress: Callable[[str, bool], None] | None,

@@ -106,3 +106,28 @@ def test_without_either_the_values_are_read(granule: tuple[Path, GranuleRefs],
     assert ext.footprint.geometry["type"] == "Polygon"
     assert len(ext.footprint.geometry["coordinates"][0]) > 5  # not a box
     assert abs(ext.start - start) < dt.timedelta(milliseconds=1)
+
+
+def test_the_catalog_reads_tracks_only_when_asked(catalog_dir: Path) -> None:
+    """The fixture's two collections share a track granule: ``samples`` built with
+    ``track_footprints="read"`` (polygons along the tracks), ``samples-json`` by default
+    (boxes of the recorded bounds): both hug the same data."""
+    import json
+
+    from shapely.geometry import shape
+
+    def tracks(cid: str) -> dict[str, dict]:
+        docs = (json.loads(p.read_text()) for p in catalog_dir.glob(f"{cid}/*/*.json"))
+        return {d["id"]: d for d in docs if d["id"].startswith("ATL03")}
+
+    read, recorded = tracks("samples"), tracks("samples-json")
+    assert recorded and recorded.keys() <= read.keys()
+    for name in recorded:
+        item = read[name]
+        box = shape(recorded[name]["geometry"])
+        assert len(item["geometry"]["coordinates"][0]) > 5  # a polygon along the tracks
+        assert len(recorded[name]["geometry"]["coordinates"][0]) == 5  # a box
+        assert box.intersection(shape(item["geometry"])).area > 0.5 * box.area
+        assert recorded[name]["bbox"] == pytest.approx(item["bbox"], abs=0.01)
+        assert recorded[name]["properties"]["h5sidecar:footprint_from"] == \
+            item["properties"]["h5sidecar:footprint_from"]
