@@ -70,6 +70,15 @@ CREATE TABLE IF NOT EXISTS parquet_rows (
     version TEXT
 );
 CREATE INDEX IF NOT EXISTS parquet_rows_by_part ON parquet_rows (collection, part);
+-- DESTs whose items have not changed since their parts were last brought up to date: any
+-- change to an item forgets its DEST's mark, in the transaction of the change
+CREATE TABLE IF NOT EXISTS parquet_clean (dest TEXT PRIMARY KEY);
+CREATE TRIGGER IF NOT EXISTS items_insert_dirties AFTER INSERT ON items
+    BEGIN DELETE FROM parquet_clean WHERE dest = NEW.dest; END;
+CREATE TRIGGER IF NOT EXISTS items_update_dirties AFTER UPDATE ON items
+    BEGIN DELETE FROM parquet_clean WHERE dest IN (OLD.dest, NEW.dest); END;
+CREATE TRIGGER IF NOT EXISTS items_delete_dirties AFTER DELETE ON items
+    BEGIN DELETE FROM parquet_clean WHERE dest = OLD.dest; END;
 CREATE TABLE IF NOT EXISTS left_out (
     dest TEXT NOT NULL,
     sidecar TEXT NOT NULL,

@@ -148,10 +148,19 @@ class Run:
         if validate:
             validate_document(json.loads(coll_path.read_text("utf-8")), where=str(coll_path))
             validate_document(json.loads(root_path.read_text("utf-8")), where=str(root_path))
-        if geoparquet:  # (also when nothing changed here: it checks its own records)
+        # marked when the parts were last brought up to date; any change to an item since (in
+        # this run or one killed before its end) dropped the mark, in its own transaction
+        parts_clean = db.execute("SELECT 1 FROM parquet_clean WHERE dest = ?",
+                                 (dest,)).fetchone() is not None  # fmt: skip
+        if geoparquet and (rewrite_all or not parts_clean or not parquet.is_dir()):
             from h5sidecar.catalog._geoparquet_parts import update_parts
 
+            # (it compares its records with every item: a no-op run skips that when the run
+            # before brought the parts up to date)
             update_parts(db, parquet, cid, coll_doc, self._docs_of, full=rewrite_all)
+        if geoparquet and not parts_clean:
+            db.execute("INSERT OR IGNORE INTO parquet_clean VALUES (?)", (dest,))
+            db.commit()
         items = tuple(str(item_path(self.root_dir, cid, i)) for i in self._ids(cid)) if tree else ()
         return CatalogResult(
             str(root_path), str(coll_path), cid, items, tuple(synced.errors),
