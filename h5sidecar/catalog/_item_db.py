@@ -32,7 +32,7 @@ DB_NAME = "_items.sqlite"
 #: R-tree stand-ins for open time bounds and for "no bbox" (outside every latitude searched).
 OPEN = 3.0e38
 NO_BOX_LAT = 1000.0
-SCHEMA_VERSION = 2  # 2: parquet_rows
+SCHEMA_VERSION = 3  # 2: parquet_rows; 3: parquet_clean and its triggers
 
 SCHEMA = f"""
 PRAGMA user_version = {SCHEMA_VERSION};
