@@ -5,7 +5,8 @@ distinct names; each operation runs in a fresh process (time and peak RSS of tha
 full run, no-op re-run, re-run after 1% of the sidecars changed (replaced by copies: a new
 identity).  Search: N random items written straight into the item database (boxes anywhere,
 some across the antimeridian, time ranges over a year); ``StacApi`` start-up, then p50/p95 of
-bbox+datetime searches (page of 10, ``numberMatched`` counted), and the same query through
+bbox+datetime searches (page of 10, ``numberMatched`` counted up to ``StacApi``'s
+``count_limit``), searches from "everything" to "one item" (``named``), and the same query through
 DuckDB over the collection's stac-geoparquet file when ``duckdb`` imports.
 
     python -m benchmarks.bench_catalog_scale catalog --n 10000 --work /tmp/cat
@@ -173,8 +174,38 @@ def bench_search(n: int, work: Path, *, skip_make: bool = False, k: int = 200) -
         "search_p50_ms": round(1000 * statistics.median(times), 2),
         "search_p95_ms": round(1000 * statistics.quantiles(times, n=20)[-1], 2),
         "matched_median": statistics.median(matched), "peak_rss_mb": round(_peak_mb())}
+    res["named"] = _named(api, n)
     res["duckdb"] = _duckdb(work, n)
     return res
+
+
+def _named(api: Any, n: int, k: int = 21) -> dict[str, Any]:
+    """p50 (wall and CPU) of searches from "everything" to "one item", with their count."""
+    world = [[-180, -90], [180, -90], [180, 90], [-180, 90], [-180, -90]]
+    named: dict[str, dict[str, Any]] = {
+        "bbox everything": {"bbox": "-180,-90,180,90"},
+        "datetime everything": {"datetime": "2000-01-01T00:00:00Z/2100-01-01T00:00:00Z"},
+        "no filter": {},
+        "intersects everything": {"intersects": {"type": "Polygon", "coordinates": [world]}},
+        "60 deg box": {"bbox": "-30,-30,30,30"},
+        "60 deg box, 1 month": {"bbox": "-30,-30,30,30",
+                                "datetime": "2020-03-01T00:00:00Z/2020-04-01T00:00:00Z"},
+        "2 deg box, 1 month": {"bbox": "10,10,12,12",
+                               "datetime": "2020-01-01T00:00:00Z/2020-02-01T00:00:00Z"},
+        "ids (3)": {"ids": f"g{n // 2:07d},g{n - 1:07d},g0000003"},
+    }
+    out = {}
+    for name, params in named.items():
+        wall, cpu = [], []
+        for _ in range(k):
+            t, c = time.perf_counter(), time.process_time()
+            page = api.search(params, "http://x/stac", method="POST")
+            wall.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
+        out[name] = {"p50_ms": round(1000 * statistics.median(wall), 2),
+                     "cpu_p50_ms": round(1000 * statistics.median(cpu), 2),
+                     "matched": page.get("numberMatched", f"> {getattr(api, 'count_limit', '?')}")}
+    return out
 
 
 def _duckdb(work: Path, n: int) -> dict[str, Any] | str:

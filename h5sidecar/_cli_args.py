@@ -124,6 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json-tree", action=argparse.BooleanOptionalAction, default=None,
                    help="write one JSON document per item, linked from the collection "
                    "(default: for collections of at most 10,000 items)")
+    p.add_argument("--read-track-footprints", dest="track_footprints", action="store_const",
+                   const="read", default="recorded",
+                   help="read every along-track granule's positions for a footprint polygon that "
+                        "follows its tracks (default: the box of what the indexer recorded, or "
+                        "of its ACDD bounds, without reading the source)")
     p.add_argument("--no-geoparquet", dest="geoparquet", action="store_false",
                    help="do not write the collection's items.parquet (stac-geoparquet)")
     _storage_option_arg(p)

@@ -302,6 +302,7 @@ def _cmd_catalog(args: argparse.Namespace, out: Console, err: Console) -> int:
             description=args.description, cubes=args.cube or None,
             progress=lambda name, ok: status.update(f"catalogued {name}"),
             json_tree=args.json_tree, geoparquet=args.geoparquet,
+            track_footprints=args.track_footprints,
         )
     if args.pgstac:
         from h5sidecar.catalog import load_pgstac

@@ -6,7 +6,7 @@ Layout written (relative links only, so the folder can be copied or served anywh
     STACDIR/<collection>/collection.json               one Collection per DEST
     STACDIR/<collection>/<item>/<item>.json            one Item per indexed granule (JSON tree,
                                                        collections of at most 10,000 items)
-    STACDIR/<collection>/items.parquet                 every item, stac-geoparquet
+    STACDIR/<collection>/items.parquet/part-*.parquet  every item, stac-geoparquet in parts
     STACDIR/_items.sqlite                              item database: incremental runs, search
 
 Datacubes (``h5sidecar cube``) are Collection assets, not Items (:mod:`._cube_assets`): those
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from h5sidecar.catalog._catalogue import given_cubes
 from h5sidecar.catalog._item_db import DB_NAME, connect
@@ -52,6 +52,7 @@ def build_catalog(
     cubes: Mapping[str, str] | Sequence[str] | None = None,
     json_tree: bool | None = None,
     geoparquet: bool = True,
+    track_footprints: Literal["recorded", "read"] = "recorded",
 ) -> CatalogResult:
     """Write (or update) a STAC catalog with one Item per granule indexed under DEST.
 
@@ -94,8 +95,13 @@ def build_catalog(
         Write one JSON document per item, linked from the collection.  Default: when the
         collection has at most :data:`JSON_TREE_MAX_ITEMS` items.
     geoparquet : bool
-        Write the collection's items as stac-geoparquet (``<collection>/items.parquet``),
-        rewritten when an item of the collection changed.
+        Write the collection's items as stac-geoparquet (``<collection>/items.parquet/``, a
+        folder of parts; a run writes the parts of what changed, see
+        :mod:`._geoparquet_parts`).
+    track_footprints : {"recorded", "read"}
+        Along-track granules (ICESat-2-like): located from what the indexer recorded, or their
+        ACDD attributes (a box; no source read), or ``"read"``: every track's positions are
+        read for a polygon that follows them (changing it rebuilds the collection's items).
 
     Returns
     -------
@@ -114,7 +120,8 @@ def build_catalog(
     db = connect(root_dir / DB_NAME)
     try:
         run = Run(db, root_dir, dest, gateway_url=gateway_url,
-                   references_base_url=references_base_url, storage_options=storage_options)
+                   references_base_url=references_base_url, storage_options=storage_options,
+                   track_footprints=track_footprints)
         return run.build(collection_id=collection_id, title=title, description=description,
                          validate=validate, progress=progress, given=given,
                          json_tree=json_tree, geoparquet=geoparquet)

@@ -7,7 +7,7 @@ import dataclasses
 import os
 import posixpath
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from h5sidecar.catalog._cube_assets import XARRAY_EXTENSION, cube_assets
 from h5sidecar.catalog._extent import granule_extent
@@ -36,6 +36,7 @@ def catalogue_one(
     gateway_url: str | None,
     references_base_url: str | None,
     storage_options: Mapping[str, Any] | None,
+    track_footprints: Literal["recorded", "read"] = "recorded",
 ) -> dict[str, Any] | ItemError | GranuleRefs:
     """The granule's Item, why it is left out, or the references of a cube found in DEST."""
     try:
@@ -45,7 +46,8 @@ def catalogue_one(
         if g.format == "parquet":  # a compact sidecar's asset must not claim kerchunk
             layout = read_layout(g.sidecar, storage_options=dict(storage_options or {}) or None)
             g = dataclasses.replace(g, layout=layout or "kerchunk")
-        ext = granule_extent(refs, storage_options=storage_options)
+        ext = granule_extent(refs, storage_options=storage_options,
+                             track_footprints=track_footprints)  # fmt: skip
     except (H5SidecarError, OSError, ValueError) as exc:
         return ItemError(g.name, g.sidecar, getattr(exc, "kind", type(exc).__name__), str(exc),
                             "check the sidecar with `h5sidecar verify`, re-index the granule "

@@ -1,10 +1,15 @@
 """Read a granule's locating variables through its sidecar and derive footprint and time range.
 
-Gridded and time-only granules indexed with a coordinate summary (what the indexer records of
-small latitude, longitude and time variables, see :mod:`h5sidecar.indexer._summary`) are
-located from it without reading values, with the same result; along-track granules (whose
-footprint follows every point), packed coordinates and sidecars written before summaries were
-recorded are read as below.
+Granules indexed with a coordinate summary (what the indexer records of small latitude,
+longitude and time variables, see :mod:`h5sidecar.indexer._summary`) are located from it
+without reading values: gridded ones with the same result as from the values; along-track ones
+(ICESat-2-like) get the box of their tracks' recorded bounds, widened by ``margin_m`` (the
+buffered polygon would need every point), and their time range from the recorded time
+variables or else the ACDD ``time_coverage_*`` attributes.  Along-track granules without
+summaries (indexed over S3, or before summaries were recorded) are located from their ACDD
+``geospatial_*`` bounds and time attributes when both are there.  Only what none of these
+locate is read as below (packed coordinates, sidecars of earlier versions, tracks without
+ACDD attributes).
 
 When the coordinates give no footprint (projected x/y only, or no finite value), the ACDD
 ``geospatial_*`` bounds do, as ACDD time attributes stand in for time variables.  Values are
@@ -24,6 +29,7 @@ import numpy as np
 
 from h5sidecar.catalog._geometry import (
     ACDD_BOUNDS,
+    EARTH_RADIUS_M,
     Footprint,
     Track,
     acdd_footprint,
@@ -33,6 +39,7 @@ from h5sidecar.catalog._geometry import (
 )
 from h5sidecar.catalog._probe import Locators, find_locators, gps_epoch_variable
 from h5sidecar.catalog._time import decode_cf_range, time_range_from_attrs
+from h5sidecar.catalog._union import union_bbox
 from h5sidecar.references import GranuleRefs
 
 __all__ = ["GranuleExtent", "granule_extent"]
@@ -159,6 +166,7 @@ def granule_extent(
     storage_options: Mapping[str, Any] | None = None,
     n_vertices: int = 24,
     margin_m: float = 100.0,
+    track_footprints: Literal["recorded", "read"] = "recorded",
 ) -> GranuleExtent:
     """Footprint and UTC time range of a granule, read through its references.
 
@@ -169,9 +177,17 @@ def granule_extent(
         Options to read the granule's source (e.g. an S3 endpoint).
     n_vertices, margin_m :
         See :func:`~h5sidecar.catalog._geometry.track_footprint`.
+    track_footprints : {"recorded", "read"}
+        Along-track granules: located from what was recorded (the box of the tracks' recorded
+        bounds, else ACDD attributes; see module docs), or always read for the buffered polygon
+        that follows the tracks (reads every track's positions from the source).
     """
     loc = find_locators(refs)
-    recorded = _from_summary(refs, loc)
+    recorded = None
+    if loc.kind != "track" or track_footprints == "recorded":
+        recorded = _from_summary(refs, loc, margin_m)
+    if recorded is None and loc.kind == "track" and track_footprints == "recorded":
+        recorded = _track_from_attributes(refs, loc)
     if recorded is not None:
         return recorded
     kw = {"storage_options": dict(storage_options)} if storage_options else {}
@@ -222,6 +238,13 @@ def _summary_times(
     """:func:`_time_range` from the recorded summaries (None when a time variable has none):
     a 1-D dimension coordinate's first and last values when both are finite (what the reader
     takes), else its finite minimum and maximum."""
+    epoch_path = gps_epoch_variable(refs) if loc.kind == "track" else None
+    gps_epoch = None
+    if epoch_path is not None:
+        epoch = summary.get(epoch_path)
+        if epoch is None:
+            return None
+        gps_epoch = float(epoch["min"]) if epoch["finite"] else None
     ranges = []
     for path in loc.times:
         s = summary.get(path)
@@ -238,28 +261,46 @@ def _summary_times(
         attrs = dict(meta.attrs)
         if "units" not in attrs:
             attrs = _coordinate_attrs(refs, path) or attrs
-        r = decode_cf_range(values, attrs)
+        r = decode_cf_range(values, attrs, gps_epoch_seconds=gps_epoch)
         if r is not None:
             ranges.append(r)
     if ranges:
+        via = f" + {epoch_path}" if gps_epoch is not None else ""
         return (min(r[0] for r in ranges), max(r[1] for r in ranges),
-                f"variables: {', '.join(loc.times)}")
+                f"variables: {', '.join(loc.times)}{via}")
     attr_range = time_range_from_attrs(refs.groups.get("", {}))
     if attr_range is not None:
         return attr_range[0], attr_range[1], "attributes"
     return None, None, ""
 
 
-def _from_summary(refs: GranuleRefs, loc: Locators) -> GranuleExtent | None:
+def _from_summary(refs: GranuleRefs, loc: Locators, margin_m: float) -> GranuleExtent | None:
     """The extent from the index-time coordinate summary, or None to read the values."""
     from h5sidecar.indexer import COORDINATE_SUMMARY_KEY
 
     summary = refs.extra.get(COORDINATE_SUMMARY_KEY)
-    if not isinstance(summary, Mapping) or loc.kind == "track":
+    if not isinstance(summary, Mapping):
         return None
     footprint: Footprint | None = None
     space: tuple[str, ...] = ()
-    if loc.kind == "grid":
+    if loc.kind == "track":
+        boxes = []
+        for tv in loc.tracks:
+            lat, lon = summary.get(tv.lat), summary.get(tv.lon)
+            if lat is None or lon is None:
+                return None
+            if lat["finite"] and lon["finite"]:
+                boxes.append([lon["lon_arc"][0], lat["min"], lon["lon_arc"][1], lat["max"]])
+        if boxes:
+            footprint = grid_box(*_widened(union_bbox(boxes), margin_m))
+            space = tuple(p for tv in loc.tracks for p in (tv.lat, tv.lon))
+        times = _summary_times(refs, loc, summary)
+        if times is None:  # photon times are too many to summarise: the ACDD attributes
+            attr_range = time_range_from_attrs(refs.groups.get("", {}))
+            if attr_range is None:
+                return None
+            times = (attr_range[0], attr_range[1], "attributes")
+    elif loc.kind == "grid":
         assert loc.grid_lat is not None and loc.grid_lon is not None
         lat, lon = summary.get(loc.grid_lat), summary.get(loc.grid_lon)
         if lat is None or lon is None:
@@ -268,7 +309,8 @@ def _from_summary(refs: GranuleRefs, loc: Locators) -> GranuleExtent | None:
             west, east = lon["lon_arc"]
             footprint = grid_box(west, lat["min"], east, lat["max"])
             space = (loc.grid_lat, loc.grid_lon)
-    times = _summary_times(refs, loc, summary)
+    if loc.kind != "track":
+        times = _summary_times(refs, loc, summary)
     if times is None:
         return None
     why = ""
@@ -276,3 +318,35 @@ def _from_summary(refs: GranuleRefs, loc: Locators) -> GranuleExtent | None:
         footprint, why = _acdd_fallback(refs, loc)
         space = ("attributes",) if footprint is not None else ()
     return GranuleExtent(footprint, times[0], times[1], space, times[2], loc.kind, why)
+
+
+def _track_from_attributes(refs: GranuleRefs, loc: Locators) -> GranuleExtent | None:
+    """An along-track granule without summaries located by its ACDD bounds and time
+    attributes (None when either is missing: its values are read)."""
+    attrs = refs.groups.get("", {})
+    times = time_range_from_attrs(attrs)
+    if times is None:
+        return None
+    try:
+        footprint = acdd_footprint(attrs)
+    except ValueError:
+        return None
+    return GranuleExtent(footprint, times[0], times[1], ("attributes",), "attributes", loc.kind)
+
+
+def _widened(box: list[float], margin_m: float) -> tuple[float, float, float, float]:
+    """A box widened by ``margin_m`` on every side (as the buffered track polygon is: the data
+    lie around the positions recorded), in longitude at its widest latitude; whole turns of
+    longitude near the poles."""
+    w, s, e, n = box
+    d = float(np.degrees(margin_m / EARTH_RADIUS_M))
+    s, n = max(-90.0, s - d), min(90.0, n + d)
+    cos = float(np.cos(np.radians(max(abs(s), abs(n)))))
+    dlon = 180.0 if cos <= 1e-6 else float(np.degrees(margin_m / EARTH_RADIUS_M / cos))
+    span = (e - w) % 360.0 if w != e else 0.0
+    if span + 2 * dlon >= 360.0 or (w, e) == (-180.0, 180.0):
+        return -180.0, s, 180.0, n
+    w, e = w - dlon, e + dlon
+    w = w + 360.0 if w < -180.0 else w
+    e = e - 360.0 if e > 180.0 else e
+    return w, s, e, n

@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ROW_GROUP", "STAC_GEOPARQUET_VERSION", "write_geoparquet"]
+__all__ = ["ROW_GROUP", "STAC_GEOPARQUET_VERSION", "file_metadata", "items_table",
+           "write_geoparquet"]
 
 ROW_GROUP = 5000
 STAC_GEOPARQUET_VERSION = "1.1.0"
@@ -94,6 +95,15 @@ def _batches(
         yield batch
 
 
+def _inferred(batch: list[dict[str, Any]]) -> Any:
+    """The schema of a batch of rows: of every key of every row (``pa.Table.from_pylist``
+    infers the columns from the first row alone, and would drop a property its item lacks)."""
+    import pyarrow as pa
+
+    keys = dict.fromkeys(k for row in batch for k in row)
+    return pa.Table.from_pydict({k: [row.get(k) for row in batch] for k in keys}).schema
+
+
 def _fixed(schema: Any) -> Any:
     """The unified schema with the columns whose type the spec fixes."""
     import pyarrow as pa
@@ -130,7 +140,7 @@ def write_geoparquet(
         held = list(docs)
         source = lambda: held
     types: set[str] = set()
-    schemas = [pa.Table.from_pylist(b).schema for b in _batches(source(), collection, types)]
+    schemas = [_inferred(b) for b in _batches(source(), collection, types)]
     if not schemas:
         return path
     schema = _fixed(pa.unify_schemas(schemas, promote_options="permissive"))
@@ -146,6 +156,39 @@ def write_geoparquet(
             writer.write_table(pa.Table.from_pylist(batch, schema=schema))
     tmp.replace(path)
     return path
+
+
+def infer_schema(docs: Iterable[Mapping[str, Any]], collection: str,
+                 base: Any = None) -> tuple[Any, set[str]]:  # fmt: skip
+    """The schema of the items' rows (unified with ``base``, a schema, when given; the spec's
+    fixed column types) and the geometry types seen: the first of two passes, on light rows.
+    None for the schema when there are no items and no ``base``."""
+    import pyarrow as pa
+
+    types: set[str] = set()
+    schemas = [_inferred(b) for b in _batches(docs, collection, types)]
+    if base is not None:
+        schemas.insert(0, base)
+    if not schemas:
+        return None, types
+    return _fixed(pa.unify_schemas(schemas, promote_options="permissive")), types
+
+
+def items_table(docs: Iterable[Mapping[str, Any]], collection: str, schema: Any) -> Any:
+    """The items as one Arrow table of ``schema`` (from :func:`infer_schema`), converted in
+    batches of :data:`ROW_GROUP` (so that many are held as Python rows at once)."""
+    import pyarrow as pa
+
+    tables = [pa.Table.from_pylist(b, schema=schema) for b in _batches(docs, collection)]
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def file_metadata(types: Iterable[str], collection: str,
+                  collection_doc: Mapping[str, Any]) -> dict[bytes, bytes]:
+    """The Parquet file metadata of stac-geoparquet: ``geo`` and ``stac-geoparquet``."""
+    return {b"geo": json.dumps(_geo_metadata(sorted(types))).encode(),
+            b"stac-geoparquet": json.dumps({"version": STAC_GEOPARQUET_VERSION,
+                                            "collections": {collection: collection_doc}}).encode()}
 
 
 def _geo_metadata(types: list[str]) -> dict[str, Any]:

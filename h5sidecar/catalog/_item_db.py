@@ -32,7 +32,7 @@ DB_NAME = "_items.sqlite"
 #: R-tree stand-ins for open time bounds and for "no bbox" (outside every latitude searched).
 OPEN = 3.0e38
 NO_BOX_LAT = 1000.0
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3  # 2: parquet_rows; 3: parquet_clean and its triggers
 
 SCHEMA = f"""
 PRAGMA user_version = {SCHEMA_VERSION};
@@ -61,6 +61,24 @@ CREATE TABLE IF NOT EXISTS runs (
     settings TEXT NOT NULL,
     json_tree INTEGER NOT NULL
 );
+-- where each item's row is in its collection's stac-geoparquet parts (_geoparquet_parts)
+CREATE TABLE IF NOT EXISTS parquet_rows (
+    key INTEGER PRIMARY KEY,
+    collection TEXT NOT NULL,
+    part TEXT NOT NULL,
+    row INTEGER NOT NULL,
+    version TEXT
+);
+CREATE INDEX IF NOT EXISTS parquet_rows_by_part ON parquet_rows (collection, part);
+-- DESTs whose items have not changed since their parts were last brought up to date: any
+-- change to an item forgets its DEST's mark, in the transaction of the change
+CREATE TABLE IF NOT EXISTS parquet_clean (dest TEXT PRIMARY KEY);
+CREATE TRIGGER IF NOT EXISTS items_insert_dirties AFTER INSERT ON items
+    BEGIN DELETE FROM parquet_clean WHERE dest = NEW.dest; END;
+CREATE TRIGGER IF NOT EXISTS items_update_dirties AFTER UPDATE ON items
+    BEGIN DELETE FROM parquet_clean WHERE dest IN (OLD.dest, NEW.dest); END;
+CREATE TRIGGER IF NOT EXISTS items_delete_dirties AFTER DELETE ON items
+    BEGIN DELETE FROM parquet_clean WHERE dest = OLD.dest; END;
 CREATE TABLE IF NOT EXISTS left_out (
     dest TEXT NOT NULL,
     sidecar TEXT NOT NULL,

@@ -1,7 +1,8 @@
 """``h5sidecar catalog ... --pgstac DSN``: a catalog folder loaded into pgstac.
 
 The collections and items of a catalog folder (what :func:`~h5sidecar.catalog.build_catalog`
-writes) are upserted with pypgstac's ``Loader``, items streamed from their files in batches.  The
+writes) are upserted with pypgstac's ``Loader``, items streamed in batches from the folder's item
+database (or, in a folder without one, from the JSON tree's files).  The
 loader reads the folder rather than hooking into the build, so a catalog written earlier (or by
 another run) loads the same way.  Links are left out (see :mod:`._pgstac`).
 """
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from h5sidecar.catalog._item_db import DB_NAME, connect, iter_docs
 from h5sidecar.catalog._pgstac import _unlinked, _unreachable
 from h5sidecar.errors import NotIndexedError
 
@@ -48,19 +50,36 @@ def _collection_files(stacdir: Path) -> Iterator[Path]:
             yield (root.parent / link["href"]).resolve()
 
 
-def _items(coll_file: Path, cid: str, counter: list[int],
-           unlocated: list[str]) -> Iterator[dict[str, Any]]:  # fmt: skip
-    """The collection's items, read one file at a time (never all held); those without a
-    geometry are named in ``unlocated`` instead (pgstac requires one)."""
+def _docs(stacdir: Path, coll_file: Path, cid: str) -> Iterator[dict[str, Any]]:
+    """The collection's item documents: from the item database when the folder has one (a
+    collection of more than 10,000 items has no JSON tree), else from the tree's files; read
+    in batches or one file at a time, never all held."""
+    db_path = stacdir / DB_NAME
+    if db_path.is_file():
+        db = connect(db_path, readonly=True)
+        try:
+            for text in iter_docs(db, cid):
+                yield json.loads(text)
+        finally:
+            db.close()
+        return
     for link in _read(coll_file).get("links", []):
         if link.get("rel") == "item":
-            doc = _unlinked(_read(coll_file.parent / link["href"]))
-            if doc.get("geometry") is None:
-                unlocated.append(doc["id"])
-                continue
-            doc["collection"] = cid
-            counter[0] += 1
-            yield doc
+            yield _read(coll_file.parent / link["href"])
+
+
+def _items(docs: Iterable[dict[str, Any]], cid: str, counter: list[int],
+           unlocated: list[str]) -> Iterator[dict[str, Any]]:  # fmt: skip
+    """The items to load; those without a geometry are named in ``unlocated`` instead
+    (pgstac's ``items.geometry`` is ``NOT NULL``, though a null geometry is valid STAC)."""
+    for doc in docs:
+        doc = _unlinked(doc)
+        if doc.get("geometry") is None:
+            unlocated.append(doc["id"])
+            continue
+        doc["collection"] = cid
+        counter[0] += 1
+        yield doc
 
 
 def load_pgstac(
@@ -115,8 +134,8 @@ def load_pgstac(
                 # the collection first: pgstac partitions its items by it
                 loader.load_collections(iter([_unlinked(_read(path))]),
                                         insert_mode=Methods.upsert)  # fmt: skip
-                loader.load_items(_items(path, cid, counter, unlocated), insert_mode=Methods.upsert,
-                                  chunksize=batch)  # fmt: skip
+                items = _items(_docs(Path(stacdir), path, cid), cid, counter, unlocated)
+                loader.load_items(items, insert_mode=Methods.upsert, chunksize=batch)
             # pgstac keeps each search's count for a day (context_stats_ttl): mark them stale,
             # or numberMatched would not count what was just loaded
             conn = db.connect()

@@ -59,7 +59,7 @@ class CatalogResult:
         Sidecars catalogued for the first time, catalogued again (changed since the last run),
         gone since the last run, and left as they were (not read).
     geoparquet : str
-        Path of the collection's stac-geoparquet file (``""`` when not written).
+        Path of the collection's stac-geoparquet folder of parts (``""`` when not written).
     n_items : int
         Items in the collection.
     """

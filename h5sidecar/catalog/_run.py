@@ -4,7 +4,7 @@ Steps: (1) :func:`._sync.sync_dest` reads only new or changed sidecars; (2) the 
 settled (a renamed collection moves its items); (3) the item documents of changed rows are
 written, those of removed rows deleted; (4) the collection's extent is computed in SQL (no list
 of items is held), its document and the root's are written when their text changes; (5) the
-stac-geoparquet file is rewritten when the collection changed.
+stac-geoparquet parts of the changed and removed items are written (:mod:`._geoparquet_parts`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import re
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from h5sidecar.catalog._catalogue import add_cubes, catalogue_one
 from h5sidecar.catalog._item import GranuleInfo
@@ -57,17 +57,22 @@ class Run:
 
     def __init__(self, db: sqlite3.Connection, root_dir: Path, dest: str, *,
                  gateway_url: str | None, references_base_url: str | None,
-                 storage_options: Mapping[str, Any] | None) -> None:  # fmt: skip
+                 storage_options: Mapping[str, Any] | None,
+                 track_footprints: Literal["recorded", "read"] = "recorded") -> None:  # fmt: skip
         self.db, self.root_dir, self.dest = db, root_dir, dest
         self.gateway_url = gateway_url
         self.storage_options = storage_options
         self.catalogue = functools.partial(
             catalogue_one, dest=dest, gateway_url=gateway_url,
-            references_base_url=references_base_url, storage_options=storage_options)
+            references_base_url=references_base_url, storage_options=storage_options,
+            track_footprints=track_footprints)
         self.references_base_url = references_base_url
-        self.settings = json.dumps({"gateway_url": gateway_url,
+        settings: dict[str, Any] = {"gateway_url": gateway_url,
                                     "references_base_url": references_base_url,
-                                    "item_format": 1}, sort_keys=True)  # fmt: skip
+                                    "item_format": 1}  # fmt: skip
+        if track_footprints != "recorded":  # (only then: the runs of before keep their items)
+            settings["track_footprints"] = track_footprints
+        self.settings = json.dumps(settings, sort_keys=True)
 
     def build(self, *, collection_id: str | None, title: str | None, description: str | None,
               validate: bool, progress: Callable[[str, bool], None] | None,
@@ -143,11 +148,19 @@ class Run:
         if validate:
             validate_document(json.loads(coll_path.read_text("utf-8")), where=str(coll_path))
             validate_document(json.loads(root_path.read_text("utf-8")), where=str(root_path))
-        changed = bool(synced.changed or removed or rewrite_all)
-        if geoparquet and (changed or not parquet.exists()):
-            from h5sidecar.catalog._geoparquet import write_geoparquet
+        # marked when the parts were last brought up to date; any change to an item since (in
+        # this run or one killed before its end) dropped the mark, in its own transaction
+        parts_clean = db.execute("SELECT 1 FROM parquet_clean WHERE dest = ?",
+                                 (dest,)).fetchone() is not None  # fmt: skip
+        if geoparquet and (rewrite_all or not parts_clean or not parquet.is_dir()):
+            from h5sidecar.catalog._geoparquet_parts import update_parts
 
-            write_geoparquet(parquet, lambda: self._docs(cid), cid, coll_doc)
+            # (it compares its records with every item: a no-op run skips that when the run
+            # before brought the parts up to date)
+            update_parts(db, parquet, cid, coll_doc, self._docs_of, full=rewrite_all)
+        if geoparquet and not parts_clean:
+            db.execute("INSERT OR IGNORE INTO parquet_clean VALUES (?)", (dest,))
+            db.commit()
         items = tuple(str(item_path(self.root_dir, cid, i)) for i in self._ids(cid)) if tree else ()
         return CatalogResult(
             str(root_path), str(coll_path), cid, items, tuple(synced.errors),

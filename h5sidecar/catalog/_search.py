@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from h5sidecar.catalog._item_db import DB_NAME, SCHEMA, load_tree
-from h5sidecar.catalog._item_query import find_item, search_page
+from h5sidecar.catalog._item_query import COUNT_LIMIT, find_item, search_page
 from h5sidecar.catalog._search_params import SearchParams, parse_search
 from h5sidecar.errors import NotIndexedError
 
@@ -145,9 +145,13 @@ class StacApi:
     ----------
     stacdir : str or Path
         Folder holding ``catalog.json``.
+    count_limit : int
+        ``numberMatched`` is given when a search has at most this many candidates, and left
+        out above (a count would read every match: see :mod:`._item_query`).
     """
 
-    def __init__(self, stacdir: str | Path) -> None:
+    def __init__(self, stacdir: str | Path, *, count_limit: int = COUNT_LIMIT) -> None:
+        self.count_limit = count_limit
         self.root_dir = Path(stacdir).resolve()
         root_file = self.root_dir / "catalog.json"
         if not root_file.is_file():
@@ -285,18 +289,20 @@ class StacApi:
         if collection is not None:
             self._check_collection(collection)
             q = q.restricted_to(collection)
-        page = search_page(self._db(), q)
+        page = search_page(self._db(), q, count_limit=self.count_limit)
         self_href = f"{base}/collections/{collection}/items" if collection else f"{base}/search"
         links: list[dict[str, Any]] = [{"rel": "root", "href": f"{base}/", "type": JSON}]
         if page.next_key is not None:
             links.append(next_link(self_href, params, method, f"next:{page.next_key}"))
-        return {
+        out: dict[str, Any] = {
             "type": "FeatureCollection",
             "features": [self._item_doc(doc, cid, base) for _, cid, doc in page.rows],
             "links": links,
-            "numberMatched": page.matched,
             "numberReturned": len(page.rows),
         }
+        if page.matched is not None:  # optional in STAC API: left out of broad searches
+            out["numberMatched"] = page.matched
+        return out
 
     def static_file(self, rel: str) -> bytes:
         """A file of the catalog folder by relative path (never outside it).

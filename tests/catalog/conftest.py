@@ -45,12 +45,13 @@ def indexed(tmp_path_factory: pytest.TempPathFactory) -> Indexed:
 
 @pytest.fixture(scope="session")
 def catalog_dir(indexed: Indexed, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A catalog with the Parquet collection and the JSON collection."""
+    """A catalog with the Parquet collection (track footprints read: polygons that follow the
+    tracks) and the JSON collection (the default: boxes of what was recorded)."""
     from h5sidecar.catalog import build_catalog
 
     stac = tmp_path_factory.mktemp("stac")
     res = build_catalog(str(indexed.dest_parquet), stac, collection_id="samples",
-                        gateway_url="http://127.0.0.1:9/")
+                        gateway_url="http://127.0.0.1:9/", track_footprints="read")
     assert res.ok, res.errors
     res = build_catalog(str(indexed.dest_json), stac, collection_id="samples-json")
     assert res.ok, res.errors

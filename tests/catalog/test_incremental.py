@@ -107,8 +107,12 @@ def test_changed_sidecar_updates_its_item_only(setup: tuple[Path, Path, Path]) -
     assert (res.added, res.updated, res.removed, res.unchanged) == (0, 1, 0, 2)
     after = _snapshot(stac)
     changed = {k for k in after if after[k] != before.get(k)}
-    assert changed == {"grids/b/b.json", "grids/collection.json", "grids/items.parquet",
-                       "_items.sqlite"}
+    parts = {k for k in changed if k.startswith("grids/items.parquet/")}
+    assert changed - parts == {"grids/b/b.json", "grids/collection.json", "_items.sqlite"}
+    # the part that held b is written again without it, b goes into a new part
+    assert sorted(parts) == ["grids/items.parquet/part-000002.parquet",
+                             "grids/items.parquet/part-000003.parquet"]
+    assert sorted(p for p in after if p.startswith("grids/items.parquet/")) == sorted(parts)
     bbox, start, _ = _h5py_extent(src / "b.h5")
     assert _item(stac, "b")["bbox"] == pytest.approx(bbox)
     api = StacApi(stac)
@@ -198,3 +202,42 @@ def test_cli_rerun_says_what_changed(setup: tuple[Path, Path, Path], capsys) -> 
     res = json.loads(capsys.readouterr().out)
     assert res["items"] == [] and res["geoparquet"] == "" and res["n_items"] == 3
     assert not (stac / "grids" / "a").exists()
+
+
+def test_noop_rerun_skips_the_parts_check_unless_a_run_was_cut(
+    setup: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stac-geoparquet parts are compared with every item only when an item changed since
+    they were last brought up to date: not on a no-op run, but after a run killed between its
+    item changes and its parts (the item's change dropped the mark in its own transaction)."""
+    import sqlite3
+
+    import pyarrow.parquet as pq
+
+    from h5sidecar.catalog import _geoparquet_parts
+
+    src, dest, stac = setup
+    calls: list[str] = []
+    real = _geoparquet_parts.update_parts
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append("parts")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_geoparquet_parts, "update_parts", counted)
+    build_catalog(str(dest), stac, collection_id="grids")
+    assert calls == []  # nothing changed
+    # a run killed after writing b's new item, before its parts
+    _granule(src / "b.h5", west=100.0, south=40.0, day=30)
+    _index(src / "b.h5", dest, force=True)
+    monkeypatch.setattr(_geoparquet_parts, "update_parts", lambda *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        build_catalog(str(dest), stac, collection_id="grids")
+    monkeypatch.setattr(_geoparquet_parts, "update_parts", counted)
+    res = build_catalog(str(dest), stac, collection_id="grids")  # b is unchanged for it now
+    assert res.unchanged == 3 and calls == ["parts"]
+    table = pq.read_table(stac / "grids" / "items.parquet")
+    rows = dict(zip(table.column("id").to_pylist(), table.column("bbox").to_pylist(), strict=True))
+    assert rows["b"]["xmin"] == pytest.approx(_item(stac, "b")["bbox"][0])
+    db = sqlite3.connect(stac / "_items.sqlite")
+    assert db.execute("SELECT count(*) FROM parquet_clean").fetchone()[0] == 1

@@ -361,3 +361,33 @@ def _http_pages(url: str, body: dict[str, Any]) -> dict[str, dict[str, Any]]:
             out[f["id"]] = f
         req = next((link["body"] for link in page["links"] if link["rel"] == "next"), None)
     return out
+
+
+def test_a_collection_without_json_tree_loads_from_the_item_database(
+    loaded: Loaded, tmp_path: Path
+) -> None:
+    """A collection too large for the JSON tree (here asked with ``json_tree=False``) has no
+    item files: its items load from the item database, and searches without a bbox find the
+    same items in both backends (but the one pgstac cannot hold, named by the load)."""
+    import psycopg
+
+    stac = tmp_path / "stac"
+    assert build_catalog(str(loaded.dest), stac, collection_id="acdd-notree", json_tree=False).ok
+    assert not list(stac.glob("acdd-notree/*/*.json"))  # no item files
+    res = load_pgstac(loaded.dsn, stac)
+    try:
+        assert res.no_geometry == ("nowhere",) and res.items == len(ACDD) - 1
+        emb, pg = StacApi(stac), PgStacApi(loaded.dsn)
+        try:
+            for query in ({}, {"ids": "crossing,greenland,nowhere"},
+                          {"datetime": "2000-01-01T00:00:00Z/2030-01-01T00:00:00Z"}):  # fmt: skip
+                params = {**query, "collections": "acdd-notree", "limit": 2}
+                want, _ = _every_page(emb, dict(params))
+                got, _ = _every_page(pg, dict(params))
+                assert "nowhere" in _by_id(want)
+                assert _by_id(got) == {k: v for k, v in _by_id(want).items() if k != "nowhere"}
+        finally:
+            pg.close()
+    finally:  # the module's other tests compare whole searches: leave the database as it was
+        with psycopg.connect(loaded.dsn) as conn:
+            conn.execute("SELECT pgstac.delete_collection('acdd-notree')")

@@ -83,18 +83,21 @@ def _stacdir(folder: Path, items: list[dict]) -> Path:
 
 
 def _all_pages(api: StacApi, params: dict, limit: int = 7) -> tuple[list[tuple[str, str]], int]:
+    """Every item of a search, following ``next`` links, and its ``numberMatched`` (the same on
+    every page; -1 when left out)."""
     params = {**params, "limit": limit}
     seen: list[tuple[str, str]] = []
-    matched = -1
+    counts = set()
     for _ in range(10_000):
         page = api.search(params, BASE, method="POST")
-        matched = page["numberMatched"]
+        counts.add(page.get("numberMatched", -1))
         seen += [(f["collection"], f["id"]) for f in page["features"]]
         nxt = [lk for lk in page["links"] if lk["rel"] == "next"]
         if not nxt:
             break
         params = nxt[0]["body"]
-    return seen, matched
+    assert len(counts) == 1, counts
+    return seen, counts.pop()
 
 
 def _queries(rng: random.Random) -> list[dict]:
@@ -235,3 +238,29 @@ def test_a_slow_search_does_not_hold_chunk_requests(tmp_path: Path) -> None:
     assert answered < result["at"]  # the chunk came back while the search was still running
     assert result["response"].status_code == 200
     assert result["response"].json()["numberReturned"] == 3
+
+
+@pytest.mark.parametrize("count_limit", [5, 60])
+def test_broad_searches_page_everything_without_a_count(tmp_path: Path, count_limit: int) -> None:
+    """A search with more candidates than ``count_limit`` leaves ``numberMatched`` out and
+    pages in key order (without reading every match): its pages still hold exactly the
+    brute-force matches, in the same order; a narrower one is counted exactly."""
+    items = _items(400)
+    api = StacApi(_stacdir(tmp_path, items), count_limit=count_limit)
+    rng = random.Random(11)
+    uncounted = counted = 0
+    for q in _queries(rng):
+        for limit in (1, 7):
+            want = [(d["collection"], d["id"]) for d in search_items(items, q)]
+            got, matched = _all_pages(api, q, limit=limit)
+            assert got == want, q
+            if matched == -1:
+                uncounted += 1
+            else:
+                assert matched == len(want) <= count_limit, q
+                counted += 1
+    assert uncounted > 10 and counted > 10  # both kinds were searched
+    # the legacy offset tokens skip matches in a broad search too
+    page = api.search({"token": "offset:3", "limit": 2}, BASE)
+    assert [f["id"] for f in page["features"]] == [d["id"] for d in items[3:5]]
+    assert "numberMatched" not in page
