@@ -92,12 +92,16 @@ def build_extras(refs: GranuleRefs, *, checksums: Literal["inline", "file"]) -> 
     """The JSON-ready extras block of ``refs`` (see module docstring)."""
     urls = url_table(refs)
     index = {u: i for i, u in enumerate(urls)}
+    packed = bool(refs.members)
     arrays: dict[str, Any] = {}
     for path, arr in refs.arrays.items():
+        used = arr.manifest.urls
         entry: dict[str, Any] = {
             "status": arr.status,
             "note": arr.note,
-            "urls": [index[u] for u in arr.manifest.urls],
+            # a cube's arrays each name every member: an array, not a million int objects
+            "urls": np.fromiter((index[u] for u in used), np.int64, count=len(used))
+            if packed else [index[u] for u in used],
         }
         persisted = arr.zarray_fill_value()
         if not _same_json(persisted, arr.meta.fill_value):
@@ -122,26 +126,21 @@ def pack(block: dict[str, Any], members: Sequence[SourceInfo] = ()) -> dict[str,
     """A version-2 extras block: :data:`PACKED_FIELDS` of ``block`` compressed into one field,
     ``members`` (when given, instead of ``block["members"]``) among them.
 
-    The JSON text is written into one buffer, the lists of URLs and members
-    :data:`MEMBERS_SLICE` items at a time: the same bytes as ``json.dumps`` of the whole object
-    (a list's compact JSON is its items' texts joined by commas), without every member's dict
-    and two more copies of the text alive at once (~1 GB at a million members).
+    The JSON text is written into one buffer, long lists (URLs, members, each array's URL
+    indices, the cube record's per-member lists) :data:`MEMBERS_SLICE` items at a time: the
+    same bytes as ``json.dumps`` of the whole object (a list's compact JSON is its items'
+    texts joined by commas), without every member's dict and two more copies of the text
+    alive at once (~1 GB at a million members).
     """
     import pyarrow as pa
 
-    inner = {k: block[k] for k in PACKED_FIELDS if k in block}
-    if members:
-        inner["members"] = members
-    raw = bytearray(b"{")
-    for i, (key, value) in enumerate(inner.items()):
-        raw += (b"," if i else b"") + _dumps(key) + b":"
-        if key == "urls":
-            _dump_list(raw, value, None)
-        elif key == "members" and members:
-            _dump_list(raw, value, SourceInfo.to_dict)
-        else:
-            raw += _dumps(value)
-    raw += b"}"
+    inner = {k: block[k] for k in PACKED_FIELDS if k in block and not (members and k == "members")}
+    raw = bytearray()
+    _dump(raw, inner)
+    if members:  # "members", the last of PACKED_FIELDS, in place of the closing brace
+        raw[-1:] = b',"members":' if inner else b'"members":'
+        _dump_list(raw, members, SourceInfo.to_dict)
+        raw += b"}"
     data = pa.Codec("zstd", PACK_LEVEL).compress(raw, asbytes=True)
     size = len(raw)
     del raw
@@ -157,11 +156,29 @@ def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
 
 
-def _dump_list(raw: bytearray, items: Sequence[Any], convert: Any) -> None:
+def _dump(raw: bytearray, value: Any) -> None:
+    """Append ``json.dumps(value)`` (compact) to ``raw``, long lists and arrays a slice at a
+    time (dicts of string keys are walked; NumPy arrays are written as lists)."""
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        raw += b"{"
+        for i, (k, v) in enumerate(value.items()):
+            raw += (b"," if i else b"") + _dumps(k) + b":"
+            _dump(raw, v)
+        raw += b"}"
+    elif isinstance(value, np.ndarray) or (isinstance(value, list | tuple)
+                                           and len(value) > MEMBERS_SLICE):
+        _dump_list(raw, value, None)
+    else:
+        raw += _dumps(value)
+
+
+def _dump_list(raw: bytearray, items: Sequence[Any] | np.ndarray, convert: Any) -> None:
     """Append the JSON of the list ``items`` (each through ``convert`` first) to ``raw``."""
     raw += b"["
     for i in range(0, len(items), MEMBERS_SLICE):
         part = items[i:i + MEMBERS_SLICE]
+        if isinstance(part, np.ndarray):
+            part = part.tolist()
         raw += b"," if i else b""
         raw += _dumps(part if convert is None else [convert(x) for x in part])[1:-1]
     raw += b"]"
