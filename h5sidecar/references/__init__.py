@@ -23,6 +23,7 @@ from h5sidecar.references._manifest import (
     chunk_grid_shape,
     chunk_key,
 )
+from h5sidecar.references._members import MemberTable
 from h5sidecar.references._model import (
     ArrayMeta,
     ArrayRefs,
@@ -40,6 +41,7 @@ __all__ = [
     "INLINE",
     "MAX_NAME_BYTES",
     "MISSING",
+    "MemberTable",
     "ArrayMeta",
     "ArrayRefs",
     "ChunkManifest",

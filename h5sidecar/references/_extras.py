@@ -29,7 +29,7 @@ in a side file (``"file"``, see :mod:`h5sidecar.references._parquet`).
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
 
@@ -50,6 +50,9 @@ PACKED_FIELDS = ("urls", "arrays", "extra", "members")
 #: zstd level of the packed fields: ~6x smaller than their JSON, ~35 ms per 1000 members
 #: (levels above 15 gain little and take several times longer).
 PACK_LEVEL = 15
+#: Members turned into JSON at a time when packing: a million members' dicts at once would be
+#: ~0.5 GB of short-lived objects at the cube's write (its peak memory).
+MEMBERS_SLICE = 10_000
 #: Largest packed object read (the size is declared by an untrusted file: an allocation bound).
 MAX_PACKED_BYTES = 1 << 30
 _SKIP_KINDS = frozenset(get_args(SkipKind))
@@ -89,12 +92,16 @@ def build_extras(refs: GranuleRefs, *, checksums: Literal["inline", "file"]) -> 
     """The JSON-ready extras block of ``refs`` (see module docstring)."""
     urls = url_table(refs)
     index = {u: i for i, u in enumerate(urls)}
+    packed = bool(refs.members)
     arrays: dict[str, Any] = {}
     for path, arr in refs.arrays.items():
+        used = arr.manifest.urls
         entry: dict[str, Any] = {
             "status": arr.status,
             "note": arr.note,
-            "urls": [index[u] for u in arr.manifest.urls],
+            # a cube's arrays each name every member: an array, not a million int objects
+            "urls": np.fromiter((index[u] for u in used), np.int64, count=len(used))
+            if packed else [index[u] for u in used],
         }
         persisted = arr.zarray_fill_value()
         if not _same_json(persisted, arr.meta.fill_value):
@@ -111,24 +118,70 @@ def build_extras(refs: GranuleRefs, *, checksums: Literal["inline", "file"]) -> 
         "extra": dict(refs.extra),
     }
     if refs.members:  # only combined references (datacubes) have members
-        out["members"] = [m.to_dict() for m in refs.members]
-        return pack(out)
+        return pack(out, refs.members)
     return out
 
 
-def pack(block: dict[str, Any]) -> dict[str, Any]:
-    """A version-2 extras block: :data:`PACKED_FIELDS` of ``block`` compressed into one field."""
-    import json
+def pack(block: dict[str, Any], members: Sequence[SourceInfo] = ()) -> dict[str, Any]:
+    """A version-2 extras block: :data:`PACKED_FIELDS` of ``block`` compressed into one field,
+    ``members`` (when given, instead of ``block["members"]``) among them.
 
+    The JSON text is written into one buffer, long lists (URLs, members, each array's URL
+    indices, the cube record's per-member lists) :data:`MEMBERS_SLICE` items at a time: the
+    same bytes as ``json.dumps`` of the whole object (a list's compact JSON is its items'
+    texts joined by commas), without every member's dict and two more copies of the text
+    alive at once (~1 GB at a million members).
+    """
     import pyarrow as pa
 
-    inner = {k: block[k] for k in PACKED_FIELDS if k in block}
-    raw = json.dumps(inner, separators=(",", ":"), allow_nan=False).encode()
+    inner = {k: block[k] for k in PACKED_FIELDS if k in block and not (members and k == "members")}
+    raw = bytearray()
+    _dump(raw, inner)
+    if members:  # "members", the last of PACKED_FIELDS, in place of the closing brace
+        raw[-1:] = b',"members":' if inner else b'"members":'
+        _dump_list(raw, members, SourceInfo.to_dict)
+        raw += b"}"
     data = pa.Codec("zstd", PACK_LEVEL).compress(raw, asbytes=True)
+    size = len(raw)
+    del raw
     rest = {k: v for k, v in block.items() if k not in PACKED_FIELDS}
     return {**rest, "version": PACKED_VERSION,
-            "packed": {"codec": "zstd", "size": len(raw),
+            "packed": {"codec": "zstd", "size": size,
                        "data": base64.b64encode(data).decode("ascii")}}
+
+
+def _dumps(obj: Any) -> bytes:
+    import json
+
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _dump(raw: bytearray, value: Any) -> None:
+    """Append ``json.dumps(value)`` (compact) to ``raw``, long lists and arrays a slice at a
+    time (dicts of string keys are walked; NumPy arrays are written as lists)."""
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        raw += b"{"
+        for i, (k, v) in enumerate(value.items()):
+            raw += (b"," if i else b"") + _dumps(k) + b":"
+            _dump(raw, v)
+        raw += b"}"
+    elif isinstance(value, np.ndarray) or (isinstance(value, list | tuple)
+                                           and len(value) > MEMBERS_SLICE):
+        _dump_list(raw, value, None)
+    else:
+        raw += _dumps(value)
+
+
+def _dump_list(raw: bytearray, items: Sequence[Any] | np.ndarray, convert: Any) -> None:
+    """Append the JSON of the list ``items`` (each through ``convert`` first) to ``raw``."""
+    raw += b"["
+    for i in range(0, len(items), MEMBERS_SLICE):
+        part = items[i:i + MEMBERS_SLICE]
+        if isinstance(part, np.ndarray):
+            part = part.tolist()
+        raw += b"," if i else b""
+        raw += _dumps(part if convert is None else [convert(x) for x in part])[1:-1]
+    raw += b"]"
 
 
 def unpack(block: dict[str, Any]) -> dict[str, Any]:

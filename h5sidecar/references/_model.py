@@ -25,6 +25,7 @@ import numpy as np
 from h5sidecar.errors import ErrorKind, InvalidReferenceError
 from h5sidecar.references._cf import cf_fill_value, encode_fill_attr
 from h5sidecar.references._manifest import ChunkManifest, chunk_grid_shape
+from h5sidecar.references._members import MemberTable
 from h5sidecar.references._names import check_node_path
 from h5sidecar.references._source_info import SourceInfo
 
@@ -291,9 +292,9 @@ class GranuleRefs:
     skipped : tuple of Skipped
     extra : Mapping
         Provenance (indexer version, options, creation time).
-    members : tuple of SourceInfo
+    members : tuple of SourceInfo, or MemberTable
         For references combining many source objects (a datacube): the identity of every
-        object a chunk may point into, one per URL.  Empty for a single granule, whose only
+        object a chunk may point into, one per URL (a cube's build holds them in columns).  Empty for a single granule, whose only
         object is ``source``.  The read path checks each chunk against its own object's
         identity (:meth:`identity_of`).
     """
@@ -303,7 +304,7 @@ class GranuleRefs:
     arrays: Mapping[str, ArrayRefs]
     skipped: tuple[Skipped, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
-    members: tuple[SourceInfo, ...] = ()
+    members: tuple[SourceInfo, ...] | MemberTable = ()
     _by_url: Mapping[str, SourceInfo] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -328,6 +329,12 @@ class GranuleRefs:
         object.__setattr__(self, "arrays", MappingProxyType(dict(self.arrays)))
         object.__setattr__(self, "skipped", tuple(self.skipped))
         object.__setattr__(self, "extra", MappingProxyType(dict(self.extra)))
+        if isinstance(self.members, MemberTable):  # a cube being built: kept in columns
+            twice = self.members.duplicate_url()
+            if twice is not None:
+                raise InvalidReferenceError(f"members list {twice} more than once")
+            object.__setattr__(self, "_by_url", self.members.lookup())
+            return
         members = tuple(self.members)
         by_url = {m.url: m for m in members}
         if len(by_url) != len(members):

@@ -62,7 +62,7 @@ def _load_part(path: str, format: str, opts: Mapping[str, Any], concat_dim: str)
         from h5sidecar.read import read_arrays
 
         refs = read_refs(path, storage_options=dict(opts) or None)
-        members = refs.members
+        members = tuple(refs.members)
         record = read_record(refs.extra, path, members)
         coords = read_arrays(refs, [record["coord"], *record["shared"]])  # inline: no source
         attrs = refs.arrays[record["coord"]].meta.attrs

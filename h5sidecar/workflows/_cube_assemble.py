@@ -31,6 +31,7 @@ from h5sidecar.references import (
     ArrayRefs,
     ChunkManifest,
     GranuleRefs,
+    MemberTable,
     SourceInfo,
     concat_refs,
     inline_array,
@@ -237,17 +238,24 @@ def cube_record(
     shared: Sequence[str],
     lengths: Sequence[int],
     encoding: Mapping[str, Mapping[str, str]],
-    sidecars: Mapping[str, Sequence[str]],
+    sidecars: Mapping[str, Sequence[str]] | None,
     order: Sequence[str],
     normalized: bool,
+    aligned: tuple[Sequence[str | None], Sequence[str | None]] | None = None,
 ) -> dict[str, Any]:
     """The ``extra["cube"]`` block (see module docstring).
 
     ``sidecars`` maps member URLs to ``(sidecar path, stamp)``; ``order`` lists the members'
     URLs in cube order.  Sidecars are stored compactly, aligned with the members: a common
     ``root`` and each one's path below it (``None`` for a member given as references).
+    ``aligned`` gives those paths and stamps in cube order instead of ``sidecars`` (a build:
+    no mapping of every member).
     """
-    paths = [sidecars[u][0] if u in sidecars else None for u in order]
+    if aligned is None:
+        sidecars = sidecars or {}
+        aligned = ([sidecars[u][0] if u in sidecars else None for u in order],
+                   [sidecars[u][1] if u in sidecars else None for u in order])
+    paths, stamps = aligned
     known = [q for q in paths if q is not None]
     # a string prefix cut at the last "/": commonpath would mangle "s3://" URLs
     root = os.path.commonprefix(known) if known else ""  # noqa: RUF071
@@ -262,7 +270,7 @@ def cube_record(
         "encoding": {p: dict(e) for p, e in encoding.items()},
         "sidecars": {"root": root,
                      "paths": [None if q is None else q[len(root):] for q in paths],
-                     "stamps": [sidecars[u][1] if u in sidecars else None for u in order]},
+                     "stamps": list(stamps)},
         "normalized_time": normalized,
     }
 
@@ -311,6 +319,7 @@ def assemble(
     concat_dim: str,
     record: Mapping[str, Any],
     coord_attrs: Mapping[str, Any] | None = None,
+    members: MemberTable | None = None,
 ) -> GranuleRefs:
     """One cube: ``pieces`` concatenated along ``concat_dim``, coordinates held inline.
 
@@ -331,6 +340,8 @@ def assemble(
         The cube record (:func:`cube_record`).
     coord_attrs
         Attributes of the coordinate when they differ from the template's (normalized units).
+    members
+        The members when the pieces do not hold them (a build's pieces: in columns).
     """
     inlined = {coord, *shared_values}
     bare = [GranuleRefs(p.source, p.groups, {k: a for k, a in p.arrays.items() if k not in inlined},
@@ -341,5 +352,6 @@ def assemble(
     for c, v in shared_values.items():
         held[c] = inline_array(templates[c], v, note=_SHARED_NOTE)
     arrays = {p: held.get(p) or cube.arrays[p] for p in paths}
-    first = cube.members[0] if cube.members else cube.source
-    return GranuleRefs(first, cube.groups, arrays, cube.skipped, cube.extra, cube.members)
+    chosen = cube.members if members is None else members
+    first = chosen[0] if chosen else cube.source
+    return GranuleRefs(first, cube.groups, arrays, cube.skipped, cube.extra, chosen)

@@ -5,7 +5,8 @@ all at once that is 40 GB at a million granules.  So the granules are loaded, ch
 folded a batch at a time: each batch's granules of one encoding are concatenated, in coordinate
 order, into one *piece* (:func:`~h5sidecar.references.concat_refs`: the chunk manifests joined
 into a few arrays), and only the pieces, one template granule per encoding and a few values per
-granule (name, sidecar stamp, coordinate values) outlive the batch.
+granule (name, sidecar stamp, coordinate values, its source identity in columns:
+:class:`~h5sidecar.references.MemberTable`) outlive the batch.
 
 Pieces are joined at the end in coordinate order.  That needs each encoding's pieces not to
 interleave along the coordinate, which holds when the sidecars are listed in coordinate order
@@ -17,13 +18,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError
-from h5sidecar.references import GranuleRefs, concat_refs
+from h5sidecar.references import ArrayRefs, GranuleRefs, MemberTable, concat_refs
 from h5sidecar.workflows._cube_assemble import load_granules, read_coords
 from h5sidecar.workflows._cube_checks import (
     check_order,
@@ -46,9 +47,10 @@ BATCH = 2000
 class Piece:
     """A batch's granules of one encoding, concatenated in coordinate order."""
 
-    refs: GranuleRefs  # their references joined (but the inlined coordinates)
+    refs: GranuleRefs  # their references joined (but the inlined coordinates), no members
+    members: MemberTable  # their source identities
     names: list[str]
-    stamps: list[tuple[str, str] | None]  # each one's sidecar (path, stamp), if any
+    stamps: np.ndarray  # each one's sidecar stamp (bytes; b"" for references given as such)
     coordinate: np.ndarray  # their coordinate values joined
     lengths: np.ndarray  # each one's length along the dimension
     items: np.ndarray  # each one's index in the items of the pass
@@ -192,13 +194,32 @@ def _fold(
         bare = [GranuleRefs(p.source, p.groups,
                             {k: a for k, a in p.arrays.items() if k not in inlined},
                             p.skipped, p.extra, p.members) for p in (parts[i] for i in g)]
+        joined = concat_refs(bare, concat_dim, names=[names[i] for i in g])
         enc.pieces.append(Piece(
-            refs=concat_refs(bare, concat_dim, names=[names[i] for i in g]),
-            names=[names[i] for i in g], stamps=[stamps[i] for i in g],
+            refs=_compact(joined, {names[i]: names[i] for i in g}),
+            members=MemberTable.of(joined.members),
+            names=[names[i] for i in g],
+            stamps=np.array([_stamp(stamps[i]) for i in g], dtype=np.bytes_),
             coordinate=np.concatenate([values[i] for i in g]),
             lengths=np.array([values[i].size for i in g], dtype=np.int64),
             items=np.array([index[i] for i in g], dtype=np.int64),
         ))  # fmt: skip
+
+
+def _stamp(stamp: tuple[str, str] | None) -> bytes:
+    return b"" if stamp is None else stamp[1].encode()
+
+
+def _compact(refs: GranuleRefs, names: Mapping[str, str]) -> GranuleRefs:
+    """``refs`` without members (the piece holds them in columns) and its chunks' URLs the
+    granules' names (one string a granule, not one more per sidecar it was read from)."""
+    arrays = {}
+    for path, arr in refs.arrays.items():
+        if type(arr) is ArrayRefs:  # joined (not a lazily read array kept whole)
+            urls = tuple(names.get(u, u) for u in arr.manifest.urls)
+            arr = replace(arr, manifest=arr.manifest.with_urls(urls))
+        arrays[path] = arr
+    return GranuleRefs(refs.source, refs.groups, arrays, refs.skipped, refs.extra)
 
 
 def _refuse(out: Scan, names: list[str], groups: list[list[int]], keys: list[str],

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError
-from h5sidecar.references import GranuleRefs, write_refs
+from h5sidecar.references import GranuleRefs, MemberTable, write_refs
 from h5sidecar.workflows._cube_assemble import assemble, cube_record
 from h5sidecar.workflows._cube_batches import Interleaved, Scan, scan
 from h5sidecar.workflows._cube_checks import encodings
@@ -205,7 +205,8 @@ def _build(
         # cubes written into DEST (by an earlier run) are not granules of the next one
         found = run(items, time_units)
     except Interleaved as again:  # not listed in coordinate order: once more, in that order
-        found = run([items[i] for i in again.order], time_units or again.units)
+        items = [items[i] for i in again.order]
+        found = run(items, time_units or again.units)
     paths, coord = found.paths, found.coord
     ordered = sorted(found.encodings, key=lambda e: min(p.coordinate[0] for p in e.pieces))
     targets = cube_paths(out, len(ordered))
@@ -214,24 +215,30 @@ def _build(
     for target, enc in zip(targets, ordered, strict=True):
         pieces = enc.ordered()
         names = [n for p in pieces for n in p.names]
-        stamps = [s for p in pieces for s in p.stamps]
+        members = MemberTable.concat([p.members for p in pieces])
+        _check_members(members)
+        stamps = np.concatenate([p.stamps for p in pieces]).tolist()
+        where = np.concatenate([p.items for p in pieces]).tolist()
         record = cube_record(
             concat_dim=concat_dim, coord=coord, shared=found.shared,
             lengths=np.concatenate([p.lengths for p in pieces]).tolist(),
             encoding=encodings(enc.first, paths, concat_dim, ignore),
-            sidecars={n: s for n, s in zip(names, stamps, strict=True) if s is not None},
-            order=names,
+            sidecars=None, order=names,
+            aligned=([os.fspath(items[i]) if s else None for i, s in zip(where, stamps,
+                                                                        strict=True)],
+                     [s.decode() or None for s in stamps]),
             normalized=normalize_time,
         )  # fmt: skip
+        del stamps, where
         coordinate = np.concatenate([p.coordinate for p in pieces])
         # named by their last granule: a piece's partial last chunk is what concat refuses
         cube = assemble(
             [p.refs for p in pieces], [p.names[-1] for p in pieces], paths=paths, coord=coord,
             coordinate=coordinate, templates={p: enc.first.arrays[p] for p in [coord, *found.shared]},
             shared_values=enc.shared, concat_dim=concat_dim,
-            record=record, coord_attrs=found.coord_attrs,
+            record=record, coord_attrs=found.coord_attrs, members=members,
         )  # fmt: skip
-        del pieces, enc.pieces[:]  # joined into the cube: free them before the write
+        del pieces, enc.pieces[:], record, members  # in the cube: free them before the write
         path = write_cube(cube, target, format, opts)
         del cube
         written.append(CubePart(path=path, granules=tuple(names), length=int(coordinate.size),
@@ -239,6 +246,21 @@ def _build(
         added.extend(names)
     return CubeResult(cubes=tuple(written), concat_dim=concat_dim, variables=tuple(paths),
                       action=action, added=tuple(added))
+
+
+def _check_members(members: MemberTable) -> None:
+    """Refuse a source listed twice (two sidecars of it, e.g. one left from before its
+    source changed), naming both identities as :func:`~h5sidecar.references.member_identities`
+    does."""
+    twice = members.duplicate_url()
+    if twice is None:
+        return
+    a, b = [m for m in members if m.url == twice][:2]  # (only on this error)
+    raise IncompatibleGranulesError(
+        f"two sidecars describe {twice} differently ({a} vs {b}); one of them is stale: "
+        "re-index the source" if a != b else
+        f"two sidecars describe {twice}: leave one of them out"
+    )
 
 
 def _normalized(

@@ -257,3 +257,34 @@ def test_changed_member_outside_its_place_is_refused(tmp_path: Path) -> None:
                              r"place .* \(between 0.5 and 2.5\)"):
         build_cube(str(sidecars), out, mode="append")
     assert (Path(out) / ".zmetadata").read_bytes() == before
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
+            if p.is_file()}
+
+
+def test_append_loads_only_the_new_sidecars_and_equals_a_build(tmp_path: Path,
+                                                               monkeypatch) -> None:
+    """An append loads the new granules' sidecars only (the members' are recognised by their
+    stamps) and writes the cube a build of every sidecar writes, byte for byte."""
+    from h5sidecar.read import _cache
+
+    _days(tmp_path / "nc", 0, 3)
+    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
+    out = tmp_path / "appended.parq"
+    build_cube(str(sidecars), str(out))
+    new = _days(tmp_path / "nc", 3, 2)
+    _index(tmp_path / "nc", sidecars)
+    loaded: list[str] = []
+    load = _cache.load_refs
+    monkeypatch.setattr(_cache, "load_refs",
+                        lambda path, *a, **k: loaded.append(str(path)) or load(path, *a, **k))
+    result = build_cube(str(sidecars), str(out), mode="append")
+    monkeypatch.undo()
+    assert result.action == "appended" and result.unchanged == 3
+    assert sorted(loaded) == sorted(str(sidecars / f"{f.name}.parq") for f in new)
+    whole = build_cube(str(sidecars), str(tmp_path / "whole.parq"))
+    assert whole.cubes[0].granules == result.cubes[0].granules
+    assert _tree(out) == _tree(tmp_path / "whole.parq")
+    _read_everywhere(str(out), sorted((tmp_path / "nc").glob("*.nc")))

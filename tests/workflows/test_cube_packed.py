@@ -94,3 +94,33 @@ def test_damaged_packed_members_are_refused(tmp_path: Path) -> None:
     cube.write_text(json.dumps(doc))
     with pytest.raises(InvalidReferenceError, match="both packed and not"):
         read_refs(str(cube))
+
+
+def test_members_are_packed_a_slice_at_a_time(monkeypatch) -> None:
+    """The packed JSON is written a slice of members at a time into one buffer, the same bytes
+    as ``json.dumps`` of the whole: every member's dict and two copies of the text at once
+    were ~1 GB at the write of a million-member cube (3.5 times the text here; now 2)."""
+    import tracemalloc
+
+    from h5sidecar.references import GranuleRefs, SourceInfo, _extras
+
+    n = 40_000
+    members = tuple(SourceInfo(url=f"/data/collection/granule_{i:07d}.nc", size=52_000 + i,
+                               mtime_ns=1_700_000_000_000_000_000 + i, inode=10_000 + i,
+                               ctime_ns=1_700_000_000_000_000_000 + i, device=2049)
+                    for i in range(n))
+    refs = GranuleRefs(members[0], {}, {}, extra={"cube": {"lengths": [1] * n}},
+                       members=members)
+    monkeypatch.setattr(_extras, "MEMBERS_SLICE", 1000, raising=False)
+    tracemalloc.start()
+    try:
+        packed = _extras.build_extras(refs, checksums="file")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    inner = unpack(packed)
+    assert inner["members"] == [m.to_dict() for m in members]
+    whole = json.dumps({k: inner[k] for k in PACKED_FIELDS}, separators=(",", ":"))
+    assert packed["packed"]["size"] == len(whole.encode())
+    text = packed["packed"]["size"]
+    assert peak < 2.5 * text, f"{peak / 2**20:.1f} MB traced for {text / 2**20:.1f} MB of JSON"
