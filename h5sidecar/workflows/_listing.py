@@ -210,12 +210,18 @@ def _walk_local(root: str) -> Iterator[tuple[str, dict[str, Any]]]:
                         if not entry.name.startswith("."):
                             todo.append(entry.path)
                         continue
-                    st = entry.stat(follow_symlinks=False)
+                    kind = "file" if entry.is_file(follow_symlinks=False) else "other"
                 except FileNotFoundError:
                     continue  # gone meanwhile
-                kind = "file" if entry.is_file(follow_symlinks=False) else "other"
-                yield entry.path, {"name": entry.path, "size": st.st_size, "type": kind,
-                                   "mtime": st.st_mtime, "ino": st.st_ino}
+                try:
+                    # symlinks followed: the identity's stat, made once here
+                    st: os.stat_result | None = entry.stat()
+                except OSError:
+                    if kind == "file":
+                        continue  # gone meanwhile
+                    st = None  # a dangling symlink: not a regular file (said so below)
+                yield entry.path, {"name": entry.path, "type": kind, "ino": entry.inode(),
+                                   "size": st.st_size if st else 0, "stat": st}
 
 
 def _regular(path: str, info: Mapping[str, Any], remote: bool) -> bool:
@@ -257,7 +263,7 @@ def identity_from_info(url: str, info: Mapping[str, Any]) -> SourceInfo:
     """
     if "ino" in info and not is_remote(url):
         try:
-            st = os.stat(url)
+            st = info.get("stat") or os.stat(url)  # a local walk's own stat of it, when made
         except OSError:
             pass  # gone meanwhile: indexing it says so
         else:
