@@ -262,7 +262,6 @@ def _index_listed(listing: StagedListing, source: str | Sequence[str], dest: str
     """:func:`index_many` once its sources are listed."""
     storage_options = options.storage_options
     force = options.force
-
     suffix = SIDECAR_SUFFIX[format]
 
     def tasks() -> Iterator[Task]:
@@ -271,9 +270,9 @@ def _index_listed(listing: StagedListing, source: str | Sequence[str], dest: str
             yield Task(g.url, sc, (g.url, sc, options, g.identity, False))  # index_one's args
 
     def swept() -> Iterator[str]:
-        """The URLs listed, with what an interrupted write left beside their sidecars removed
-        (one read of each folder; a remote DEST, which stages nothing, has no record to note
-        them in)."""
+        """The URLs listed, what an interrupted write left beside their sidecars removed as
+        they go (one read of each folder).  Only a local DEST's record consumes them: a remote
+        DEST has no record to note them in, and its writes leave nothing to sweep."""
         sweep = LeftoverSweep()
         for url, name in listing.names():
             sweep(join_url(dest, name + suffix))
