@@ -201,6 +201,10 @@ def run_tasks(
 ) -> Generator[GranuleResult, None, None]:
     """Yield one :class:`GranuleResult` per task, in completion order.
 
+    ``tasks`` is consumed as the executor has room for another task (a window of a few per
+    worker), never listed whole: a million tasks are not held at once.  When no task comes,
+    no worker process is started.
+
     A task that raises (a bug, a dead worker) yields a ``failed`` result instead of stopping the
     batch.  With ``time_limit`` (seconds), a task still running after it is ended with its
     process and reported as ``timeout``: in the ``"process"`` pool; with ``"serial"``, whose
@@ -210,29 +214,55 @@ def run_tasks(
     threads that cannot be stopped from outside: there only the indexer's own checks apply.
     ``memory_limit`` caps the memory of each of these processes (see :func:`process_pool`).
     """
-    tasks = list(tasks)
+    queue = TaskQueue(tasks)
     if executor == "serial" and time_limit:
-        yield from _run_processes(fn, tasks, 1, time_limit, memory_limit)
+        yield from _run_processes(fn, queue, 1, time_limit, memory_limit)
     elif executor == "serial":
-        yield from _run_on(SerialExecutor(), fn, deque(tasks), window=1, suspects=None)
+        yield from _run_on(SerialExecutor(), fn, queue, window=1, suspects=None)
     elif executor == "process":
-        yield from _run_processes(fn, tasks, workers, time_limit, memory_limit)
+        yield from _run_processes(fn, queue, workers, time_limit, memory_limit)
     elif isinstance(executor, Executor):
         if isinstance(executor, LimitedExecutor) and (time_limit or memory_limit):
             executor = executor.limited(time_limit, memory_limit)
-        yield from _run_on(executor, fn, deque(tasks), window=2 * workers, suspects=None)
+        yield from _run_on(executor, fn, queue, window=2 * workers, suspects=None)
     else:
         raise ValueError(f"executor must be 'serial', 'process' or an Executor, got {executor!r}")
 
 
+class TaskQueue:
+    """The tasks still to run: those put back at the front (re-runs after a dead or stuck
+    worker), then the rest of an iterator, taken one at a time (truthiness looks one ahead)."""
+
+    def __init__(self, tasks: Iterable[Task]) -> None:
+        self._front: deque[Task] = deque()
+        self._rest = iter(tasks)
+
+    def __bool__(self) -> bool:
+        if not self._front:
+            nxt = next(self._rest, None)
+            if nxt is None:
+                return False
+            self._front.append(nxt)
+        return True
+
+    def popleft(self) -> Task:
+        """The next task (``IndexError`` when none is left)."""
+        if not self:
+            raise IndexError("no task left")
+        return self._front.popleft()
+
+    def extendleft(self, tasks: Iterable[Task]) -> None:
+        """Put ``tasks`` back at the front, as :meth:`collections.deque.extendleft`."""
+        self._front.extendleft(tasks)
+
+
 def _run_processes(
     fn: Callable[..., GranuleResult],
-    tasks: list[Task],
+    queue: TaskQueue,
     workers: int,
     time_limit: float | None,
     memory_limit: int = 0,
 ) -> Iterator[GranuleResult]:
-    queue = deque(tasks)
     suspects: list[Task] = []
     # a small window keeps few tasks in flight, so few are suspects when a worker dies; with a
     # time limit, no more tasks than workers, so a task's clock starts when a worker takes it
@@ -246,7 +276,7 @@ def _run_processes(
         # alone in a fresh single-worker pool: a second crash identifies the culprit
         with _owned_pool(1, memory_limit) as pool:
             yield from _run_on(
-                pool, fn, deque([task]), window=1, suspects=None, time_limit=time_limit
+                pool, fn, TaskQueue([task]), window=1, suspects=None, time_limit=time_limit
             )
 
 
@@ -270,7 +300,7 @@ def _owned_pool(workers: int, memory_limit: int) -> Iterator[ProcessPoolExecutor
 def _run_on(
     executor: Executor,
     fn: Callable[..., GranuleResult],
-    queue: deque[Task],
+    queue: TaskQueue,
     *,
     window: int,
     suspects: list[Task] | None,

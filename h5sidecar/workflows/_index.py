@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
@@ -27,19 +27,20 @@ from h5sidecar.workflows._listing import (
     DEFAULT_PATTERNS,
     SIDECAR_SUFFIX,
     is_remote,
-    list_granules,
-    sidecar_url,
+    join_url,
+    stage_granules,
 )
 from h5sidecar.workflows._recorded import (
+    LeftoverSweep,
     check_up_to_date,
     content_of,
     precheck,
     sidecar_bytes,
-    sweep_folders,
     sweep_leftovers,
 )
 from h5sidecar.workflows._report import GranuleResult, RunReport, error_record
 from h5sidecar.workflows._report_io import RunRecorder
+from h5sidecar.workflows._staged_listing import StagedListing
 
 __all__ = ["IndexOptions", "ProgressSink", "index_many", "index_one"]
 
@@ -245,30 +246,47 @@ def index_many(
             f"DEST {dest} exists and is not a folder: pass a folder (created if missing)"
         )
     not_regular: list[str] = []
-    granules = list_granules(
-        source,
-        storage_options=storage_options,
-        patterns=patterns,
-        exclude=[dest],
-        not_regular=not_regular,
-    )
-    for url in not_regular:
-        log.warning("skipped %s: not a regular file (a FIFO, socket or device)", url)
-    sidecars = [sidecar_url(dest, g.name, format) for g in granules]
-    tasks = [
-        Task(g.url, sc, (g.url, sc, options, g.identity, False))  # index_one's arguments
-        for g, sc in zip(granules, sidecars, strict=True)
-    ]
-    n_workers = workers if workers is not None else default_workers(len(tasks))
-    # a shared lock: a prune --apply waits until this run's report names its sidecars
+    # staged on disk and read back by name a batch at a time: nothing below holds every granule
+    with stage_granules(source, storage_options=storage_options, patterns=patterns,
+                        exclude=[dest], not_regular=not_regular) as listing:
+        for url in not_regular:
+            log.warning("skipped %s: not a regular file (a FIFO, socket or device)", url)
+        return _index_listed(listing, source, dest, format, options, patterns, executor,
+                             workers, progress, not_regular, started, t0)
+
+
+def _index_listed(listing: StagedListing, source: str | Sequence[str], dest: str,
+                  format: SidecarFormat, options: IndexOptions, patterns: Sequence[str],
+                  executor: ExecutorSpec, workers: int | None, progress: ProgressSink | None,
+                  not_regular: list[str], started: datetime, t0: float) -> RunReport:
+    """:func:`index_many` once its sources are listed."""
+    storage_options = options.storage_options
+    force = options.force
+    suffix = SIDECAR_SUFFIX[format]
+
+    def tasks() -> Iterator[Task]:
+        for g in listing:
+            sc = join_url(dest, g.name + suffix)  # sidecar_url, DEST normalised once
+            yield Task(g.url, sc, (g.url, sc, options, g.identity, False))  # index_one's args
+
+    def swept() -> Iterator[str]:
+        """The URLs listed, what an interrupted write left beside their sidecars removed as
+        they go (one read of each folder).  Only a local DEST's record consumes them: a remote
+        DEST has no record to note them in, and its writes leave nothing to sweep."""
+        sweep = LeftoverSweep()
+        for url, name in listing.names():
+            sweep(join_url(dest, name + suffix))
+            yield url
+
+    n_workers = workers if workers is not None else default_workers(len(listing))
     run = RunReport(
-        **_source_of_report(source, granules),
+        **_source_of_report(source, listing),
         dest=dest,
         format=format,
         options={
             "force": force,
             "checksums": options.settings.checksums,
-            "on_unsupported": on_unsupported,
+            "on_unsupported": options.settings.on_unsupported,
             **({"layout": options.settings.layout} if format == "parquet" else {}),
             "patterns": list(patterns),
             "executor": executor if isinstance(executor, str) else type(executor).__name__,
@@ -287,50 +305,54 @@ def index_many(
         recorder = RunRecorder(dest, run, storage_options,
                                content=content_of(options.settings, format))
         if progress is not None:
-            progress.start(len(tasks))
+            progress.start(len(listing))
         held = HeldResults(keep_all=recorder.record is None)
         complete = False
         pending = None
-        listed: dict[str, Any] = {}
+        # the listed identity of each task handed to the executor and not finished yet (a
+        # task that crashes or raises is recorded with it): bounded by the tasks in flight
+        inflight: dict[str, SourceInfo] = {}
 
         def finished(res: GranuleResult) -> None:
             res = res.renamed(_name_of(res.sidecar, dest, format))
+            listed = inflight.pop(res.url, None)
             if res.status == "up_to_date":
                 res = replace(res, n_chunks=recorder.known_chunks(res))
-            elif res.source is None:  # a task that crashed or raised: what the listing saw
-                res = replace(res, source=listed.get(res.url))
+            elif res.source is None and listed is not None:  # crashed or raised: as listed
+                res = replace(res, source=listed.to_dict())
             recorder.put(res)  # recorded as it finishes: a killed run keeps it
             held.add(res)
             if progress is not None:
                 progress.advance(res)
 
-        try:
-            # what an interrupted write left beside the sidecars: one read of each folder
-            sweep_folders(t.sidecar for t in tasks)
-            recorder.note_listed(t.url for t in tasks)
-            # up-to-date granules are found here, from the record or with threads (one small
-            # read each), so workers are started only for granules that need indexing
-            todo: list[Task] = []
+        def todo() -> Iterator[Task]:
+            """The tasks that need a worker, found as the executor asks for the next one."""
             if force:
-                todo = tasks
+                checked: Iterator[GranuleResult | Task] = tasks()
             else:
                 lookup = None if recorder.record is None else recorder.record.lookup
-                for res in precheck(tasks, storage_options=storage_options, lookup=lookup):
-                    if isinstance(res, Task):
-                        todo.append(res)
-                    elif not res.seconds:  # decided from its row: the row stays as it is
-                        recorder.confirmed += 1
-                        held.add(res)
-                        if progress is not None:
-                            progress.advance(res)
-                    else:
-                        finished(res)  # from its sidecar: recorded with this run's settings
-            del tasks, granules, sidecars  # what follows holds only the granules to index
-            listed.update((t.url, t.args[3].to_dict()) for t in todo)
+                checked = precheck(tasks(), storage_options=storage_options, lookup=lookup)
+            for res in checked:
+                if isinstance(res, Task):
+                    inflight[res.url] = res.args[3]
+                    yield res
+                elif not res.seconds:  # decided from its row: the row stays as it is
+                    recorder.confirmed += 1
+                    held.add(res)
+                    if progress is not None:
+                        progress.advance(res)
+                else:
+                    finished(res)  # from its sidecar: recorded with this run's settings
+
+        try:
+            recorder.note_listed(swept())
+            # up-to-date granules are found from the record or with threads (one small read
+            # each) as the executor takes tasks, so workers are started only for granules
+            # that need indexing, and a no-op run starts none
             limit = options.settings.max_granule_seconds
             pending = run_tasks(
                 index_one,
-                todo,
+                todo(),
                 executor,
                 workers=n_workers,
                 time_limit=_hard_limit(limit),
@@ -394,7 +416,7 @@ def _hard_limit(seconds: float) -> float | None:
     return seconds + min(seconds, 30.0) if seconds > 0 else None
 
 
-def _source_of_report(source: str | Sequence[str], granules: Sequence[Any]) -> dict[str, Any]:
+def _source_of_report(source: str | Sequence[str], granules: StagedListing) -> dict[str, Any]:
     """The report's ``source`` (and, for a list of URLs, ``roots``: exactly those URLs, which
     the gateway allows, and no prefix under which a missing granule would count as orphaned)."""
     if isinstance(source, str):

@@ -18,7 +18,7 @@ import fnmatch
 import os
 import posixpath
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -30,6 +30,7 @@ from h5sidecar.errors import SourceNotFoundError
 from h5sidecar.references import SourceInfo
 from h5sidecar.sources._urls import normalize_url
 from h5sidecar.workflows._granule import Granule  # re-exported: listing's result type
+from h5sidecar.workflows._staged_listing import StagedListing
 from h5sidecar.workflows._url_list import granules_of_urls
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "join_url",
     "list_granules",
     "sidecar_url",
+    "stage_granules",
 ]
 
 #: File-name patterns a folder or prefix listing keeps by default (HDF5 and netCDF-4 suffixes).
@@ -114,16 +116,36 @@ def list_granules(
     SourceNotFoundError
         When ``source`` does not exist or nothing under it matches ``patterns``.
     """
+    with stage_granules(source, storage_options=storage_options, patterns=patterns,
+                        exclude=exclude, not_regular=not_regular) as staged:
+        return list(staged)
+
+
+def stage_granules(
+    source: str | Sequence[str],
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    patterns: Sequence[str] = DEFAULT_PATTERNS,
+    exclude: Iterable[str] = (),
+    not_regular: list[str] | None = None,
+) -> StagedListing:
+    """:func:`list_granules`, staged on disk as found (:class:`StagedListing`: iterating it
+    yields the granules sorted by name, a batch at a time), so that listing a million granules
+    does not hold them; a local folder is walked with ``os.scandir``, one folder at a time.
+    Close it when done (a context manager).  Parameters and errors as :func:`list_granules`.
+    """
     if not isinstance(source, str) or source.lower().startswith(("https://", "http://")):
         # named one by one: a web URL (HTTP has no listing) or a list of URLs
-        return granules_of_urls([source] if isinstance(source, str) else source, storage_options)
+        return StagedListing(
+            granules_of_urls([source] if isinstance(source, str) else source, storage_options))
     url = normalize_url(source)
     fs = filesystem(url, storage_options)
     excluded = tuple(_strip(normalize_url(e)).rstrip("/") + "/" for e in exclude)
+    entries: Iterable[tuple[str, Mapping[str, Any]]]
     if _GLOB_MAGIC & set(url):
         root = _glob_root(url)
         found = fs.glob(_strip(url), detail=True)
-        entries = {p: i for p, i in found.items() if i.get("type") != "directory"}
+        entries = [(p, i) for p, i in found.items() if i.get("type") != "directory"]
     elif fs.exists(_strip(url)) and fs.info(_strip(url)).get("type") == "other":
         raise SourceNotFoundError(
             f"{source!r} is not a regular file (a FIFO, socket or device): only regular files "
@@ -132,35 +154,74 @@ def list_granules(
     elif fs.isfile(_strip(url)):
         info = fs.info(_strip(url))
         root = posixpath.dirname(_strip(url)) if is_remote(url) else os.path.dirname(url)
-        entries = {info["name"]: info}
+        entries = [(info["name"], info)]
     elif fs.isdir(_strip(url)):
         root = url
-        found = fs.find(_strip(url), detail=True)
-        entries = {
-            p: i
-            for p, i in found.items()
+        found_in = _walk_local(url) if not is_remote(url) else fs.find(
+            _strip(url), detail=True).items()
+        entries = (
+            (p, i)
+            for p, i in found_in
             if _matches(posixpath.basename(p), patterns) and not _hidden(p, _strip(url))
-        }
+        )
     else:
         raise SourceNotFoundError(
             f"{source!r} is neither a file, a folder nor a glob that exists: check the path "
             "(and for S3 the bucket, credentials and endpoint: AWS_* variables or --storage-option)"
         )
-    granules = []
     in_dest = 0
-    for path, info in entries.items():
-        if any((_strip(path) + "/").startswith(e) for e in excluded):
-            in_dest += 1
-            continue
-        gurl = _full_url(url, path)
-        if not _regular(path, info, is_remote(url)):
-            if not_regular is not None:
-                not_regular.append(gurl)
-            continue
-        granules.append(Granule(gurl, _relative(gurl, root), identity_from_info(gurl, info)))
-    if not granules:
+
+    def granules() -> Iterator[Granule]:
+        nonlocal in_dest
+        for path, info in entries:
+            if any((_strip(path) + "/").startswith(e) for e in excluded):
+                in_dest += 1
+                continue
+            gurl = _full_url(url, path)
+            if not _regular(path, info, is_remote(url)):
+                if not_regular is not None:
+                    not_regular.append(gurl)
+                continue
+            yield Granule(gurl, _relative(gurl, root), identity_from_info(gurl, info))
+
+    staged = StagedListing(granules())
+    if not len(staged):
+        staged.close()
         raise SourceNotFoundError(_nothing_found(source, patterns, in_dest, excluded))
-    return sorted(granules, key=lambda g: g.name)
+    return staged
+
+
+def _walk_local(root: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(path, info)`` of every entry under the local folder ``root`` that is not a folder,
+    as fsspec's ``find(detail=True)`` gives them (symlinks and special files typed ``"other"``,
+    unreadable folders and entries gone meanwhile left out), one folder read at a time instead
+    of one dictionary of them all; dot-folders are not entered (nothing in them is listed)."""
+    todo = [root]
+    while todo:
+        folder = todo.pop()
+        try:
+            it = os.scandir(folder)
+        except OSError:
+            continue  # as fsspec's walk: an unreadable folder is left out
+        with it:
+            for entry in it:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        if not entry.name.startswith("."):
+                            todo.append(entry.path)
+                        continue
+                    kind = "file" if entry.is_file(follow_symlinks=False) else "other"
+                except FileNotFoundError:
+                    continue  # gone meanwhile
+                try:
+                    # symlinks followed: the identity's stat, made once here
+                    st: os.stat_result | None = entry.stat()
+                except OSError:
+                    if kind == "file":
+                        continue  # gone meanwhile
+                    st = None  # a dangling symlink: not a regular file (said so below)
+                yield entry.path, {"name": entry.path, "type": kind, "ino": entry.inode(),
+                                   "size": st.st_size if st else 0, "stat": st}
 
 
 def _regular(path: str, info: Mapping[str, Any], remote: bool) -> bool:
@@ -202,7 +263,7 @@ def identity_from_info(url: str, info: Mapping[str, Any]) -> SourceInfo:
     """
     if "ino" in info and not is_remote(url):
         try:
-            st = os.stat(url)
+            st = info.get("stat") or os.stat(url)  # a local walk's own stat of it, when made
         except OSError:
             pass  # gone meanwhile: indexing it says so
         else:

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import posixpath
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
@@ -35,9 +36,10 @@ from h5sidecar.errors import H5SidecarError, SourceNotFoundError
 from h5sidecar.read import load_refs
 from h5sidecar.sources import normalize_url
 from h5sidecar.workflows._dest_lock import dest_lock
+from h5sidecar.workflows._dest_walk import StagedSidecars, entry_mtime, walk_dest
 from h5sidecar.workflows._listing import filesystem, is_remote
-from h5sidecar.workflows._record_db import RECORD_NAME
-from h5sidecar.workflows._report import REPORT_NAME, RunReport
+from h5sidecar.workflows._record_db import RECORD_NAME, open_record, record_path
+from h5sidecar.workflows._report import REPORT_NAME, GranuleResult, RunReport
 from h5sidecar.workflows._report_io import forget_sidecars, read_report
 
 __all__ = ["PruneEntry", "PruneResult", "prune"]
@@ -147,73 +149,85 @@ def _prune(fs: Any, dest: str, root: str, apply: bool, reasons: tuple[str, ...],
     decided_at = _report_mtime(fs, root)
     if decided_at is None:
         decided_at = time.time()
-    sidecars, temporaries = _walk(fs, root)
-    report = _report(dest, storage_options)
-    by_name = {g.name: g for g in report.granules} if report else {}
+    temporaries: list[tuple[str, float | None]] = []
+    with StagedSidecars() as sidecars:
+        for path, temporary in walk_dest(fs, root, is_remote(dest)):
+            if temporary is not None:
+                temporaries.append((path, temporary()))
+                continue
+            stem, suffix = posixpath.splitext(posixpath.relpath(path, root))
+            sidecars.add(stem, _SUFFIXES[suffix], prefix + path)
+        entries, recorded = _decide(fs, dest, prefix, sidecars, temporaries, reasons,
+                                    staging_age, storage_options, source_storage_options)
+        checked = len(sidecars)
+    if apply:
+        entries = [_remove(fs, e, prefix, decided_at) for e in entries]
+        if recorded.exists:
+            _drop_from_report(recorded.report, dest, entries, storage_options)
+    return PruneResult(dest, tuple(entries), apply, checked)
 
+
+def _decide(fs: Any, dest: str, prefix: str, sidecars: StagedSidecars,
+            temporaries: list[tuple[str, float | None]], reasons: tuple[str, ...],
+            staging_age: float, storage_options: Mapping[str, Any] | None,
+            source_storage_options: Mapping[str, Any] | None
+            ) -> tuple[list[PruneEntry], _Recorded]:
+    """What is to go among the ``sidecars`` and ``temporaries`` found, with what DEST's
+    report says of them (read after the walk)."""
     entries: list[PruneEntry] = []
     if "staging" in reasons:
         now = time.time()
         for path, mtime in temporaries:
             age = now - mtime if mtime is not None else None
             if age is not None and age >= staging_age:
-                entries.append(PruneEntry(prefix + path, "staging",
-                                          f"temporary of an interrupted write, {age / 3600:.1f} h old"))
-    # NAME -> {format: path}
-    names: dict[str, dict[str, str]] = {}
-    for path in sidecars:
-        rel = posixpath.relpath(path, root)
-        stem, suffix = posixpath.splitext(rel)
-        names.setdefault(stem, {})[_SUFFIXES[suffix]] = prefix + path
-    kept: dict[str, str] = {}
-    for name, found in sorted(names.items()):
-        keep = _format_kept(name, found, by_name, fs, prefix)
-        kept[name] = found[keep]
-        for fmt, path in found.items():
-            if fmt != keep and "other_format" in reasons:
-                entries.append(PruneEntry(path, "other_format",
-                                          f"the granule is indexed as {keep} ({found[keep]})", name))
-    if "orphaned" in reasons:
-        entries.extend(_orphans(kept, by_name, storage_options,
-                                source_storage_options or storage_options))
-    if apply:
-        entries = [_remove(fs, e, prefix, decided_at) for e in entries]
-        if report is not None:
-            _drop_from_report(report, dest, entries, storage_options)
-    return PruneResult(dest, tuple(entries), apply, len(sidecars))
+                entries.append(PruneEntry(prefix + path, "staging", "temporary of an "
+                                          f"interrupted write, {age / 3600:.1f} h old"))
+    other: list[PruneEntry] = []
+    orphans: list[PruneEntry] = []
+    with _recorded(dest, storage_options) as recorded:
+        # a batch of names at a time: what is held is one batch, and what was found
+        for batch in sidecars.batches():
+            by_name = recorded.lookup([name for name, _ in batch])
+            kept: dict[str, str] = {}
+            for name, found in batch:
+                keep = _format_kept(name, found, by_name, fs, prefix)
+                kept[name] = found[keep]
+                for fmt, path in found.items():
+                    if fmt != keep and "other_format" in reasons:
+                        other.append(PruneEntry(path, "other_format", "the granule is "
+                                                f"indexed as {keep} ({found[keep]})", name))
+            if "orphaned" in reasons:
+                orphans.extend(_orphans(kept, by_name, storage_options,
+                                        source_storage_options or storage_options))
+    return entries + other + orphans, recorded
 
 
 # -- finding ----------------------------------------------------------------------------------
-def _walk(fs: Any, root: str) -> tuple[list[str], list[tuple[str, float | None]]]:
-    """Sidecars (``.json`` files, ``.parq`` folders) and staging temporaries under ``root``;
-    a Parquet sidecar's record files are never listed."""
-    sidecars: list[str] = []
-    temporaries: list[tuple[str, float | None]] = []
-    todo = [root]
-    while todo:
-        folder = todo.pop()
-        for entry in fs.ls(folder, detail=True):
-            path = entry["name"].rstrip("/")
-            base = posixpath.basename(path)
-            is_dir = entry["type"] == "directory"
-            if base.startswith(".") and base.endswith(".tmp"):
-                temporaries.append((path, _mtime(entry)))
-            elif base.startswith((".", "_")):
-                continue
-            elif (base.endswith(".parq") and is_dir) or (base.endswith(".json") and not is_dir):
-                sidecars.append(path)
-            elif is_dir:
-                todo.append(path)
-    return sidecars, temporaries
+@dataclass
+class _Recorded:
+    """What DEST's report says of the granules of some names (``lookup``), whether it has one
+    (``exists``), and the report itself when it is ``_report.json`` (read whole)."""
+
+    lookup: Callable[[list[str]], Mapping[str, GranuleResult]]
+    exists: bool
+    report: RunReport | None = None
 
 
-def _mtime(entry: Mapping[str, Any]) -> float | None:
-    for key in ("mtime", "LastModified", "last_modified"):
-        value = entry.get(key)
-        if value is None:
-            continue
-        return float(value.timestamp()) if hasattr(value, "timestamp") else float(value)
-    return None
+@contextlib.contextmanager
+def _recorded(dest: str, storage_options: Mapping[str, Any] | None) -> Iterator[_Recorded]:
+    """DEST's report, queried by name: a local record in batches from one read snapshot (its
+    granules are never all held), else ``_report.json``, read whole."""
+    if not is_remote(dest) and os.path.exists(record_path(dest)):
+        record = open_record(dest, create=False)
+        try:
+            with record.reading():
+                yield _Recorded(record.by_names, exists=True)
+        finally:
+            record.close()
+        return
+    report = _report(dest, storage_options)
+    by_name = {g.name: g for g in report.granules} if report else {}
+    yield _Recorded(lambda names: by_name, exists=report is not None, report=report)
 
 
 def _report(dest: str, storage_options: Mapping[str, Any] | None) -> RunReport | None:
@@ -241,7 +255,7 @@ def _committed(fs: Any, path: str) -> float | None:
     sidecar's ``.zmetadata`` (written last, its commit marker); None when gone."""
     target = f"{path}/.zmetadata" if path.endswith(".parq") else path
     try:
-        return _mtime(fs.info(target))
+        return entry_mtime(fs.info(target))
     except (FileNotFoundError, NotADirectoryError):
         return None
 
@@ -252,7 +266,7 @@ def _report_mtime(fs: Any, root: str) -> float | None:
     times = []
     for name in (REPORT_NAME, RECORD_NAME, RECORD_NAME + "-wal"):
         try:
-            times.append(_mtime(fs.info(f"{root}/{name}")))
+            times.append(entry_mtime(fs.info(f"{root}/{name}")))
         except FileNotFoundError:
             continue
     return max((t for t in times if t is not None), default=None)
@@ -311,7 +325,7 @@ def _remove(fs: Any, e: PruneEntry, prefix: str, decided_at: float) -> PruneEntr
     return replace(e, removed=True)
 
 
-def _drop_from_report(report: RunReport, dest: str, entries: list[PruneEntry],
+def _drop_from_report(report: RunReport | None, dest: str, entries: list[PruneEntry],
                       storage_options: Mapping[str, Any] | None) -> None:
     gone = [e.path for e in entries if e.removed and e.reason != "staging"]
     if gone:

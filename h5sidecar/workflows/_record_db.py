@@ -200,6 +200,29 @@ class Record:
                 yield (result_of(row[:-2]), None if row[-2] is None else json.loads(row[-2]),
                        row[-1])
 
+    def by_names(self, names: list[str]) -> dict[str, GranuleResult]:
+        """The granules of ``names`` (those recorded) by name; of two granules with one name,
+        the one with the larger URL (as a report's granules sorted by name and URL, keyed by
+        name, give it)."""
+        out: dict[str, GranuleResult] = {}
+        for start in range(0, len(names), LOOKUP_BATCH):
+            part = names[start:start + LOOKUP_BATCH]
+            for row in self._db.execute(f"SELECT {COLUMNS} FROM granules WHERE name IN "
+                                        f"({', '.join('?' * len(part))}) ORDER BY name, url",
+                                        part):
+                out[row[1]] = result_of(row)
+        return out
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Record]:
+        """One read snapshot for the queries made inside (a run writing meanwhile is seen
+        whole or not at all)."""
+        self._db.execute("BEGIN")
+        try:
+            yield self
+        finally:
+            self._db.execute("COMMIT")
+
     def note_listed(self, urls: Iterable[str]) -> None:
         """Remember (in a temporary table of this connection) the URLs this run listed, so
         :meth:`carried` leaves out the granules it found up to date without rewriting."""

@@ -17,13 +17,14 @@ is read only for granules the record does not describe (no row: an old DEST, ano
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -37,6 +38,7 @@ from h5sidecar.workflows._report import GranuleResult
 
 __all__ = [
     "CONTENT_SETTINGS",
+    "LeftoverSweep",
     "Recorded",
     "check_up_to_date",
     "content_of",
@@ -246,13 +248,14 @@ def from_record(row: GranuleResult, content: Mapping[str, Any], stamp: str, url:
 
 
 def precheck(
-    tasks: Sequence[Task],
+    tasks: Iterable[Task],
     *,
     storage_options: Mapping[str, Any] | None = None,
     lookup: Lookup | None = None,
 ) -> Iterator[GranuleResult | Task]:
     """Split ``index_one`` tasks into up-to-date results and the tasks still to run, yielded
-    in batches of :data:`_BATCH` tasks (what it holds does not grow with their number).
+    in batches of :data:`_BATCH` tasks taken from ``tasks`` as they are asked for (what it
+    holds does not grow with their number).
 
     ``lookup`` (a local DEST's record) decides for the granules it has rows for, without
     reading their sidecars (:func:`from_record`); the others are checked from their sidecars'
@@ -272,9 +275,9 @@ def precheck(
             return None
 
     pool = ThreadPoolExecutor(_CHECK_THREADS)
+    it = iter(tasks)
     try:
-        for start in range(0, len(tasks), _BATCH):
-            batch = tasks[start:start + _BATCH]
+        while batch := list(itertools.islice(it, _BATCH)):
             decided: dict[str, GranuleResult | None] = {}
             if lookup is not None:
                 options = batch[0].args[2]
@@ -304,31 +307,56 @@ def sidecar_bytes(sidecar: str, storage_options: Mapping[str, Any] | None = None
 _LEFTOVER = re.compile(r"\.(.+)\.[A-Za-z0-9_]+\.(tmp|old)")
 
 
-def sweep_folders(sidecars: Iterable[str]) -> int:
-    """:func:`sweep_leftovers` for many local sidecars, reading each folder once (not once per
-    sidecar: that is quadratic in the folder's size); returns how many folders were read.
+class LeftoverSweep:
+    """:func:`sweep_leftovers` for many local sidecars, called once per sidecar, reading each
+    folder once (not once per sidecar: that is quadratic in the folder's size).
 
-    Only the leftovers of ``sidecars`` are removed (a concurrent run on other granules is
-    unaffected); what is held is the folders and the leftovers found, not every name.
+    Only the leftovers of the sidecars it is called with are removed (a concurrent run on
+    other granules is unaffected); what is held is the folders and the leftovers found, not
+    every name.
     """
-    folders: dict[str, dict[str, list[os.DirEntry[str]]]] = {}
-    for sidecar in sidecars:
+
+    def __init__(self) -> None:
+        self._folders: dict[str, dict[str, list[os.DirEntry[str]]]] = {}
+
+    def __call__(self, sidecar: str) -> None:
+        """Remove what an interrupted write of ``sidecar`` left beside it."""
         if is_remote(sidecar):
-            continue
+            return
         folder, name = os.path.split(sidecar)
-        if folder not in folders:
-            folders[folder] = {}
-            try:
-                entries = list(os.scandir(folder))  # the one read of this folder
-            except (FileNotFoundError, NotADirectoryError):
-                continue
+        found = self._folders.get(folder)
+        if found is None:
+            found = self._folders[folder] = _leftovers_in(folder)  # the one read of it
+        for entry in found.pop(name, ()):
+            _remove(entry)
+
+    @property
+    def folders_read(self) -> int:
+        """How many folders were read."""
+        return len(self._folders)
+
+
+def sweep_folders(sidecars: Iterable[str]) -> int:
+    """:class:`LeftoverSweep` over ``sidecars``; returns how many folders were read."""
+    sweep = LeftoverSweep()
+    for sidecar in sidecars:
+        sweep(sidecar)
+    return sweep.folders_read
+
+
+def _leftovers_in(folder: str) -> dict[str, list[os.DirEntry[str]]]:
+    """The staging leftovers in ``folder`` by the sidecar name they belong to; the folder's
+    other entries (a million sidecars in a flat DEST) are read and dropped one by one."""
+    found: dict[str, list[os.DirEntry[str]]] = {}
+    try:
+        with os.scandir(folder) as entries:
             for entry in entries:
                 m = _LEFTOVER.fullmatch(entry.name)
                 if m:
-                    folders[folder].setdefault(m.group(1), []).append(entry)
-        for entry in folders[folder].pop(name, ()):
-            _remove(entry)
-    return len(folders)
+                    found.setdefault(m.group(1), []).append(entry)
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    return found
 
 
 def _remove(entry: os.DirEntry[str]) -> None:

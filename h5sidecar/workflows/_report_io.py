@@ -248,17 +248,23 @@ def _recorded(record: Record) -> RunReport | None:
         return None
 
 
-def forget_sidecars(report: RunReport, dest: str, sidecars: Iterable[str], *,
+def forget_sidecars(report: RunReport | None, dest: str, sidecars: Iterable[str], *,
                     storage_options: Mapping[str, Any] | None = None) -> None:
-    """Remove the granules of ``sidecars`` (removed by prune) from DEST's report ``report``."""
-    gone = {normalize_url(s) for s in sidecars}
+    """Remove the granules of ``sidecars`` (removed by prune) from DEST's report: from a local
+    DEST's record by sidecar (``report`` is not needed), else from ``report``
+    (``_report.json``), rewritten."""
     if not is_remote(normalize_url(dest)):
         record = _open(normalize_url(dest))
         try:
-            record.drop(g.sidecar for g in report.granules if normalize_url(g.sidecar) in gone)
+            # the record names sidecars as index wrote them (normalised); a caller's spelling
+            # may differ
+            record.drop({spelling for s in sidecars for spelling in (s, normalize_url(s))})
         finally:
             record.close()
         return
+    if report is None:
+        return
+    gone = {normalize_url(s) for s in sidecars}
     granules = tuple(g for g in report.granules if normalize_url(g.sidecar) not in gone)
     names = {g.name for g in granules}
     write_report(replace(report, granules=granules,

@@ -72,3 +72,21 @@ def test_workers_see_the_callers_current_aws_environment(monkeypatch) -> None:
     monkeypatch.delenv("AWS_ENDPOINT_URL")
     res = list(run_tasks(env_task, _tasks(["/b"]), "process", workers=1))
     assert res[0].name == "<unset>"
+
+
+@pytest.mark.parametrize("executor", ["serial", "process"])
+def test_tasks_are_taken_as_the_executor_has_room(executor: str) -> None:
+    # a million tasks are never listed at once: run_tasks takes them from the iterator as a
+    # worker has room (a window of a few per worker), so the caller can produce them lazily
+    taken: list[str] = []
+
+    def tasks():  # type: ignore[no-untyped-def]
+        for i in range(200):
+            taken.append(f"/g{i}")
+            yield from _tasks([f"/g{i}"])
+
+    results = run_tasks(fake_index, tasks(), executor, workers=2)
+    first = next(results)
+    assert first.status == "ok" and len(taken) <= 5, len(taken)  # window 3, one looked ahead
+    rest = list(results)
+    assert sorted(r.url for r in [first, *rest]) == sorted(taken) and len(taken) == 200

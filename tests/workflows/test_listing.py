@@ -5,10 +5,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import fsspec
+import h5py
 import pytest
 
 from h5sidecar.errors import SourceNotFoundError
+from h5sidecar.references import SourceInfo
+from h5sidecar.workflows._granule import Granule
 from h5sidecar.workflows._listing import list_granules, normalize_url, sidecar_url
+from h5sidecar.workflows._staged_listing import StagedListing
 from tests.workflows.conftest import write_granule
 
 
@@ -79,3 +84,49 @@ def test_s3_prefix_listing(tmp_path: Path, s3, s3_bucket: str, s3_storage_option
     assert [g.url for g in globbed] == [f"s3://{s3_bucket}/other/c.h5"]
     with pytest.raises(SourceNotFoundError):
         list_granules(f"s3://{s3_bucket}/missing", storage_options=s3_storage_options)
+
+
+def test_local_walk_lists_what_fsspec_finds(tmp_path: Path) -> None:
+    # the folder is walked with os.scandir (one folder at a time, staged on disk): it must
+    # keep what fsspec's find(detail=True) gave, with the same rules applied after it
+    src = tmp_path / "src"
+    a = write_granule(src / "a.h5")
+    write_granule(src / "x" / "y" / "b.nc")
+    write_granule(src / "z.h5", seed=3)
+    (src / ".dot").mkdir()
+    write_granule(src / ".dot" / "hidden.h5")
+    (src / "link.h5").symlink_to(a)  # a symlink to a regular file is a granule
+    (src / "dangling.h5").symlink_to(src / "nowhere.h5")
+    (src / "dirlink.h5").symlink_to(src / "x")  # not entered, not a regular file
+    os.mkfifo(src / "pipe.h5")
+    write_granule(src / "out" / "c.h5")  # DEST inside SOURCE: never listed
+    not_regular: list[str] = []
+    got = list_granules(str(src), exclude=[str(src / "out")], not_regular=not_regular)
+    fs = fsspec.filesystem("file")
+    expected = sorted(
+        p for p, info in fs.find(str(src), detail=True).items()
+        if p.endswith((".h5", ".nc")) and "/." not in p[len(str(src)):]
+        and not p.startswith(str(src / "out") + "/")
+        and (info["type"] == "file" or os.path.isfile(p)))
+    assert [g.url for g in got] == expected
+    assert [g.name for g in got] == ["a.h5", "link.h5", "x/y/b.nc", "z.h5"]
+    assert sorted(not_regular) == [str(src / n) for n in ("dangling.h5", "dirlink.h5", "pipe.h5")]
+    for g in got:
+        st = os.stat(g.url)
+        assert (g.identity.size, g.identity.mtime_ns, g.identity.inode, g.identity.ctime_ns) \
+            == (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+        with h5py.File(g.url) as f, h5py.File(a if g.name == "link.h5" else g.url) as ref:
+            assert sorted(f) == sorted(ref)
+
+
+def test_staged_listing_sorts_by_name_stably_and_keeps_identities() -> None:
+    big = 2**64 - 5  # an inode past SQLite's signed 64-bit integers (some network file systems)
+    granules = [
+        Granule("/b/2", "b", SourceInfo("/b/2", 2, None, 1.5, 15, big, 7, big - 1)),
+        Granule("s3://k/a", "a", SourceInfo("s3://k/a", 1, "etag", 2.0)),
+        Granule("/b/1", "b", SourceInfo("/b/1", 3, None, None, 10**18, 4, 5, 6)),
+    ]
+    with StagedListing(iter(granules)) as staged:
+        assert len(staged) == 3
+        assert list(staged) == [granules[1], granules[0], granules[2]]  # "b"s as added
+        assert list(staged.names()) == [("s3://k/a", "a"), ("/b/2", "b"), ("/b/1", "b")]
