@@ -12,11 +12,13 @@ import json
 import os
 import posixpath
 import sqlite3
+import stat
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import quote
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
 from h5sidecar._credentials import fsspec_options
 from h5sidecar.catalog._item import GranuleInfo
@@ -64,23 +66,67 @@ def _failed(fs: Any, root: str, remote: bool) -> set[str]:
     return set()
 
 
-def _walk(fs: Any, root: str, depth: int = 0) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Paths of the sidecars below ``root`` (hidden names skipped) and their listing entries,
-    one folder at a time, in name order."""
+def _local_entries(root: str) -> list[tuple[str, str]]:
+    """``(name, type)`` of a local folder's entries, typed as fsspec's ``ls(detail=True)`` types
+    them (a link is neither file nor folder: ``"other"``), without its per-entry ``stat``: a
+    flat folder of 1,000,000 sidecars held ~1 KB an entry as fsspec's dictionaries."""
+    out = []
+    with os.scandir(root) as it:
+        for e in it:
+            try:
+                kind = ("directory" if e.is_dir(follow_symlinks=False)
+                        else "file" if e.is_file(follow_symlinks=False) else "other")  # fmt: skip
+            except OSError:  # gone since the folder was read, as fsspec skips it
+                continue
+            out.append((e.name, kind))
+    out.sort()
+    return out
+
+
+def _entries(fs: Any, root: str) -> Iterator[tuple[str, str, dict[str, Any] | None]]:
+    """``(path, type, listing entry or None)`` of a folder's entries in name order."""
+    if isinstance(fs, LocalFileSystem):
+        for name, kind in _local_entries(root):
+            yield f"{root}/{name}", kind, None
+        return
     for entry in sorted(fs.ls(root, detail=True), key=lambda e: e["name"]):
-        path = entry["name"].rstrip("/")
+        yield entry["name"].rstrip("/"), entry["type"], entry
+
+
+def _walk(fs: Any, root: str, depth: int = 0) -> Iterator[tuple[str, dict[str, Any] | None]]:
+    """Paths of the sidecars below ``root`` (hidden names skipped) and their listing entries
+    (``None`` locally: :func:`_identity` stats the sidecar), one folder at a time, in name
+    order."""
+    for path, kind, entry in _entries(fs, root):
         base = posixpath.basename(path)
         if base.startswith((".", "_")):
             continue
         suffix = posixpath.splitext(base)[1]
-        is_dir = entry["type"] == "directory"
+        is_dir = kind == "directory"
         if (suffix == ".parq" and is_dir) or (suffix == ".json" and not is_dir):
             yield path, entry
         elif is_dir and depth < _MAX_DEPTH:
             yield from _walk(fs, path, depth + 1)
 
 
-def _identity(fs: Any, path: str, entry: Mapping[str, Any]) -> str:
+def _local_info(path: str) -> dict[str, Any]:
+    """The fields of fsspec's local listing entry that :func:`_identity` uses, as that listing
+    gives them (the link's own time and inode, its target's size), so identities recorded from
+    fsspec's listing still match."""
+    out = os.stat(path, follow_symlinks=False)
+    size, link = out.st_size, stat.S_ISLNK(out.st_mode)
+    if link:
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            size = 0
+    kind = "directory" if not link and stat.S_ISDIR(out.st_mode) else "file"
+    return {"type": kind, "size": size, "mtime": out.st_mtime, "ino": out.st_ino}
+
+
+def _identity(fs: Any, path: str, entry: Mapping[str, Any] | None) -> str:
+    if entry is None:
+        entry = _local_info(path)
     if entry["type"] == "directory":
         try:
             entry = fs.info(f"{path}/.zmetadata")
@@ -113,7 +159,11 @@ def iter_sidecars(
         url = prefix + path if remote else path
         info = GranuleInfo(name=name, sidecar=url, format=_SUFFIXES[suffix],  # type: ignore[arg-type]
                            sidecar_bytes=-1)  # fmt: skip
-        yield info, _identity(fs, path, entry) if identity else ""
+        try:
+            ident = _identity(fs, path, entry) if identity else ""
+        except FileNotFoundError:  # removed since its folder was listed
+            continue
+        yield info, ident
 
 
 def list_indexed(
