@@ -53,8 +53,12 @@ from h5sidecar.sources._fetch import ChunkFetcher, _gather_or_cancel
 
 __all__ = ["NativeReader", "out_dtype"]
 
-#: Bounds of one fetch-then-decode group (bytes of stored chunks).
-_GROUP_MIN = 1 * 2**20
+#: Bounds of one fetch-then-decode group (bytes of stored chunks).  Each group is at least one
+#: request, so the floor sets the requests of batches under 32 x 2 MiB: with 1 MiB, the read-ahead
+#: batches of a per-variable loop (about 20 MB stored each) made twice the requests of one
+#: batch of the whole granule (whose groups are 2 MiB), and an endpoint that charges per request
+#: (or shares the client's cores) pays for each.
+_GROUP_MIN = 2 * 2**20
 _GROUPS_PER_BATCH = 32
 
 Item = tuple[str, tuple[Any, ...]]
