@@ -46,7 +46,7 @@ from h5sidecar.read._decode import (
     Selection,
     chunk_selection,
 )
-from h5sidecar.read._prefetch import is_whole, plan_ahead, plan_refill
+from h5sidecar.read._prefetch import is_whole, is_whole_key, plan_ahead, plan_refill
 from h5sidecar.read._subchunk import SubRead, subchunk_read
 from h5sidecar.references import INLINE, MISSING, ArrayRefs, ChunkManifest, GranuleRefs
 from h5sidecar.sources._fetch import ChunkFetcher, _gather_or_cancel
@@ -144,7 +144,7 @@ class NativeReader:
             arr = self.refs.arrays.get(path)
             if path not in self._prefetched or arr is None:
                 return None
-            if not is_whole(chunk_selection(arr.meta.shape, arr.meta.chunks, key), arr.meta.shape):
+            if not is_whole_key(key, arr.meta.shape):
                 return None
         taken = [(p, self._prefetched.pop(p, None)) for p, _ in items]
         if any(a is None for _, a in taken):  # another thread took one first: put back, read
