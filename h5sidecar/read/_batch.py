@@ -440,9 +440,9 @@ class NativeReader:
             grid = t.sel.grid[which].tolist()
             if paths[t.path] == 1:  # the only selection of its array: no chunk is shared
                 for g, c, o, n in zip(grid, codes, offs, lens, strict=True):
-                    chunk = _Chunk(urls[c], o, n, tuple(g))
-                    chunk.targets.append(t)
-                    alone.append(chunk)
+                    one = _Chunk(urls[c], o, n, tuple(g))
+                    one.targets.append(t)
+                    alone.append(one)
                 continue
             for g, c, o, n in zip(grid, codes, offs, lens, strict=True):
                 index = tuple(g)
