@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -46,15 +47,19 @@ from h5sidecar.read._decode import (
     Selection,
     chunk_selection,
 )
-from h5sidecar.read._prefetch import is_whole, plan_ahead, plan_refill
+from h5sidecar.read._prefetch import is_whole, is_whole_key, plan_ahead, plan_refill
 from h5sidecar.read._subchunk import SubRead, subchunk_read
 from h5sidecar.references import INLINE, MISSING, ArrayRefs, ChunkManifest, GranuleRefs
 from h5sidecar.sources._fetch import ChunkFetcher, _gather_or_cancel
 
 __all__ = ["NativeReader", "out_dtype"]
 
-#: Bounds of one fetch-then-decode group (bytes of stored chunks).
-_GROUP_MIN = 1 * 2**20
+#: Bounds of one fetch-then-decode group (bytes of stored chunks).  Each group is at least one
+#: request, so the floor sets the requests of batches under 32 x 2 MiB: with 1 MiB, the read-ahead
+#: batches of a per-variable loop (about 20 MB stored each) made twice the requests of one
+#: batch of the whole granule (whose groups are 2 MiB), and an endpoint that charges per request
+#: (or shares the client's cores) pays for each.
+_GROUP_MIN = 2 * 2**20
 _GROUPS_PER_BATCH = 32
 
 Item = tuple[str, tuple[Any, ...]]
@@ -140,7 +145,7 @@ class NativeReader:
             arr = self.refs.arrays.get(path)
             if path not in self._prefetched or arr is None:
                 return None
-            if not is_whole(chunk_selection(arr.meta.shape, arr.meta.chunks, key), arr.meta.shape):
+            if not is_whole_key(key, arr.meta.shape):
                 return None
         taken = [(p, self._prefetched.pop(p, None)) for p, _ in items]
         if any(a is None for _, a in taken):  # another thread took one first: put back, read
@@ -416,8 +421,13 @@ class NativeReader:
         stored: list[tuple[int, np.ndarray]],
     ) -> list[list[_Chunk]]:
         """Stored chunks (each once, however many selections want it), cut in file order into
-        groups of about ``total / 32`` bytes (at least 1 MiB, at most ``max_request``)."""
+        groups of about ``total / 32`` bytes (at least 2 MiB, at most ``max_request``)."""
         chunks: dict[tuple[str, tuple[int, ...]], _Chunk] = {}
+        # the chunks of an array read by one selection only are unique: they skip the dict
+        # and its (path, index) keys, Python objects that live as long as the batch (with
+        # 7,000 chunks such objects were what pushed a whole-granule read into a full GC)
+        alone: list[_Chunk] = []
+        paths = Counter(t.path for t in targets)
         for ti, which in stored:
             if not which.size:
                 continue
@@ -426,16 +436,25 @@ class NativeReader:
             codes = man.codes.reshape(-1)[flat].tolist()
             offs = man.offsets.reshape(-1)[flat].tolist()
             lens = man.lengths.reshape(-1)[flat].tolist()
-            for g, c, o, n in zip(t.sel.grid[which].tolist(), codes, offs, lens, strict=True):
+            urls = man.urls
+            grid = t.sel.grid[which].tolist()
+            if paths[t.path] == 1:  # the only selection of its array: no chunk is shared
+                for g, c, o, n in zip(grid, codes, offs, lens, strict=True):
+                    one = _Chunk(urls[c], o, n, tuple(g))
+                    one.targets.append(t)
+                    alone.append(one)
+                continue
+            for g, c, o, n in zip(grid, codes, offs, lens, strict=True):
                 index = tuple(g)
                 chunk = chunks.get((t.path, index))
                 if chunk is None:
-                    chunk = chunks[(t.path, index)] = _Chunk(man.urls[c], o, n, index)
+                    chunk = chunks[(t.path, index)] = _Chunk(urls[c], o, n, index)
                 chunk.targets.append(t)
-        if not chunks:
+        if not chunks and not alone:
             return []
-        self._plan_subchunks(chunks.values())
-        rows = sorted(chunks.values(), key=lambda r: (r.url, r.offset))
+        every = [*alone, *chunks.values()]
+        self._plan_subchunks(every)
+        rows = sorted(every, key=lambda r: (r.url, r.offset))
         total = sum(r.cost for r in rows)
         target = min(max(total // _GROUPS_PER_BATCH, _GROUP_MIN), self.fetcher.settings.max_request)
         groups: list[list[_Chunk]] = [[]]

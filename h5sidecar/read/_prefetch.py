@@ -52,6 +52,7 @@ __all__ = [
     "is_dimension_coordinate",
     "is_small",
     "is_whole",
+    "is_whole_key",
     "plan_ahead",
     "plan_refill",
     "read_ahead",
@@ -170,6 +171,16 @@ def is_whole(sel: Selection, shape: Sequence[int]) -> bool:
         tuple(sel.shape) == tuple(shape)
         and not any(sel.lo)
         and all(p == slice(0, n, 1) for p, n in zip(sel.post, shape, strict=True))
+    )
+
+
+def is_whole_key(key: Sequence[Any], shape: Sequence[int]) -> bool:
+    """:func:`is_whole` of ``chunk_selection(shape, chunks, key)``, from the key alone: a loop
+    taking a thousand held arrays asks this once each, and building each selection's chunk
+    grid (a meshgrid) only to answer it cost more than handing the array out."""
+    return len(key) == len(shape) and all(
+        isinstance(k, slice) and n > 0 and k.indices(n) == (0, n, 1)
+        for k, n in zip(key, shape, strict=True)
     )
 
 

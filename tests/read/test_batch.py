@@ -127,6 +127,26 @@ def test_a_chunk_wanted_twice_is_fetched_once(small_refs: GranuleRefs) -> None:
     np.testing.assert_array_equal(part, whole[10:20])
 
 
+def test_a_batch_of_a_few_mib_takes_few_requests(tmp_path: Path) -> None:
+    """A batch under 32 x 2 MiB (a read-ahead batch of a per-variable loop) is fetched in
+    groups of at least 2 MiB, as a batch of the whole granule is: 12 MB of chunks in 6
+    requests or fewer, not one per MiB."""
+    from h5sidecar.indexer import index_granule
+
+    path = tmp_path / "noise.h5"
+    data = np.random.default_rng(7).normal(size=1_500_000)  # incompressible: 12 MB stored
+    with h5py.File(path, "w") as f:
+        f.create_dataset("v", data=data, chunks=(50_000,), compression="gzip",
+                         compression_opts=1)
+    refs = index_granule(str(path))
+    store = _store(refs, chunk_cache=None)
+    (got,) = store.native.read_sync([("v", (ALL,))])
+    stored = int(refs.arrays["v"].manifest.lengths.sum())
+    assert stored > 11 * 2**20
+    assert store.stats["requests"] <= stored // (2 * 2**20) + 1, store.stats["requests"]
+    np.testing.assert_array_equal(got, read_h5(path, "v"))
+
+
 def test_a_bad_key_fails_its_own_caller_only(small_refs: GranuleRefs, small_h5: Path) -> None:
     reader = _store(small_refs).native
     var = "gt1l/heights/h_ph"

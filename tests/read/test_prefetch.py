@@ -6,6 +6,7 @@ request); every value is compared with h5py."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,8 @@ import xarray as xr
 import h5sidecar
 from h5sidecar.errors import ChunkDecodeError
 from h5sidecar.read import SidecarStore
-from h5sidecar.read._prefetch import SMALL_FRACTION, decoded_nbytes
+from h5sidecar.read._decode import chunk_selection
+from h5sidecar.read._prefetch import SMALL_FRACTION, decoded_nbytes, is_whole, is_whole_key
 from h5sidecar.references import ArrayRefs, ChunkManifest, GranuleRefs
 from h5sidecar.settings import ReadSettings, from_env
 
@@ -286,3 +288,20 @@ def test_a_read_ahead_in_flight_counts_against_the_budget(atl03_refs: GranuleRef
     new = sum(decoded_nbytes(a) for _, a, _ in planned)
     assert held + total + new <= limit
     reader._ahead_inflight.clear()
+
+
+def test_whole_key_agrees_with_the_whole_selection() -> None:
+    """Held arrays are handed out on the key alone (no chunk grid built): for every key of
+    ints and slices, the answer is the one of the selection it makes."""
+    keys = [slice(None), slice(0, None, 1), slice(0, 5), slice(1, None), slice(None, None, -1),
+            slice(None, None, 2), slice(-100, 100), 0, -1]
+    checked = 0
+    for shape in [(), (5,), (1,), (0,), (5, 3), (4, 0)]:
+        for key in itertools.product(keys, repeat=len(shape)):
+            try:
+                sel = chunk_selection(shape, (2,) * len(shape), key)
+            except IndexError:
+                continue
+            assert is_whole_key(key, shape) == is_whole(sel, shape), (shape, key)
+            checked += 1
+    assert checked > 100
