@@ -168,7 +168,7 @@ def test_costly_endpoint_serves_few_requests_at_once(tmp_path: Path) -> None:
 
     (tmp_path / BUCKET).mkdir()
     (tmp_path / BUCKET / "blob.bin").write_bytes(bytes(range(256)) * 40)
-    url, stop = start_server(tmp_path, request_cost_ms=50, max_concurrent=2)
+    url, stop = start_server(tmp_path, request_cost_ms=150, max_concurrent=2)
     try:
         fs = s3fs.S3FileSystem(anon=True, endpoint_url=url, skip_instance_cache=True)
         fs.cat_file(f"{BUCKET}/blob.bin", start=0, end=10)  # connect before timing
@@ -182,6 +182,8 @@ def test_costly_endpoint_serves_few_requests_at_once(tmp_path: Path) -> None:
     finally:
         stop()
     assert got == [(bytes(range(256)) * 40)[i:i + 10] for i in range(8)]
-    assert took >= 4 * 0.050  # 8 requests, 2 at a time, 50 ms each
-    # asked together: queueing on the server's slots is not the client waiting in a row
-    assert stats["requests"] == 8 and stats["in_a_row"] == 1
+    assert took >= 4 * 0.150  # 8 requests, 2 at a time, 150 ms each
+    # asked together: queueing on the server's slots is not the client waiting in a row.
+    # Counted from when a slot served them, 2 at a time, they would be 4 in a row; from
+    # their arrival, 1 (2 when a loaded machine starts the client's threads late)
+    assert stats["requests"] == 8 and stats["in_a_row"] < 4
