@@ -256,3 +256,31 @@ def test_a_compaction_never_removes_a_part_it_did_not_cover(s3, s3_bucket: str,
     report = read_report(dest, storage_options=s3_storage_options)
     assert [(x.name, x.status) for x in report.granules] == [
         ("old/g00000.h5", "failed"), ("old/g00001.h5", "ok"), ("old/g00002.h5", "ok")]
+
+
+def test_gateway_and_catalog_read_the_newest_rows_of_the_parts(s3, s3_bucket: str,
+                                                               s3_storage_options) -> None:
+    from h5sidecar.catalog._listing import list_indexed
+    from h5sidecar.gateway._dest import DestIndex
+    from h5sidecar.workflows._report_io import forget_sidecars
+
+    dest = f"s3://{s3_bucket}/out"
+    base = replace(_synthetic(4, s3_bucket), source=f"s3://{s3_bucket}/elsewhere")
+    g0, g1, g2, g3 = base.granules
+    write_report(base, dest, storage_options=s3_storage_options)
+    # later parts: g1 failed since, g2 pruned (a tombstone), g3 failed then ok again
+    write_report(replace(base, granules=(replace(g1, status="failed"),
+                                         replace(g3, status="failed"))),
+                 dest, storage_options=s3_storage_options)
+    forget_sidecars(None, dest, [g2.sidecar], storage_options=s3_storage_options)
+    write_report(replace(base, granules=(g3,)), dest, storage_options=s3_storage_options)
+    for g in base.granules:  # the sidecars the catalog lists (their content is not read)
+        s3.pipe(g.sidecar.split("://", 1)[1].replace(".parq", ".json"), b"{}")
+    snap = DestIndex(dest, storage_options=s3_storage_options).snapshot()
+    assert snap.report_found
+    assert snap.sources == (f"s3://{s3_bucket}/elsewhere", g0.url, g3.url)
+    assert [g.name for g in list_indexed(dest, storage_options=s3_storage_options,
+                                         sizes=False)] == [g0.name, g2.name, g3.name]
+    assert [(g.name, g.status) for g in read_report(
+        dest, storage_options=s3_storage_options).granules] == [
+        (g0.name, "ok"), (g1.name, "failed"), (g3.name, "ok")]
