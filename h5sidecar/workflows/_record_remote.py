@@ -11,6 +11,7 @@ writes one small part: its header), and the report read back is the local record
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
@@ -30,6 +31,8 @@ from h5sidecar.workflows._record_store import (
 from h5sidecar.workflows._report import GranuleResult, RunReport
 
 __all__ = ["RemoteRecorder", "forget_remote", "remote_snapshot", "write_remote"]
+
+log = logging.getLogger("h5sidecar.workflows")
 
 #: ``dest -> the report of DEST/_report.json or None`` (:mod:`._report_io` reads it).
 ReadJson = Callable[[], RunReport | None]
@@ -108,7 +111,11 @@ class RemoteRecorder:
                                always=True)
         finally:
             self.mirror.close()
-        compact(self.fs, self.root)
+        try:
+            compact(self.fs, self.root)
+        except OSError as exc:  # the run is recorded; only reading it stays slower
+            log.warning("could not compact the record of %s (%s): the next run tries again",
+                        self.root, exc)
         return found
 
 
