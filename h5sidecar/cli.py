@@ -112,7 +112,7 @@ def _cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
         sys.stdout.write(json.dumps(report.to_dict(), indent=1, allow_nan=False) + "\n")
         return EXIT_OK if report.ok else EXIT_FAILED
     _print_report(report, out)
-    where = "_report.json" if "://" in report.dest else "_h5sidecar.sqlite"
+    where = "_h5sidecar_record/" if "://" in report.dest else "_h5sidecar.sqlite"
     out.print(f"report: {report.dest.rstrip('/')}/{where} (`h5sidecar report DEST` shows it)")
     return EXIT_OK if report.ok else EXIT_FAILED
 

@@ -21,6 +21,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from h5sidecar._credentials import fsspec_options
+from h5sidecar._record_parts import latest_rows, list_parts
 from h5sidecar.catalog._item import GranuleInfo
 
 __all__ = ["RECORD_NAME", "REPORT_NAME", "iter_sidecars", "list_indexed", "sidecar_size"]
@@ -58,6 +59,12 @@ def _failed(fs: Any, root: str, remote: bool) -> set[str]:
     """Names of the granules the last run marks as failed (record, else report)."""
     if not remote and os.path.exists(f"{root}/{RECORD_NAME}"):
         return _failed_in_record(f"{root}/{RECORD_NAME}")
+    if remote and list_parts(fs, root):  # an object-store record in parts
+        rows = latest_rows(fs, root, ["status", "name"])
+        if rows is None:
+            return set()
+        return {n for st, n in zip(rows["status"].to_pylist(), rows["name"].to_pylist(),
+                                    strict=True) if st == "failed"}
     report = f"{root}/{REPORT_NAME}"
     if fs.exists(report):
         with fs.open(report, "rb") as f:

@@ -2,7 +2,8 @@
 
 ``h5sidecar index SOURCE -o DEST`` writes one sidecar per granule (``DEST/<name>.parq`` or
 ``DEST/<name>.json``) and a run report: the record ``DEST/_h5sidecar.sqlite`` of a local DEST,
-``DEST/_report.json`` on an object store.  The gateway serves exactly the
+Parquet parts under ``DEST/_h5sidecar_record/`` on an object store (``DEST/_report.json`` where
+an earlier version wrote it).  The gateway serves exactly the
 sidecars found under DEST (nothing outside it is ever opened as a sidecar), named by their path
 relative to DEST without the sidecar suffix.
 
@@ -40,6 +41,7 @@ from typing import Any
 import fsspec
 
 from h5sidecar._credentials import fsspec_options
+from h5sidecar._record_parts import latest_rows, list_parts, roots_of
 from h5sidecar.errors import InvalidReferenceError, SourceReadError
 from h5sidecar.gateway._record import RecordView, safe_name
 
@@ -275,6 +277,12 @@ class DestIndex:
             ) from exc
 
     def _report_sources(self) -> tuple[tuple[str, ...], bool]:
+        try:
+            parts = parts_sources(self.fs, self.root)
+        except OSError as exc:
+            raise SourceReadError(f"reading the record of {self.dest} failed: {exc}") from exc
+        if parts is not None:
+            return parts, True
         path = f"{self.root}/{REPORT_NAME}"
         try:
             raw = self.fs.cat_file(path)
@@ -372,3 +380,19 @@ class DestIndex:
                 if len(out) >= limit:
                     break
         return out
+
+
+def parts_sources(fs: Any, root: str) -> tuple[str, ...] | None:
+    """The source roots and the sources of the granules indexed successfully that an
+    object-store DEST's record in parts holds (:mod:`h5sidecar._record_parts`); None when
+    it has no parts."""
+    if not list_parts(fs, root):
+        return None
+    sources = list(roots_of(fs, root))
+    rows = latest_rows(fs, root, ["status", "source_url", "url"])
+    if rows is not None:
+        for status, src, url in zip(*(rows[c].to_pylist() for c in rows.column_names),
+                                    strict=True):
+            if status in ("ok", "up_to_date"):
+                sources.append(src or url)
+    return tuple(dict.fromkeys(sources))

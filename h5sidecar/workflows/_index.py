@@ -214,7 +214,8 @@ def index_many(
     RunReport
         This run's own results.  Each granule is also recorded in the record of a local DEST as
         it finishes (one transaction each; see :mod:`h5sidecar.workflows._record_db`); on an
-        object store the report is written to ``DEST/_report.json`` at the end.
+        object store in parts written every few granules and at the end
+        (:mod:`h5sidecar.workflows._record_store`).
         ``report.ok`` is false when a granule failed.
 
     Raises
@@ -271,8 +272,7 @@ def _index_listed(listing: StagedListing, source: str | Sequence[str], dest: str
 
     def swept() -> Iterator[str]:
         """The URLs listed, what an interrupted write left beside their sidecars removed as
-        they go (one read of each folder).  Only a local DEST's record consumes them: a remote
-        DEST has no record to note them in, and its writes leave nothing to sweep."""
+        they go (one read of each folder; a remote DEST's writes leave nothing to sweep)."""
         sweep = LeftoverSweep()
         for url, name in listing.names():
             sweep(join_url(dest, name + suffix))
@@ -306,7 +306,7 @@ def _index_listed(listing: StagedListing, source: str | Sequence[str], dest: str
                                content=content_of(options.settings, format))
         if progress is not None:
             progress.start(len(listing))
-        held = HeldResults(keep_all=recorder.record is None)
+        held = HeldResults(keep_all=False)
         complete = False
         pending = None
         # the listed identity of each task handed to the executor and not finished yet (a
@@ -383,8 +383,8 @@ HELD_RESULTS = 10_000
 
 class HeldResults:
     """The results :func:`index_many` returns: every one up to :data:`HELD_RESULTS` (all of
-    them for an object-store DEST, whose report is written from them), then only failures and
-    counts of the rest, so a run's memory does not grow with its granules."""
+    them with ``keep_all``), then only failures and counts of the rest, so a run's memory does
+    not grow with its granules."""
 
     def __init__(self, *, keep_all: bool) -> None:
         self._keep_all = keep_all

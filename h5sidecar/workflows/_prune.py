@@ -39,6 +39,7 @@ from h5sidecar.workflows._dest_lock import dest_lock
 from h5sidecar.workflows._dest_walk import StagedSidecars, entry_mtime, walk_dest
 from h5sidecar.workflows._listing import filesystem, is_remote
 from h5sidecar.workflows._record_db import RECORD_NAME, open_record, record_path
+from h5sidecar.workflows._record_store import Mirror, has_parts, newest_part_mtime, store_of
 from h5sidecar.workflows._report import REPORT_NAME, GranuleResult, RunReport
 from h5sidecar.workflows._report_io import forget_sidecars, read_report
 
@@ -216,7 +217,13 @@ class _Recorded:
 @contextlib.contextmanager
 def _recorded(dest: str, storage_options: Mapping[str, Any] | None) -> Iterator[_Recorded]:
     """DEST's report, queried by name: a local record in batches from one read snapshot (its
-    granules are never all held), else ``_report.json``, read whole."""
+    granules are never all held), an object store's parts the same way once loaded into a
+    temporary database, else ``_report.json``, read whole."""
+    fs, root = store_of(dest, storage_options) if is_remote(dest) else (None, "")
+    if fs is not None and has_parts(fs, root):
+        with Mirror(fs, root) as mirror, mirror.record.reading():
+            yield _Recorded(mirror.record.by_names, exists=True)
+        return
     if not is_remote(dest) and os.path.exists(record_path(dest)):
         record = open_record(dest, create=False)
         try:
@@ -261,9 +268,9 @@ def _committed(fs: Any, path: str) -> float | None:
 
 
 def _report_mtime(fs: Any, root: str) -> float | None:
-    """When DEST's report was last written: its JSON, or a local record (whose log is written
-    at each granule's commit)."""
-    times = []
+    """When DEST's report was last written: its JSON, a local record (whose log is written
+    at each granule's commit), or the newest part of an object-store record."""
+    times = [newest_part_mtime(fs, root)]
     for name in (REPORT_NAME, RECORD_NAME, RECORD_NAME + "-wal"):
         try:
             times.append(entry_mtime(fs.info(f"{root}/{name}")))

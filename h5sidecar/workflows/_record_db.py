@@ -10,7 +10,8 @@ Why SQLite: it is in the standard library (nothing to install on a cluster's wor
 file, and its write-ahead log lets readers (the gateway, ``h5sidecar report``) read while runs
 write, and several runs on one DEST write in turn (``busy_timeout``).  ``synchronous=NORMAL``
 keeps committed rows through a killed process (a power cut may lose the last transactions,
-never corrupt the file).  Object stores cannot host it: there the JSON report stays.
+never corrupt the file).  Object stores cannot host it: there the record is in Parquet parts
+(:mod:`._record_store`).
 
 The file is created complete or not at all: its schema (and the rows of an old
 ``_report.json``, the migration) are written to a temporary file which is then hard-linked into

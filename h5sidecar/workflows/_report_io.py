@@ -1,8 +1,9 @@
 """Persistence of the run report: merge with the report already in DEST, write atomically, read.
 
 A local DEST keeps its report in its record, an SQLite database (:mod:`._record_db`); an object
-store DEST in ``_report.json``, one PUT (atomic there).  A local ``_report.json`` (written by
-earlier versions) is read while DEST has no record, and migrated into one by the first write.
+store DEST in parts, append-only Parquet objects written as a run goes (:mod:`._record_remote`).
+A ``_report.json`` (written by earlier versions) is read while DEST has neither, and migrated
+by the first write.
 """
 
 from __future__ import annotations
@@ -18,10 +19,16 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from h5sidecar.errors import H5SidecarError, InvalidReferenceError
+from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.sources._urls import normalize_url
 from h5sidecar.workflows._listing import DEFAULT_PATTERNS, filesystem, is_remote, join_url
 from h5sidecar.workflows._record_db import Record, open_record, record_path
+from h5sidecar.workflows._record_remote import (
+    RemoteRecorder,
+    forget_remote,
+    remote_snapshot,
+    write_remote,
+)
 from h5sidecar.workflows._recorded import sidecar_stamp
 from h5sidecar.workflows._report import REPORT_NAME, GranuleResult, RunReport
 
@@ -70,8 +77,8 @@ def orphaned_names(current: RunReport, carried: Iterable[GranuleResult]) -> tupl
 
 class RunRecorder:
     """Records one run in DEST: each granule as it finishes in the record of a local DEST
-    (one transaction each, so a killed run keeps what it finished), the whole report at the
-    end on an object store (``_report.json``).
+    (one transaction each, so a killed run keeps what it finished); on an object store in
+    parts, every few granules and at the end (:class:`RemoteRecorder`).
 
     Parameters
     ----------
@@ -89,11 +96,12 @@ class RunRecorder:
         self._t0 = time.perf_counter() - run.seconds
         self._record = None if is_remote(dest) else _open(dest)
         self._run = 0
-        self._chunks: dict[tuple[str, str], int] = {}
+        self._remote: RemoteRecorder | None = None
         #: Granules found up to date from their rows (not rewritten), counted at the end.
         self.confirmed = 0
         if self._record is None:
-            self._chunks = _chunk_counts(dest, storage_options)
+            self._remote = RemoteRecorder(dest, run, storage_options,
+                                          lambda: _json_or_none(dest, storage_options), content)
         else:
             try:
                 self._run = self._record.begin_run(run, content)
@@ -103,24 +111,30 @@ class RunRecorder:
 
     @property
     def record(self) -> Record | None:
-        """The record of a local DEST (None on an object store)."""
+        """The record of a local DEST (None on an object store: its rows are not looked up
+        before the sidecars, whose freshness only the sidecars tell there)."""
         return self._record
 
     def note_listed(self, urls: Iterable[str]) -> None:
         """Remember the URLs this run listed (see :meth:`Record.note_listed`)."""
         if self._record is not None:
             self._record.note_listed(urls)
+        elif self._remote is not None:
+            self._remote.record.note_listed(urls)
 
     def known_chunks(self, result: GranuleResult) -> int:
         """The chunk count the report holds for ``result``'s granule, when its entry names the
         same sidecar and source identity (what an up-to-date granule has), else 0."""
         if self._record is not None:
             return self._record.chunks_of(result)
-        return self._chunks.get((result.sidecar, _key(result.source)), 0)
+        assert self._remote is not None
+        return self._remote.record.chunks_of(result)
 
     def put(self, result: GranuleResult) -> None:
-        """Record one finished granule (locally; on an object store at :meth:`finish`)."""
-        if self._record is not None:
+        """Record one finished granule (on an object store: with the next part)."""
+        if self._remote is not None:
+            self._remote.put(result)
+        elif self._record is not None:
             stamp = sidecar_stamp(result.sidecar) if result.status != "failed" else None
             self._record.put(self._run, result, finished=_now(),
                              seconds=time.perf_counter() - self._t0, stamp=stamp)
@@ -128,10 +142,11 @@ class RunRecorder:
     def finish(self, report: RunReport) -> RunReport:
         """Record the end of the run (``report``: its fields and granules); returns ``report``
         with the orphans its listing revealed (see :func:`merge_reports`)."""
-        if self._record is None:
-            _, written = write_merged_report(report, self.dest,
-                                             storage_options=self._storage_options)
-            return replace(report, orphaned=written.orphaned)
+        if self._remote is not None:
+            self._remote.confirmed += self.confirmed
+            found = self._remote.finish(report, lambda carried: orphaned_names(report, carried))
+            return replace(report, orphaned=found)
+        assert self._record is not None
         try:
             orphaned: tuple[str, ...] = ()
             root = report.source.rstrip("/")
@@ -143,20 +158,6 @@ class RunRecorder:
         finally:
             self._record.close()
         return replace(report, orphaned=orphaned)
-
-
-def _chunk_counts(dest: str, storage_options: Mapping[str, Any] | None
-                  ) -> dict[tuple[str, str], int]:
-    """``(sidecar, source identity) -> n_chunks`` from the report on an object store."""
-    try:
-        last = read_json_report(dest, storage_options=storage_options)
-    except (FileNotFoundError, H5SidecarError):
-        return {}
-    return {(g.sidecar, _key(g.source)): g.n_chunks for g in last.granules if g.source}
-
-
-def _key(source: Mapping[str, Any] | None) -> str:
-    return repr(sorted((source or {}).items()))
 
 
 def _now() -> str:
@@ -189,13 +190,11 @@ def write_report(
     merge: bool = True,
 ) -> str:
     """Record ``report`` in DEST and return where: the record of a local DEST (one
-    transaction), ``DEST/_report.json`` on an object store (one PUT).
+    transaction), a new part of an object-store DEST's record (one PUT).
 
     With ``merge`` (the default) the granules already recorded that ``report`` does not name
-    keep their entries (:func:`merge_reports`); without, ``report`` replaces them all.  On an
-    object store a malformed earlier report is replaced (with a warning), and two runs
-    writing at the same moment may lose each other's entries (last writer wins); a local
-    record has neither problem.
+    keep their entries (:func:`merge_reports`); without, ``report`` replaces them all.  A
+    malformed earlier ``_report.json`` is replaced (with a warning).
     """
     return write_merged_report(report, dest, storage_options=storage_options, merge=merge)[0]
 
@@ -218,12 +217,9 @@ def write_merged_report(
             return record.path, merged
         finally:
             record.close()
-    url = join_url(dest, REPORT_NAME)
-    if merge:
-        report = merge_reports(_previous(dest, storage_options), report)
-    data = json.dumps(report.to_dict(), indent=1, allow_nan=False).encode()
-    filesystem(url, storage_options).pipe_file(url, data)
-    return url, report
+    return write_remote(report, dest, storage_options,
+                        lambda: _json_or_none(dest, storage_options),
+                        (lambda previous: merge_reports(previous, report)) if merge else None)
 
 
 def _open(dest: str) -> Record:
@@ -231,9 +227,10 @@ def _open(dest: str) -> Record:
     return open_record(dest, legacy=lambda: _json_or_none(dest))
 
 
-def _json_or_none(dest: str) -> RunReport | None:
+def _json_or_none(dest: str, storage_options: Mapping[str, Any] | None = None
+                  ) -> RunReport | None:
     try:
-        return read_json_report(dest)
+        return read_json_report(dest, storage_options=storage_options)
     except FileNotFoundError:
         return None
     except InvalidReferenceError as exc:  # as a malformed report always was: replaced
@@ -250,9 +247,9 @@ def _recorded(record: Record) -> RunReport | None:
 
 def forget_sidecars(report: RunReport | None, dest: str, sidecars: Iterable[str], *,
                     storage_options: Mapping[str, Any] | None = None) -> None:
-    """Remove the granules of ``sidecars`` (removed by prune) from DEST's report: from a local
-    DEST's record by sidecar (``report`` is not needed), else from ``report``
-    (``_report.json``), rewritten."""
+    """Remove the granules of ``sidecars`` (removed by prune) from DEST's report by sidecar:
+    from a local DEST's record, with tombstones in a new part on an object store (``report``
+    is not needed)."""
     if not is_remote(normalize_url(dest)):
         record = _open(normalize_url(dest))
         try:
@@ -262,29 +259,14 @@ def forget_sidecars(report: RunReport | None, dest: str, sidecars: Iterable[str]
         finally:
             record.close()
         return
-    if report is None:
-        return
-    gone = {normalize_url(s) for s in sidecars}
-    granules = tuple(g for g in report.granules if normalize_url(g.sidecar) not in gone)
-    names = {g.name for g in granules}
-    write_report(replace(report, granules=granules,
-                         orphaned=tuple(n for n in report.orphaned if n in names)),
-                 dest, storage_options=storage_options, merge=False)
-
-
-def _previous(dest: str, storage_options: Mapping[str, Any] | None) -> RunReport | None:
-    try:
-        return read_report(dest, storage_options=storage_options)
-    except FileNotFoundError:
-        return None
-    except InvalidReferenceError as exc:
-        log.warning("%s; it is replaced by this run's report", exc)
-        return None
+    dest = normalize_url(dest)
+    forget_remote(dest, {spelling for s in sidecars for spelling in (s, normalize_url(s))},
+                  storage_options, lambda: _json_or_none(dest, storage_options))
 
 
 def read_report(dest: str, *, storage_options: Mapping[str, Any] | None = None) -> RunReport:
-    """Read DEST's run report: from its record (a local DEST that has one), else from
-    ``DEST/_report.json``.
+    """Read DEST's run report: from its record (a local DEST that has one, an object-store DEST
+    with parts), else from ``DEST/_report.json``.
 
     Raises
     ------
@@ -300,6 +282,10 @@ def read_report(dest: str, *, storage_options: Mapping[str, Any] | None = None) 
             return record.report()
         finally:
             record.close()
+    if is_remote(dest):
+        with remote_snapshot(dest, storage_options) as stream:
+            if stream is not None:
+                return replace(stream[0], granules=tuple(stream[1]), omitted={})
     try:
         return read_json_report(dest, storage_options=storage_options)
     except FileNotFoundError as exc:
@@ -314,7 +300,8 @@ def report_stream(dest: str, *, storage_options: Mapping[str, Any] | None = None
                   ) -> Iterator[tuple[RunReport, Iterator[GranuleResult]]]:
     """DEST's run report as a header (its fields, every granule counted in ``omitted``) and a
     stream of its granules by name: from a record one row at a time, so a reader of a million
-    granules holds one (``h5sidecar report``); from ``_report.json`` after reading it whole.
+    granules holds one (``h5sidecar report``), an object-store DEST's parts loaded first into a
+    temporary database; from ``_report.json`` after reading it whole.
 
     Raises as :func:`read_report`.
     """
@@ -327,6 +314,11 @@ def report_stream(dest: str, *, storage_options: Mapping[str, Any] | None = None
         finally:
             record.close()
         return
+    if is_remote(dest):
+        with remote_snapshot(dest, storage_options) as stream:
+            if stream is not None:
+                yield stream
+                return
     report = read_report(dest, storage_options=storage_options)
     yield replace(report, granules=(), omitted=report.counts), iter(report.granules)
 

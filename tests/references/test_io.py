@@ -253,6 +253,7 @@ LAYERS: dict[str, float] = {
     "_modes": 0,
     "_providers": 0.25,  # above errors, below _credentials
     "_credentials": 0.5,  # above errors, below references (which reads sidecars on S3)
+    "_record_parts": 0.75,  # the format of an object-store record: gateway, catalog, workflows
     "__main__": 7,
     "": 8,
 }
