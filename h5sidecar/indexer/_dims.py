@@ -55,7 +55,10 @@ def is_netcdf_dimension_only(dset: h5py.Dataset) -> bool:
     """A netCDF-4 dimension without a variable: HDF5 holds no values for it."""
     if not is_dimension_scale(dset):
         return False
-    name = _attr(dset, "NAME")
+    return _dimension_only_name(_attr(dset, "NAME"))
+
+
+def _dimension_only_name(name: Any) -> bool:
     return isinstance(name, bytes) and name.startswith(NETCDF_DIM_ONLY)
 
 
@@ -157,6 +160,12 @@ class DimensionNamer:
             if known:
                 return value
         return _attr(dset, name)
+
+    def dimension_only(self, entry: DatasetEntry) -> bool:
+        """:func:`is_netcdf_dimension_only` of a walked dataset, its ``NAME`` looked up in the
+        attributes already read from the bytes (h5py's lookup is a dense-storage search in
+        HDF5 per scale, twice per scale: while names are settled and when it is indexed)."""
+        return self.is_scale(entry) and _dimension_only_name(self._attr(entry.dset, "NAME"))
 
     # -- h5netcdf's phony dimensions -------------------------------------------------------------
     def _group_dims(self, group: str) -> _GroupDims:
@@ -324,7 +333,7 @@ class DimensionNamer:
         settled = self._settled = {}
         by_depth = sorted(self._entries.values(), key=lambda e: e.path.count("/"))  # stable
         for entry in by_depth:
-            if self.is_scale(entry) and is_netcdf_dimension_only(entry.dset):
+            if self.dimension_only(entry):
                 continue
             shape = self._shape_of(entry)
             settled[entry.path] = (shape, *self._file_names(entry, shape))
