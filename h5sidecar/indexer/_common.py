@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from h5sidecar.errors import H5SidecarError
@@ -100,6 +99,7 @@ def dcpl(dset: h5py.Dataset) -> Any:
     ``Dataset`` object (``Dataset._dcpl``, what its own ``chunks``, ``compression`` and
     ``fillvalue`` read), so that one is shared; a file opened read-only cannot change it.
     """
-    if isinstance(getattr(type(dset), "_dcpl", None), functools.cached_property):
+    try:
         return dset._dcpl
-    return dset.id.get_create_plist()
+    except AttributeError:  # an h5py without it
+        return dset.id.get_create_plist()

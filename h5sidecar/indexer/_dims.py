@@ -264,7 +264,10 @@ class DimensionNamer:
 
     # -- rules ---------------------------------------------------------------------------------
     def _fits(self, name: str, size: int, group: str) -> bool:
-        return all(s == size for g, s in self._sizes.get(name, []) if _related(g, group))
+        seen = self._sizes.get(name, [])
+        if all(s == size for _, s in seen):  # the usual case: no group to compare with
+            return True
+        return all(s == size for g, s in seen if _related(g, group))
 
     def _claim(self, name: str, size: int, group: str) -> None:
         seen = self._sizes.setdefault(name, [])
