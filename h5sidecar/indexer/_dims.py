@@ -188,7 +188,7 @@ class DimensionNamer:
                 real.append((path.rpartition("/")[2], shape[0]))
                 if not _unlimited(entry.dset):
                     labeled[shape[0]] += 1
-            elif _unscaled(entry.dset, len(shape)):
+            elif self._unscaled(entry.dset, len(shape)):
                 needed |= Counter(shape)
         pools: dict[int, list[str]] = {}
         for name, size in real:
@@ -200,6 +200,15 @@ class DimensionNamer:
                 n += 1
         self._groups[group] = _GroupDims(pools, n)
         return self._groups[group]
+
+    def _unscaled(self, dset: h5py.Dataset, rank: int) -> bool:
+        """:func:`_unscaled` from the ``DIMENSION_LIST`` already decoded from the bytes when it
+        has one entry per axis (``H5DSget_num_scales`` reads the attribute through HDF5 once
+        per axis); through HDF5 otherwise."""
+        keys = self._dimension_list(dset) if self._dimension_list is not None else None
+        if keys is not None and (not keys or len(keys) == rank):
+            return all(not axis for axis in keys)
+        return _unscaled(dset, rank)
 
     # -- candidates from the file ---------------------------------------------------------------
     def _from_dimension_list(self, dset: h5py.Dataset, rank: int) -> list[str | None]:
