@@ -118,6 +118,7 @@ class NativeAttrs:
         self._read: OrderedDict[int, tuple[list[Decoded] | None, int]] = OrderedDict()
         self.keep_bytes, self._kept = keep_bytes, 0
         self._last: tuple[h5py.HLObject, list[Decoded] | None] | None = None
+        self._infos: dict[int, tuple[h5py.HLObject, Any]] = {}
 
     def read(self, obj: h5py.HLObject) -> list[Decoded] | None:
         """The attributes of ``obj`` in the order h5py iterates them (by creation order when
@@ -126,7 +127,7 @@ class NativeAttrs:
         last = self._last
         if last is not None and last[0] is obj:  # asked again for one array (dimension names)
             return last[1]
-        info = h5py.h5o.get_info(obj.id)
+        info = self._info(obj)
         if info.fileno != self.fileno:  # an object of another file (an external link)
             return None
         if info.addr in self._read:
@@ -139,6 +140,16 @@ class NativeAttrs:
             self._keep(info.addr, found)
         self._last = (obj, found)
         return found
+
+    def _info(self, obj: h5py.HLObject) -> Any:
+        """``H5Oget_info`` of ``obj``, asked once per object (the namer and the indexer ask
+        for one array's attributes 4-6 times, in different orders: ~8 us each time)."""
+        known = self._infos.get(id(obj))
+        if known is not None and known[0] is obj:
+            return known[1]
+        info = h5py.h5o.get_info(obj.id)
+        self._infos[id(obj)] = (obj, info)  # holds obj: its id() stays its own
+        return info
 
     def _keep(self, addr: int, found: list[Decoded] | None) -> None:
         size = 64 + sum(len(d.body) + _nbytes(d.value) for d in found or ())

@@ -13,11 +13,8 @@ import numpy as np
 from h5sidecar.errors import ErrorKind, UnsupportedFeatureError
 from h5sidecar.indexer._attr_native import NativeAttrs
 from h5sidecar.indexer._attrs import read_attrs
-from h5sidecar.indexer._common import H5PY_ERRORS, fail, reraise_io_failure
-from h5sidecar.indexer._dims import (
-    DimensionNamer,
-    is_netcdf_dimension_only,
-)
+from h5sidecar.indexer._common import H5PY_ERRORS, dcpl, fail, reraise_io_failure
+from h5sidecar.indexer._dims import DimensionNamer
 from h5sidecar.indexer._dtypes import DtypePlan, plan_dtype
 from h5sidecar.indexer._external import external_segments, external_table
 from h5sidecar.indexer._fillchunks import materialize_missing
@@ -127,7 +124,7 @@ def _table(
     dset: h5py.Dataset, plan: DtypePlan, shape: tuple[int, ...], ctx: IndexContext
 ) -> tuple[ChunkTable, tuple[dict[str, Any], ...]]:
     """Chunk table (with its note) and pipeline of a raw (byte-addressable) variable."""
-    layout = dset.id.get_create_plist().get_layout()
+    layout = dcpl(dset).get_layout()
     itemsize = dset.dtype.itemsize
     target = ctx.settings.contiguous_chunk_bytes
     if layout == h5py.h5d.CHUNKED:
@@ -236,14 +233,14 @@ def index_dataset(entry: DatasetEntry, ctx: IndexContext) -> ArrayRefs:
     """
     dset = entry.dset
     is_scale = ctx.dims.is_scale(entry)  # asked once: a lookup of the CLASS attribute
-    if is_scale and is_netcdf_dimension_only(dset):
+    if is_scale and ctx.dims.dimension_only(entry):
         fail(
             ErrorKind.OTHER,
             "netCDF-4 dimension without a variable: HDF5 holds no values for it and "
             "netCDF readers hide it; its name is kept as a dimension name",
         )
     hshape = _hdf5_shape(dset)
-    layout = dset.id.get_create_plist().get_layout()
+    layout = dcpl(dset).get_layout()
     plan = plan_dtype(dset)
     if layout == h5py.h5d.VIRTUAL:
         if plan.mode != "raw":

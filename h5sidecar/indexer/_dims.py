@@ -55,7 +55,10 @@ def is_netcdf_dimension_only(dset: h5py.Dataset) -> bool:
     """A netCDF-4 dimension without a variable: HDF5 holds no values for it."""
     if not is_dimension_scale(dset):
         return False
-    name = _attr(dset, "NAME")
+    return _dimension_only_name(_attr(dset, "NAME"))
+
+
+def _dimension_only_name(name: Any) -> bool:
     return isinstance(name, bytes) and name.startswith(NETCDF_DIM_ONLY)
 
 
@@ -158,6 +161,12 @@ class DimensionNamer:
                 return value
         return _attr(dset, name)
 
+    def dimension_only(self, entry: DatasetEntry) -> bool:
+        """:func:`is_netcdf_dimension_only` of a walked dataset, its ``NAME`` looked up in the
+        attributes already read from the bytes (h5py's lookup is a dense-storage search in
+        HDF5 per scale, twice per scale: while names are settled and when it is indexed)."""
+        return self.is_scale(entry) and _dimension_only_name(self._attr(entry.dset, "NAME"))
+
     # -- h5netcdf's phony dimensions -------------------------------------------------------------
     def _group_dims(self, group: str) -> _GroupDims:
         if group in self._groups:
@@ -179,7 +188,7 @@ class DimensionNamer:
                 real.append((path.rpartition("/")[2], shape[0]))
                 if not _unlimited(entry.dset):
                     labeled[shape[0]] += 1
-            elif _unscaled(entry.dset, len(shape)):
+            elif self._unscaled(entry.dset, len(shape)):
                 needed |= Counter(shape)
         pools: dict[int, list[str]] = {}
         for name, size in real:
@@ -191,6 +200,15 @@ class DimensionNamer:
                 n += 1
         self._groups[group] = _GroupDims(pools, n)
         return self._groups[group]
+
+    def _unscaled(self, dset: h5py.Dataset, rank: int) -> bool:
+        """:func:`_unscaled` from the ``DIMENSION_LIST`` already decoded from the bytes when it
+        has one entry per axis (``H5DSget_num_scales`` reads the attribute through HDF5 once
+        per axis); through HDF5 otherwise."""
+        keys = self._dimension_list(dset) if self._dimension_list is not None else None
+        if keys is not None and (not keys or len(keys) == rank):
+            return all(not axis for axis in keys)
+        return _unscaled(dset, rank)
 
     # -- candidates from the file ---------------------------------------------------------------
     def _from_dimension_list(self, dset: h5py.Dataset, rank: int) -> list[str | None]:
@@ -255,7 +273,10 @@ class DimensionNamer:
 
     # -- rules ---------------------------------------------------------------------------------
     def _fits(self, name: str, size: int, group: str) -> bool:
-        return all(s == size for g, s in self._sizes.get(name, []) if _related(g, group))
+        seen = self._sizes.get(name, [])
+        if all(s == size for _, s in seen):  # the usual case: no group to compare with
+            return True
+        return all(s == size for g, s in seen if _related(g, group))
 
     def _claim(self, name: str, size: int, group: str) -> None:
         seen = self._sizes.setdefault(name, [])
@@ -324,7 +345,7 @@ class DimensionNamer:
         settled = self._settled = {}
         by_depth = sorted(self._entries.values(), key=lambda e: e.path.count("/"))  # stable
         for entry in by_depth:
-            if self.is_scale(entry) and is_netcdf_dimension_only(entry.dset):
+            if self.dimension_only(entry):
                 continue
             shape = self._shape_of(entry)
             settled[entry.path] = (shape, *self._file_names(entry, shape))

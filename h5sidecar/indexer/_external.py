@@ -23,7 +23,7 @@ import h5py
 import numpy as np
 
 from h5sidecar.errors import ErrorKind, SourceNotFoundError
-from h5sidecar.indexer._common import fail
+from h5sidecar.indexer._common import dcpl, fail
 from h5sidecar.indexer._layout import ChunkTable
 
 __all__ = ["Segment", "external_segments", "external_table", "resolve_external"]
@@ -43,10 +43,10 @@ class Segment:
 
 def external_segments(dset: h5py.Dataset) -> list[Segment]:
     """The external segments of ``dset`` in order (empty when it has none)."""
-    dcpl = dset.id.get_create_plist()
+    plist = dcpl(dset)
     out = []
-    for i in range(dcpl.get_external_count()):
-        name, offset, size = dcpl.get_external(i)
+    for i in range(plist.get_external_count()):
+        name, offset, size = plist.get_external(i)
         text = name.decode("utf-8", "surrogateescape") if isinstance(name, bytes) else str(name)
         out.append(Segment(text, int(offset), int(size)))
     return out

@@ -48,7 +48,10 @@ def effective_masks(dset: h5py.Dataset, table: ChunkTable, n_filters: int) -> np
 
 def pick_mask(masks: np.ndarray, stored: np.ndarray) -> int:
     """The most common mask among stored chunks (ties: fewest skipped filters, then lowest)."""
-    values, counts = np.unique(masks[stored], return_counts=True)
+    chosen = masks[stored]
+    if chosen.size and not np.any(chosen != chosen[0]):  # the usual case: one mask for all
+        return int(chosen[0])
+    values, counts = np.unique(chosen, return_counts=True)
     if not len(values):
         return 0
     best = max(

@@ -20,6 +20,7 @@ from h5sidecar.indexer._checksums import manifest_checksums
 from h5sidecar.indexer._common import (
     H5PY_ERRORS,
     Skip,
+    dcpl,
     describe_h5_error,
     raised_by_h5py,
     reraise_io_failure,
@@ -133,12 +134,20 @@ def _shape_of(
     url: str, open_h5: Callable[[str], h5py.File]
 ) -> Callable[[DatasetEntry], tuple[int, ...]]:
     """Dataset shapes as h5netcdf sees them: a virtual dataset's extent is worked out from its
-    sources (HDF5 cannot find them for a file object, so ``dset.shape`` may say 0)."""
+    sources (HDF5 cannot find them for a file object, so ``dset.shape`` may say 0).  Each is
+    worked out once: the dimension namer asks twice per dataset (its group's phony dimensions,
+    then its own names)."""
+    shapes: dict[str, tuple[int, ...]] = {}
 
     def shape_of(entry: DatasetEntry) -> tuple[int, ...]:
+        if entry.path not in shapes:
+            shapes[entry.path] = _shape(entry)
+        return shapes[entry.path]
+
+    def _shape(entry: DatasetEntry) -> tuple[int, ...]:
         dset = entry.dset
         try:
-            if dset.id.get_create_plist().get_layout() == h5py.h5d.VIRTUAL:
+            if dcpl(dset).get_layout() == h5py.h5d.VIRTUAL:
                 return vds_extent(dset, url, open_h5)
             return tuple(dset.shape or ())
         except Skip:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import h5py
 
 from h5sidecar.errors import ErrorKind, NotHDF5Error, SourceNotFoundError
-from h5sidecar.indexer._common import H5PY_ERRORS, fail, reraise_io_failure
+from h5sidecar.indexer._common import H5PY_ERRORS, dcpl, fail, reraise_io_failure
 from h5sidecar.indexer._external import resolve_external
 
 __all__ = [
@@ -156,15 +156,15 @@ class _Mapping:
 
 
 def _mappings(dset: h5py.Dataset) -> list[_Mapping]:
-    dcpl = dset.id.get_create_plist()
+    plist = dcpl(dset)
     return [
         _Mapping(
-            dcpl.get_virtual_filename(i),
-            dcpl.get_virtual_dsetname(i),
-            _Slab.of(dcpl.get_virtual_vspace(i)),
-            _Slab.of(dcpl.get_virtual_srcspace(i)),
+            plist.get_virtual_filename(i),
+            plist.get_virtual_dsetname(i),
+            _Slab.of(plist.get_virtual_vspace(i)),
+            _Slab.of(plist.get_virtual_srcspace(i)),
         )
-        for i in range(dcpl.get_virtual_count())
+        for i in range(plist.get_virtual_count())
     ]
 
 

@@ -404,3 +404,30 @@ def test_kept_attributes_bounded_by_bytes(make_h5: Callable[..., Path]) -> None:
             [d.name for d in r or []] for r in again
         ]
         assert native.served > len(objects)  # parsed again once they left
+
+
+def test_object_info_asked_once_per_object(
+    make_h5: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dimension namer and the indexer ask for one object's attributes several times, in
+    different orders: HDF5 is asked for the object's address (``H5Oget_info``) once, and the
+    attributes are the same each time."""
+    path = make_h5(lambda f: (_dense_storage(f), _many_types(f)), libver="latest")
+    calls: Counter[str] = Counter()
+    get_info = h5py.h5o.get_info
+
+    def counting(oid: Any, *args: Any, **kwargs: Any) -> Any:
+        calls[h5py.h5i.get_name(oid)] += 1
+        return get_info(oid, *args, **kwargs)
+
+    with open_source(str(path)) as src, h5py.File(src, "r") as f:
+        native = NativeAttrs(f, src)
+        objects = _objects(f)
+        monkeypatch.setattr(h5py.h5o, "get_info", counting)
+        rounds = [[native.read(obj) for obj in order] for order in (objects, objects[::-1])]
+        monkeypatch.undo()
+        for obj, got, again in zip(objects, rounds[0], rounds[1][::-1], strict=True):
+            assert got is not None and [d.name for d in got] == list(obj.attrs)
+            assert again is not None and [d.name for d in again] == list(obj.attrs)
+            assert all(_same(a.value, b.value) for a, b in zip(got, again, strict=True))
+    assert len(objects) > 2 and set(calls.values()) == {1}

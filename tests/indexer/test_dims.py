@@ -194,3 +194,34 @@ def test_scale_names_with_one_path_skip_hdf5s_search(make_h5) -> None:
             # x, twice_x and deep/er/s; the others ask HDF5, and all do when the walk left a
             # link out (the group linked twice)
             assert singles == (0 if twice else 3)
+
+
+def test_dimension_only_scales_known_from_the_attributes_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether a scale is a netCDF-4 dimension without a variable is read from the attributes
+    already decoded from the metadata bytes: HDF5 is not asked for each scale's ``NAME``."""
+    import netCDF4
+
+    import h5sidecar.indexer._dims as dims_module
+
+    path = tmp_path / "t.nc"
+    with netCDF4.Dataset(path, "w") as nc:
+        for i in range(3):
+            nc.createDimension(f"nv{i}", i + 2)  # dimensions without a variable
+        nc.createDimension("lat", 3)
+        nc.createVariable("lat", "f4", ("lat",))[:] = [10, 20, 30]
+        nc.createVariable("bounds", "f4", ("lat", "nv0"))[:] = np.ones((3, 2))
+    asked: list[str] = []
+    h5py_attr = dims_module._attr
+
+    def spy(dset: h5py.Dataset, name: str) -> object:
+        asked.append(name)
+        return h5py_attr(dset, name)
+
+    monkeypatch.setattr(dims_module, "_attr", spy)
+    refs = index_granule(str(path))
+    assert "NAME" not in asked
+    assert sorted(s.path for s in refs.skipped) == ["nv0", "nv1", "nv2"]
+    assert _dims(refs)["bounds"] == ("lat", "nv0")
+    assert_refs_match_h5py(refs, path)

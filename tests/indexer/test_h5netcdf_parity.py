@@ -135,3 +135,43 @@ def test_a_virtual_dataset_gets_the_names_of_its_extent(tmp_path: Path) -> None:
         h5py.h5d.create(f.id, b"v", h5py.h5t.IEEE_F64LE, extent, dcpl=dcpl)
         f["w"] = np.zeros(3)
     _per_group(path, tmp_path, [""])
+
+
+def test_unscaled_axes_known_from_the_dimension_lists_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Which arrays have no scale on any axis (h5netcdf gives those phony names) is read from
+    the ``DIMENSION_LIST`` attributes already decoded from the bytes, not asked of HDF5 axis
+    by axis; the names are those HDF5's answers give, with a scale on every axis, on one axis
+    only (which h5netcdf refuses to open) and on none."""
+    from h5sidecar.indexer._attr_native import NativeAttrs
+
+    path = tmp_path / "unscaled.h5"
+    with h5py.File(path, "w", libver=("earliest", "latest")) as f:
+        for group in (f, f.create_group("g")):
+            x = group.create_dataset("x", data=np.arange(4.0))
+            x.make_scale("x")
+            group["half"] = np.zeros((4, 3))
+            group["half"].dims[0].attach_scale(x)  # axis 1 without a scale
+            group["none"] = np.zeros((3, 4))
+            group["both"] = np.zeros((4, 4))
+            group["both"].dims[0].attach_scale(x)
+            group["both"].dims[1].attach_scale(x)
+    asked: list[int] = []
+    get_num_scales = h5py.h5ds.get_num_scales
+
+    def spy(dsid: h5py.h5d.DatasetID, axis: int) -> int:
+        asked.append(axis)
+        return int(get_num_scales(dsid, axis))
+
+    def names() -> dict[str, tuple[str, ...] | None]:
+        refs = index_granule(str(path))
+        return {p: a.meta.dimension_names for p, a in refs.arrays.items()}
+
+    monkeypatch.setattr(h5py.h5ds, "get_num_scales", spy)
+    native = names()
+    assert asked == []
+    monkeypatch.setattr(NativeAttrs, "dimension_list", lambda self, obj: None)
+    assert names() == native  # every answer from HDF5
+    assert len(asked) > 0
+    assert native["none"] == ("phony_dim_0", "x") and native["g/half"] == ("x", "phony_dim_1")

@@ -229,3 +229,39 @@ def test_missing_chunks_are_missing_not_zero_length(make_h5) -> None:
     refs = index_granule(str(make_h5(build)))
     codes = refs.arrays["x"].manifest.codes
     assert codes.tolist() == [MISSING, MISSING, MISSING, 0]
+
+
+def test_creation_property_list_copied_once_per_dataset(make_h5, tmp_path: Path) -> None:
+    """Every part of the indexer reads one copy of a dataset's creation property list (HDF5
+    copies it on each ``get_create_plist()``), and it says what a fresh copy says, for every
+    layout."""
+    from h5sidecar.indexer._common import dcpl
+
+    (tmp_path / "raw.bin").write_bytes(np.arange(4, dtype="<i4").tobytes())
+
+    def build(f: h5py.File) -> None:
+        f.create_dataset("chunked", data=np.arange(100.0), chunks=(30,), compression="gzip",
+                         shuffle=True, fillvalue=-1.0)  # fmt: skip
+        f.create_dataset("grown", data=np.arange(10), chunks=(4,), maxshape=(None,))
+        f.create_dataset("contiguous", data=np.arange(10))
+        space = h5py.h5s.create_simple((2,))
+        plist = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        plist.set_layout(h5py.h5d.COMPACT)
+        h5py.h5d.create(f.id, b"compact", h5py.h5t.NATIVE_INT32, space, plist)
+        f.create_dataset("external", shape=(4,), dtype="<i4", external=[("raw.bin", 0, 16)])
+
+    path = make_h5(build, libver="latest")
+    with h5py.File(path, "r") as f:
+        for name in ("chunked", "grown", "contiguous", "compact", "external"):
+            dset = f[name]
+            fresh = dset.id.get_create_plist()
+            kept = dcpl(dset)
+            assert dcpl(dset) is kept, name
+            assert kept.get_layout() == fresh.get_layout(), name
+            assert kept.get_nfilters() == fresh.get_nfilters(), name
+            assert kept.get_external_count() == fresh.get_external_count(), name
+            if fresh.get_layout() == h5py.h5d.CHUNKED:
+                assert kept.get_chunk() == fresh.get_chunk(), name
+    refs = index_granule(str(path))
+    assert set(refs.arrays) == {"chunked", "grown", "contiguous", "compact", "external"}
+    assert_refs_match_h5py(refs, path)

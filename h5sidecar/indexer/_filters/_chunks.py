@@ -19,6 +19,7 @@ import numcodecs
 from numcodecs.compat import ensure_bytes
 
 from h5sidecar.errors import UnsupportedFeatureError
+from h5sidecar.indexer._common import dcpl
 from h5sidecar.indexer._filters._mappers import Config, per_filter_codecs
 
 __all__ = [
@@ -58,7 +59,7 @@ def partial_edge_chunks_unfiltered(dset: h5py.Dataset) -> bool:
     chunk's filter mask.  h5py does not expose ``H5Pget_chunk_opts``, so it is called through
     ctypes in the HDF5 library h5py itself loaded (same process state, same object ids).
     """
-    plist = dset.id.get_create_plist()  # keep a reference: its id must stay open for the call
+    plist = dcpl(dset)  # keep a reference: its id must stay open for the call
     if dset.chunks is None or not plist.get_nfilters():
         return False
     fn = _h5p_get_chunk_opts()
@@ -115,7 +116,7 @@ def chunk_pipeline_differs(
     unfiltered_edges : bool
         :func:`partial_edge_chunks_unfiltered` of the dataset (computed once per dataset).
     """
-    n = dset.id.get_create_plist().get_nfilters()
+    n = dcpl(dset).get_nfilters()
     if n == 0:
         return False
     return filter_mask_differs(filter_mask, n) or (

@@ -21,6 +21,7 @@ import numpy as np
 
 from h5sidecar.codecs._bitpack import NbitCustomFloatError, nbit_fields
 from h5sidecar.errors import UnsupportedFeatureError
+from h5sidecar.indexer._common import dcpl
 
 __all__ = ["HDF5Filter", "hdf5_filters", "per_filter_codecs", "pipeline_for"]
 
@@ -65,7 +66,7 @@ def hdf5_filters(dset: h5py.Dataset) -> tuple[HDF5Filter, ...]:
     tuple of HDF5Filter
         Empty for contiguous/compact datasets and unfiltered chunked ones.
     """
-    plist = dset.id.get_create_plist()
+    plist = dcpl(dset)
     out = []
     for i in range(plist.get_nfilters()):
         code, flags, cd_values, name = plist.get_filter(i)
