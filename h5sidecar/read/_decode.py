@@ -381,7 +381,9 @@ def chunk_selection(
         np.arange(a // c, -(-b // c), dtype=np.int64) if b > a else np.empty(0, np.int64)
         for a, b, c in zip(lo, hi, chunks, strict=True)
     ]
-    if ranges:
+    if len(ranges) == 1:  # most arrays: no meshgrid (a batch selects a thousand of them)
+        grid = ranges[0].reshape(-1, 1)
+    elif ranges:
         mesh = np.meshgrid(*ranges, indexing="ij")
         grid = np.stack([m.reshape(-1) for m in mesh], axis=1)
     else:
