@@ -77,6 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run these tool families only (repeatable; the floor always runs)")
     p.add_argument("--case", action="append", default=None, metavar="TEXT",
                    help="run only the cases whose name contains TEXT (repeatable)")
+    p.add_argument("--skip-case", action="append", default=None, metavar="TEXT",
+                   help="leave out the cases whose name contains TEXT (repeatable)")
     p.add_argument("--workload", choices=("all", "science"), action="append", default=None,
                    help="run these workloads only (repeatable; default both)")
     p.add_argument("--update-readme", action="store_true",
@@ -238,6 +240,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if fn in whole and workload != "all":  # they load whole groups
                     continue
                 if args.case and not any(t in case for t in args.case):
+                    continue
+                if args.skip_case and any(t in case for t in args.skip_case):
                     continue
                 m, _ = measure(case, workload, lambda fn=fn, items=items: fn(env, items),
                                args.repeats, args.budget_s, url, want, env.failed)

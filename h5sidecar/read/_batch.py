@@ -4,12 +4,14 @@
 arrays at once:
 
 1. the manifests the batch needs are loaded concurrently (lazy Parquet sidecars);
-2. every stored chunk the selections touch becomes one ``(url, offset, length)`` request; the
-   requests are sorted by position in the source and cut into groups of a few MiB;
+2. every stored chunk the selections touch becomes one row of a plan made of arrays
+   (:mod:`~h5sidecar.read._batch_plan`: source, offset, length, selection, where it lands),
+   sorted by position in the source and cut into groups of a few MiB;
 3. each group is fetched by the shared :class:`~h5sidecar.sources._fetch.ChunkFetcher`
    (coalesced, concurrent, retried, freshness-checked) and, as soon as its bytes arrive, decoded
-   in the process-wide decode pool (:func:`~h5sidecar.read._decode.decode_executor`) straight
-   into the output arrays -- so decoding overlaps the network and uses every core;
+   in the process-wide decode pool (:func:`~h5sidecar.read._decode.decode_executor`), one task
+   per group, straight into the output arrays -- so decoding overlaps the network and uses
+   every core;
 4. unstored chunks read as the fill value and inline chunks are decoded from the sidecar.
 
 Values are those zarr returns for the same Zarr v2 metadata (the codec chain and fill value are
@@ -25,22 +27,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from h5sidecar.errors import InvalidReferenceError, did_you_mean
-from h5sidecar.read._batch_parts import Chunk as _Chunk
 from h5sidecar.read._batch_parts import Target as _Target
 from h5sidecar.read._batch_parts import check_plain_lengths as _check_plain_lengths
 from h5sidecar.read._batch_parts import decode_all as _decode_all
-from h5sidecar.read._batch_parts import decode_chunks as _decode_chunks
 from h5sidecar.read._batch_parts import flat_numbers as _flat_numbers
 from h5sidecar.read._batch_parts import in_pool as _in_pool
 from h5sidecar.read._batch_parts import load_manifests as _load_manifests
 from h5sidecar.read._batch_parts import out_dtype
+from h5sidecar.read._batch_plan import BatchPlan, Fetched, plan_batch
+from h5sidecar.read._batch_plan import decode_span as _decode_span
 from h5sidecar.read._cache import ByteLRU, range_cache_key
 from h5sidecar.read._decode import (
     ChunkCodec,
@@ -48,8 +49,7 @@ from h5sidecar.read._decode import (
     chunk_selection,
 )
 from h5sidecar.read._prefetch import is_whole, is_whole_key, plan_ahead, plan_refill
-from h5sidecar.read._subchunk import SubRead, subchunk_read
-from h5sidecar.references import INLINE, MISSING, ArrayRefs, ChunkManifest, GranuleRefs
+from h5sidecar.references import INLINE, MISSING, ArrayRefs, GranuleRefs
 from h5sidecar.sources._fetch import ChunkFetcher, _gather_or_cancel
 
 __all__ = ["NativeReader", "out_dtype"]
@@ -364,7 +364,7 @@ class NativeReader:
                           outs: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         await _load_manifests([arr for _, arr, _ in prepared])
         targets: list[_Target] = []
-        stored: list[tuple[int, np.ndarray]] = []  # (target, rows of its stored chunks)
+        stored: list[np.ndarray] = []  # per target: rows of its stored chunks
         inline_jobs: list[tuple[_Target, tuple[int, ...], bytes]] = []
         # each manifest once: a lazy array's property asks its loader every time
         manifests = [arr.manifest for _, arr, _ in prepared]
@@ -384,14 +384,17 @@ class NativeReader:
                 (t, tuple(sel.grid[row]), man.inline[int(flat[row])])
                 for row in np.flatnonzero(codes == INLINE).tolist()
             )
-            stored.append((len(targets) - 1, np.flatnonzero(codes >= 0)))
-        grids = [arr.meta.grid_shape for _, arr, _ in prepared]
-        groups = self._groups(targets, manifests, grids, stored)
+            stored.append(np.flatnonzero(codes >= 0))
+        settings = self.fetcher.settings
+        plan = plan_batch(
+            targets, manifests, [arr.meta.shape for _, arr, _ in prepared], stored,
+            group_min=_GROUP_MIN, groups=_GROUPS_PER_BATCH, max_request=settings.max_request,
+            max_gap=settings.max_gap, subchunk_fraction=settings.subchunk_fraction,
+        )  # fmt: skip
         # scan resistance: a batch larger than a quarter of the chunk cache would only evict
         # what other reads keep hot, so its chunks are not kept
-        total = sum(r.length for g in groups for r in g)
-        keep = self.chunk_cache is not None and total <= self.chunk_cache.max_bytes // 4
-        jobs = [self._fetch_and_decode(group, keep) for group in groups]
+        keep = self.chunk_cache is not None and plan.total <= self.chunk_cache.max_bytes // 4
+        jobs = [self._fetch_and_decode(plan, lo, hi, keep) for lo, hi in plan.bounds]
         if inline_jobs:
             jobs.append(_in_pool(_decode_all, inline_jobs))
         if jobs:
@@ -413,113 +416,72 @@ class NativeReader:
             )
         return arr
 
-    def _groups(
-        self,
-        targets: list[_Target],
-        manifests: list[ChunkManifest],
-        grids: list[tuple[int, ...]],
-        stored: list[tuple[int, np.ndarray]],
-    ) -> list[list[_Chunk]]:
-        """Stored chunks (each once, however many selections want it), cut in file order into
-        groups of about ``total / 32`` bytes (at least 2 MiB, at most ``max_request``)."""
-        chunks: dict[tuple[str, tuple[int, ...]], _Chunk] = {}
-        # the chunks of an array read by one selection only are unique: they skip the dict
-        # and its (path, index) keys, Python objects that live as long as the batch (with
-        # 7,000 chunks such objects were what pushed a whole-granule read into a full GC)
-        alone: list[_Chunk] = []
-        paths = Counter(t.path for t in targets)
-        for ti, which in stored:
-            if not which.size:
-                continue
-            t, man = targets[ti], manifests[ti]
-            flat = _flat_numbers(t.sel.grid[which], grids[ti])
-            codes = man.codes.reshape(-1)[flat].tolist()
-            offs = man.offsets.reshape(-1)[flat].tolist()
-            lens = man.lengths.reshape(-1)[flat].tolist()
-            urls = man.urls
-            grid = t.sel.grid[which].tolist()
-            if paths[t.path] == 1:  # the only selection of its array: no chunk is shared
-                for g, c, o, n in zip(grid, codes, offs, lens, strict=True):
-                    one = _Chunk(urls[c], o, n, tuple(g))
-                    one.targets.append(t)
-                    alone.append(one)
-                continue
-            for g, c, o, n in zip(grid, codes, offs, lens, strict=True):
-                index = tuple(g)
-                chunk = chunks.get((t.path, index))
-                if chunk is None:
-                    chunk = chunks[(t.path, index)] = _Chunk(urls[c], o, n, index)
-                chunk.targets.append(t)
-        if not chunks and not alone:
-            return []
-        every = [*alone, *chunks.values()]
-        self._plan_subchunks(every)
-        rows = sorted(every, key=lambda r: (r.url, r.offset))
-        total = sum(r.cost for r in rows)
-        target = min(max(total // _GROUPS_PER_BATCH, _GROUP_MIN), self.fetcher.settings.max_request)
-        groups: list[list[_Chunk]] = [[]]
-        size = 0
-        for r in rows:
-            if size >= target:
-                groups.append([])
-                size = 0
-            groups[-1].append(r)
-            size += r.cost
-        return groups
-
-    def _plan_subchunks(self, chunks: Iterable[_Chunk]) -> None:
-        """Mark the plain chunks of which a selection needs few enough bytes to read only
-        those runs (see :mod:`~h5sidecar.read._subchunk`)."""
-        settings = self.fetcher.settings
-        memo: dict[Any, SubRead | None] = {}  # codecs live as long as the reader: ids are safe
-        for r in chunks:
-            if len(r.targets) == 1:  # several selections share the others: read those whole
-                t = r.targets[0]
-                shape = self.refs.arrays[t.path].meta.shape
-                r.sub = subchunk_read(
-                    t.codec, t.sel, shape, r.index, r.length,
-                    max_gap=settings.max_gap, fraction=settings.subchunk_fraction, memo=memo,
-                )  # fmt: skip
-
-    async def _fetch_and_decode(self, group: list[_Chunk], keep: bool) -> None:
-        cache, identity_of = self.chunk_cache, self.refs.identity_of
-        missing: list[_Chunk] = []
+    async def _fetch_and_decode(self, plan: BatchPlan, lo: int, hi: int, keep: bool) -> None:
+        """Fetch rows ``lo:hi`` of ``plan`` (chunk-cache hits aside) and decode them in the
+        decode pool."""
+        cache, urls = self.chunk_cache, plan.urls
+        got = Fetched(hi - lo)
+        missing: Sequence[int] = range(hi - lo)
         hit_urls: set[str] = set()
-        for r in group:
-            r.data = None
-            if cache is not None:
-                r.data = cache.get(range_cache_key(r.url, r.offset, r.length, identity_of(r.url)))
-            if r.data is None:
-                missing.append(r)
-            else:
-                hit_urls.add(r.url)
-                self.fetcher.stats.record_cache_hit(len(r.data))
-        for r in group:
-            if r.data is not None:
-                r.sub = None  # the whole chunk is cached: decode it as usual
-        if missing:
-            # no copies: chunks are decoded straight from the fetched buffers; a chunk read in
-            # runs asks for its runs' ranges, which never go to the whole-chunk cache
-            requests: list[tuple[str, int, int]] = []
-            for r in missing:
-                if r.sub is None:
-                    requests.append((r.url, r.offset, r.length))
-                else:
-                    requests.extend(r.sub.requests(r.url, r.offset))
-            got = iter(await self.fetcher.fetch(requests, copy=False))
-            for r in missing:
-                if r.sub is not None:
-                    r.data = [next(got) for _ in range(r.sub.starts.size)]
+        if cache is not None and len(cache):  # an empty cache (a cold read) is not asked
+            misses: list[int] = []
+            identity_of = self.refs.identity_of
+            for j, (u, o, n) in enumerate(zip(plan.url[lo:hi].tolist(), plan.offset[lo:hi].tolist(),
+                                              plan.length[lo:hi].tolist(), strict=True)):  # fmt: skip
+                data = cache.get(range_cache_key(urls[u], o, n, identity_of(urls[u])))
+                if data is None:
+                    misses.append(j)
                     continue
-                data = next(got)
-                r.data = data
-                if keep and cache is not None:
-                    cache.put(range_cache_key(r.url, r.offset, r.length, identity_of(r.url)), bytes(data))
+                got.datas[j] = data
+                hit_urls.add(urls[u])
+                self.fetcher.stats.record_cache_hit(len(data))
+                if lo + j in plan.sub:  # the whole chunk: decode it as usual
+                    got.whole.add(lo + j)
+            missing = misses
+        if missing:
+            await self._fetch_rows(plan, lo, missing, got)
+            if keep and cache is not None:
+                for j in missing:
+                    if lo + j not in plan.sub:
+                        u = urls[int(plan.url[lo + j])]
+                        o, n = int(plan.offset[lo + j]), int(plan.length[lo + j])
+                        cache.put(range_cache_key(u, o, n, self.refs.identity_of(u)),
+                                  bytes(got.data(j, n)))  # fmt: skip
         if hit_urls:
             # cached bytes are served only for a source seen unchanged recently (the fetch
             # above counts): else one HEAD/stat, StaleReferenceError if it changed
             await self.fetcher.revalidate(hit_urls)
-        await _in_pool(_decode_chunks, group)
+        await _in_pool(_decode_span, plan, lo, hi, got)
+
+    async def _fetch_rows(self, plan: BatchPlan, lo: int, rows: Sequence[int],
+                          got: Fetched) -> None:  # fmt: skip
+        """Fetch rows ``lo + rows`` of ``plan`` into ``got``: a whole chunk is left in its
+        span's bytes (cut where it is decoded, no view per chunk held meanwhile); a chunk read
+        in runs gets the list of its runs' bytes (those never go to the whole-chunk cache)."""
+        at = lo + np.asarray(rows, dtype=np.int64)
+        codes, offsets, lengths = plan.url[at], plan.offset[at], plan.length[at]
+        whole = np.ones(at.size, bool)
+        runs = ([(k, plan.sub[i]) for k, i in enumerate(at.tolist()) if i in plan.sub]
+                if plan.sub else [])
+        if runs:  # each such chunk's runs are asked after the whole chunks
+            whole[[k for k, _ in runs]] = False
+            parts = [(codes[k:k + 1].repeat(s.starts.size), offsets[k] + s.starts,
+                      s.stops - s.starts) for k, s in runs]  # fmt: skip
+            codes = np.concatenate([codes[whole], *(p[0] for p in parts)])
+            offsets = np.concatenate([offsets[whole], *(p[1] for p in parts)])
+            lengths = np.concatenate([lengths[whole], *(p[2] for p in parts)])
+        io = self.fetcher.plan_coded(plan.urls, codes, offsets, lengths)
+        got.spans = await self.fetcher.fetch_spans(io)
+        n_whole = int(whole.sum())
+        rows_whole = at[whole] - lo
+        got.span[rows_whole] = io.range_span[:n_whole]
+        got.start[rows_whole] = io.range_offset[:n_whole]
+        if runs:
+            views = io.slice_spans(got.spans, copy=False)[n_whole:]
+            i = 0
+            for k, s in runs:
+                got.datas[int(at[k]) - lo] = views[i : i + s.starts.size]
+                i += s.starts.size
 
 
 def _rebuild(refs: GranuleRefs, fetcher: ChunkFetcher, cached: bool) -> NativeReader:

@@ -12,11 +12,10 @@ import numpy as np
 
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.read._decode import ChunkCodec, Selection, decode_executor, place_chunk
-from h5sidecar.read._subchunk import SubRead, gather_box
 from h5sidecar.references import ArrayRefs, ChunkManifest
 
-__all__ = ["Chunk", "Target", "check_plain_lengths", "decode_all", "decode_chunks",
-           "flat_numbers", "in_pool", "load_manifests", "out_dtype"]
+__all__ = ["Target", "check_plain_lengths", "decode_all", "flat_numbers", "in_pool",
+           "load_manifests", "out_dtype"]
 
 
 def out_dtype(dtype: np.dtype) -> np.dtype:
@@ -28,7 +27,7 @@ def out_dtype(dtype: np.dtype) -> np.dtype:
 class Target:
     """One selection being read: its output box and how chunks land in it."""
 
-    __slots__ = ("codec", "out", "path", "sel")
+    __slots__ = ("codec", "flat", "out", "path", "sel")
 
     def __init__(self, path: str, codec: ChunkCodec, sel: Selection,
                  out: np.ndarray | None = None) -> None:
@@ -44,6 +43,8 @@ class Target:
                              f"{codec.order}-contiguous {dtype} array of shape {tuple(sel.shape)}, "
                              f"got {out.dtype} {out.shape}")
         self.out = out
+        #: the output's bytes, where chunks decoded in place land (C-contiguous outputs only)
+        self.flat = out.reshape(-1).view(np.uint8) if out.flags.c_contiguous else None
 
     def place(self, index: Sequence[int], chunk: Any) -> None:
         place_chunk(self.out, self.sel, self.codec.chunks, index, chunk)
@@ -74,41 +75,6 @@ class Target:
 
     def result(self) -> np.ndarray:
         return self.out[self.sel.post] if self.sel.post else self.out
-
-
-class Chunk:
-    """One stored chunk a batch reads, and the selections it lands in."""
-
-    __slots__ = ("data", "index", "length", "offset", "sub", "targets", "url")
-
-    def __init__(self, url: str, offset: int, length: int, index: tuple[int, ...]) -> None:
-        self.url = url
-        self.offset = offset
-        self.length = length
-        self.index = index
-        self.targets: list[Target] = []
-        self.data: Any = None
-        self.sub: SubRead | None = None  # set when only some runs of the chunk are read
-
-    @property
-    def cost(self) -> int:
-        """Bytes this chunk's read moves (its runs' ranges, or the whole chunk)."""
-        return self.length if self.sub is None else self.sub.nbytes
-
-
-def decode_chunks(group: list[Chunk]) -> None:
-    for r in group:
-        first = r.targets[0]
-        if r.sub is not None:
-            first.out[r.sub.dst] = gather_box(r.sub, first.codec.dtype, r.data)
-            r.data = None
-            continue
-        dest = first.direct(r.index) if len(r.targets) == 1 else None
-        chunk = first.codec.decode(r.data, where=f"{first.path} {r.index}", dest=dest)
-        r.data = None  # the encoded bytes are not needed any more
-        if dest is None:
-            for t in r.targets:
-                t.place(r.index, chunk)
 
 
 def decode_all(jobs: list[tuple[Target, tuple[int, ...], Any]]) -> None:

@@ -252,6 +252,26 @@ class ChunkCodec:
             When a codec fails or the decoded size is not one chunk's (a corrupt chunk or a
             reference pointing at the wrong bytes).
         """
+        raw = self._raw(data, where, dest)
+        return raw.view(self.dtype).reshape(self.chunks, order=self.order)  # type: ignore[call-overload]
+
+    def decode_into(self, data: Any, dest: np.ndarray) -> None:
+        """:meth:`decode` into ``dest`` (as there), for a batch that decodes thousands of
+        chunks: no array of the chunk's shape and no name of the chunk are made (call
+        :meth:`decode` again for an error that names it).
+
+        Raises
+        ------
+        ChunkDecodeError
+            As :meth:`decode`.
+        """
+        if not self.codecs and len(data) == dest.size:  # plain bytes: one copy, no checks left
+            dest[...] = np.frombuffer(data, np.uint8)
+            return
+        self._raw(data, "", dest)
+
+    def _raw(self, data: Any, where: str, dest: np.ndarray | None) -> np.ndarray:
+        """The chunk's decoded bytes (``uint8``; in ``dest`` when given)."""
         need = self.chunk_nbytes
         buf = data
         try:
@@ -269,8 +289,8 @@ class ChunkCodec:
                     buf = codec.decode(buf)
         except Exception as exc:  # codecs raise anything from zlib.error to RuntimeError
             raise ChunkDecodeError(
-                f"chunk {where} did not decode ({type(exc).__name__}: {exc}); the source bytes "
-                "are not what the sidecar describes: re-index the granule"
+                f"chunk {where} did not decode ({type(exc).__name__}: {exc}); the source "
+                "bytes are not what the sidecar describes: re-index the granule"
             ) from exc
         flat = np.frombuffer(buf, dtype=np.uint8) if not isinstance(buf, np.ndarray) else buf
         raw = flat.reshape(-1).view(np.uint8)
@@ -282,7 +302,7 @@ class ChunkCodec:
         if dest is not None and raw.ctypes.data != dest.ctypes.data:
             dest[...] = raw  # the last stage could not write in place
             raw = dest
-        return raw.view(self.dtype).reshape(self.chunks, order=self.order)  # type: ignore[call-overload]
+        return raw
 
 
 def _sized(codec: Codec, buf: Any, target: np.ndarray | None) -> Any:
@@ -361,7 +381,9 @@ def chunk_selection(
         np.arange(a // c, -(-b // c), dtype=np.int64) if b > a else np.empty(0, np.int64)
         for a, b, c in zip(lo, hi, chunks, strict=True)
     ]
-    if ranges:
+    if len(ranges) == 1:  # most arrays: no meshgrid (a batch selects a thousand of them)
+        grid = ranges[0].reshape(-1, 1)
+    elif ranges:
         mesh = np.meshgrid(*ranges, indexing="ij")
         grid = np.stack([m.reshape(-1) for m in mesh], axis=1)
     else:

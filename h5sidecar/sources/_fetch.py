@@ -47,7 +47,7 @@ from h5sidecar.sources._backends import (
     TransientReadError,
 )
 from h5sidecar.sources._http_read import HttpReader
-from h5sidecar.sources._plan import ReadPlan, plan_reads
+from h5sidecar.sources._plan import ReadPlan, plan_coded, plan_reads
 from h5sidecar.sources._retry import retrying
 from h5sidecar.sources._seen import SEEN
 from h5sidecar.sources._stats import FetchStats
@@ -161,6 +161,17 @@ class ChunkFetcher:
         self._validate(plan, offsets, lengths)
         return plan
 
+    def plan_coded(self, urls: Sequence[str], codes: np.ndarray, offsets: np.ndarray,
+                   lengths: np.ndarray) -> ReadPlan:  # fmt: skip
+        """:meth:`plan` for ranges given as columns: ``codes`` index ``urls`` (no tuple and no
+        URL string per range: a batch of thousands of chunks plans in a few array passes)."""
+        offsets = np.asarray(offsets, dtype=np.int64)
+        lengths = np.asarray(lengths, dtype=np.int64)
+        plan = plan_coded(urls, codes, offsets, lengths, max_gap=self.settings.max_gap,
+                          max_request=self.settings.max_request)  # fmt: skip
+        self._validate(plan, offsets, lengths)
+        return plan
+
     async def fetch(
         self, requests: Sequence[tuple[str, int, int]], *, copy: bool = True
     ) -> list[Any]:
@@ -189,9 +200,16 @@ class ChunkFetcher:
 
     async def fetch_plan(self, plan: ReadPlan, *, copy: bool = True) -> list[Any]:
         """Execute an already validated plan (from :meth:`plan`); bytes in input order."""
+        return plan.slice_spans(await self.fetch_spans(plan), copy=copy)
+
+    async def fetch_spans(self, plan: ReadPlan) -> list[Any]:
+        """Execute an already validated plan; the bytes of each of its *spans* (range ``i`` is
+        ``spans[plan.range_span[i]][plan.range_offset[i]:][:plan.range_length[i]]``), for a
+        caller that cuts thousands of ranges where it uses them instead of holding one view
+        per range."""
         if plan.n_requests == 0:
             self.stats.add(bytes_used=plan.bytes_used)
-            return plan.slice_spans([], copy=copy)
+            return []
         locations = [self.allow_list.check(u) for u in plan.urls]
         jobs = [
             self._get(locations[int(plan.span_url[s])], start, stop)
@@ -205,7 +223,7 @@ class ChunkFetcher:
         parts = await _gather_or_cancel(jobs)
         spans = _assemble_spans(plan, parts)
         self.stats.add(bytes_used=plan.bytes_used)
-        return plan.slice_spans(spans, copy=copy)
+        return spans
 
     # -- internals -----------------------------------------------------------------------------
     def _validate(self, plan: ReadPlan, offsets: np.ndarray, lengths: np.ndarray) -> None:
