@@ -97,9 +97,13 @@ def assemble(
     source = extras.source if extras else _unknown_source(chunks)
     arrays: dict[str, ArrayRefs] = {}
     known = known_sources(extras) if extras else {source.url: source}
+    member_urls: tuple[str, ...] = ()
     for path, meta in metas.items():
         ax = per_array.get(path, ArrayExtras())
-        manifest = build_manifest(path, meta.grid_shape, chunks.get(path, ChunkColumns()), ax.urls)
+        order = ax.urls
+        if ax.from_members and extras is not None:  # a cube's array of every member's chunks
+            order = member_urls = member_urls or extras.member_urls()
+        manifest = build_manifest(path, meta.grid_shape, chunks.get(path, ChunkColumns()), order)
         _check_within_source(path, manifest, known)
         status = ax.status if path in per_array else _guess_status(manifest)
         arrays[path] = ArrayRefs(
