@@ -177,8 +177,11 @@ class MemberTable(Sequence[SourceInfo]):
         return self._objects(index % n, 1)[0]
 
     def _objects(self, start: int, length: int) -> list[SourceInfo]:
-        rows = self._table.slice(start, length).select(list(_FIELDS)).to_pylist()
-        return [SourceInfo(**row) for row in rows]
+        part = self._table.slice(start, length)
+        # column lists zipped into positional arguments (the schema is SourceInfo's field
+        # order): ~2x faster than a dict a row
+        return [SourceInfo(*row) for row in zip(*(part.column(f).to_pylist() for f in _FIELDS),
+                                                 strict=True)]
 
     def __iter__(self) -> Iterator[SourceInfo]:
         for start in range(0, len(self), _SLICE):
