@@ -19,6 +19,7 @@ import pyarrow as pa
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._extras import ArrayExtras, Extras, decode_checksums
 from h5sidecar.references._manifest import INLINE, MISSING, ChunkManifest
+from h5sidecar.references._members import MemberTable
 from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs, SourceInfo
 from h5sidecar.references._zmeta import KEEP, ZarrNodes, array_meta
 
@@ -174,8 +175,13 @@ def build_manifest(
     )
 
 
-def known_sources(extras: Extras) -> dict[str, SourceInfo]:
+def known_sources(extras: Extras) -> Mapping[str, SourceInfo]:
     """URL -> recorded identity of every object the references may read (source + members)."""
+    if isinstance(extras.members, MemberTable):  # the table's own mapping: objects shared
+        by_url = extras.members.lookup()
+        if extras.source.url in by_url:
+            return by_url
+        return {**by_url, extras.source.url: extras.source}
     known = {m.url: m for m in extras.members}
     known.setdefault(extras.source.url, extras.source)
     return known

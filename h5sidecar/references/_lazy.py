@@ -224,11 +224,11 @@ class ParquetManifests:
         self._init_state()
         self._bulk_data = bulk_data  # not pickled: a worker fetches the file if it needs it
 
-    _known_map: dict[str, SourceInfo] | None
+    _known_map: Mapping[str, SourceInfo] | None
     _member_urls: tuple[str, ...] | None
 
     @property
-    def _known(self) -> dict[str, SourceInfo]:
+    def _known(self) -> Mapping[str, SourceInfo]:
         if self._known_map is None:
             self._known_map = known_sources(self._extras)
         return self._known_map

@@ -43,7 +43,7 @@ _SLICE = 10_000
 class MemberTable(Sequence[SourceInfo]):
     """Source identities in columns; a read-only sequence of :class:`SourceInfo`."""
 
-    __slots__ = ("_count", "_digest", "_load", "_loaded", "_lock")
+    __slots__ = ("_by_url", "_count", "_digest", "_load", "_loaded", "_lock")
 
     def __init__(self, table: pa.Table) -> None:
         self._loaded: pa.Table | None = table
@@ -51,6 +51,7 @@ class MemberTable(Sequence[SourceInfo]):
         self._digest: str | None = None
         self._load: Callable[[], pa.Table] | None = None
         self._lock = threading.Lock()
+        self._by_url: _ByUrl | None = None
 
     @classmethod
     def lazy(cls, count: int, digest: str, load: Callable[[], pa.Table]) -> MemberTable:
@@ -58,7 +59,7 @@ class MemberTable(Sequence[SourceInfo]):
         ``digest`` is what :meth:`digest` of the loaded rows gives (recorded by the writer)."""
         out = cls.__new__(cls)
         out._loaded, out._count, out._digest, out._load = None, count, digest, load
-        out._lock = threading.Lock()
+        out._lock, out._by_url = threading.Lock(), None
         return out
 
     @property
@@ -153,8 +154,11 @@ class MemberTable(Sequence[SourceInfo]):
         return str(counts.field("values").filter(pc.greater(counts.field("counts"), 1))[0])
 
     def lookup(self) -> Mapping[str, SourceInfo]:
-        """URL -> identity, made on its first use (the write of a cube makes none)."""
-        return _ByUrl(self)
+        """URL -> identity, made on its first use (the write of a cube makes none); one
+        mapping per table, so every reader of a cube's identities shares its objects."""
+        if self._by_url is None:
+            self._by_url = _ByUrl(self)
+        return self._by_url
 
     def __len__(self) -> int:
         return self._count
