@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from h5sidecar.errors import InvalidRequestError
-from h5sidecar.references import GranuleRefs
+from h5sidecar.references import GranuleRefs, MemberTable
 
 __all__ = ["cube_name", "cube_names", "cube_summary", "is_cube", "source_key"]
 
@@ -110,6 +110,8 @@ def source_key(refs: GranuleRefs) -> str:
         # sources stay what they were)
         files = tuple(v for v in (src.inode, src.ctime_ns) if v is not None)
         return "|".join(map(str, (src.url, src.size, src.etag, src.mtime, *files)))
+    if isinstance(refs.members, MemberTable):  # in columns: its digest (a lazy one's recorded)
+        return f"cube:{refs.members.digest()}"
     digest = hashlib.blake2b(digest_size=16)
     for m in refs.members:
         ident = "|".join(map(str, m.key))

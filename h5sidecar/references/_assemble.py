@@ -19,6 +19,7 @@ import pyarrow as pa
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._extras import ArrayExtras, Extras, decode_checksums
 from h5sidecar.references._manifest import INLINE, MISSING, ChunkManifest
+from h5sidecar.references._members import MemberTable
 from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs, SourceInfo
 from h5sidecar.references._zmeta import KEEP, ZarrNodes, array_meta
 
@@ -97,9 +98,13 @@ def assemble(
     source = extras.source if extras else _unknown_source(chunks)
     arrays: dict[str, ArrayRefs] = {}
     known = known_sources(extras) if extras else {source.url: source}
+    member_urls: tuple[str, ...] = ()
     for path, meta in metas.items():
         ax = per_array.get(path, ArrayExtras())
-        manifest = build_manifest(path, meta.grid_shape, chunks.get(path, ChunkColumns()), ax.urls)
+        order = ax.urls
+        if ax.from_members and extras is not None:  # a cube's array of every member's chunks
+            order = member_urls = member_urls or extras.member_urls()
+        manifest = build_manifest(path, meta.grid_shape, chunks.get(path, ChunkColumns()), order)
         _check_within_source(path, manifest, known)
         status = ax.status if path in per_array else _guess_status(manifest)
         arrays[path] = ArrayRefs(
@@ -170,8 +175,13 @@ def build_manifest(
     )
 
 
-def known_sources(extras: Extras) -> dict[str, SourceInfo]:
+def known_sources(extras: Extras) -> Mapping[str, SourceInfo]:
     """URL -> recorded identity of every object the references may read (source + members)."""
+    if isinstance(extras.members, MemberTable):  # the table's own mapping: objects shared
+        by_url = extras.members.lookup()
+        if extras.source.url in by_url:
+            return by_url
+        return {**by_url, extras.source.url: extras.source}
     known = {m.url: m for m in extras.members}
     known.setdefault(extras.source.url, extras.source)
     return known

@@ -26,6 +26,7 @@ from typing import Any
 
 from h5sidecar._modes import follow_umask
 from h5sidecar.references._bulk import MANIFESTS_FILE
+from h5sidecar.references._members_file import MEMBERS_FILE
 from h5sidecar.references._parquet import CHECKSUMS_FILE
 
 __all__ = ["OURS", "write_local_dir", "write_local_file"]
@@ -36,6 +37,8 @@ OURS = re.compile(
     + re.escape(CHECKSUMS_FILE)
     + "|"
     + re.escape(MANIFESTS_FILE)
+    + "|"
+    + re.escape(MEMBERS_FILE)
 )
 
 

@@ -20,7 +20,10 @@ Combined references (a datacube: ``members`` listed) write version 2: ``urls``, 
 ``extra`` and ``members``, which grow with the member granules, are held as one
 zstd-compressed, base64-encoded JSON object (``"packed": {"codec": "zstd", "size": N,
 "data": "..."}``; about a fifth of their JSON text), the rest as above.  Single granules keep
-version 1.  Both versions are read; a version-1 cube (written before packing) reads as before.
+version 1.  Both versions are read; a version-1 cube (written before packing) reads as before.  A Parquet
+cube keeps its members out of the packed object, in a Parquet file read when first needed
+(``"members_file"``; an array whose URLs are the members' in order says ``"urls": "members"``;
+see :mod:`h5sidecar.references._members_file`).
 
 Checksums are uint64 little-endian, base64-encoded in JSON sidecars; Parquet sidecars keep them
 in a side file (``"file"``, see :mod:`h5sidecar.references._parquet`).
@@ -29,13 +32,15 @@ in a side file (``"file"``, see :mod:`h5sidecar.references._parquet`).
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
 
 import numpy as np
 
 from h5sidecar.errors import ErrorKind, InvalidReferenceError
+from h5sidecar.references._members import MemberTable
+from h5sidecar.references._members_file import MEMBERS_KEY, lazy_members, members_entry
 from h5sidecar.references._model import GranuleRefs, SkipKind, Skipped, SourceInfo
 from h5sidecar.references._zmeta import KEEP
 
@@ -67,6 +72,8 @@ class ArrayExtras:
     urls: tuple[str, ...] | None = None
     fill_value: Any = KEEP
     checksums: str | None = None  # "file" or "base64:..." (decoded once the grid is known)
+    #: its URLs are the members' URLs, in order (``urls`` is None): a members file's cube
+    from_members: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,30 +84,51 @@ class Extras:
     arrays: dict[str, ArrayExtras] = field(default_factory=dict)
     skipped: tuple[Skipped, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
-    members: tuple[SourceInfo, ...] = ()
+    members: tuple[SourceInfo, ...] | MemberTable = ()
+
+    def member_urls(self) -> tuple[str, ...]:
+        """The members' URLs in order (what ``"urls": "members"`` stands for)."""
+        if isinstance(self.members, MemberTable):
+            return tuple(self.members.urls.to_pylist())
+        return tuple(m.url for m in self.members)
 
 
-def url_table(refs: GranuleRefs) -> list[str]:
-    """Every URL any manifest uses, first appearance first (the source's URL leads)."""
+def url_table(refs: GranuleRefs, skip: Callable[[str], bool] = lambda _: False) -> list[str]:
+    """Every URL any manifest uses (but the arrays ``skip`` names), first appearance first
+    (the source's URL leads)."""
     table: dict[str, None] = {refs.source.url: None}
-    for arr in refs.arrays.values():
-        table.update(dict.fromkeys(arr.manifest.urls))
+    for path, arr in refs.arrays.items():
+        if not skip(path):
+            table.update(dict.fromkeys(arr.manifest.urls))
     return list(table)
 
 
-def build_extras(refs: GranuleRefs, *, checksums: Literal["inline", "file"]) -> dict[str, Any]:
-    """The JSON-ready extras block of ``refs`` (see module docstring)."""
-    urls = url_table(refs)
-    index = {u: i for i, u in enumerate(urls)}
+def build_extras(refs: GranuleRefs, *, checksums: Literal["inline", "file"],
+                 members_file: bool = False) -> dict[str, Any]:
+    """The JSON-ready extras block of ``refs`` (see module docstring).
+
+    ``members_file``: a cube's members are written apart (the caller writes the file and
+    adds its entry): neither they nor the URLs of arrays that are the members' are packed.
+    """
     packed = bool(refs.members)
+    by_members: set[str] = set()
+    if members_file and packed:
+        member_urls = (tuple(refs.members.urls.to_pylist()) if isinstance(refs.members,
+                       MemberTable) else tuple(m.url for m in refs.members))  # fmt: skip
+        by_members = {p for p, a in refs.arrays.items()
+                      if a.manifest.urls and a.manifest.urls == member_urls}
+        del member_urls
+    urls = url_table(refs, by_members.__contains__)
+    index = {u: i for i, u in enumerate(urls)}
     arrays: dict[str, Any] = {}
     for path, arr in refs.arrays.items():
-        used = arr.manifest.urls
+        used = () if path in by_members else arr.manifest.urls
         entry: dict[str, Any] = {
             "status": arr.status,
             "note": arr.note,
             # a cube's arrays each name every member: an array, not a million int objects
-            "urls": np.fromiter((index[u] for u in used), np.int64, count=len(used))
+            "urls": "members" if path in by_members else
+            np.fromiter((index[u] for u in used), np.int64, count=len(used))
             if packed else [index[u] for u in used],
         }
         persisted = arr.zarray_fill_value()
@@ -118,7 +146,7 @@ def build_extras(refs: GranuleRefs, *, checksums: Literal["inline", "file"]) -> 
         "extra": dict(refs.extra),
     }
     if refs.members:  # only combined references (datacubes) have members
-        return pack(out, refs.members)
+        return pack(out, () if members_file else refs.members)
     return out
 
 
@@ -244,10 +272,19 @@ def decode_checksums(text: Any, grid_shape: tuple[int, ...], path: str) -> np.nd
     return np.frombuffer(raw, dtype="<u8").astype(np.uint64).reshape(grid_shape)
 
 
-def parse_extras(block: Any) -> Extras:
-    """Validate and parse an extras block (``InvalidReferenceError`` on any inconsistency)."""
+def parse_extras(
+    block: Any, fetch: Callable[[list[str]], Mapping[str, bytes | None]] | None = None
+) -> Extras:
+    """Validate and parse an extras block (``InvalidReferenceError`` on any inconsistency).
+
+    ``fetch`` reads a Parquet cube's files (its members file, when first needed).
+    """
     if not isinstance(block, dict):
         raise InvalidReferenceError(f"the {EXTRAS_KEY!r} block must be a JSON object")
+    entry = members_entry(block)
+    if entry is not None and fetch is None:
+        raise InvalidReferenceError(
+            f"the extras name a members file ({MEMBERS_KEY}), which only a Parquet cube has")
     if block.get("version") == PACKED_VERSION:
         block = unpack(block)
     if block.get("version") != EXTRAS_VERSION:
@@ -272,12 +309,20 @@ def parse_extras(block: Any) -> Extras:
         raise InvalidReferenceError(f"{EXTRAS_KEY}: 'skipped' and 'members' must be lists")
     if not all(isinstance(m, dict) for m in members):
         raise InvalidReferenceError(f"{EXTRAS_KEY}.members must hold source identities")
+    if entry is not None and members:
+        raise InvalidReferenceError(
+            f"{EXTRAS_KEY} lists members both packed and in {MEMBERS_KEY}; build the cube again")
+    parsed = {p: _parse_array(p, a, urls) for p, a in arrays.items()}
+    if entry is None and any(a.from_members for a in parsed.values()):
+        raise InvalidReferenceError(
+            f"{EXTRAS_KEY}: an array's URLs are the members' but there is no {MEMBERS_KEY}")
     return Extras(
         source=SourceInfo.from_dict(source),
-        arrays={p: _parse_array(p, a, urls) for p, a in arrays.items()},
+        arrays=parsed,
         skipped=tuple(_parse_skipped(s) for s in skipped),
         extra=extra,
-        members=tuple(SourceInfo.from_dict(m) for m in members),
+        members=(lazy_members(entry, fetch) if entry is not None and fetch is not None
+                 else tuple(SourceInfo.from_dict(m) for m in members)),
     )
 
 
@@ -292,6 +337,8 @@ def _parse_array(path: str, entry: Any, urls: list[str]) -> ArrayExtras:
     if not isinstance(note, str):
         raise InvalidReferenceError(f"{path}: note must be a string")
     manifest_urls = None
+    if codes == "members":
+        codes = None
     if codes is not None:
         if not isinstance(codes, list) or not all(
             isinstance(c, int) and 0 <= c < len(urls) for c in codes
@@ -307,6 +354,7 @@ def _parse_array(path: str, entry: Any, urls: list[str]) -> ArrayExtras:
         urls=manifest_urls,
         fill_value=entry.get("fill_value", KEEP),
         checksums=checksums,
+        from_members=entry.get("urls") == "members",
     )
 
 

@@ -32,7 +32,7 @@ from h5sidecar.references._extras import (
     select_extras,
 )
 from h5sidecar.references._manifest import ChunkManifest
-from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs
+from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs, SourceInfo
 from h5sidecar.references._parquet import (
     CHECKSUMS_FILE,
     bulk_file,
@@ -217,7 +217,6 @@ class ParquetManifests:
         self._record_size = record_size
         self._metas = dict(metas)
         self._extras = extras
-        self._known = known_sources(extras)
         self._max_bytes = max_bytes
         self._bulk_bytes = bulk_bytes
         self._bulk_only = bulk_only
@@ -225,7 +224,28 @@ class ParquetManifests:
         self._init_state()
         self._bulk_data = bulk_data  # not pickled: a worker fetches the file if it needs it
 
+    _known_map: Mapping[str, SourceInfo] | None
+    _member_urls: tuple[str, ...] | None
+
+    @property
+    def _known(self) -> Mapping[str, SourceInfo]:
+        if self._known_map is None:
+            self._known_map = known_sources(self._extras)
+        return self._known_map
+
+    def _urls(self, path: str) -> tuple[str, ...] | None:
+        """The URL order of ``path``'s manifest (the members', read once, for a cube's)."""
+        ax = self._extras.arrays.get(path, ArrayExtras())
+        if not ax.from_members:
+            return ax.urls
+        if self._member_urls is None:
+            self._member_urls = self._extras.member_urls()
+        return self._member_urls
+
     def _init_state(self) -> None:
+        # a cube's identities are made when a manifest is first checked, not at the open
+        self._known_map = None
+        self._member_urls = None
         self._bulk_wanted = self._bulk_bytes is not None and (
             self._bulk_only or self._bulk_bytes <= BULK_LOAD_BYTES
         )
@@ -242,7 +262,7 @@ class ParquetManifests:
     def __getstate__(self) -> dict[str, Any]:
         # Locks and loaded manifests stay behind: a worker fetches what it reads.
         keep = ("_fetch", "_record_size", "_metas", "_extras", "_max_bytes", "_bulk_bytes",
-                "_known", "_bulk_only", "_others")
+                "_bulk_only", "_others")
         return {k: self.__dict__[k] for k in keep}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -251,8 +271,9 @@ class ParquetManifests:
 
     # -- ManifestLoader ---------------------------------------------------------------------
     def urls(self, path: str) -> tuple[str, ...]:
-        """The URLs of ``path``'s manifest, from the extras (no I/O)."""
-        return self._extras.arrays[path].urls or ()
+        """The URLs of ``path``'s manifest, from the extras (no I/O but, for a cube's array
+        whose URLs are its members', the members file once)."""
+        return self._urls(path) or ()
 
     def is_loaded(self, path: str) -> bool:
         """True when ``path``'s manifest is cached."""
@@ -340,7 +361,7 @@ class ParquetManifests:
         ax = self._extras.arrays.get(path, ArrayExtras())
         rs = self._record_size
         if self._bulk is not None:  # every array's chunks are in memory already
-            manifest = self._bulk.manifest(path, ax.urls)
+            manifest = self._bulk.manifest(path, self._urls(path))
             if not self._bulk_within:
                 check_within_source(path, manifest, self._known)  # to name the bad array
             return manifest, array_checksums(path, ax, meta.grid_shape, self._side or {})
@@ -354,7 +375,7 @@ class ParquetManifests:
             if (blob := blobs.get(rel)) is not None  # an absent record: all its chunks missing
         ]
         cols = record_columns(path, meta, tables, rs) if tables else ChunkColumns()
-        manifest = build_manifest(path, meta.grid_shape, cols, ax.urls)
+        manifest = build_manifest(path, meta.grid_shape, cols, self._urls(path))
         check_within_source(path, manifest, self._known)
         if side_needed:
             self._side = read_checksums(blobs.get(CHECKSUMS_FILE))
@@ -391,7 +412,7 @@ def read_parquet_lazy(
             return None
         others = nodes.arrays.keys() - chosen
         nodes = select_nodes(nodes, chosen)
-    extras = parse_extras(block)
+    extras = parse_extras(block, fetch)
     metas = build_metas(nodes, extras)
     compact = sidecar_layout(zmetadata) == "compact"
     loader = ParquetManifests(

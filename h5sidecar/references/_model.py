@@ -329,8 +329,9 @@ class GranuleRefs:
         object.__setattr__(self, "arrays", MappingProxyType(dict(self.arrays)))
         object.__setattr__(self, "skipped", tuple(self.skipped))
         object.__setattr__(self, "extra", MappingProxyType(dict(self.extra)))
-        if isinstance(self.members, MemberTable):  # a cube being built: kept in columns
-            twice = self.members.duplicate_url()
+        if isinstance(self.members, MemberTable):  # a cube being built, or read: in columns
+            # (a cube's members file is checked when it is read, on the first need of it)
+            twice = self.members.duplicate_url() if self.members.is_loaded else None
             if twice is not None:
                 raise InvalidReferenceError(f"members list {twice} more than once")
             object.__setattr__(self, "_by_url", self.members.lookup())
@@ -364,6 +365,11 @@ class GranuleRefs:
             ),
         )
 
+    def _members_token(self) -> Any:
+        if isinstance(self.members, MemberTable):  # a digest: a lazy table stays unread
+            return self.members.digest()
+        return [m.to_dict() for m in self.members]
+
     def __dask_tokenize__(self) -> tuple[str, str]:
         """A cheap, deterministic Dask token.
 
@@ -374,7 +380,7 @@ class GranuleRefs:
         """
         payload = json.dumps(
             [self.source.to_dict(), dict(self.extra), [s.to_dict() for s in self.skipped],
-             self.zmetadata(), *([[m.to_dict() for m in self.members]] if self.members else [])],
+             self.zmetadata(), *([self._members_token()] if self.members else [])],
             sort_keys=True,
             default=str,
         )

@@ -11,6 +11,7 @@ Layout (``record_size`` chunks per file, flat C-order chunk index ``k`` of array
       gt1l/heights/h_ph/refs.1.parq
       .h5sidecar/checksums.parq    only with checksums: array (dictionary), checksum (uint64)
       .h5sidecar/manifests.parq    every array's chunks in one table (see ``_bulk``)
+      .h5sidecar/members.parq      a cube's members (see ``_members_file``)
 
 The **compact layout** (``layout="compact"``) writes ``.zmetadata`` and the
 ``.h5sidecar/`` files only (manifests, and checksums when recorded): no record files, so a granule of a thousand variables is two or
@@ -59,6 +60,8 @@ from h5sidecar.references._bulk import MANIFESTS_FILE, decode_manifests, encode_
 from h5sidecar.references._extras import EXTRAS_KEY, build_extras, parse_extras
 from h5sidecar.references._json import json_default
 from h5sidecar.references._manifest import INLINE
+from h5sidecar.references._members import MemberTable
+from h5sidecar.references._members_file import MEMBERS_FILE, MEMBERS_KEY, encode_members
 from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs
 from h5sidecar.references._zmeta import split_metadata
 
@@ -133,7 +136,13 @@ def encode_parquet(
     with_sums = [a for a in refs.arrays.values() if a.checksums is not None]
     if with_sums:
         yield CHECKSUMS_FILE, _parquet_bytes(_checksum_table(with_sums), ("array",), 3, False)
-    extras = build_extras(refs, checksums="file")
+    extras = build_extras(refs, checksums="file", members_file=bool(refs.members))
+    if refs.members:  # a cube: its members in their own file, read when first needed
+        table = refs.members
+        data, extras[MEMBERS_KEY] = encode_members(
+            table if isinstance(table, MemberTable) else MemberTable.of(table))
+        yield MEMBERS_FILE, data
+        del data
     if manifests_file or compact:
         bulk = encode_manifests(refs)
         yield MANIFESTS_FILE, bulk
@@ -259,7 +268,7 @@ def read_parquet_parts(
         (one call for all record files, so remote stores can fetch them concurrently).
     """
     nodes = split_metadata(zmetadata["metadata"])
-    extras = parse_extras(zmetadata[EXTRAS_KEY]) if EXTRAS_KEY in zmetadata else None
+    extras = parse_extras(zmetadata[EXTRAS_KEY], fetch) if EXTRAS_KEY in zmetadata else None
     metas = build_metas(nodes, extras)
     sums_wanted = extras is not None and any(a.checksums == "file" for a in extras.arrays.values())
     sums = [CHECKSUMS_FILE] if sums_wanted else []

@@ -38,6 +38,7 @@ from h5sidecar.workflows._cube_checks import (
     encoding_diff,
     encodings,
 )
+from h5sidecar.workflows._cube_columns import as_columns
 from h5sidecar.workflows._cube_parts import Granule, Part, existing_parts, part_path
 from h5sidecar.workflows._cube_time import (
     NORMALIZED_FIELDS,
@@ -62,8 +63,8 @@ def _load_part(path: str, format: str, opts: Mapping[str, Any], concat_dim: str)
         from h5sidecar.read import read_arrays
 
         refs = read_refs(path, storage_options=dict(opts) or None)
+        record = read_record(refs.extra, path, refs.members)
         members = tuple(refs.members)
-        record = read_record(refs.extra, path, members)
         coords = read_arrays(refs, [record["coord"], *record["shared"]])  # inline: no source
         attrs = refs.arrays[record["coord"]].meta.attrs
     if record["concat_dim"] != concat_dim:
@@ -342,9 +343,16 @@ def _write_part(p: Part, dim: str, format: str, opts: Mapping[str, Any]) -> Cube
         normalized=bool(p.record.get("normalized_time")))}  # fmt: skip
     coordinate = np.concatenate(values).astype(p.coordinate.dtype, copy=False)
     held = [p.record["coord"], *p.record["shared"]]
+    table = None
+    if format == "parquet":  # its per-member lists as member columns (see _cube_columns)
+        order = [*(m.url for m in p.members), *(g.refs.source.url for g in p.new)]
+        by_url = {m.url: m for m in p.members}
+        by_url.update({g.refs.source.url: g.refs.source
+                       for g in [*p.new, *p.replaced.values()]})
+        record, table = as_columns(record, [by_url[u] for u in order])
     cube = assemble(pieces, names, paths=list(p.refs.arrays), coord=p.record["coord"],
                     coordinate=coordinate, templates={c: p.refs.arrays[c] for c in held},
-                    shared_values=p.shared, concat_dim=dim, record=record)
+                    shared_values=p.shared, concat_dim=dim, record=record, members=table)
     write_refs(cube, p.path, format=format,  # type: ignore[arg-type]
                storage_options=dict(opts) or None)
     return CubePart(path=p.path, granules=tuple(m.url for m in cube.members),

@@ -280,7 +280,11 @@ def read_record(
 ) -> dict[str, Any]:
     """The cube record of ``extra``, its ``sidecars`` as a mapping member URL ->
     ``[path, stamp]``; refuses a cube that lacks what an append needs."""
+    from h5sidecar.workflows._cube_columns import with_lists
+
     record = extra.get(CUBE_KEY)
+    if isinstance(record, Mapping):  # a Parquet cube's per-member lists are member columns
+        record = with_lists(record, members, where)
     if not isinstance(record, Mapping) or any(k not in record for k in _NEEDED):
         raise InvalidRequestError(
             f"{where} holds no append record (not a cube, or one built by an older h5sidecar); "

@@ -20,6 +20,7 @@ from h5sidecar.references import GranuleRefs, MemberTable, write_refs
 from h5sidecar.workflows._cube_assemble import assemble, cube_record
 from h5sidecar.workflows._cube_batches import Interleaved, Scan, scan
 from h5sidecar.workflows._cube_checks import encodings
+from h5sidecar.workflows._cube_columns import columns_record
 from h5sidecar.workflows._cube_time import (
     NORMALIZED_FIELDS,
     check_bounds,
@@ -217,19 +218,27 @@ def _build(
         names = [n for p in pieces for n in p.names]
         members = MemberTable.concat([p.members for p in pieces])
         _check_members(members)
-        stamps = np.concatenate([p.stamps for p in pieces]).tolist()
+        stamps = np.concatenate([p.stamps for p in pieces])
         where = np.concatenate([p.items for p in pieces]).tolist()
+        lengths = np.concatenate([p.lengths for p in pieces])
+        # each member's sidecar path (the listed item itself: no new string) or None
+        sidecar_paths = [items[i] if s else None for i, s in zip(where, stamps.tolist(),
+                                                                   strict=True)]
+        sidecar_paths = [q if q is None or isinstance(q, str) else os.fspath(q)
+                         for q in sidecar_paths]
+        columns = format == "parquet"  # its per-member lists as member columns
         record = cube_record(
             concat_dim=concat_dim, coord=coord, shared=found.shared,
-            lengths=np.concatenate([p.lengths for p in pieces]).tolist(),
+            lengths=() if columns else lengths.tolist(),
             encoding=encodings(enc.first, paths, concat_dim, ignore),
             sidecars=None, order=names,
-            aligned=([os.fspath(items[i]) if s else None for i, s in zip(where, stamps,
-                                                                        strict=True)],
-                     [s.decode() or None for s in stamps]),
+            aligned=([], []) if columns else (
+                sidecar_paths, [s.decode() or None for s in stamps.tolist()]),
             normalized=normalize_time,
         )  # fmt: skip
-        del stamps, where
+        if columns:
+            record, members = columns_record(record, members, lengths, sidecar_paths, stamps)
+        del stamps, where, sidecar_paths, lengths
         coordinate = np.concatenate([p.coordinate for p in pieces])
         # named by their last granule: a piece's partial last chunk is what concat refuses
         cube = assemble(

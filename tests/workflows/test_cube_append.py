@@ -17,6 +17,7 @@ from h5sidecar.references import read_refs
 from h5sidecar.sample import write_daily_collection, write_daily_granule
 from h5sidecar.sample._collection import REPACKED
 from h5sidecar.workflows import build_cube, index_many
+from h5sidecar.workflows._cube_assemble import read_record
 from tests.workflows.test_cube import _assert_raw_matches_h5py, _assert_same, _reference
 
 START = dt.date(2020, 1, 1)
@@ -77,7 +78,7 @@ def test_append_reads_only_the_new_granules(tmp_path: Path, fmt: str) -> None:
     files = old + new
     refs = read_refs(out)
     assert [m.url for m in refs.members] == [str(f) for f in files]
-    assert refs.extra["cube"]["lengths"] == [1] * 5
+    assert read_record(refs.extra, out, refs.members)["lengths"] == [1] * 5
     _read_everywhere(out, files)
     _assert_raw_matches_h5py(out, files)
 

@@ -1,0 +1,116 @@
+"""A Parquet cube's members (and its per-member record) live in ``.h5sidecar/members.parq``,
+read when first needed: opening a cube parses nothing per member; cubes written before, with
+their members packed in ``.zmetadata``, still read and take appends."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import xarray as xr
+
+from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.read._cube import cube_summary, is_cube, source_key
+from h5sidecar.references import GranuleRefs, read_refs
+from h5sidecar.references._extras import build_extras, unpack
+from h5sidecar.references._members_file import MEMBERS_FILE, _Loader
+from h5sidecar.workflows import build_cube
+from h5sidecar.workflows._cube_assemble import read_record
+from h5sidecar.workflows._cube_columns import with_lists
+from tests.workflows.test_cube import _assert_raw_matches_h5py, _assert_same, _reference
+from tests.workflows.test_cube_append import _days, _index, _read_everywhere
+
+
+def _zmeta(cube: Path) -> dict:
+    return json.loads((cube / ".zmetadata").read_text())
+
+
+def _count_loads(monkeypatch) -> list[int]:
+    calls: list[int] = []
+    load = _Loader.__call__
+    monkeypatch.setattr(_Loader, "__call__", lambda self: calls.append(1) or load(self))
+    return calls
+
+
+def test_open_reads_no_member_and_metadata_does_not_grow(tmp_path: Path, monkeypatch) -> None:
+    files = _days(tmp_path / "nc", 0, 12)
+    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
+    build_cube([str(sidecars / f"{f.name}.parq") for f in files[:2]], str(tmp_path / "c2.parq"))
+    cube = tmp_path / "cube.parq"
+    build_cube(str(sidecars), str(cube))
+    # nothing per member in .zmetadata: 10 more members, the same size but for the shapes
+    sizes = [len((tmp_path / n / ".zmetadata").read_bytes()) for n in ("c2.parq", "cube.parq")]
+    assert abs(sizes[1] - sizes[0]) < 40, sizes
+    block = unpack(_zmeta(cube)["h5sidecar"])
+    assert "members" not in block and block["members_file"]["count"] == 12
+    assert {a["urls"] for p, a in block["arrays"].items() if p in ("tas", "pr")} == {"members"}
+    assert "lengths" not in block["extra"]["cube"]
+    loads = _count_loads(monkeypatch)
+    refs = read_refs(str(cube))
+    assert len(refs.members) == 12 and is_cube(refs)
+    assert cube_summary(refs)["members"] == 12 and source_key(refs).startswith("cube:")
+    assert loads == []  # opened without reading the members
+    with xr.open_dataset(cube, engine="h5sidecar", chunks={}) as ds:
+        _assert_same(ds.load(), _reference(files))
+    assert loads == [1]  # read once (the store's allow-list and freshness guard)
+    _assert_raw_matches_h5py(str(cube), files)
+    _read_everywhere(str(cube), files)  # and plain xarray over fsspec reference://
+    record = read_record(refs.extra, str(cube), refs.members)
+    assert record["lengths"] == [1] * 12
+    assert record["sidecars"] == {f"{f}": [str(sidecars / f"{f.name}.parq"), record[
+        "sidecars"][str(f)][1]] for f in files}
+
+
+def _as_packed(cube: Path) -> None:
+    """Rewrite a Parquet cube as h5sidecar wrote it before its members file: members, URL
+    indices and the per-member record packed in ``.zmetadata`` (extras version 2)."""
+    refs = read_refs(str(cube), lazy=False)
+    record = with_lists(refs.extra["cube"], refs.members, str(cube))
+    old = GranuleRefs(refs.source, refs.groups, refs.arrays, refs.skipped,
+                      {**refs.extra, "cube": record}, tuple(refs.members))
+    doc = _zmeta(cube)
+    manifests = doc["h5sidecar"]["manifests"]
+    doc["h5sidecar"] = {**build_extras(old, checksums="file"), "manifests": manifests}
+    (cube / ".zmetadata").write_text(json.dumps(doc, default=lambda a: a.tolist()))
+    (cube / MEMBERS_FILE).unlink()
+
+
+def test_a_cube_with_packed_members_reads_and_takes_appends(tmp_path: Path) -> None:
+    old = _days(tmp_path / "nc", 0, 4)
+    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
+    cube = tmp_path / "cube.parq"
+    build_cube(str(sidecars), str(cube))
+    before = read_refs(str(cube), lazy=False)  # (its members read now)
+    _as_packed(cube)
+    assert "members_file" not in _zmeta(cube)["h5sidecar"]
+    refs = read_refs(str(cube))
+    assert list(refs.members) == list(before.members) and refs.extra["cube"]["lengths"] == [1] * 4
+    _read_everywhere(str(cube), old)
+    new = _days(tmp_path / "nc", 4, 2)
+    _index(tmp_path / "nc", sidecars)
+    res = build_cube(str(sidecars), str(cube), mode="append")
+    assert res.action == "appended" and len(res.added) == 2 and res.sidecars_read == 2
+    assert (cube / MEMBERS_FILE).exists()  # rewritten in the new layout
+    assert _zmeta(cube)["h5sidecar"]["members_file"]["count"] == 6
+    _read_everywhere(str(cube), old + new)
+    _assert_raw_matches_h5py(str(cube), old + new)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "remove"])
+def test_a_damaged_members_file_is_refused_when_needed(tmp_path: Path, damage: str) -> None:
+    _days(tmp_path / "nc", 0, 3)
+    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
+    cube = tmp_path / "cube.parq"
+    build_cube(str(sidecars), str(cube))
+    path = cube / MEMBERS_FILE
+    if damage == "truncate":
+        path.write_bytes(path.read_bytes()[:-10])
+    else:
+        path.unlink()
+    refs = read_refs(str(cube))  # opens: the members are not needed yet
+    assert len(refs.members) == 3
+    with pytest.raises(InvalidReferenceError, match=r"members\.parq"):
+        list(refs.members)
+    with pytest.raises(InvalidReferenceError, match=r"members\.parq"):
+        xr.open_dataset(cube, engine="h5sidecar", chunks=None)["tas"].values  # noqa: B018
