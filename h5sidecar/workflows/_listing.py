@@ -134,7 +134,8 @@ def stage_granules(
 ) -> StagedListing:
     """:func:`list_granules`, staged on disk as found (:class:`StagedListing`: iterating it
     yields the granules sorted by name, a batch at a time), so that listing a million granules
-    does not hold them; a local folder is walked with ``os.scandir``, one folder at a time.
+    does not hold them; a local folder is walked with ``os.scandir``, one folder at a time, an
+    S3 prefix (or a ``**`` glob on S3) listed a page at a time (:mod:`._listing_walk`).
     Close it when done (a context manager).  Parameters and errors as :func:`list_granules`.
     """
     if not isinstance(source, str) or source.lower().startswith(("https://", "http://")):

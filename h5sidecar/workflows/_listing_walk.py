@@ -14,6 +14,7 @@ out, local entries that are not regular files named to the caller.
 from __future__ import annotations
 
 import fnmatch
+import inspect
 import os
 import re
 import stat
@@ -122,14 +123,14 @@ def _iter_objects(fs: fsspec.AbstractFileSystem, prefix: str) -> Iterator[dict[s
     detail=True)`` gives each), taken from the listing a page at a time instead of one list
     of them all.
 
-    s3fs pages through ``ListObjectsV2`` in a private asynchronous iterator, ``_iterdir``
-    (s3fs >= 2023.9; its ``find`` collects every page into a list first): used here and only
-    here.  Where it is missing (another filesystem, an s3fs without it), ``find`` is the
-    fallback, whole.
+    s3fs pages through ``ListObjectsV2`` in a private asynchronous generator, ``_iterdir(bucket,
+    delimiter=, prefix=)`` (its public ``find`` collects every page into a list first): used
+    here and only here, gated on its being that generator (checked against s3fs 2026.9).
+    Where it is not (another filesystem, an s3fs without it), ``find`` is the fallback, whole.
     """
     bucket, _, key = prefix.partition("/")
     iterdir = getattr(fs, "_iterdir", None)
-    if iterdir is None or not getattr(fs, "async_impl", False):
+    if not (inspect.isasyncgenfunction(iterdir) and getattr(fs, "async_impl", False)):
         yield from fs.find(prefix, detail=True).values()
         return
     key = key.rstrip("/")
