@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
@@ -23,6 +23,8 @@ from h5sidecar.settings import IndexSettings
 from h5sidecar.sources._urls import normalize_url
 from h5sidecar.workflows._dest_lock import dest_lock
 from h5sidecar.workflows._executors import ExecutorSpec, Task, default_workers, run_tasks
+from h5sidecar.workflows._granule import Granule
+from h5sidecar.workflows._listed_current import mark_current, split_current
 from h5sidecar.workflows._listing import (
     DEFAULT_PATTERNS,
     SIDECAR_SUFFIX,
@@ -30,6 +32,7 @@ from h5sidecar.workflows._listing import (
     join_url,
     stage_granules,
 )
+from h5sidecar.workflows._record_db import LOOKUP_BATCH, Record
 from h5sidecar.workflows._recorded import (
     LeftoverSweep,
     check_up_to_date,
@@ -265,8 +268,8 @@ def _index_listed(listing: StagedListing, source: str | Sequence[str], dest: str
     force = options.force
     suffix = SIDECAR_SUFFIX[format]
 
-    def tasks() -> Iterator[Task]:
-        for g in listing:
+    def tasks(granules: Iterable[Granule]) -> Iterator[Task]:
+        for g in granules:
             sc = join_url(dest, g.name + suffix)  # sidecar_url, DEST normalised once
             yield Task(g.url, sc, (g.url, sc, options, g.identity, False))  # index_one's args
 
@@ -274,8 +277,9 @@ def _index_listed(listing: StagedListing, source: str | Sequence[str], dest: str
         """The URLs listed, what an interrupted write left beside their sidecars removed as
         they go (one read of each folder; a remote DEST's writes leave nothing to sweep)."""
         sweep = LeftoverSweep()
+        head = join_url(dest, "x")[:-1]  # join_url(dest, name + suffix), made once
         for url, name in listing.names():
-            sweep(join_url(dest, name + suffix))
+            sweep(head + name.replace("/", os.sep) + suffix)
             yield url
 
     n_workers = workers if workers is not None else default_workers(len(listing))
@@ -325,13 +329,46 @@ def _index_listed(listing: StagedListing, source: str | Sequence[str], dest: str
             if progress is not None:
                 progress.advance(res)
 
+        def confirm(found: list[tuple[str, str, str]], record: Record) -> None:
+            """Count the granules ``(url, name, sidecar)`` the record shows up to date (their
+            rows stay as they are); the report holds their rows while it holds every result."""
+            rows = {} if held.full else {
+                row.url: row for row, _, _ in record.lookup(url for url, _, _ in found)}
+            for url, name, sidecar in found:
+                recorder.confirmed += 1
+                row = rows.get(url)
+                res = (GranuleResult(url=url, sidecar=sidecar, status="up_to_date", name=name)
+                       if row is None else replace(row, status="up_to_date", seconds={}))
+                held.add(res)
+                if progress is not None:
+                    progress.advance(res)
+
+        def unmarked(record: Record) -> Iterator[Task]:
+            """The tasks of the granules the record does not show up to date, those it does
+            counted as they are reached (decided in SQL: :mod:`._listed_current`)."""
+            mark_current(listing, record.path, dest, format, options.settings)
+            found: list[tuple[str, str, str]] = []
+            for item in split_current(listing, dest, format):
+                if isinstance(item, Granule):
+                    yield from tasks([item])
+                    continue
+                found.append(item)
+                if len(found) >= LOOKUP_BATCH:
+                    confirm(found, record)
+                    found = []
+            confirm(found, record)
+
         def todo() -> Iterator[Task]:
             """The tasks that need a worker, found as the executor asks for the next one."""
+            record = recorder.record
             if force:
-                checked: Iterator[GranuleResult | Task] = tasks()
+                checked: Iterator[GranuleResult | Task] = tasks(listing)
             else:
-                lookup = None if recorder.record is None else recorder.record.lookup
-                checked = precheck(tasks(), storage_options=storage_options, lookup=lookup)
+                # what the record cannot decide is checked as before: row by row, or from the
+                # sidecar's extras block where the record has no row
+                checked = precheck(tasks(listing) if record is None else unmarked(record),
+                                   storage_options=storage_options,
+                                   lookup=None if record is None else record.lookup)
             for res in checked:
                 if isinstance(res, Task):
                     inflight[res.url] = res.args[3]
@@ -390,6 +427,11 @@ class HeldResults:
         self._keep_all = keep_all
         self._results: list[GranuleResult] = []
         self.omitted: dict[str, int] = {}
+
+    @property
+    def full(self) -> bool:
+        """Whether results other than failures are only counted from now on."""
+        return not self._keep_all and len(self._results) >= HELD_RESULTS
 
     def add(self, result: GranuleResult) -> None:
         """Hold ``result`` (or count it)."""

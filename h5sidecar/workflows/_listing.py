@@ -17,6 +17,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import posixpath
+import re
 import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -24,13 +25,15 @@ from typing import Any, Literal
 
 import fsspec
 from fsspec.core import url_to_fs
+from fsspec.utils import glob_translate
 
 from h5sidecar._credentials import fsspec_options
 from h5sidecar.errors import SourceNotFoundError
 from h5sidecar.references import SourceInfo
 from h5sidecar.sources._urls import normalize_url
 from h5sidecar.workflows._granule import Granule  # re-exported: listing's result type
-from h5sidecar.workflows._staged_listing import StagedListing
+from h5sidecar.workflows._listing_walk import Walked, local_rows, s3_rows
+from h5sidecar.workflows._staged_listing import FIELDS, StagedListing, put
 from h5sidecar.workflows._url_list import granules_of_urls
 
 __all__ = [
@@ -131,7 +134,8 @@ def stage_granules(
 ) -> StagedListing:
     """:func:`list_granules`, staged on disk as found (:class:`StagedListing`: iterating it
     yields the granules sorted by name, a batch at a time), so that listing a million granules
-    does not hold them; a local folder is walked with ``os.scandir``, one folder at a time.
+    does not hold them; a local folder is walked with ``os.scandir``, one folder at a time, an
+    S3 prefix (or a ``**`` glob on S3) listed a page at a time (:mod:`._listing_walk`).
     Close it when done (a context manager).  Parameters and errors as :func:`list_granules`.
     """
     if not isinstance(source, str) or source.lower().startswith(("https://", "http://")):
@@ -140,12 +144,22 @@ def stage_granules(
             granules_of_urls([source] if isinstance(source, str) else source, storage_options))
     url = normalize_url(source)
     fs = filesystem(url, storage_options)
+    remote = is_remote(url)
     excluded = tuple(_strip(normalize_url(e)).rstrip("/") + "/" for e in exclude)
-    entries: Iterable[tuple[str, Mapping[str, Any]]]
+    walked = Walked(not_regular)
+    rows: Iterable[tuple[Any, ...]] | None = None
+    entries: Iterable[tuple[str, Mapping[str, Any]]] = ()
     if _GLOB_MAGIC & set(url):
         root = _glob_root(url)
-        found = fs.glob(_strip(url), detail=True)
-        entries = [(p, i) for p, i in found.items() if i.get("type") != "directory"]
+        if remote and "**" in url:
+            # every depth under the glob's literal head, a page at a time, filtered as fsspec's
+            # glob filters what it lists (which is everything under that head too)
+            match = re.compile(glob_translate(_strip(url))).match
+            rows = s3_rows(fs, _strip(root), url.split("://", 1)[0], match,
+                           lambda gurl, info: _row(gurl, root, info), excluded, walked)
+        else:
+            found = fs.glob(_strip(url), detail=True)
+            entries = [(p, i) for p, i in found.items() if i.get("type") != "directory"]
     elif fs.exists(_strip(url)) and fs.info(_strip(url)).get("type") == "other":
         raise SourceNotFoundError(
             f"{source!r} is not a regular file (a FIFO, socket or device): only regular files "
@@ -153,75 +167,53 @@ def stage_granules(
         )
     elif fs.isfile(_strip(url)):
         info = fs.info(_strip(url))
-        root = posixpath.dirname(_strip(url)) if is_remote(url) else os.path.dirname(url)
+        root = posixpath.dirname(_strip(url)) if remote else os.path.dirname(url)
         entries = [(info["name"], info)]
     elif fs.isdir(_strip(url)):
         root = url
-        found_in = _walk_local(url) if not is_remote(url) else fs.find(
-            _strip(url), detail=True).items()
-        entries = (
-            (p, i)
-            for p, i in found_in
-            if _matches(posixpath.basename(p), patterns) and not _hidden(p, _strip(url))
-        )
+        if remote:
+            top = _strip(url)
+            rows = s3_rows(fs, top, url.split("://", 1)[0],
+                           lambda p: _matches(posixpath.basename(p), patterns)
+                           and not _hidden(p, top),
+                           lambda gurl, info: _row(gurl, root, info), excluded, walked)
+        else:
+            rows = local_rows(url, patterns, excluded, walked)
     else:
         raise SourceNotFoundError(
             f"{source!r} is neither a file, a folder nor a glob that exists: check the path "
             "(and for S3 the bucket, credentials and endpoint: AWS_* variables or --storage-option)"
         )
-    in_dest = 0
 
-    def granules() -> Iterator[Granule]:
-        nonlocal in_dest
+    def given() -> Iterator[tuple[Any, ...]]:
+        """Rows of the entries of a file or glob, filtered as a walk filters."""
         for path, info in entries:
             if any((_strip(path) + "/").startswith(e) for e in excluded):
-                in_dest += 1
+                walked.in_dest += 1
                 continue
             gurl = _full_url(url, path)
-            if not _regular(path, info, is_remote(url)):
+            if not _regular(path, info, remote):
                 if not_regular is not None:
                     not_regular.append(gurl)
                 continue
-            yield Granule(gurl, _relative(gurl, root), identity_from_info(gurl, info))
+            yield _row(gurl, root, info)
 
-    staged = StagedListing(granules())
+    staged = StagedListing()
+    try:
+        staged.add_rows(given() if rows is None else rows)
+    except BaseException:
+        staged.close()
+        raise
     if not len(staged):
         staged.close()
-        raise SourceNotFoundError(_nothing_found(source, patterns, in_dest, excluded))
+        raise SourceNotFoundError(_nothing_found(source, patterns, walked.in_dest, excluded))
     return staged
 
 
-def _walk_local(root: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``(path, info)`` of every entry under the local folder ``root`` that is not a folder,
-    as fsspec's ``find(detail=True)`` gives them (symlinks and special files typed ``"other"``,
-    unreadable folders and entries gone meanwhile left out), one folder read at a time instead
-    of one dictionary of them all; dot-folders are not entered (nothing in them is listed)."""
-    todo = [root]
-    while todo:
-        folder = todo.pop()
-        try:
-            it = os.scandir(folder)
-        except OSError:
-            continue  # as fsspec's walk: an unreadable folder is left out
-        with it:
-            for entry in it:
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        if not entry.name.startswith("."):
-                            todo.append(entry.path)
-                        continue
-                    kind = "file" if entry.is_file(follow_symlinks=False) else "other"
-                except FileNotFoundError:
-                    continue  # gone meanwhile
-                try:
-                    # symlinks followed: the identity's stat, made once here
-                    st: os.stat_result | None = entry.stat()
-                except OSError:
-                    if kind == "file":
-                        continue  # gone meanwhile
-                    st = None  # a dangling symlink: not a regular file (said so below)
-                yield entry.path, {"name": entry.path, "type": kind, "ino": entry.inode(),
-                                   "size": st.st_size if st else 0, "stat": st}
+def _row(gurl: str, root: str, info: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The staged row of the granule ``gurl`` listed with fsspec's ``info``."""
+    ident = identity_from_info(gurl, info)
+    return (_relative(gurl, root), *(put(getattr(ident, f)) for f in FIELDS))
 
 
 def _regular(path: str, info: Mapping[str, Any], remote: bool) -> bool:
