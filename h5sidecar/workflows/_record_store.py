@@ -58,8 +58,9 @@ from h5sidecar.workflows._record_sql import SCHEMA as RECORD_SCHEMA
 from h5sidecar.workflows._record_sql import SCHEMA_VERSION, insert_run
 from h5sidecar.workflows._report import REPORT_NAME, GranuleResult, RunReport
 
-__all__ = ["COMPACT_PARTS", "FLUSH_GRANULES", "FLUSH_SECONDS", "Mirror", "PartsWriter",
-           "compact", "has_parts", "header_of", "migrate", "newest_part_mtime", "store_of"]
+__all__ = ["COMPACT_PARTS", "FLUSH_GRANULES", "FLUSH_SECONDS", "MIRROR_PREFIX", "Mirror", "PartsWriter",
+           "compact", "has_parts", "header_of", "migrate", "newest_part_mtime", "store_of",
+           "sweep_stale_mirrors"]
 
 log = logging.getLogger("h5sidecar.workflows")
 
@@ -116,6 +117,51 @@ def newest_part_mtime(fs: Any, root: str) -> float | None:
 
 
 # -- reading -------------------------------------------------------------------------------------
+#: Temporary mirrors are folders ``<tmp>/h5sidecar-record-<pid>-<random>``.
+MIRROR_PREFIX = "h5sidecar-record-"
+#: A mirror left by a process that is gone is removed once untouched this long (seconds): the
+#: pid alone could belong to another pid namespace sharing the temporary folder.
+STALE_MIRROR_SECONDS = 3600.0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def sweep_stale_mirrors(tmp: str | None = None, *, older_than: float = STALE_MIRROR_SECONDS) -> int:
+    """Remove the temporary mirrors of processes killed before they could (kill -9, OOM): each
+    is as large as the record.  A mirror is stale when the process named in it no longer runs
+    and nothing in it changed for ``older_than`` seconds.  Returns how many were removed."""
+    tmp = tempfile.gettempdir() if tmp is None else tmp
+    removed = 0
+    now = time.time()
+    try:
+        entries = list(os.scandir(tmp))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.name.startswith(MIRROR_PREFIX):
+            continue
+        pid_text = entry.name[len(MIRROR_PREFIX):].partition("-")[0]
+        if not pid_text.isdigit() or _alive(int(pid_text)):
+            continue  # a mirror of an earlier version (no pid) or of a running process
+        try:
+            latest = max([entry.stat().st_mtime]
+                         + [e.stat().st_mtime for e in os.scandir(entry.path)])
+        except OSError:
+            continue
+        if now - latest > older_than:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed += 1
+    return removed
+
+
 class Mirror:
     """DEST's parts loaded into a temporary SQLite database with the schema of a local record,
     read (and, for the run writing, updated) through :attr:`record`.
@@ -130,7 +176,8 @@ class Mirror:
     """
 
     def __init__(self, fs: Any, root: str, paths: Sequence[str] | None = None) -> None:
-        self._dir = tempfile.mkdtemp(prefix="h5sidecar-record-")
+        sweep_stale_mirrors()
+        self._dir = tempfile.mkdtemp(prefix=f"{MIRROR_PREFIX}{os.getpid()}-")
         self.path = os.path.join(self._dir, "record.sqlite")
         self.parts: list[str] = []
         try:

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 from dataclasses import replace
@@ -129,6 +130,11 @@ def test_kill_9_during_a_run_keeps_its_written_parts(tmp_path: Path, s3, s3_buck
         assert child.stdout is not None
         child.stdout.close()
     assert child.returncode == -signal.SIGKILL
+    # the killed run's temporary mirror of the record is left behind, and swept once stale
+    left = list(Path(tempfile.gettempdir()).glob(f"{_record_store.MIRROR_PREFIX}{child.pid}-*"))
+    assert left
+    _record_store.sweep_stale_mirrors(older_than=0)
+    assert not any(p.exists() for p in left)
     parts = _parts(s3, f"{s3_bucket}/out")
     # every part is whole (readable Parquet), one granule each; nothing half-written
     assert [[r["name"] for r in _rows(s3, p)] for p in parts] == [["G0.h5"], ["G1.h5"]]
@@ -284,3 +290,22 @@ def test_gateway_and_catalog_read_the_newest_rows_of_the_parts(s3, s3_bucket: st
     assert [(g.name, g.status) for g in read_report(
         dest, storage_options=s3_storage_options).granules] == [
         (g0.name, "ok"), (g1.name, "failed"), (g3.name, "ok")]
+
+
+def test_only_stale_mirrors_of_gone_processes_are_swept(tmp_path: Path) -> None:
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead = int(gone.stdout)
+    prefix = _record_store.MIRROR_PREFIX
+    made = {name: tmp_path / name for name in (
+        f"{prefix}{dead}-old", f"{prefix}{dead}-fresh", f"{prefix}{os.getpid()}-mine",
+        f"{prefix}abcdef")}  # the last: a mirror of an earlier version, no pid in its name
+    for name, folder in made.items():
+        folder.mkdir()
+        (folder / "record.sqlite").write_bytes(b"x")
+        if not name.endswith("fresh"):
+            for f in (folder / "record.sqlite", folder):
+                os.utime(f, (1e9, 1e9))
+    assert _record_store.sweep_stale_mirrors(str(tmp_path)) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        n for n in made if not n.endswith("-old"))
