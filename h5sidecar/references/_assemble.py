@@ -187,6 +187,20 @@ def known_sources(extras: Extras) -> Mapping[str, SourceInfo]:
     return known
 
 
+def known_sizes(extras: Extras) -> dict[str, int]:
+    """URL -> recorded size of every object the references may read (source + members; -1
+    when unknown): a cube's from its member table's columns, making no member's identity
+    (checking every chunk of a cube's manifests against its member's size needs no more)."""
+    if isinstance(extras.members, MemberTable):
+        members = extras.members
+        sizes = dict(zip(members.urls.to_pylist(), members.table.column("size").to_pylist(),
+                         strict=True))
+    else:
+        sizes = {m.url: m.size for m in extras.members}
+    sizes.setdefault(extras.source.url, extras.source.size)
+    return sizes
+
+
 #: Manifests up to this many chunks are checked against their source's size in plain Python.
 _FEW_CHUNKS = 64
 

@@ -19,7 +19,13 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from h5sidecar.errors import InvalidReferenceError
-from h5sidecar.references._assemble import ChunkColumns, build_manifest, build_metas, known_sources
+from h5sidecar.references._assemble import (
+    ChunkColumns,
+    build_manifest,
+    build_metas,
+    known_sizes,
+    known_sources,
+)
 from h5sidecar.references._assemble import _check_within_source as check_within_source
 from h5sidecar.references._assemble import _checksums as array_checksums
 from h5sidecar.references._bulk import MANIFESTS_FILE, BulkColumns, decode_manifests
@@ -126,6 +132,12 @@ class LazyArrayRefs(ArrayRefs):
     def urls(self) -> tuple[str, ...]:
         """The manifest's URLs, from the extras (no I/O)."""
         return self._loader.urls(self.path)
+
+    @property
+    def urls_are_members(self) -> bool:
+        """True when the extras say the URLs are the cube's members' (no I/O)."""
+        from_members = getattr(self._loader, "from_members", None)  # a cube's Parquet loader
+        return bool(from_members is not None and from_members(self.path))
 
     @property
     def manifest_loaded(self) -> bool:
@@ -275,6 +287,10 @@ class ParquetManifests:
         whose URLs are its members', the members file once)."""
         return self._urls(path) or ()
 
+    def from_members(self, path: str) -> bool:
+        """True when ``path``'s manifest URLs are the cube's members', in order (no I/O)."""
+        return self._extras.arrays.get(path, ArrayExtras()).from_members
+
     def is_loaded(self, path: str) -> bool:
         """True when ``path``'s manifest is cached."""
         return path in self._cache
@@ -350,7 +366,7 @@ class ParquetManifests:
             # every chunk checked against its source's size at once: then no array alone (a
             # small file's arrays are checked one by one, in plain Python, which is as cheap)
             self._bulk_within = isinstance(self._bulk, BulkColumns) and self._bulk.within_sources(
-                {u: s.size for u, s in self._known.items() if s.size >= 0}
+                {u: n for u, n in known_sizes(self._extras).items() if n >= 0}
             )
             if side_needed:
                 self._side = read_checksums(blobs.get(CHECKSUMS_FILE))
