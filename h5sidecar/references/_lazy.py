@@ -24,7 +24,6 @@ from h5sidecar.references._assemble import (
     build_manifest,
     build_metas,
     known_sizes,
-    known_sources,
 )
 from h5sidecar.references._assemble import _check_within_source as check_within_source
 from h5sidecar.references._assemble import _checksums as array_checksums
@@ -38,7 +37,7 @@ from h5sidecar.references._extras import (
     select_extras,
 )
 from h5sidecar.references._manifest import ChunkManifest
-from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs, SourceInfo
+from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs
 from h5sidecar.references._parquet import (
     CHECKSUMS_FILE,
     bulk_file,
@@ -236,13 +235,14 @@ class ParquetManifests:
         self._init_state()
         self._bulk_data = bulk_data  # not pickled: a worker fetches the file if it needs it
 
-    _known_map: Mapping[str, SourceInfo] | None
+    _known_map: dict[str, int] | None
     _member_urls: tuple[str, ...] | None
 
     @property
-    def _known(self) -> Mapping[str, SourceInfo]:
+    def _known(self) -> dict[str, int]:
+        """URL -> recorded size of the sources (a cube's from its member table's columns)."""
         if self._known_map is None:
-            self._known_map = known_sources(self._extras)
+            self._known_map = known_sizes(self._extras)
         return self._known_map
 
     def _urls(self, path: str) -> tuple[str, ...] | None:
@@ -255,7 +255,7 @@ class ParquetManifests:
         return self._member_urls
 
     def _init_state(self) -> None:
-        # a cube's identities are made when a manifest is first checked, not at the open
+        # a cube's sizes are read when a manifest is first checked, not at the open
         self._known_map = None
         self._member_urls = None
         self._bulk_wanted = self._bulk_bytes is not None and (
@@ -366,7 +366,7 @@ class ParquetManifests:
             # every chunk checked against its source's size at once: then no array alone (a
             # small file's arrays are checked one by one, in plain Python, which is as cheap)
             self._bulk_within = isinstance(self._bulk, BulkColumns) and self._bulk.within_sources(
-                {u: n for u, n in known_sizes(self._extras).items() if n >= 0}
+                {u: n for u, n in self._known.items() if n >= 0}
             )
             if side_needed:
                 self._side = read_checksums(blobs.get(CHECKSUMS_FILE))
