@@ -268,7 +268,8 @@ class ParquetManifests:
         self._bytes = 0
         self._side: dict[str, np.ndarray] | None = None
         self._bulk: BulkColumns | SmallBulkColumns | None = None
-        self._bulk_within = False  # every bulk chunk lies within its known-size source
+        # every bulk chunk lies within its known-size source (None: not checked yet)
+        self._bulk_within: bool | None = None
         self._bulk_data = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -363,14 +364,20 @@ class ParquetManifests:
                     "sidecar"
                 )
             self._bulk = decode_manifests(data, self._metas, self._others)
-            # every chunk checked against its source's size at once: then no array alone (a
-            # small file's arrays are checked one by one, in plain Python, which is as cheap)
-            self._bulk_within = isinstance(self._bulk, BulkColumns) and self._bulk.within_sources(
-                {u: n for u, n in self._known.items() if n >= 0}
-            )
             if side_needed:
                 self._side = read_checksums(blobs.get(CHECKSUMS_FILE))
             self._bulk_wanted = False
+
+    def _within_sources(self) -> bool:
+        """Whether every chunk of the all-arrays manifest file ends within its source's recorded
+        size, checked at once on the first array with chunks in a source (not before: an
+        array of inline chunks, a cube's coordinates, needs no source size, and a cube's sizes
+        are in its members file).  A small file's arrays are checked one by one instead, in
+        plain Python, which is as cheap."""
+        if self._bulk_within is None:
+            self._bulk_within = isinstance(self._bulk, BulkColumns) and self._bulk.within_sources(
+                {u: n for u, n in self._known.items() if n >= 0})
+        return self._bulk_within
 
     def _read(self, path: str) -> tuple[ChunkManifest, np.ndarray | None]:
         meta = self._metas[path]
@@ -378,7 +385,7 @@ class ParquetManifests:
         rs = self._record_size
         if self._bulk is not None:  # every array's chunks are in memory already
             manifest = self._bulk.manifest(path, self._urls(path))
-            if not self._bulk_within:
+            if manifest.urls and not self._within_sources():
                 check_within_source(path, manifest, self._known)  # to name the bad array
             return manifest, array_checksums(path, ax, meta.grid_shape, self._side or {})
         n = int(np.prod(meta.grid_shape, dtype=np.int64))
@@ -392,7 +399,8 @@ class ParquetManifests:
         ]
         cols = record_columns(path, meta, tables, rs) if tables else ChunkColumns()
         manifest = build_manifest(path, meta.grid_shape, cols, self._urls(path))
-        check_within_source(path, manifest, self._known)
+        if manifest.urls:  # (a cube's sizes are in its members file: read only when needed)
+            check_within_source(path, manifest, self._known)
         if side_needed:
             self._side = read_checksums(blobs.get(CHECKSUMS_FILE))
         return manifest, array_checksums(path, ax, meta.grid_shape, self._side or {})
