@@ -13,7 +13,7 @@ response that matches the identity its sidecar recorded), one codec per distinct
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -21,25 +21,13 @@ import numpy as np
 from h5sidecar.errors import UnsupportedFeatureError
 from h5sidecar.read._batch_parts import out_dtype
 from h5sidecar.read._decode import ChunkCodec
-from h5sidecar.references import INLINE, MISSING, ArrayRefs, SourceInfo
-from h5sidecar.settings import ReadSettings
+
+# the one way a reader of combined references makes its fetcher (re-exported for the cube build)
+from h5sidecar.read._zarr_batcher import member_fetcher
+from h5sidecar.references import INLINE, MISSING, ArrayRefs
 from h5sidecar.sources._fetch import ChunkFetcher
 
 __all__ = ["member_fetcher", "read_vectors", "vector_codecs"]
-
-
-def member_fetcher(
-    members: Sequence[SourceInfo], arrays: Iterable[ArrayRefs], settings: ReadSettings,
-    storage_options: Mapping[str, Any] | None,
-) -> ChunkFetcher:
-    """A fetcher for the chunks of ``arrays``, allowed to read exactly the ``members`` (and
-    companion files beside them), each checked against its own identity (as a cube's store
-    reads: :func:`~h5sidecar.read._zarr_batcher.make_fetcher`)."""
-    from h5sidecar.read._zarr_batcher import member_settings
-
-    settings, lazy = member_settings(members, arrays, settings)
-    return ChunkFetcher(settings, storage_options=storage_options,
-                        sources=[m for m in members if m.size >= 0], lazy_allow_list=lazy)
 
 
 def vector_codecs(arrays: Sequence[ArrayRefs]) -> list[ChunkCodec] | None:

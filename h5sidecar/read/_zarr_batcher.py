@@ -9,14 +9,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import warnings
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 
 from h5sidecar.read._keyspace import ChunkRef
-from h5sidecar.references import ArrayRefs, GranuleRefs, SourceInfo
+from h5sidecar.references import ArrayRefs, GranuleRefs, MemberTable, SourceInfo
 from h5sidecar.settings import ReadSettings
 from h5sidecar.sources._fetch import ChunkFetcher
 
@@ -24,7 +24,7 @@ __all__ = [
     "ReadBatcher",
     "byte_window",
     "make_fetcher",
-    "member_settings",
+    "member_fetcher",
     "refs_equal",
 ]
 
@@ -82,13 +82,10 @@ def make_fetcher(
     A source whose identity is unknown (a sidecar written by plain kerchunk: size -1) is allowed
     but not freshness-checked.  Combined references (a datacube, ``refs.members``) allow exactly
     their members' URLs (and companion files beside them), and each chunk is checked against its
-    own member's identity.
+    own member's identity (:func:`member_fetcher`).
     """
     if refs.members:
-        settings, lazy = member_settings(refs.members, refs.arrays.values(), settings)
-        known_members = [m for m in refs.members if m.size >= 0]
-        return ChunkFetcher(settings, storage_options=storage_options, sources=known_members,
-                            lazy_allow_list=lazy)
+        return member_fetcher(refs.members, refs.arrays.values(), settings, storage_options)
     src = refs.source
     known = [src] if src.size >= 0 else []
     if not settings.allowed_prefixes:
@@ -99,21 +96,24 @@ def make_fetcher(
     return ChunkFetcher(settings, storage_options=storage_options, sources=known)
 
 
-def member_settings(
-    members: Iterable[SourceInfo], arrays: Iterable[ArrayRefs], settings: ReadSettings
-) -> tuple[ReadSettings, bool]:
-    """``settings`` for reading the chunks of ``arrays`` of combined references: with no
-    explicit ``allowed_prefixes``, the members' URLs and companion files beside them (chunk
-    URLs in a member's folder); and whether those are the members' own URLs (normalised
-    when read: see :class:`~h5sidecar.sources._allow.AllowList`)."""
-    if settings.allowed_prefixes:
-        return settings, False
-    member_urls = [m.url for m in members]
-    members_set = set(member_urls)
-    dirs = {u.rpartition("/")[0] for u in members_set}
-    urls = {u for arr in arrays for u in arr.urls}  # loads no manifest
-    companions = sorted(u for u in urls if u not in members_set and u.rpartition("/")[0] in dirs)
-    return dataclasses.replace(settings, allowed_prefixes=(*member_urls, *companions)), True
+def member_fetcher(
+    members: Sequence[SourceInfo] | MemberTable, arrays: Iterable[ArrayRefs],
+    settings: ReadSettings, storage_options: Mapping[str, Any] | None,
+) -> ChunkFetcher:
+    """A fetcher for the chunks of ``arrays`` of combined references (a datacube, or the
+    granules a cube is built from): with no explicit ``allowed_prefixes``, allowed to read
+    exactly the ``members`` and companion files beside them (chunk URLs in a member's folder),
+    each chunk checked against its own member's identity.
+
+    Nothing is done per member here: the members are looked up in their table when read
+    (:class:`~h5sidecar.sources._allow.MemberAllowList`), and the arrays whose chunk URLs are
+    the members' own (a cube's arrays along its dimension) are not listed at all.
+    """
+    table = members if isinstance(members, MemberTable) else MemberTable.of(members)
+    # the other arrays' URLs (held once, not per member): the candidate companions
+    others = {u: None for arr in arrays if not arr.urls_are_members for u in arr.urls}
+    return ChunkFetcher(settings, storage_options=storage_options, members=table,
+                        member_companions=others)
 
 
 class ReadBatcher:

@@ -97,7 +97,7 @@ def assemble(
     per_array = extras.arrays if extras else {}
     source = extras.source if extras else _unknown_source(chunks)
     arrays: dict[str, ArrayRefs] = {}
-    known = known_sources(extras) if extras else {source.url: source}
+    known = known_sizes(extras) if extras else {source.url: source.size}
     member_urls: tuple[str, ...] = ()
     for path, meta in metas.items():
         ax = per_array.get(path, ArrayExtras())
@@ -175,27 +175,28 @@ def build_manifest(
     )
 
 
-def known_sources(extras: Extras) -> Mapping[str, SourceInfo]:
-    """URL -> recorded identity of every object the references may read (source + members)."""
-    if isinstance(extras.members, MemberTable):  # the table's own mapping: objects shared
-        by_url = extras.members.lookup()
-        if extras.source.url in by_url:
-            return by_url
-        return {**by_url, extras.source.url: extras.source}
-    known = {m.url: m for m in extras.members}
-    known.setdefault(extras.source.url, extras.source)
-    return known
+def known_sizes(extras: Extras) -> dict[str, int]:
+    """URL -> recorded size of every object the references may read (source + members; -1
+    when unknown): a cube's from its member table's columns, making no member's identity
+    (checking every chunk of a cube's manifests against its member's size needs no more)."""
+    if isinstance(extras.members, MemberTable):
+        members = extras.members
+        sizes = dict(zip(members.urls.to_pylist(), members.table.column("size").to_pylist(),
+                         strict=True))
+    else:
+        sizes = {m.url: m.size for m in extras.members}
+    sizes.setdefault(extras.source.url, extras.source.size)
+    return sizes
 
 
 #: Manifests up to this many chunks are checked against their source's size in plain Python.
 _FEW_CHUNKS = 64
 
 
-def _check_within_source(
-    path: str, manifest: ChunkManifest, known: Mapping[str, SourceInfo]
-) -> None:
-    """A chunk ending past the end of its (known-size) source means the sidecar is corrupt."""
-    sizes = [known[u].size if u in known else -1 for u in manifest.urls]
+def _check_within_source(path: str, manifest: ChunkManifest, known: Mapping[str, int]) -> None:
+    """A chunk ending past the end of its (known-size) source means the sidecar is corrupt
+    (``known``: URL -> recorded size, -1 when unknown: :func:`known_sizes`)."""
+    sizes = [known.get(u, -1) for u in manifest.urls]
     if all(s < 0 for s in sizes):
         return
     codes = manifest.codes.reshape(-1)
@@ -217,10 +218,9 @@ def _check_within_source(
         ends = found.tolist()
     for i, (end, size) in enumerate(zip(ends, sizes, strict=True)):
         if size >= 0 and end > size:
-            source = known[manifest.urls[i]]
             raise InvalidReferenceError(
-                f"{path}: a chunk ends at byte {end}, past the end of {source.url} "
-                f"({source.size} bytes); the sidecar does not describe this object: re-index it"
+                f"{path}: a chunk ends at byte {end}, past the end of {manifest.urls[i]} "
+                f"({size} bytes); the sidecar does not describe this object: re-index it"
             )
 
 

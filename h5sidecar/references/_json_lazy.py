@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from h5sidecar.errors import InvalidReferenceError
-from h5sidecar.references._assemble import ChunkColumns, build_manifest, known_sources
+from h5sidecar.references._assemble import ChunkColumns, build_manifest, known_sizes
 from h5sidecar.references._assemble import _check_within_source as check_within_source
 from h5sidecar.references._assemble import _checksums as array_checksums
 from h5sidecar.references._extras import ArrayExtras, Extras
@@ -79,7 +79,7 @@ class JsonManifests:
         self._metas = dict(metas)
         self._extras = extras
         self._templates = dict(templates)
-        self._known = known_sources(extras)
+        self._known = known_sizes(extras)
         self._init_state()
 
     def _init_state(self) -> None:

@@ -19,7 +19,12 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from h5sidecar.errors import InvalidReferenceError
-from h5sidecar.references._assemble import ChunkColumns, build_manifest, build_metas, known_sources
+from h5sidecar.references._assemble import (
+    ChunkColumns,
+    build_manifest,
+    build_metas,
+    known_sizes,
+)
 from h5sidecar.references._assemble import _check_within_source as check_within_source
 from h5sidecar.references._assemble import _checksums as array_checksums
 from h5sidecar.references._bulk import MANIFESTS_FILE, BulkColumns, decode_manifests
@@ -32,7 +37,7 @@ from h5sidecar.references._extras import (
     select_extras,
 )
 from h5sidecar.references._manifest import ChunkManifest
-from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs, SourceInfo
+from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs
 from h5sidecar.references._parquet import (
     CHECKSUMS_FILE,
     bulk_file,
@@ -126,6 +131,12 @@ class LazyArrayRefs(ArrayRefs):
     def urls(self) -> tuple[str, ...]:
         """The manifest's URLs, from the extras (no I/O)."""
         return self._loader.urls(self.path)
+
+    @property
+    def urls_are_members(self) -> bool:
+        """True when the extras say the URLs are the cube's members' (no I/O)."""
+        from_members = getattr(self._loader, "from_members", None)  # a cube's Parquet loader
+        return bool(from_members is not None and from_members(self.path))
 
     @property
     def manifest_loaded(self) -> bool:
@@ -224,13 +235,14 @@ class ParquetManifests:
         self._init_state()
         self._bulk_data = bulk_data  # not pickled: a worker fetches the file if it needs it
 
-    _known_map: Mapping[str, SourceInfo] | None
+    _known_map: dict[str, int] | None
     _member_urls: tuple[str, ...] | None
 
     @property
-    def _known(self) -> Mapping[str, SourceInfo]:
+    def _known(self) -> dict[str, int]:
+        """URL -> recorded size of the sources (a cube's from its member table's columns)."""
         if self._known_map is None:
-            self._known_map = known_sources(self._extras)
+            self._known_map = known_sizes(self._extras)
         return self._known_map
 
     def _urls(self, path: str) -> tuple[str, ...] | None:
@@ -243,7 +255,7 @@ class ParquetManifests:
         return self._member_urls
 
     def _init_state(self) -> None:
-        # a cube's identities are made when a manifest is first checked, not at the open
+        # a cube's sizes are read when a manifest is first checked, not at the open
         self._known_map = None
         self._member_urls = None
         self._bulk_wanted = self._bulk_bytes is not None and (
@@ -256,7 +268,8 @@ class ParquetManifests:
         self._bytes = 0
         self._side: dict[str, np.ndarray] | None = None
         self._bulk: BulkColumns | SmallBulkColumns | None = None
-        self._bulk_within = False  # every bulk chunk lies within its known-size source
+        # every bulk chunk lies within its known-size source (None: not checked yet)
+        self._bulk_within: bool | None = None
         self._bulk_data = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -274,6 +287,10 @@ class ParquetManifests:
         """The URLs of ``path``'s manifest, from the extras (no I/O but, for a cube's array
         whose URLs are its members', the members file once)."""
         return self._urls(path) or ()
+
+    def from_members(self, path: str) -> bool:
+        """True when ``path``'s manifest URLs are the cube's members', in order (no I/O)."""
+        return self._extras.arrays.get(path, ArrayExtras()).from_members
 
     def is_loaded(self, path: str) -> bool:
         """True when ``path``'s manifest is cached."""
@@ -347,14 +364,20 @@ class ParquetManifests:
                     "sidecar"
                 )
             self._bulk = decode_manifests(data, self._metas, self._others)
-            # every chunk checked against its source's size at once: then no array alone (a
-            # small file's arrays are checked one by one, in plain Python, which is as cheap)
-            self._bulk_within = isinstance(self._bulk, BulkColumns) and self._bulk.within_sources(
-                {u: s.size for u, s in self._known.items() if s.size >= 0}
-            )
             if side_needed:
                 self._side = read_checksums(blobs.get(CHECKSUMS_FILE))
             self._bulk_wanted = False
+
+    def _within_sources(self) -> bool:
+        """Whether every chunk of the all-arrays manifest file ends within its source's recorded
+        size, checked at once on the first array with chunks in a source (not before: an
+        array of inline chunks, a cube's coordinates, needs no source size, and a cube's sizes
+        are in its members file).  A small file's arrays are checked one by one instead, in
+        plain Python, which is as cheap."""
+        if self._bulk_within is None:
+            self._bulk_within = isinstance(self._bulk, BulkColumns) and self._bulk.within_sources(
+                {u: n for u, n in self._known.items() if n >= 0})
+        return self._bulk_within
 
     def _read(self, path: str) -> tuple[ChunkManifest, np.ndarray | None]:
         meta = self._metas[path]
@@ -362,7 +385,7 @@ class ParquetManifests:
         rs = self._record_size
         if self._bulk is not None:  # every array's chunks are in memory already
             manifest = self._bulk.manifest(path, self._urls(path))
-            if not self._bulk_within:
+            if manifest.urls and not self._within_sources():
                 check_within_source(path, manifest, self._known)  # to name the bad array
             return manifest, array_checksums(path, ax, meta.grid_shape, self._side or {})
         n = int(np.prod(meta.grid_shape, dtype=np.int64))
@@ -376,7 +399,8 @@ class ParquetManifests:
         ]
         cols = record_columns(path, meta, tables, rs) if tables else ChunkColumns()
         manifest = build_manifest(path, meta.grid_shape, cols, self._urls(path))
-        check_within_source(path, manifest, self._known)
+        if manifest.urls:  # (a cube's sizes are in its members file: read only when needed)
+            check_within_source(path, manifest, self._known)
         if side_needed:
             self._side = read_checksums(blobs.get(CHECKSUMS_FILE))
         return manifest, array_checksums(path, ax, meta.grid_shape, self._side or {})

@@ -15,7 +15,8 @@ An array whose chunk URLs are exactly the members' URLs, in order (every array o
 granules each hold a chunk of it) says ``"urls": "members"`` instead of N indices.  Opening the
 cube reads neither the file nor any per-member value: the members are a lazy
 :class:`~h5sidecar.references.MemberTable` of known length and digest, loaded (one GET) on the
-first use of an identity (a chunk read's freshness guard, a manifest's URLs).  Readers of
+first use of an identity or a URL (a chunk read's allow-list and freshness guard, the check of
+a manifest's chunks against their members' sizes, a manifest's URLs).  Readers of
 version 2 without the file (cubes written before) read them packed, as before.
 """
 

@@ -242,6 +242,12 @@ class ArrayRefs:
         return self.manifest.urls
 
     @property
+    def urls_are_members(self) -> bool:
+        """True when :attr:`urls` are known, without reading them, to be exactly the members'
+        URLs of the cube holding the array (one chunk a member); False when not known."""
+        return False
+
+    @property
     def manifest_loaded(self) -> bool:
         """True when :attr:`manifest` is in memory (always, except for lazy arrays)."""
         return True

@@ -6,10 +6,14 @@ bucket, an internal HTTP service).  Every URL is parsed by the package's one par
 compared with the allowed prefixes *before* any I/O; local paths are compared after resolving
 symlinks and ``..`` so a path cannot climb out of an allowed root.
 
-A datacube's reader allows exactly its member granules' URLs: tens of thousands of prefixes,
-of which a read touches a few.  Normalising them all up front cost ~20 us each (0.2 s of a
+A datacube's reader allows exactly its member granules' URLs: up to millions of them, of
+which a read touches a few.  Normalising them all up front cost ~20 us each (0.2 s of a
 cube's open at 10,000 members), so a list built with ``lazy=True`` normalises its prefixes
-only when a URL is not found among them as given (see :meth:`AllowList.check`).
+only when a URL is not found among them as given (see :meth:`AllowList.check`); and a cube's
+reader does not list them at all: :class:`MemberAllowList` and :class:`MemberSourceIndex` look
+a URL up in the cube's :class:`~h5sidecar.references.MemberTable` (its columns, read when first
+needed), so opening a cube costs nothing per member and reading one makes one member's
+identity.
 """
 
 from __future__ import annotations
@@ -18,10 +22,10 @@ import logging
 from collections.abc import Iterable
 
 from h5sidecar.errors import ForbiddenSourceError, InvalidReferenceError
-from h5sidecar.references import SourceInfo
+from h5sidecar.references import MemberTable, SourceInfo
 from h5sidecar.sources._urls import S3_SCHEMES, SourceLocation, parse_url
 
-__all__ = ["AllowList", "SourceIndex"]
+__all__ = ["AllowList", "MemberAllowList", "MemberSourceIndex", "SourceIndex"]
 
 log = logging.getLogger("h5sidecar.fetch")
 
@@ -95,15 +99,81 @@ class AllowList:
         loc = parse_url(url, untrusted=True)
         if self._allowed(loc.url):
             return loc
-        allowed = ", ".join(self.prefixes) or "(none)"
         raise ForbiddenSourceError(
-            f"refusing to read {url!r}: it is outside the allowed source prefixes [{allowed}]. "
+            f"refusing to read {url!r}: it is outside the allowed source prefixes "
+            f"[{self._described()}]. "
             "If this source is trusted, add its prefix to ReadSettings.allowed_prefixes "
             "(H5SIDECAR_ALLOWED_PREFIXES) or pass it in `sources`."
         )
 
+    def _described(self) -> str:
+        """The allowed prefixes, as an error message names them."""
+        return ", ".join(self.prefixes) or "(none)"
+
     def __repr__(self) -> str:
         return f"AllowList({list(self.prefixes)!r})"
+
+
+class MemberAllowList(AllowList):
+    """The allow-list of a datacube: its members' URLs and companion files beside them.
+
+    Allows what ``AllowList([*member URLs, *companions], lazy=True)`` allows, without listing
+    the members: a URL is looked up in the member table (whose URL column is indexed on the
+    first lookup, loading a lazy table then).  A companion is one of ``candidates`` (the chunk
+    URLs of the cube's arrays that are not the members' own) that is no member but lies in a
+    member's folder (HDF5 external storage beside a granule); which candidates are is decided
+    on the first URL that is not a member.  Only a URL found neither way normalises every
+    member's URL (once), for a member recorded in another spelling.
+
+    Parameters
+    ----------
+    members : MemberTable
+        The cube's members.
+    candidates : iterable of str
+        Chunk URLs of the cube besides its members' (few: arrays held once, not per member).
+    """
+
+    def __init__(self, members: MemberTable, candidates: Iterable[str] = ()) -> None:
+        super().__init__((), lazy=True)
+        self.members = members
+        self.candidates = tuple(dict.fromkeys(candidates))
+        self._companions: AllowList | None = None
+        self._members_canon: frozenset[str] | None = None
+
+    def companions(self) -> AllowList:
+        """The companion files allowed (decided on first use)."""
+        if self._companions is None:
+            dirs: set[str] | None = None
+            found = []
+            for url in self.candidates:
+                if self.members.row_of(url) is not None:
+                    continue
+                if dirs is None:  # only a cube with a non-member chunk URL pays for this
+                    dirs = {u.rpartition("/")[0] for u in self.members.urls.to_pylist()}
+                if url.rpartition("/")[0] in dirs:
+                    found.append(url)
+            self._companions = AllowList(found, lazy=True)
+        return self._companions
+
+    def _allowed(self, canon: str) -> bool:
+        # as AllowList's fast path: a member's URL as recorded, which normalises to itself
+        if self.members.row_of(canon) is not None and _normalized_prefix(canon) == canon:
+            return True
+        if self.companions()._allowed(canon):
+            return True
+        if self._members_canon is None:
+            self._members_canon = frozenset(_each_normalized(self.members.urls.to_pylist()))
+        # equal to a member's normalised URL, or below one (as a prefix allows), by its parents
+        parents = (canon[:i] for i, c in enumerate(canon) if c == "/")
+        return canon in self._members_canon or any(p in self._members_canon for p in parents)
+
+    def _described(self) -> str:
+        extra = self.companions().prefixes
+        return f"the {len(self.members)} members of the cube" + "".join(
+            f", {u}" for u in extra)
+
+    def __repr__(self) -> str:
+        return f"MemberAllowList({self.members!r}, {list(self.candidates)!r})"
 
 
 class SourceIndex:
@@ -137,6 +207,46 @@ class SourceIndex:
 
     def __contains__(self, canon: object) -> bool:
         return isinstance(canon, str) and self.get(canon) is not None
+
+
+class MemberSourceIndex(SourceIndex):
+    """:class:`SourceIndex` of a datacube's members, looked up in their table: the identity
+    of a member is made when a chunk of it is first read (shared with every other reader of
+    the table: :meth:`~h5sidecar.references.MemberTable.lookup`), no other member's.
+
+    A member of unknown identity (size -1: a sidecar written by plain kerchunk) is not
+    described (not freshness-checked), as :class:`SourceIndex` leaves it out.
+    """
+
+    def __init__(self, members: MemberTable) -> None:
+        super().__init__(())
+        self.members = members
+        self._recorded: dict[str, str] | None = None
+
+    def get(self, canon: str) -> SourceInfo | None:
+        """The identity of the member at normalised URL ``canon``, or None."""
+        by_url = self.members.lookup()
+        info = by_url.get(canon)
+        if info is None or _canonical(canon) != canon:
+            if self._recorded is None:  # a member recorded in another spelling: normalise all
+                self._recorded = {}
+                for url in self.members.urls.to_pylist():
+                    found = _canonical(url)
+                    if found is not None:
+                        self._recorded[found] = url
+            recorded = self._recorded.get(canon)
+            info = None if recorded is None else by_url.get(recorded)
+        return info if info is not None and info.size >= 0 else None
+
+
+def _each_normalized(prefixes: Iterable[str]) -> Iterable[str]:
+    """The normalised form of each of ``prefixes`` that parses (a member's that does not
+    allows nothing: reading it is refused)."""
+    for p in prefixes:
+        try:
+            yield _normalized_prefix(p)
+        except (ForbiddenSourceError, InvalidReferenceError):
+            continue
 
 
 def _canonical(url: str) -> str | None:

@@ -35,10 +35,10 @@ from h5sidecar.errors import (
     SourceReadError,
     StaleReferenceError,
 )
-from h5sidecar.references import SourceInfo
+from h5sidecar.references import MemberTable, SourceInfo
 from h5sidecar.references._io import scrub_credentials
 from h5sidecar.settings import ReadSettings
-from h5sidecar.sources._allow import AllowList, SourceIndex
+from h5sidecar.sources._allow import AllowList, MemberAllowList, MemberSourceIndex, SourceIndex
 from h5sidecar.sources._backends import (
     LocalReader,
     ObjectStoreReader,
@@ -81,6 +81,14 @@ class ChunkFetcher:
     lazy_allow_list : bool
         The allowed prefixes are many exact URLs (a datacube's members): each is normalised
         when first read rather than all now (see :class:`~h5sidecar.sources._allow.AllowList`).
+    members : MemberTable, optional
+        A datacube's members, in place of ``sources``: each chunk is checked against its own
+        member's identity, made when the member is first read; with no
+        ``settings.allowed_prefixes`` exactly their URLs may be fetched, and
+        ``member_companions`` beside them (see
+        :class:`~h5sidecar.sources._allow.MemberAllowList`).  Nothing is done per member now.
+    member_companions : iterable of str
+        The cube's chunk URLs other than its members' (candidate companion files).
 
     Attributes
     ----------
@@ -100,9 +108,13 @@ class ChunkFetcher:
         storage_options: Mapping[str, Any] | None = None,
         sources: Iterable[SourceInfo] = (),
         lazy_allow_list: bool = False,
+        members: MemberTable | None = None,
+        member_companions: Iterable[str] = (),
     ) -> None:
         self.settings = settings
         self.lazy_allow_list = lazy_allow_list
+        self.members = members
+        self.member_companions = tuple(member_companions)
         self.storage_options: dict[str, Any] = dict(storage_options or {})
         self.sources: tuple[SourceInfo, ...] = tuple(sources)
         self.stats = FetchStats()
@@ -110,11 +122,20 @@ class ChunkFetcher:
 
     def _setup(self) -> None:
         _check_settings(self.settings)
-        prefixes = self.settings.allowed_prefixes or tuple(s.url for s in self.sources)
-        # the sources' own URLs (a cube's members) are normalised when read, not all now
-        self.allow_list = AllowList(
-            prefixes, lazy=self.lazy_allow_list or not self.settings.allowed_prefixes)
-        self._known = SourceIndex(self.sources)
+        self.allow_list: AllowList
+        self._known: SourceIndex
+        if self.members is not None:  # a cube: its members looked up in their table, when read
+            self.allow_list = (
+                AllowList(self.settings.allowed_prefixes, lazy=self.lazy_allow_list)
+                if self.settings.allowed_prefixes
+                else MemberAllowList(self.members, self.member_companions))
+            self._known = MemberSourceIndex(self.members)
+        else:
+            prefixes = self.settings.allowed_prefixes or tuple(s.url for s in self.sources)
+            # the sources' own URLs are normalised when read, not all now
+            self.allow_list = AllowList(
+                prefixes, lazy=self.lazy_allow_list or not self.settings.allowed_prefixes)
+            self._known = SourceIndex(self.sources)
         self._confirmed: set[str] = set()
         # canonical URL -> time.monotonic() when the source was last seen to match its sidecar
         self._confirmed_at: dict[str, float] = {}
@@ -132,6 +153,8 @@ class ChunkFetcher:
             "storage_options": scrub_credentials(self.storage_options),
             "sources": self.sources,
             "lazy_allow_list": self.lazy_allow_list,
+            "members": self.members,  # a lazy table travels as its loader
+            "member_companions": self.member_companions,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -139,11 +162,14 @@ class ChunkFetcher:
         self.storage_options = dict(state["storage_options"])
         self.sources = tuple(state["sources"])
         self.lazy_allow_list = bool(state.get("lazy_allow_list"))
+        self.members = state.get("members")
+        self.member_companions = tuple(state.get("member_companions", ()))
         self.stats = FetchStats()
         self._setup()
 
     def __repr__(self) -> str:
-        return f"ChunkFetcher(allowed={list(self.allow_list.prefixes)!r}, stats={self.stats!r})"
+        allowed = self.allow_list if self.members is not None else list(self.allow_list.prefixes)
+        return f"ChunkFetcher(allowed={allowed!r}, stats={self.stats!r})"
 
     # -- public API ------------------------------------------------------------------------------
     def plan(self, requests: Sequence[tuple[str, int, int]]) -> ReadPlan:

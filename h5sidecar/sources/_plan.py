@@ -234,9 +234,12 @@ def plan_coded(
     range_offset[order] = start_s - span_start[sorted_span]
 
     req_span, req_start, req_stop = _split_requests(span_start, span_stop, max_request)
+    # only the objects read: a datacube's table lists every member (100,000 URLs), of which a
+    # selection reads a few, and the executor checks each URL of the plan
+    used = np.unique(span_url)
     return ReadPlan(
-        urls=tuple(url_table),
-        span_url=span_url,
+        urls=tuple(url_table[i] for i in used.tolist()),
+        span_url=np.searchsorted(used, span_url).astype(np.int32),
         span_start=span_start,
         span_stop=span_stop,
         request_span=req_span,

@@ -106,7 +106,7 @@ def test_a_stored_chunk_without_url_is_refused_either_way(small: bool) -> None:
 
 @pytest.mark.parametrize("n", [3, 200], ids=["few chunks", "many chunks"])
 def test_a_chunk_past_the_end_of_its_source_is_refused(n: int) -> None:
-    from h5sidecar.references import ChunkManifest, SourceInfo
+    from h5sidecar.references import ChunkManifest
     from h5sidecar.references._assemble import _check_within_source
 
     codes = np.zeros(n, np.int32)
@@ -118,10 +118,11 @@ def test_a_chunk_past_the_end_of_its_source_is_refused(n: int) -> None:
                                          lengths=lengths)  # fmt: skip
     end_a = int(offsets[codes == 0].max() + 10)  # the furthest chunk end in a.h5
     end_b = int(offsets[-1] + 10)
-    fits = {"a.h5": SourceInfo("a.h5", end_a), "b.h5": SourceInfo("b.h5", end_b)}
+    fits = {"a.h5": end_a, "b.h5": end_b}  # URL -> recorded size
     _check_within_source("v", manifest, fits)
-    _check_within_source("v", manifest, {"a.h5": SourceInfo("a.h5", end_a)})  # b unknown
+    _check_within_source("v", manifest, {"a.h5": end_a})  # b unknown
+    _check_within_source("v", manifest, {"a.h5": end_a, "b.h5": -1})  # b's size unknown
     with pytest.raises(InvalidReferenceError, match=rf"ends at byte {end_b}, past the end of b"):
-        _check_within_source("v", manifest, {**fits, "b.h5": SourceInfo("b.h5", end_b - 1)})
+        _check_within_source("v", manifest, {**fits, "b.h5": end_b - 1})
     with pytest.raises(InvalidReferenceError, match=rf"ends at byte {end_a}, past the end of a"):
-        _check_within_source("v", manifest, {**fits, "a.h5": SourceInfo("a.h5", end_a - 1)})
+        _check_within_source("v", manifest, {**fits, "a.h5": end_a - 1})

@@ -212,3 +212,15 @@ def test_a_manifest_sized_plan_is_vectorised():
     )
     assert p.n_requests == -(-n * 4096 // (16 * 2**20))
     assert p.bytes_requested == n * 4096
+
+
+def test_a_coded_plan_names_only_the_objects_it_reads():
+    """A datacube's URL table lists every member: a plan of two of them names those two (the
+    executor checks each URL a plan names before any I/O)."""
+    table = tuple(f"s3://b/g{i:06d}.nc" for i in range(100_000))
+    p = plan_coded(table, [70_000, 5, 70_000, 5], [0, 0, 100, 50], [10, 10, 10, 0],
+                   max_gap=0, max_request=2**20)  # fmt: skip
+    assert p.urls == (table[5], table[70_000])
+    assert sorted(p.iter_requests()) == [(table[5], 0, 10), (table[70_000], 0, 10),
+                                         (table[70_000], 100, 110)]  # fmt: skip
+    assert plan_coded(table, [3], [0], [0], max_gap=0, max_request=1).urls == ()
