@@ -34,7 +34,7 @@ from h5sidecar.sources._urls import normalize_url
 from h5sidecar.workflows._granule import Granule  # re-exported: listing's result type
 from h5sidecar.workflows._listing_walk import Walked, local_glob_rows, local_rows, s3_rows
 from h5sidecar.workflows._staged_listing import FIELDS, StagedListing, put
-from h5sidecar.workflows._url_list import granules_of_urls
+from h5sidecar.workflows._url_list import stage_urls
 
 __all__ = [
     "DEFAULT_PATTERNS",
@@ -84,7 +84,7 @@ def sidecar_url(dest: str, name: str, fmt: Literal["parquet", "json"]) -> str:
 
 
 def list_granules(
-    source: str | Sequence[str],
+    source: str | Iterable[str],
     *,
     storage_options: Mapping[str, Any] | None = None,
     patterns: Sequence[str] = DEFAULT_PATTERNS,
@@ -95,7 +95,7 @@ def list_granules(
 
     Parameters
     ----------
-    source : str or sequence of str
+    source : str or iterable of str
         A file, a folder (searched recursively), a glob (``data/*.h5``, ``s3://b/2019/**/*.h5``),
         an ``s3://bucket/prefix`` folder, one ``https://`` URL, or a list of object URLs
         (:mod:`h5sidecar.workflows._url_list`).
@@ -125,7 +125,7 @@ def list_granules(
 
 
 def stage_granules(
-    source: str | Sequence[str],
+    source: str | Iterable[str],
     *,
     storage_options: Mapping[str, Any] | None = None,
     patterns: Sequence[str] = DEFAULT_PATTERNS,
@@ -140,8 +140,7 @@ def stage_granules(
     """
     if not isinstance(source, str) or source.lower().startswith(("https://", "http://")):
         # named one by one: a web URL (HTTP has no listing) or a list of URLs
-        return StagedListing(
-            granules_of_urls([source] if isinstance(source, str) else source, storage_options))
+        return stage_urls([source] if isinstance(source, str) else source, storage_options)
     url = normalize_url(source)
     fs = filesystem(url, storage_options)
     remote = is_remote(url)
