@@ -32,6 +32,7 @@ from h5sidecar.errors import ErrorKind, H5SidecarError
 
 if TYPE_CHECKING:
     from h5sidecar.workflows import RunReport
+    from h5sidecar.workflows._url_list import UrlList
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main",
            "storage_options"]
@@ -73,14 +74,14 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 # -- commands -----------------------------------------------------------------------------------
-def _index_source(args: argparse.Namespace) -> str | list[str]:
-    """SOURCE, or the URLs of --url-list FILE (exactly one of them)."""
+def _index_source(args: argparse.Namespace) -> str | UrlList:
+    """SOURCE, or the URLs of --url-list FILE (exactly one of them; read as they are staged)."""
     from h5sidecar.errors import InvalidRequestError
-    from h5sidecar.workflows._url_list import read_url_list
+    from h5sidecar.workflows._url_list import UrlList
 
     if (args.source is None) == (args.url_list is None):
         raise InvalidRequestError("give either SOURCE or --url-list FILE (exactly one)")
-    return read_url_list(args.url_list) if args.url_list else args.source  # type: ignore[no-any-return]
+    return UrlList(args.url_list) if args.url_list else args.source  # type: ignore[no-any-return]
 
 
 def _cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:

@@ -163,7 +163,7 @@ def index_one(
 
 
 def index_many(
-    source: str | Sequence[str],
+    source: str | Iterable[str],
     dest: str,
     *,
     format: SidecarFormat = "parquet",
@@ -182,7 +182,7 @@ def index_many(
 
     Parameters
     ----------
-    source : str or sequence of str
+    source : str or iterable of str
         A file, a local folder, a glob, an ``s3://bucket/prefix``, one ``https://`` URL or a
         list of object URLs (see :func:`list_granules`).
     dest : str
@@ -259,7 +259,7 @@ def index_many(
                              workers, progress, not_regular, started, t0)
 
 
-def _index_listed(listing: StagedListing, source: str | Sequence[str], dest: str,
+def _index_listed(listing: StagedListing, source: str | Iterable[str], dest: str,
                   format: SidecarFormat, options: IndexOptions, patterns: Sequence[str],
                   executor: ExecutorSpec, workers: int | None, progress: ProgressSink | None,
                   not_regular: list[str], started: datetime, t0: float) -> RunReport:
@@ -458,7 +458,7 @@ def _hard_limit(seconds: float) -> float | None:
     return seconds + min(seconds, 30.0) if seconds > 0 else None
 
 
-def _source_of_report(source: str | Sequence[str], granules: StagedListing) -> dict[str, Any]:
+def _source_of_report(source: str | Iterable[str], granules: StagedListing) -> dict[str, Any]:
     """The report's ``source`` (and, for a list of URLs, ``roots``: exactly those URLs, which
     the gateway allows, and no prefix under which a missing granule would count as orphaned)."""
     if isinstance(source, str):

@@ -32,9 +32,9 @@ from h5sidecar.errors import SourceNotFoundError
 from h5sidecar.references import SourceInfo
 from h5sidecar.sources._urls import normalize_url
 from h5sidecar.workflows._granule import Granule  # re-exported: listing's result type
-from h5sidecar.workflows._listing_walk import Walked, local_rows, s3_rows
+from h5sidecar.workflows._listing_walk import Walked, local_glob_rows, local_rows, s3_rows
 from h5sidecar.workflows._staged_listing import FIELDS, StagedListing, put
-from h5sidecar.workflows._url_list import granules_of_urls
+from h5sidecar.workflows._url_list import stage_urls
 
 __all__ = [
     "DEFAULT_PATTERNS",
@@ -84,7 +84,7 @@ def sidecar_url(dest: str, name: str, fmt: Literal["parquet", "json"]) -> str:
 
 
 def list_granules(
-    source: str | Sequence[str],
+    source: str | Iterable[str],
     *,
     storage_options: Mapping[str, Any] | None = None,
     patterns: Sequence[str] = DEFAULT_PATTERNS,
@@ -95,7 +95,7 @@ def list_granules(
 
     Parameters
     ----------
-    source : str or sequence of str
+    source : str or iterable of str
         A file, a folder (searched recursively), a glob (``data/*.h5``, ``s3://b/2019/**/*.h5``),
         an ``s3://bucket/prefix`` folder, one ``https://`` URL, or a list of object URLs
         (:mod:`h5sidecar.workflows._url_list`).
@@ -125,7 +125,7 @@ def list_granules(
 
 
 def stage_granules(
-    source: str | Sequence[str],
+    source: str | Iterable[str],
     *,
     storage_options: Mapping[str, Any] | None = None,
     patterns: Sequence[str] = DEFAULT_PATTERNS,
@@ -134,14 +134,13 @@ def stage_granules(
 ) -> StagedListing:
     """:func:`list_granules`, staged on disk as found (:class:`StagedListing`: iterating it
     yields the granules sorted by name, a batch at a time), so that listing a million granules
-    does not hold them; a local folder is walked with ``os.scandir``, one folder at a time, an
-    S3 prefix (or a ``**`` glob on S3) listed a page at a time (:mod:`._listing_walk`).
+    does not hold them; a local folder or glob is walked with ``os.scandir``, one folder at a
+    time, an S3 prefix or glob listed a page at a time (:mod:`._listing_walk`).
     Close it when done (a context manager).  Parameters and errors as :func:`list_granules`.
     """
     if not isinstance(source, str) or source.lower().startswith(("https://", "http://")):
         # named one by one: a web URL (HTTP has no listing) or a list of URLs
-        return StagedListing(
-            granules_of_urls([source] if isinstance(source, str) else source, storage_options))
+        return stage_urls([source] if isinstance(source, str) else source, storage_options)
     url = normalize_url(source)
     fs = filesystem(url, storage_options)
     remote = is_remote(url)
@@ -151,12 +150,19 @@ def stage_granules(
     entries: Iterable[tuple[str, Mapping[str, Any]]] = ()
     if _GLOB_MAGIC & set(url):
         root = _glob_root(url)
-        if remote and "**" in url:
-            # every depth under the glob's literal head, a page at a time, filtered as fsspec's
-            # glob filters what it lists (which is everything under that head too)
-            match = re.compile(glob_translate(_strip(url))).match
+        # what fsspec's glob keeps of what it lists: its own pattern, matched here as the
+        # listing goes (a page or a folder at a time) instead of on a list of everything
+        match = re.compile(glob_translate(_strip(url))).match
+        if remote and "://" in root and _strip(root):
+            # the literal head of the glob's first wildcard segment narrows the S3 listing
+            head = _strip(url)[len(_strip(root)) + 1:].split("/", 1)[0]
             rows = s3_rows(fs, _strip(root), url.split("://", 1)[0], match,
-                           lambda gurl, info: _row(gurl, root, info), excluded, walked)
+                           lambda gurl, info: _row(gurl, root, info), excluded, walked,
+                           start=re.split(r"[*?\[]", head, maxsplit=1)[0])
+        elif not remote:
+            # fsspec's glob lists ``*`` to the pattern's depth, ``**`` to any
+            depth = None if "**" in url else url[len(root):].count("/")
+            rows = local_glob_rows(root or os.sep, match, depth, excluded, walked)
         else:
             found = fs.glob(_strip(url), detail=True)
             entries = [(p, i) for p, i in found.items() if i.get("type") != "directory"]

@@ -26,7 +26,7 @@ from fsspec.asyn import sync
 
 from h5sidecar.workflows._staged_listing import put
 
-__all__ = ["Walked", "local_rows", "name_filter", "s3_rows"]
+__all__ = ["Walked", "local_glob_rows", "local_rows", "name_filter", "s3_rows"]
 
 
 def name_filter(patterns: Sequence[str]) -> Callable[[str], Any]:
@@ -81,30 +81,79 @@ def local_rows(root: str, patterns: Sequence[str], excluded: tuple[str, ...], wa
                 if inside or path + os.sep in excluded:
                     walked.in_dest += 1
                     continue
+                if (row := _file_row(entry, regular, start, walked)) is not None:
+                    yield row
+
+
+def local_glob_rows(root: str, keep: Callable[[str], Any], depth: int | None,
+                    excluded: tuple[str, ...], walked: Walked) -> Iterator[tuple[Any, ...]]:
+    """The staged rows of the regular files under the local folder ``root`` (a glob's literal
+    folder, normalised, absolute) whose absolute path ``keep`` accepts, at most ``depth``
+    folders down (None: any), one folder read at a time.
+
+    What fsspec's ``glob`` lists, entry for entry: dot-files and dot-folders included (its
+    patterns match them), symlinks not entered (its walk types them ``"other"``), so that a
+    matching symlink to a folder, a FIFO or a dangling symlink is named as not regular.
+    """
+    start = len(root.rstrip(os.sep)) + 1
+    todo = [(root, 1)]
+    while todo:
+        folder, level = todo.pop()
+        try:
+            it = os.scandir(folder)
+        except OSError:
+            continue  # unreadable or gone: fsspec's walk omits it too
+        with it:
+            for entry in it:
+                path = entry.path
                 try:
-                    st = entry.stat()  # follows a symlink: the identity of what it names
-                except OSError:
-                    if regular:
-                        continue  # gone meanwhile
-                    st = None  # a dangling symlink: not a regular file
-                if st is None or not (regular or stat.S_ISREG(st.st_mode)):
-                    if walked.not_regular is not None:
-                        walked.not_regular.append(path)
+                    if entry.is_dir(follow_symlinks=False):
+                        if depth is None or level < depth:
+                            todo.append((path, level + 1))
+                        continue
+                    regular = entry.is_file(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # gone meanwhile
+                if not keep(path):
                     continue
-                yield (path[start:].replace(os.sep, "/"), path, st.st_size, None,
-                       float(st.st_mtime), st.st_mtime_ns, put(st.st_ino), st.st_ctime_ns,
-                       put(st.st_dev))
+                if any((path + os.sep).startswith(e) for e in excluded):
+                    walked.in_dest += 1
+                    continue
+                if (row := _file_row(entry, regular, start, walked)) is not None:
+                    yield row
+
+
+def _file_row(entry: os.DirEntry[str], regular: bool, start: int, walked: Walked
+              ) -> tuple[Any, ...] | None:
+    """The staged row of a listed file (named from its path's ``start``), None when it is
+    gone meanwhile or not a regular file (then named in ``walked``)."""
+    try:
+        st = entry.stat()  # follows a symlink: the identity of what it names
+    except OSError:
+        if regular:
+            return None  # gone meanwhile
+        st = None  # a dangling symlink: not a regular file
+    path = entry.path
+    if st is None or not (regular or stat.S_ISREG(st.st_mode)):
+        if walked.not_regular is not None:
+            walked.not_regular.append(path)
+        return None
+    return (path[start:].replace(os.sep, "/"), path, st.st_size, None, float(st.st_mtime),
+            st.st_mtime_ns, put(st.st_ino), st.st_ctime_ns, put(st.st_dev))
 
 
 def s3_rows(fs: fsspec.AbstractFileSystem, prefix: str, scheme: str,
             keep: Callable[[str], Any], row: Callable[[str, dict[str, Any]], tuple[Any, ...]],
-            excluded: tuple[str, ...], walked: Walked) -> Iterator[tuple[Any, ...]]:
+            excluded: tuple[str, ...], walked: Walked, start: str = ""
+            ) -> Iterator[tuple[Any, ...]]:
     """The staged rows (``row(url, info)``) of the objects under ``prefix`` (``bucket/key``,
     no scheme) whose path ``keep`` accepts, one ``ListObjectsV2`` page at a time.
 
-    ``excluded`` are ``bucket/key/`` prefixes whose objects are counted and left out.
+    ``excluded`` are ``bucket/key/`` prefixes whose objects are counted and left out;
+    ``start``, the first characters of the names under ``prefix`` that can match (a glob's
+    literal head), narrows the listing (``keep`` decides what it holds).
     """
-    for info in _iter_objects(fs, prefix):
+    for info in _iter_objects(fs, prefix, start):
         path = info["name"]
         if not keep(path):
             continue
@@ -118,10 +167,11 @@ def s3_rows(fs: fsspec.AbstractFileSystem, prefix: str, scheme: str,
 _PAGE = 1_000
 
 
-def _iter_objects(fs: fsspec.AbstractFileSystem, prefix: str) -> Iterator[dict[str, Any]]:
+def _iter_objects(fs: fsspec.AbstractFileSystem, prefix: str, start: str = ""
+                  ) -> Iterator[dict[str, Any]]:
     """The info dictionaries of every object under ``prefix`` (what s3fs's ``find(...,
-    detail=True)`` gives each), taken from the listing a page at a time instead of one list
-    of them all.
+    detail=True)`` gives each) whose name there starts with ``start`` (or more, in the
+    fallback), taken from the listing a page at a time instead of one list of them all.
 
     s3fs pages through ``ListObjectsV2`` in a private asynchronous generator, ``_iterdir(bucket,
     delimiter=, prefix=)`` (its public ``find`` collects every page into a list first): used
@@ -134,7 +184,7 @@ def _iter_objects(fs: fsspec.AbstractFileSystem, prefix: str) -> Iterator[dict[s
         yield from fs.find(prefix, detail=True).values()
         return
     key = key.rstrip("/")
-    objects = iterdir(bucket, delimiter="", prefix=key + "/" if key else "")
+    objects = iterdir(bucket, delimiter="", prefix=(key + "/" if key else "") + start)
 
     async def take() -> list[dict[str, Any]]:
         page: list[dict[str, Any]] = []
