@@ -155,10 +155,14 @@ def stage_granules(
         match = re.compile(glob_translate(_strip(url))).match
         if remote and "://" in root and _strip(root):
             # the literal head of the glob's first wildcard segment narrows the S3 listing
-            head = _strip(url)[len(_strip(root)) + 1:].split("/", 1)[0]
+            rest = _strip(url)[len(_strip(root)) + 1:]
+            head = rest.split("/", 1)[0]
             rows = s3_rows(fs, _strip(root), url.split("://", 1)[0], match,
                            lambda gurl, info: _row(gurl, root, info), excluded, walked,
-                           start=re.split(r"[*?\[]", head, maxsplit=1)[0])
+                           start=re.split(r"[*?\[]", head, maxsplit=1)[0],
+                           # a glob of one level (``prefix/*.h5``) lists that level only, as
+                           # fsspec's does, not every object below it
+                           one_level="/" not in rest and "**" not in rest)
         elif not remote:
             # fsspec's glob lists ``*`` to the pattern's depth, ``**`` to any
             depth = None if "**" in url else url[len(root):].count("/")

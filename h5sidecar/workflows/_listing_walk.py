@@ -144,16 +144,17 @@ def _file_row(entry: os.DirEntry[str], regular: bool, start: int, walked: Walked
 
 def s3_rows(fs: fsspec.AbstractFileSystem, prefix: str, scheme: str,
             keep: Callable[[str], Any], row: Callable[[str, dict[str, Any]], tuple[Any, ...]],
-            excluded: tuple[str, ...], walked: Walked, start: str = ""
-            ) -> Iterator[tuple[Any, ...]]:
+            excluded: tuple[str, ...], walked: Walked, start: str = "",
+            one_level: bool = False) -> Iterator[tuple[Any, ...]]:
     """The staged rows (``row(url, info)``) of the objects under ``prefix`` (``bucket/key``,
     no scheme) whose path ``keep`` accepts, one ``ListObjectsV2`` page at a time.
 
     ``excluded`` are ``bucket/key/`` prefixes whose objects are counted and left out;
     ``start``, the first characters of the names under ``prefix`` that can match (a glob's
-    literal head), narrows the listing (``keep`` decides what it holds).
+    literal head), narrows the listing (``keep`` decides what it holds); ``one_level`` lists
+    only the objects directly under ``prefix`` (a delimited listing), not those below.
     """
-    for info in _iter_objects(fs, prefix, start):
+    for info in _iter_objects(fs, prefix, start, one_level):
         path = info["name"]
         if not keep(path):
             continue
@@ -167,8 +168,8 @@ def s3_rows(fs: fsspec.AbstractFileSystem, prefix: str, scheme: str,
 _PAGE = 1_000
 
 
-def _iter_objects(fs: fsspec.AbstractFileSystem, prefix: str, start: str = ""
-                  ) -> Iterator[dict[str, Any]]:
+def _iter_objects(fs: fsspec.AbstractFileSystem, prefix: str, start: str = "",
+                  one_level: bool = False) -> Iterator[dict[str, Any]]:
     """The info dictionaries of every object under ``prefix`` (what s3fs's ``find(...,
     detail=True)`` gives each) whose name there starts with ``start`` (or more, in the
     fallback), taken from the listing a page at a time instead of one list of them all.
@@ -181,10 +182,11 @@ def _iter_objects(fs: fsspec.AbstractFileSystem, prefix: str, start: str = ""
     bucket, _, key = prefix.partition("/")
     iterdir = getattr(fs, "_iterdir", None)
     if not (inspect.isasyncgenfunction(iterdir) and getattr(fs, "async_impl", False)):
-        yield from fs.find(prefix, detail=True).values()
+        yield from fs.find(prefix, detail=True, maxdepth=1 if one_level else None).values()
         return
     key = key.rstrip("/")
-    objects = iterdir(bucket, delimiter="", prefix=(key + "/" if key else "") + start)
+    objects = iterdir(bucket, delimiter="/" if one_level else "",
+                      prefix=(key + "/" if key else "") + start)
 
     async def take() -> list[dict[str, Any]]:
         page: list[dict[str, Any]] = []

@@ -83,8 +83,8 @@ def test_s3_globs_listed_page_by_page_as_glob_lists_them(
     listed: list[str] = []
     real = _listing_walk._iter_objects
 
-    def observed(fs, prefix, start=""):  # type: ignore[no-untyped-def]
-        for info in real(fs, prefix, start):
+    def observed(fs, prefix, start="", one_level=False):  # type: ignore[no-untyped-def]
+        for info in real(fs, prefix, start, one_level):
             listed.append(info["name"])
             yield info
 
@@ -109,6 +109,9 @@ def test_s3_globs_listed_page_by_page_as_glob_lists_them(
         if glob == "in/1/0/g000*":  # the literal head narrows the listing itself
             assert len(expected) == 5
             assert sorted(listed) == [u.split("://")[1] for _, u, _ in expected]
+        if glob == "in/*":  # one level listed, not the 300 objects below it
+            assert sorted(listed) == sorted(u.split("://")[1] for _, u, _ in expected)
+            assert len(listed) == 2
     assert empty == ["in/**/", "in/nothing*"]  # folders only (none on S3); no match
 
 

@@ -70,8 +70,8 @@ def test_s3_prefix_listed_page_by_page_as_find_lists_it(
     pages: list[int] = []
     real_take = _listing_walk._iter_objects
 
-    def paged(fs, prefix, start=""):  # type: ignore[no-untyped-def]
-        for info in real_take(fs, prefix, start):
+    def paged(fs, prefix, start="", one_level=False):  # type: ignore[no-untyped-def]
+        for info in real_take(fs, prefix, start, one_level):
             pages.append(1)
             yield info
 
