@@ -108,16 +108,6 @@ def test_s3_prefix_indexed_from_a_paged_listing(
         assert_matches_h5py(g.sidecar, local, s3_storage_options, remote_protocol="s3")
 
 
-def _staging_peak(prefix: str, storage_options: dict[str, object]) -> int:
-    tracemalloc.start()
-    try:
-        with stage_granules(prefix, storage_options=storage_options) as staged:
-            assert len(staged)
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
 @pytest.fixture
 def moto_process() -> Iterator[dict[str, object]]:
     """Storage options of a moto server in a process of its own on 127.0.0.1 (the session's
