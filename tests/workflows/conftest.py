@@ -96,3 +96,18 @@ def copy_tree(src: Path, dst: Path) -> Path:
     """Copy a folder (keeps mtimes)."""
     shutil.copytree(src, dst)
     return dst
+
+
+def observe_calls(monkeypatch: pytest.MonkeyPatch, targets) -> list:  # type: ignore[no-untyped-def]
+    """The first argument (a path) of every call of ``targets`` (``(class, method name)``
+    pairs) from now on, observed only: the methods still do what they do."""
+    calls: list = []
+    for cls, method in targets:
+        real = getattr(cls, method)
+
+        def counting(self, path, *args, _real=real, **kw):  # type: ignore[no-untyped-def]
+            calls.append(path)
+            return _real(self, path, *args, **kw)
+
+        monkeypatch.setattr(cls, method, counting)
+    return calls

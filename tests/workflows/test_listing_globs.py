@@ -19,7 +19,7 @@ from h5sidecar.errors import SourceNotFoundError
 from h5sidecar.sources._urls import normalize_url
 from h5sidecar.workflows import _listing_walk, index_many
 from h5sidecar.workflows._listing import _glob_root, identity_from_info, list_granules
-from tests.workflows.conftest import assert_matches_h5py, write_granule
+from tests.workflows.conftest import assert_matches_h5py, observe_calls, write_granule
 
 #: Globs of every form over the trees below: ``*``, ``?``, ``[ab]``, ``[!a]``, ``**``, nested
 #: levels, a literal head within a segment, dot-files (fsspec's patterns match them).
@@ -61,17 +61,8 @@ def _globbed(fs: fsspec.AbstractFileSystem, pattern: str, scheme: str
 def whole_listings(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The paths fsspec's whole-listing ``glob``/``find`` are called with (S3 and local),
     observed only: they still do what they do."""
-    calls: list[str] = []
-    for cls in (s3fs.S3FileSystem, LocalFileSystem):
-        for method in ("glob", "find"):
-            real = getattr(cls, method)
-
-            def counting(self, path, *args, _real=real, **kw):  # type: ignore[no-untyped-def]
-                calls.append(path)
-                return _real(self, path, *args, **kw)
-
-            monkeypatch.setattr(cls, method, counting)
-    yield calls
+    yield observe_calls(monkeypatch, [(cls, method) for cls in (s3fs.S3FileSystem, LocalFileSystem)
+                                      for method in ("glob", "find")])
 
 
 def test_s3_globs_listed_page_by_page_as_glob_lists_them(

@@ -19,7 +19,7 @@ import s3fs
 from h5sidecar.workflows import _listing_walk, _staged_listing, index_many
 from h5sidecar.workflows._listing import identity_from_info, list_granules, stage_granules
 from tests.conftest import free_port
-from tests.workflows.conftest import assert_matches_h5py, write_granule
+from tests.workflows.conftest import assert_matches_h5py, observe_calls, write_granule
 
 
 def _keys(bucket: str, n: int) -> dict[str, bytes]:
@@ -45,15 +45,7 @@ def _as_find_lists(fs: Any, found: dict[str, dict[str, Any]], root: str
 @pytest.fixture
 def no_find(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The paths s3fs's whole-listing ``find`` is called with from now on."""
-    calls: list[str] = []
-    real = s3fs.S3FileSystem.find
-
-    def counting(self, path, *args, **kw):  # type: ignore[no-untyped-def]
-        calls.append(path)
-        return real(self, path, *args, **kw)
-
-    monkeypatch.setattr(s3fs.S3FileSystem, "find", counting)
-    yield calls
+    yield observe_calls(monkeypatch, [(s3fs.S3FileSystem, "find")])
 
 
 def test_s3_prefix_listed_page_by_page_as_find_lists_it(
