@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from h5sidecar.catalog import CatalogResult, NoFootprint, StacApi, build_catalog, search_items
-from h5sidecar.catalog._geometry import acdd_footprint
+from h5sidecar.catalog.extent._geometry import acdd_footprint
 from h5sidecar.cli import main
 
 #: ATL14-like: a polar-stereographic grid (x/y in metres) over Greenland, bounds in ACDD.

@@ -7,9 +7,14 @@ import datetime as dt
 import numpy as np
 import pytest
 
-from h5sidecar.catalog._geometry import Track, grid_footprint, track_footprint
-from h5sidecar.catalog._time import decode_cf_range, gps_to_utc, parse_iso, time_range_from_attrs
-from h5sidecar.catalog._union import union_bbox
+from h5sidecar.catalog.extent._bbox_union import union_bbox
+from h5sidecar.catalog.extent._geometry import Track, grid_footprint, track_footprint
+from h5sidecar.catalog.extent._time_range import (
+    decode_cf_range,
+    gps_to_utc,
+    parse_iso,
+    time_range_from_attrs,
+)
 from tests.catalog._geo import inside_bbox, inside_geometry
 
 UTC = dt.UTC

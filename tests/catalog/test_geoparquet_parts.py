@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from h5sidecar.catalog import _geoparquet_parts as parts_mod
-from h5sidecar.catalog._geoparquet_parts import update_parts
 from h5sidecar.catalog._item_db import DB_NAME, connect, item_row, write_row
+from h5sidecar.catalog.geoparquet import _parts as parts_mod
+from h5sidecar.catalog.geoparquet._parts import update_parts
 
 T0 = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
 CID = "c"

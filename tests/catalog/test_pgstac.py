@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from h5sidecar.catalog import PgStacApi, StacApi, build_catalog, load_pgstac
-from h5sidecar.catalog._pgstac import backend_dsn
+from h5sidecar.catalog.pgstac._pgstac_api import backend_dsn
 from h5sidecar.cli import main
 from h5sidecar.errors import InvalidRequestError, NotIndexedError, SourceReadError
 from h5sidecar.gateway.app import create_app

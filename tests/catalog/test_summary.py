@@ -67,7 +67,7 @@ def test_summary_gives_the_extent_of_the_values(tmp_path: Path, lon: np.ndarray,
     def no_read(*args: object, **kwargs: object) -> None:
         raise AssertionError("values were read")
 
-    monkeypatch.setattr("h5sidecar.catalog._extent._Reader", no_read)
+    monkeypatch.setattr("h5sidecar.catalog.extent._granule_extent._Reader", no_read)
     recorded = granule_extent(refs)
     assert recorded == read
     assert recorded.footprint is not None and recorded.start is not None

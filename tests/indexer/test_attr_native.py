@@ -1,4 +1,4 @@
-"""Attributes decoded from the metadata bytes (:mod:`h5sidecar.indexer._attr_native`) are exactly
+"""Attributes decoded from the metadata bytes (:mod:`h5sidecar.indexer.attrs._native`) are exactly
 what h5py reads: value, value type and dtype, names and their order, for every object of every
 corpus file and of files written here with every attribute type and storage; what the native
 path does not decode falls back to h5py, and the converted attributes (``read_attrs``) are the
@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from h5sidecar.indexer import index_granule, open_source
-from h5sidecar.indexer._attr_native import NativeAttrs
-from h5sidecar.indexer._attrs import read_attrs
 from h5sidecar.indexer._walk import object_key
+from h5sidecar.indexer.attrs._native import NativeAttrs
+from h5sidecar.indexer.attrs._zarr_attrs import read_attrs
 from tests.conftest import CORPUS
 
 Builder = Callable[[h5py.File], Any]

@@ -176,9 +176,9 @@ def _link_layouts(f: h5py.File, group_twice: bool = False) -> None:
 def test_scale_names_with_one_path_skip_hdf5s_search(make_h5) -> None:
     """A scale with a single path is named by it without asking HDF5 (which searches the
     file); every scale still gets the name HDF5 would give."""
-    from h5sidecar.indexer._dims import DimensionNamer
-    from h5sidecar.indexer._scales import scale_name
     from h5sidecar.indexer._walk import object_key, walk
+    from h5sidecar.indexer.dims._dim_names import DimensionNamer
+    from h5sidecar.indexer.dims._scales import scale_name
 
     for libver, twice in (("earliest", False), ("latest", False), ("latest", True)):
         path = make_h5(lambda f, twice=twice: _link_layouts(f, twice), name=f"l-{libver}-{twice}.h5",
@@ -203,7 +203,7 @@ def test_dimension_only_scales_known_from_the_attributes_read(
     already decoded from the metadata bytes: HDF5 is not asked for each scale's ``NAME``."""
     import netCDF4
 
-    import h5sidecar.indexer._dims as dims_module
+    import h5sidecar.indexer.dims._dim_names as dims_module
 
     path = tmp_path / "t.nc"
     with netCDF4.Dataset(path, "w") as nc:

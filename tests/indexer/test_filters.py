@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from h5sidecar.errors import UnsupportedFeatureError
-from h5sidecar.indexer._filters import (
+from h5sidecar.indexer.filters import (
     chunk_pipeline,
     chunk_pipeline_differs,
     decode_chunk,

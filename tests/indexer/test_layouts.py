@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from h5sidecar.indexer import index_granule
-from h5sidecar.indexer._layout import split_rows
+from h5sidecar.indexer.layout._chunk_table import split_rows
 from h5sidecar.references import INLINE, MISSING
 from h5sidecar.settings import IndexSettings
 from tests.indexer._compare import assert_refs_match_h5py
@@ -235,7 +235,7 @@ def test_creation_property_list_copied_once_per_dataset(make_h5, tmp_path: Path)
     """Every part of the indexer reads one copy of a dataset's creation property list (HDF5
     copies it on each ``get_create_plist()``), and it says what a fresh copy says, for every
     layout."""
-    from h5sidecar.indexer._common import dcpl
+    from h5sidecar.indexer._failures import dcpl
 
     (tmp_path / "raw.bin").write_bytes(np.arange(4, dtype="<i4").tobytes())
 

@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 
 from h5sidecar.indexer import index_granule
-from h5sidecar.indexer._h5file import open_granule
+from h5sidecar.indexer.crawl._h5file import open_granule
 from tests.indexer._compare import assert_values_equal, h5_read, open_refs
 
 PAGE = 64 << 10

@@ -21,10 +21,10 @@ from h5sidecar.errors import (
     SourceReadError,
     StaleReferenceError,
 )
-from h5sidecar.indexer import _source_hints as hints
-from h5sidecar.indexer._source import LocalSource, RemoteSource, open_source
+from h5sidecar.indexer.crawl import _hints as hints
+from h5sidecar.indexer.crawl._source_file import LocalSource, RemoteSource, open_source
 from h5sidecar.settings import IndexSettings, ReadSettings, from_env
-from h5sidecar.sources._pages import PAGE
+from h5sidecar.sources.fetch._pages import PAGE
 from tests.faultproxy import FaultProxy
 
 #: (libver, user block size): classic format, newest format, classic behind a 1 KiB user block

@@ -17,7 +17,7 @@ from h5sidecar.indexer import index_granule
 from h5sidecar.read import SidecarStore, read_arrays
 from h5sidecar.references import write_parquet
 from h5sidecar.settings import ReadSettings
-from h5sidecar.sources._fetch import ChunkFetcher
+from h5sidecar.sources.fetch._chunk_fetcher import ChunkFetcher
 from tests.earthdata import PASSWORD, Archive, write_netrc
 
 pytestmark = pytest.mark.timeout(120)
@@ -169,7 +169,7 @@ def test_fetcher_pickle_has_no_secrets(earthdata: Archive) -> None:
 
 
 def test_http_client_and_auth_refuse_pickling() -> None:
-    from h5sidecar.sources._http import HttpClient
+    from h5sidecar.sources.web._http_client import HttpClient
 
     client = HttpClient({"token": "tok-SECRET"})
     assert "SECRET" not in repr(client)
@@ -203,7 +203,7 @@ def test_credentials_are_bound_to_hosts(tmp_path: Path) -> None:
     ],
 )
 def test_parse_https_urls(url: str, canon: str) -> None:
-    from h5sidecar.sources._urls import normalize_url, parse_url
+    from h5sidecar.sources.stores._urls import normalize_url, parse_url
 
     loc = parse_url(url)
     assert (loc.url, loc.kind) == (canon, "http")
@@ -295,7 +295,7 @@ def test_an_aws_session_token_is_never_a_bearer_token() -> None:
 
 def test_redirects_that_are_refused(no_env_auth: None) -> None:
     from h5sidecar.errors import SourceReadError
-    from h5sidecar.sources._http import HttpClient
+    from h5sidecar.sources.web._http_client import HttpClient
 
     client = HttpClient()
     src = "https://data.example.org/x.h5"
@@ -311,7 +311,7 @@ def test_a_redirect_loop_is_an_error(no_env_auth: None) -> None:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from h5sidecar.errors import SourceReadError
-    from h5sidecar.sources._http import MAX_REDIRECTS, HttpClient
+    from h5sidecar.sources.web._http_client import MAX_REDIRECTS, HttpClient
 
     hits = []
 

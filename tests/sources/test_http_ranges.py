@@ -15,8 +15,8 @@ from h5sidecar.errors import SourceReadError, StaleReferenceError
 from h5sidecar.indexer import index_granule
 from h5sidecar.read import read_arrays
 from h5sidecar.references import write_json
-from h5sidecar.sources._content_range import ContentRange, parse_content_range
-from h5sidecar.sources._http import HttpClient
+from h5sidecar.sources.web._content_range import ContentRange, parse_content_range
+from h5sidecar.sources.web._http_client import HttpClient
 from tests.sources.ranges_server import MODES, RangesServer, ranges_server
 
 pytestmark = pytest.mark.timeout(120)

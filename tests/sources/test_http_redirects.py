@@ -22,8 +22,8 @@ from h5sidecar.errors import SourceReadError
 from h5sidecar.indexer import index_granule
 from h5sidecar.read import read_arrays
 from h5sidecar.references import write_json
-from h5sidecar.sources._hops import RedirectPolicy
-from h5sidecar.sources._http import HttpClient
+from h5sidecar.sources.web._hops import RedirectPolicy
+from h5sidecar.sources.web._http_client import HttpClient
 from tests.sources.ranges_server import RangesServer, ranges_server
 
 pytestmark = pytest.mark.timeout(120)

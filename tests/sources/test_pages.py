@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from h5sidecar.sources._pages import PAGE, PageCache, page_runs, run_holding
+from h5sidecar.sources.fetch._pages import PAGE, PageCache, page_runs, run_holding
 
 
 def test_page_cache_is_bounded_and_serves_exact_bytes() -> None:

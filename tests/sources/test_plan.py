@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from h5sidecar.errors import InvalidReferenceError
-from h5sidecar.sources._plan import plan_coded, plan_reads
+from h5sidecar.sources.fetch._plan import plan_coded, plan_reads
 
 URLS = ("s3://bucket/a.h5", "s3://bucket/b.h5", "/data/c.h5")
 SIZE = 4096

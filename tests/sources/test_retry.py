@@ -1,4 +1,4 @@
-"""The one retry policy (sources/_retry.py) and which store failures it retries."""
+"""The one retry policy (sources/fetch/_retry.py) and which store failures it retries."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from h5sidecar.errors import SourceReadError, StaleReferenceError
-from h5sidecar.sources._backends import transient_store_error
-from h5sidecar.sources._retry import MAX_BACKOFF, backoff_delay, retrying
+from h5sidecar.sources.fetch._retry import MAX_BACKOFF, backoff_delay, retrying
+from h5sidecar.sources.stores._backends import transient_store_error
 
 
 class _Flaky:

@@ -18,9 +18,9 @@ from h5sidecar.errors import (
     StaleReferenceError,
     UnsupportedFeatureError,
 )
-from h5sidecar.sources import _stores
-from h5sidecar.sources._identity import source_identity
-from h5sidecar.sources._stores import (
+from h5sidecar.sources._source_identity import source_identity
+from h5sidecar.sources.stores import _store_cache as _stores
+from h5sidecar.sources.stores._store_cache import (
     MAX_CACHED_STORES,
     cached_store_count,
     clear_store_cache,

@@ -10,8 +10,8 @@ import pytest
 
 from h5sidecar.errors import ForbiddenSourceError, SourceReadError
 from h5sidecar.sources._allow import AllowList
-from h5sidecar.sources._stores import resolve_store
-from h5sidecar.sources._urls import normalize_url, parse_url
+from h5sidecar.sources.stores._store_cache import resolve_store
+from h5sidecar.sources.stores._urls import normalize_url, parse_url
 from h5sidecar.workflows._listing import list_granules
 
 #: S3 options that need no environment and reach nothing (resolve_store does no I/O).
