@@ -4,16 +4,18 @@
 ``(url, offset, length)`` requests it
 
 1. refuses, before any I/O, URLs outside the allow-list, ranges longer than
-   ``max_range_bytes`` and ranges past the end of a source's recorded size;
-2. coalesces the ranges with :func:`~h5sidecar.sources.fetch._plan.plan_reads`;
+   ``max_range_bytes`` and ranges past the end of a source's recorded size
+   (:mod:`._request_checks`);
+2. coalesces the ranges with :func:`~._plan.plan_reads`;
 3. issues the plan's requests concurrently, at most ``max_concurrency`` at a time per fetcher
    (and, in a lane of their own, ``max_small_concurrency`` requests of at most 64 KiB), through
    one connection pool per bucket/host (obstore) or ``os.pread`` in threads;
 4. retries throttling, 5xx, resets, timeouts and short bodies with exponential backoff and full
-   jitter (the package's one retry policy, :mod:`h5sidecar.sources.fetch._retry`), and raises :class:`~h5sidecar.errors.SourceReadError` when retries run out;
+   jitter (the package's one retry policy, :mod:`._retry`), and raises
+   :class:`~h5sidecar.errors.SourceReadError` when retries run out;
 5. confirms, before serving any byte, that the object is the one the sidecar describes (size and
    ETag or mtime, from the very response that carried the bytes) -- else
-   :class:`~h5sidecar.errors.StaleReferenceError`.
+   :class:`~h5sidecar.errors.StaleReferenceError` (:mod:`._freshness`).
 
 There is one async core (:meth:`ChunkFetcher.fetch`) and one sync bridge
 (:meth:`ChunkFetcher.fetch_sync`) that runs it on fsspec's I/O loop: no third event loop.
@@ -30,18 +32,15 @@ from typing import Any
 
 import numpy as np
 
-from h5sidecar.errors import (
-    InvalidReferenceError,
-    SourceReadError,
-    StaleReferenceError,
-)
+from h5sidecar.errors import SourceReadError
 from h5sidecar.references import MemberTable, SourceInfo
 from h5sidecar.references._io import scrub_credentials
 from h5sidecar.settings import ReadSettings
 from h5sidecar.sources._allow import AllowList, MemberAllowList, MemberSourceIndex, SourceIndex
-from h5sidecar.sources._seen import SEEN
 from h5sidecar.sources._stats import FetchStats
+from h5sidecar.sources.fetch._freshness import FreshnessGuard
 from h5sidecar.sources.fetch._plan import ReadPlan, plan_coded, plan_reads
+from h5sidecar.sources.fetch._request_checks import check_plan, check_read_settings
 from h5sidecar.sources.fetch._retry import retrying
 from h5sidecar.sources.stores._backends import (
     LocalReader,
@@ -121,7 +120,7 @@ class ChunkFetcher:
         self._setup()
 
     def _setup(self) -> None:
-        _check_settings(self.settings)
+        check_read_settings(self.settings)
         self.allow_list: AllowList
         self._known: SourceIndex
         if self.members is not None:  # a cube: its members looked up in their table, when read
@@ -136,9 +135,7 @@ class ChunkFetcher:
             self.allow_list = AllowList(
                 prefixes, lazy=self.lazy_allow_list or not self.settings.allowed_prefixes)
             self._known = SourceIndex(self.sources)
-        self._confirmed: set[str] = set()
-        # canonical URL -> time.monotonic() when the source was last seen to match its sidecar
-        self._confirmed_at: dict[str, float] = {}
+        self._fresh = FreshnessGuard(self.settings, self._known, self.stats)
         self._local = LocalReader()
         self._remote = ObjectStoreReader(self.storage_options)
         self._http = HttpReader(self.storage_options)
@@ -184,7 +181,8 @@ class ChunkFetcher:
             max_gap=self.settings.max_gap,
             max_request=self.settings.max_request,
         )
-        self._validate(plan, offsets, lengths)
+        check_plan(plan, offsets, lengths, allow_list=self.allow_list,
+                   max_range_bytes=self.settings.max_range_bytes, size_of=self._size_of)
         return plan
 
     def plan_coded(self, urls: Sequence[str], codes: np.ndarray, offsets: np.ndarray,
@@ -195,7 +193,8 @@ class ChunkFetcher:
         lengths = np.asarray(lengths, dtype=np.int64)
         plan = plan_coded(urls, codes, offsets, lengths, max_gap=self.settings.max_gap,
                           max_request=self.settings.max_request)  # fmt: skip
-        self._validate(plan, offsets, lengths)
+        check_plan(plan, offsets, lengths, allow_list=self.allow_list,
+                   max_range_bytes=self.settings.max_range_bytes, size_of=self._size_of)
         return plan
 
     async def fetch(
@@ -252,35 +251,6 @@ class ChunkFetcher:
         return spans
 
     # -- internals -----------------------------------------------------------------------------
-    def _validate(self, plan: ReadPlan, offsets: np.ndarray, lengths: np.ndarray) -> None:
-        for url in plan.urls:
-            self.allow_list.check(url)
-        limit = self.settings.max_range_bytes
-        if lengths.size and int(lengths.max()) > limit:
-            i = int(np.argmax(lengths))
-            raise InvalidReferenceError(
-                f"range {i} of {plan.range_length.size} asks for {int(lengths[i])} bytes, more "
-                f"than max_range_bytes={limit}; the reference looks corrupt (re-index the "
-                "granule) or raise H5SIDECAR_MAX_RANGE_BYTES"
-            )
-        sizes = np.array(
-            [self._size_of(u) for u in plan.urls] or [0], dtype=np.float64
-        )  # float: -1 / unknown sizes are inf below
-        sizes[sizes < 0] = np.inf
-        ends = offsets + lengths
-        live = plan.range_span >= 0
-        if live.any():
-            url_of = plan.span_url[plan.range_span[live]]
-            past = ends[live] > sizes[url_of]
-            if past.any():
-                i = int(np.flatnonzero(live)[np.argmax(past)])
-                url = plan.urls[int(plan.span_url[plan.range_span[i]])]
-                raise InvalidReferenceError(
-                    f"range [{int(offsets[i])}, {int(ends[i])}) lies past the end of {url} "
-                    f"({int(sizes[url_of][np.argmax(past)])} bytes when indexed); the sidecar "
-                    "is corrupt: re-index the granule"
-                )
-
     def _size_of(self, url: str) -> int:
         info = self._known.get(parse_url(url, untrusted=True).url)
         return -1 if info is None else info.size
@@ -305,7 +275,7 @@ class ChunkFetcher:
             async with self._semaphore(stop - start):
                 data, seen = await self._timed(reader.read(loc, start, stop), loc)
             # identity first: a replaced, shorter object is stale, not a flaky network
-            self._check_fresh(loc, seen)
+            self._fresh.check(loc, seen)
             if len(data) != stop - start:
                 raise TransientReadError(f"short read: got {len(data)} of {stop - start} bytes")
             log.debug("GET %s [%d, %d) %d bytes in %.1f ms", loc.url, start, stop,
@@ -333,7 +303,7 @@ class ChunkFetcher:
                 url=loc.url,
             ) from last
         except SourceGoneError as exc:
-            raise self._stale(loc, str(exc)) from exc
+            raise self._fresh.stale(loc, str(exc)) from exc
         self.stats.add(requests=1, bytes_fetched=len(data))
         return data
 
@@ -375,21 +345,7 @@ class ChunkFetcher:
         """
         if not self.settings.check_freshness:
             return
-        now = time.monotonic()
-        window = self.settings.revalidate_seconds
-        due = []
-        for url in dict.fromkeys(urls):
-            loc = self.allow_list.check(url)
-            info = self._known.get(loc.url)
-            if info is None:
-                continue
-            latest = SEEN.latest(loc.url)  # another reader of this process may have seen more
-            if latest is not None and not info.same_object(latest):
-                raise self._stale(loc, f"it is now {_describe(latest)} but was "
-                                       f"{_describe(info)} when indexed")  # fmt: skip
-            seen_at = self._confirmed_at.get(loc.url)
-            if seen_at is None or now - seen_at >= window:
-                due.append(loc)
+        due = self._fresh.due(urls, self.allow_list)
         if due:
             await _gather_or_cancel([self._stat(loc) for loc in due])
 
@@ -411,79 +367,13 @@ class ChunkFetcher:
                 url=loc.url,
             ) from exc
         except SourceGoneError as exc:
-            raise self._stale(loc, str(exc)) from exc
+            raise self._fresh.stale(loc, str(exc)) from exc
         self.stats.add(revalidations=1)
-        self._check_fresh(loc, seen)
-
-    def _check_fresh(self, loc: SourceLocation, seen: ObservedIdentity) -> None:
-        if not self.settings.check_freshness:
-            return
-        info = self._known.get(loc.url)
-        if info is None:
-            return  # allowed by prefix but not described by any sidecar: nothing to compare
-        now = SourceInfo(url=info.url, size=seen.size, etag=seen.etag, mtime=seen.mtime,
-                         mtime_ns=seen.mtime_ns, inode=seen.inode, ctime_ns=seen.ctime_ns)  # fmt: skip
-        SEEN.note(loc.url, now)  # so that every reader of this process compares with it
-        if not info.same_object(now):
-            raise self._stale(
-                loc,
-                f"it is now {_describe(now)} but was {_describe(info)} when indexed",
-            )
-        self._confirmed_at[loc.url] = time.monotonic()
-        if loc.url not in self._confirmed:
-            self._confirmed.add(loc.url)
-            self.stats.add(freshness_checks=1)
-
-    def _stale(self, loc: SourceLocation, why: str) -> StaleReferenceError:
-        info = self._known.get(loc.url)
-        name = info.url if info is not None else loc.url
-        return StaleReferenceError(
-            f"granule {name} changed since its sidecar was written ({why}); its references no "
-            "longer point at the right bytes: re-index it (h5sidecar index) and read the new "
-            "sidecar",
-            url=name,
-        )
-
+        self._fresh.check(loc, seen)
 
 def _transient(exc: Exception) -> bool:
     """Whether a failed attempt is worth another (throttling, 5xx, reset, timeout, short read)."""
     return isinstance(exc, TransientReadError)
-
-
-def _check_settings(s: ReadSettings) -> None:
-    """Refuse settings that would deadlock or loop (e.g. a semaphore of 0)."""
-    bad = {
-        "max_concurrency": s.max_concurrency < 1,
-        "max_small_concurrency": s.max_small_concurrency < 1,
-        "max_request": s.max_request < 1,
-        "max_range_bytes": s.max_range_bytes < 1,
-        "max_gap": s.max_gap < 0,
-        "retries": s.retries < 0,
-        "backoff": not s.backoff >= 0,
-        "revalidate_seconds": not s.revalidate_seconds >= 0,
-        "request_timeout": not s.request_timeout > 0,
-        "subchunk_fraction": not 0 <= s.subchunk_fraction <= 1,
-    }
-    wrong = [name for name, is_bad in bad.items() if is_bad]
-    if wrong:
-        values = ", ".join(f"{n}={getattr(s, n)!r}" for n in wrong)
-        raise ValueError(
-            f"invalid read settings: {values}; counts and sizes must be positive (max_gap, "
-            "retries and backoff may be 0; subchunk_fraction is between 0 and 1). Check the H5SIDECAR_* environment variables."
-        )
-
-
-def _describe(info: SourceInfo) -> str:
-    bits = [f"{info.size} bytes"]
-    if info.etag is not None:
-        bits.append(f"ETag {info.etag}")
-    if info.mtime is not None:
-        bits.append(f"mtime {info.mtime:.6f}")
-    if info.inode is not None:
-        bits.append(f"inode {info.inode}")
-    if info.ctime_ns is not None:
-        bits.append(f"ctime {info.ctime_ns / 1e9:.6f}")
-    return ", ".join(bits)
 
 
 async def _gather_or_cancel(jobs: list[Any]) -> list[Any]:
