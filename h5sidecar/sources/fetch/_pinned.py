@@ -6,7 +6,7 @@ Runs on fsspec's I/O loop (one async core for the package).  Three kinds of requ
   read-ahead), cached by page;
 * **prefetch** requests, for pages a caller said it will need (:meth:`PinnedFetcher.want`;
   the indexer's metadata crawl does).  Wanted pages wait in a pool; whenever a request slot is
-  free the pool is cut into runs (:func:`~h5sidecar.sources.fetch._pages.run_holding`: the planner's
+  free the pool is cut into runs (:func:`~._pages.run_holding`: the planner's
   coalescing, never across pages already cached or coming) and the run holding the oldest wanted
   page goes out.  So requests stay few and large while ``concurrency`` of them are in flight;
 * **batched ranges** (:meth:`PinnedFetcher.fetch_ranges`, e.g. chunk data), coalesced by the
@@ -15,8 +15,8 @@ Runs on fsspec's I/O loop (one async core for the package).  Three kinds of requ
 Every request after the first carries ``If-Match`` on the first response's ETag (or
 ``If-Unmodified-Since`` when the store gives no ETag), and every response's size and ETag are
 compared with the first one's: a server that ignores the condition cannot mix two versions.
-Failed attempts are retried by the package's one policy (:mod:`h5sidecar.sources.fetch._retry`);
-the obstore client's own retries are off.
+Failed attempts are retried by the package's one policy (:mod:`._retry`); the obstore client's
+own retries are off.  Each request is one GET of :mod:`._pinned_get`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import obstore
 
 from h5sidecar.errors import (
     H5SidecarError,
@@ -38,11 +37,17 @@ from h5sidecar.errors import (
 from h5sidecar.sources._source_identity import identity_from_meta
 from h5sidecar.sources._stats import FetchStats
 from h5sidecar.sources.fetch._pages import PAGE, PageCache, assemble_pages, run_holding
+from h5sidecar.sources.fetch._pinned_get import (
+    ShortRead,
+    Stalled,
+    answer,
+    check_same_object,
+    stalled_error,
+    transient,
+)
 from h5sidecar.sources.fetch._plan import plan_coded
 from h5sidecar.sources.fetch._retry import retrying
-from h5sidecar.sources.stores._backends import transient_store_error
 from h5sidecar.sources.stores._store_cache import STORE_ERRORS, http_status, translate_store_error
-from h5sidecar.sources.web._http_store import HttpStore
 
 if TYPE_CHECKING:
     from h5sidecar.references import SourceInfo
@@ -53,39 +58,6 @@ __all__ = ["PinnedFetcher"]
 
 #: HDF5's format signature: only objects that carry it are fetched whole (see ``open``).
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
-
-
-async def _get_async(store: Any, path: str, options: dict[str, Any]) -> Any:
-    """One GET through obstore, or through a web source's own store."""
-    if isinstance(store, HttpStore):
-        return await store.get_async(path, options)
-    return await obstore.get_async(store, path, options=options)  # type: ignore[arg-type]
-
-
-class _ShortRead(Exception):
-    """A body shorter or longer than the range asked for (internal; retried, then a
-    SourceReadError)."""
-
-
-class _Stalled(Exception):
-    """No whole answer within ``source_request_timeout`` (internal; retried, then a
-    SourceReadError)."""
-
-
-def _transient(exc: Exception) -> bool:
-    """Whether a failed GET is worth another attempt (short bodies and stalls included)."""
-    return isinstance(exc, _ShortRead | _Stalled) or transient_store_error(exc)
-
-
-async def _answer(store: Any, path: str, options: dict[str, Any], timeout: float) -> Any:
-    """One GET and its whole body within ``timeout`` seconds (:class:`_Stalled` past it): a
-    server that stops answering must cost a retry, not the granule's whole time limit."""
-    try:
-        async with asyncio.timeout(timeout):
-            result = await _get_async(store, path, options)
-            return result, bytes(await result.bytes_async())
-    except TimeoutError as exc:
-        raise _Stalled(timeout) from exc
 
 
 class PinnedFetcher:
@@ -171,23 +143,23 @@ class PinnedFetcher:
 
         async def once() -> Any:
             options = {"range": (0, self.first_request)}
-            result, data = await _answer(self.store, self.path, options, self.request_timeout)
+            result, data = await answer(self.store, self.path, options, self.request_timeout)
             # obstore checks Content-Range, not the body's length: bytes past the range would
             # be cached as the object's
             if len(data) != min(self.first_request, int(result.meta["size"])):
-                raise _ShortRead(len(data))
+                raise ShortRead(len(data))
             return result, data
 
         try:
             result, data = await retrying(once, retries=self.retries, backoff=self.backoff,
-                                          retry_if=_transient, on_retry=self._count_retry)  # fmt: skip
+                                          retry_if=transient, on_retry=self._count_retry)  # fmt: skip
         except FileNotFoundError as exc:
             raise SourceNotFoundError(f"{self.url} does not exist; check the URL") from exc
         except H5SidecarError:
             raise  # already says what happened (e.g. a web source refused the credentials)
-        except _Stalled as exc:
-            raise self._stalled(exc, "its first bytes") from exc
-        except _ShortRead as exc:
+        except Stalled as exc:
+            raise stalled_error(self.url, exc, "its first bytes", self.retries) from exc
+        except ShortRead as exc:
             raise SourceReadError(
                 f"{self.url} answered {exc.args[0]} bytes for its first "
                 f"{self.first_request}; the connection was cut or the server miscounts: retry",
@@ -234,24 +206,26 @@ class PinnedFetcher:
         SourceReadError
             The store kept failing, or kept answering short.
         """
-        assert self.identity is not None
+        identity = self.identity
+        assert identity is not None
 
         async def once() -> Any:
             options = {"range": (start, stop), **self._pin}
-            result, data = await _answer(self.store, self.path, options, self.request_timeout)
-            self._check_identity(result.meta)  # a replaced, shorter object is stale, not short
+            result, data = await answer(self.store, self.path, options, self.request_timeout)
+            # a replaced, shorter object is stale, not short
+            check_same_object(self.url, identity, result.meta)
             if len(data) != stop - start:
-                raise _ShortRead(len(data))
+                raise ShortRead(len(data))
             return data
 
         try:
             return await retrying(once, retries=self.retries, backoff=self.backoff,  # type: ignore[no-any-return]
-                                  retry_if=_transient, on_retry=self._count_retry)  # fmt: skip
+                                  retry_if=transient, on_retry=self._count_retry)  # fmt: skip
         except H5SidecarError:
             raise  # the object changed: not a store failure to translate
-        except _Stalled as exc:
-            raise self._stalled(exc, f"bytes {start}-{stop - 1}") from exc
-        except _ShortRead as exc:
+        except Stalled as exc:
+            raise stalled_error(self.url, exc, f"bytes {start}-{stop - 1}", self.retries) from exc
+        except ShortRead as exc:
             raise SourceReadError(
                 f"short read from {self.url}: {exc.args[0]} of {stop - start} bytes at {start}; "
                 "the connection was cut: retry",
@@ -259,29 +233,6 @@ class PinnedFetcher:
             ) from exc
         except STORE_ERRORS as exc:
             raise translate_store_error(exc, self.url, f"GET bytes {start}-{stop - 1} of") from exc
-
-    def _stalled(self, exc: _Stalled, what: str) -> SourceReadError:
-        return SourceReadError(
-            f"no answer with {what} of {self.url} within source_request_timeout="
-            f"{exc.args[0]:g} s, {self.retries + 1} time(s): the server stalls; retry later, "
-            "or raise H5SIDECAR_SOURCE_REQUEST_TIMEOUT for a slow link",
-            url=self.url,
-        )
-
-    def _check_identity(self, meta: Any) -> None:
-        assert self.identity is not None
-        if int(meta["size"]) != self.identity.size:
-            raise StaleReferenceError(
-                f"{self.url} changed size while it was being read; index it again", url=self.url
-            )
-        etag = identity_from_meta(self.url, meta).etag
-        if self.identity.etag is not None and etag != self.identity.etag:
-            # a server that ignores If-Match answers with another version's bytes: refuse them
-            raise StaleReferenceError(
-                f"{self.url} changed while it was being read (ETag {etag!r} in a response, "
-                f"{self.identity.etag!r} when it was opened); index it again",
-                url=self.url,
-            )
 
     def _launch(self, first: int, last: int, *, prefetch: bool) -> None:
         """Fetch pages ``first..last`` (inclusive) in one background request."""
