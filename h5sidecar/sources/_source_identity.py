@@ -18,7 +18,8 @@ import obstore
 from h5sidecar.errors import SourceNotFoundError, SourceReadError
 from h5sidecar.references import SourceInfo
 from h5sidecar.sources._observed import datetime_ns
-from h5sidecar.sources.stores._store_cache import STORE_ERRORS, resolve_store, translate_store_error
+from h5sidecar.sources.stores._store_cache import resolve_store
+from h5sidecar.sources.stores._store_errors import STORE_ERRORS, translate_store_error
 from h5sidecar.sources.stores._urls import normalize_url
 
 if TYPE_CHECKING:

@@ -27,8 +27,8 @@ from h5sidecar.sources.stores._store_cache import (
     normalize_url,
     parse_url,
     resolve_store,
-    translate_store_error,
 )
+from h5sidecar.sources.stores._store_errors import STORE_ERRORS, translate_store_error
 
 
 # -- parsing -------------------------------------------------------------------------------------
@@ -276,7 +276,7 @@ def test_failed_if_match_translates_to_stale_reference(
 ) -> None:
     url, _ = s3_object
     store, loc = resolve_store(url, s3_storage_options)
-    with pytest.raises(_stores.STORE_ERRORS) as info:
+    with pytest.raises(STORE_ERRORS) as info:
         obstore.get(store, loc.path, options={"if_match": '"not-the-etag"', "range": (0, 4)})
     err = translate_store_error(info.value, url, "GET")
     assert isinstance(err, StaleReferenceError) and err.url == url

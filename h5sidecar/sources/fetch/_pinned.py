@@ -47,7 +47,7 @@ from h5sidecar.sources.fetch._pinned_get import (
 )
 from h5sidecar.sources.fetch._plan import plan_coded
 from h5sidecar.sources.fetch._retry import retrying
-from h5sidecar.sources.stores._store_cache import STORE_ERRORS, http_status, translate_store_error
+from h5sidecar.sources.stores._store_errors import STORE_ERRORS, http_status, translate_store_error
 
 if TYPE_CHECKING:
     from h5sidecar.references import SourceInfo

@@ -33,7 +33,8 @@ from h5sidecar.sources._source_identity import identity_from_stat, source_identi
 from h5sidecar.sources._stats import FetchStats
 from h5sidecar.sources.fetch._retry import retrying
 from h5sidecar.sources.stores._backends import NO_RETRY, transient_store_error
-from h5sidecar.sources.stores._store_cache import STORE_ERRORS, resolve_store, translate_store_error
+from h5sidecar.sources.stores._store_cache import resolve_store
+from h5sidecar.sources.stores._store_errors import STORE_ERRORS, translate_store_error
 
 if TYPE_CHECKING:
     from h5sidecar.references import SourceInfo

@@ -37,12 +37,12 @@ from h5sidecar.sources._observed import (  # re-exported: the readers' shared le
     TransientReadError,
     datetime_ns,
 )
-from h5sidecar.sources.stores._store_cache import (
+from h5sidecar.sources.stores._store_cache import resolve_store
+from h5sidecar.sources.stores._store_errors import (
     STORE_ERRORS,
     http_status,
     provider_failure,
     range_mismatch,
-    resolve_store,
 )
 from h5sidecar.sources.stores._urls import SourceLocation
 
