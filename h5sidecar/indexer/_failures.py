@@ -1,4 +1,10 @@
-"""Small shared pieces of the indexer: the skip signal, error classification, path helpers."""
+"""What the indexer does when something fails: the skip signal, and which errors are HDF5's.
+
+A variable that cannot be represented raises :class:`Skip` (recorded with its reason, or raised
+with ``on_unsupported="raise"``); an error out of h5py is told apart from a failure to read the
+source (:func:`is_io_failure`), which must abort the granule instead.  Also :func:`dcpl`, the
+one copy of a dataset's creation property list that the indexer's stages share.
+"""
 
 from __future__ import annotations
 
