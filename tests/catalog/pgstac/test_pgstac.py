@@ -25,7 +25,7 @@ from h5sidecar.gateway.app import create_app
 from h5sidecar.settings import GatewaySettings
 from tests.catalog._pgstac_server import missing, pgstac_cluster
 from tests.catalog.conftest import Indexed
-from tests.catalog.test_acdd_footprint import _projected
+from tests.catalog.extent.test_acdd_footprint import _projected
 from tests.conftest import free_port
 from tests.gateway._http import running, wait_healthy
 

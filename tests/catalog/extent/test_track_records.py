@@ -15,8 +15,7 @@ import pytest
 
 from h5sidecar.catalog import granule_extent
 from h5sidecar.references import GranuleRefs, read_refs
-
-from ._geo import inside_bbox, inside_geometry
+from tests.catalog._geo import inside_bbox, inside_geometry
 
 BEAMS = ("gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r")
 GPS_EPOCH = dt.datetime(1980, 1, 6, tzinfo=dt.UTC)
