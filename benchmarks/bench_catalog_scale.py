@@ -213,8 +213,8 @@ def _duckdb(work: Path, n: int) -> dict[str, Any] | str:
         import duckdb
     except ImportError:
         return "duckdb not installed"
-    from h5sidecar.catalog._geoparquet import write_geoparquet
     from h5sidecar.catalog._item_db import DB_NAME, connect, iter_docs
+    from h5sidecar.catalog.geoparquet._stac_geoparquet import write_geoparquet
 
     path = work / "bench" / "items.parquet"
     if not path.exists():

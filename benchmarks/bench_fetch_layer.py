@@ -35,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from s3server import start_server
 
 from h5sidecar.settings import ReadSettings
-from h5sidecar.sources._backends import NO_RETRY
-from h5sidecar.sources._fetch import ChunkFetcher
-from h5sidecar.sources._identity import source_identity
-from h5sidecar.sources._stores import resolve_store
+from h5sidecar.sources._source_identity import source_identity
+from h5sidecar.sources.fetch._chunk_fetcher import ChunkFetcher
+from h5sidecar.sources.stores._backends import NO_RETRY
+from h5sidecar.sources.stores._store_cache import resolve_store
 
 OBJECT_BYTES = 256 * 2**20
 CONCURRENCY = 32

@@ -442,7 +442,7 @@ def _cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
               f"(token {'required' if settings.token else 'off'}; Ctrl-C stops)")
     stac_api: Any = None
     if args.stac_backend:
-        from h5sidecar.catalog._pgstac import PgStacApi, backend_dsn
+        from h5sidecar.catalog.pgstac._pgstac_api import PgStacApi, backend_dsn
 
         if args.stac:
             from h5sidecar.errors import InvalidRequestError

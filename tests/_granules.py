@@ -123,7 +123,7 @@ def _manifest(dset: h5py.Dataset, url: str, chunks: tuple[int, ...]) -> ChunkMan
 
 def build_refs(path: str | Path) -> GranuleRefs:
     """Minimal references for a local HDF5 file (numeric, |S and structured datasets)."""
-    from h5sidecar.indexer._filters import pipeline_for
+    from h5sidecar.indexer.filters import pipeline_for
 
     url = str(Path(path).resolve())
     groups: dict[str, dict[str, Any]] = {}

@@ -5,7 +5,7 @@ HDF5 never allocated reads as the storage fill value, and the sidecar keeps it m
 (``MISSING``) wherever a Zarr reader reads a missing chunk as that value: integers and
 fixed-size strings with the default fill, floats with a CF ``_FillValue`` equal to the storage
 fill.  (Floats with the default fill and variable-length strings are stored in the sidecar
-instead; see ``h5sidecar.indexer._fillchunks`` and the string materialisation.)
+instead; see ``h5sidecar.indexer.layout._fillchunks`` and the string materialisation.)
 """
 
 from __future__ import annotations

@@ -195,7 +195,7 @@ def earthdata(monkeypatch: pytest.MonkeyPatch) -> Iterator[Archive]:
 
     Its login host (which serves the signed URLs) is an allowed redirect target, as an
     Earthdata user allows the login host and the host of the signed URLs."""
-    from h5sidecar.sources._http import clear_http_clients
+    from h5sidecar.sources.web._http_client import clear_http_clients
 
     archive = Archive()
     servers = []

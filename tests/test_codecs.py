@@ -17,8 +17,8 @@ import zarr
 
 from h5sidecar.codecs import CODECS, HDF5Bitshuffle, HDF5Nbit, HDF5ScaleOffset
 from h5sidecar.codecs._bitpack import pack_fields, unpack_fields
-from h5sidecar.codecs._compress import bitunshuffle, bitunshuffle_block_numpy
-from h5sidecar.indexer._filters import pipeline_for
+from h5sidecar.codecs._bitshuffle import bitunshuffle, bitunshuffle_block_numpy
+from h5sidecar.indexer.filters import pipeline_for
 
 RNG = np.random.default_rng(7)
 

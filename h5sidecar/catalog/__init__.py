@@ -45,16 +45,16 @@ _LAZY = {
     "NoFootprint": "_build",
     "build_catalog": "_build",
     "list_indexed": "_build",
-    "GranuleExtent": "_extent",
-    "granule_extent": "_extent",
+    "GranuleExtent": "extent._granule_extent",
+    "granule_extent": "extent._granule_extent",
     "STACValidationError": "_validate",
     "validate_document": "_validate",
     "validate_tree": "_validate",
     "open_item": "_open_item",
-    "StacApi": "_search",
-    "search_items": "_search",
-    "PgStacApi": "_pgstac",
-    "load_pgstac": "_pgstac_load",
+    "StacApi": "search._static_api",
+    "search_items": "search._static_api",
+    "PgStacApi": "pgstac._pgstac_api",
+    "load_pgstac": "pgstac._pgstac_load",
 }
 
 

@@ -97,7 +97,7 @@ def build_catalog(
     geoparquet : bool
         Write the collection's items as stac-geoparquet (``<collection>/items.parquet/``, a
         folder of parts; a run writes the parts of what changed, see
-        :mod:`._geoparquet_parts`).
+        :mod:`~h5sidecar.catalog.geoparquet._parts`).
     track_footprints : {"recorded", "read"}
         Along-track granules (ICESat-2-like): located from what the indexer recorded, or their
         ACDD attributes (a box; no source read), or ``"read"``: every track's positions are

@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from h5sidecar.catalog._extent import GranuleExtent
-from h5sidecar.catalog._time import parse_iso
+from h5sidecar.catalog.extent._granule_extent import GranuleExtent
+from h5sidecar.catalog.extent._time_range import parse_iso
 from h5sidecar.references import GranuleRefs
 
 __all__ = [

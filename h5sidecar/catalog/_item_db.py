@@ -3,7 +3,7 @@
 One row per catalogued sidecar, keyed by the sidecar's URL and identity (size and modification
 time of its file, or of a Parquet sidecar's ``.zmetadata``), so that ``h5sidecar catalog``
 re-reads only new or changed sidecars and drops removed ones; the same rows answer the STAC
-API (:mod:`._item_query`): an R-tree over longitude, latitude and time finds the candidates of a
+API (:mod:`~h5sidecar.catalog.search._item_query`): an R-tree over longitude, latitude and time finds the candidates of a
 bbox/datetime search, ``(collection, id)`` is indexed for ``item()``, and the integer ``key``
 orders pages (keyset cursor).
 

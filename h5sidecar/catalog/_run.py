@@ -4,7 +4,7 @@ Steps: (1) :func:`._sync.sync_dest` reads only new or changed sidecars; (2) the 
 settled (a renamed collection moves its items); (3) the item documents of changed rows are
 written, those of removed rows deleted; (4) the collection's extent is computed in SQL (no list
 of items is held), its document and the root's are written when their text changes; (5) the
-stac-geoparquet parts of the changed and removed items are written (:mod:`._geoparquet_parts`).
+stac-geoparquet parts of the changed and removed items are written (:mod:`~h5sidecar.catalog.geoparquet._parts`).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from h5sidecar.catalog._tree import (
     write_item,
     write_root,
 )
-from h5sidecar.catalog._union import union_bbox
 from h5sidecar.catalog._validate import ShapeValidator, validate_document
+from h5sidecar.catalog.extent._bbox_union import union_bbox
 from h5sidecar.references import GranuleRefs
 
 __all__ = ["JSON_TREE_MAX_ITEMS", "ROOT_ID", "Run"]
@@ -153,7 +153,7 @@ class Run:
         parts_clean = db.execute("SELECT 1 FROM parquet_clean WHERE dest = ?",
                                  (dest,)).fetchone() is not None  # fmt: skip
         if geoparquet and (rewrite_all or not parts_clean or not parquet.is_dir()):
-            from h5sidecar.catalog._geoparquet_parts import update_parts
+            from h5sidecar.catalog.geoparquet._parts import update_parts
 
             # (it compares its records with every item: a no-op run skips that when the run
             # before brought the parts up to date)

@@ -21,11 +21,11 @@ codec id                   HDF5 filter                                  class
 from __future__ import annotations
 
 from h5sidecar.codecs._bitpack import HDF5Nbit, HDF5ScaleOffset
+from h5sidecar.codecs._bitshuffle import HDF5Bitshuffle
 from h5sidecar.codecs._compress import (
     HDF5LZ4,
     HDF5LZF,
     HDF5ZFP,
-    HDF5Bitshuffle,
     HDF5Blosc2,
     HDF5FilterPlugin,
     HDF5Szip,

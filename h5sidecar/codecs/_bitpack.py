@@ -119,7 +119,7 @@ class HDF5Nbit(Codec):
     """HDF5 N-bit filter (id 5): each element's significant bits, packed back to back.
 
     The layout comes from the filter's ``cd_values`` (flattened by
-    :func:`h5sidecar.indexer._filters` into ``fields``).  Decoding yields the *values* h5py
+    :func:`h5sidecar.indexer.filters` into ``fields``).  Decoding yields the *values* h5py
     gives: integer fields of reduced precision are shifted down and, when signed, sign-extended
     (HDF5 does that in its type conversion, which Zarr has no other place for).
 

@@ -4,7 +4,7 @@
 sources.  Every read checks its URLs against the allow-list before any I/O, holds one of its
 granule's ``max_per_granule`` slots and then one of the gateway's ``max_upstream`` (so requests
 queued behind a stalled source never hold gateway-wide slots), and goes through the granule's
-:class:`~h5sidecar.sources._fetch.ChunkFetcher` (coalescing, retries, freshness guard).  Whole
+:class:`~h5sidecar.sources.fetch._chunk_fetcher.ChunkFetcher` (coalescing, retries, freshness guard).  Whole
 chunks up to :data:`CHUNK_CACHE_ITEM` bytes are kept in a byte-bounded LRU; a hit is served only
 while its source was seen unchanged within ``revalidate_seconds``.
 """

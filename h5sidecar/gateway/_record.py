@@ -34,7 +34,7 @@ from h5sidecar.errors import (
     SourceReadError,
 )
 from h5sidecar.sources._allow import AllowList
-from h5sidecar.sources._urls import SourceLocation, parse_url
+from h5sidecar.sources.stores._urls import SourceLocation, parse_url
 
 __all__ = ["Located", "RecordAllowList", "RecordView"]
 

@@ -18,7 +18,7 @@ from h5sidecar.read._rechunk import RechunkSpec
 from h5sidecar.read.store import SidecarStore
 from h5sidecar.references import ArrayRefs, GranuleRefs, key_problem, key_safe_name
 from h5sidecar.settings import ReadSettings
-from h5sidecar.sources._fetch import ChunkFetcher
+from h5sidecar.sources.fetch._chunk_fetcher import ChunkFetcher
 
 __all__ = ["GranuleEntry", "Resolved", "View"]
 

@@ -463,7 +463,7 @@ async def _serve_then_drop_queued(server: Any) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     from h5sidecar.read import _decode
-    from h5sidecar.sources._backends import drop_queued_reads
+    from h5sidecar.sources.stores._backends import drop_queued_reads
 
     pool = ThreadPoolExecutor(thread_name_prefix="h5sidecar-gateway")
     asyncio.get_running_loop().set_default_executor(pool)

@@ -3,7 +3,7 @@
 :class:`Gateway` turns a request path into bytes: it finds the granule's sidecar under DEST
 (:mod:`h5sidecar.gateway._dest`), opens it as a :class:`~h5sidecar.read.store.SidecarStore`
 per Zarr view (v2, v3), resolves the key with the store's key space, and reads chunk bytes with
-the store's :class:`~h5sidecar.sources._fetch.ChunkFetcher`.  The web layer
+the store's :class:`~h5sidecar.sources.fetch._chunk_fetcher.ChunkFetcher`.  The web layer
 (:mod:`h5sidecar.gateway.app`) only maps this to HTTP.
 
 Views of one granule:

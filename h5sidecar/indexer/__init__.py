@@ -16,18 +16,18 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from h5sidecar.indexer._checksums import chunk_hash
-from h5sidecar.indexer._dtypes import ENUMS_KEY, REFERENCES_KEY
-from h5sidecar.indexer._filters import (
+from h5sidecar.indexer._granule import index_open_granule, skip_loses_data
+from h5sidecar.indexer._summary import SUMMARY_KEY as COORDINATE_SUMMARY_KEY
+from h5sidecar.indexer._summary import longitude_arc
+from h5sidecar.indexer.crawl._h5file import open_granule
+from h5sidecar.indexer.crawl._source_file import open_source
+from h5sidecar.indexer.dtypes._dtype_plan import ENUMS_KEY, REFERENCES_KEY
+from h5sidecar.indexer.filters import (
     chunk_pipeline,
     chunk_pipeline_differs,
     partial_edge_chunks_unfiltered,
     pipeline_for,
 )
-from h5sidecar.indexer._granule import index_open_granule, skip_loses_data
-from h5sidecar.indexer._h5file import open_granule
-from h5sidecar.indexer._source import open_source
-from h5sidecar.indexer._summary import SUMMARY_KEY as COORDINATE_SUMMARY_KEY
-from h5sidecar.indexer._summary import longitude_arc
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import IndexSettings
 

@@ -11,21 +11,21 @@ import h5py
 import numpy as np
 
 from h5sidecar.errors import ErrorKind, UnsupportedFeatureError
-from h5sidecar.indexer._attr_native import NativeAttrs
-from h5sidecar.indexer._attrs import read_attrs
-from h5sidecar.indexer._common import H5PY_ERRORS, dcpl, fail, reraise_io_failure
-from h5sidecar.indexer._dims import DimensionNamer
-from h5sidecar.indexer._dtypes import DtypePlan, plan_dtype
-from h5sidecar.indexer._external import external_segments, external_table
-from h5sidecar.indexer._fillchunks import materialize_missing
-from h5sidecar.indexer._filtermask import describe_mask, effective_masks, pick_mask
-from h5sidecar.indexer._filters import chunk_pipeline, hdf5_filters, pipeline_for
-from h5sidecar.indexer._layout import ChunkTable, chunked_table, contiguous_table
+from h5sidecar.indexer._failures import H5PY_ERRORS, dcpl, fail, reraise_io_failure
 from h5sidecar.indexer._materialize import materialize_chunks, materialize_variable
-from h5sidecar.indexer._refcheck import check_references
 from h5sidecar.indexer._values import fill_bytes, fill_value_json
-from h5sidecar.indexer._vds import vds_extent, vds_table
 from h5sidecar.indexer._walk import DatasetEntry
+from h5sidecar.indexer.attrs._native import NativeAttrs
+from h5sidecar.indexer.attrs._zarr_attrs import read_attrs
+from h5sidecar.indexer.dims._dim_names import DimensionNamer
+from h5sidecar.indexer.dtypes._dtype_plan import DtypePlan, plan_dtype
+from h5sidecar.indexer.filters import chunk_pipeline, hdf5_filters, pipeline_for
+from h5sidecar.indexer.filters._mask import describe_mask, effective_masks, pick_mask
+from h5sidecar.indexer.layout._chunk_table import ChunkTable, chunked_table, contiguous_table
+from h5sidecar.indexer.layout._external import external_segments, external_table
+from h5sidecar.indexer.layout._fillchunks import materialize_missing
+from h5sidecar.indexer.layout._refcheck import check_references
+from h5sidecar.indexer.vds._table import vds_extent, vds_table
 from h5sidecar.references import INLINE, ArrayMeta, ArrayRefs, ChunkManifest
 from h5sidecar.settings import IndexSettings
 

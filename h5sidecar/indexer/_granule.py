@@ -14,10 +14,9 @@ from typing import Any
 import h5py
 
 from h5sidecar.errors import ErrorKind, H5SidecarError, NotHDF5Error, UnsupportedFeatureError
-from h5sidecar.indexer._attr_native import NativeAttrs
-from h5sidecar.indexer._attrs import read_attrs
 from h5sidecar.indexer._checksums import manifest_checksums
-from h5sidecar.indexer._common import (
+from h5sidecar.indexer._dataset import IndexContext, index_alias, index_dataset
+from h5sidecar.indexer._failures import (
     H5PY_ERRORS,
     Skip,
     dcpl,
@@ -25,17 +24,18 @@ from h5sidecar.indexer._common import (
     raised_by_h5py,
     reraise_io_failure,
 )
-from h5sidecar.indexer._dataset import IndexContext, index_alias, index_dataset
-from h5sidecar.indexer._dims import DimensionNamer
-from h5sidecar.indexer._dtypes import ENUMS_KEY, REFERENCES_KEY, enum_mapping
-from h5sidecar.indexer._h5file import OpenGranule, open_granule
-from h5sidecar.indexer._source_hints import BadStructure
 from h5sidecar.indexer._summary import SUMMARY_KEY, add_summary
-from h5sidecar.indexer._vds import vds_extent
 from h5sidecar.indexer._walk import DatasetEntry, ObjectKey, model_path, object_key, walk
+from h5sidecar.indexer.attrs._native import NativeAttrs
+from h5sidecar.indexer.attrs._zarr_attrs import read_attrs
+from h5sidecar.indexer.crawl._h5file import OpenGranule, open_granule
+from h5sidecar.indexer.crawl._hints import BadStructure
+from h5sidecar.indexer.dims._dim_names import DimensionNamer
+from h5sidecar.indexer.dtypes._dtype_plan import ENUMS_KEY, REFERENCES_KEY, enum_mapping
+from h5sidecar.indexer.vds._table import vds_extent
 from h5sidecar.references import ArrayRefs, GranuleRefs, Skipped
 from h5sidecar.settings import IndexSettings
-from h5sidecar.sources._ranged import RangedFile, RangeReader, RemoteRangedFile
+from h5sidecar.sources.fetch._ranged import RangedFile, RangeReader, RemoteRangedFile
 
 __all__ = ["BENIGN_KINDS", "index_open_granule", "skip_loses_data"]
 

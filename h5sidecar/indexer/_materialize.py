@@ -25,8 +25,8 @@ import numpy as np
 from numcodecs.compat import ensure_bytes
 
 from h5sidecar.errors import ErrorKind
-from h5sidecar.indexer._common import H5PY_ERRORS, describe_h5_error, fail, reraise_io_failure
-from h5sidecar.indexer._dtypes import DtypePlan
+from h5sidecar.indexer._failures import H5PY_ERRORS, describe_h5_error, fail, reraise_io_failure
+from h5sidecar.indexer.dtypes._dtype_plan import DtypePlan
 from h5sidecar.references import INLINE
 
 __all__ = [

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import h5py
 
 from h5sidecar.errors import ErrorKind, NotHDF5Error
-from h5sidecar.indexer._common import H5PY_ERRORS, describe_h5_error, reraise_io_failure
+from h5sidecar.indexer._failures import H5PY_ERRORS, describe_h5_error, reraise_io_failure
 from h5sidecar.references import MAX_NAME_BYTES, SkipKind, Skipped, key_safe_name
 
 __all__ = [

@@ -7,7 +7,7 @@
   :func:`open_mfdataset` (safe multi-granule combine);
 * :func:`load` -- load a Dataset / DataTree opened without Dask in one batch;
 * :func:`read_arrays` -- many arrays of a granule into NumPy in one batch (no zarr, no xarray);
-* the fetch layer under all of them (:class:`~h5sidecar.sources._fetch.ChunkFetcher`);
+* the fetch layer under all of them (:class:`~h5sidecar.sources.fetch._chunk_fetcher.ChunkFetcher`);
 * process-wide tuning: :func:`configure` (cache sizes, decode threads), :func:`clear_caches`,
   :func:`cache_stats`, and :func:`register_numcodecs_v3` for Zarr v3 views of sidecars with
   numcodecs codecs zarr has no v3 class for (per-store options are
@@ -24,7 +24,7 @@ _LAZY = {
     "SidecarStore": "h5sidecar.read.store",
     "H5SidecarFileSystem": "h5sidecar.read.fs",
     "H5SidecarBackend": "h5sidecar.read.xarray_backend",
-    "ChunkFetcher": "h5sidecar.sources._fetch",
+    "ChunkFetcher": "h5sidecar.sources.fetch._chunk_fetcher",
     "open_dataset": "h5sidecar.read._datasets",
     "open_datatree": "h5sidecar.read._datasets",
     "open_mfdataset": "h5sidecar.read._datasets",

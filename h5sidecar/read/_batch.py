@@ -7,7 +7,7 @@ arrays at once:
 2. every stored chunk the selections touch becomes one row of a plan made of arrays
    (:mod:`~h5sidecar.read._batch_plan`: source, offset, length, selection, where it lands),
    sorted by position in the source and cut into groups of a few MiB;
-3. each group is fetched by the shared :class:`~h5sidecar.sources._fetch.ChunkFetcher`
+3. each group is fetched by the shared :class:`~h5sidecar.sources.fetch._chunk_fetcher.ChunkFetcher`
    (coalesced, concurrent, retried, freshness-checked) and, as soon as its bytes arrive, decoded
    in the process-wide decode pool (:func:`~h5sidecar.read._decode.decode_executor`), one task
    per group, straight into the output arrays -- so decoding overlaps the network and uses
@@ -50,7 +50,7 @@ from h5sidecar.read._decode import (
 )
 from h5sidecar.read._prefetch import is_whole, is_whole_key, plan_ahead, plan_refill
 from h5sidecar.references import INLINE, MISSING, ArrayRefs, GranuleRefs
-from h5sidecar.sources._fetch import ChunkFetcher, _gather_or_cancel
+from h5sidecar.sources.fetch._chunk_fetcher import ChunkFetcher, _gather_or_cancel
 
 __all__ = ["NativeReader", "out_dtype"]
 

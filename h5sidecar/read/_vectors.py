@@ -6,7 +6,7 @@ A cube build reads the concat coordinate (``time``) and the small shared coordin
 builds a selection grid, an output box, a sub-chunk plan and a decode job, ~0.2 ms of CPU that
 is most of a build's read at a thousand granules.  :func:`read_vectors` reads whole 1-D arrays
 only: each chunk's byte range straight from its manifest, all ranges in one
-:meth:`~h5sidecar.sources._fetch.ChunkFetcher.fetch` (the same allow-list, coalescing,
+:meth:`~h5sidecar.sources.fetch._chunk_fetcher.ChunkFetcher.fetch` (the same allow-list, coalescing,
 concurrency, retries and freshness guard: every member's bytes are served only from a
 response that matches the identity its sidecar recorded), one codec per distinct encoding.
 """
@@ -25,7 +25,7 @@ from h5sidecar.read._decode import ChunkCodec
 # the one way a reader of combined references makes its fetcher (re-exported for the cube build)
 from h5sidecar.read._zarr_batcher import member_fetcher
 from h5sidecar.references import INLINE, MISSING, ArrayRefs
-from h5sidecar.sources._fetch import ChunkFetcher
+from h5sidecar.sources.fetch._chunk_fetcher import ChunkFetcher
 
 __all__ = ["member_fetcher", "read_vectors", "vector_codecs"]
 

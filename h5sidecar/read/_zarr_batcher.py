@@ -18,7 +18,7 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Suf
 from h5sidecar.read._keyspace import ChunkRef
 from h5sidecar.references import ArrayRefs, GranuleRefs, MemberTable, SourceInfo
 from h5sidecar.settings import ReadSettings
-from h5sidecar.sources._fetch import ChunkFetcher
+from h5sidecar.sources.fetch._chunk_fetcher import ChunkFetcher
 
 __all__ = [
     "ReadBatcher",

@@ -2,7 +2,7 @@
 
 It is what fsspec's ``ReferenceFileSystem`` is for kerchunk references, with h5sidecar's read
 path underneath: every chunk read goes through one
-:class:`~h5sidecar.sources._fetch.ChunkFetcher` (coalescing, concurrency, retries, allow-list,
+:class:`~h5sidecar.sources.fetch._chunk_fetcher.ChunkFetcher` (coalescing, concurrency, retries, allow-list,
 freshness guard), and batched reads (``cat`` of many keys, ``cat_ranges``, zarr's
 ``get_partial_values``) are planned together so neighbouring chunks share requests.
 
@@ -29,7 +29,7 @@ from h5sidecar.read._keyspace import ChunkRef, GranuleKeys, Resolved
 from h5sidecar.read._zarr_batcher import ReadBatcher, make_fetcher
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
-from h5sidecar.sources._fetch import scrub_credentials
+from h5sidecar.sources.fetch._chunk_fetcher import scrub_credentials
 
 __all__ = ["H5SidecarFileSystem"]
 

@@ -2,7 +2,7 @@
 
 The store serves the granule as Zarr: metadata documents synthesized from the sidecar (held in
 memory), inline chunks from the sidecar, and every other chunk as a byte range of the source
-object, read through one :class:`~h5sidecar.sources._fetch.ChunkFetcher` (coalescing,
+object, read through one :class:`~h5sidecar.sources.fetch._chunk_fetcher.ChunkFetcher` (coalescing,
 concurrency, retries, allow-list, freshness guard).
 
 Which Zarr format it serves was decided by measurement with zarr 3.1 (see README, "Reading:
@@ -47,7 +47,7 @@ from h5sidecar.read._zarr_batcher import (
 )
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
-from h5sidecar.sources._fetch import scrub_credentials
+from h5sidecar.sources.fetch._chunk_fetcher import scrub_credentials
 
 __all__ = ["SidecarStore"]
 

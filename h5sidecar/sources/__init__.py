@@ -16,7 +16,7 @@ allow-list of source prefixes, the pure range planner and the fetch executor:
   into a page cache, with demand reads and a prefetch pool (the indexer reads through them);
 * :class:`LocalRangedFile` / :class:`RemoteRangedFile` / :class:`RangeReader` -- ranged readers:
   file objects a format library opens, and many ranges of a source and its companion files;
-* :mod:`h5sidecar.sources._http` / :mod:`h5sidecar.sources._auth` -- ``https://`` sources:
+* :mod:`h5sidecar.sources.web._http_client` / :mod:`h5sidecar.sources._auth` -- ``https://`` sources:
   ranged GETs through redirects with bearer-token / ``.netrc`` auth bound to their hosts;
 * :func:`retrying` -- the one retry policy (exponential backoff with full jitter);
 * :class:`FetchStats` -- request and byte counters.
@@ -29,26 +29,26 @@ from __future__ import annotations
 from h5sidecar._lazy import lazy_exports
 
 _LAZY = {
-    "SourceLocation": "h5sidecar.sources._urls",
-    "normalize_url": "h5sidecar.sources._urls",
-    "parse_url": "h5sidecar.sources._urls",
-    "resolve_store": "h5sidecar.sources._stores",
+    "SourceLocation": "h5sidecar.sources.stores._urls",
+    "normalize_url": "h5sidecar.sources.stores._urls",
+    "parse_url": "h5sidecar.sources.stores._urls",
+    "resolve_store": "h5sidecar.sources.stores._store_cache",
     "EndpointCredentials": "h5sidecar._providers",
     "RefreshingCredentials": "h5sidecar._providers",
     "S3Credentials": "h5sidecar._providers",
-    "source_identity": "h5sidecar.sources._identity",
-    "identity_from_stat": "h5sidecar.sources._identity",
+    "source_identity": "h5sidecar.sources._source_identity",
+    "identity_from_stat": "h5sidecar.sources._source_identity",
     "AllowList": "h5sidecar.sources._allow",
-    "ReadPlan": "h5sidecar.sources._plan",
-    "plan_reads": "h5sidecar.sources._plan",
-    "ChunkFetcher": "h5sidecar.sources._fetch",
+    "ReadPlan": "h5sidecar.sources.fetch._plan",
+    "plan_reads": "h5sidecar.sources.fetch._plan",
+    "ChunkFetcher": "h5sidecar.sources.fetch._chunk_fetcher",
     "FetchStats": "h5sidecar.sources._stats",
-    "PinnedFetcher": "h5sidecar.sources._pinned",
-    "PageCache": "h5sidecar.sources._pages",
-    "LocalRangedFile": "h5sidecar.sources._ranged",
-    "RemoteRangedFile": "h5sidecar.sources._ranged",
-    "RangeReader": "h5sidecar.sources._ranged",
-    "retrying": "h5sidecar.sources._retry",
+    "PinnedFetcher": "h5sidecar.sources.fetch._pinned",
+    "PageCache": "h5sidecar.sources.fetch._pages",
+    "LocalRangedFile": "h5sidecar.sources.fetch._ranged",
+    "RemoteRangedFile": "h5sidecar.sources.fetch._ranged",
+    "RangeReader": "h5sidecar.sources.fetch._ranged",
+    "retrying": "h5sidecar.sources.fetch._retry",
 }
 
 __all__ = [

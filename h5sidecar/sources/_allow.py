@@ -2,7 +2,7 @@
 
 Sidecars are untrusted input: a reference may name any URL (``file:///etc/passwd``, another
 bucket, an internal HTTP service).  Every URL is parsed by the package's one parser
-(``parse_url(url, untrusted=True)``, :mod:`h5sidecar.sources._urls`) and its normalised form
+(``parse_url(url, untrusted=True)``, :mod:`h5sidecar.sources.stores._urls`) and its normalised form
 compared with the allowed prefixes *before* any I/O; local paths are compared after resolving
 symlinks and ``..`` so a path cannot climb out of an allowed root.
 
@@ -23,7 +23,7 @@ from collections.abc import Iterable
 
 from h5sidecar.errors import ForbiddenSourceError, InvalidReferenceError
 from h5sidecar.references import MemberTable, SourceInfo
-from h5sidecar.sources._urls import S3_SCHEMES, SourceLocation, parse_url
+from h5sidecar.sources.stores._urls import S3_SCHEMES, SourceLocation, parse_url
 
 __all__ = ["AllowList", "MemberAllowList", "MemberSourceIndex", "SourceIndex"]
 

@@ -1,6 +1,6 @@
 """What this process last saw of each source: the one identity check every reader shares.
 
-Each reader holds its own :class:`~h5sidecar.sources._fetch.ChunkFetcher`, and a fetcher that
+Each reader holds its own :class:`~h5sidecar.sources.fetch._chunk_fetcher.ChunkFetcher`, and a fetcher that
 confirmed its sources within ``revalidate_seconds`` serves cached chunks without asking again.
 Alone, that lets readers of one process disagree: a reader that just fetched from a replaced
 file refuses it, while another keeps serving the old file's cached chunks until its window

@@ -1,12 +1,12 @@
 """Counters of everything that moves bytes (requests, bytes, retries, cache hits, reads).
 
 The package's one stats record.  One :class:`FetchStats` belongs to one
-:class:`~h5sidecar.sources._fetch.ChunkFetcher`; the readers above it (the zarr store and the
+:class:`~h5sidecar.sources.fetch._chunk_fetcher.ChunkFetcher`; the readers above it (the zarr store and the
 batch reader, serving from the chunk cache) record their cache hits into the same object so a
 single ``stats`` tells the whole story of a read.  The indexer's ranged reader
-(:mod:`h5sidecar.sources._ranged`) counts into one too, including the reads made through its file
+(:mod:`h5sidecar.sources.fetch._ranged`) counts into one too, including the reads made through its file
 object and the requests sent ahead of them; the indexer shows those under its own names
-(:class:`h5sidecar.indexer._source.SourceStats`).
+(:class:`h5sidecar.indexer.crawl._source_file.SourceStats`).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from h5sidecar.errors import ErrorKind, H5SidecarError
 from h5sidecar.indexer import index_granule
 from h5sidecar.references import GranuleRefs, SourceInfo, write_refs
 from h5sidecar.settings import IndexSettings
-from h5sidecar.sources._urls import normalize_url
+from h5sidecar.sources.stores._urls import normalize_url
 from h5sidecar.workflows._dest_lock import dest_lock
 from h5sidecar.workflows._executors import ExecutorSpec, Task, default_workers, run_tasks
 from h5sidecar.workflows._granule import Granule

@@ -15,7 +15,7 @@ from h5sidecar.references import (
     read_layout,
     read_refs,
 )
-from h5sidecar.sources._urls import normalize_url
+from h5sidecar.sources.stores._urls import normalize_url
 from h5sidecar.workflows._listing import filesystem, is_remote
 
 __all__ = ["SidecarSummary", "VariableSummary", "inspect_refs", "summarize"]

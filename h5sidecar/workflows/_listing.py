@@ -4,7 +4,7 @@ A SOURCE is one local file, a local folder (searched recursively), a glob (local
 ``s3://bucket/prefix`` folder.  Listing captures each object's identity (size + ETag/mtime) in the
 same request that finds it, so change detection needs no extra request per granule.
 
-Granule URLs follow the package convention (:func:`h5sidecar.sources._urls.normalize_url`, the
+Granule URLs follow the package convention (:func:`h5sidecar.sources.stores._urls.normalize_url`, the
 normaliser sidecars and the store resolver use too): local objects are absolute paths without a
 scheme, S3 objects ``s3://bucket/key`` (``s3a://`` is spelled ``s3://``).
 
@@ -30,7 +30,7 @@ from fsspec.utils import glob_translate
 from h5sidecar._credentials import fsspec_options
 from h5sidecar.errors import SourceNotFoundError
 from h5sidecar.references import SourceInfo
-from h5sidecar.sources._urls import normalize_url
+from h5sidecar.sources.stores._urls import normalize_url
 from h5sidecar.workflows._granule import Granule  # re-exported: listing's result type
 from h5sidecar.workflows._listing_walk import Walked, local_glob_rows, local_rows, s3_rows
 from h5sidecar.workflows._staged_listing import FIELDS, StagedListing, put

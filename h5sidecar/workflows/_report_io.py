@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from h5sidecar.errors import InvalidReferenceError
-from h5sidecar.sources._urls import normalize_url
+from h5sidecar.sources.stores._urls import normalize_url
 from h5sidecar.workflows._listing import DEFAULT_PATTERNS, filesystem, is_remote, join_url
 from h5sidecar.workflows._record_db import Record, open_record, record_path
 from h5sidecar.workflows._record_remote import (

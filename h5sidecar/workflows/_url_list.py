@@ -22,8 +22,8 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from h5sidecar.errors import InvalidRequestError, SourceNotFoundError
-from h5sidecar.sources._identity import source_identity
-from h5sidecar.sources._urls import parse_url
+from h5sidecar.sources._source_identity import source_identity
+from h5sidecar.sources.stores._urls import parse_url
 from h5sidecar.workflows._staged_listing import FIELDS, StagedListing, put
 
 __all__ = ["UrlList", "granules_of_urls", "read_url_list", "stage_urls"]

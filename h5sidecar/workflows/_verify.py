@@ -43,7 +43,7 @@ from h5sidecar.references import (
     read_layout,
     read_refs,
 )
-from h5sidecar.sources._urls import normalize_url
+from h5sidecar.sources.stores._urls import normalize_url
 from h5sidecar.workflows._cfcheck import decoded_differences
 from h5sidecar.workflows._compare import h5_dataset, read_h5_region, values_equal
 from h5sidecar.workflows._dimcheck import sidecar_dimension_differences

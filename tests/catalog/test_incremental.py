@@ -214,7 +214,7 @@ def test_noop_rerun_skips_the_parts_check_unless_a_run_was_cut(
 
     import pyarrow.parquet as pq
 
-    from h5sidecar.catalog import _geoparquet_parts
+    from h5sidecar.catalog.geoparquet import _parts as _geoparquet_parts
 
     src, dest, stac = setup
     calls: list[str] = []

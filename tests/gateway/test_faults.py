@@ -127,7 +127,7 @@ def test_planted_sidecar_is_refused_before_allocating(planted_dest: Path, name: 
 
 
 def test_reader_limit_is_the_indexers() -> None:
-    from h5sidecar.indexer._layout import MAX_GRID_CHUNKS
+    from h5sidecar.indexer.layout._chunk_table import MAX_GRID_CHUNKS
     from h5sidecar.references._zmeta import MAX_GRID_POSITIONS
 
     assert MAX_GRID_POSITIONS == MAX_GRID_CHUNKS == 33_554_432

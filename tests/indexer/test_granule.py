@@ -138,7 +138,7 @@ def test_threads_index_one_granule_at_a_time(tmp_path: Path) -> None:
     second granule waits until the first is closed."""
     import threading
 
-    from h5sidecar.indexer._h5file import open_granule
+    from h5sidecar.indexer.crawl._h5file import open_granule
     from tests._granules import read_h5, write_small_granule
 
     paths = [write_small_granule(tmp_path / f"g{i}.h5") for i in range(2)]

@@ -144,7 +144,7 @@ def test_unscaled_axes_known_from_the_dimension_lists_read(
     the ``DIMENSION_LIST`` attributes already decoded from the bytes, not asked of HDF5 axis
     by axis; the names are those HDF5's answers give, with a scale on every axis, on one axis
     only (which h5netcdf refuses to open) and on none."""
-    from h5sidecar.indexer._attr_native import NativeAttrs
+    from h5sidecar.indexer.attrs._native import NativeAttrs
 
     path = tmp_path / "unscaled.h5"
     with h5py.File(path, "w", libver=("earliest", "latest")) as f:

@@ -125,7 +125,7 @@ def test_member_allow_list_allows_what_the_listed_prefixes_did() -> None:
 def test_a_cube_fetcher_pickles_without_its_members_made() -> None:
     import pickle
 
-    from h5sidecar.sources._fetch import ChunkFetcher
+    from h5sidecar.sources.fetch._chunk_fetcher import ChunkFetcher
 
     table = MemberTable.of(MEMBERS)
     fetcher = ChunkFetcher(ReadSettings(), members=table, member_companions=["s3://x/y"])

@@ -162,10 +162,10 @@ def test_setting_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setenv("H5SIDECAR_SUBCHUNK_FRACTION", "0.25")
     assert from_env(ReadSettings).subchunk_fraction == 0.25
-    from h5sidecar.sources._fetch import _check_settings
+    from h5sidecar.sources.fetch._request_checks import check_read_settings
 
     with pytest.raises(ValueError, match="subchunk_fraction"):
-        _check_settings(ReadSettings(subchunk_fraction=1.5))
+        check_read_settings(ReadSettings(subchunk_fraction=1.5))
 
 
 def test_s3_thin_selection(

@@ -130,7 +130,7 @@ def _handler(state: RangesServer) -> type[BaseHTTPRequestHandler]:
 @contextmanager
 def ranges_server(path: Path) -> Iterator[RangesServer]:
     """Serve ``path`` at ``http://127.0.0.1:PORT/NAME`` until the block ends."""
-    from h5sidecar.sources._http import clear_http_clients
+    from h5sidecar.sources.web._http_client import clear_http_clients
 
     state = RangesServer(path)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))

@@ -16,7 +16,7 @@ from h5sidecar.errors import ForbiddenSourceError, InvalidReferenceError
 from h5sidecar.references import SourceInfo
 from h5sidecar.settings import ReadSettings
 from h5sidecar.sources._allow import AllowList, SourceIndex
-from h5sidecar.sources._fetch import ChunkFetcher
+from h5sidecar.sources.fetch._chunk_fetcher import ChunkFetcher
 
 MEMBERS = [f"s3://bucket/daily/g{i:05d}.nc" for i in range(2000)]
 

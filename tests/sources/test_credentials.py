@@ -23,7 +23,7 @@ from h5sidecar.cli import main
 from h5sidecar.errors import CredentialsError, ErrorKind
 from h5sidecar.read import clear_caches
 from h5sidecar.sources import EndpointCredentials, RefreshingCredentials, resolve_store
-from h5sidecar.sources._stores import clear_store_cache
+from h5sidecar.sources.stores._store_cache import clear_store_cache
 from tests._granules import read_h5
 from tests.workflows.conftest import write_granule
 

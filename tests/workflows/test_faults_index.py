@@ -25,9 +25,9 @@ import pytest
 from benchmarks.s3server import start_server
 from h5sidecar.errors import NotHDF5Error, SourceNotFoundError, StaleReferenceError
 from h5sidecar.indexer import index_granule
-from h5sidecar.indexer._source import open_source
-from h5sidecar.indexer._source_hints import BadStructure
-from h5sidecar.indexer._source_hints_dense import _btree2_widths, _eaib_block_sizes
+from h5sidecar.indexer.crawl._dense_hints import _btree2_widths, _eaib_block_sizes
+from h5sidecar.indexer.crawl._hints import BadStructure
+from h5sidecar.indexer.crawl._source_file import open_source
 from h5sidecar.sample import flip_bits, write_atl03_like
 from h5sidecar.settings import IndexSettings
 from h5sidecar.workflows import index_many, list_granules, read_report, verify_refs

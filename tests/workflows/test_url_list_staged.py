@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from h5sidecar.errors import InvalidRequestError, SourceNotFoundError
-from h5sidecar.sources._identity import source_identity
+from h5sidecar.sources._source_identity import source_identity
 from h5sidecar.workflows import _url_list, index_many
 from h5sidecar.workflows._listing import list_granules, stage_granules
 from h5sidecar.workflows._url_list import UrlList, read_url_list

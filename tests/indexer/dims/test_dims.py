@@ -1,0 +1,227 @@
+"""Dimension names: scales, netCDF-4 dimensions, labels, phony names, and xarray's rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import fsspec
+import h5py
+import numpy as np
+import pytest
+import xarray as xr
+import zarr.storage
+
+from h5sidecar.indexer import index_granule
+from h5sidecar.references import GranuleRefs, to_kerchunk
+from tests.indexer._compare import assert_refs_match_h5py
+
+
+def _datatree(refs: GranuleRefs) -> xr.DataTree:
+    fs = fsspec.filesystem(
+        "reference", fo=to_kerchunk(refs), remote_protocol="file", asynchronous=True
+    )
+    store = zarr.storage.FsspecStore(fs, read_only=True)
+    return xr.open_datatree(store, engine="zarr", consolidated=True, zarr_format=2)
+
+
+def _dims(refs: GranuleRefs) -> dict[str, tuple[str, ...]]:
+    return {p: a.meta.dimension_names for p, a in refs.arrays.items()}
+
+
+def test_dimension_scales_name_dimensions(make_h5) -> None:
+    def build(f: h5py.File) -> None:
+        for beam, n in (("gt1l", 5), ("gt2l", 7)):
+            t = f.create_dataset(f"{beam}/heights/delta_time", data=np.arange(n, dtype="f8"))
+            t.make_scale("delta_time")
+            h = f.create_dataset(f"{beam}/heights/h_ph", data=np.ones(n, "f4"))
+            h.dims[0].attach_scale(t)
+            q = f.create_dataset(f"{beam}/heights/quality", data=np.zeros((n, 3), "i1"))
+            q.dims[0].attach_scale(t)
+
+    refs = index_granule(str(make_h5(build)))
+    dims = _dims(refs)
+    assert dims["gt1l/heights/h_ph"] == ("delta_time",)
+    assert dims["gt2l/heights/delta_time"] == ("delta_time",)  # sibling groups: other size, ok
+    assert dims["gt1l/heights/quality"][0] == "delta_time"
+    assert dims["gt1l/heights/quality"][1].startswith("phony_dim_")
+    assert dims["gt1l/heights/quality"][1] != dims["gt2l/heights/quality"][1]  # other group
+    tree = _datatree(refs)
+    assert tree["gt2l/heights"].sizes["delta_time"] == 7
+
+
+def test_phony_names_per_group_and_length(make_h5) -> None:
+    def build(f: h5py.File) -> None:
+        f["a"] = np.zeros((5, 5))
+        f["b"] = np.zeros(5)
+        f["c"] = np.zeros(4)
+        f["g/a"] = np.zeros(5)
+
+    refs = index_granule(str(make_h5(build)))
+    dims = _dims(refs)
+    assert dims["a"][0] != dims["a"][1]  # never the same name twice in one array
+    assert dims["b"] == (dims["a"][0],)  # same group, same length: shared
+    assert dims["c"][0] not in dims["a"]
+    assert dims["g/a"][0] not in dims["a"]  # other group: its own name
+    for name in (*dims["a"], *dims["b"], *dims["c"], *dims["g/a"]):
+        assert name.startswith("phony_dim_")
+    _datatree(refs)  # xarray accepts the tree
+
+
+@pytest.mark.parametrize("order", [("", "child"), ("child", "")])
+def test_one_name_never_has_two_sizes_across_ancestors(make_h5, order) -> None:
+    """The ancestor keeps the name whatever the link order; the subgroup falls back."""
+
+    def build(f: h5py.File) -> None:
+        for group in order:
+            prefix = f"{group}/" if group else ""
+            x = f.create_dataset(f"{prefix}x", data=np.arange(5 if group else 3))
+            x.make_scale("x")
+            v = f.create_dataset(f"{prefix}v", data=np.zeros(x.shape))
+            v.dims[0].attach_scale(x)
+
+    refs = index_granule(str(make_h5(build, track_order=True)))
+    dims = _dims(refs)
+    assert dims["x"] == dims["v"] == ("x",)
+    assert dims["child/x"][0].startswith("phony_dim_") and dims["child/v"] == dims["child/x"]
+    assert "another size" in refs.arrays["child/x"].note and not refs.arrays["x"].note
+    _datatree(refs)
+
+
+def test_dimension_labels_name_unscaled_dimensions(make_h5) -> None:
+    def build(f: h5py.File) -> None:
+        f["img"] = np.zeros((2, 3))
+        f["img"].dims[0].label = "y"
+        f["img"].dims[1].label = "x"
+
+    refs = index_granule(str(make_h5(build)))
+    assert _dims(refs)["img"] == ("y", "x")
+
+
+def test_netcdf4_file(tmp_path: Path) -> None:
+    import netCDF4
+
+    path = tmp_path / "t.nc"
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.createDimension("time", None)
+        nc.createDimension("lat", 3)
+        nc.createDimension("nv", 2)  # a dimension without a variable
+        t = nc.createVariable("time", "f8", ("time",))
+        t[:] = [0.0, 1.0]
+        lat = nc.createVariable("lat", "f4", ("lat",))
+        lat[:] = [10, 20, 30]
+        v = nc.createVariable("temp", "f4", ("time", "lat"), fill_value=-999.0)
+        v[0:2, :] = [[1, 2, 3], [4, 5, 6]]
+        # written along "time" less far than "time" itself: HDF5 says (1, 3), "time" has 2
+        nc.createVariable("short", "f4", ("time", "lat"))[0, :] = [7, 8, 9]
+        nc.createVariable("bounds", "f4", ("lat", "nv"))[:] = np.ones((3, 2))
+        g = nc.createGroup("sub")
+        g.createVariable("w", "i2", ("lat",))[:] = [1, 2, 3]
+
+    refs = index_granule(str(path))
+    dims = _dims(refs)
+    assert dims["temp"] == ("time", "lat") and dims["bounds"] == ("lat", "nv")
+    assert dims["sub/w"] == ("lat",)  # a dimension of the parent group
+    assert dims["short"][0].startswith("phony_dim_") and dims["short"][1] == "lat"
+    assert "another size" in refs.arrays["short"].note
+    assert [(s.path, s.kind) for s in refs.skipped] == [("nv", "other")]
+    assert "_Netcdf4Dimid" not in refs.arrays["lat"].meta.attrs
+    assert "_NCProperties" not in refs.groups[""]
+    assert refs.arrays["temp"].meta.attrs["_FillValue"] == -999.0
+    assert_refs_match_h5py(refs, path)
+    tree = _datatree(refs)
+    assert tree["temp"].dims == ("time", "lat")
+    assert tree["sub"]["w"].dims == ("lat",)
+
+
+def test_links_to_a_netcdf_coordinate_name_it_as_h5netcdf_does(tmp_path: Path) -> None:
+    """Hard and soft links to a netCDF-4 coordinate variable: h5netcdf registers a dimension
+    per link and names the variable (and every link) by the last link carrying its id."""
+    import netCDF4
+
+    from h5sidecar.workflows._dimcheck import sidecar_dimension_differences
+    from tests.indexer._compare import open_plain
+
+    path = tmp_path / "linked.nc"
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.createDimension("lat", 3)
+        nc.createVariable("lat", "f4", ("lat",))[:] = [1, 2, 3]
+        nc.createVariable("t", "f4", ("lat",))[:] = [4, 5, 6]
+    with h5py.File(path, "a") as f:
+        f["lat_soft"] = h5py.SoftLink("/lat")
+        f["lat_hard"] = f["lat"]
+    refs = index_granule(str(path))
+    dims = _dims(refs)
+    assert dims["lat"] == dims["lat_soft"] == dims["lat_hard"] == ("lat_hard",)
+    assert dims["t"] == ("lat",)  # DIMENSION_LIST: the scale's own path
+    store = open_plain(to_kerchunk(refs)).store
+    assert sidecar_dimension_differences(store, path, [""]) == {}
+
+
+def _link_layouts(f: h5py.File, group_twice: bool = False) -> None:
+    """Scales reachable by one path, and by more (a soft link named before the hard one, a
+    second hard link, a group linked twice)."""
+    for name in ("plain", "a_soft", "z_hard", "twice"):
+        g = f.create_group(name) if name != "plain" else f
+        scale = g.create_dataset(f"{name}_x" if name != "plain" else "x", data=np.arange(3))
+        scale.make_scale()
+        g.create_dataset("v", data=np.zeros(3)).dims[0].attach_scale(scale)
+    f["a_soft/a_link"] = h5py.SoftLink("/a_soft/a_soft_x")
+    f["z_hard/0_other"] = f["z_hard/z_hard_x"]
+    if group_twice:
+        f["again"] = f["twice"]
+    deep = f.create_group("deep/er")
+    deep.create_dataset("s", data=np.arange(2)).make_scale()
+
+
+def test_scale_names_with_one_path_skip_hdf5s_search(make_h5) -> None:
+    """A scale with a single path is named by it without asking HDF5 (which searches the
+    file); every scale still gets the name HDF5 would give."""
+    from h5sidecar.indexer._walk import object_key, walk
+    from h5sidecar.indexer.dims._dim_names import DimensionNamer
+    from h5sidecar.indexer.dims._scales import scale_name
+
+    for libver, twice in (("earliest", False), ("latest", False), ("latest", True)):
+        path = make_h5(lambda f, twice=twice: _link_layouts(f, twice), name=f"l-{libver}-{twice}.h5",
+                       libver=libver)  # fmt: skip
+        with h5py.File(path, "r") as f:
+            hierarchy = walk(f)
+            namer = DimensionNamer(hierarchy, lambda ref: object_key(f[ref]))
+            singles = 0
+            for entry in hierarchy.datasets:
+                if entry.alias_of is None and namer.is_scale(entry):
+                    assert namer.scale_names[entry.key] == scale_name(entry), entry.path
+                    singles += namer.scales.single_path(entry)
+            # x, twice_x and deep/er/s; the others ask HDF5, and all do when the walk left a
+            # link out (the group linked twice)
+            assert singles == (0 if twice else 3)
+
+
+def test_dimension_only_scales_known_from_the_attributes_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether a scale is a netCDF-4 dimension without a variable is read from the attributes
+    already decoded from the metadata bytes: HDF5 is not asked for each scale's ``NAME``."""
+    import netCDF4
+
+    import h5sidecar.indexer.dims._dim_names as dims_module
+
+    path = tmp_path / "t.nc"
+    with netCDF4.Dataset(path, "w") as nc:
+        for i in range(3):
+            nc.createDimension(f"nv{i}", i + 2)  # dimensions without a variable
+        nc.createDimension("lat", 3)
+        nc.createVariable("lat", "f4", ("lat",))[:] = [10, 20, 30]
+        nc.createVariable("bounds", "f4", ("lat", "nv0"))[:] = np.ones((3, 2))
+    asked: list[str] = []
+    h5py_attr = dims_module._attr
+
+    def spy(dset: h5py.Dataset, name: str) -> object:
+        asked.append(name)
+        return h5py_attr(dset, name)
+
+    monkeypatch.setattr(dims_module, "_attr", spy)
+    refs = index_granule(str(path))
+    assert "NAME" not in asked
+    assert sorted(s.path for s in refs.skipped) == ["nv0", "nv1", "nv2"]
+    assert _dims(refs)["bounds"] == ("lat", "nv0")
+    assert_refs_match_h5py(refs, path)
