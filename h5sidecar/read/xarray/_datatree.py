@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from h5sidecar.errors import H5SidecarError
-from h5sidecar.read._lazy_array import Box, held_peeks
-from h5sidecar.read._xr_refs import group_members
-from h5sidecar.read._xr_store import is_cf_time, open_group_dataset, sidecar_store
+from h5sidecar.read.xarray._lazy_array import Box, held_peeks
+from h5sidecar.read.xarray._refs_data_store import group_members
+from h5sidecar.read.xarray._zarr_data_store import is_cf_time, open_group_dataset, sidecar_store
 
 __all__ = ["assemble_tree", "build_datatree", "keep_renamings", "open_groups",
            "resolve_dimension_clashes"]

@@ -1,6 +1,6 @@
 """How the store and the filesystem read: byte windows, the allow-listed fetcher, batching.
 
-Kept apart from :mod:`h5sidecar.read.store` so the fsspec filesystem and the HTTP gateway
+Kept apart from :mod:`h5sidecar.read.zarr.store` so the fsspec filesystem and the HTTP gateway
 share exactly the same read rules.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 
-from h5sidecar.read._keyspace import ChunkRef
+from h5sidecar.read.zarr._keyspace import ChunkRef
 from h5sidecar.references import ArrayRefs, GranuleRefs, MemberTable, SourceInfo
 from h5sidecar.settings import ReadSettings
 from h5sidecar.sources._fetch import ChunkFetcher

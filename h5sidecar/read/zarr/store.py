@@ -30,21 +30,21 @@ from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 
 from h5sidecar.errors import InvalidReferenceError
-from h5sidecar.read._batch import NativeReader
-from h5sidecar.read._cache import (
+from h5sidecar.read._granule_fetch import (
+    ReadBatcher,
+    byte_window,
+    make_fetcher,
+    refs_equal,
+)
+from h5sidecar.read._sidecar_open import (
     CHUNKS,
     ByteLRU,
     fit_shared_caches,
     load_refs,
     range_cache_key,
 )
-from h5sidecar.read._keyspace import ChunkRef, GranuleKeys, ZarrFormat
-from h5sidecar.read._zarr_batcher import (
-    ReadBatcher,
-    byte_window,
-    make_fetcher,
-    refs_equal,
-)
+from h5sidecar.read.native._batch_reader import NativeReader
+from h5sidecar.read.zarr._keyspace import ChunkRef, GranuleKeys, ZarrFormat
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
 from h5sidecar.sources._fetch import scrub_credentials
@@ -64,7 +64,7 @@ class SidecarStore(Store):
     ----------
     refs : GranuleRefs or str or path-like
         The granule's references, or the path/URL of its sidecar (kerchunk JSON file or Parquet
-        directory; parsed once per process, see :func:`h5sidecar.read._cache.load_refs`).
+        directory; parsed once per process, see :func:`h5sidecar.read._sidecar_open.load_refs`).
     zarr_format : 2 or 3
         Serve the Zarr v2 view (default; ``.zmetadata`` consolidated) or the synthesized v3 view
         (``zarr.json`` with inline consolidated metadata).  Chunk keys are the same.
@@ -194,7 +194,7 @@ class SidecarStore(Store):
     @property
     def native(self) -> NativeReader:
         """The batch reader over this store's fetcher and chunk cache (decodes without zarr;
-        used by the xarray engine, see :mod:`h5sidecar.read._batch`)."""
+        used by the xarray engine, see :mod:`h5sidecar.read.native._batch_reader`)."""
         if self._native is None:
             self._native = NativeReader(self._refs, self.fetcher, self._chunk_cache)
         return self._native

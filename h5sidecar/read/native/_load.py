@@ -1,6 +1,6 @@
 """Loading many arrays at once: :func:`read_arrays` (NumPy) and :func:`load` (xarray objects).
 
-Both hand whole batches to the store's :class:`~h5sidecar.read._batch.NativeReader`, so
+Both hand whole batches to the store's :class:`~h5sidecar.read.native._batch_reader.NativeReader`, so
 every chunk they need shares one coalesced fetch plan and decoding runs in parallel threads.
 """
 
@@ -13,7 +13,7 @@ from typing import Any, Literal
 import numpy as np
 
 from h5sidecar.errors import H5SidecarError, did_you_mean
-from h5sidecar.read._batch import Item
+from h5sidecar.read.native._batch_reader import Item
 
 __all__ = ["ArraysRead", "load", "read_arrays"]
 
@@ -52,7 +52,7 @@ def read_arrays(
         Array paths to read whole, or ``{path: key}`` with ``key`` an int, a slice or a tuple of
         them (one per leading axis; missing axes are read whole).
     storage_options, remote_options, settings
-        As for :class:`~h5sidecar.read.store.SidecarStore`.
+        As for :class:`~h5sidecar.read.zarr.store.SidecarStore`.
     mask_and_scale : bool
         Apply each array's CF ``_FillValue``/``missing_value`` masking and
         ``scale_factor``/``add_offset`` as the xarray engine does (the values of
@@ -80,7 +80,7 @@ def read_arrays(
     >>> out = read_arrays("ATL03_x.h5.parq", {"gt1l/heights/h_ph": slice(0, 10_000),
     ...                                       "gt1l/heights/lat_ph": slice(0, 10_000)})  # doctest: +SKIP
     """
-    from h5sidecar.read.store import SidecarStore
+    from h5sidecar.read.zarr.store import SidecarStore
 
     store = ref if isinstance(ref, SidecarStore) else SidecarStore(
         ref, storage_options=storage_options, remote_options=remote_options, settings=settings
@@ -150,7 +150,7 @@ def cf_decoded(refs: Any, path: str, values: np.ndarray) -> np.ndarray:
     from xarray import Variable
     from xarray.conventions import decode_cf_variable
 
-    from h5sidecar.read._xr_store import cf_attributes
+    from h5sidecar.read.xarray._zarr_data_store import cf_attributes
 
     meta = refs.arrays[path].meta
     hints = refs.extra.get("attribute_dtypes", {}).get(path, {})
@@ -272,7 +272,7 @@ def _direct_reads(variables: list[Any]) -> dict[int, tuple[Any, Any, Any, Any]]:
     SidecarArray, basic key)))``, as the engine opens them."""
     from xarray.core import indexing as ix
 
-    from h5sidecar.read._lazy_array import SidecarArray
+    from h5sidecar.read.xarray._lazy_array import SidecarArray
 
     out = {}
     for v in variables:

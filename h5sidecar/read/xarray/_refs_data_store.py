@@ -8,7 +8,7 @@ more than reading all of its data.  :class:`RefsGroupStore` hands xarray the sam
 dimensions, typed CF attributes, the encoding zarr would give (``chunks``, ``preferred_chunks``,
 ``compressors``, ``filters``, ``shards``) and lazy data read by the native batch reader -- from
 the parsed references alone; xarray's own CF decoding then decodes them as before (see
-:mod:`h5sidecar.read._xr_dataset`).  Arrays the batch reader does not decode (Python objects)
+:mod:`h5sidecar.read.xarray._dataset_build`).  Arrays the batch reader does not decode (Python objects)
 still get a zarr Array, read through xarray's ``ZarrArrayWrapper``.
 
 The xarray engine uses this store for Zarr v2 views with ``native=True`` (the default); the
@@ -27,9 +27,9 @@ from xarray.core import indexing
 from xarray.core.utils import FrozenDict
 from xarray.core.variable import Variable
 
-from h5sidecar.read._decode import numcodec
-from h5sidecar.read._lazy_array import SidecarArray
-from h5sidecar.read._xr_attrs import aligned_chunks, cf_attributes, group_attributes
+from h5sidecar.read.native._decode import numcodec
+from h5sidecar.read.xarray._attributes import aligned_chunks, cf_attributes, group_attributes
+from h5sidecar.read.xarray._lazy_array import SidecarArray
 from h5sidecar.references import GranuleRefs
 
 __all__ = ["RefsGroupStore", "group_members"]
@@ -48,13 +48,13 @@ def group_members(refs: GranuleRefs, groups: Iterable[str] | None = None) -> dic
 
 
 class RefsGroupStore(AbstractDataStore):
-    """xarray's view of one group of a :class:`~h5sidecar.read.store.SidecarStore`, without
+    """xarray's view of one group of a :class:`~h5sidecar.read.zarr.store.SidecarStore`, without
     zarr objects (see the module docstring).
 
     Parameters
     ----------
     store : SidecarStore
-        A Zarr v2 view; data are read through its :class:`~h5sidecar.read._batch.NativeReader`.
+        A Zarr v2 view; data are read through its :class:`~h5sidecar.read.native._batch_reader.NativeReader`.
     group : str
         Group path (``""`` for the root).
     members : list of str

@@ -37,7 +37,7 @@ import numpy as np
 from numcodecs.abc import Codec
 
 from h5sidecar.errors import ChunkDecodeError, InvalidReferenceError
-from h5sidecar.read._process import process_settings
+from h5sidecar.read._process_settings import process_settings
 
 __all__ = [
     "ChunkCodec",

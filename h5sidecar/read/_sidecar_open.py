@@ -16,8 +16,8 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from h5sidecar.read._identity import sidecar_group
-from h5sidecar.read._process import process_settings
+from h5sidecar.read._process_settings import process_settings
+from h5sidecar.read._sidecar_key import sidecar_group
 
 __all__ = [
     "CHUNKS",
@@ -242,7 +242,7 @@ def sidecar_identity(path: str, storage_options: Mapping[str, Any] | None = None
             f"no sidecar at {path!r}: index the granule first (h5sidecar index SOURCE -o DEST) "
             "or check the path and storage options"
         ) from exc
-    from h5sidecar.read._identity import key_from_info
+    from h5sidecar.read._sidecar_key import key_from_info
 
     return key_from_info(fs, p, info, options)
 

@@ -5,11 +5,11 @@ arrays at once:
 
 1. the manifests the batch needs are loaded concurrently (lazy Parquet sidecars);
 2. every stored chunk the selections touch becomes one row of a plan made of arrays
-   (:mod:`~h5sidecar.read._batch_plan`: source, offset, length, selection, where it lands),
+   (:mod:`~h5sidecar.read.native._batch_plan`: source, offset, length, selection, where it lands),
    sorted by position in the source and cut into groups of a few MiB;
 3. each group is fetched by the shared :class:`~h5sidecar.sources._fetch.ChunkFetcher`
    (coalesced, concurrent, retried, freshness-checked) and, as soon as its bytes arrive, decoded
-   in the process-wide decode pool (:func:`~h5sidecar.read._decode.decode_executor`), one task
+   in the process-wide decode pool (:func:`~h5sidecar.read.native._decode.decode_executor`), one task
    per group, straight into the output arrays -- so decoding overlaps the network and uses
    every core;
 4. unstored chunks read as the fill value and inline chunks are decoded from the sidecar.
@@ -18,8 +18,8 @@ Values are those zarr returns for the same Zarr v2 metadata (the codec chain and
 parsed from the very ``.zarray`` the store serves), with numbers in native byte order; the tests
 compare both with h5py.  Whole chunks that lie inside a selection are inflated straight into
 the output (no intermediate buffer).  The xarray engine's arrays
-(:class:`~h5sidecar.read._lazy_array.SidecarArray`), :func:`~h5sidecar.read._load.read_arrays`
-and :func:`~h5sidecar.read._load.load` read through this path; arrays of Python objects
+(:class:`~h5sidecar.read.xarray._lazy_array.SidecarArray`), :func:`~h5sidecar.read.native._load.read_arrays`
+and :func:`~h5sidecar.read.native._load.load` read through this path; arrays of Python objects
 (materialised variable-length strings) are read through zarr.
 """
 
@@ -33,22 +33,22 @@ from typing import Any
 import numpy as np
 
 from h5sidecar.errors import InvalidReferenceError, did_you_mean
-from h5sidecar.read._batch_parts import Target as _Target
-from h5sidecar.read._batch_parts import check_plain_lengths as _check_plain_lengths
-from h5sidecar.read._batch_parts import decode_all as _decode_all
-from h5sidecar.read._batch_parts import flat_numbers as _flat_numbers
-from h5sidecar.read._batch_parts import in_pool as _in_pool
-from h5sidecar.read._batch_parts import load_manifests as _load_manifests
-from h5sidecar.read._batch_parts import out_dtype
-from h5sidecar.read._batch_plan import BatchPlan, Fetched, plan_batch
-from h5sidecar.read._batch_plan import decode_span as _decode_span
-from h5sidecar.read._cache import ByteLRU, range_cache_key
-from h5sidecar.read._decode import (
+from h5sidecar.read._sidecar_open import ByteLRU, range_cache_key
+from h5sidecar.read.native._batch_parts import Target as _Target
+from h5sidecar.read.native._batch_parts import check_plain_lengths as _check_plain_lengths
+from h5sidecar.read.native._batch_parts import decode_all as _decode_all
+from h5sidecar.read.native._batch_parts import flat_numbers as _flat_numbers
+from h5sidecar.read.native._batch_parts import in_pool as _in_pool
+from h5sidecar.read.native._batch_parts import load_manifests as _load_manifests
+from h5sidecar.read.native._batch_parts import out_dtype
+from h5sidecar.read.native._batch_plan import BatchPlan, Fetched, plan_batch
+from h5sidecar.read.native._batch_plan import decode_span as _decode_span
+from h5sidecar.read.native._decode import (
     ChunkCodec,
     Selection,
     chunk_selection,
 )
-from h5sidecar.read._prefetch import is_whole, is_whole_key, plan_ahead, plan_refill
+from h5sidecar.read.native._prefetch import is_whole, is_whole_key, plan_ahead, plan_refill
 from h5sidecar.references import INLINE, MISSING, ArrayRefs, GranuleRefs
 from h5sidecar.sources._fetch import ChunkFetcher, _gather_or_cancel
 
@@ -94,7 +94,7 @@ class NativeReader:
         self.opened: dict[str, None] = {}
         self._ahead_done: set[str] = set()  # read, or read ahead, once already
         self._small_reads = 0  # whole reads of small arrays served in earlier batches
-        self._large_reads = 0  # and of larger ones in a row (see read._prefetch.follow_on)
+        self._large_reads = 0  # and of larger ones in a row (see read.native._prefetch.follow_on)
         self._refilling = False  # a loop over small arrays read ahead: see plan_refill
         self._opening = 0  # > 0 while xarray opens datasets over this reader (see opening())
 
@@ -162,7 +162,7 @@ class NativeReader:
 
     def _refill(self, handed: str) -> None:
         """Start the next read-ahead of a loop that took ``handed`` from what is held
-        (:func:`~h5sidecar.read._prefetch.plan_refill`); runs on the event loop."""
+        (:func:`~h5sidecar.read.native._prefetch.plan_refill`); runs on the event loop."""
         ahead = plan_refill(self, handed)
         if ahead:
             self._read_ahead(ahead)
@@ -485,7 +485,7 @@ class NativeReader:
 
 
 def _rebuild(refs: GranuleRefs, fetcher: ChunkFetcher, cached: bool) -> NativeReader:
-    from h5sidecar.read._cache import CHUNKS, fit_shared_caches
+    from h5sidecar.read._sidecar_open import CHUNKS, fit_shared_caches
 
     if cached:
         fit_shared_caches()  # this process's sizes (a worker's own environment)

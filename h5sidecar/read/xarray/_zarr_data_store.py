@@ -1,8 +1,8 @@
-"""xarray's Zarr data store over a :class:`~h5sidecar.read.store.SidecarStore`, and one group of
+"""xarray's Zarr data store over a :class:`~h5sidecar.read.zarr.store.SidecarStore`, and one group of
 a granule opened through it as a Dataset.
 
 Decoding is delegated to xarray's own Zarr machinery (``ZarrStore`` + the decoding of
-``StoreBackendEntrypoint``, see :mod:`h5sidecar.read._xr_dataset`),
+``StoreBackendEntrypoint``, see :mod:`h5sidecar.read.xarray._dataset_build`),
 with three corrections that make CF decoding identical to opening the HDF5 file with
 ``engine="h5netcdf"``:
 
@@ -19,12 +19,12 @@ with three corrections that make CF decoding identical to opening the HDF5 file 
 3. **Dask chunks are aligned.**  ``encoding["preferred_chunks"]`` is a whole multiple of the
    source chunks (up to ``chunk_bytes``), so ``chunks={}`` reads each chunk exactly once.
 
-Data is read by :class:`~h5sidecar.read._lazy_array.SidecarArray` (the native batch reader:
+Data is read by :class:`~h5sidecar.read.xarray._lazy_array.SidecarArray` (the native batch reader:
 one coalesced fetch per selection, chunks decoded in parallel threads), not by zarr, except for
 arrays of Python objects; ``native=False`` keeps zarr's reader for every array.
 
-Both the xarray engine (:mod:`h5sidecar.read.xarray_backend`) and the all-groups opener
-(:mod:`h5sidecar.read._groups`) build on this module; it imports neither.
+Both the xarray engine (:mod:`h5sidecar.read.xarray.backend`) and the all-groups opener
+(:mod:`h5sidecar.read.xarray._datatree`) build on this module; it imports neither.
 """
 
 from __future__ import annotations
@@ -39,18 +39,18 @@ from xarray.core import indexing
 from xarray.core.variable import Variable
 
 from h5sidecar.errors import NotIndexedError, did_you_mean
-from h5sidecar.read._batch import NativeReader
-from h5sidecar.read._lazy_array import SidecarArray
-from h5sidecar.read._xr_attrs import (
+from h5sidecar.read.native._batch_reader import NativeReader
+from h5sidecar.read.xarray._attributes import (
     DEFAULT_CHUNK_BYTES,
     aligned_chunks,
     cf_attributes,
     group_attributes,
     is_cf_time,
 )
-from h5sidecar.read._xr_dataset import store_dataset
-from h5sidecar.read._xr_refs import RefsGroupStore, group_members
-from h5sidecar.read.store import SidecarStore
+from h5sidecar.read.xarray._dataset_build import store_dataset
+from h5sidecar.read.xarray._lazy_array import SidecarArray
+from h5sidecar.read.xarray._refs_data_store import RefsGroupStore, group_members
+from h5sidecar.read.zarr.store import SidecarStore
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
 
@@ -142,10 +142,10 @@ def open_data_store(
     members: list[str] | None = None,
 ) -> Any:
     """The xarray data store for ``group``: served straight from the references
-    (:class:`~h5sidecar.read._xr_refs.RefsGroupStore`) for a Zarr v2 view read natively, else
+    (:class:`~h5sidecar.read.xarray._refs_data_store.RefsGroupStore`) for a Zarr v2 view read natively, else
     xarray's ZarrStore (:func:`open_zarr_store`); both give xarray the same variables.
 
-    ``members`` (the group's array paths, see :func:`~h5sidecar.read._xr_refs.group_members`)
+    ``members`` (the group's array paths, see :func:`~h5sidecar.read.xarray._refs_data_store.group_members`)
     spares one pass over the granule's arrays per group when many groups are opened.
 
     Raises
@@ -221,7 +221,7 @@ def open_group_dataset(
     """One group of a sidecar as a Dataset (lazily; no source bytes are read).
 
     The body of the engine's ``open_dataset`` (see
-    :meth:`h5sidecar.read.xarray_backend.H5SidecarBackend.open_dataset` for the parameters;
+    :meth:`h5sidecar.read.xarray.backend.H5SidecarBackend.open_dataset` for the parameters;
     ``_members``: see :func:`open_data_store`).
     """
     store = sidecar_store(
