@@ -50,8 +50,9 @@ from h5sidecar.gateway._rechunk import rechunk_document, virtual_layout
 from h5sidecar.gateway._record import RecordAllowList
 from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, shard_layout
 from h5sidecar.gateway._views import GranuleEntry, Resolved, View
+from h5sidecar.read._byte_lru import ByteLRU
 from h5sidecar.read._cube_view import cube_names, is_cube
-from h5sidecar.read._sidecar_open import ByteLRU, load_refs, sidecar_identity
+from h5sidecar.read._sidecar_open import load_refs, sidecar_identity
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import GatewaySettings, ReadSettings
 from h5sidecar.sources._allow import AllowList

@@ -33,7 +33,7 @@ _LAZY = {
     "read_arrays": "h5sidecar.read.native._load",
     "ArraysRead": "h5sidecar.read.native._load",
     "load": "h5sidecar.read.native._load",
-    "ByteLRU": "h5sidecar.read._sidecar_open",
+    "ByteLRU": "h5sidecar.read._byte_lru",
     "configure": "h5sidecar.read._tuning",
     "clear_caches": "h5sidecar.read._tuning",
     "cache_stats": "h5sidecar.read._tuning",

@@ -19,7 +19,7 @@ import xarray as xr
 
 from h5sidecar.errors import ChunkDecodeError, InvalidReferenceError
 from h5sidecar.read import SidecarStore
-from h5sidecar.read._sidecar_open import ByteLRU
+from h5sidecar.read._byte_lru import ByteLRU
 from h5sidecar.read.native._batch_reader import NativeReader
 from h5sidecar.read.native._decode import chunk_selection
 from h5sidecar.read.xarray._lazy_array import SidecarArray

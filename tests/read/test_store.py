@@ -436,7 +436,7 @@ def test_store_over_s3_pickles_without_credentials(
 
 
 def test_chunk_cache_serves_rereads(small_refs: GranuleRefs, small_h5: Path) -> None:
-    from h5sidecar.read._sidecar_open import ByteLRU
+    from h5sidecar.read._byte_lru import ByteLRU
 
     cache: ByteLRU[bytes] = ByteLRU(10**6)
     store = SidecarStore(small_refs, chunk_cache=cache)

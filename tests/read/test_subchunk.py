@@ -231,7 +231,7 @@ def test_plan_subchunk_runs() -> None:
 
 
 def test_chunk_cache_stays_whole_chunks(granule: dict[str, Any]) -> None:
-    from h5sidecar.read._sidecar_open import ByteLRU
+    from h5sidecar.read._byte_lru import ByteLRU
 
     cache: ByteLRU[bytes] = ByteLRU(256 * 2**20)
     store = SidecarStore(granule["sidecar"], chunk_cache=cache)

@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 from h5sidecar.errors import InvalidReferenceError, did_you_mean
-from h5sidecar.read._sidecar_open import ByteLRU, range_cache_key
+from h5sidecar.read._byte_lru import ByteLRU
+from h5sidecar.read._shared_caches import range_cache_key
 from h5sidecar.read.native._batch_parts import Target as _Target
 from h5sidecar.read.native._batch_parts import check_plain_lengths as _check_plain_lengths
 from h5sidecar.read.native._batch_parts import decode_all as _decode_all
@@ -485,7 +486,7 @@ class NativeReader:
 
 
 def _rebuild(refs: GranuleRefs, fetcher: ChunkFetcher, cached: bool) -> NativeReader:
-    from h5sidecar.read._sidecar_open import CHUNKS, fit_shared_caches
+    from h5sidecar.read._shared_caches import CHUNKS, fit_shared_caches
 
     if cached:
         fit_shared_caches()  # this process's sizes (a worker's own environment)

@@ -30,19 +30,15 @@ from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 
 from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.read._byte_lru import ByteLRU
 from h5sidecar.read._granule_fetch import (
     ReadBatcher,
     byte_window,
     make_fetcher,
     refs_equal,
 )
-from h5sidecar.read._sidecar_open import (
-    CHUNKS,
-    ByteLRU,
-    fit_shared_caches,
-    load_refs,
-    range_cache_key,
-)
+from h5sidecar.read._shared_caches import CHUNKS, fit_shared_caches, range_cache_key
+from h5sidecar.read._sidecar_open import load_refs
 from h5sidecar.read.native._batch_reader import NativeReader
 from h5sidecar.read.zarr._keyspace import ChunkRef, GranuleKeys, ZarrFormat
 from h5sidecar.references import GranuleRefs
