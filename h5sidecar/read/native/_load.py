@@ -2,6 +2,12 @@
 
 Both hand whole batches to the granule's :class:`~h5sidecar.read.native._batch_reader.NativeReader`, so
 every chunk they need shares one coalesced fetch plan and decoding runs in parallel threads.
+
+:func:`load` has two paths, and keeps both: variables with nothing between xarray's lazy
+wrappers and the batch reader are read in one call per reader (:func:`_direct_reads`), the
+others through xarray's own ``load_async``, one per variable.  ``errors="collect"`` takes the
+second for every variable, so that a bad chunk fails only its own variable; raising, the first
+is the one round of planning and fetching the batch reader is for.
 """
 
 from __future__ import annotations

@@ -13,6 +13,12 @@ it.  (Nodes get no closer, as in the engine's tree: reading holds no file open.)
 Only the options of the documented batch path take this way (no Dask chunks, no
 ``backend_kwargs``/``inline_array``/chunk-manager options); anything else goes through
 ``xarray.open_datatree`` unchanged.
+
+Why a second DataTree builder beside the engine's (:mod:`h5sidecar.read.xarray._datatree`,
+which ``xarray.open_datatree`` calls): both build each group's Dataset and resolve dimension
+clashes with the same functions; this one only skips xarray's rebuild of the finished tree,
+which cost more than opening the groups, and it needs xarray's private pieces
+(:data:`AVAILABLE`): without them every tree goes through the engine's builder.
 """
 
 from __future__ import annotations

@@ -26,20 +26,13 @@ from fsspec.asyn import AsyncFileSystem
 
 from h5sidecar.read._granule_fetch import ReadBatcher
 from h5sidecar.read._granule_reader import GranuleReader
+from h5sidecar.read.zarr._byte_windows import clamped_window
 from h5sidecar.read.zarr._keyspace import ChunkRef, Resolved
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
 from h5sidecar.sources._fetch import scrub_credentials
 
 __all__ = ["H5SidecarFileSystem"]
-
-
-def _window(size: int, start: int | None, end: int | None) -> tuple[int, int]:
-    """fsspec's ``start``/``end`` (None, negative = from the end) as a clamped window."""
-    lo = 0 if start is None else (size + start if start < 0 else start)
-    hi = size if end is None else (size + end if end < 0 else end)
-    lo = min(max(lo, 0), size)
-    return lo, min(max(hi, lo), size)
 
 
 class H5SidecarFileSystem(AsyncFileSystem):
@@ -160,7 +153,7 @@ class H5SidecarFileSystem(AsyncFileSystem):
         if ref is None:
             raise FileNotFoundError(path)
         size = len(ref) if isinstance(ref, bytes) else ref[2]
-        lo, hi = _window(size, start, end)
+        lo, hi = clamped_window(size, start, end)
         if isinstance(ref, bytes):
             return ref[lo:hi]
         if hi == lo:
@@ -193,7 +186,7 @@ class H5SidecarFileSystem(AsyncFileSystem):
                 out[i] = exc
                 continue
             size = len(ref) if isinstance(ref, bytes) else ref[2]
-            lo, hi = _window(size, start, end)
+            lo, hi = clamped_window(size, start, end)
             if isinstance(ref, bytes):
                 out[i] = ref[lo:hi]
             elif hi == lo:

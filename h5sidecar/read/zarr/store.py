@@ -31,11 +31,12 @@ from zarr.core.buffer import Buffer, BufferPrototype
 
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.read._byte_lru import ByteLRU
-from h5sidecar.read._granule_fetch import ReadBatcher, byte_window, refs_equal
+from h5sidecar.read._granule_fetch import ReadBatcher, refs_equal
 from h5sidecar.read._granule_reader import GranuleReader
 from h5sidecar.read._shared_caches import CHUNKS
 from h5sidecar.read._sidecar_open import load_refs
 from h5sidecar.read.native._batch_reader import NativeReader
+from h5sidecar.read.zarr._byte_windows import byte_window
 from h5sidecar.read.zarr._keyspace import ChunkRef, GranuleKeys, ZarrFormat
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
