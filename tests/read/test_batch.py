@@ -21,7 +21,7 @@ from h5sidecar.errors import ChunkDecodeError, InvalidReferenceError
 from h5sidecar.read import SidecarStore
 from h5sidecar.read._byte_lru import ByteLRU
 from h5sidecar.read.native._batch_reader import NativeReader
-from h5sidecar.read.native._decode import chunk_selection
+from h5sidecar.read.native._selection import chunk_selection
 from h5sidecar.read.xarray._lazy_array import SidecarArray
 from h5sidecar.references import ArrayRefs, ChunkManifest, GranuleRefs
 from tests._granules import read_h5

@@ -86,7 +86,7 @@ def test_many_small_chunks_share_a_decode_task(mixed: tuple[Path, GranuleRefs],
         calls.append((lo, hi))
         real(plan, lo, hi, got)
 
-    monkeypatch.setattr("h5sidecar.read.native._batch_reader._decode_span", counted)
+    monkeypatch.setattr("h5sidecar.read.native._batch_fetch._decode_span", counted)
     reader = SidecarStore(refs, chunk_cache=None).native
     names = [n for n in refs.arrays if refs.arrays[n].meta.shape]
     got = reader.read_sync([(n, (ALL,) * len(refs.arrays[n].meta.shape)) for n in names])
@@ -119,7 +119,7 @@ def test_in_place_offsets_only_for_contiguous_regions(mixed: tuple[Path, Granule
     and big-endian values are decoded apart and copied."""
     _, refs = mixed
     from h5sidecar.read.native._batch_parts import Target
-    from h5sidecar.read.native._decode import chunk_selection
+    from h5sidecar.read.native._selection import chunk_selection
 
     reader = SidecarStore(refs, chunk_cache=None).native
     names = ["gz1", "rows", "bands", "tiles", "big"]

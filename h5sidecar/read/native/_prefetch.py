@@ -40,7 +40,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from h5sidecar.read.native._decode import Selection, chunk_selection
+from h5sidecar.read.native._selection import Selection, chunk_selection
 from h5sidecar.references import ArrayRefs
 
 __all__ = [
