@@ -5,6 +5,14 @@ sidecars (:class:`~h5sidecar.references.GranuleRefs`, megabytes), synthesized me
 (kilobytes) and hot chunks.  Bounding by entry count would let a few large sidecars exhaust
 memory, so every entry is charged its size in bytes and the least recently used entries are
 evicted until the total fits.  No cache in h5sidecar is unbounded (DESIGN.md, rule 8).
+
+Why not ``cachetools.LRUCache(maxsize, getsizeof=len)``: it bounds by bytes too, but it is not
+thread-safe (every reader of a process shares these caches: a lock around it is ours to add),
+its bound cannot change (``configure`` resizes the shared caches), it keeps no hit, miss or
+eviction counters (``cache_stats``), cannot count entries per group (the cold open asks whether
+any version of a sidecar is held) nor take a caller's charge, and it raises on a value larger
+than the bound.  Measured with cachetools 6.0 under a lock (get, then put on a miss; 1 MiB of
+1-2 KB values, 1 and 4 threads): about as fast on misses, 1.3-2x slower on hits than this class.
 """
 
 from __future__ import annotations
