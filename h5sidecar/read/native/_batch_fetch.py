@@ -6,7 +6,7 @@ planned fetch of the rest) and decoded in the process-wide decode pool.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
@@ -24,9 +24,6 @@ from h5sidecar.read.native._selection import Selection
 from h5sidecar.references import INLINE, MISSING, ArrayRefs, GranuleRefs
 from h5sidecar.sources._fetch import ChunkFetcher, _gather_or_cancel
 
-if TYPE_CHECKING:
-    from h5sidecar.read.native._batch_reader import NativeReader
-
 __all__ = ["fetch_and_decode", "fetch_rows", "read_batch"]
 
 #: Bounds of one fetch-then-decode group (bytes of stored chunks).  Each group is at least one
@@ -38,11 +35,11 @@ _GROUP_MIN = 2 * 2**20
 _GROUPS_PER_BATCH = 32
 
 
-async def read_batch(reader: NativeReader, prepared: list[tuple[str, ArrayRefs, Selection]],
+async def read_batch(reader: Any, prepared: list[tuple[str, ArrayRefs, Selection]],
                      outs: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
-    """Read the ``prepared`` selections of one batch (into ``outs`` when given): targets, the
-    plan of their stored chunks, fetched and decoded group by group; inline chunks decoded and
-    unstored ones filled on the way."""
+    """Read the ``prepared`` selections of one batch of ``reader`` (a ``NativeReader``; into
+    ``outs`` when given): targets, the plan of their stored chunks, fetched and decoded group by
+    group; inline chunks decoded and unstored ones filled on the way."""
     await _load_manifests([arr for _, arr, _ in prepared])
     targets: list[_Target] = []
     stored: list[np.ndarray] = []  # per target: rows of its stored chunks
