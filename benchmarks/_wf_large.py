@@ -65,7 +65,7 @@ def set_decode_threads(n: int | None) -> int:
     import dataclasses
 
     from h5sidecar.read import configure
-    from h5sidecar.read._decode import decode_threads
+    from h5sidecar.read.native._decode import decode_threads
     from h5sidecar.settings import ReadSettings, from_env
 
     settings = from_env(ReadSettings)

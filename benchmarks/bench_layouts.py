@@ -77,7 +77,7 @@ def _counts(url: str) -> dict[str, int]:
 
 def _cold() -> None:
     """Forget parsed sidecars and chunks: every open below starts as a new process would."""
-    from h5sidecar.read._cache import CHUNKS, SIDECARS
+    from h5sidecar.read._shared_caches import CHUNKS, SIDECARS
 
     SIDECARS.clear()
     CHUNKS.clear()

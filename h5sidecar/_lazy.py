@@ -13,7 +13,7 @@ def lazy_exports(
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """Return a module ``__getattr__`` and ``__dir__`` that import each name on first use.
 
-    ``table`` maps a public name to the module defining it: absolute (``h5sidecar.read.fs``) or
+    ``table`` maps a public name to the module defining it: absolute (``h5sidecar.read.zarr.filesystem``) or
     a submodule of ``package`` (``_build``).
     """
 

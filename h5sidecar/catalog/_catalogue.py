@@ -15,7 +15,7 @@ from h5sidecar.catalog._listing import dest_fs, sidecar_size
 from h5sidecar.catalog._result import ItemError
 from h5sidecar.catalog.extent._granule_extent import granule_extent
 from h5sidecar.errors import ErrorKind, H5SidecarError, InvalidRequestError
-from h5sidecar.read._cube import cube_names, is_cube
+from h5sidecar.read._cube_view import cube_names, is_cube
 from h5sidecar.references import GranuleRefs, read_layout, read_refs
 
 __all__ = ["add_cubes", "catalogue_one", "given_cubes", "published"]

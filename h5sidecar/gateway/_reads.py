@@ -19,8 +19,8 @@ from h5sidecar.gateway._http import Admission, ResponseTooLargeError
 from h5sidecar.gateway._metrics import GatewayMetrics
 from h5sidecar.gateway._shard import ShardLayout
 from h5sidecar.gateway._views import Resolved
-from h5sidecar.read._cache import ByteLRU
-from h5sidecar.read._keyspace import ChunkRef
+from h5sidecar.read._byte_lru import ByteLRU
+from h5sidecar.read.zarr._keyspace import ChunkRef
 from h5sidecar.settings import GatewaySettings, ReadSettings
 from h5sidecar.sources._allow import AllowList
 

@@ -2,14 +2,14 @@
 :mod:`~h5sidecar.gateway._shard`).
 
 A Zarr client reads whole chunks.  For an uncompressed array (no compressor, no filters: see
-:func:`~h5sidecar.read._rechunk.plain_array`) the gateway can present a finer chunk grid whose
+:func:`~h5sidecar.read.zarr._virtual_chunks.plain_array`) the gateway can present a finer chunk grid whose
 chunks each lie inside one stored chunk; a virtual chunk is then served from one to
-:data:`~h5sidecar.read._rechunk.MAX_RUNS` byte runs of the stored chunk, laid end to end, so a
+:data:`~h5sidecar.read.zarr._virtual_chunks.MAX_RUNS` byte runs of the stored chunk, laid end to end, so a
 thin selection moves only the bytes near it.  Arrays that do not qualify (compressed, filtered,
 structured, scalar) keep their stored chunks in this view.  Large contiguous datasets (indexed
 as a few large chunks along their first dimension) are the most valuable case.
 
-The geometry is pure and lives in :mod:`h5sidecar.read._rechunk`; this module rewrites the
+The geometry is pure and lives in :mod:`h5sidecar.read.zarr._virtual_chunks`; this module rewrites the
 metadata documents and turns a virtual chunk key into a
 :class:`~h5sidecar.gateway._shard.ShardLayout` (pieces laid end to end, no index), which the
 gateway reads like a shard.
@@ -26,8 +26,8 @@ import ujson
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.gateway._http import ResponseTooLargeError
 from h5sidecar.gateway._shard import ShardLayout
-from h5sidecar.read._keyspace import ChunkRef, GranuleKeys
-from h5sidecar.read._rechunk import RechunkSpec, virtual_chunk_shape, virtual_runs
+from h5sidecar.read.zarr._keyspace import ChunkRef, GranuleKeys
+from h5sidecar.read.zarr._virtual_chunks import RechunkSpec, virtual_chunk_shape, virtual_runs
 
 __all__ = ["rechunk_document", "virtual_layout"]
 

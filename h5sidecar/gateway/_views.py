@@ -1,5 +1,6 @@
-"""One granule as the gateway holds it: its sidecar, a SidecarStore per Zarr view, and the
-metadata documents each view serves (consolidated per group, sharded on request).
+"""One granule as the gateway holds it: its sidecar, its granule reader (one fetcher, the key
+space of each Zarr view), and the metadata documents each view serves (consolidated per group,
+sharded on request).
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import ujson
 
 from h5sidecar.gateway._http import BadRequestError
 from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, ShardLayout, sharded_documents
-from h5sidecar.read._cube import source_key
-from h5sidecar.read._keyspace import ChunkRef, GranuleKeys
-from h5sidecar.read._rechunk import RechunkSpec
-from h5sidecar.read.store import SidecarStore
+from h5sidecar.read._cube_view import source_key
+from h5sidecar.read._granule_reader import GranuleReader
+from h5sidecar.read.zarr._keyspace import ChunkRef, GranuleKeys
+from h5sidecar.read.zarr._virtual_chunks import RechunkSpec
+from h5sidecar.read.zarr.store import SidecarStore
 from h5sidecar.references import ArrayRefs, GranuleRefs, key_problem, key_safe_name
 from h5sidecar.settings import ReadSettings
 from h5sidecar.sources.fetch._chunk_fetcher import ChunkFetcher
@@ -133,9 +135,10 @@ class GranuleEntry:
         # a cube's: a digest of every member's identity (a rebuilt cube never reuses the
         # cached chunks or ETags of a member replaced since)
         self.source_id = source_key(refs)
-        self._read_settings = read_settings
-        self._storage_options = storage_options
-        self._stores: dict[int, SidecarStore] = {2: self._store(2)}
+        # chunk_cache=None: the gateway keeps hot chunks in its own cache, bounded by
+        # GatewaySettings.cache_bytes, not in the process-wide one
+        self.reader = GranuleReader(refs, settings=read_settings, storage_options=storage_options,
+                                    chunk_cache=None)
 
     def model_key(self, key: str) -> str:
         """``key`` with its node names written as the sidecar writes them.
@@ -164,37 +167,32 @@ class GranuleEntry:
             prefix = path
         return "/".join(parts)
 
-    def _store(self, zarr_format: Literal[2, 3]) -> SidecarStore:
-        # chunk_cache=None: the gateway keeps hot chunks in its own cache, bounded by
-        # GatewaySettings.cache_bytes, not in the process-wide one
-        return SidecarStore(self.refs, zarr_format=zarr_format, settings=self._read_settings,
-                            storage_options=self._storage_options, chunk_cache=None)  # fmt: skip
-
     # -- views --------------------------------------------------------------------------------
     @property
     def fetcher(self) -> ChunkFetcher:
         """The fetcher every view of this granule reads with (one allow-list, one freshness
         state)."""
-        return self._stores[2].fetcher
+        return self.reader.fetcher
 
     def store(self, zarr_format: Literal[2, 3] = 2) -> SidecarStore:
-        """The SidecarStore serving ``zarr_format`` (built on first use)."""
-        if zarr_format not in self._stores:
-            self._stores[zarr_format] = self._store(zarr_format)
-        return self._stores[zarr_format]
+        """The SidecarStore serving ``zarr_format`` over this granule's reader (built on first
+        use)."""
+        return SidecarStore.for_reader(self.reader, zarr_format)
 
-    def has_view(self, zarr_format: int) -> bool:
-        """True when the store of ``zarr_format`` is built."""
-        return zarr_format in self._stores
+    def has_view(self, zarr_format: Literal[2, 3]) -> bool:
+        """True when the key space of ``zarr_format`` is built."""
+        return self.reader.has_keys(zarr_format)
 
     def keys(self, zarr_format: Literal[2, 3]) -> GranuleKeys:
         """The key space of ``zarr_format``."""
-        return self.store(zarr_format).keyspace
+        return self.reader.keys(zarr_format)
 
     @property
     def nbytes(self) -> int:
         """Approximate memory held: manifests + metadata documents (x2 for parsed objects)."""
-        docs = sum(len(d) for s in self._stores.values() for d in s.keyspace.documents.values())
+        self.keys(2)  # the v2 view is always served: charged from the start
+        docs = sum(len(d) for f in (2, 3) if self.has_view(f)
+                   for d in self.keys(f).documents.values())  # fmt: skip
         return self.refs.nbytes + 2 * docs
 
     def unsupported_reason(self, zarr_format: Literal[2, 3], key: str) -> str:

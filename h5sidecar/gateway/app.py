@@ -47,7 +47,7 @@ from h5sidecar.gateway._openapi import openapi_document
 from h5sidecar.gateway._reply import Reply, error_reply, key_reply
 from h5sidecar.gateway._stac_routes import StacHandlers
 from h5sidecar.gateway.core import Gateway, View
-from h5sidecar.read._rechunk import RechunkSpec
+from h5sidecar.read.zarr._virtual_chunks import RechunkSpec
 from h5sidecar.settings import GatewaySettings, ReadSettings
 
 __all__ = ["create_app", "serve"]
@@ -462,7 +462,7 @@ async def _serve_then_drop_queued(server: Any) -> None:
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from h5sidecar.read import _decode
+    from h5sidecar.read.native import _decode
     from h5sidecar.sources.stores._backends import drop_queued_reads
 
     pool = ThreadPoolExecutor(thread_name_prefix="h5sidecar-gateway")

@@ -1,7 +1,7 @@
 """The framework-free core of the HTTP gateway (``h5sidecar serve``).
 
 :class:`Gateway` turns a request path into bytes: it finds the granule's sidecar under DEST
-(:mod:`h5sidecar.gateway._dest`), opens it as a :class:`~h5sidecar.read.store.SidecarStore`
+(:mod:`h5sidecar.gateway._dest`), opens it as a :class:`~h5sidecar.read.zarr.store.SidecarStore`
 per Zarr view (v2, v3), resolves the key with the store's key space, and reads chunk bytes with
 the store's :class:`~h5sidecar.sources.fetch._chunk_fetcher.ChunkFetcher`.  The web layer
 (:mod:`h5sidecar.gateway.app`) only maps this to HTTP.
@@ -10,7 +10,7 @@ Views of one granule:
 
 * ``View(2)`` -- Zarr v2: ``.zmetadata`` (consolidated), ``.zgroup``/``.zattrs``/``.zarray``
   and chunk keys answered with the original (compressed) chunk bytes;
-* ``View(3)`` -- Zarr v3: ``zarr.json`` documents (synthesized by :mod:`~h5sidecar.read._v3`),
+* ``View(3)`` -- Zarr v3: ``zarr.json`` documents (synthesized by :mod:`~h5sidecar.read.zarr._v3_metadata`),
   same chunk keys;
 * ``View(3, shard=K)`` -- Zarr v3 whose ``sharding_indexed`` shards each hold K consecutive
   chunks along the first dimension (:mod:`~h5sidecar.gateway._shard`);
@@ -50,8 +50,9 @@ from h5sidecar.gateway._rechunk import rechunk_document, virtual_layout
 from h5sidecar.gateway._record import RecordAllowList
 from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, shard_layout
 from h5sidecar.gateway._views import GranuleEntry, Resolved, View
-from h5sidecar.read._cache import ByteLRU, load_refs, sidecar_identity
-from h5sidecar.read._cube import cube_names, is_cube
+from h5sidecar.read._byte_lru import ByteLRU
+from h5sidecar.read._cube_view import cube_names, is_cube
+from h5sidecar.read._sidecar_open import load_refs, sidecar_identity
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import GatewaySettings, ReadSettings
 from h5sidecar.sources._allow import AllowList
@@ -87,7 +88,7 @@ class Gateway:
     cubes : mapping or sequence, optional
         Datacubes to serve beside the granules: name -> URL of the cube's references, or
         ``"[NAME=]PATH"`` strings (named after the file by default; see
-        :func:`h5sidecar.read._cube.cube_names`).  Their members must be readable under the
+        :func:`h5sidecar.read._cube_view.cube_names`).  Their members must be readable under the
         allow-list, as every granule's source must.
     """
 

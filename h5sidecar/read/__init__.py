@@ -21,23 +21,23 @@ from __future__ import annotations
 from h5sidecar._lazy import lazy_exports
 
 _LAZY = {
-    "SidecarStore": "h5sidecar.read.store",
-    "H5SidecarFileSystem": "h5sidecar.read.fs",
-    "H5SidecarBackend": "h5sidecar.read.xarray_backend",
+    "SidecarStore": "h5sidecar.read.zarr.store",
+    "H5SidecarFileSystem": "h5sidecar.read.zarr.filesystem",
+    "H5SidecarBackend": "h5sidecar.read.xarray.backend",
     "ChunkFetcher": "h5sidecar.sources.fetch._chunk_fetcher",
-    "open_dataset": "h5sidecar.read._datasets",
-    "open_datatree": "h5sidecar.read._datasets",
-    "open_mfdataset": "h5sidecar.read._datasets",
-    "check_combinable": "h5sidecar.read._datasets",
-    "load_refs": "h5sidecar.read._cache",
-    "read_arrays": "h5sidecar.read._load",
-    "ArraysRead": "h5sidecar.read._load",
-    "load": "h5sidecar.read._load",
-    "ByteLRU": "h5sidecar.read._cache",
+    "open_dataset": "h5sidecar.read.xarray._openers",
+    "open_datatree": "h5sidecar.read.xarray._openers",
+    "open_mfdataset": "h5sidecar.read.xarray._openers",
+    "check_combinable": "h5sidecar.read.xarray._openers",
+    "load_refs": "h5sidecar.read._sidecar_open",
+    "read_arrays": "h5sidecar.read.native._load",
+    "ArraysRead": "h5sidecar.read.native._load",
+    "load": "h5sidecar.read.native._load",
+    "ByteLRU": "h5sidecar.read._byte_lru",
     "configure": "h5sidecar.read._tuning",
     "clear_caches": "h5sidecar.read._tuning",
     "cache_stats": "h5sidecar.read._tuning",
-    "register_numcodecs_v3": "h5sidecar.read._v3",
+    "register_numcodecs_v3": "h5sidecar.read.zarr._v3_metadata",
 }
 
 __all__ = [

@@ -48,7 +48,7 @@ def open_cold(path: str, options: Mapping[str, Any], cache: Any) -> tuple[tuple,
     import fsspec
 
     from h5sidecar._credentials import fsspec_options
-    from h5sidecar.read._identity import key_from_info, options_key
+    from h5sidecar.read._sidecar_key import key_from_info, options_key
     from h5sidecar.references._io import parquet_refs
 
     fs, p = fsspec.core.url_to_fs(path, **fsspec_options(str(path), dict(options)))
@@ -97,7 +97,7 @@ def open_cold(path: str, options: Mapping[str, Any], cache: Any) -> tuple[tuple,
 
 def _holds(cache: Any, group: tuple, meta: str) -> bool:
     """Whether ``cache`` holds any version of the sidecar ``group`` names: in constant time
-    when the cache counts its entries by sidecar (:data:`~h5sidecar.read._cache.SIDECARS`
+    when the cache counts its entries by sidecar (:data:`~h5sidecar.read._shared_caches.SIDECARS`
     does), else by a scan of its keys (a cache of the caller's own)."""
     if getattr(cache, "group", None) is not None:
         return bool(cache.has_group(group))

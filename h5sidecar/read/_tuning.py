@@ -9,9 +9,10 @@ keeps caches of its own (``GatewaySettings.cache_bytes``) and uses only the deco
 
 from __future__ import annotations
 
-from h5sidecar.read._cache import CHUNKS, SIDECARS, CacheStats, fit_shared_caches
-from h5sidecar.read._decode import decode_executor
-from h5sidecar.read._process import set_process_settings
+from h5sidecar.read._byte_lru import CacheStats
+from h5sidecar.read._process_settings import set_process_settings
+from h5sidecar.read._shared_caches import CHUNKS, SIDECARS, fit_shared_caches
+from h5sidecar.read.native._decode import decode_executor
 from h5sidecar.settings import ReadSettings
 
 __all__ = ["cache_stats", "clear_caches", "configure"]

@@ -262,8 +262,8 @@ def _block_reader(store: Any, variables: Sequence[str],
     does not decode itself, or that are not 1-D, are read with :func:`read_arrays`.
     """
     from h5sidecar.read import read_arrays
-    from h5sidecar.read._batch import out_dtype
-    from h5sidecar.read._load import cf_decoded
+    from h5sidecar.read.native._batch_reader import out_dtype
+    from h5sidecar.read.native._load import cf_decoded
 
     native, refs = store.native, store.refs
     paths = {f"{g}/{v}" for batch in batches for g, _, _ in batch for v in variables}

@@ -155,7 +155,7 @@ def run_demo(
 def _open(sidecar: str) -> tuple[str, xr.Dataset]:
     """Open the demo group through ``sidecar`` without CF decoding: h5sidecar's engine when it
     is installed, else plain fsspec reference:// + zarr."""
-    if importlib.util.find_spec("h5sidecar.read.xarray_backend") is not None:
+    if importlib.util.find_spec("h5sidecar.read.xarray.backend") is not None:
         ds = xr.open_dataset(sidecar, engine="h5sidecar", group=DEMO_GROUP, decode_cf=False)
         return "h5sidecar", ds
     ds = xr.open_dataset(

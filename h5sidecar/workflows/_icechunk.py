@@ -4,7 +4,7 @@
 datacube whose manifests point into many objects) into one commit of an Icechunk repository:
 
 * every group with its attributes, every array with the Zarr v3 metadata the sidecar's v3 views
-  serve (:func:`h5sidecar.read._v3.array_metadata_v3`: same data type, codecs, fill value and
+  serve (:func:`h5sidecar.read.zarr._v3_metadata.array_metadata_v3`: same data type, codecs, fill value and
   ``_FillValue`` encoding), except the chunk key encoding, which is Icechunk's own (``c/i/j``);
 * every stored chunk as a virtual reference (URL, offset, length), with the source's identity as
   Icechunk's checksum (the ETag, else the last-modified time), so Icechunk refuses to serve a
@@ -210,7 +210,7 @@ def _representable(arr: Any) -> str:
 
 def _node_documents(refs: GranuleRefs, skipped: list[Skipped]) -> dict[str, dict[str, Any]]:
     """Node path -> ``zarr.json`` document of every group and representable array."""
-    from h5sidecar.read._v3 import array_metadata_v3, group_metadata_v3
+    from h5sidecar.read.zarr._v3_metadata import array_metadata_v3, group_metadata_v3
 
     docs = {g: group_metadata_v3(attrs) for g, attrs in refs.groups.items()}
     for path, arr in refs.arrays.items():

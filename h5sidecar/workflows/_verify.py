@@ -289,7 +289,7 @@ def _open_plain(ref: str, refs: GranuleRefs, opts: dict[str, Any] | None) -> zar
 def _open_own(refs: GranuleRefs, opts: dict[str, Any] | None) -> zarr.Group:
     """A compact sidecar through h5sidecar's store (Zarr v2 view, as plain tools would see it
     from the kerchunk layout); plain fsspec cannot read it."""
-    from h5sidecar.read.store import SidecarStore
+    from h5sidecar.read.zarr.store import SidecarStore
 
     store = SidecarStore(refs, storage_options=opts, chunk_cache=None)
     return zarr.open_group(store, mode="r", zarr_format=2)

@@ -25,7 +25,7 @@ import pytest
 import xarray as xr
 import zarr
 
-from h5sidecar.read._cube import cube_names, source_key
+from h5sidecar.read._cube_view import cube_names, source_key
 from h5sidecar.references import GranuleRefs, SourceInfo
 from h5sidecar.sample import write_daily_collection, write_daily_granule
 from h5sidecar.settings import ReadSettings

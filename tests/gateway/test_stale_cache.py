@@ -21,7 +21,7 @@ import zarr
 
 import h5sidecar
 from h5sidecar.errors import StaleReferenceError
-from h5sidecar.read.store import SidecarStore
+from h5sidecar.read.zarr.store import SidecarStore
 from h5sidecar.references import write_json
 from h5sidecar.settings import ReadSettings
 from tests.gateway._http import gateway

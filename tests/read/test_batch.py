@@ -19,10 +19,10 @@ import xarray as xr
 
 from h5sidecar.errors import ChunkDecodeError, InvalidReferenceError
 from h5sidecar.read import SidecarStore
-from h5sidecar.read._batch import NativeReader
-from h5sidecar.read._cache import ByteLRU
-from h5sidecar.read._decode import chunk_selection
-from h5sidecar.read._lazy_array import SidecarArray
+from h5sidecar.read._byte_lru import ByteLRU
+from h5sidecar.read.native._batch_reader import NativeReader
+from h5sidecar.read.native._selection import chunk_selection
+from h5sidecar.read.xarray._lazy_array import SidecarArray
 from h5sidecar.references import ArrayRefs, ChunkManifest, GranuleRefs
 from tests._granules import read_h5
 
@@ -381,7 +381,7 @@ def test_edge_and_cut_chunks_inflate_without_zlib(tmp_path: Path, shuffle: bool,
     chunk, an edge chunk, a chunk a selection cuts) are inflated by libdeflate into a buffer
     of the known chunk size, not by zlib growing one; values equal h5py's."""
     from h5sidecar.indexer import index_granule
-    from h5sidecar.read import _decode
+    from h5sidecar.read.native import _decode
 
     if _decode._deflate_decode is None:
         pytest.skip("imagecodecs (libdeflate) is not installed")

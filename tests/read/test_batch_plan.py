@@ -1,4 +1,4 @@
-"""The batch plan made of arrays (:mod:`h5sidecar.read._batch_plan`): one row per stored chunk,
+"""The batch plan made of arrays (:mod:`h5sidecar.read.native._batch_plan`): one row per stored chunk,
 groups of many small chunks decoded per pool task, chunks decoded in place at precomputed
 offsets, others copied; values always equal h5py's."""
 
@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from h5sidecar.indexer import index_granule
-from h5sidecar.read import SidecarStore, _batch_plan
+from h5sidecar.read import SidecarStore
+from h5sidecar.read.native import _batch_plan
 from h5sidecar.references import GranuleRefs
 
 ALL = slice(None)
@@ -85,7 +86,7 @@ def test_many_small_chunks_share_a_decode_task(mixed: tuple[Path, GranuleRefs],
         calls.append((lo, hi))
         real(plan, lo, hi, got)
 
-    monkeypatch.setattr("h5sidecar.read._batch._decode_span", counted)
+    monkeypatch.setattr("h5sidecar.read.native._batch_fetch._decode_span", counted)
     reader = SidecarStore(refs, chunk_cache=None).native
     names = [n for n in refs.arrays if refs.arrays[n].meta.shape]
     got = reader.read_sync([(n, (ALL,) * len(refs.arrays[n].meta.shape)) for n in names])
@@ -117,8 +118,8 @@ def test_in_place_offsets_only_for_contiguous_regions(mixed: tuple[Path, Granule
     when their region is contiguous and in stored byte order; edge chunks, tiles of a grid
     and big-endian values are decoded apart and copied."""
     _, refs = mixed
-    from h5sidecar.read._batch_parts import Target
-    from h5sidecar.read._decode import chunk_selection
+    from h5sidecar.read.native._batch_parts import Target
+    from h5sidecar.read.native._selection import chunk_selection
 
     reader = SidecarStore(refs, chunk_cache=None).native
     names = ["gz1", "rows", "bands", "tiles", "big"]

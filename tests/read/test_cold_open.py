@@ -18,7 +18,7 @@ import pytest
 from h5sidecar._credentials import fsspec_options
 from h5sidecar.read import _cold_open as cold
 from h5sidecar.read import load_refs, read_arrays
-from h5sidecar.read._cache import SIDECARS
+from h5sidecar.read._shared_caches import SIDECARS
 from h5sidecar.references import write_parquet
 from tests._granules import refs_for
 from tests.faultproxy import FaultProxy
@@ -212,8 +212,8 @@ def test_the_cache_counts_its_entries_per_sidecar() -> None:
     """Whether any version of a sidecar is cached is answered from per-sidecar counts (a cold
     open asks at every open: a scan of every key would cost O(entries) an open), kept right
     through replacement, eviction, resizing and clearing."""
-    from h5sidecar.read._cache import ByteLRU
-    from h5sidecar.read._identity import sidecar_group
+    from h5sidecar.read._byte_lru import ByteLRU
+    from h5sidecar.read._sidecar_key import sidecar_group
 
     cache: ByteLRU[bytes] = ByteLRU(100, group=sidecar_group)
     a1 = ("s3", "b/a.parq/.zmetadata", 10, '"e1"', "[]")

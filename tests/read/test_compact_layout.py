@@ -13,8 +13,8 @@ import xarray as xr
 import zarr
 
 import h5sidecar
-from h5sidecar.read.fs import H5SidecarFileSystem
-from h5sidecar.read.store import SidecarStore
+from h5sidecar.read.zarr.filesystem import H5SidecarFileSystem
+from h5sidecar.read.zarr.store import SidecarStore
 from h5sidecar.references import GranuleRefs, write_parquet, write_refs
 from tests._granules import read_h5, refs_for
 from tests.faultproxy import FaultProxy
@@ -101,7 +101,7 @@ def test_a_batch_loads_its_manifests_in_a_few_thread_hops(
     equal h5py's."""
     import asyncio
 
-    from h5sidecar.read import _batch_parts
+    from h5sidecar.read.native import _batch_parts
 
     hops = []
     real = asyncio.to_thread

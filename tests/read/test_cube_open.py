@@ -11,7 +11,7 @@ import xarray as xr
 
 from h5sidecar.errors import ForbiddenSourceError, InvalidReferenceError, StaleReferenceError
 from h5sidecar.read import read_arrays
-from h5sidecar.read.store import SidecarStore
+from h5sidecar.read.zarr.store import SidecarStore
 from h5sidecar.references import MemberTable, SourceInfo
 from h5sidecar.references._members_file import _Loader
 from h5sidecar.settings import ReadSettings

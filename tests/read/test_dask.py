@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from h5sidecar.read.fs import H5SidecarFileSystem
-from h5sidecar.read.store import SidecarStore
+from h5sidecar.read.zarr.filesystem import H5SidecarFileSystem
+from h5sidecar.read.zarr.store import SidecarStore
 from h5sidecar.references import write_refs
 from tests._granules import read_h5, refs_for
 

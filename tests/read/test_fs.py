@@ -13,7 +13,7 @@ import pytest
 import zarr
 from zarr.storage import FsspecStore
 
-from h5sidecar.read.fs import H5SidecarFileSystem
+from h5sidecar.read.zarr.filesystem import H5SidecarFileSystem
 from h5sidecar.references import GranuleRefs
 from tests._granules import read_h5, refs_for, source_bytes
 

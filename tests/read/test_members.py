@@ -11,8 +11,8 @@ from dask.base import tokenize
 
 from h5sidecar.errors import ForbiddenSourceError
 from h5sidecar.read import read_arrays
-from h5sidecar.read._zarr_batcher import make_fetcher
-from h5sidecar.read.store import SidecarStore
+from h5sidecar.read._granule_fetch import make_fetcher
+from h5sidecar.read.zarr.store import SidecarStore
 from h5sidecar.references import read_refs
 from h5sidecar.settings import ReadSettings
 from h5sidecar.workflows import build_cube, index_many

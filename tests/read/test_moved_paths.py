@@ -28,9 +28,12 @@ print(json.dumps({{
 """
 
 
-@pytest.mark.parametrize("leaf", ["store", "fs", "xarray_backend"])
+NEW_MODULES = {"store": "zarr.store", "fs": "zarr.filesystem", "xarray_backend": "xarray.backend"}
+
+
+@pytest.mark.parametrize("leaf", sorted(NEW_MODULES))
 def test_old_module_paths_warn_and_give_the_same_objects(leaf: str) -> None:
-    old, new = f"h5sidecar.gateway.{leaf}", f"h5sidecar.read.{leaf}"
+    old, new = f"h5sidecar.gateway.{leaf}", f"h5sidecar.read.{NEW_MODULES[leaf]}"
     code = _CHECK.format(old=old, new=new)
     out = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True,
                                     text=True, check=True).stdout)
@@ -55,8 +58,8 @@ def test_gateway_package_no_longer_exports_the_read_library() -> None:
 @pytest.mark.parametrize(
     ("group", "target"),
     [
-        ("xarray.backends", "h5sidecar.read.xarray_backend:H5SidecarBackend"),
-        ("fsspec.specs", "h5sidecar.read.fs:H5SidecarFileSystem"),
+        ("xarray.backends", "h5sidecar.read.xarray.backend:H5SidecarBackend"),
+        ("fsspec.specs", "h5sidecar.read.zarr.filesystem:H5SidecarFileSystem"),
     ],
 )
 def test_entry_points_name_the_new_modules(group: str, target: str) -> None:

@@ -18,8 +18,8 @@ import xarray as xr
 import h5sidecar
 from h5sidecar.errors import ChunkDecodeError
 from h5sidecar.read import SidecarStore
-from h5sidecar.read._decode import chunk_selection
-from h5sidecar.read._prefetch import SMALL_FRACTION, decoded_nbytes, is_whole, is_whole_key
+from h5sidecar.read.native._prefetch import SMALL_FRACTION, decoded_nbytes, is_whole, is_whole_key
+from h5sidecar.read.native._selection import chunk_selection
 from h5sidecar.references import ArrayRefs, ChunkManifest, GranuleRefs
 from h5sidecar.settings import ReadSettings, from_env
 
@@ -144,7 +144,7 @@ def test_batch_load_decodes_every_array_once(atl03_refs: GranuleRefs, atl03_h5: 
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """``h5sidecar.load(tree)`` asks for every array in one turn: the arrays a read-ahead
     already brings are taken from it, not decoded a second time in the same batch."""
-    from h5sidecar.read import _batch
+    from h5sidecar.read.native import _batch_fetch as _batch
 
     decoded: list[str] = []
 
@@ -167,7 +167,7 @@ def test_a_loop_over_large_arrays_reads_the_next_ones_together(
         atl03_refs: GranuleRefs, atl03_h5: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Once a second large array is read whole in a loop, the arrays opened after it in its
     group come in the same batch, up to ``prefetch_bytes``: fewer round trips than arrays."""
-    from h5sidecar.read import _batch
+    from h5sidecar.read.native import _batch_reader as _batch
 
     batches: list[list[str]] = []
     serve = _batch.NativeReader._read_batch
@@ -200,8 +200,8 @@ def test_a_loop_over_small_arrays_refills_before_it_runs_out(atl03_refs: Granule
     arrays together never exceed the budget when a small array's read plans the read-ahead,
     nor twice the budget when a run of larger arrays does (their own budget: see
     ``follow_on``); values equal h5py's."""
-    from h5sidecar.read._batch import NativeReader
-    from h5sidecar.read._prefetch import LARGE_RUN, is_small
+    from h5sidecar.read.native._batch_reader import NativeReader
+    from h5sidecar.read.native._prefetch import LARGE_RUN, is_small
 
     tree_arrays = [a for a in atl03_refs.arrays.values() if a.meta.shape]
     small = sorted(decoded_nbytes(a) for a in tree_arrays)
@@ -247,13 +247,13 @@ def test_a_read_ahead_in_flight_counts_against_the_budget(atl03_refs: GranuleRef
     """A loop's own read plans the next read-ahead while a refill is still reading: the arrays
     in flight count against ``prefetch_bytes`` as held ones do, so held, in flight and the new
     read-ahead together stay within it (under load the two used to overlap and pass it)."""
-    from h5sidecar.read._decode import chunk_selection
-    from h5sidecar.read._prefetch import (
+    from h5sidecar.read.native._prefetch import (
         inflight_bytes,
         is_dimension_coordinate,
         is_small,
         plan_ahead,
     )
+    from h5sidecar.read.native._selection import chunk_selection
 
     tree_arrays = [a for a in atl03_refs.arrays.values() if a.meta.shape]
     small_sizes = sorted(decoded_nbytes(a) for a in tree_arrays)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from h5sidecar.read import SidecarStore
-from h5sidecar.read._batch import out_dtype
+from h5sidecar.read.native._batch_reader import out_dtype
 from h5sidecar.references import GranuleRefs
 from tests._granules import read_h5
 

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from h5sidecar.read._rechunk import (
+from h5sidecar.read.zarr._virtual_chunks import (
     MAX_RUNS,
     RechunkSpec,
     plain_array,
@@ -128,7 +128,7 @@ def test_a_straddling_shape_is_refused() -> None:
 
 
 def test_divisor_search_is_exact_for_ordinary_chunks_and_bounded_for_huge_ones() -> None:
-    from h5sidecar.read._rechunk import _fit
+    from h5sidecar.read.zarr._virtual_chunks import _fit
 
     for chunk in range(1, 250):
         for want in range(1, chunk + 3):

@@ -1,4 +1,4 @@
-"""Opening groups straight from the references (``read._xr_refs.RefsGroupStore``) gives xarray
+"""Opening groups straight from the references (``read.xarray._refs_data_store.RefsGroupStore``) gives xarray
 exactly what opening them through xarray's ZarrStore gave: the same variables in the same
 order, dimensions, attributes (with their types), encodings, coordinates and values -- on the
 whole corpus and on an ATL03-like granule -- and values equal to h5py's and to
@@ -19,9 +19,9 @@ from xarray.backends.store import StoreBackendEntrypoint
 import h5sidecar
 from h5sidecar.indexer import index_granule
 from h5sidecar.read import SidecarStore
-from h5sidecar.read._lazy_array import SidecarArray
-from h5sidecar.read._xr_refs import RefsGroupStore, group_members
-from h5sidecar.read._xr_store import open_data_store, open_zarr_store
+from h5sidecar.read.xarray._lazy_array import SidecarArray
+from h5sidecar.read.xarray._refs_data_store import RefsGroupStore, group_members
+from h5sidecar.read.xarray._zarr_data_store import open_data_store, open_zarr_store
 from h5sidecar.references import GranuleRefs, write_parquet
 from tests.conftest import CORPUS
 
@@ -170,7 +170,7 @@ def test_tree_values_equal_h5py_and_h5netcdf(atl03_refs: GranuleRefs, atl03_h5: 
                                     phony_dims="access")
             for name, var in ds.variables.items():
                 if name not in truth.variables:
-                    continue  # a clash renamed by open_datatree (see read._groups)
+                    continue  # a clash renamed by open_datatree (see read.xarray._datatree)
                 want = truth[name].values
                 np.testing.assert_array_equal(var.values, want, err_msg=f"{group}/{name}")
                 if var.dtype.kind in "biuf" and not var.attrs.get("scale_factor"):
@@ -208,7 +208,7 @@ def test_groups_opened_one_at_a_time_sort_the_arrays_once(
     """``open_dataset`` of every group in turn finds each group's members from one pass over
     the granule's arrays per store (not one per group); the Datasets hold the group's arrays
     with h5py's values."""
-    from h5sidecar.read import _xr_store
+    from h5sidecar.read.xarray import _zarr_data_store as _xr_store
 
     calls = []
     real = _xr_store.group_members

@@ -24,9 +24,9 @@ import zarr
 
 from h5sidecar.errors import InvalidReferenceError, StaleReferenceError
 from h5sidecar.read import read_arrays
-from h5sidecar.read._cache import range_cache_key
-from h5sidecar.read._cube import source_key
-from h5sidecar.read.store import SidecarStore
+from h5sidecar.read._cube_view import source_key
+from h5sidecar.read._shared_caches import range_cache_key
+from h5sidecar.read.zarr.store import SidecarStore
 from h5sidecar.references import GranuleRefs, SourceInfo
 from h5sidecar.settings import ReadSettings
 from h5sidecar.workflows import build_cube, index_many, verify_refs

@@ -12,7 +12,7 @@ import pytest
 import xarray as xr
 
 import h5sidecar
-from h5sidecar.read.store import SidecarStore
+from h5sidecar.read.zarr.store import SidecarStore
 from h5sidecar.references import GranuleRefs, write_refs
 from tests._granules import read_h5, refs_for
 from tests.faultproxy import FaultProxy

@@ -18,7 +18,7 @@ from zarr.core.sync import _collect_aiterator, sync
 from zarr.testing.store import StoreTests
 
 from h5sidecar.errors import ForbiddenSourceError, StaleReferenceError
-from h5sidecar.read.store import SidecarStore
+from h5sidecar.read.zarr.store import SidecarStore
 from h5sidecar.references import ArrayRefs, ChunkManifest, GranuleRefs
 from tests._granules import read_h5, refs_for, source_bytes
 
@@ -436,7 +436,7 @@ def test_store_over_s3_pickles_without_credentials(
 
 
 def test_chunk_cache_serves_rereads(small_refs: GranuleRefs, small_h5: Path) -> None:
-    from h5sidecar.read._cache import ByteLRU
+    from h5sidecar.read._byte_lru import ByteLRU
 
     cache: ByteLRU[bytes] = ByteLRU(10**6)
     store = SidecarStore(small_refs, chunk_cache=cache)

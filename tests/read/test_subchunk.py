@@ -12,7 +12,7 @@ import pytest
 import xarray as xr
 
 import h5sidecar
-from h5sidecar.read.store import SidecarStore
+from h5sidecar.read.zarr.store import SidecarStore
 from h5sidecar.references import write_refs
 from h5sidecar.settings import ReadSettings
 
@@ -210,8 +210,8 @@ def test_runs_in_separate_ranges_equal_h5py(
 
 
 def test_plan_subchunk_runs() -> None:
-    from h5sidecar.read._decode import ChunkCodec
-    from h5sidecar.read._subchunk import plan_subchunk, qualifies
+    from h5sidecar.read.native._decode import ChunkCodec
+    from h5sidecar.read.native._subchunk import plan_subchunk, qualifies
 
     codec = ChunkCodec(np.dtype("<i2"), (4, 5, 6), "C", (), 0)
     assert qualifies(codec, 240) and not qualifies(codec, 200)
@@ -231,7 +231,7 @@ def test_plan_subchunk_runs() -> None:
 
 
 def test_chunk_cache_stays_whole_chunks(granule: dict[str, Any]) -> None:
-    from h5sidecar.read._cache import ByteLRU
+    from h5sidecar.read._byte_lru import ByteLRU
 
     cache: ByteLRU[bytes] = ByteLRU(256 * 2**20)
     store = SidecarStore(granule["sidecar"], chunk_cache=cache)

@@ -1,11 +1,11 @@
 """The cheap ways the engine builds Datasets and DataTrees give what xarray's generic ways give.
 
-* Each group's Dataset (:func:`h5sidecar.read._xr_dataset.store_dataset`) equals xarray's
+* Each group's Dataset (:func:`h5sidecar.read.xarray._dataset_build.store_dataset`) equals xarray's
   ``StoreBackendEntrypoint().open_dataset`` of the same data store -- variables in the same
   order, their types, dimensions, attributes with their types, encodings, coordinates, no
   indexes, values -- with and without CF decoding, on the corpus and an ATL03-like granule.
 * A whole DataTree (``h5sidecar.open_datatree``: those Datasets, indexed and assembled once,
-  see :mod:`h5sidecar.read._tree_open`) equals ``xarray.open_datatree``'s over an engine that
+  see :mod:`h5sidecar.read.xarray._datatree_direct`) equals ``xarray.open_datatree``'s over an engine that
   opens groups with ``StoreBackendEntrypoint`` and assembles them with ``DataTree.from_dict``,
   node by node, for ``chunks=None`` and ``{}``, with and without decoding and default indexes,
   on granules with dimension clashes; its values equal h5py's.
@@ -25,9 +25,11 @@ from xarray.backends.store import StoreBackendEntrypoint
 
 import h5sidecar
 from h5sidecar.indexer import index_granule
-from h5sidecar.read import SidecarStore, _groups, _xr_store
-from h5sidecar.read._xr_dataset import store_dataset
-from h5sidecar.read._xr_store import open_data_store, open_zarr_store
+from h5sidecar.read import SidecarStore
+from h5sidecar.read.xarray import _datatree as _groups
+from h5sidecar.read.xarray import _zarr_data_store as _xr_store
+from h5sidecar.read.xarray._dataset_build import store_dataset
+from h5sidecar.read.xarray._zarr_data_store import open_data_store, open_zarr_store
 from h5sidecar.references import GranuleRefs, write_parquet, write_refs
 from tests._granules import refs_for
 from tests.read.test_refs_open import _corpus_files, _encoding, _typed, assert_same_dataset
@@ -217,7 +219,8 @@ def test_without_xarrays_private_pieces_the_tree_is_the_same(
         options: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An xarray without ``Dataset._construct_direct`` / ``_normalize_path`` (private API)
     gets xarray's own way, with the same result: nothing breaks on an upgrade."""
-    from h5sidecar.read import _tree_open, _xr_dataset
+    from h5sidecar.read.xarray import _dataset_build as _xr_dataset
+    from h5sidecar.read.xarray import _datatree_direct as _tree_open
 
     path = _write_clashing_tree(tmp_path / "clash.h5")
     sidecar = write_refs(refs_for(path), tmp_path / "clash.h5.json", format="json")
@@ -276,7 +279,7 @@ def test_time_peeks_served_from_one_batch(atl03_refs: GranuleRefs, tmp_path: Pat
     """The first and last values xarray peeks at in every CF time variable while it opens the
     groups come from one batch read before (no blocking read each), and the tree is the same
     as when xarray reads them itself."""
-    from h5sidecar.read import _batch
+    from h5sidecar.read.native import _batch_reader as _batch
 
     sidecar = write_refs(atl03_refs, tmp_path / "a.h5.json", format="json")
     times = [p for p, a in atl03_refs.arrays.items()
@@ -304,7 +307,7 @@ def test_time_peeks_served_from_one_batch(atl03_refs: GranuleRefs, tmp_path: Pat
 
 def test_reads_served_from_held_boxes() -> None:
     """A read inside a held box is that box's values (a copy); any other read is not served."""
-    from h5sidecar.read._lazy_array import _from_boxes
+    from h5sidecar.read.xarray._lazy_array import _from_boxes
 
     values = np.arange(12.0).reshape(3, 4)
     boxes = [((10, 4), values)]  # rows 10-12, columns 4-7 of a (20, 8) array

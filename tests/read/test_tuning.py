@@ -16,8 +16,8 @@ import zarr
 
 import h5sidecar.read
 from h5sidecar.read import SidecarStore, cache_stats, clear_caches, configure, load_refs
-from h5sidecar.read._decode import decode_executor, decode_threads
-from h5sidecar.read._process import set_process_settings
+from h5sidecar.read._process_settings import set_process_settings
+from h5sidecar.read.native._decode import decode_executor, decode_threads
 from h5sidecar.settings import ReadSettings, from_env
 from tests._granules import read_h5
 
@@ -221,7 +221,7 @@ def test_register_numcodecs_v3_is_explicit_and_additive() -> None:
 
 
 def test_deprecated_zarr_read_concurrency() -> None:
-    from h5sidecar.read import _zarr_batcher
+    from h5sidecar.read import _granule_fetch as _zarr_batcher
 
     with pytest.warns(DeprecationWarning, match=r"zarr.config.set"):
         assert _zarr_batcher.ZARR_READ_CONCURRENCY == 128

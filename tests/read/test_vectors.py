@@ -13,7 +13,7 @@ import pytest
 from h5sidecar.errors import ForbiddenSourceError, StaleReferenceError
 from h5sidecar.indexer import index_granule
 from h5sidecar.read import read_arrays
-from h5sidecar.read._vectors import member_fetcher, read_vectors, vector_codecs
+from h5sidecar.read.native._vectors import member_fetcher, read_vectors, vector_codecs
 from h5sidecar.references import GranuleRefs, member_identities
 from h5sidecar.settings import IndexSettings, ReadSettings
 

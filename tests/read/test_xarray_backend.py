@@ -10,7 +10,7 @@ import pytest
 import xarray as xr
 
 import h5sidecar
-from h5sidecar.read.xarray_backend import H5SidecarBackend, aligned_chunks, cf_attributes
+from h5sidecar.read.xarray.backend import H5SidecarBackend, aligned_chunks, cf_attributes
 from h5sidecar.references import ArrayMeta, GranuleRefs, to_kerchunk, write_refs
 from tests._granules import read_h5, refs_for
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import zarr
 
-from h5sidecar.read.store import SidecarStore
+from h5sidecar.read.zarr.store import SidecarStore
 from h5sidecar.references import GranuleRefs
 from tests._granules import read_h5, refs_for
 

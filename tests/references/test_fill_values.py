@@ -142,7 +142,7 @@ def test_v3_views_carry_the_fill_attribute_xarray_decodes(granule: Path, tmp_pat
     from xarray.backends.zarr import FillValueCoder
 
     from h5sidecar.read import SidecarStore
-    from h5sidecar.read._v3 import array_metadata_v3
+    from h5sidecar.read.zarr._v3_metadata import array_metadata_v3
 
     refs = index_granule(str(granule))
     arr = refs.arrays["precip"]

@@ -88,7 +88,7 @@ def _plant(doc: dict[str, Any], zchanges: dict[str, Any], chunk: Any, source: An
 def _exercise(refs: Any) -> None:
     """What the gateway derives from a parsed sidecar, without any source I/O."""
     from h5sidecar.gateway._landing import _window, describe
-    from h5sidecar.read._keyspace import GranuleKeys
+    from h5sidecar.read.zarr._keyspace import GranuleKeys
 
     for fmt in (2, 3):
         keys = GranuleKeys(refs, fmt)

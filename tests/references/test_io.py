@@ -294,7 +294,7 @@ def _imports(path: Path) -> Iterator[str]:
 
 
 def _layer(module: str) -> str:
-    """``h5sidecar.read.fs`` -> ``read``; ``h5sidecar`` -> ``""``."""
+    """``h5sidecar.read.zarr.filesystem`` -> ``read``; ``h5sidecar`` -> ``""``."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else ""
 

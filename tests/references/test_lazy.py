@@ -20,7 +20,7 @@ import h5sidecar
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.indexer import index_granule
 from h5sidecar.read import clear_caches
-from h5sidecar.read.store import SidecarStore
+from h5sidecar.read.zarr.store import SidecarStore
 from h5sidecar.references import GranuleRefs, read_refs, write_parquet
 from h5sidecar.references._bulk import MANIFESTS_FILE
 from h5sidecar.references._lazy import LazyArrayRefs, ParquetManifests

@@ -295,7 +295,7 @@ def test_dask_workers_fetch_their_own_endpoint_credentials(
     """Workers with no AWS credentials read through an EndpointCredentials that travels in the
     task graph without its token (each worker reads EARTHDATA_TOKEN from its environment)."""
     distributed = pytest.importorskip("distributed")
-    from h5sidecar.read.store import SidecarStore
+    from h5sidecar.read.zarr.store import SidecarStore
 
     url, handler = credentials_endpoint
     handler.lifetime = 600.0

@@ -195,7 +195,7 @@ def test_cli_sample_collection(tmp_path: Path) -> None:
 
 
 def test_open_reads_no_source_and_grids_must_agree(tmp_path: Path) -> None:
-    from h5sidecar.read.store import SidecarStore
+    from h5sidecar.read.zarr.store import SidecarStore
 
     files = write_daily_collection(tmp_path / "nc", days=3)
     sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")

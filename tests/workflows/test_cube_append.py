@@ -269,7 +269,7 @@ def test_append_loads_only_the_new_sidecars_and_equals_a_build(tmp_path: Path,
                                                                monkeypatch) -> None:
     """An append loads the new granules' sidecars only (the members' are recognised by their
     stamps) and writes the cube a build of every sidecar writes, byte for byte."""
-    from h5sidecar.read import _cache
+    from h5sidecar.read import _sidecar_open as _cache
 
     _days(tmp_path / "nc", 0, 3)
     sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")

@@ -17,7 +17,7 @@ import pytest
 import xarray as xr
 
 from h5sidecar.errors import IncompatibleGranulesError
-from h5sidecar.read._cache import SIDECARS
+from h5sidecar.read._shared_caches import SIDECARS
 from h5sidecar.sample import write_daily_collection
 from h5sidecar.workflows import _cube_batches, build_cube
 from tests.workflows.test_cube import _assert_raw_matches_h5py, _assert_same, _index, _reference

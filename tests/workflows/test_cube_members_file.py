@@ -11,7 +11,7 @@ import pytest
 import xarray as xr
 
 from h5sidecar.errors import InvalidReferenceError
-from h5sidecar.read._cube import cube_summary, is_cube, source_key
+from h5sidecar.read._cube_view import cube_summary, is_cube, source_key
 from h5sidecar.references import GranuleRefs, read_refs
 from h5sidecar.references._extras import build_extras, unpack
 from h5sidecar.references._members_file import MEMBERS_FILE, _Loader

@@ -241,7 +241,7 @@ def check_cli_index_on_a_running_scheduler(cluster: Any, bucket_granules: Any, s
 
 
 def _worker_state() -> dict[str, Any]:
-    from h5sidecar.read._decode import decode_executor
+    from h5sidecar.read.native._decode import decode_executor
 
     return {**{k: os.environ.get(k) for k in ("MALLOC_MMAP_THRESHOLD_",
                                               "MALLOC_TRIM_THRESHOLD_")},

@@ -40,7 +40,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from h5sidecar.read._decode import Selection, chunk_selection
+from h5sidecar.read.native._selection import Selection, chunk_selection
 from h5sidecar.references import ArrayRefs
 
 __all__ = [
@@ -185,7 +185,7 @@ def is_whole_key(key: Sequence[Any], shape: Sequence[int]) -> bool:
 
 
 def plan_ahead(reader: Any, prepared: list[tuple[str, ArrayRefs, Selection]]) -> list[Any]:
-    """Whole reads of small neighbours for a :class:`~h5sidecar.read._batch.NativeReader` to add
+    """Whole reads of small neighbours for a :class:`~h5sidecar.read.native._batch_reader.NativeReader` to add
     to a batch: only once a second batch reads a small array whole (the sign of a loop over
     variables), never while xarray opens a Dataset (``reader.opening()``)."""
     limit = reader.fetcher.settings.prefetch_bytes

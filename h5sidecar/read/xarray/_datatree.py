@@ -19,9 +19,14 @@ from typing import Any
 import numpy as np
 
 from h5sidecar.errors import H5SidecarError
-from h5sidecar.read._lazy_array import Box, held_peeks
-from h5sidecar.read._xr_refs import group_members
-from h5sidecar.read._xr_store import is_cf_time, open_group_dataset, sidecar_store
+from h5sidecar.read.xarray._lazy_array import Box, held_peeks
+from h5sidecar.read.xarray._refs_data_store import group_members
+from h5sidecar.read.xarray._zarr_data_store import (
+    is_cf_time,
+    open_granule,
+    open_group_dataset,
+    reader_of,
+)
 
 __all__ = ["assemble_tree", "build_datatree", "keep_renamings", "open_groups",
            "resolve_dimension_clashes"]
@@ -33,28 +38,29 @@ def open_groups(ref: Any, *, group: str | None = None, **kwargs: Any) -> dict[st
         k: kwargs.pop(k) for k in ("storage_options", "remote_options", "settings") if k in kwargs
     }
     indexes = kwargs.pop("_prefetch_indexes", False)
-    store = sidecar_store(ref, **store_kw)
+    source = open_granule(ref, **store_kw)
+    reader = reader_of(source)
     root = (group or "").strip("/")
     groups = [
         g
-        for g in sorted(store.refs.groups, key=lambda p: (p.count("/") if p else -1, p))
+        for g in sorted(reader.refs.groups, key=lambda p: (p.count("/") if p else -1, p))
         if not root or g == root or g.startswith(root + "/")
     ]
     peeks: dict[str, list[Box]] = {}
     if kwargs.get("native", True):
-        with store.native.opening():  # opening reads never trigger read-ahead
-            peeks = _prefetch_for_open(store, groups, indexes,
+        with reader.native.opening():  # opening reads never trigger read-ahead
+            peeks = _prefetch_for_open(reader, groups, indexes,
                                        kwargs.get("decode_times", True) is not False)
-    members = group_members(store.refs, groups)  # one pass over the arrays, not one per group
+    members = group_members(reader.refs, groups)  # one pass over the arrays, not one per group
     out: dict[str, Any] = {}
-    with held_peeks(store.native, peeks):
+    with held_peeks(reader.native, peeks):
         for g in groups:
             rel = g[len(root) :].strip("/") if root else g
-            out["/" + rel] = open_group_dataset(store, group=g, _members=members[g], **kwargs)
+            out["/" + rel] = open_group_dataset(source, group=g, _members=members[g], **kwargs)
     return out
 
 
-def _prefetch_for_open(store: Any, groups: list[str], indexes: bool,
+def _prefetch_for_open(reader: Any, groups: list[str], indexes: bool,
                        times: bool) -> dict[str, list[Box]]:
     """Read in one batch what xarray reads one variable at a time while opening every group:
     dimension coordinates (when it will index them) and the ends of CF time variables (when it
@@ -66,27 +72,27 @@ def _prefetch_for_open(store: Any, groups: list[str], indexes: bool,
     them then cost no hop to the I/O loop each."""
     wanted = set(groups)
     whole, edges = [], []
-    for path, arr in store.refs.arrays.items():
+    for path, arr in reader.refs.arrays.items():
         group, _, name = path.rpartition("/")
         if group not in wanted or not arr.meta.shape:
             continue
         if indexes and len(arr.meta.shape) == 1 and arr.meta.dimension_names[:1] == (name,):
             whole.append(path)
-        if times and is_cf_time(arr.meta.attrs) and store.native.supports(path):
+        if times and is_cf_time(arr.meta.attrs) and reader.native.supports(path):
             edges.append(path)
     if whole or edges:
-        store.native.prefetch(whole, edges)
+        reader.native.prefetch(whole, edges)
     out: dict[str, list[Box]] = {}
     boxes = []
     for path in edges:
-        held = store.native.held(path)  # a time coordinate held whole: peeked at, not taken
+        held = reader.native.held(path)  # a time coordinate held whole: peeked at, not taken
         if held is not None:
             out[path] = [((0,) * held.ndim, held)]
         else:
-            boxes += [(path, box) for box in _edge_boxes(store.refs.arrays[path].meta)]
+            boxes += [(path, box) for box in _edge_boxes(reader.refs.arrays[path].meta)]
     if boxes:
         try:
-            values = store.native.read_sync(
+            values = reader.native.read_sync(
                 [(p, tuple(slice(a, b) for a, b in box)) for p, box in boxes])
         except (H5SidecarError, OSError):
             return out  # a chunk that cannot be read fails xarray's own peek, as it always did

@@ -1,7 +1,7 @@
 """The attributes and chunking the xarray engine gives each variable, from its references.
 
-Shared by the two ways a group is opened (:mod:`h5sidecar.read._xr_refs`, straight from the
-references; :mod:`h5sidecar.read._xr_store`, through xarray's Zarr store): attributes get
+Shared by the two ways a group is opened (:mod:`h5sidecar.read.xarray._refs_data_store`, straight from the
+references; :mod:`h5sidecar.read.xarray._zarr_data_store`, through xarray's Zarr store): attributes get
 their types back (see :func:`cf_attributes`, :func:`group_attributes`) and Dask chunks are
 aligned to whole source chunks (:func:`aligned_chunks`).
 """

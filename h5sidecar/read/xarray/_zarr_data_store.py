@@ -1,8 +1,8 @@
-"""xarray's Zarr data store over a :class:`~h5sidecar.read.store.SidecarStore`, and one group of
+"""xarray's Zarr data store over a :class:`~h5sidecar.read.zarr.store.SidecarStore`, and one group of
 a granule opened through it as a Dataset.
 
 Decoding is delegated to xarray's own Zarr machinery (``ZarrStore`` + the decoding of
-``StoreBackendEntrypoint``, see :mod:`h5sidecar.read._xr_dataset`),
+``StoreBackendEntrypoint``, see :mod:`h5sidecar.read.xarray._dataset_build`),
 with three corrections that make CF decoding identical to opening the HDF5 file with
 ``engine="h5netcdf"``:
 
@@ -19,12 +19,12 @@ with three corrections that make CF decoding identical to opening the HDF5 file 
 3. **Dask chunks are aligned.**  ``encoding["preferred_chunks"]`` is a whole multiple of the
    source chunks (up to ``chunk_bytes``), so ``chunks={}`` reads each chunk exactly once.
 
-Data is read by :class:`~h5sidecar.read._lazy_array.SidecarArray` (the native batch reader:
+Data is read by :class:`~h5sidecar.read.xarray._lazy_array.SidecarArray` (the native batch reader:
 one coalesced fetch per selection, chunks decoded in parallel threads), not by zarr, except for
 arrays of Python objects; ``native=False`` keeps zarr's reader for every array.
 
-Both the xarray engine (:mod:`h5sidecar.read.xarray_backend`) and the all-groups opener
-(:mod:`h5sidecar.read._groups`) build on this module; it imports neither.
+Both the xarray engine (:mod:`h5sidecar.read.xarray.backend`) and the all-groups opener
+(:mod:`h5sidecar.read.xarray._datatree`) build on this module; it imports neither.
 """
 
 from __future__ import annotations
@@ -39,18 +39,19 @@ from xarray.core import indexing
 from xarray.core.variable import Variable
 
 from h5sidecar.errors import NotIndexedError, did_you_mean
-from h5sidecar.read._batch import NativeReader
-from h5sidecar.read._lazy_array import SidecarArray
-from h5sidecar.read._xr_attrs import (
+from h5sidecar.read._granule_reader import GranuleReader
+from h5sidecar.read.native._batch_reader import NativeReader
+from h5sidecar.read.xarray._attributes import (
     DEFAULT_CHUNK_BYTES,
     aligned_chunks,
     cf_attributes,
     group_attributes,
     is_cf_time,
 )
-from h5sidecar.read._xr_dataset import store_dataset
-from h5sidecar.read._xr_refs import RefsGroupStore, group_members
-from h5sidecar.read.store import SidecarStore
+from h5sidecar.read.xarray._dataset_build import store_dataset
+from h5sidecar.read.xarray._lazy_array import SidecarArray
+from h5sidecar.read.xarray._refs_data_store import RefsGroupStore, group_members
+from h5sidecar.read.zarr.store import SidecarStore
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
 
@@ -61,8 +62,9 @@ __all__ = [
     "is_cf_time",
     "open_data_store",
     "open_group_dataset",
+    "open_granule",
     "open_zarr_store",
-    "sidecar_store",
+    "reader_of",
 ]
 
 
@@ -123,29 +125,31 @@ def open_zarr_store(
     return zstore
 
 
-def _checked_group(store: SidecarStore, group: str | None) -> str:
+def _checked_group(source: GranuleReader | SidecarStore, group: str | None) -> str:
     group = (group or "").strip("/")
-    if group not in store.refs.groups:
-        where = store.sidecar or store.refs.source.url
+    refs = source.refs
+    if group not in refs.groups:
+        where = source.sidecar or refs.source.url
         raise NotIndexedError(
-            f"no group {group!r} in the sidecar of {where}; "
-            + did_you_mean(group, store.refs.groups)
+            f"no group {group!r} in the sidecar of {where}; " + did_you_mean(group, refs.groups)
         )
     return group
 
 
 def open_data_store(
-    store: SidecarStore,
+    source: GranuleReader | SidecarStore,
     group: str | None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     native: bool = True,
     members: list[str] | None = None,
 ) -> Any:
     """The xarray data store for ``group``: served straight from the references
-    (:class:`~h5sidecar.read._xr_refs.RefsGroupStore`) for a Zarr v2 view read natively, else
+    (:class:`~h5sidecar.read.xarray._refs_data_store.RefsGroupStore`) for a Zarr v2 view read natively, else
     xarray's ZarrStore (:func:`open_zarr_store`); both give xarray the same variables.
 
-    ``members`` (the group's array paths, see :func:`~h5sidecar.read._xr_refs.group_members`)
+    ``source`` is a granule reader (a Zarr v2 view) or a zarr store the caller gave (its view).
+
+    ``members`` (the group's array paths, see :func:`~h5sidecar.read.xarray._refs_data_store.group_members`)
     spares one pass over the granule's arrays per group when many groups are opened.
 
     Raises
@@ -153,46 +157,54 @@ def open_data_store(
     NotIndexedError
         When the sidecar has no such group.
     """
-    if not native or store.zarr_format != 2:
-        return open_zarr_store(store, group, chunk_bytes, native)
-    group = _checked_group(store, group)
+    zarr_format = source.zarr_format if isinstance(source, SidecarStore) else 2
+    reader = reader_of(source)
+    if not native or zarr_format != 2:
+        return open_zarr_store(SidecarStore.for_reader(reader, zarr_format), group, chunk_bytes,
+                               native)
+    group = _checked_group(source, group)
     if members is None:
-        members = _all_members(store)[group]
-    return RefsGroupStore(store, group, members, chunk_bytes)
+        members = _all_members(reader)[group]
+    return RefsGroupStore(reader, group, members, chunk_bytes)
 
 
-#: every group's members per reader (so per store): opening the groups of a granule one
+#: every group's members per granule reader: opening the groups of a granule one
 #: ``open_dataset`` at a time then sorts its arrays once, not once per group (140 sorts of a
 #: thousand paths cost ~35 ms)
-_MEMBERS: weakref.WeakKeyDictionary[NativeReader, dict[str, list[str]]] = (
+_MEMBERS: weakref.WeakKeyDictionary[GranuleReader, dict[str, list[str]]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def _all_members(store: SidecarStore) -> dict[str, list[str]]:
-    reader = store.native
+def _all_members(reader: GranuleReader) -> dict[str, list[str]]:
     found = _MEMBERS.get(reader)
     if found is None:
-        found = _MEMBERS[reader] = group_members(store.refs)
+        found = _MEMBERS[reader] = group_members(reader.refs)
     return found
 
 
-def sidecar_store(
+def reader_of(source: GranuleReader | SidecarStore) -> GranuleReader:
+    """The granule reader of ``source`` (a zarr store wraps one)."""
+    return source.reader if isinstance(source, SidecarStore) else source
+
+
+def open_granule(
     filename_or_obj: Any,
     *,
     storage_options: Mapping[str, Any] | None = None,
     remote_options: Mapping[str, Any] | None = None,
     settings: ReadSettings | None = None,
-) -> SidecarStore:
-    """A :class:`SidecarStore` for a path, GranuleRefs or an existing store."""
-    if isinstance(filename_or_obj, SidecarStore):
+) -> GranuleReader | SidecarStore:
+    """A granule reader for a path or GranuleRefs; a granule reader or zarr store given is kept
+    (a store's view, and the reader it wraps, are the caller's)."""
+    if isinstance(filename_or_obj, GranuleReader | SidecarStore):
         return filename_or_obj
     if not isinstance(filename_or_obj, GranuleRefs | str | os.PathLike):
         raise TypeError(
             "engine='h5sidecar' opens a sidecar path/URL (x.h5.parq, x.h5.json), GranuleRefs "
             f"or SidecarStore, not {type(filename_or_obj).__name__}"
         )
-    return SidecarStore(
+    return GranuleReader.open(
         filename_or_obj,
         settings=settings,
         storage_options=storage_options,
@@ -221,18 +233,18 @@ def open_group_dataset(
     """One group of a sidecar as a Dataset (lazily; no source bytes are read).
 
     The body of the engine's ``open_dataset`` (see
-    :meth:`h5sidecar.read.xarray_backend.H5SidecarBackend.open_dataset` for the parameters;
+    :meth:`h5sidecar.read.xarray.backend.H5SidecarBackend.open_dataset` for the parameters;
     ``_members``: see :func:`open_data_store`).
     """
-    store = sidecar_store(
+    source = open_granule(
         filename_or_obj,
         storage_options=storage_options,
         remote_options=remote_options,
         settings=settings,
     )
-    zstore = open_data_store(store, group, chunk_bytes, native, _members)
+    zstore = open_data_store(source, group, chunk_bytes, native, _members)
     # what xarray reads while opening is no loop over variables: it never triggers read-ahead
-    with store.native.opening():
+    with reader_of(source).native.opening():
         return store_dataset(
             zstore,
             mask_and_scale=mask_and_scale,

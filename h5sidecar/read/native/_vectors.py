@@ -2,7 +2,7 @@
 
 A cube build reads the concat coordinate (``time``) and the small shared coordinates (``lat``,
 ``lon``) of every granule: thousands of arrays of one or a few chunks each.  The batch reader
-(:class:`~h5sidecar.read._batch.NativeReader`) plans any selection of any array; per array it
+(:class:`~h5sidecar.read.native._batch_reader.NativeReader`) plans any selection of any array; per array it
 builds a selection grid, an output box, a sub-chunk plan and a decode job, ~0.2 ms of CPU that
 is most of a build's read at a thousand granules.  :func:`read_vectors` reads whole 1-D arrays
 only: each chunk's byte range straight from its manifest, all ranges in one
@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 
 from h5sidecar.errors import UnsupportedFeatureError
-from h5sidecar.read._batch_parts import out_dtype
-from h5sidecar.read._decode import ChunkCodec
 
 # the one way a reader of combined references makes its fetcher (re-exported for the cube build)
-from h5sidecar.read._zarr_batcher import member_fetcher
+from h5sidecar.read._granule_fetch import member_fetcher
+from h5sidecar.read.native._batch_parts import out_dtype
+from h5sidecar.read.native._decode import ChunkCodec
 from h5sidecar.references import INLINE, MISSING, ArrayRefs
 from h5sidecar.sources.fetch._chunk_fetcher import ChunkFetcher
 

@@ -2,7 +2,7 @@
 one stored chunk.
 
 A stored chunk without compressor or filters is its values' bytes in C order (see
-:mod:`h5sidecar.read._subchunk`), so any box inside it is a set of contiguous byte runs.  A
+:mod:`h5sidecar.read.native._subchunk`), so any box inside it is a set of contiguous byte runs.  A
 *virtual chunk grid* whose chunk shape divides the stored chunk shape (along every axis that has
 more than one stored chunk) puts every virtual chunk inside exactly one stored chunk; its bytes
 are then the runs of that box, laid end to end.  A Zarr client reading through such a view

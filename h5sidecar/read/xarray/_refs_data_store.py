@@ -8,12 +8,18 @@ more than reading all of its data.  :class:`RefsGroupStore` hands xarray the sam
 dimensions, typed CF attributes, the encoding zarr would give (``chunks``, ``preferred_chunks``,
 ``compressors``, ``filters``, ``shards``) and lazy data read by the native batch reader -- from
 the parsed references alone; xarray's own CF decoding then decodes them as before (see
-:mod:`h5sidecar.read._xr_dataset`).  Arrays the batch reader does not decode (Python objects)
+:mod:`h5sidecar.read.xarray._dataset_build`).  Arrays the batch reader does not decode (Python objects)
 still get a zarr Array, read through xarray's ``ZarrArrayWrapper``.
 
 The xarray engine uses this store for Zarr v2 views with ``native=True`` (the default); the
 tests check that its Datasets (variables, attributes, encodings, values) equal those of the
 zarr path and h5py's values.
+
+Why two data stores (this one and xarray's ``ZarrStore`` in
+:mod:`h5sidecar.read.xarray._zarr_data_store`): ``native=False`` promises zarr's reader for
+every array, and a Zarr v3 view's encodings (codecs, dtypes) are zarr's to give; the zarr path is
+also the oracle the tests hold this one to.  This one is the default because it opens the
+groups of a granule several times faster.
 """
 
 from __future__ import annotations
@@ -27,9 +33,11 @@ from xarray.core import indexing
 from xarray.core.utils import FrozenDict
 from xarray.core.variable import Variable
 
-from h5sidecar.read._decode import numcodec
-from h5sidecar.read._lazy_array import SidecarArray
-from h5sidecar.read._xr_attrs import aligned_chunks, cf_attributes, group_attributes
+from h5sidecar.read._granule_reader import GranuleReader
+from h5sidecar.read.native._decode import numcodec
+from h5sidecar.read.xarray._attributes import aligned_chunks, cf_attributes, group_attributes
+from h5sidecar.read.xarray._lazy_array import SidecarArray
+from h5sidecar.read.zarr.store import SidecarStore
 from h5sidecar.references import GranuleRefs
 
 __all__ = ["RefsGroupStore", "group_members"]
@@ -48,13 +56,13 @@ def group_members(refs: GranuleRefs, groups: Iterable[str] | None = None) -> dic
 
 
 class RefsGroupStore(AbstractDataStore):
-    """xarray's view of one group of a :class:`~h5sidecar.read.store.SidecarStore`, without
-    zarr objects (see the module docstring).
+    """xarray's view of one group of a granule, without zarr objects (see the module docstring).
 
     Parameters
     ----------
-    store : SidecarStore
-        A Zarr v2 view; data are read through its :class:`~h5sidecar.read._batch.NativeReader`.
+    reader : GranuleReader
+        The granule; data are read through its
+        :class:`~h5sidecar.read.native._batch_reader.NativeReader`.
     group : str
         Group path (``""`` for the root).
     members : list of str
@@ -63,10 +71,11 @@ class RefsGroupStore(AbstractDataStore):
         Target size of the preferred (Dask) chunks, see :func:`aligned_chunks`.
     """
 
-    __slots__ = ("chunk_bytes", "group", "members", "store")
+    __slots__ = ("chunk_bytes", "group", "members", "reader")
 
-    def __init__(self, store: Any, group: str, members: list[str], chunk_bytes: int) -> None:
-        self.store = store
+    def __init__(self, reader: GranuleReader, group: str, members: list[str],
+                 chunk_bytes: int) -> None:
+        self.reader = reader
         self.group = group
         self.members = members
         self.chunk_bytes = chunk_bytes
@@ -76,7 +85,7 @@ class RefsGroupStore(AbstractDataStore):
 
     def get_attrs(self) -> dict[str, Any]:
         # as xarray's ZarrStore: NCZarr's bookkeeping attributes are not the group's
-        refs = self.store.refs
+        refs = self.reader.refs
         attrs = refs.groups[self.group]
         hints = refs.extra.get("attribute_dtypes", {}).get(self.group, {})
         kept = {k: v for k, v in attrs.items() if not k.lower().startswith("_nc")}
@@ -85,7 +94,7 @@ class RefsGroupStore(AbstractDataStore):
     def get_dimensions(self) -> dict[str, int]:
         dims: dict[str, int] = {}
         for path in self.members:
-            meta = self.store.refs.arrays[path].meta
+            meta = self.reader.refs.arrays[path].meta
             for d, s in zip(meta.dimension_names, meta.shape, strict=True):
                 if dims.setdefault(d, s) != s:
                     raise ValueError(
@@ -94,7 +103,7 @@ class RefsGroupStore(AbstractDataStore):
         return dims
 
     def _variable(self, path: str) -> Variable:
-        refs, reader = self.store.refs, self.store.native
+        refs, reader = self.reader.refs, self.reader.native
         meta = refs.arrays[path].meta
         dims = meta.dimension_names
         if len(dims) != len(meta.shape):  # what xarray's ZarrStore raises for such an array
@@ -107,7 +116,8 @@ class RefsGroupStore(AbstractDataStore):
         if codec is not None and codec.dtype == meta.numpy_dtype:
             data = indexing.LazilyIndexedArray(SidecarArray(reader, path))
         else:  # Python objects: zarr's reader, as on the zarr path
-            wrapper = ZarrArrayWrapper(self.store.zarr_array(path))
+            # (the granule's Zarr v2 view, sharing this reader's fetcher and caches)
+            wrapper = ZarrArrayWrapper(SidecarStore.for_reader(self.reader).zarr_array(path))
             native = codec is not None and wrapper.dtype == codec.dtype
             data = indexing.LazilyIndexedArray(SidecarArray(reader, path) if native else wrapper)
         hints = refs.extra.get("attribute_dtypes", {}).get(path, {})

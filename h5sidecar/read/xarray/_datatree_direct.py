@@ -6,13 +6,19 @@ indexes, maps a function over its datasets and assembles a new tree from the res
 that cost more than opening them.  Here the same steps run on each group's Dataset *before*
 the tree is assembled once: variables protected as xarray protects them (copy-on-write, cached
 in memory), default indexes created for the dimension coordinates, then the tree assembled by
-:func:`h5sidecar.read._groups.assemble_tree` (whose attaching removes from a child the indexed
+:func:`h5sidecar.read.xarray._datatree.assemble_tree` (whose attaching removes from a child the indexed
 coordinates it inherits, as ``from_dict`` does) and ``encoding["source"]`` set as xarray sets
 it.  (Nodes get no closer, as in the engine's tree: reading holds no file open.)  The tests compare the result with ``xarray.open_datatree``'s, node by node.
 
 Only the options of the documented batch path take this way (no Dask chunks, no
 ``backend_kwargs``/``inline_array``/chunk-manager options); anything else goes through
 ``xarray.open_datatree`` unchanged.
+
+Why a second DataTree builder beside the engine's (:mod:`h5sidecar.read.xarray._datatree`,
+which ``xarray.open_datatree`` calls): both build each group's Dataset and resolve dimension
+clashes with the same functions; this one only skips xarray's rebuild of the finished tree,
+which cost more than opening the groups, and it needs xarray's private pieces
+(:data:`AVAILABLE`): without them every tree goes through the engine's builder.
 """
 
 from __future__ import annotations
@@ -20,13 +26,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from h5sidecar.read._groups import (
+from h5sidecar.read.xarray._dataset_build import DIRECT
+from h5sidecar.read.xarray._datatree import (
     assemble_tree,
     keep_renamings,
     open_groups,
     resolve_dimension_clashes,
 )
-from h5sidecar.read._xr_dataset import DIRECT
 
 try:  # private xarray API: without it, h5sidecar.open_datatree goes through xarray's own
     from xarray.backends.common import _normalize_path
@@ -76,7 +82,7 @@ def open_tree_direct(ref: Any, *, decode_cf: bool | None = None, cache: bool | N
                      create_default_indexes: bool = True, **kwargs: Any) -> Any:
     """``xarray.open_datatree(ref, engine="h5sidecar", chunks=None, ...)``: the same tree,
     assembled once (see the module docstring).  ``kwargs``: :data:`DIRECT_OPTIONS`."""
-    from h5sidecar.read.xarray_backend import H5SidecarBackend
+    from h5sidecar.read.xarray.backend import H5SidecarBackend
 
     cache = True if cache is None else cache  # xarray's default without chunks
     for name in _DECODERS:  # as xarray's _resolve_decoders_kwargs

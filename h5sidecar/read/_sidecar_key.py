@@ -18,7 +18,7 @@ def options_key(options: Mapping[str, Any]) -> str:
 
 def key_from_info(fs: Any, p: str, info: Mapping[str, Any],
                        options: Mapping[str, Any]) -> tuple:  # fmt: skip
-    """The identity (:func:`~h5sidecar.read._cache.sidecar_identity`) of the object ``p`` of
+    """The identity (:func:`~h5sidecar.read._sidecar_open.sidecar_identity`) of the object ``p`` of
     ``fs`` from its ``info`` (no I/O): ``(protocol, path, size, ETag or mtime, options)``."""
     stamp = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified")
     return (fs.protocol, p, info.get("size"), str(stamp), options_key(options))

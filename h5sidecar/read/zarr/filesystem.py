@@ -24,22 +24,15 @@ from typing import Any
 
 from fsspec.asyn import AsyncFileSystem
 
-from h5sidecar.read._cache import load_refs
-from h5sidecar.read._keyspace import ChunkRef, GranuleKeys, Resolved
-from h5sidecar.read._zarr_batcher import ReadBatcher, make_fetcher
+from h5sidecar.read._granule_fetch import ReadBatcher
+from h5sidecar.read._granule_reader import GranuleReader
+from h5sidecar.read.zarr._byte_windows import clamped_window
+from h5sidecar.read.zarr._keyspace import ChunkRef, Resolved
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
 from h5sidecar.sources.fetch._chunk_fetcher import scrub_credentials
 
 __all__ = ["H5SidecarFileSystem"]
-
-
-def _window(size: int, start: int | None, end: int | None) -> tuple[int, int]:
-    """fsspec's ``start``/``end`` (None, negative = from the end) as a clamped window."""
-    lo = 0 if start is None else (size + start if start < 0 else start)
-    hi = size if end is None else (size + end if end < 0 else end)
-    lo = min(max(lo, 0), size)
-    return lo, min(max(hi, lo), size)
 
 
 class H5SidecarFileSystem(AsyncFileSystem):
@@ -80,15 +73,16 @@ class H5SidecarFileSystem(AsyncFileSystem):
         self._remote_options = (
             dict(remote_options) if remote_options is not None else dict(self._target_options)
         )
-        if isinstance(fo, GranuleRefs):
-            self._sidecar: str | None = None
-            self.refs = fo
-        else:
-            self._sidecar = os.fspath(fo)
-            self.refs = load_refs(self._sidecar, self._target_options)
-        self.settings = settings if settings is not None else ReadSettings()
-        self.keyspace = GranuleKeys(self.refs, 2)
-        self.fetcher = make_fetcher(self.refs, self.settings, self._remote_options)
+        # chunk_cache=None: as a plain fsspec filesystem it caches nothing (fsspec's own caches
+        # wrap it when asked)
+        self.reader = GranuleReader.open(fo, settings=settings,
+                                         storage_options=self._target_options,
+                                         remote_options=self._remote_options, chunk_cache=None)
+        self._sidecar = self.reader.sidecar
+        self.refs = self.reader.refs
+        self.settings = self.reader.settings
+        self.keyspace = self.reader.keys(2)
+        self.fetcher = self.reader.fetcher
         # zarr's FsspecStore reads each chunk with its own _cat_file call, concurrently: the
         # batcher turns one event-loop turn of them into one planned fetch
         self._batcher = ReadBatcher(self.fetcher.fetch)
@@ -159,7 +153,7 @@ class H5SidecarFileSystem(AsyncFileSystem):
         if ref is None:
             raise FileNotFoundError(path)
         size = len(ref) if isinstance(ref, bytes) else ref[2]
-        lo, hi = _window(size, start, end)
+        lo, hi = clamped_window(size, start, end)
         if isinstance(ref, bytes):
             return ref[lo:hi]
         if hi == lo:
@@ -192,7 +186,7 @@ class H5SidecarFileSystem(AsyncFileSystem):
                 out[i] = exc
                 continue
             size = len(ref) if isinstance(ref, bytes) else ref[2]
-            lo, hi = _window(size, start, end)
+            lo, hi = clamped_window(size, start, end)
             if isinstance(ref, bytes):
                 out[i] = ref[lo:hi]
             elif hi == lo:

@@ -8,7 +8,7 @@ Shared by the zarr store, the fsspec filesystem and the HTTP gateway.  A key res
 
 Keys are the Zarr v2 keys (``.zmetadata``, ``g/.zgroup``, ``g/v/.zarray``, ``g/v/0.3``) or, for
 ``zarr_format=3``, ``zarr.json`` documents with the *same* chunk keys (the v3 metadata uses the
-``v2`` chunk key encoding, see :mod:`h5sidecar.read._v3`).  Nothing here holds one Python
+``v2`` chunk key encoding, see :mod:`h5sidecar.read.zarr._v3_metadata`).  Nothing here holds one Python
 object per chunk: chunk keys are parsed on lookup and generated from the manifest arrays when
 listing.
 """
@@ -22,7 +22,7 @@ from typing import Literal
 import numpy as np
 import ujson
 
-from h5sidecar.read._v3 import consolidated_metadata_v3
+from h5sidecar.read.zarr._v3_metadata import consolidated_metadata_v3
 from h5sidecar.references import MISSING, ArrayRefs, GranuleRefs
 
 __all__ = ["ChunkRef", "GranuleKeys", "Resolved"]

@@ -2,7 +2,7 @@
 
 All three go through the xarray engine ``"h5sidecar"``.  ``open_datatree`` opens every group of
 a granule, renaming a dimension that clashes with an ancestor group's in the child group only
-(see :mod:`h5sidecar.read._groups`).
+(see :mod:`h5sidecar.read.xarray._datatree`).
 
 ``open_mfdataset`` concatenates granules.  Tools that combine *references* (kerchunk's
 MultiZarrToZarr, VirtualiZarr) keep the first granule's ``scale_factor``/``add_offset``/
@@ -19,9 +19,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from h5sidecar.errors import IncompatibleGranulesError
-from h5sidecar.read._cache import load_refs
-from h5sidecar.read._xr_store import is_cf_time
-from h5sidecar.read.store import SidecarStore
+from h5sidecar.read._sidecar_open import load_refs
+from h5sidecar.read.xarray._zarr_data_store import is_cf_time
+from h5sidecar.read.zarr.store import SidecarStore
 from h5sidecar.references import GranuleRefs
 
 __all__ = ["check_combinable", "open_dataset", "open_datatree", "open_mfdataset"]
@@ -72,16 +72,16 @@ def open_datatree(ref: Any, *, chunks: Any = ..., **kwargs: Any) -> Any:
     The dimension coordinates xarray indexes (unless ``create_default_indexes=False``) and the
     ends of CF time variables it peeks at are read in one batch first, not one by one.  With
     ``chunks=None`` the tree is assembled once, not rebuilt as ``xarray.open_datatree`` does
-    (see :mod:`h5sidecar.read._tree_open`); the result is the same.
+    (see :mod:`h5sidecar.read.xarray._datatree_direct`); the result is the same.
     """
     import xarray as xr
 
-    from h5sidecar.read import _tree_open
+    from h5sidecar.read.xarray import _datatree_direct
 
     chunks = _default_chunks() if chunks is ... else chunks
     indexes = kwargs.get("create_default_indexes", True) is not False
-    if chunks is None and _tree_open.AVAILABLE and _tree_open.DIRECT_OPTIONS.issuperset(kwargs):
-        return _tree_open.open_tree_direct(ref, _prefetch_indexes=indexes, **kwargs)
+    if chunks is None and _datatree_direct.AVAILABLE and _datatree_direct.DIRECT_OPTIONS.issuperset(kwargs):
+        return _datatree_direct.open_tree_direct(ref, _prefetch_indexes=indexes, **kwargs)
     return xr.open_datatree(
         ref, engine="h5sidecar", chunks=chunks, _prefetch_indexes=indexes, **kwargs
     )

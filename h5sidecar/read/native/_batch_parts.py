@@ -1,4 +1,4 @@
-"""The pieces of a batch read (:mod:`h5sidecar.read._batch`): the output box of each selection,
+"""The pieces of a batch read (:mod:`h5sidecar.read.native._batch_reader`): the output box of each selection,
 the stored chunks a batch reads, and their decoding in the process-wide decode pool."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from h5sidecar.errors import InvalidReferenceError
-from h5sidecar.read._decode import ChunkCodec, Selection, decode_executor, place_chunk
+from h5sidecar.read.native._decode import ChunkCodec, decode_executor
+from h5sidecar.read.native._selection import Selection, place_chunk
 from h5sidecar.references import ArrayRefs, ChunkManifest
 
 __all__ = ["Target", "check_plain_lengths", "decode_all", "flat_numbers", "in_pool",

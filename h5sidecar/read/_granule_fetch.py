@@ -1,7 +1,7 @@
-"""How the store and the filesystem read: byte windows, the allow-listed fetcher, batching.
+"""How every reader of a granule fetches: the allow-listed fetcher, batching of concurrent reads.
 
-Kept apart from :mod:`h5sidecar.read.store` so the fsspec filesystem and the HTTP gateway
-share exactly the same read rules.
+Shared by the granule reader (:mod:`h5sidecar.read._granule_reader`), the zarr store, the fsspec
+filesystem and the datacube build, so all of them read by the same rules.
 """
 
 from __future__ import annotations
@@ -13,16 +13,14 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 
-from h5sidecar.read._keyspace import ChunkRef
+from h5sidecar.read.zarr._keyspace import ChunkRef
 from h5sidecar.references import ArrayRefs, GranuleRefs, MemberTable, SourceInfo
 from h5sidecar.settings import ReadSettings
 from h5sidecar.sources.fetch._chunk_fetcher import ChunkFetcher
 
 __all__ = [
     "ReadBatcher",
-    "byte_window",
     "make_fetcher",
     "member_fetcher",
     "refs_equal",
@@ -44,26 +42,6 @@ def __getattr__(name: str) -> Any:
         )
         return _SUGGESTED_ZARR_CONCURRENCY
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def byte_window(length: int, byte_range: ByteRequest | None) -> tuple[int, int]:
-    """``(start, stop)`` of ``byte_range`` within a value of ``length`` bytes (clamped).
-
-    Raises
-    ------
-    TypeError
-        When ``byte_range`` is not one of zarr's ``ByteRequest`` types.
-    """
-    if byte_range is None:
-        return 0, length
-    if isinstance(byte_range, RangeByteRequest):
-        start = min(max(byte_range.start, 0), length)
-        return start, max(start, min(byte_range.end, length))
-    if isinstance(byte_range, OffsetByteRequest):
-        return min(max(byte_range.offset, 0), length), length
-    if isinstance(byte_range, SuffixByteRequest):
-        return max(length - byte_range.suffix, 0), length
-    raise TypeError(f"Unexpected byte_range, got {byte_range!r}.")
 
 
 def _same_dir(url: str, other: str) -> bool:

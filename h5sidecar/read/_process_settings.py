@@ -6,8 +6,8 @@ from :func:`h5sidecar.read.configure` when it was called, else from the process'
 ``H5SIDECAR_*`` variables, read once when a reader first needs them (so Dask workers follow
 their own environment).  Constructing a store never changes them.
 
-The resources themselves (:data:`~h5sidecar.read._cache.SIDECARS`,
-:data:`~h5sidecar.read._cache.CHUNKS`, :func:`~h5sidecar.read._decode.decode_executor`) ask
+The resources themselves (:data:`~h5sidecar.read._shared_caches.SIDECARS`,
+:data:`~h5sidecar.read._shared_caches.CHUNKS`, :func:`~h5sidecar.read.native._decode.decode_executor`) ask
 :func:`process_settings` for their size when they are used; this module imports none of them.
 """
 

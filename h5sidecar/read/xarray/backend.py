@@ -1,10 +1,10 @@
 """The xarray engine ``"h5sidecar"``: open a granule's sidecar as an xarray Dataset / DataTree.
 
 The engine is the entry point xarray finds (``engine="h5sidecar"``); the work is done below it:
-one group through :mod:`h5sidecar.read._xr_store` (xarray's Zarr machinery with the CF
+one group through :mod:`h5sidecar.read.xarray._zarr_data_store` (xarray's Zarr machinery with the CF
 corrections that make decoding identical to ``engine="h5netcdf"``: storage fill values are not
 masks, CF attributes get their numeric types back, Dask chunks are aligned to source chunks),
-every group through :mod:`h5sidecar.read._groups` (dimension clashes between a group and its
+every group through :mod:`h5sidecar.read.xarray._datatree` (dimension clashes between a group and its
 ancestors resolved, see :func:`h5sidecar.open_datatree`).
 
 Data is read by the native batch reader, not by zarr, except for arrays of Python objects;
@@ -19,14 +19,14 @@ from typing import Any
 
 from xarray.backends import BackendEntrypoint
 
-from h5sidecar.read._groups import build_datatree, open_groups
-from h5sidecar.read._xr_store import (
+from h5sidecar.read.xarray._datatree import build_datatree, open_groups
+from h5sidecar.read.xarray._zarr_data_store import (
     DEFAULT_CHUNK_BYTES,
     aligned_chunks,
     cf_attributes,
     open_group_dataset,
 )
-from h5sidecar.read.store import SidecarStore
+from h5sidecar.read.zarr.store import SidecarStore
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
 

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from h5sidecar.read._decode import ChunkCodec, Selection, chunk_boxes
+from h5sidecar.read.native._decode import ChunkCodec
+from h5sidecar.read.native._selection import Selection, chunk_boxes
 
 __all__ = [
     "SubRead",

@@ -1,4 +1,4 @@
-"""The fetch-and-decode plan of one batch (:mod:`h5sidecar.read._batch`), made of arrays.
+"""The fetch-and-decode plan of one batch (:mod:`h5sidecar.read.native._batch_reader`), made of arrays.
 
 A whole granule is thousands of small stored chunks.  Planning them as one Python object each
 (a record, its grid index as a tuple, a list of the selections it lands in, a dict entry) cost
@@ -8,7 +8,7 @@ per stored chunk in a few numpy columns (source, offset, length, selection, row 
 index, byte offset in the output when it can be decoded there), sorted in file order and cut
 into fetch groups; :func:`decode_span` walks one group's rows with plain ints.  Only what is
 rare gets a Python object: chunks shared by several selections of one array, and chunks read
-in runs (:mod:`~h5sidecar.read._subchunk`).
+in runs (:mod:`~h5sidecar.read.native._subchunk`).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from h5sidecar.errors import ChunkDecodeError
-from h5sidecar.read._batch_parts import Target, flat_numbers
-from h5sidecar.read._prefetch import is_whole
-from h5sidecar.read._subchunk import SubRead, gather_box, subchunk_read
+from h5sidecar.read.native._batch_parts import Target, flat_numbers
+from h5sidecar.read.native._prefetch import is_whole
+from h5sidecar.read.native._subchunk import SubRead, gather_box, subchunk_read
 from h5sidecar.references import ChunkManifest
 
 __all__ = ["BatchPlan", "Fetched", "decode_span", "plan_batch"]

@@ -30,21 +30,14 @@ from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 
 from h5sidecar.errors import InvalidReferenceError
-from h5sidecar.read._batch import NativeReader
-from h5sidecar.read._cache import (
-    CHUNKS,
-    ByteLRU,
-    fit_shared_caches,
-    load_refs,
-    range_cache_key,
-)
-from h5sidecar.read._keyspace import ChunkRef, GranuleKeys, ZarrFormat
-from h5sidecar.read._zarr_batcher import (
-    ReadBatcher,
-    byte_window,
-    make_fetcher,
-    refs_equal,
-)
+from h5sidecar.read._byte_lru import ByteLRU
+from h5sidecar.read._granule_fetch import ReadBatcher, refs_equal
+from h5sidecar.read._granule_reader import GranuleReader
+from h5sidecar.read._shared_caches import CHUNKS
+from h5sidecar.read._sidecar_open import load_refs
+from h5sidecar.read.native._batch_reader import NativeReader
+from h5sidecar.read.zarr._byte_windows import byte_window
+from h5sidecar.read.zarr._keyspace import ChunkRef, GranuleKeys, ZarrFormat
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
 from h5sidecar.sources.fetch._chunk_fetcher import scrub_credentials
@@ -64,7 +57,7 @@ class SidecarStore(Store):
     ----------
     refs : GranuleRefs or str or path-like
         The granule's references, or the path/URL of its sidecar (kerchunk JSON file or Parquet
-        directory; parsed once per process, see :func:`h5sidecar.read._cache.load_refs`).
+        directory; parsed once per process, see :func:`h5sidecar.read._sidecar_open.load_refs`).
     zarr_format : 2 or 3
         Serve the Zarr v2 view (default; ``.zmetadata`` consolidated) or the synthesized v3 view
         (``zarr.json`` with inline consolidated metadata).  Chunk keys are the same.
@@ -106,35 +99,32 @@ class SidecarStore(Store):
         if not read_only:
             raise ValueError(_READ_ONLY)
         super().__init__(read_only=True)
-        self._storage_options = dict(storage_options or {})
-        self._remote_options = (
-            dict(remote_options) if remote_options is not None else dict(self._storage_options)
-        )
-        if isinstance(refs, GranuleRefs):
-            self._sidecar: str | None = None
-            self._refs = refs
-        else:
-            self._sidecar = os.fspath(refs)
-            self._refs = load_refs(self._sidecar, self._storage_options)
-        self.settings = settings if settings is not None else ReadSettings()
-        self.zarr_format: ZarrFormat = zarr_format
-        self._batch_reads = batch_reads
-        self._chunk_cache = chunk_cache
-        self._setup()
+        reader = GranuleReader.open(refs, settings=settings, storage_options=storage_options,
+                                    remote_options=remote_options, chunk_cache=chunk_cache)
+        self._wrap(reader, zarr_format, batch_reads)
 
-    def _setup(self) -> None:
+    @classmethod
+    def for_reader(cls, reader: GranuleReader, zarr_format: ZarrFormat = 2) -> SidecarStore:
+        """The store of ``zarr_format`` over ``reader`` (one per reader and format): what
+        zarr reads of a granule whose other readers share the reader's fetcher and caches."""
+        store = reader.zarr_stores.get(zarr_format)
+        if store is None:
+            store = object.__new__(cls)
+            Store.__init__(store, read_only=True)
+            store._wrap(reader, zarr_format, True)
+        return store  # type: ignore[no-any-return]
+
+    def _wrap(self, reader: GranuleReader, zarr_format: ZarrFormat, batch_reads: bool) -> None:
         # Nothing here changes zarr's process-wide state (``async.concurrency``, its codec
         # registry): that is the user's call (README, "zarr's concurrency").
-        if self._chunk_cache is CHUNKS:
-            fit_shared_caches()
-        # built on first use: the batch reader (read_arrays, the xarray engine's data) needs no
-        # key space, and building one costs ~10 ms per thousand arrays
-        self._keyspace: GranuleKeys | None = None
-        self.fetcher = make_fetcher(self._refs, self.settings, self._remote_options)
-        self._batcher = ReadBatcher(self.fetcher.fetch) if self._batch_reads else None
+        self.reader = reader
+        self.zarr_format: ZarrFormat = zarr_format
+        self._batch_reads = batch_reads
+        self.fetcher = reader.fetcher
+        self._batcher = ReadBatcher(self.fetcher.fetch) if batch_reads else None
         self._counts = {"inline_chunks": 0, "missing_chunks": 0, "metadata_reads": 0}
         self._root: Any = None
-        self._native: NativeReader | None = None
+        reader.zarr_stores.setdefault(zarr_format, self)
 
     @classmethod
     async def open(cls, *args: Any, **kwargs: Any) -> SidecarStore:
@@ -187,37 +177,38 @@ class SidecarStore(Store):
     @property
     def keyspace(self) -> GranuleKeys:
         """The Zarr keys and metadata documents of this view (built on first use)."""
-        if self._keyspace is None:
-            self._keyspace = GranuleKeys(self._refs, self.zarr_format)
-        return self._keyspace
+        return self.reader.keys(self.zarr_format)
 
     @property
     def native(self) -> NativeReader:
         """The batch reader over this store's fetcher and chunk cache (decodes without zarr;
-        used by the xarray engine, see :mod:`h5sidecar.read._batch`)."""
-        if self._native is None:
-            self._native = NativeReader(self._refs, self.fetcher, self._chunk_cache)
-        return self._native
+        used by the xarray engine, see :mod:`h5sidecar.read.native._batch_reader`)."""
+        return self.reader.native
 
     # -- identity, pickling ------------------------------------------------------------------
     @property
     def refs(self) -> GranuleRefs:
         """The granule's references."""
-        return self._refs
+        return self.reader.refs
 
     @property
     def sidecar(self) -> str | None:
         """Path/URL of the sidecar this store was opened from (None when built from refs)."""
-        return self._sidecar
+        return self.reader.sidecar
+
+    @property
+    def settings(self) -> ReadSettings:
+        """The fetch settings."""
+        return self.reader.settings
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, SidecarStore):
             return False
         if self.zarr_format != other.zarr_format:
             return False
-        if self._sidecar is not None and self._sidecar == other._sidecar:
+        if self.sidecar is not None and self.sidecar == other.sidecar:
             return True
-        return self._refs is other._refs or refs_equal(self._refs, other._refs)
+        return self.refs is other.refs or refs_equal(self.refs, other.refs)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -226,42 +217,39 @@ class SidecarStore(Store):
         # key space) once per variable: seconds for a granule with a thousand arrays.
         import hashlib
 
-        src = self._refs.source
+        src = self.refs.source
         root = ".zmetadata" if self.zarr_format == 2 else "zarr.json"
         digest = hashlib.sha1(self.keyspace.documents[root], usedforsecurity=False)
-        for m in self._refs.members:  # a cube rebuilt after a member changed is another store
+        for m in self.refs.members:  # a cube rebuilt after a member changed is another store
             digest.update(repr(m.key).encode())
         return ("SidecarStore", *src.key, self.zarr_format, digest.hexdigest())
 
     def __repr__(self) -> str:
-        where = self._sidecar or self._refs.source.url
+        where = self.sidecar or self.refs.source.url
         return f"SidecarStore({where!r}, zarr_format={self.zarr_format})"
 
     def __getstate__(self) -> dict[str, Any]:
         # Credentials never enter a pickle: workers resolve them from their own environment.
         return {
-            "refs": self._refs if self._sidecar is None else None,
-            "sidecar": self._sidecar,
-            "storage_options": scrub_credentials(self._storage_options),
-            "remote_options": scrub_credentials(self._remote_options),
+            "refs": self.refs if self.sidecar is None else None,
+            "sidecar": self.sidecar,
+            "storage_options": scrub_credentials(self.reader.storage_options),
+            "remote_options": scrub_credentials(self.reader.remote_options),
             "settings": self.settings,
             "zarr_format": self.zarr_format,
             "batch_reads": self._batch_reads,
             # a worker uses its own process-wide cache (caches never travel in pickles)
-            "chunk_cache": self._chunk_cache is not None,
+            "chunk_cache": self.reader.chunk_cache is not None,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         Store.__init__(self, read_only=True)
-        self._storage_options = state["storage_options"]
-        self._remote_options = state["remote_options"]
-        self._sidecar = state["sidecar"]
-        self._refs = state["refs"] or load_refs(self._sidecar, self._storage_options)  # type: ignore[arg-type]
-        self.settings = state["settings"]
-        self.zarr_format = state["zarr_format"]
-        self._batch_reads = state["batch_reads"]
-        self._chunk_cache = CHUNKS if state.get("chunk_cache", True) else None
-        self._setup()
+        sidecar, options = state["sidecar"], state["storage_options"]
+        refs = state["refs"] or load_refs(sidecar, options)
+        reader = GranuleReader(refs, settings=state["settings"], storage_options=options,
+                               remote_options=state["remote_options"], sidecar=sidecar,
+                               chunk_cache=CHUNKS if state.get("chunk_cache", True) else None)
+        self._wrap(reader, state["zarr_format"], state["batch_reads"])
 
     def with_read_only(self, read_only: bool = False) -> SidecarStore:
         """A new (unopened) store over the same sidecar; ``read_only=False`` is refused."""
@@ -269,15 +257,11 @@ class SidecarStore(Store):
             raise ValueError(_READ_ONLY)
         clone = object.__new__(type(self))
         Store.__init__(clone, read_only=True)
-        clone._storage_options = dict(self._storage_options)
-        clone._remote_options = dict(self._remote_options)
-        clone._sidecar = self._sidecar
-        clone._refs = self._refs
-        clone.settings = self.settings
-        clone.zarr_format = self.zarr_format
-        clone._batch_reads = self._batch_reads
-        clone._chunk_cache = self._chunk_cache
-        clone._setup()
+        r = self.reader
+        reader = GranuleReader(r.refs, settings=r.settings, storage_options=r.storage_options,
+                               remote_options=r.remote_options, chunk_cache=r.chunk_cache,
+                               sidecar=r.sidecar)
+        clone._wrap(reader, self.zarr_format, self._batch_reads)
         return clone
 
     # -- capabilities --------------------------------------------------------------------------
@@ -332,8 +316,8 @@ class SidecarStore(Store):
         if stop == start:
             return prototype.buffer.from_bytes(b"")
         whole = start == 0 and stop == length
-        if whole and self._chunk_cache is not None:
-            cached = self._chunk_cache.get(self._cache_key(ref))
+        if whole and self.reader.chunk_cache is not None:
+            cached = self.reader.chunk_cache.get(self._cache_key(ref))
             if cached is not None:
                 await self.fetcher.revalidate([url])  # the source must still be the indexed one
                 self.fetcher.stats.record_cache_hit(len(cached))
@@ -343,12 +327,12 @@ class SidecarStore(Store):
             data = await self._batcher.read(request)
         else:
             (data,) = await self.fetcher.fetch([request])
-        if whole and self._chunk_cache is not None:
-            self._chunk_cache.put(self._cache_key(ref), bytes(data))
+        if whole and self.reader.chunk_cache is not None:
+            self.reader.chunk_cache.put(self._cache_key(ref), bytes(data))
         return prototype.buffer.from_bytes(data)
 
     def _cache_key(self, ref: ChunkRef) -> tuple[Any, ...]:
-        return range_cache_key(*ref, self._refs.identity_of(ref[0]))
+        return self.reader.cache_key(ref)
 
     async def get_partial_values(
         self,

@@ -1,5 +1,5 @@
 """The lazy array behind each variable the xarray engine opens: reads go to the native batch
-reader (:mod:`h5sidecar.read._batch`) instead of zarr's per-chunk pipeline."""
+reader (:mod:`h5sidecar.read.native._batch_reader`) instead of zarr's per-chunk pipeline."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 from xarray.backends.common import BackendArray
 from xarray.core import indexing
 
-from h5sidecar.read._batch import NativeReader, out_dtype
+from h5sidecar.read.native._batch_reader import NativeReader, out_dtype
 
 __all__ = ["Box", "SidecarArray", "held_peeks"]
 
@@ -82,7 +82,7 @@ class SidecarArray(BackendArray):  # type: ignore[misc]
         self.path = path
         self.shape = tuple(meta.shape)
         self.dtype = out_dtype(np.dtype(meta.numpy_dtype))  # xarray wants native byte order
-        reader.opened[path] = None  # a candidate for reading ahead (see read._prefetch)
+        reader.opened[path] = None  # a candidate for reading ahead (see read.native._prefetch)
 
     def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
         return indexing.explicit_indexing_adapter(  # type: ignore[no-any-return]

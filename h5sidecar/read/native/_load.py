@@ -1,7 +1,13 @@
 """Loading many arrays at once: :func:`read_arrays` (NumPy) and :func:`load` (xarray objects).
 
-Both hand whole batches to the store's :class:`~h5sidecar.read._batch.NativeReader`, so
+Both hand whole batches to the granule's :class:`~h5sidecar.read.native._batch_reader.NativeReader`, so
 every chunk they need shares one coalesced fetch plan and decoding runs in parallel threads.
+
+:func:`load` has two paths, and keeps both: variables with nothing between xarray's lazy
+wrappers and the batch reader are read in one call per reader (:func:`_direct_reads`), the
+others through xarray's own ``load_async``, one per variable.  ``errors="collect"`` takes the
+second for every variable, so that a bad chunk fails only its own variable; raising, the first
+is the one round of planning and fetching the batch reader is for.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 
 from h5sidecar.errors import H5SidecarError, did_you_mean
-from h5sidecar.read._batch import Item
+from h5sidecar.read.native._batch_reader import Item
 
 __all__ = ["ArraysRead", "load", "read_arrays"]
 
@@ -52,7 +58,7 @@ def read_arrays(
         Array paths to read whole, or ``{path: key}`` with ``key`` an int, a slice or a tuple of
         them (one per leading axis; missing axes are read whole).
     storage_options, remote_options, settings
-        As for :class:`~h5sidecar.read.store.SidecarStore`.
+        As for :class:`~h5sidecar.read.zarr.store.SidecarStore`.
     mask_and_scale : bool
         Apply each array's CF ``_FillValue``/``missing_value`` masking and
         ``scale_factor``/``add_offset`` as the xarray engine does (the values of
@@ -80,48 +86,56 @@ def read_arrays(
     >>> out = read_arrays("ATL03_x.h5.parq", {"gt1l/heights/h_ph": slice(0, 10_000),
     ...                                       "gt1l/heights/lat_ph": slice(0, 10_000)})  # doctest: +SKIP
     """
-    from h5sidecar.read.store import SidecarStore
+    from h5sidecar.read._granule_reader import GranuleReader
+    from h5sidecar.read.zarr.store import SidecarStore
 
-    store = ref if isinstance(ref, SidecarStore) else SidecarStore(
+    given = ref if isinstance(ref, SidecarStore) else None
+    reader = given.reader if given is not None else GranuleReader.open(
         ref, storage_options=storage_options, remote_options=remote_options, settings=settings
     )
+
+    def zarr_array(path: str) -> Any:
+        # arrays of Python objects only: zarr reads them, through the store given or the Zarr
+        # v2 view over the same reader (its fetcher and caches)
+        return (given or SidecarStore.for_reader(reader)).zarr_array(path)
+
     wanted = dict(selections) if isinstance(selections, Mapping) else dict.fromkeys(selections)
     items: list[Item] = []
     others: dict[str, Any] = {}
     for path, key in wanted.items():
-        arr = store.refs.arrays.get(path)
+        arr = reader.refs.arrays.get(path)
         if arr is None:
             raise KeyError(
-                f"no array {path!r} in the sidecar of {store.refs.source.url}; "
-                + did_you_mean(path, store.refs.arrays)
+                f"no array {path!r} in the sidecar of {reader.refs.source.url}; "
+                + did_you_mean(path, reader.refs.arrays)
             )
         key = () if key is None else key if isinstance(key, tuple) else (key,)
         full = (*key, *(slice(None),) * (len(arr.meta.shape) - len(key)))
-        if store.native.supports(path):
+        if reader.native.supports(path):
             items.append((path, full))
         else:
-            store.native.codec(path)  # a codec numcodecs cannot build: InvalidReferenceError
+            reader.native.codec(path)  # a codec numcodecs cannot build: InvalidReferenceError
             others[path] = full
     if errors == "collect":
-        return _read_collecting(store, wanted, items, others, mask_and_scale)
+        return _read_collecting(reader, zarr_array, wanted, items, others, mask_and_scale)
     if errors != "raise":
         raise ValueError(f"errors must be 'raise' or 'collect', got {errors!r}")
-    out = dict(zip([p for p, _ in items], store.native.read_sync(items), strict=True))
+    out = dict(zip([p for p, _ in items], reader.native.read_sync(items), strict=True))
     for path, key in others.items():
-        out[path] = np.asarray(store.zarr_array(path)[key])
+        out[path] = np.asarray(zarr_array(path)[key])
     if mask_and_scale:
-        return {p: cf_decoded(store.refs, p, out[p]) for p in wanted}
+        return {p: cf_decoded(reader.refs, p, out[p]) for p in wanted}
     return {p: out[p] for p in wanted}
 
 
-def _read_collecting(store: Any, wanted: Mapping[str, Any], items: list[Item],
+def _read_collecting(reader: Any, zarr_array: Any, wanted: Mapping[str, Any], items: list[Item],
                      others: Mapping[str, Any], mask_and_scale: bool) -> ArraysRead:
     """Every item as its own request of one batch: the batch reader serves them together and,
     when the batch fails, each alone, so only the arrays that need a bad chunk fail."""
     import fsspec.asyn
 
     async def each() -> list[Any]:
-        return await asyncio.gather(*(store.native.read([it]) for it in items),
+        return await asyncio.gather(*(reader.native.read([it]) for it in items),
                                     return_exceptions=True)
 
     got: dict[str, Any] = {}
@@ -130,7 +144,7 @@ def _read_collecting(store: Any, wanted: Mapping[str, Any], items: list[Item],
         got[path] = res if isinstance(res, BaseException) else res[0]
     for path, key in others.items():
         try:
-            got[path] = np.asarray(store.zarr_array(path)[key])
+            got[path] = np.asarray(zarr_array(path)[key])
         except COLLECTED as exc:
             got[path] = exc
     failed = {p: v for p, v in got.items() if isinstance(v, BaseException)}
@@ -139,7 +153,7 @@ def _read_collecting(store: Any, wanted: Mapping[str, Any], items: list[Item],
             raise error  # a bug or a bad key is not a data failure: never collected
     arrays = {p: got[p] for p in wanted if p not in failed}
     if mask_and_scale:
-        arrays = {p: cf_decoded(store.refs, p, v) for p, v in arrays.items()}
+        arrays = {p: cf_decoded(reader.refs, p, v) for p, v in arrays.items()}
     return ArraysRead(arrays, {p: failed[p] for p in wanted if p in failed})
 
 
@@ -150,7 +164,7 @@ def cf_decoded(refs: Any, path: str, values: np.ndarray) -> np.ndarray:
     from xarray import Variable
     from xarray.conventions import decode_cf_variable
 
-    from h5sidecar.read._xr_store import cf_attributes
+    from h5sidecar.read.xarray._zarr_data_store import cf_attributes
 
     meta = refs.arrays[path].meta
     hints = refs.extra.get("attribute_dtypes", {}).get(path, {})
@@ -272,7 +286,7 @@ def _direct_reads(variables: list[Any]) -> dict[int, tuple[Any, Any, Any, Any]]:
     SidecarArray, basic key)))``, as the engine opens them."""
     from xarray.core import indexing as ix
 
-    from h5sidecar.read._lazy_array import SidecarArray
+    from h5sidecar.read.xarray._lazy_array import SidecarArray
 
     out = {}
     for v in variables:
