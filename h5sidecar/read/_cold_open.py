@@ -67,9 +67,9 @@ def open_cold(path: str, options: Mapping[str, Any], cache: Any) -> tuple[tuple,
     check = _check(info, zmeta)
     if check == "unknown":
         # the GET may have been answered before the HEAD: read again, now that it returned
-        from fsspec.asyn import sync
+        from h5sidecar._compat.fsspec import run_sync
 
-        zmeta2, bulk2 = sync(fs.loop, _gets, fs, p, meta)
+        zmeta2, bulk2 = run_sync(_gets, fs, p, meta, loop=fs.loop)
         if isinstance(zmeta2, BaseException):
             return None  # gone meanwhile (being rewritten?): the sequential open says what
         bulk = bulk if zmeta2 == zmeta else _usable(bulk2)
@@ -199,9 +199,9 @@ def _run(fs: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
     """``(info, .zmetadata, manifests file or None)`` from one round ``func`` run on ``fs``'s
     loop; None when there is no ``.zmetadata`` (not a Parquet sidecar, or one being rewritten:
     the sequential open then says which)."""
-    from fsspec.asyn import sync
+    from h5sidecar._compat.fsspec import run_sync
 
-    info, zmeta, bulk = sync(fs.loop, func, *args, **kwargs)
+    info, zmeta, bulk = run_sync(func, *args, loop=fs.loop, **kwargs)
     for value in (info, zmeta):
         if isinstance(value, FileNotFoundError | NotADirectoryError):
             return None

@@ -118,14 +118,14 @@ def _read_collecting(store: Any, wanted: Mapping[str, Any], items: list[Item],
                      others: Mapping[str, Any], mask_and_scale: bool) -> ArraysRead:
     """Every item as its own request of one batch: the batch reader serves them together and,
     when the batch fails, each alone, so only the arrays that need a bad chunk fail."""
-    import fsspec.asyn
+    from h5sidecar._compat.fsspec import run_sync
 
     async def each() -> list[Any]:
         return await asyncio.gather(*(store.native.read([it]) for it in items),
                                     return_exceptions=True)
 
     got: dict[str, Any] = {}
-    results = fsspec.asyn.sync(fsspec.asyn.get_loop(), each) if items else []
+    results = run_sync(each) if items else []
     for (path, _), res in zip(items, results, strict=True):
         got[path] = res if isinstance(res, BaseException) else res[0]
     for path, key in others.items():
@@ -181,8 +181,9 @@ def load(obj: Any, *, errors: Literal["raise", "collect"] = "raise") -> Any:
     >>> tree = h5sidecar.open_datatree("ATL03_x.h5.parq", chunks=None)   # doctest: +SKIP
     >>> h5sidecar.load(tree)                                              # doctest: +SKIP
     """
-    import fsspec.asyn
     import xarray as xr
+
+    from h5sidecar._compat.fsspec import run_sync
 
     if errors not in ("raise", "collect"):
         raise ValueError(f"errors must be 'raise' or 'collect', got {errors!r}")
@@ -240,7 +241,7 @@ def load(obj: Any, *, errors: Literal["raise", "collect"] = "raise") -> Any:
         return await asyncio.gather(*(_read_direct(r, group) for r, group in readers),
                                     *(_one(v) for _, v in rest), return_exceptions=True)
 
-    results = fsspec.asyn.sync(fsspec.asyn.get_loop(), _all)
+    results = run_sync(_all)
     if errors == "raise":
         for res in results:
             if isinstance(res, BaseException):

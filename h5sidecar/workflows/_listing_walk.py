@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import fsspec
-from fsspec.asyn import sync
 
+from h5sidecar._compat.fsspec import run_sync
 from h5sidecar.workflows._staged_listing import put
 
 __all__ = ["Walked", "local_glob_rows", "local_rows", "name_filter", "s3_rows"]
@@ -198,7 +198,7 @@ def _iter_objects(fs: fsspec.AbstractFileSystem, prefix: str, start: str = "",
         return page
 
     try:
-        while page := sync(fs.loop, take):
+        while page := run_sync(take, loop=fs.loop):
             yield from page
     finally:
-        sync(fs.loop, objects.aclose)
+        run_sync(objects.aclose, loop=fs.loop)
