@@ -259,9 +259,9 @@ def _is_chunked(v: Any) -> bool:
     """``v.chunks is not None``, without xarray's runtime Protocol check for the lazy and
     in-memory arrays the engine gives (that check costs ~30 us a variable: a DataTree of a
     thousand variables spent more on it than on opening them)."""
-    from xarray.core import indexing as ix
+    from h5sidecar._compat.xarray import is_in_memory_or_cached
 
-    if type(v._data) in (ix.MemoryCachedArray, ix.LazilyIndexedArray, np.ndarray):
+    if is_in_memory_or_cached(v):
         return False
     return v.chunks is not None
 
@@ -269,19 +269,17 @@ def _is_chunked(v: Any) -> bool:
 def _direct_reads(variables: list[Any]) -> dict[int, tuple[Any, Any, Any, Any]]:
     """``id(variable) -> (variable, SidecarArray, raw key, in-memory indexer)`` for the
     variables xarray would load with nothing between its lazy wrappers and the batch reader
-    (no CF decoding step): ``MemoryCachedArray(CopyOnWriteArray(LazilyIndexedArray(
-    SidecarArray, basic key)))``, as the engine opens them."""
+    (no CF decoding step): a SidecarArray and a basic key in xarray's lazy wrappers, as the
+    engine opens them (:func:`h5sidecar._compat.xarray.cached_lazy_array`)."""
     from xarray.core import indexing as ix
 
+    from h5sidecar._compat.xarray import cached_lazy_array
     from h5sidecar.read._lazy_array import SidecarArray
 
     out = {}
     for v in variables:
-        mem = v._data
-        if type(mem) is not ix.MemoryCachedArray or type(mem.array) is not ix.CopyOnWriteArray:
-            continue
-        lazy = mem.array.array
-        if type(lazy) is not ix.LazilyIndexedArray or not isinstance(lazy.array, SidecarArray):
+        lazy = cached_lazy_array(v)
+        if lazy is None or not isinstance(lazy.array, SidecarArray):
             continue
         if not isinstance(lazy.key, ix.BasicIndexer):
             continue
@@ -305,15 +303,15 @@ async def _read_direct(reader: Any, entries: list[tuple[Any, Any, Any, Any]]) ->
     exactly as ``Variable.load_async`` would (the shared in-memory cache included)."""
     from xarray.core import indexing as ix
 
+    from h5sidecar._compat.xarray import set_loaded_data
+
     # every variable is asked for: reading ahead would only decode arrays twice
     with reader.opening():
         arrays = await reader.read([(sarr.path, raw.tuple) for _, sarr, raw, _ in entries])
     for (v, _, _, in_memory), result in zip(entries, arrays, strict=True):
         if in_memory.tuple:
             result = ix.apply_indexer(ix.as_indexable(result), in_memory)
-        result = ix._wrap_numpy_scalars(result)
-        v._data.array = ix.as_indexable(result)  # MemoryCachedArray: shared by copies
-        v._data = result
+        set_loaded_data(v, result)
 
 
 def _compute_or_error(v: Any) -> Any:

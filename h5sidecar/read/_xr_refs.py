@@ -22,11 +22,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from xarray.backends.common import AbstractDataStore
-from xarray.backends.zarr import DIMENSION_KEY, ZarrArrayWrapper
 from xarray.core import indexing
-from xarray.core.utils import FrozenDict
 from xarray.core.variable import Variable
 
+from h5sidecar._compat.xarray import ZARR_DIMENSION_KEY as DIMENSION_KEY
+from h5sidecar._compat.xarray import FrozenDict, ZarrArrayWrapper
 from h5sidecar.read._decode import numcodec
 from h5sidecar.read._lazy_array import SidecarArray
 from h5sidecar.read._xr_attrs import aligned_chunks, cf_attributes, group_attributes
