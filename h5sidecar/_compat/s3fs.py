@@ -10,7 +10,8 @@
   alternative: ``find(..., detail=True)``, which collects every page into one dict first
   (callers fall back to it where this returns None).
 
-Both verified on s3fs 2024.10-2026.9 (:data:`CHECKED`).  The version is read from the
+:data:`CHECKED` runs from the floor ``pyproject.toml`` declares to the newest release both
+were checked on (2026.9, with ``tests/test_compat.py``).  The version is read from the
 installed distribution, not by importing s3fs (aiobotocore): these are asked about
 filesystems that exist already, and asking must not load s3fs where there is none.
 """
@@ -28,7 +29,7 @@ from packaging.version import Version
 
 __all__ = ["CHECKED", "get_object_available", "in_checked", "list_objects_pages", "s3_get_object"]
 
-#: The s3fs versions these uses were verified on.
+#: The s3fs versions these uses are known to work on (checked: 2026.9).
 CHECKED = SpecifierSet(">=2024.10,<2026.10")
 
 

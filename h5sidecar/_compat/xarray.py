@@ -1,7 +1,8 @@
 """xarray's private API, as the xarray engine and the batch loader use it.
 
-Verified on xarray 2025.1-2026.9 (:data:`CHECKED`; ``tests/test_compat.py`` checks each use on
-the installed version, ``make test-upstream`` on the newest release).  Uses with a public
+:data:`CHECKED` runs from the floor ``pyproject.toml`` declares to the newest release these
+uses were checked on (2026.9, with ``tests/test_compat.py``; ``make test-upstream`` checks the
+newest release).  Uses with a public
 alternative take it outside :data:`CHECKED` (the flag says so); uses without one fail on
 import with an error naming xarray's version when the private name is gone.
 
@@ -25,7 +26,7 @@ Without one:
   subclasses also override ``get_attrs`` and read ``zarr_group`` (undocumented too).
 - :func:`protect_variables` wraps a Dataset's lazy variables as xarray's
   ``_protect_dataset_variables_inplace`` does (``CopyOnWriteArray``, ``MemoryCachedArray``).
-  :data:`ZARR_DIMENSION_KEY` and :class:`ZarrArrayWrapper` are ``xarray.backends.zarr``
+- :data:`ZARR_DIMENSION_KEY` and :class:`ZarrArrayWrapper` are ``xarray.backends.zarr``
   names outside ``xarray.backends``' public list; :class:`FrozenDict` is
   ``xarray.core.utils.FrozenDict`` (what data stores return).
 """
@@ -61,7 +62,7 @@ __all__ = [
     "variable_data",
 ]
 
-#: The xarray versions these uses were verified on.
+#: The xarray versions these uses are known to work on (checked: 2026.9).
 CHECKED = SpecifierSet(">=2025.1,<2026.10")
 #: Whether the installed xarray is one of them.
 IN_CHECKED = Version(xr.__version__) in CHECKED

@@ -1,7 +1,7 @@
 """zarr's private API (``zarr.core.*``, private per zarr's own documentation).
 
-Two uses, verified on zarr 3.1.0-3.1.6 (:data:`CHECKED`, the range ``pyproject.toml`` allows);
-another zarr fails on import with an error naming the version:
+Two uses; :data:`CHECKED` is the range ``pyproject.toml`` allows (checked on 3.1.6, with
+``tests/test_compat.py``); another zarr fails on import with an error naming the version:
 
 - :func:`v2_fill_value`: the fill value of a Zarr v2 ``.zarray`` exactly as zarr parses it
   (``ArrayV2Metadata.from_dict(...).fill_value``: base64 bytes, structured scalars,
@@ -26,7 +26,7 @@ from packaging.version import Version
 
 __all__ = ["CHECKED", "v2_fill_value", "validate_array_v3_metadata"]
 
-#: The zarr versions these uses were verified on.
+#: The zarr versions these uses are known to work on (checked: 3.1.6).
 CHECKED = SpecifierSet(">=3.1,<3.2")
 
 if Version(zarr.__version__) not in CHECKED:  # pragma: no cover - pyproject pins the range
