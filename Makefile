@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test test-upstream lint bench clean
 
 # The demo needs only the package itself; the tests need every extra and test tool.
 $(PY):
@@ -30,6 +30,17 @@ test: setup
 	$(PY) -m mypy h5sidecar
 	$(PY) -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
+# The newest releases of the libraries whose private APIs h5sidecar/_compat uses, in a venv of
+# their own, against the tests of those uses and of the readers (README: Quick start).
+UPSTREAM ?= .venv-upstream
+test-upstream:
+	python3 -m venv $(UPSTREAM)
+	$(UPSTREAM)/bin/python -m pip install -q --upgrade pip
+	$(UPSTREAM)/bin/python -m pip install -q --upgrade -e ".[test]" xarray zarr s3fs fsspec h5py
+	$(UPSTREAM)/bin/python -m pip list 2>/dev/null | grep -iE '^(xarray|zarr|s3fs|fsspec|h5py) '
+	$(UPSTREAM)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider \
+		tests/test_compat.py tests/read tests/references tests/test_reader_matrix.py $(PYTEST_ARGS)
+
 lint: setup
 	$(PY) -m ruff check h5sidecar tests benchmarks
 	$(PY) -m mypy h5sidecar
@@ -38,4 +49,4 @@ bench: setup
 	$(PY) benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) demo-output .pytest_cache
+	rm -rf $(VENV) $(UPSTREAM) demo-output .pytest_cache

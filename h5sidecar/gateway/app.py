@@ -421,7 +421,6 @@ def serve(
 ) -> None:
     """Run the gateway with uvicorn on ``settings.host:settings.port`` until interrupted."""
     import uvicorn
-    from uvicorn._compat import asyncio_run
 
     app = create_app(settings, dest, storage_options=storage_options,
                      read_settings=read_settings, stac_api=stac_api, cubes=cubes)  # fmt: skip
@@ -436,7 +435,9 @@ def serve(
     server = uvicorn.Server(config)
     _warm_up()
     try:
-        asyncio_run(_serve_then_drop_queued(server), loop_factory=config.get_loop_factory())
+        # asyncio.run has no loop_factory before Python 3.12; its Runner has (uvicorn's choice)
+        with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+            runner.run(_serve_then_drop_queued(server))
     finally:
         close = getattr(stac_api, "close", None)  # a database backend's connections (pgstac)
         if close is not None:

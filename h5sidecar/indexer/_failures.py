@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from h5sidecar._compat.h5py import creation_plist
 from h5sidecar.errors import H5SidecarError
 from h5sidecar.references import SkipKind
 
@@ -98,14 +99,6 @@ def fail(kind: SkipKind, reason: str) -> NoReturn:
 
 
 def dcpl(dset: h5py.Dataset) -> Any:
-    """The creation property list of ``dset``, copied out of HDF5 once per dataset object.
-
-    Each ``DatasetID.get_create_plist()`` copies the list (layout, filters, fill value) in
-    HDF5, ~15 us; the indexer asked for it 5-8 times per dataset.  h5py keeps one copy per
-    ``Dataset`` object (``Dataset._dcpl``, what its own ``chunks``, ``compression`` and
-    ``fillvalue`` read), so that one is shared; a file opened read-only cannot change it.
-    """
-    try:
-        return dset._dcpl
-    except AttributeError:  # an h5py without it
-        return dset.id.get_create_plist()
+    """The creation property list of ``dset``, copied out of HDF5 once per dataset object
+    (h5py's own cached copy: see :func:`h5sidecar._compat.h5py.creation_plist`)."""
+    return creation_plist(dset)

@@ -67,9 +67,9 @@ def open_cold(path: str, options: Mapping[str, Any], cache: Any) -> tuple[tuple,
     check = _check(info, zmeta)
     if check == "unknown":
         # the GET may have been answered before the HEAD: read again, now that it returned
-        from fsspec.asyn import sync
+        from h5sidecar._compat.fsspec import run_sync
 
-        zmeta2, bulk2 = sync(fs.loop, _gets, fs, p, meta)
+        zmeta2, bulk2 = run_sync(_gets, fs, p, meta, loop=fs.loop)
         if isinstance(zmeta2, BaseException):
             return None  # gone meanwhile (being rewritten?): the sequential open says what
         bulk = bulk if zmeta2 == zmeta else _usable(bulk2)
@@ -137,18 +137,17 @@ _FROM_GET = "h5sidecar_from_get"
 def _get_carries_identity(fs: Any) -> bool:
     """True for s3fs, whose GET answer carries the object's ETag and size: the identity then
     comes from the very response that carried the bytes, and no HEAD is sent."""
-    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
-    return "s3" in protocols and all(
-        callable(getattr(fs, name, None)) for name in ("_call_s3", "split_path")
-    )
+    from h5sidecar._compat.s3fs import get_object_available
+
+    return get_object_available(fs)
 
 
 async def _s3_get(fs: Any, path: str) -> tuple[dict[str, Any], bytes]:
     """``(info, bytes)`` of one whole-object GET through s3fs: ``info`` holds the ETag and
     size of the object those bytes are (what a HEAD answers), so the two cannot disagree."""
-    bucket, key, version = fs.split_path(path)
-    resp = await fs._call_s3("get_object", Bucket=bucket, Key=key,
-                             **({"VersionId": version} if version else {}))  # fmt: skip
+    from h5sidecar._compat.s3fs import s3_get_object
+
+    resp = await s3_get_object(fs, path)
     try:
         data = await resp["Body"].read()
     finally:
@@ -199,9 +198,9 @@ def _run(fs: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
     """``(info, .zmetadata, manifests file or None)`` from one round ``func`` run on ``fs``'s
     loop; None when there is no ``.zmetadata`` (not a Parquet sidecar, or one being rewritten:
     the sequential open then says which)."""
-    from fsspec.asyn import sync
+    from h5sidecar._compat.fsspec import run_sync
 
-    info, zmeta, bulk = sync(fs.loop, func, *args, **kwargs)
+    info, zmeta, bulk = run_sync(func, *args, loop=fs.loop, **kwargs)
     for value in (info, zmeta):
         if isinstance(value, FileNotFoundError | NotADirectoryError):
             return None

@@ -289,12 +289,12 @@ def _block_reader(store: Any, variables: Sequence[str],
     buffers = [np.empty(size, np.uint8) for _ in range(min(2, len(batches)))]
 
     def read(k: int) -> dict[str, np.ndarray]:
-        import fsspec.asyn
+        from h5sidecar._compat.fsspec import run_sync
 
         buf = buffers[k % 2]
         items = [(p, (slice(a, b),)) for p, a, b, _, _ in layouts[k]]
         outs = [buf[o : o + (b - a) * dt.itemsize].view(dt) for _, a, b, dt, o in layouts[k]]
-        got = fsspec.asyn.sync(fsspec.asyn.get_loop(), native.read_into, items, outs)
+        got = run_sync(native.read_into, items, outs)
         return {p: cf_decoded(refs, p, x) for (p, _), x in zip(items, got, strict=True)}
 
     return read

@@ -42,6 +42,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from h5sidecar._compat.stdlib import kill_pool_workers
 from h5sidecar._modes import current_umask
 from h5sidecar.errors import ErrorKind
 from h5sidecar.workflows._report import ErrorRecord, GranuleResult, error_record
@@ -119,11 +120,9 @@ def kill_workers(pool: ProcessPoolExecutor) -> None:
     """End the pool's worker processes now (their granules are abandoned).
 
     ``ProcessPoolExecutor`` can only wait for workers to finish their current task (Python <
-    3.14 has no ``terminate_workers``); its ``_processes`` mapping is the only handle on them.
+    3.14 has no ``kill_workers``): see :func:`h5sidecar._compat.stdlib.kill_pool_workers`.
     """
-    for proc in list((getattr(pool, "_processes", None) or {}).values()):
-        if proc.is_alive():
-            proc.kill()
+    kill_pool_workers(pool)
 
 
 def _env_snapshot() -> dict[str, str]:

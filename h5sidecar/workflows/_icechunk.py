@@ -112,9 +112,9 @@ def write_icechunk(
     session = repository.writable_session(branch)
     skipped: list[Skipped] = []
     docs = _node_documents(refs, skipped)
-    from zarr.core.sync import sync
+    from h5sidecar._compat.fsspec import run_sync
 
-    sync(_write(session.store, refs, docs, identities))
+    run_sync(_write, session.store, refs, docs, identities)
     for s in skipped:
         log.warning("icechunk: %s left out (%s): %s", s.path, s.kind, s.reason)
     if left_out is not None:
@@ -248,14 +248,15 @@ def _strict_json(obj: Any) -> Any:
 async def _write(
     store: Any, refs: GranuleRefs, docs: dict[str, dict[str, Any]], identities: dict[str, Any]
 ) -> None:
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.metadata import ArrayV3Metadata
+    from zarr.buffer import default_buffer_prototype
+
+    from h5sidecar._compat.zarr import validate_array_v3_metadata
 
     buffer = default_buffer_prototype().buffer
     await store.clear()  # the branch holds exactly ``refs`` (the history keeps the rest)
     for path, doc in docs.items():
         if doc["node_type"] == "array":
-            ArrayV3Metadata.from_dict(dict(doc))  # zarr validates what it will have to read
+            validate_array_v3_metadata(doc)  # zarr validates what it will have to read
         key = f"{path}/zarr.json" if path else "zarr.json"
         await store.set(key, buffer.from_bytes(json.dumps(doc, allow_nan=False).encode()))
     for path, arr in refs.arrays.items():

@@ -60,8 +60,7 @@ def _bare(refs: GranuleRefs, held: set[str]) -> GranuleRefs:
 
 def append_icechunk(p: Part, dim: str, opts: Mapping[str, Any]) -> CubePart:
     """Commit ``p``'s new and replacing granules into its repository (see module docstring)."""
-    from zarr.core.sync import sync
-
+    from h5sidecar._compat.fsspec import run_sync
     from h5sidecar.workflows._cube_build import CubePart
 
     record = p.record
@@ -89,7 +88,7 @@ def append_icechunk(p: Part, dim: str, opts: Mapping[str, Any]) -> CubePart:
     repo = open_repository(p.path, container_prefixes(identities), opts)
     session = repo.writable_session(_BRANCH)
     coordinate = np.concatenate([_replaced_coordinate(p), *(g.values for g in p.new)])
-    sync(_write(session.store, p, slabs, identities, dim, coordinate))
+    run_sync(_write, session.store, p, slabs, identities, dim, coordinate)
     members = [p.replaced[m.url].refs.source if m.url in p.replaced else m for m in p.members]
     members += [g.refs.source for g in p.new]
     sidecars = {u: list(s) for u, s in record["sidecars"].items()}
@@ -123,7 +122,7 @@ def _replaced_coordinate(p: Part) -> np.ndarray:
 
 async def _write(store: Any, p: Part, slabs: list[tuple[int, GranuleRefs]],
                  identities: dict[str, Any], dim: str, coordinate: np.ndarray) -> None:
-    from zarr.core.buffer import default_buffer_prototype
+    from zarr.buffer import default_buffer_prototype
 
     buffer = default_buffer_prototype().buffer
     coord = p.record["coord"]

@@ -14,7 +14,6 @@ out, local entries that are not regular files named to the caller.
 from __future__ import annotations
 
 import fnmatch
-import inspect
 import os
 import re
 import stat
@@ -22,8 +21,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import fsspec
-from fsspec.asyn import sync
 
+from h5sidecar._compat.fsspec import run_sync
+from h5sidecar._compat.s3fs import list_objects_pages
 from h5sidecar.workflows._staged_listing import put
 
 __all__ = ["Walked", "local_glob_rows", "local_rows", "name_filter", "s3_rows"]
@@ -174,19 +174,18 @@ def _iter_objects(fs: fsspec.AbstractFileSystem, prefix: str, start: str = "",
     detail=True)`` gives each) whose name there starts with ``start`` (or more, in the
     fallback), taken from the listing a page at a time instead of one list of them all.
 
-    s3fs pages through ``ListObjectsV2`` in a private asynchronous generator, ``_iterdir(bucket,
-    delimiter=, prefix=)`` (its public ``find`` collects every page into a list first): used
-    here and only here, gated on its being that generator (checked against s3fs 2026.9).
-    Where it is not (another filesystem, an s3fs without it), ``find`` is the fallback, whole.
+    s3fs pages through ``ListObjectsV2`` in a private asynchronous generator (its public
+    ``find`` collects every page into a list first): see
+    :func:`h5sidecar._compat.s3fs.list_objects_pages`.  Where there is none (another
+    filesystem, an s3fs outside the checked versions), ``find`` is the fallback, whole.
     """
     bucket, _, key = prefix.partition("/")
-    iterdir = getattr(fs, "_iterdir", None)
-    if not (inspect.isasyncgenfunction(iterdir) and getattr(fs, "async_impl", False)):
+    key = key.rstrip("/")
+    objects = list_objects_pages(fs, bucket, delimiter="/" if one_level else "",
+                                 prefix=(key + "/" if key else "") + start)
+    if objects is None:
         yield from fs.find(prefix, detail=True, maxdepth=1 if one_level else None).values()
         return
-    key = key.rstrip("/")
-    objects = iterdir(bucket, delimiter="/" if one_level else "",
-                      prefix=(key + "/" if key else "") + start)
 
     async def take() -> list[dict[str, Any]]:
         page: list[dict[str, Any]] = []
@@ -198,7 +197,7 @@ def _iter_objects(fs: fsspec.AbstractFileSystem, prefix: str, start: str = "",
         return page
 
     try:
-        while page := sync(fs.loop, take):
+        while page := run_sync(take, loop=fs.loop):
             yield from page
     finally:
-        sync(fs.loop, objects.aclose)
+        run_sync(objects.aclose, loop=fs.loop)

@@ -250,6 +250,7 @@ LAYERS: dict[str, float] = {
     "_cli_output": 5.5,
     "_version": 0,
     "_lazy": 0,
+    "_compat": 0,  # other libraries' private APIs and the sync bridge: imports no layer
     "_modes": 0,
     "_providers": 0.25,  # above errors, below _credentials
     "_credentials": 0.5,  # above errors, below references (which reads sidecars on S3)

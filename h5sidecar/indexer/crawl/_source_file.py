@@ -34,8 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec.asyn
-
+from h5sidecar._compat.fsspec import io_loop
 from h5sidecar.errors import NotHDF5Error, SourceNotFoundError, SourceReadError
 from h5sidecar.indexer.crawl import _hints as hints
 from h5sidecar.indexer.crawl._budget import Budget
@@ -259,7 +258,7 @@ def open_source(
         with _open_local(location.url, budget) as local:
             yield local
         return
-    loop = fsspec.asyn.get_loop()
+    loop = io_loop()
     fetcher = PinnedFetcher(store, location, settings, prefetch=prefetch,
                             cache_bytes=cache_bytes, concurrency=concurrency)  # fmt: skip
     sync_within(loop, budget, fetcher.open)

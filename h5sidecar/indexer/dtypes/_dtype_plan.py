@@ -252,11 +252,11 @@ def _check_zarr_reads(json_form: str | list[Any]) -> None:
 @functools.lru_cache(maxsize=256)
 def _zarr_reads(json_text: str) -> str | None:
     """Why zarr cannot read the Zarr v2 dtype ``json_text`` (JSON), or ``None`` when it can."""
-    from zarr.core.dtype import get_data_type_from_json
+    from zarr.dtype import data_type_registry
 
     try:
-        get_data_type_from_json({"name": json.loads(json_text), "object_codec_id": None},
-                                zarr_format=2)
+        data_type_registry.match_json({"name": json.loads(json_text), "object_codec_id": None},
+                                      zarr_format=2)
     except (ValueError, TypeError, KeyError) as exc:
         return str(exc)
     return None

@@ -8,16 +8,14 @@ zero mask).  The indexer asks :func:`chunk_pipeline_differs` and materialises su
 
 from __future__ import annotations
 
-import ctypes
-import functools
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import h5py
 import numcodecs
 from numcodecs.compat import ensure_bytes
 
+from h5sidecar._compat.h5py import chunk_opts, hdf5_library
 from h5sidecar.errors import UnsupportedFeatureError
 from h5sidecar.indexer._failures import dcpl
 from h5sidecar.indexer.filters._mappers import Config, per_filter_codecs
@@ -57,44 +55,23 @@ def partial_edge_chunks_unfiltered(dset: h5py.Dataset) -> bool:
     ``H5Pset_chunk_opts(H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS)`` makes HDF5 skip the whole
     pipeline for chunks that extend past the dataset's extent, *without* recording it in the
     chunk's filter mask.  h5py does not expose ``H5Pget_chunk_opts``, so it is called through
-    ctypes in the HDF5 library h5py itself loaded (same process state, same object ids).
+    ctypes in the HDF5 library h5py itself loaded (:func:`h5sidecar._compat.h5py.chunk_opts`:
+    same process state, same object ids).
     """
     plist = dcpl(dset)  # keep a reference: its id must stay open for the call
     if dset.chunks is None or not plist.get_nfilters():
         return False
-    fn = _h5p_get_chunk_opts()
-    opts = ctypes.c_uint(0)
-    if fn(plist.id, ctypes.byref(opts)) < 0:
+    if hdf5_library() is None:
+        raise UnsupportedFeatureError(
+            "cannot find the HDF5 library h5py loaded, needed to read chunk options; "
+            "install h5py from its wheels"
+        )
+    opts = chunk_opts(plist)
+    if opts is None:
         raise UnsupportedFeatureError(
             f"cannot read the chunk options of {dset.name!r} (H5Pget_chunk_opts failed)"
         )
-    return bool(opts.value & _H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS)
-
-
-@functools.cache
-def _h5p_get_chunk_opts() -> Any:
-    """``H5Pget_chunk_opts`` from the libhdf5 that h5py uses."""
-    # Other wheels (netCDF4, hdf5plugin builds) bundle their own libhdf5 and may be mapped into
-    # the process too: a property-list id is only valid in the copy h5py uses, so look in h5py's
-    # own package and bundled-libs folder first, then at what the process has mapped.
-    pkg = Path(h5py.__file__).parent
-    candidates = [
-        str(p) for p in (*pkg.parent.glob("h5py.libs/libhdf5*"), *pkg.glob("**/libhdf5*"))
-    ]
-    maps = Path("/proc/self/maps")
-    if not candidates and maps.exists():  # system-linked h5py: the library mapped in-process
-        candidates = [ln.split()[-1] for ln in maps.read_text().splitlines() if "libhdf5" in ln]
-    for path in candidates:
-        name = Path(path).name
-        if name.startswith("libhdf5") and not name.startswith("libhdf5_hl"):
-            fn = ctypes.CDLL(path).H5Pget_chunk_opts
-            fn.argtypes = [ctypes.c_int64, ctypes.POINTER(ctypes.c_uint)]
-            fn.restype = ctypes.c_int
-            return fn
-    raise UnsupportedFeatureError(
-        "cannot find the HDF5 library h5py loaded, needed to read chunk options; "
-        "install h5py from its wheels"
-    )
+    return bool(opts & _H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS)
 
 
 def _is_partial_edge(dset: h5py.Dataset, chunk_offset: Sequence[int]) -> bool:

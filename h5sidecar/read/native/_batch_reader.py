@@ -111,12 +111,12 @@ class NativeReader:
     def read_sync(self, items: Sequence[Item]) -> list[np.ndarray]:
         """Blocking :meth:`read`, run on fsspec's I/O loop (call it from any thread but that
         loop's own)."""
-        import fsspec.asyn
+        from h5sidecar._compat.fsspec import run_sync
 
         held = self._take_held(items)
         if held is not None:
             return held
-        return fsspec.asyn.sync(fsspec.asyn.get_loop(), self.read, items)  # type: ignore[no-any-return]
+        return run_sync(self.read, items)  # type: ignore[no-any-return]
 
     def _take_held(self, items: Sequence[Item]) -> list[np.ndarray] | None:
         """The arrays of a read that read-ahead holds whole, taken on the calling thread: a
@@ -138,10 +138,10 @@ class NativeReader:
                     self._prefetched.setdefault(p, a)
             return None
         if self._refilling and not self._ahead_inflight:
-            import fsspec.asyn
+            from h5sidecar._compat.fsspec import io_loop
 
             # the decision and the read-ahead belong to the I/O loop (they touch its batch)
-            fsspec.asyn.get_loop().call_soon_threadsafe(self._refill, taken[-1][0])
+            io_loop().call_soon_threadsafe(self._refill, taken[-1][0])
         return [a for _, a in taken]  # type: ignore[misc]
 
     def _refill(self, handed: str) -> None:
@@ -279,7 +279,7 @@ class NativeReader:
         are read once, whole; the first and last chunks of ``edges`` (CF time variables, whose
         first and last values xarray peeks at to choose a dtype) go to the chunk cache.
         """
-        import fsspec.asyn
+        from h5sidecar._compat.fsspec import run_sync
 
         whole = [p for p in dict.fromkeys(whole) if self.supports(p)]
         edge_refs: list[tuple[str, int, int]] = []
@@ -303,7 +303,7 @@ class NativeReader:
             for ref, data in zip(edge_refs, datas, strict=True):
                 self.chunk_cache.put(range_cache_key(*ref, self.refs.identity_of(ref[0])), data)  # type: ignore[union-attr]
 
-        fsspec.asyn.sync(fsspec.asyn.get_loop(), both)
+        run_sync(both)
 
     def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
         batch = [x for x in self._pending.pop(loop, []) if not x[1].done()]

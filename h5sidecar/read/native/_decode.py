@@ -170,9 +170,9 @@ def _fill(zarray: Mapping[str, Any], dtype: np.dtype) -> Any:
         if not isinstance(number, str):
             with np.errstate(invalid="ignore", over="ignore"):
                 return np.asarray(number).astype(dtype)[()]
-    from zarr.core.metadata.v2 import ArrayV2Metadata
+    from h5sidecar._compat.zarr import v2_fill_value
 
-    fill = ArrayV2Metadata.from_dict(dict(zarray) | {"attributes": {}}).fill_value
+    fill = v2_fill_value(zarray)
     if fill is None:
         return np.zeros((), dtype=dtype)[()]
     return np.asarray(fill).astype(dtype) if dtype.fields is None else np.asarray(fill, dtype)

@@ -132,14 +132,14 @@ def _read_collecting(reader: Any, zarr_array: Any, wanted: Mapping[str, Any], it
                      others: Mapping[str, Any], mask_and_scale: bool) -> ArraysRead:
     """Every item as its own request of one batch: the batch reader serves them together and,
     when the batch fails, each alone, so only the arrays that need a bad chunk fail."""
-    import fsspec.asyn
+    from h5sidecar._compat.fsspec import run_sync
 
     async def each() -> list[Any]:
         return await asyncio.gather(*(reader.native.read([it]) for it in items),
                                     return_exceptions=True)
 
     got: dict[str, Any] = {}
-    results = fsspec.asyn.sync(fsspec.asyn.get_loop(), each) if items else []
+    results = run_sync(each) if items else []
     for (path, _), res in zip(items, results, strict=True):
         got[path] = res if isinstance(res, BaseException) else res[0]
     for path, key in others.items():
@@ -195,8 +195,9 @@ def load(obj: Any, *, errors: Literal["raise", "collect"] = "raise") -> Any:
     >>> tree = h5sidecar.open_datatree("ATL03_x.h5.parq", chunks=None)   # doctest: +SKIP
     >>> h5sidecar.load(tree)                                              # doctest: +SKIP
     """
-    import fsspec.asyn
     import xarray as xr
+
+    from h5sidecar._compat.fsspec import run_sync
 
     if errors not in ("raise", "collect"):
         raise ValueError(f"errors must be 'raise' or 'collect', got {errors!r}")
@@ -254,7 +255,7 @@ def load(obj: Any, *, errors: Literal["raise", "collect"] = "raise") -> Any:
         return await asyncio.gather(*(_read_direct(r, group) for r, group in readers),
                                     *(_one(v) for _, v in rest), return_exceptions=True)
 
-    results = fsspec.asyn.sync(fsspec.asyn.get_loop(), _all)
+    results = run_sync(_all)
     if errors == "raise":
         for res in results:
             if isinstance(res, BaseException):
@@ -272,9 +273,9 @@ def _is_chunked(v: Any) -> bool:
     """``v.chunks is not None``, without xarray's runtime Protocol check for the lazy and
     in-memory arrays the engine gives (that check costs ~30 us a variable: a DataTree of a
     thousand variables spent more on it than on opening them)."""
-    from xarray.core import indexing as ix
+    from h5sidecar._compat.xarray import is_in_memory_or_cached
 
-    if type(v._data) in (ix.MemoryCachedArray, ix.LazilyIndexedArray, np.ndarray):
+    if is_in_memory_or_cached(v):
         return False
     return v.chunks is not None
 
@@ -282,19 +283,17 @@ def _is_chunked(v: Any) -> bool:
 def _direct_reads(variables: list[Any]) -> dict[int, tuple[Any, Any, Any, Any]]:
     """``id(variable) -> (variable, SidecarArray, raw key, in-memory indexer)`` for the
     variables xarray would load with nothing between its lazy wrappers and the batch reader
-    (no CF decoding step): ``MemoryCachedArray(CopyOnWriteArray(LazilyIndexedArray(
-    SidecarArray, basic key)))``, as the engine opens them."""
+    (no CF decoding step): a SidecarArray and a basic key in xarray's lazy wrappers, as the
+    engine opens them (:func:`h5sidecar._compat.xarray.cached_lazy_array`)."""
     from xarray.core import indexing as ix
 
+    from h5sidecar._compat.xarray import cached_lazy_array
     from h5sidecar.read.xarray._lazy_array import SidecarArray
 
     out = {}
     for v in variables:
-        mem = v._data
-        if type(mem) is not ix.MemoryCachedArray or type(mem.array) is not ix.CopyOnWriteArray:
-            continue
-        lazy = mem.array.array
-        if type(lazy) is not ix.LazilyIndexedArray or not isinstance(lazy.array, SidecarArray):
+        lazy = cached_lazy_array(v)
+        if lazy is None or not isinstance(lazy.array, SidecarArray):
             continue
         if not isinstance(lazy.key, ix.BasicIndexer):
             continue
@@ -318,15 +317,15 @@ async def _read_direct(reader: Any, entries: list[tuple[Any, Any, Any, Any]]) ->
     exactly as ``Variable.load_async`` would (the shared in-memory cache included)."""
     from xarray.core import indexing as ix
 
+    from h5sidecar._compat.xarray import set_loaded_data
+
     # every variable is asked for: reading ahead would only decode arrays twice
     with reader.opening():
         arrays = await reader.read([(sarr.path, raw.tuple) for _, sarr, raw, _ in entries])
     for (v, _, _, in_memory), result in zip(entries, arrays, strict=True):
         if in_memory.tuple:
             result = ix.apply_indexer(ix.as_indexable(result), in_memory)
-        result = ix._wrap_numpy_scalars(result)
-        v._data.array = ix.as_indexable(result)  # MemoryCachedArray: shared by copies
-        v._data = result
+        set_loaded_data(v, result)
 
 
 def _compute_or_error(v: Any) -> Any:

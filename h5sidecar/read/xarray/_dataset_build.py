@@ -31,11 +31,13 @@ from xarray.core import indexing
 from xarray.core.dataset import Dataset
 from xarray.core.variable import Variable, calculate_dimensions
 
+from h5sidecar._compat.xarray import CONSTRUCT_DIRECT, construct_dataset, variable_data
+
 __all__ = ["DIRECT", "store_dataset"]
 
-#: False when this xarray has no ``Dataset._construct_direct`` (private API): every Dataset is
-#: then built by xarray's ``StoreBackendEntrypoint``, as before this module existed
-DIRECT = hasattr(Dataset, "_construct_direct")
+#: False when this xarray cannot build a Dataset directly (``_compat.xarray.CONSTRUCT_DIRECT``):
+#: every Dataset is then built by xarray's ``StoreBackendEntrypoint``, as before this module existed
+DIRECT = CONSTRUCT_DIRECT
 
 #: dtype kinds ``decode_cf_variable`` leaves alone when nothing is decoded (objects, NumPy
 #: strings, dates and durations have coders of their own)
@@ -44,7 +46,7 @@ _PLAIN_KINDS = frozenset("biufcSUV")
 
 def _undecoded(name: Hashable, var: Variable) -> Variable:
     """``decode_cf_variable(name, var)`` with every decoding off."""
-    data = var._data
+    data = variable_data(var)
     if (
         var.dtype.kind in _PLAIN_KINDS
         and var.dtype.isnative
@@ -115,7 +117,7 @@ def store_dataset(
             data_vars[name] = var
     ordered = {**data_vars, **coord_vars}
     dims = calculate_dimensions(ordered)
-    return Dataset._construct_direct(
+    return construct_dataset(
         variables=ordered,
         # as xarray's merge: a variable named like a dimension is a coordinate, whatever its
         # own dimensions (a netCDF character array ``z(z, string3)``)

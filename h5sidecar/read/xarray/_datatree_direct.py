@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from h5sidecar._compat.xarray import NORMALIZE_PATH, normalize_source_path, protect_variables
 from h5sidecar.read.xarray._dataset_build import DIRECT
 from h5sidecar.read.xarray._datatree import (
     assemble_tree,
@@ -34,15 +35,11 @@ from h5sidecar.read.xarray._datatree import (
     resolve_dimension_clashes,
 )
 
-try:  # private xarray API: without it, h5sidecar.open_datatree goes through xarray's own
-    from xarray.backends.common import _normalize_path
-except ImportError:  # pragma: no cover - present in the xarray versions we test
-    _normalize_path = None  # type: ignore[assignment]
-
 __all__ = ["AVAILABLE", "DIRECT_OPTIONS", "open_tree_direct"]
 
-#: True when this xarray has the private pieces the direct way relies on
-AVAILABLE = DIRECT and _normalize_path is not None
+#: True when this xarray has the private pieces the direct way relies on (without them,
+#: h5sidecar.open_datatree goes through xarray's own)
+AVAILABLE = DIRECT and NORMALIZE_PATH
 
 #: xarray's decoding options, as ``xarray.open_datatree`` resolves them
 _DECODERS = ("mask_and_scale", "decode_times", "decode_timedelta", "use_cftime",
@@ -56,14 +53,7 @@ DIRECT_OPTIONS = frozenset((*_DECODERS, "decode_cf", "drop_variables", "cache", 
 def _protect(ds: Any, cache: bool) -> None:
     """xarray's ``_protect_dataset_variables_inplace``: lazy variables copy-on-write, and
     cached once read (``cache``)."""
-    from xarray.core import indexing
-
-    for name, variable in ds.variables.items():
-        if name not in ds._indexes:
-            data: Any = indexing.CopyOnWriteArray(variable._data)
-            if cache:
-                data = indexing.MemoryCachedArray(data)
-            variable.data = data
+    protect_variables(ds, cache)
 
 
 def _with_default_indexes(ds: Any) -> Any:
@@ -98,5 +88,5 @@ def open_tree_direct(ref: Any, *, decode_cf: bool | None = None, cache: bool | N
     tree = keep_renamings(assemble_tree(groups), groups)  # as the engine's own tree
     source = getattr(ref, "path", ref)
     if "source" not in tree.encoding and isinstance(source, str | os.PathLike):
-        tree.encoding["source"] = _normalize_path(source)  # type: ignore[misc]
+        tree.encoding["source"] = normalize_source_path(source)
     return tree

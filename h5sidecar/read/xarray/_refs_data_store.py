@@ -28,11 +28,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from xarray.backends.common import AbstractDataStore
-from xarray.backends.zarr import DIMENSION_KEY, ZarrArrayWrapper
 from xarray.core import indexing
-from xarray.core.utils import FrozenDict
 from xarray.core.variable import Variable
 
+from h5sidecar._compat.xarray import ZARR_DIMENSION_KEY as DIMENSION_KEY
+from h5sidecar._compat.xarray import FrozenDict, ZarrArrayWrapper
 from h5sidecar.read._granule_reader import GranuleReader
 from h5sidecar.read.native._decode import numcodec
 from h5sidecar.read.xarray._attributes import aligned_chunks, cf_attributes, group_attributes

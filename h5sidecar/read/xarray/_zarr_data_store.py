@@ -34,10 +34,10 @@ import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from xarray.backends.zarr import ZarrStore
 from xarray.core import indexing
 from xarray.core.variable import Variable
 
+from h5sidecar._compat.xarray import ZarrStoreAdapter, variable_data
 from h5sidecar.errors import NotIndexedError, did_you_mean
 from h5sidecar.read._granule_reader import GranuleReader
 from h5sidecar.read.native._batch_reader import NativeReader
@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 
-class _SidecarZarrStore(ZarrStore):
+class _SidecarZarrStore(ZarrStoreAdapter):
     """xarray's ZarrStore with typed CF attributes and aligned preferred chunks."""
 
     h5_refs: GranuleRefs
@@ -80,10 +80,9 @@ class _SidecarZarrStore(ZarrStore):
         hints = self.h5_refs.extra.get("attribute_dtypes", {}).get(path, {})
         return group_attributes(super().get_attrs(), hints)
 
-    def open_store_variable(self, name: str) -> Variable:
-        var = super().open_store_variable(name)
+    def adapt_variable(self, name: str, var: Variable) -> Variable:
         path = f"{self.zarr_group.path}/{name}".strip("/")
-        data = var._data
+        data = variable_data(var)
         native = self.h5_native
         if native is not None and native.supports(path) and data.dtype == native.codec(path).dtype:  # type: ignore[union-attr]
             data = indexing.LazilyIndexedArray(SidecarArray(native, path))

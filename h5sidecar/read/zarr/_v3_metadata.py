@@ -53,7 +53,7 @@ V2_KEY_ENCODING: dict[str, Any] = {"name": "v2", "configuration": {"separator": 
 
 def _zdtype(meta: ArrayMeta, object_codec: str | None) -> Any:
     """zarr's data type object for the v2 dtype of ``meta`` (quietly: we only translate)."""
-    from zarr.core.dtype import get_data_type_from_json
+    from zarr.dtype import data_type_registry
 
     spec = {"name": meta.dtype, "object_codec_id": object_codec}
     with warnings.catch_warnings():
@@ -61,7 +61,7 @@ def _zdtype(meta: ArrayMeta, object_codec: str | None) -> Any:
         # reader's concern, not a reason to fail translating.
         warnings.simplefilter("ignore")
         try:
-            return get_data_type_from_json(spec, zarr_format=2)  # type: ignore[arg-type]
+            return data_type_registry.match_json(spec, zarr_format=2)  # type: ignore[arg-type]
         except ValueError as exc:
             raise UnsupportedFeatureError(
                 f"Zarr has no data type for {meta.dtype!r}: {exc}. Read this array through the "

@@ -26,8 +26,8 @@ import os
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any
 
+from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, Store
-from zarr.core.buffer import Buffer, BufferPrototype
 
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.read._byte_lru import ByteLRU

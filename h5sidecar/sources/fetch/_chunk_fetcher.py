@@ -219,9 +219,9 @@ class ChunkFetcher:
 
     def fetch_sync(self, requests: Sequence[tuple[str, int, int]]) -> list[bytes]:
         """Blocking :meth:`fetch`, run on fsspec's I/O event loop (not from inside a loop)."""
-        import fsspec.asyn
+        from h5sidecar._compat.fsspec import run_sync
 
-        return fsspec.asyn.sync(fsspec.asyn.get_loop(), self.fetch, requests)
+        return run_sync(self.fetch, requests)  # type: ignore[no-any-return]
 
     async def fetch_plan(self, plan: ReadPlan, *, copy: bool = True) -> list[Any]:
         """Execute an already validated plan (from :meth:`plan`); bytes in input order."""

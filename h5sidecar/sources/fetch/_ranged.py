@@ -24,10 +24,10 @@ import stat
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-import fsspec.asyn
 import obstore
 from fsspec.exceptions import FSTimeoutError
 
+from h5sidecar._compat.fsspec import run_sync
 from h5sidecar.errors import NotHDF5Error, SourceReadError, StaleReferenceError
 from h5sidecar.sources._source_identity import identity_from_stat, source_identity
 from h5sidecar.sources._stats import FetchStats
@@ -221,7 +221,7 @@ class RemoteRangedFile(RangedFile):
         """Stop prefetching and cancel requests still in flight."""
         if not self.closed:
             try:
-                fsspec.asyn.sync(self._loop, self.fetcher.aclose, timeout=_CLOSE_SECONDS)
+                run_sync(self.fetcher.aclose, loop=self._loop, timeout=_CLOSE_SECONDS)
             except FSTimeoutError:  # the loop is wedged: closing must not wedge the caller too
                 log.warning("requests of %s did not cancel within %g s", self.url, _CLOSE_SECONDS)
         super().close()
@@ -230,10 +230,10 @@ class RemoteRangedFile(RangedFile):
 def sync_within(
     loop: asyncio.AbstractEventLoop, limits: ReadLimits | None, func: Any, *args: Any
 ) -> Any:
-    """``fsspec.asyn.sync`` bounded by ``limits``' deadline (``limits.timeout()`` past it)."""
+    """:func:`~h5sidecar._compat.fsspec.run_sync` bounded by ``limits``' deadline (``limits.timeout()`` past it)."""
     timeout = None if limits is None else limits.remaining()
     try:
-        return fsspec.asyn.sync(loop, func, *args, timeout=timeout)
+        return run_sync(func, *args, loop=loop, timeout=timeout)
     except FSTimeoutError:
         assert limits is not None
         raise limits.timeout() from None
@@ -330,9 +330,8 @@ class RangeReader:
             )
 
         try:
-            got = fsspec.asyn.sync(fsspec.asyn.get_loop(), retrying, once,
-                                   retries=self._retries, backoff=self._backoff,
-                                   retry_if=transient_store_error)  # fmt: skip
+            got = run_sync(retrying, once, retries=self._retries, backoff=self._backoff,
+                           retry_if=transient_store_error)  # fmt: skip
         except STORE_ERRORS as exc:
             raise translate_store_error(exc, url, "GET") from exc
         return [bytes(b) for b in got]

@@ -8,8 +8,8 @@ import zlib
 import h5py
 import numpy as np
 
+from h5sidecar._compat.h5py import hdf5_library
 from h5sidecar.indexer import index_granule
-from h5sidecar.indexer._hdf5lib import hdf5_library
 from h5sidecar.references import INLINE
 from tests.indexer._compare import assert_refs_match_h5py
 

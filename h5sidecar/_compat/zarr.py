@@ -1,0 +1,49 @@
+"""zarr's private API (``zarr.core.*``, private per zarr's own documentation).
+
+Two uses; :data:`CHECKED` is the range ``pyproject.toml`` allows (checked on 3.1.6, with
+``tests/test_compat.py``); another zarr fails on import with an error naming the version:
+
+- :func:`v2_fill_value`: the fill value of a Zarr v2 ``.zarray`` exactly as zarr parses it
+  (``ArrayV2Metadata.from_dict(...).fill_value``: base64 bytes, structured scalars,
+  ``"NaN"``...).  Public alternative: none that parses a whole ``.zarray`` (opening an array
+  does, but needs a store and a round trip).
+- :func:`validate_array_v3_metadata`: zarr's validation of a Zarr v3 array ``zarr.json``
+  (``ArrayV3Metadata.from_dict``), before it is written where zarr must read it back.
+  Public alternative: none short of writing an array and opening it.
+
+Public names serve everything else: ``zarr.abc.buffer`` (``Buffer``, ``BufferPrototype``),
+``zarr.buffer.default_buffer_prototype``, ``zarr.dtype.data_type_registry``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import zarr
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+__all__ = ["CHECKED", "v2_fill_value", "validate_array_v3_metadata"]
+
+#: The zarr versions these uses are known to work on (checked: 3.1.6).
+CHECKED = SpecifierSet(">=3.1,<3.2")
+
+if Version(zarr.__version__) not in CHECKED:  # pragma: no cover - pyproject pins the range
+    raise ImportError(
+        f"h5sidecar uses zarr's private metadata classes as of zarr {CHECKED}; zarr "
+        f"{zarr.__version__} is installed: install a zarr in that range"
+    )
+
+from zarr.core.metadata import ArrayV2Metadata, ArrayV3Metadata  # after the gate
+
+
+def v2_fill_value(zarray: Mapping[str, Any]) -> Any:
+    """The fill value of the Zarr v2 array described by ``zarray`` (a ``.zarray`` document), as
+    zarr decodes it (``None`` when it has none)."""
+    return ArrayV2Metadata.from_dict(dict(zarray) | {"attributes": {}}).fill_value
+
+
+def validate_array_v3_metadata(doc: Mapping[str, Any]) -> None:
+    """Raise what zarr raises reading the Zarr v3 array document ``doc`` (``zarr.json``)."""
+    ArrayV3Metadata.from_dict(dict(doc))

@@ -1,0 +1,342 @@
+"""Each use of another library's private API (``h5sidecar._compat``) on the installed versions.
+
+An upgrade that removes or changes one of them fails the test named for it here, instead of
+some path far from the cause.  ``make test-upstream`` runs this module against the newest
+releases of xarray, zarr, s3fs, fsspec and h5py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import xarray as xr
+from fsspec.exceptions import FSTimeoutError
+from xarray.backends import BackendArray
+from xarray.backends.store import StoreBackendEntrypoint
+from xarray.core import indexing
+
+from h5sidecar._compat import fsspec as c_fsspec
+from h5sidecar._compat import h5py as c_h5py
+from h5sidecar._compat import s3fs as c_s3fs
+from h5sidecar._compat import stdlib as c_stdlib
+from h5sidecar._compat import xarray as c_xarray
+from h5sidecar._compat import zarr as c_zarr
+
+
+# -- versions -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("module", [c_xarray, c_h5py], ids=["xarray", "h5py"])
+def test_installed_version_was_checked(module: object) -> None:
+    """Outside the checked range the private paths are off: widen the range once checked."""
+    assert module.IN_CHECKED, f"{module.__name__}: installed version not in {module.CHECKED}"  # type: ignore[attr-defined]
+
+
+def test_installed_s3fs_and_zarr_were_checked() -> None:
+    import zarr
+
+    assert c_s3fs.in_checked()
+    assert zarr.__version__ in c_zarr.CHECKED
+
+
+# -- xarray ---------------------------------------------------------------------------------------
+class _Backend(BackendArray):
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+        self.shape = values.shape
+        self.dtype = values.dtype
+        self.reads = 0
+
+    def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
+        return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.BASIC,
+                                                  self._raw)
+
+    def _raw(self, key: tuple) -> np.ndarray:
+        self.reads += 1
+        return self.values[key]
+
+
+def _wrapped(values: np.ndarray) -> tuple[xr.Variable, _Backend]:
+    backend = _Backend(values)
+    lazy = indexing.LazilyIndexedArray(backend)
+    var = xr.Variable(("x",), indexing.MemoryCachedArray(indexing.CopyOnWriteArray(lazy)))
+    return var, backend
+
+
+def test_construct_dataset_equals_the_public_constructor() -> None:
+    assert c_xarray.CONSTRUCT_DIRECT
+    x = xr.Variable(("x",), np.arange(3.0))
+    v = xr.Variable(("x", "y"), np.ones((3, 2)), {"units": "m"})
+    ours = c_xarray.construct_dataset(variables={"v": v, "x": x}, coord_names={"x"},
+                                      dims={"x": 3, "y": 2}, attrs={"title": "t"}, indexes={},
+                                      encoding={"source": "s"})
+    public = xr.Dataset({"v": v}, coords=xr.Coordinates({"x": x}, indexes={}),
+                        attrs={"title": "t"})
+    xr.testing.assert_identical(ours, public)
+    assert ours.encoding == {"source": "s"} and not ours.xindexes
+
+
+def test_normalize_source_path_is_what_open_datatree_records(tmp_path: Path) -> None:
+    assert c_xarray.NORMALIZE_PATH
+    rel = os.path.relpath(tmp_path / "a.h5.parq")
+    assert c_xarray.normalize_source_path(rel) == str(tmp_path / "a.h5.parq")
+    assert c_xarray.normalize_source_path(tmp_path / "b") == str(tmp_path / "b")
+    assert c_xarray.normalize_source_path("s3://bucket/a.h5.parq") == "s3://bucket/a.h5.parq"
+
+
+def test_variable_data_does_not_load() -> None:
+    var, backend = _wrapped(np.arange(4))
+    assert type(c_xarray.variable_data(var)) is indexing.MemoryCachedArray
+    assert backend.reads == 0
+
+
+def test_cached_lazy_array_unwraps_xarrays_chain_and_nothing_else() -> None:
+    var, backend = _wrapped(np.arange(4))
+    lazy = c_xarray.cached_lazy_array(var)
+    assert lazy is not None and lazy.array is backend
+    assert isinstance(lazy.key, indexing.BasicIndexer)
+    assert c_xarray.cached_lazy_array(xr.Variable(("x",), np.arange(4))) is None
+    assert c_xarray.is_in_memory_or_cached(var)
+    assert c_xarray.is_in_memory_or_cached(xr.Variable(("x",), np.arange(4)))
+
+
+def test_set_loaded_data_leaves_the_variable_as_load_leaves_it() -> None:
+    var, backend = _wrapped(np.arange(4))
+    cache = c_xarray.variable_data(var)
+    c_xarray.set_loaded_data(var, np.arange(4) * 10)
+    np.testing.assert_array_equal(var.values, np.arange(4) * 10)
+    np.testing.assert_array_equal(cache.get_duck_array(), np.arange(4) * 10)  # the cache too
+    assert backend.reads == 0
+    # as xarray's own load leaves it
+    ref, ref_backend = _wrapped(np.arange(4) * 10)
+    ref_cache = c_xarray.variable_data(ref)
+    ref.load()
+    assert type(c_xarray.variable_data(ref)) is type(c_xarray.variable_data(var)) is np.ndarray
+    assert type(ref_cache.array) is type(cache.array)
+    np.testing.assert_array_equal(ref_cache.get_duck_array(), cache.get_duck_array())
+    assert ref_backend.reads == 1
+
+
+def test_protect_variables_wraps_as_xarrays_openers() -> None:
+    var, _ = _wrapped(np.arange(3))
+    ds = xr.Dataset({"v": xr.Variable(("x",), c_xarray.cached_lazy_array(var))},
+                    coords={"x": np.arange(3)})
+    c_xarray.protect_variables(ds, cache=True)
+    assert type(c_xarray.variable_data(ds["v"].variable)) is indexing.MemoryCachedArray
+    assert c_xarray.cached_lazy_array(ds["v"].variable) is not None
+    assert isinstance(c_xarray.variable_data(ds["x"].variable), indexing.PandasIndexingAdapter)
+    c_xarray.protect_variables(ds2 := xr.Dataset({"v": ("x", np.arange(3))}), cache=False)
+    assert type(c_xarray.variable_data(ds2["v"].variable)) is indexing.CopyOnWriteArray
+
+
+def test_zarr_store_adapter_passes_every_variable_through_its_hook(tmp_path: Path) -> None:
+    import zarr
+
+    xr.Dataset({"v": ("x", np.arange(5, dtype="i2"))}).to_zarr(tmp_path / "z", zarr_format=2,
+                                                                consolidated=True)
+    seen: list[str] = []
+
+    class Store(c_xarray.ZarrStoreAdapter):
+        def adapt_variable(self, name: str, var: xr.Variable) -> xr.Variable:
+            seen.append(name)
+            return xr.Variable(var.dims, c_xarray.variable_data(var), {"hooked": 1}, var.encoding)
+
+    store = Store(zarr.open_group(tmp_path / "z", mode="r"), mode="r")
+    ds = StoreBackendEntrypoint().open_dataset(store)
+    assert seen == ["v"] and ds["v"].attrs == {"hooked": 1}
+    xr.testing.assert_equal(ds.load(), xr.open_zarr(tmp_path / "z").load().drop_attrs())
+
+
+def test_zarr_backend_names() -> None:
+    import zarr
+
+    assert c_xarray.ZARR_DIMENSION_KEY == "_ARRAY_DIMENSIONS"
+    arr = zarr.create_array(zarr.storage.MemoryStore(), shape=(4,), chunks=(2,), dtype="i4")
+    arr[:] = np.arange(4)
+    wrapper = c_xarray.ZarrArrayWrapper(arr)
+    key = indexing.BasicIndexer((slice(1, 3),))
+    np.testing.assert_array_equal(wrapper[key], [1, 2])
+    frozen = c_xarray.FrozenDict({"a": 1})
+    assert dict(frozen) == {"a": 1} and not hasattr(frozen, "__setitem__")
+
+
+# -- zarr -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("zarray", "expected"), [
+    ({"dtype": "<f8", "fill_value": "NaN"}, np.nan),
+    ({"dtype": "<i4", "fill_value": -7}, -7),
+    ({"dtype": "|S4", "fill_value": "YWJjZA=="}, b"abcd"),
+    ({"dtype": "<f4", "fill_value": None}, None),
+])
+def test_v2_fill_value_as_zarr_parses_it(zarray: dict, expected: object) -> None:
+    doc = {"zarr_format": 2, "shape": [4], "chunks": [2], "order": "C", "compressor": None,
+           "filters": None, **zarray}
+    got = c_zarr.v2_fill_value(doc)
+    if expected is None:
+        assert got is None
+    elif isinstance(expected, float) and np.isnan(expected):
+        assert np.isnan(got)
+    else:
+        assert got == expected
+
+
+def test_validate_array_v3_metadata_accepts_zarrs_own_and_refuses_garbage() -> None:
+    import json
+
+    import zarr
+    import zarr.buffer
+
+    store = zarr.storage.MemoryStore()
+    zarr.create_array(store, shape=(4,), chunks=(2,), dtype="f4", zarr_format=3)
+    doc = json.loads(asyncio.run(store.get("zarr.json", zarr.buffer.default_buffer_prototype()))
+                     .to_bytes())
+    c_zarr.validate_array_v3_metadata(doc)
+    with pytest.raises((ValueError, TypeError, KeyError)):
+        c_zarr.validate_array_v3_metadata({**doc, "shape": "four"})
+
+
+# -- h5py and libhdf5 -----------------------------------------------------------------------------
+def test_creation_plist_is_h5pys_cached_copy(tmp_path: Path) -> None:
+    with h5py.File(tmp_path / "a.h5", "w") as f:
+        d = f.create_dataset("d", shape=(10,), dtype="f4", chunks=(5,), compression="gzip")
+        plist = c_h5py.creation_plist(d)
+        assert plist is c_h5py.creation_plist(d)  # one copy per Dataset object
+        fresh = d.id.get_create_plist()
+        assert plist.get_chunk() == fresh.get_chunk() == (5,)
+        assert plist.get_nfilters() == fresh.get_nfilters() == 1
+
+
+@pytest.mark.parametrize(("libver", "maxshape", "expected"), [
+    ("earliest", (None,), 0),  # H5D_CHUNK_IDX_BTREE (H5Dpublic.h)
+    ("latest", (20,), 3),  # H5D_CHUNK_IDX_FARRAY
+    ("latest", (None,), 4),  # H5D_CHUNK_IDX_EARRAY
+    ("latest", (None, None), 5),  # H5D_CHUNK_IDX_BT2
+])
+def test_chunk_index_code_through_h5pys_libhdf5(tmp_path: Path, libver: str,
+                                                maxshape: tuple, expected: int) -> None:
+    assert c_h5py.hdf5_library() is not None
+    shape = (20,) * len(maxshape)
+    with h5py.File(tmp_path / "a.h5", "w", libver=libver) as f:
+        d = f.create_dataset("d", shape=shape, dtype="f4", chunks=(5,) * len(shape),
+                              maxshape=maxshape)
+        assert c_h5py.chunk_index_code(d.id) == expected
+
+
+def test_chunk_opts_reads_what_was_set(tmp_path: Path) -> None:
+    lib = c_h5py.hdf5_library()
+    assert lib is not None
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_chunk((5,))
+    assert c_h5py.chunk_opts(dcpl) == 0
+    lib.H5Pset_chunk_opts.argtypes = [ctypes.c_int64, ctypes.c_uint]
+    assert lib.H5Pset_chunk_opts(dcpl.id, 0x2) >= 0
+    assert c_h5py.chunk_opts(dcpl) == 0x2
+
+
+def test_h5py_lock_is_h5pys_reentrant_lock(tmp_path: Path) -> None:
+    with c_h5py.h5py_lock(), c_h5py.h5py_lock(), h5py.File(tmp_path / "a.h5", "w") as f:
+        f["x"] = 1  # h5py takes the same lock inside: reentrant
+    held = threading.Event()
+    free = threading.Event()
+
+    def hold() -> None:
+        with c_h5py.h5py_lock():
+            held.set()
+            free.wait(5)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(5)
+    started = time.monotonic()
+    free.set()
+    with h5py.File(tmp_path / "a.h5", "r") as f:  # waits for the other thread's lock
+        assert f["x"][()] == 1
+    t.join()
+    assert time.monotonic() - started < 5
+
+
+# -- s3fs -----------------------------------------------------------------------------------------
+def test_s3_get_object_answers_bytes_with_their_etag(s3, s3_bucket: str) -> None:  # type: ignore[no-untyped-def]
+    s3.pipe(f"{s3_bucket}/a.bin", b"hello")
+    assert c_s3fs.get_object_available(s3)
+
+    async def get() -> tuple[dict, bytes]:
+        resp = await c_s3fs.s3_get_object(s3, f"{s3_bucket}/a.bin")
+        try:
+            return resp, await resp["Body"].read()
+        finally:
+            resp["Body"].close()
+
+    resp, data = c_fsspec.run_sync(get, loop=s3.loop)
+    assert data == b"hello"
+    assert resp["ETag"] == s3.info(f"{s3_bucket}/a.bin")["ETag"]
+    assert resp["ContentLength"] == 5
+
+
+def test_list_objects_pages_is_s3fss_listing(s3, s3_bucket: str) -> None:  # type: ignore[no-untyped-def]
+    for name in ("a/1", "a/2", "a/b/3", "c"):
+        s3.pipe(f"{s3_bucket}/{name}", b"x")
+    s3.invalidate_cache()
+
+    def listed(delimiter: str, prefix: str) -> list[tuple[str, str]]:
+        pages = c_s3fs.list_objects_pages(s3, s3_bucket, delimiter=delimiter, prefix=prefix)
+        assert pages is not None
+
+        async def take() -> list[tuple[str, str]]:
+            return [(i["name"], i["type"]) async for i in pages]
+
+        return sorted(c_fsspec.run_sync(take, loop=s3.loop))
+
+    everything = listed("", "a/")
+    assert everything == sorted((p, "file") for p in s3.find(f"{s3_bucket}/a/"))
+    assert listed("/", "a/") == sorted(
+        (i["name"].rstrip("/"), i["type"]) for i in s3.ls(f"{s3_bucket}/a/", detail=True))
+    from fsspec.implementations.local import LocalFileSystem
+
+    assert c_s3fs.list_objects_pages(LocalFileSystem(), "x", delimiter="", prefix="") is None
+
+
+# -- the standard library -------------------------------------------------------------------------
+def test_kill_pool_workers_ends_a_busy_worker_now() -> None:
+    pool = ProcessPoolExecutor(max_workers=1)
+    try:
+        pool.submit(os.getpid).result(timeout=60)  # the worker is up
+        future = pool.submit(time.sleep, 60)
+        started = time.monotonic()
+        c_stdlib.kill_pool_workers(pool)
+        with pytest.raises(BrokenProcessPool):
+            future.result(timeout=30)
+        assert time.monotonic() - started < 30
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+# -- the sync bridge ------------------------------------------------------------------------------
+def test_run_sync_runs_on_fsspecs_io_loop() -> None:
+    import fsspec.asyn
+
+    async def where(x: int, *, y: int) -> tuple[asyncio.AbstractEventLoop, int]:
+        return asyncio.get_running_loop(), x + y
+
+    loop, total = c_fsspec.run_sync(where, 1, y=2)
+    assert loop is c_fsspec.io_loop() is fsspec.asyn.get_loop() and total == 3
+
+
+def test_run_sync_timeout_and_errors() -> None:
+    async def slow() -> None:
+        await asyncio.sleep(5)
+
+    async def fails() -> None:
+        raise KeyError("k")
+
+    with pytest.raises(FSTimeoutError):
+        c_fsspec.run_sync(slow, timeout=0.05)
+    with pytest.raises(KeyError):
+        c_fsspec.run_sync(fails)
