@@ -47,7 +47,7 @@ def open_cold(path: str, options: Mapping[str, Any], cache: Any) -> tuple[tuple,
     """
     import fsspec
 
-    from h5sidecar._credentials import fsspec_options
+    from h5sidecar.credentials._s3_chain import fsspec_options
     from h5sidecar.read._identity import key_from_info, options_key
     from h5sidecar.references._io import parquet_refs
 

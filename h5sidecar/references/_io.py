@@ -25,7 +25,7 @@ from typing import Any, Literal
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from h5sidecar._credentials import fsspec_options
+from h5sidecar.credentials._s3_chain import fsspec_options
 from h5sidecar.errors import InvalidReferenceError, NotIndexedError
 from h5sidecar.references._atomic_local import OURS, write_local_dir, write_local_file
 from h5sidecar.references._bulk import MANIFESTS_FILE

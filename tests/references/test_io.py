@@ -251,8 +251,7 @@ LAYERS: dict[str, float] = {
     "_version": 0,
     "_lazy": 0,
     "_modes": 0,
-    "_providers": 0.25,  # above errors, below _credentials
-    "_credentials": 0.5,  # above errors, below references (which reads sidecars on S3)
+    "credentials": 0.5,  # above errors, below references (which reads sidecars on S3)
     "_record_parts": 0.75,  # the format of an object-store record: gateway, catalog, workflows
     "__main__": 7,
     "": 8,

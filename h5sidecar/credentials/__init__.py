@@ -1,0 +1,1 @@
+"""Credentials: S3 keys and providers, web-source auth, and their scrubbing."""
