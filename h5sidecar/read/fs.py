@@ -24,12 +24,12 @@ from typing import Any
 
 from fsspec.asyn import AsyncFileSystem
 
+from h5sidecar.credentials import scrub_credentials
 from h5sidecar.read._cache import load_refs
 from h5sidecar.read._keyspace import ChunkRef, GranuleKeys, Resolved
 from h5sidecar.read._zarr_batcher import ReadBatcher, make_fetcher
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
-from h5sidecar.sources._fetch import scrub_credentials
 
 __all__ = ["H5SidecarFileSystem"]
 

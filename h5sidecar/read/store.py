@@ -29,6 +29,7 @@ from typing import Any
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 
+from h5sidecar.credentials import scrub_credentials
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.read._batch import NativeReader
 from h5sidecar.read._cache import (
@@ -47,7 +48,6 @@ from h5sidecar.read._zarr_batcher import (
 )
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
-from h5sidecar.sources._fetch import scrub_credentials
 
 __all__ = ["SidecarStore"]
 

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from h5sidecar.credentials._s3_chain import fsspec_options
+from h5sidecar.credentials import fsspec_options, scrub_credentials
 from h5sidecar.errors import InvalidReferenceError, NotIndexedError
 from h5sidecar.references._atomic_local import OURS, write_local_dir, write_local_file
 from h5sidecar.references._bulk import MANIFESTS_FILE
@@ -376,30 +376,6 @@ class SidecarFiles:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (SidecarFiles, (self.url, scrub_credentials(self.storage_options)))
-
-
-#: Option names that carry secrets (matched as substrings, case-insensitively).
-_SECRET_MARKERS = ("key", "secret", "token", "password", "credential", "session",
-                   "authorization", "cookie")  # fmt: skip
-
-
-def scrub_credentials(options: Mapping[str, Any]) -> dict[str, Any]:
-    """Copy of s3fs-style ``options`` without secrets (keys, tokens, passwords), recursively.
-
-    What pickles (sidecar readers, fetchers, stores) and what keys caches keep of storage
-    options: workers and caches never see credentials.  A credential provider that pickles
-    without secrets (``pickles_without_secrets = True``, as ``EndpointCredentials``) is kept,
-    so workers fetch their own keys with it.
-    """
-    out: dict[str, Any] = {}
-    for k, v in options.items():
-        if getattr(v, "pickles_without_secrets", False) is True:
-            out[k] = v
-            continue
-        if any(m in str(k).lower() for m in _SECRET_MARKERS):
-            continue
-        out[k] = scrub_credentials(v) if isinstance(v, Mapping) else v
-    return out
 
 
 def _fs(path: str | os.PathLike[str], storage_options: dict[str, Any] | None) -> tuple[Any, str]:

@@ -30,13 +30,13 @@ from typing import Any
 
 import numpy as np
 
+from h5sidecar.credentials import scrub_credentials
 from h5sidecar.errors import (
     InvalidReferenceError,
     SourceReadError,
     StaleReferenceError,
 )
 from h5sidecar.references import MemberTable, SourceInfo
-from h5sidecar.references._io import scrub_credentials
 from h5sidecar.settings import ReadSettings
 from h5sidecar.sources._allow import AllowList, MemberAllowList, MemberSourceIndex, SourceIndex
 from h5sidecar.sources._backends import (
@@ -53,7 +53,7 @@ from h5sidecar.sources._seen import SEEN
 from h5sidecar.sources._stats import FetchStats
 from h5sidecar.sources._urls import SourceLocation, parse_url
 
-__all__ = ["ChunkFetcher", "scrub_credentials"]
+__all__ = ["ChunkFetcher"]
 
 log = logging.getLogger("h5sidecar.fetch")
 

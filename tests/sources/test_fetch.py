@@ -16,6 +16,7 @@ import h5py
 import numpy as np
 import pytest
 
+from h5sidecar.credentials import scrub_credentials
 from h5sidecar.errors import (
     ForbiddenSourceError,
     InvalidReferenceError,
@@ -24,7 +25,7 @@ from h5sidecar.errors import (
 )
 from h5sidecar.references import SourceInfo
 from h5sidecar.settings import ReadSettings
-from h5sidecar.sources._fetch import ChunkFetcher, scrub_credentials
+from h5sidecar.sources._fetch import ChunkFetcher
 from h5sidecar.sources._identity import identity_from_stat, source_identity
 from tests.faultproxy import FaultProxy
 
