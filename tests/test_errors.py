@@ -97,7 +97,7 @@ def _error_classes() -> set[type[H5SidecarError]]:
 
 
 def test_every_error_class_has_its_own_kind_from_error_kind() -> None:
-    from h5sidecar.gateway._http import KeyTooLongError, SaturatedError
+    from h5sidecar.gateway._http_rules import KeyTooLongError, SaturatedError
 
     classes = _error_classes()
     assert {KeyTooLongError, SaturatedError, STACValidationError, NotHDF5Error} <= classes

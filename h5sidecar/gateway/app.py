@@ -3,7 +3,7 @@
 This module and its route handlers (:mod:`h5sidecar.gateway._stac_routes`) are the only ones that
 import the web framework.  Everything it serves comes from
 :class:`~h5sidecar.gateway.core.Gateway`; this module maps requests to it and answers with
-HTTP: status codes from one table (:data:`~h5sidecar.gateway._http.STATUS`), ``Range`` (206 /
+HTTP: status codes from one table (:data:`~h5sidecar.gateway._http_rules.STATUS`), ``Range`` (206 /
 416), ``HEAD``, ``ETag`` / ``If-None-Match`` (304), ``Cache-Control``, gzip for metadata only,
 CORS, an optional bearer token, and 405 for every method but GET/HEAD/OPTIONS.
 
@@ -34,7 +34,7 @@ from starlette.staticfiles import StaticFiles
 
 from h5sidecar._version import __version__
 from h5sidecar.errors import ErrorKind, H5SidecarError, NotIndexedError
-from h5sidecar.gateway._http import (
+from h5sidecar.gateway._http_rules import (
     Admission,
     BadRequestError,
     SaturatedError,

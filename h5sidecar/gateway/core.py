@@ -15,7 +15,7 @@ Views of one granule:
 * ``View(3, shard=K)`` -- Zarr v3 whose ``sharding_indexed`` shards each hold K consecutive
   chunks along the first dimension (:mod:`~h5sidecar.gateway._shard`);
 * ``View(N, rechunk=spec)`` -- Zarr v2/v3 whose uncompressed arrays have smaller virtual chunks,
-  each a few byte runs of one stored chunk (:mod:`~h5sidecar.gateway._rechunk`).
+  each a few byte runs of one stored chunk (:mod:`~h5sidecar.gateway._rechunk_view`).
 
 Every group's metadata is served consolidated (``g/.zmetadata`` in v2, inline
 ``consolidated_metadata`` in each group's ``zarr.json`` in v3), so a client can open any group
@@ -28,7 +28,7 @@ allow-list applies on top, as for granules.
 
 Bounded memory: parsed sidecars, synthesized documents and hot chunks live in byte-bounded LRU
 caches sharing ``GatewaySettings.cache_bytes``.  Bounded upstream work: every read that touches a
-source holds an :class:`~h5sidecar.gateway._http.Admission` slot.
+source holds an :class:`~h5sidecar.gateway._http_rules.Admission` slot.
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ from typing import Any
 
 from h5sidecar.errors import H5SidecarError, NotIndexedError, SourceReadError
 from h5sidecar.gateway._dest import DestIndex, DestSnapshot
-from h5sidecar.gateway._http import Admission, BadRequestError, etag_of
+from h5sidecar.gateway._http_rules import Admission, BadRequestError, etag_of
 from h5sidecar.gateway._metrics import GatewayMetrics
 from h5sidecar.gateway._reads import UpstreamReads
-from h5sidecar.gateway._rechunk import rechunk_document, virtual_layout
+from h5sidecar.gateway._rechunk_view import rechunk_document, virtual_layout
 from h5sidecar.gateway._record import RecordAllowList
 from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, shard_layout
 from h5sidecar.gateway._views import GranuleEntry, Resolved, View
