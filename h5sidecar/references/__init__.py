@@ -4,8 +4,6 @@ This package imports neither h5py nor a web framework: everything that reads sid
 on it, and it depends on nothing of h5sidecar but :mod:`h5sidecar.errors`.
 """
 
-from h5sidecar.references._attr_types import nonfinite, typed_value
-from h5sidecar.references._concat import concat_refs, inline_array, member_identities, slice_refs
 from h5sidecar.references._io import (
     SidecarFormat,
     SidecarLayout,
@@ -15,7 +13,6 @@ from h5sidecar.references._io import (
     write_parquet,
     write_refs,
 )
-from h5sidecar.references._json import from_kerchunk, to_kerchunk
 from h5sidecar.references._manifest import (
     INLINE,
     MISSING,
@@ -23,7 +20,6 @@ from h5sidecar.references._manifest import (
     chunk_grid_shape,
     chunk_key,
 )
-from h5sidecar.references._members import MemberTable
 from h5sidecar.references._model import (
     ArrayMeta,
     ArrayRefs,
@@ -36,6 +32,15 @@ from h5sidecar.references._model import (
 from h5sidecar.references._names import MAX_NAME_BYTES, key_problem, key_safe_name
 from h5sidecar.references._readers import virtualizarr_unreadable
 from h5sidecar.references._rename import renamed
+from h5sidecar.references._typed_attrs import nonfinite, typed_value
+from h5sidecar.references.datacube._concat import (
+    concat_refs,
+    inline_array,
+    member_identities,
+    slice_refs,
+)
+from h5sidecar.references.datacube._member_table import MemberTable
+from h5sidecar.references.json_sidecar._kerchunk_json import from_kerchunk, to_kerchunk
 
 __all__ = [
     "INLINE",

@@ -28,11 +28,10 @@ from fsspec.implementations.local import LocalFileSystem
 from h5sidecar.credentials import fsspec_options, scrub_credentials
 from h5sidecar.errors import InvalidReferenceError, NotIndexedError
 from h5sidecar.references._atomic_local import OURS, write_local_dir, write_local_file
-from h5sidecar.references._bulk import MANIFESTS_FILE
-from h5sidecar.references._json import encode_json
-from h5sidecar.references._lazy import BULK_LOAD_BYTES, read_parquet_lazy
 from h5sidecar.references._model import GranuleRefs
-from h5sidecar.references._parquet import (
+from h5sidecar.references._select import array_matcher, decode_json_sidecar, select_arrays
+from h5sidecar.references.json_sidecar._kerchunk_json import encode_json
+from h5sidecar.references.parquet_sidecar._kerchunk_parquet import (
     DEFAULT_RECORD_SIZE,
     ZMETADATA,
     SidecarLayout,
@@ -42,7 +41,8 @@ from h5sidecar.references._parquet import (
     read_parquet_parts,
     sidecar_layout,
 )
-from h5sidecar.references._select import array_matcher, decode_json_sidecar, select_arrays
+from h5sidecar.references.parquet_sidecar._manifests_file import MANIFESTS_FILE
+from h5sidecar.references.parquet_sidecar._parquet_lazy import BULK_LOAD_BYTES, read_parquet_lazy
 
 __all__ = [
     "SidecarFormat",

@@ -25,9 +25,9 @@ import numpy as np
 from h5sidecar.errors import ErrorKind, InvalidReferenceError
 from h5sidecar.references._cf import cf_fill_value, encode_fill_attr
 from h5sidecar.references._manifest import ChunkManifest, chunk_grid_shape
-from h5sidecar.references._members import MemberTable
 from h5sidecar.references._names import check_node_path
 from h5sidecar.references._source_info import SourceInfo
+from h5sidecar.references.datacube._member_table import MemberTable
 
 __all__ = [
     "ArrayMeta",

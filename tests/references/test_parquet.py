@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references import GranuleRefs, from_kerchunk, read_refs, write_parquet
-from h5sidecar.references._parquet import (
+from h5sidecar.references.parquet_sidecar._kerchunk_parquet import (
     CHECKSUMS_FILE,
     MANIFESTS_FILE,
     decode_zmetadata,

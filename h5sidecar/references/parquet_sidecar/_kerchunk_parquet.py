@@ -10,7 +10,7 @@ Layout (``record_size`` chunks per file, flat C-order chunk index ``k`` of array
       gt1l/heights/h_ph/refs.0.parq   columns path, offset, size, raw
       gt1l/heights/h_ph/refs.1.parq
       .h5sidecar/checksums.parq    only with checksums: array (dictionary), checksum (uint64)
-      .h5sidecar/manifests.parq    every array's chunks in one table (see ``_bulk``)
+      .h5sidecar/manifests.parq    every array's chunks in one table (see ``_manifests_file``)
       .h5sidecar/members.parq      a cube's members (see ``_members_file``)
 
 The **compact layout** (``layout="compact"``) writes ``.zmetadata`` and the
@@ -56,14 +56,22 @@ import ujson
 
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._assemble import ChunkColumns, assemble, build_metas
-from h5sidecar.references._bulk import MANIFESTS_FILE, decode_manifests, encode_manifests
 from h5sidecar.references._extras import EXTRAS_KEY, build_extras, parse_extras
-from h5sidecar.references._json import json_default
 from h5sidecar.references._manifest import INLINE
-from h5sidecar.references._members import MemberTable
-from h5sidecar.references._members_file import MEMBERS_FILE, MEMBERS_KEY, encode_members
 from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs
 from h5sidecar.references._zmeta import split_metadata
+from h5sidecar.references.datacube._member_table import MemberTable
+from h5sidecar.references.json_sidecar._kerchunk_json import json_default
+from h5sidecar.references.parquet_sidecar._manifests_file import (
+    MANIFESTS_FILE,
+    decode_manifests,
+    encode_manifests,
+)
+from h5sidecar.references.parquet_sidecar._members_file import (
+    MEMBERS_FILE,
+    MEMBERS_KEY,
+    encode_members,
+)
 
 __all__ = [
     "CHECKSUMS_FILE",

@@ -27,8 +27,6 @@ from h5sidecar.references._assemble import (
 )
 from h5sidecar.references._assemble import _check_within_source as check_within_source
 from h5sidecar.references._assemble import _checksums as array_checksums
-from h5sidecar.references._bulk import MANIFESTS_FILE, BulkColumns, decode_manifests
-from h5sidecar.references._bulk_small import SmallBulkColumns
 from h5sidecar.references._extras import (
     EXTRAS_KEY,
     ArrayExtras,
@@ -38,7 +36,8 @@ from h5sidecar.references._extras import (
 )
 from h5sidecar.references._manifest import ChunkManifest
 from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs
-from h5sidecar.references._parquet import (
+from h5sidecar.references._zmeta import select_nodes, split_metadata
+from h5sidecar.references.parquet_sidecar._kerchunk_parquet import (
     CHECKSUMS_FILE,
     bulk_file,
     read_checksums,
@@ -47,7 +46,12 @@ from h5sidecar.references._parquet import (
     record_path,
     sidecar_layout,
 )
-from h5sidecar.references._zmeta import select_nodes, split_metadata
+from h5sidecar.references.parquet_sidecar._manifests_file import (
+    MANIFESTS_FILE,
+    BulkColumns,
+    decode_manifests,
+)
+from h5sidecar.references.parquet_sidecar._manifests_file_small import SmallBulkColumns
 
 __all__ = [
     "BULK_LOAD_BYTES",
@@ -198,7 +202,7 @@ class ParquetManifests:
         Manifests kept in memory; the least recently used are dropped (and fetched again when
         next needed) beyond this.
     bulk_bytes : int, optional
-        Size of the sidecar's all-arrays manifest file (:mod:`~h5sidecar.references._bulk`),
+        Size of the sidecar's all-arrays manifest file (:mod:`~h5sidecar.references.parquet_sidecar._manifests_file`),
         None when it has none.  When it is at most :data:`BULK_LOAD_BYTES`, the first manifest
         needed loads every array's from it, in one fetch.
     bulk_only : bool
@@ -421,7 +425,7 @@ def read_parquet_lazy(
     built); ``bulk_data``: the all-arrays manifests file when already fetched.
     Returns ``None`` for sidecars without h5sidecar extras (written by kerchunk): their source
     identity is derived from chunk URLs, so they must be read whole
-    (:func:`~h5sidecar.references._parquet.read_parquet_parts`), and for a ``match`` on
+    (:func:`~h5sidecar.references.parquet_sidecar._kerchunk_parquet.read_parquet_parts`), and for a ``match`` on
     sidecars whose extras and metadata do not name the same arrays.
     """
     if EXTRAS_KEY not in zmetadata:

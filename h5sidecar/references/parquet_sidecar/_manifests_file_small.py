@@ -1,6 +1,6 @@
 """The manifests file of a granule with few chunks, decoded in plain Python.
 
-:func:`~h5sidecar.references._bulk.decode_manifests` works column-wise (pyarrow and NumPy over
+:func:`~h5sidecar.references.parquet_sidecar._manifests_file.decode_manifests` works column-wise (pyarrow and NumPy over
 every row), which pays ~40 calls of a few microseconds each whatever the size: ~0.3 ms for a
 granule of five one-chunk variables, as much as reading the Parquet file itself, and then
 ~50 us per array manifest.  A datacube build decodes one such file per granule, thousands of
@@ -61,7 +61,7 @@ def decode_small(table: pa.Table, metas: Mapping[str, ArrayMeta], others: Collec
     Raises
     ------
     InvalidReferenceError
-        As :func:`~h5sidecar.references._bulk.decode_manifests`.
+        As :func:`~h5sidecar.references.parquet_sidecar._manifests_file.decode_manifests`.
     """
     array_names(table, metas, others, file)
     for name in ("chunk", "offset", "size"):
@@ -86,7 +86,7 @@ def decode_small(table: pa.Table, metas: Mapping[str, ArrayMeta], others: Collec
 
 class SmallBulkColumns(Mapping[str, ChunkColumns]):
     """Array path -> :class:`ChunkColumns` (and :meth:`manifest`) from Python rows; the same
-    interface and checks as :class:`~h5sidecar.references._bulk.BulkColumns`."""
+    interface and checks as :class:`~h5sidecar.references.parquet_sidecar._manifests_file.BulkColumns`."""
 
     def __init__(self, rows: dict[str, list[_Row]], urls: list[str],
                  metas: Mapping[str, ArrayMeta], file: str) -> None:

@@ -13,7 +13,7 @@ table of every stored and inline chunk (one row per chunk, sorted by array then 
     raw     binary                      the chunk's bytes when it is held inline, else null
 
 A lazily opened sidecar reads it on the first manifest it needs (one GET, one decode) when it is
-small enough (:data:`~h5sidecar.references._lazy.BULK_LOAD_BYTES`), else per-array record files
+small enough (:data:`~h5sidecar.references.parquet_sidecar._parquet_lazy.BULK_LOAD_BYTES`), else per-array record files
 as before.  Plain kerchunk/fsspec readers ignore the file.  ``chunk`` and ``offset`` use delta
 encoding (readers here are pyarrow only; fastparquet's delta decoding is what the record files
 avoid).
@@ -31,14 +31,14 @@ import pyarrow.parquet as pq
 
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._assemble import ChunkColumns
-from h5sidecar.references._bulk_small import (
+from h5sidecar.references._manifest import INLINE, MISSING, ChunkManifest
+from h5sidecar.references._model import ArrayMeta, GranuleRefs
+from h5sidecar.references.parquet_sidecar._manifests_file_small import (
     SMALL_ROWS,
     SmallBulkColumns,
     array_names,
     decode_small,
 )
-from h5sidecar.references._manifest import INLINE, MISSING, ChunkManifest
-from h5sidecar.references._model import ArrayMeta, GranuleRefs
 
 __all__ = ["MANIFESTS_FILE", "BulkColumns", "decode_manifests", "encode_manifests"]
 
@@ -113,7 +113,7 @@ def decode_manifests(
     absent from the file have no stored chunks); each array's are cut out on first access.
     ``others``: the sidecar's arrays left out of ``metas`` (an open of a few named arrays),
     which the file may name too.  A small file (few chunks) is decoded in plain Python
-    (:mod:`~h5sidecar.references._bulk_small`), with the same checks.
+    (:mod:`~h5sidecar.references.parquet_sidecar._manifests_file_small`), with the same checks.
 
     Raises
     ------
