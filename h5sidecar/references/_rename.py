@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from h5sidecar.references._lazy_refs import LazyArrayRefs
 from h5sidecar.references._manifest import ChunkManifest
 from h5sidecar.references._model import ArrayRefs
-from h5sidecar.references.parquet_sidecar._parquet_lazy import LazyArrayRefs
 
 __all__ = ["renamed"]
 

@@ -14,9 +14,9 @@ from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.read import read_arrays
 from h5sidecar.references import GranuleRefs, read_refs, write_json, write_parquet
 from h5sidecar.references._keys import _parse_few, _parse_many, parse_chunk_names
+from h5sidecar.references._lazy_refs import LazyArrayRefs
 from h5sidecar.references._select import array_matcher
 from h5sidecar.references.parquet_sidecar._manifests_file import MANIFESTS_FILE
-from h5sidecar.references.parquet_sidecar._parquet_lazy import LazyArrayRefs
 from tests._granules import read_h5
 from tests.references._h5refs import edit_zarray
 

@@ -5,7 +5,7 @@ what costs is turning each array's chunk references into a validated
 :class:`~h5sidecar.references.ChunkManifest` (chunk-name parsing, URL encoding, range checks:
 ~0.2 ms an array, so ~0.25 s for an ATL03 granule).  An analysis that reads three variables of
 six beams needs 18 of those 935 manifests.  :func:`lazy_from_kerchunk` builds each array as a
-:class:`~h5sidecar.references.parquet_sidecar._parquet_lazy.LazyArrayRefs` whose manifest is built, from the parsed
+:class:`~h5sidecar.references._lazy_refs.LazyArrayRefs` whose manifest is built, from the parsed
 references kept in memory, the first time it is used -- as Parquet sidecars already load
 their record files on first use.
 
@@ -31,6 +31,7 @@ from h5sidecar.references._assemble import _check_within_source as check_within_
 from h5sidecar.references._assemble import _checksums as array_checksums
 from h5sidecar.references._extras import ArrayExtras, Extras
 from h5sidecar.references._keys import parse_chunk_names
+from h5sidecar.references._lazy_refs import LazyArrayRefs
 from h5sidecar.references._manifest import ChunkManifest
 from h5sidecar.references._model import ArrayMeta, GranuleRefs
 from h5sidecar.references._zmeta import ZarrNodes
@@ -40,7 +41,6 @@ from h5sidecar.references.json_sidecar._kerchunk_json import (
     load_json,
     split_kerchunk,
 )
-from h5sidecar.references.parquet_sidecar._parquet_lazy import LazyArrayRefs
 
 __all__ = ["JsonManifests", "decode_json_lazy", "lazy_from_kerchunk"]
 
