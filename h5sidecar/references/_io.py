@@ -35,17 +35,16 @@ from h5sidecar.references._sidecar_files import (
 )
 from h5sidecar.references.json_sidecar._kerchunk_json import encode_json
 from h5sidecar.references.parquet_sidecar._kerchunk_parquet import (
-    DEFAULT_RECORD_SIZE,
     ZMETADATA,
     SidecarLayout,
     bulk_file,
     decode_zmetadata,
-    encode_parquet,
     read_parquet_parts,
     sidecar_layout,
 )
 from h5sidecar.references.parquet_sidecar._manifests_file import MANIFESTS_FILE
 from h5sidecar.references.parquet_sidecar._parquet_lazy import BULK_LOAD_BYTES, read_parquet_lazy
+from h5sidecar.references.parquet_sidecar._parquet_write import DEFAULT_RECORD_SIZE, encode_parquet
 
 __all__ = [
     "SidecarFormat",
