@@ -4,6 +4,7 @@ This package imports neither h5py nor a web framework: everything that reads sid
 on it, and it depends on nothing of h5sidecar but :mod:`h5sidecar.errors`.
 """
 
+from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._io import (
     SidecarFormat,
     SidecarLayout,
@@ -21,7 +22,6 @@ from h5sidecar.references._manifest import (
     chunk_key,
 )
 from h5sidecar.references._model import (
-    ArrayMeta,
     ArrayRefs,
     GranuleRefs,
     SkipKind,

@@ -13,8 +13,9 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._manifest import ChunkManifest
-from h5sidecar.references._model import ArrayMeta, ArrayRefs
+from h5sidecar.references._model import ArrayRefs
 
 __all__ = ["LazyArrayRefs", "ManifestLoader"]
 

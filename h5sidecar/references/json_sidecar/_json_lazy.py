@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._assemble import ChunkColumns, build_manifest, known_sizes
 from h5sidecar.references._assemble import _check_within_source as check_within_source
 from h5sidecar.references._assemble import _checksums as array_checksums
@@ -33,7 +34,7 @@ from h5sidecar.references._extras import ArrayExtras, Extras
 from h5sidecar.references._keys import parse_chunk_names
 from h5sidecar.references._lazy_refs import LazyArrayRefs
 from h5sidecar.references._manifest import ChunkManifest
-from h5sidecar.references._model import ArrayMeta, GranuleRefs
+from h5sidecar.references._model import GranuleRefs
 from h5sidecar.references._zmeta import ZarrNodes
 from h5sidecar.references.json_sidecar._kerchunk_json import (
     assemble_parts,

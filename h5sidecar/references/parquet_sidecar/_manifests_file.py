@@ -30,9 +30,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._assemble import ChunkColumns
 from h5sidecar.references._manifest import INLINE, MISSING, ChunkManifest
-from h5sidecar.references._model import ArrayMeta, GranuleRefs
+from h5sidecar.references._model import GranuleRefs
 from h5sidecar.references.parquet_sidecar._manifests_file_small import (
     SMALL_ROWS,
     SmallBulkColumns,

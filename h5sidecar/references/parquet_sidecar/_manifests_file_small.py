@@ -19,9 +19,9 @@ import numpy as np
 import pyarrow as pa
 
 from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._assemble import ChunkColumns
 from h5sidecar.references._manifest import INLINE, MISSING, ChunkManifest
-from h5sidecar.references._model import ArrayMeta
 
 __all__ = ["SMALL_ROWS", "SmallBulkColumns", "array_names", "decode_small"]
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._assemble import (
     ChunkColumns,
     build_manifest,
@@ -36,7 +37,7 @@ from h5sidecar.references._extras import (
 )
 from h5sidecar.references._lazy_refs import LazyArrayRefs
 from h5sidecar.references._manifest import ChunkManifest
-from h5sidecar.references._model import ArrayMeta, GranuleRefs
+from h5sidecar.references._model import GranuleRefs
 from h5sidecar.references._zmeta import select_nodes, split_metadata
 from h5sidecar.references.parquet_sidecar._kerchunk_parquet import (
     CHECKSUMS_FILE,
