@@ -68,7 +68,8 @@ def select_arrays(refs: GranuleRefs, match: ArrayMatcher) -> GranuleRefs:
 def decode_json_sidecar(data: bytes, *, lazy: bool, match: ArrayMatcher | None) -> GranuleRefs:
     """A JSON sidecar's text as :func:`~h5sidecar.references.read_refs` reads it: lazily or not,
     all arrays or those ``match`` accepts; the garbage collector is paused meanwhile (the
-    parsed document is gone when it resumes, see :func:`~h5sidecar.references.json_sidecar._kerchunk_json.gc_paused`).
+    parsed document is gone when it resumes, see
+    :func:`~h5sidecar.references.json_sidecar._kerchunk_json.gc_paused`).
     """
     with gc_paused():
         if match is None:

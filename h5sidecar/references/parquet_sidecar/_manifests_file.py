@@ -13,10 +13,10 @@ table of every stored and inline chunk (one row per chunk, sorted by array then 
     raw     binary                      the chunk's bytes when it is held inline, else null
 
 A lazily opened sidecar reads it on the first manifest it needs (one GET, one decode) when it is
-small enough (:data:`~h5sidecar.references.parquet_sidecar._parquet_lazy.BULK_LOAD_BYTES`), else per-array record files
-as before.  Plain kerchunk/fsspec readers ignore the file.  ``chunk`` and ``offset`` use delta
-encoding (readers here are pyarrow only; fastparquet's delta decoding is what the record files
-avoid).
+small enough (:data:`~h5sidecar.references.parquet_sidecar._parquet_lazy.BULK_LOAD_BYTES`),
+else per-array record files as before.  Plain kerchunk/fsspec readers ignore the file.
+``chunk`` and ``offset`` use delta encoding (readers here are pyarrow only; fastparquet's delta
+decoding is what the record files avoid).
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 
 A Parquet sidecar holds every array's metadata in ``.zmetadata`` and its chunk references in
 per-array record files.  Reading the metadata alone is one GET; a
-:class:`~h5sidecar.references._lazy_refs.LazyArrayRefs` then stands in for the :class:`~h5sidecar.references.ArrayRefs` of each array and fetches its record
-files only when the manifest is first needed (as fsspec's ``LazyReferenceMapper`` does) -- or,
-when the sidecar has the all-arrays manifests file, every array's from that one file (always
-for a compact sidecar, which has no record files).
+:class:`~h5sidecar.references._lazy_refs.LazyArrayRefs` then stands in for the
+:class:`~h5sidecar.references.ArrayRefs` of each array and fetches its record files only
+when the manifest is first needed (as fsspec's ``LazyReferenceMapper`` does) -- or, when the
+sidecar has the all-arrays manifests file, every array's from that one file (always for a
+compact sidecar, which has no record files).
 """
 
 from __future__ import annotations
@@ -88,9 +89,10 @@ class ParquetManifests:
         Manifests kept in memory; the least recently used are dropped (and fetched again when
         next needed) beyond this.
     bulk_bytes : int, optional
-        Size of the sidecar's all-arrays manifest file (:mod:`~h5sidecar.references.parquet_sidecar._manifests_file`),
-        None when it has none.  When it is at most :data:`BULK_LOAD_BYTES`, the first manifest
-        needed loads every array's from it, in one fetch.
+        Size of the sidecar's all-arrays manifest file
+        (:mod:`~h5sidecar.references.parquet_sidecar._manifests_file`), None when it has
+        none.  When it is at most :data:`BULK_LOAD_BYTES`, the first manifest needed loads
+        every array's from it, in one fetch.
     bulk_only : bool
         The sidecar has no record files (compact layout): the manifests file is read whatever
         its size.
@@ -311,8 +313,8 @@ def read_parquet_lazy(
     built); ``bulk_data``: the all-arrays manifests file when already fetched.
     Returns ``None`` for sidecars without h5sidecar extras (written by kerchunk): their source
     identity is derived from chunk URLs, so they must be read whole
-    (:func:`~h5sidecar.references.parquet_sidecar._kerchunk_parquet.read_parquet_parts`), and for a ``match`` on
-    sidecars whose extras and metadata do not name the same arrays.
+    (:func:`~h5sidecar.references.parquet_sidecar._kerchunk_parquet.read_parquet_parts`), and
+    for a ``match`` on sidecars whose extras and metadata do not name the same arrays.
     """
     if EXTRAS_KEY not in zmetadata:
         return None
