@@ -1,7 +1,13 @@
 """The reference model and its persisted formats (kerchunk JSON v1 and kerchunk Parquet).
 
 This package imports neither h5py nor a web framework: everything that reads sidecars depends
-on it, and it depends on nothing of h5sidecar but :mod:`h5sidecar.errors`.
+on it, and it depends on nothing of h5sidecar but :mod:`h5sidecar.errors` and
+:mod:`h5sidecar.credentials` (sidecars on object stores).
+
+Grouped by concept: the model at the root (``_model``, ``_array_meta``, ``_manifest``,
+``_source_info``, ...), the two persisted formats in :mod:`~h5sidecar.references.json_sidecar`
+and :mod:`~h5sidecar.references.parquet_sidecar`, datacube references (concatenation, member
+table) in :mod:`~h5sidecar.references.datacube`, and reading/writing either format in ``_io``.
 """
 
 from h5sidecar.references._array_meta import ArrayMeta

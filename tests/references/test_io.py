@@ -256,8 +256,7 @@ LAYERS: dict[str, float] = {
     "__main__": 7,
     "": 8,
 }
-#: The deprecated one-release aliases in ``gateway/`` that re-export ``read/`` (allowed: read is
-#: below gateway); listed so removing them is a conscious step.
+#: ``references/`` is the model and its formats: no HDF5, no web framework.
 NOT_IN_REFERENCES = {
     "h5py",
     "hdf5plugin",
