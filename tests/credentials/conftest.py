@@ -1,4 +1,3 @@
-"""Fixtures of the credentials tests: sample granules, their sidecars, the Earthdata-style archive."""
+"""Fixtures of the credentials tests: sample granules, and fresh read caches for every test."""
 
 from tests._granules import *
-from tests.earthdata import earthdata  # noqa: F401
