@@ -7,7 +7,7 @@ plain fsspec/zarr keeps working.  Messages say what happened and what to do next
 Each class carries a ``kind`` code, a member of :class:`ErrorKind`: the one list of every code
 h5sidecar writes into run reports, sidecars (skipped variables), catalog results and HTTP error
 bodies.  Which HTTP status each class gets is the gateway's business
-(:data:`h5sidecar.gateway._http.STATUS`).
+(:data:`h5sidecar.gateway._http_rules.STATUS`).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class ErrorKind(enum.StrEnum):
     INVALID_REQUEST = "invalid_request"
     CHUNK_DECODE = "chunk_decode"
     INVALID_STAC = "invalid_stac"
-    # -- errors of the HTTP gateway (classes in ``gateway/_http.py``, bodies of ``gateway/app``)
+    # -- errors of the HTTP gateway (classes in ``gateway/_http_rules.py``, bodies of ``gateway/app``)
     BAD_REQUEST = "bad_request"
     KEY_TOO_LONG = "key_too_long"
     RANGE_NOT_SATISFIABLE = "range_not_satisfiable"

@@ -7,7 +7,6 @@ import dataclasses
 import importlib
 import json
 import pkgutil
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -84,11 +83,9 @@ def test_error_kind_values_are_pinned() -> None:
 
 def _error_classes() -> set[type[H5SidecarError]]:
     """Every H5SidecarError subclass defined anywhere in the package (all modules imported)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # the one-release alias modules
-        for info in pkgutil.walk_packages(h5sidecar.__path__, "h5sidecar."):
-            if info.name != "h5sidecar.__main__":
-                importlib.import_module(info.name)
+    for info in pkgutil.walk_packages(h5sidecar.__path__, "h5sidecar."):
+        if info.name != "h5sidecar.__main__":
+            importlib.import_module(info.name)
     found: set[type[H5SidecarError]] = set()
     todo: list[type[H5SidecarError]] = [H5SidecarError]
     while todo:
@@ -100,7 +97,7 @@ def _error_classes() -> set[type[H5SidecarError]]:
 
 
 def test_every_error_class_has_its_own_kind_from_error_kind() -> None:
-    from h5sidecar.gateway._http import KeyTooLongError, SaturatedError
+    from h5sidecar.gateway._http_rules import KeyTooLongError, SaturatedError
 
     classes = _error_classes()
     assert {KeyTooLongError, SaturatedError, STACValidationError, NotHDF5Error} <= classes

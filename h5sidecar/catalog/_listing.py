@@ -20,9 +20,9 @@ from urllib.parse import quote
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from h5sidecar._credentials import fsspec_options
 from h5sidecar._record_parts import latest_rows, list_parts
 from h5sidecar.catalog._item import GranuleInfo
+from h5sidecar.credentials._s3_chain import fsspec_options
 
 __all__ = ["RECORD_NAME", "REPORT_NAME", "iter_sidecars", "list_indexed", "sidecar_size"]
 

@@ -40,8 +40,8 @@ from typing import Any
 
 import fsspec
 
-from h5sidecar._credentials import fsspec_options
 from h5sidecar._record_parts import latest_rows, list_parts, roots_of
+from h5sidecar.credentials._s3_chain import fsspec_options
 from h5sidecar.errors import InvalidReferenceError, SourceReadError
 from h5sidecar.gateway._record import RecordView, safe_name
 

@@ -1,9 +1,18 @@
 """Prometheus metrics of the HTTP gateway, in the text exposition format (version 0.0.4).
 
-A handful of counters, gauges and one latency histogram do not justify a dependency: this module
-keeps them in plain dicts under one lock and renders ``GET /metrics``.  Label values are bounded
-by construction (route families, status codes, cache names), never raw paths or granule names,
-so the number of series stays small whatever clients request.
+A handful of counters, gauges and one latency histogram, kept in plain dicts under one lock and
+rendered for ``GET /metrics``.  Label values are bounded by construction (route families, status
+codes, cache names), never raw paths or granule names, so the number of series stays small
+whatever clients request.
+
+Why not ``prometheus_client`` (checked against 0.26.0): it would serve -- it is pure Python
+(~650 kB, no dependencies) and a ``CollectorRegistry`` per :class:`GatewayMetrics` keeps
+gateways apart as this class does -- but it changes the exposition the gateway's users and
+tests read: integers as ``1.0``, ``le`` before the other labels, a ``*_created`` series beside
+every counter and histogram (switched off only process-wide), and reading one series back
+(:meth:`GatewayMetrics.value`, :meth:`GatewayMetrics.total`) goes through sample lookups.  Its
+real gain, multi-process aggregation (``PROMETHEUS_MULTIPROC_DIR``), has no use here:
+``h5sidecar serve`` runs one uvicorn process.  About 100 lines stay cheaper than all that.
 """
 
 from __future__ import annotations

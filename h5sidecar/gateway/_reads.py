@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from h5sidecar.gateway._http import Admission, ResponseTooLargeError
+from h5sidecar.gateway._http_rules import Admission, ResponseTooLargeError
 from h5sidecar.gateway._metrics import GatewayMetrics
 from h5sidecar.gateway._shard import ShardLayout
 from h5sidecar.gateway._views import Resolved

@@ -5,7 +5,7 @@ request's conditional/range headers into status, headers and body: ``ETag`` and
 ``If-None-Match`` (304), single ``Range`` (206 / 416), ``HEAD`` without reading the source,
 ``Cache-Control``, and gzip for metadata documents only (chunk bytes are already compressed,
 and gzip would break byte ranges).  :func:`error_reply` maps an error through the one status
-table (:data:`~h5sidecar.gateway._http.STATUS`).
+table (:data:`~h5sidecar.gateway._http_rules.STATUS`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass, field
 
 from h5sidecar.errors import H5SidecarError
-from h5sidecar.gateway._http import (
+from h5sidecar.gateway._http_rules import (
     RangeNotSatisfiableError,
     SaturatedError,
     parse_range,

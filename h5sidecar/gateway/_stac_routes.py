@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from h5sidecar.errors import NotIndexedError
-from h5sidecar.gateway._http import BadRequestError
+from h5sidecar.gateway._http_rules import BadRequestError
 
 __all__ = ["MAX_SEARCH_BODY", "StacHandlers"]
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import ujson
 
-from h5sidecar.gateway._http import BadRequestError
+from h5sidecar.gateway._http_rules import BadRequestError
 from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, ShardLayout, sharded_documents
 from h5sidecar.read._cube_view import source_key
 from h5sidecar.read._granule_reader import GranuleReader
@@ -40,7 +40,7 @@ class View:
     shard : int
         Chunks per shard along the first dimension (v3 only); 0 serves chunks unsharded.
     rechunk : RechunkSpec or None
-        Virtual re-chunking of plain arrays (:mod:`~h5sidecar.gateway._rechunk`).
+        Virtual re-chunking of plain arrays (:mod:`~h5sidecar.gateway._rechunk_view`).
     """
 
     zarr_format: Literal[2, 3] = 2

@@ -1,11 +1,12 @@
 """The HTTP gateway as an ASGI app (Starlette) and its server (uvicorn): ``h5sidecar serve``.
 
-This module and its route handlers (:mod:`h5sidecar.gateway._stac_routes`) are the only ones that
-import the web framework.  Everything it serves comes from
-:class:`~h5sidecar.gateway.core.Gateway`; this module maps requests to it and answers with
-HTTP: status codes from one table (:data:`~h5sidecar.gateway._http.STATUS`), ``Range`` (206 /
-416), ``HEAD``, ``ETag`` / ``If-None-Match`` (304), ``Cache-Control``, gzip for metadata only,
-CORS, an optional bearer token, and 405 for every method but GET/HEAD/OPTIONS.
+This module, its route handlers (:mod:`h5sidecar.gateway._stac_routes`) and its middleware
+(:mod:`h5sidecar.gateway._middleware`) are the only ones that import the web framework.
+Everything it serves comes from :class:`~h5sidecar.gateway.core.Gateway`; this module maps
+requests to it and answers with HTTP: status codes from one table
+(:data:`~h5sidecar.gateway._http_rules.STATUS`), ``Range`` (206 / 416), ``HEAD``, ``ETag`` /
+``If-None-Match`` (304), ``Cache-Control``, gzip for metadata only, CORS, an optional bearer
+token, and 405 for every method but GET/HEAD/OPTIONS.
 
 Build the app with :func:`create_app` (no module-level app or settings exist); run it with
 :func:`serve`.
@@ -14,12 +15,9 @@ Build the app with :func:`create_app` (no module-level app or settings exist); r
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import math
-import re
-import time
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,17 +32,17 @@ from starlette.staticfiles import StaticFiles
 
 from h5sidecar._version import __version__
 from h5sidecar.errors import ErrorKind, H5SidecarError, NotIndexedError
-from h5sidecar.gateway._http import (
+from h5sidecar.gateway._http_rules import (
     Admission,
     BadRequestError,
     SaturatedError,
-    check_request_path,
     decode_cursor,
     encode_cursor,
 )
 from h5sidecar.gateway._landing import describe, preview, render_page, render_png
+from h5sidecar.gateway._middleware import METHODS, Guard, Metrics, as_response, error_response
 from h5sidecar.gateway._openapi import openapi_document
-from h5sidecar.gateway._reply import Reply, error_reply, key_reply
+from h5sidecar.gateway._reply import key_reply
 from h5sidecar.gateway._stac_routes import StacHandlers
 from h5sidecar.gateway.core import Gateway, View
 from h5sidecar.read.zarr._virtual_chunks import RechunkSpec
@@ -54,123 +52,9 @@ __all__ = ["create_app", "serve"]
 
 log = logging.getLogger("h5sidecar.gateway")
 
-Scope = MutableMapping[str, Any]
-ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
-                   Awaitable[None]]  # fmt: skip
-
 STATIC = Path(__file__).with_name("static")
 #: Names per page of ``/api/granules`` (default, most) and of the landing page's search.
 PAGE_LIMIT, MAX_PAGE_LIMIT, LANDING_LIMIT = 1000, 10_000, 100
-METHODS = ("GET", "HEAD", "OPTIONS")
-#: The only route accepting POST: STAC API item search (a query in the body; nothing is written).
-POST_PATHS = ("/stac/search",)
-#: Route families used as the ``route`` label of metrics (bounded cardinality).
-ROUTES = ("zarr", "zarr3", "zarr3-shard", "zarr-rechunk", "zarr3-rechunk", "api",
-          "quicklook.png", "static", "healthz", "metrics", "openapi.json", "stac")  # fmt: skip
-
-
-def _route_label(path: str) -> str:
-    head = path.lstrip("/").split("/", 1)[0]
-    return head if head in ROUTES else ("landing" if head == "" else "other")
-
-
-def _response(reply: Reply) -> Response:
-    if reply.payload is not None:
-        return JSONResponse(reply.payload, reply.status, headers=reply.headers)
-    return Response(reply.body, reply.status, headers=reply.headers)
-
-
-def _error(exc: H5SidecarError) -> Response:
-    return _response(error_reply(exc))
-
-
-# -- middleware --------------------------------------------------------------------------------
-class _Metrics:
-    """Outermost: counts requests, bytes and latency per route family."""
-
-    def __init__(self, app: ASGIApp, gateway: Gateway) -> None:
-        self.app, self.metrics = app, gateway.metrics
-
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        t0 = time.perf_counter()
-        state = {"status": 500, "bytes": 0}
-
-        async def counting_send(message: MutableMapping[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                state["status"] = message["status"]
-                # browsers must not sniff chunk bytes or JSON into something executable
-                message["headers"] = [*message.get("headers", []),
-                                      (b"x-content-type-options", b"nosniff")]
-            elif message["type"] == "http.response.body":
-                state["bytes"] += len(message.get("body", b""))
-            await send(message)
-
-        route = _route_label(scope["path"])
-        self.metrics.inc("h5sidecar_http_requests_in_flight", 1)
-        try:
-            await self.app(scope, receive, counting_send)
-        finally:
-            self.metrics.inc("h5sidecar_http_requests_in_flight", -1)
-            self.metrics.inc("h5sidecar_http_requests_total", route=route,
-                             method=scope["method"], status=str(state["status"]))  # fmt: skip
-            self.metrics.inc("h5sidecar_http_response_bytes_total", state["bytes"], route=route)
-            self.metrics.observe("h5sidecar_http_request_duration_seconds",
-                                 time.perf_counter() - t0, route=route)  # fmt: skip
-
-
-def _merge_slashes(scope: Scope) -> Scope:
-    """``/zarr/G//g/.zmetadata`` -> ``/zarr/G/g/.zmetadata``: what a client makes of a store URL
-    written with a trailing ``/`` (as the README and the STAC zarr asset write it)."""
-    scope = dict(scope)
-    scope["path"] = re.sub("/{2,}", "/", scope["path"])
-    if scope.get("raw_path"):
-        scope["raw_path"] = re.sub(b"/{2,}", b"/", scope["raw_path"])
-    return scope
-
-
-class _Guard:
-    """Inside CORS: read-only methods, safe paths, and the bearer token."""
-
-    def __init__(self, app: ASGIApp, settings: GatewaySettings) -> None:
-        self.app, self.settings = app, settings
-        self._token = settings.token.encode() if settings.token else None
-
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        response = self._refuse(scope)
-        if response is None and "//" in scope["path"]:
-            scope = _merge_slashes(scope)
-        await (response or self.app)(scope, receive, send)
-
-    def _refuse(self, scope: Scope) -> Response | None:
-        method = scope["method"]
-        allow = {"Allow": ", ".join(METHODS)}
-        if method not in METHODS and not (method == "POST" and scope["path"] in POST_PATHS):
-            return JSONResponse({"error": ErrorKind.METHOD_NOT_ALLOWED,
-                                 "message": f"{method} is not allowed: the gateway is read-only "
-                                 "(GET, HEAD, OPTIONS)"}, 405, headers=allow)  # fmt: skip
-        if method == "OPTIONS":  # not a CORS preflight (CORSMiddleware answers those)
-            return Response(status_code=204, headers=allow)
-        raw = scope.get("raw_path") or scope["path"].encode()
-        try:
-            check_request_path(raw.decode("latin-1"), scope["path"],
-                               max_length=self.settings.max_key_length)  # fmt: skip
-        except BadRequestError as exc:
-            return _error(exc)
-        if self._token is not None and scope["path"] != "/healthz":
-            headers = dict(scope.get("headers") or [])
-            scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self._token):
-                return JSONResponse({"error": ErrorKind.UNAUTHORIZED,
-                                     "message": "this gateway needs 'Authorization: Bearer "
-                                     "<token>' (the --token it was started with)"}, 401,
-                                    headers={"WWW-Authenticate": 'Bearer realm="h5sidecar"'})  # fmt: skip
-        return None
 
 
 # -- handlers --------------------------------------------------------------------------------------
@@ -217,7 +101,7 @@ class _Handlers:
                                 range_header=h.get("range"), if_none_match=h.get("if-none-match"),
                                 accept_encoding=h.get("accept-encoding", ""),
                                 private=self.private)  # fmt: skip
-        return _response(reply)
+        return as_response(reply)
 
     async def _page(self, request: Request, default: int) -> tuple[list[str], str | None]:
         """A page of granule names for the query's ``cursor``, ``limit``, ``prefix`` and ``q``
@@ -377,7 +261,7 @@ def create_app(
         Route("/stac/collections/{cid}/items/{iid}", stac.item, methods=key_methods),
         Route("/stac/{path:path}", stac.file, methods=key_methods),
     ]
-    middleware = [Middleware(_Metrics, gateway=gateway)]
+    middleware = [Middleware(Metrics, gateway=gateway)]
     if settings.cors_origins:
         middleware.append(Middleware(
             CORSMiddleware,
@@ -388,13 +272,13 @@ def create_app(
                             "Accept-Ranges"],
             max_age=600,
         ))  # fmt: skip
-    middleware.append(Middleware(_Guard, settings=settings))
+    middleware.append(Middleware(Guard, settings=settings))
 
     async def on_error(request: Request, exc: Exception) -> Response:
         if isinstance(exc, SaturatedError):
             gateway.metrics.inc("h5sidecar_rejected_total")
         if isinstance(exc, H5SidecarError):
-            return _error(exc)
+            return error_response(exc)
         if isinstance(exc, HTTPException):
             return JSONResponse({"error": ErrorKind.HTTP, "message": str(exc.detail)},
                                 exc.status_code, headers=exc.headers)  # fmt: skip

@@ -15,7 +15,7 @@ Views of one granule:
 * ``View(3, shard=K)`` -- Zarr v3 whose ``sharding_indexed`` shards each hold K consecutive
   chunks along the first dimension (:mod:`~h5sidecar.gateway._shard`);
 * ``View(N, rechunk=spec)`` -- Zarr v2/v3 whose uncompressed arrays have smaller virtual chunks,
-  each a few byte runs of one stored chunk (:mod:`~h5sidecar.gateway._rechunk`).
+  each a few byte runs of one stored chunk (:mod:`~h5sidecar.gateway._rechunk_view`).
 
 Every group's metadata is served consolidated (``g/.zmetadata`` in v2, inline
 ``consolidated_metadata`` in each group's ``zarr.json`` in v3), so a client can open any group
@@ -28,7 +28,7 @@ allow-list applies on top, as for granules.
 
 Bounded memory: parsed sidecars, synthesized documents and hot chunks live in byte-bounded LRU
 caches sharing ``GatewaySettings.cache_bytes``.  Bounded upstream work: every read that touches a
-source holds an :class:`~h5sidecar.gateway._http.Admission` slot.
+source holds an :class:`~h5sidecar.gateway._http_rules.Admission` slot.
 """
 
 from __future__ import annotations
@@ -43,12 +43,13 @@ from typing import Any
 
 from h5sidecar.errors import H5SidecarError, NotIndexedError, SourceReadError
 from h5sidecar.gateway._dest import DestIndex, DestSnapshot
-from h5sidecar.gateway._http import Admission, BadRequestError, etag_of
+from h5sidecar.gateway._http_rules import Admission, BadRequestError, etag_of
 from h5sidecar.gateway._metrics import GatewayMetrics
 from h5sidecar.gateway._reads import UpstreamReads
-from h5sidecar.gateway._rechunk import rechunk_document, virtual_layout
+from h5sidecar.gateway._rechunk_view import rechunk_document
 from h5sidecar.gateway._record import RecordAllowList
-from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, shard_layout
+from h5sidecar.gateway._resolve_chunk import chunk_resolved
+from h5sidecar.gateway._shard import MAX_SHARD_FACTOR
 from h5sidecar.gateway._views import GranuleEntry, Resolved, View
 from h5sidecar.read._byte_lru import ByteLRU
 from h5sidecar.read._cube_view import cube_names, is_cube
@@ -334,44 +335,7 @@ class Gateway:
             return Resolved(name, key, view, "metadata", len(doc), etag_of(entry.identity, doc),
                             data=doc)  # fmt: skip
         await keys.load_manifests([key])  # a lazy sidecar's array: its records, off the loop
-        fetcher = entry.fetcher
-        sid = entry.source_id
-        if view.rechunk is not None:
-            handled, layout = virtual_layout(keys, key, view.rechunk,
-                                             self.settings.max_response_bytes)
-            if handled:  # a virtual chunk of a plain array (others are served as stored)
-                if layout is None:
-                    raise self._missing(name, key, view)
-                etag = etag_of(sid, view.name, key,
-                               *(len(r) if isinstance(r, bytes) else r for r in layout.refs))
-                return Resolved(name, key, view, "chunk", layout.size, etag, layout=layout,
-                                fetcher=fetcher, source_id=sid)  # fmt: skip
-        if view.shard:
-            found = entry.split_shard_key(key)
-            # scalars and structured types are served unsharded (see _shard.sharded_array_doc)
-            if found is not None and found[1] and not isinstance(found[0].meta.dtype, list):
-                arr, index = found
-                layout = shard_layout(arr, index, view.shard)
-                if layout is not None:
-                    etag = etag_of(sid, view.name, key, layout.index)
-                    return Resolved(name, key, view, "shard", layout.size, etag, layout=layout,
-                                    fetcher=fetcher, source_id=sid)  # fmt: skip
-                raise self._missing(name, key, view)
-        ref = keys.resolve(key)
-        if ref is None or keys.split_chunk_key(key) is None:
-            raise self._missing(name, key, view,
-                                note=entry.unsupported_reason(view.zarr_format, key))
-        if isinstance(ref, bytes):
-            return Resolved(name, key, view, "chunk", len(ref), etag_of(sid, key, ref), data=ref)
-        return Resolved(name, key, view, "chunk", ref[2], etag_of(sid, view.name, key, *ref),
-                        ref=ref, fetcher=fetcher, source_id=sid)  # fmt: skip
-
-    def _missing(self, name: str, key: str, view: View, *, note: str = "") -> NotIndexedError:
-        hint = note or (
-            "metadata documents are listed in the consolidated metadata; chunks that are not "
-            "stored read as the fill value"
-        )
-        return NotIndexedError(f"no key {key!r} in granule {name!r} ({view.name} view): {hint}")
+        return chunk_resolved(name, entry, keys, key, view, self.settings.max_response_bytes)
 
     def _document(self, entry: GranuleEntry, view: View, key: str) -> bytes | None:
         ck = (entry.name, entry.identity, view.name, key)

@@ -47,7 +47,7 @@ class IndexContext:
     #: opens another HDF5 file (sources of virtual datasets); closed with the granule
     open_h5: Callable[[str], h5py.File]
     #: array path -> attribute -> type spec JSON loses (float width, bytes, ...; see
-    #: :mod:`h5sidecar.references._attr_types`); the granule adds its groups'
+    #: :mod:`h5sidecar.references._typed_attrs`); the granule adds its groups'
     attribute_dtypes: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
     #: reads attributes from the granule's metadata bytes (``None``: all through h5py)
     native_attrs: NativeAttrs | None = None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -26,22 +25,6 @@ __all__ = [
     "refs_equal",
 ]
 
-#: The ``async.concurrency`` the README suggests for whole-array reads through zarr (stores
-#: no longer set it: zarr's setting is process-wide, so it is the user's call).
-_SUGGESTED_ZARR_CONCURRENCY = 128
-
-
-def __getattr__(name: str) -> Any:
-    if name == "ZARR_READ_CONCURRENCY":
-        warnings.warn(
-            "ZARR_READ_CONCURRENCY is deprecated (removed in the next release): SidecarStore no "
-            "longer raises zarr's process-wide async.concurrency. Set it once yourself, e.g. "
-            "zarr.config.set({'async.concurrency': 128}) (README, \"zarr's concurrency\")",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return _SUGGESTED_ZARR_CONCURRENCY
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _same_dir(url: str, other: str) -> bool:

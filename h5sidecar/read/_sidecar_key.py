@@ -11,7 +11,7 @@ __all__ = ["key_from_info", "options_key", "sidecar_group"]
 def options_key(options: Mapping[str, Any]) -> str:
     """The storage options as part of a cache key, without secrets (keys are visible in reprs
     and debuggers)."""
-    from h5sidecar.sources.fetch._chunk_fetcher import scrub_credentials
+    from h5sidecar.credentials import scrub_credentials
 
     return repr(sorted(scrub_credentials(options).items(), key=lambda kv: str(kv[0])))
 

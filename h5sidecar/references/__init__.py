@@ -1,11 +1,16 @@
 """The reference model and its persisted formats (kerchunk JSON v1 and kerchunk Parquet).
 
 This package imports neither h5py nor a web framework: everything that reads sidecars depends
-on it, and it depends on nothing of h5sidecar but :mod:`h5sidecar.errors`.
+on it, and it depends on nothing of h5sidecar but :mod:`h5sidecar.errors` and
+:mod:`h5sidecar.credentials` (sidecars on object stores).
+
+Grouped by concept: the model at the root (``_model``, ``_array_meta``, ``_manifest``,
+``_source_info``, ...), the two persisted formats in :mod:`~h5sidecar.references.json_sidecar`
+and :mod:`~h5sidecar.references.parquet_sidecar`, datacube references (concatenation, member
+table) in :mod:`~h5sidecar.references.datacube`, and reading/writing either format in ``_io``.
 """
 
-from h5sidecar.references._attr_types import nonfinite, typed_value
-from h5sidecar.references._concat import concat_refs, inline_array, member_identities, slice_refs
+from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._io import (
     SidecarFormat,
     SidecarLayout,
@@ -15,7 +20,6 @@ from h5sidecar.references._io import (
     write_parquet,
     write_refs,
 )
-from h5sidecar.references._json import from_kerchunk, to_kerchunk
 from h5sidecar.references._manifest import (
     INLINE,
     MISSING,
@@ -23,9 +27,7 @@ from h5sidecar.references._manifest import (
     chunk_grid_shape,
     chunk_key,
 )
-from h5sidecar.references._members import MemberTable
 from h5sidecar.references._model import (
-    ArrayMeta,
     ArrayRefs,
     GranuleRefs,
     SkipKind,
@@ -36,6 +38,15 @@ from h5sidecar.references._model import (
 from h5sidecar.references._names import MAX_NAME_BYTES, key_problem, key_safe_name
 from h5sidecar.references._readers import virtualizarr_unreadable
 from h5sidecar.references._rename import renamed
+from h5sidecar.references._typed_attrs import nonfinite, typed_value
+from h5sidecar.references.datacube._concat import (
+    concat_refs,
+    inline_array,
+    member_identities,
+    slice_refs,
+)
+from h5sidecar.references.datacube._member_table import MemberTable
+from h5sidecar.references.json_sidecar._kerchunk_json import from_kerchunk, to_kerchunk
 
 __all__ = [
     "INLINE",

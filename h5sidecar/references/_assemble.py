@@ -17,11 +17,12 @@ import numpy as np
 import pyarrow as pa
 
 from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._extras import ArrayExtras, Extras, decode_checksums
 from h5sidecar.references._manifest import INLINE, MISSING, ChunkManifest
-from h5sidecar.references._members import MemberTable
-from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs, SourceInfo
+from h5sidecar.references._model import ArrayRefs, GranuleRefs, SourceInfo
 from h5sidecar.references._zmeta import KEEP, ZarrNodes, array_meta
+from h5sidecar.references.datacube._member_table import MemberTable
 
 __all__ = ["UNKNOWN_SIZE", "ChunkColumns", "assemble", "build_manifest", "build_metas"]
 

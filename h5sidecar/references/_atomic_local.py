@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from h5sidecar._modes import follow_umask
-from h5sidecar.references._bulk import MANIFESTS_FILE
-from h5sidecar.references._members_file import MEMBERS_FILE
-from h5sidecar.references._parquet import CHECKSUMS_FILE
+from h5sidecar.references.parquet_sidecar._kerchunk_parquet import CHECKSUMS_FILE
+from h5sidecar.references.parquet_sidecar._manifests_file import MANIFESTS_FILE
+from h5sidecar.references.parquet_sidecar._members_file import MEMBERS_FILE
 
 __all__ = ["OURS", "write_local_dir", "write_local_file"]
 

@@ -23,10 +23,10 @@ zstd-compressed, base64-encoded JSON object (``"packed": {"codec": "zstd", "size
 version 1.  Both versions are read; a version-1 cube (written before packing) reads as before.  A Parquet
 cube keeps its members out of the packed object, in a Parquet file read when first needed
 (``"members_file"``; an array whose URLs are the members' in order says ``"urls": "members"``;
-see :mod:`h5sidecar.references._members_file`).
+see :mod:`h5sidecar.references.parquet_sidecar._members_file`).
 
 Checksums are uint64 little-endian, base64-encoded in JSON sidecars; Parquet sidecars keep them
-in a side file (``"file"``, see :mod:`h5sidecar.references._parquet`).
+in a side file (``"file"``, see :mod:`h5sidecar.references.parquet_sidecar._kerchunk_parquet`).
 """
 
 from __future__ import annotations
@@ -39,10 +39,14 @@ from typing import Any, Literal, cast, get_args
 import numpy as np
 
 from h5sidecar.errors import ErrorKind, InvalidReferenceError
-from h5sidecar.references._members import MemberTable
-from h5sidecar.references._members_file import MEMBERS_KEY, lazy_members, members_entry
 from h5sidecar.references._model import GranuleRefs, SkipKind, Skipped, SourceInfo
 from h5sidecar.references._zmeta import KEEP
+from h5sidecar.references.datacube._member_table import MemberTable
+from h5sidecar.references.parquet_sidecar._members_file import (
+    MEMBERS_KEY,
+    lazy_members,
+    members_entry,
+)
 
 __all__ = ["EXTRAS_KEY", "ArrayExtras", "Extras", "build_extras", "parse_extras", "select_extras"]
 

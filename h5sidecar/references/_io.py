@@ -7,8 +7,8 @@ Writers never leave a half-written sidecar where a reader looks:
 * **object stores JSON**: one PUT (objects appear whole).
 * **object stores Parquet**: the old ``.zmetadata`` is deleted first, then the record files are
   uploaded, then ``.zmetadata`` -- the commit marker -- last; files the new version does not
-  use are deleted afterwards.  A reader sees "no sidecar" during the write, never new records
-  under old metadata.
+  use are deleted afterwards (:mod:`h5sidecar.references._sidecar_files`).  A reader sees "no
+  sidecar" during the write, never new records under old metadata.
 
 Existing destinations are only replaced when they look like sidecars; anything else raises
 ``FileExistsError`` rather than being deleted.
@@ -18,31 +18,33 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from h5sidecar._credentials import fsspec_options
 from h5sidecar.errors import InvalidReferenceError, NotIndexedError
-from h5sidecar.references._atomic_local import OURS, write_local_dir, write_local_file
-from h5sidecar.references._bulk import MANIFESTS_FILE
-from h5sidecar.references._json import encode_json
-from h5sidecar.references._lazy import BULK_LOAD_BYTES, read_parquet_lazy
+from h5sidecar.references._atomic_local import write_local_dir, write_local_file
 from h5sidecar.references._model import GranuleRefs
-from h5sidecar.references._parquet import (
-    DEFAULT_RECORD_SIZE,
+from h5sidecar.references._select import array_matcher, decode_json_sidecar, select_arrays
+from h5sidecar.references._sidecar_files import (
+    SidecarFiles,
+    sidecar_fs,
+    write_remote_dir,
+)
+from h5sidecar.references.json_sidecar._kerchunk_json import encode_json
+from h5sidecar.references.parquet_sidecar._kerchunk_parquet import (
     ZMETADATA,
     SidecarLayout,
     bulk_file,
     decode_zmetadata,
-    encode_parquet,
     read_parquet_parts,
     sidecar_layout,
 )
-from h5sidecar.references._select import array_matcher, decode_json_sidecar, select_arrays
+from h5sidecar.references.parquet_sidecar._manifests_file import MANIFESTS_FILE
+from h5sidecar.references.parquet_sidecar._parquet_lazy import BULK_LOAD_BYTES, read_parquet_lazy
+from h5sidecar.references.parquet_sidecar._parquet_write import DEFAULT_RECORD_SIZE, encode_parquet
 
 __all__ = [
     "SidecarFormat",
@@ -79,7 +81,7 @@ def write_json(
     str
         The path written.
     """
-    fs, root = _fs(path, storage_options)
+    fs, root = sidecar_fs(path, storage_options)
     data = encode_json(refs)
     if isinstance(fs, LocalFileSystem):
         write_local_file(Path(root), [data])
@@ -125,14 +127,14 @@ def write_parquet(
     str
         The path written.
     """
-    fs, root = _fs(path, storage_options)
+    fs, root = sidecar_fs(path, storage_options)
     files = encode_parquet(
         refs, record_size=record_size, manifests_file=manifests_file, layout=layout
     )
     if isinstance(fs, LocalFileSystem):
         write_local_dir(Path(root), files)
     else:
-        _write_remote_dir(fs, root, files)
+        write_remote_dir(fs, root, files)
     return str(path)
 
 
@@ -201,7 +203,7 @@ def read_refs(
         The sidecar is malformed, truncated or inconsistent (for a lazy Parquet sidecar, record
         files are checked when they are loaded).
     """
-    fs, root = _fs(path, storage_options)
+    fs, root = sidecar_fs(path, storage_options)
     order = ("json", "parquet") if root.endswith(".json") else ("parquet", "json")
     match = None if arrays is None else array_matcher(arrays)
     for kind in order:
@@ -286,7 +288,7 @@ def read_layout(
     InvalidReferenceError
         When the ``.zmetadata`` is malformed.
     """
-    fs, root = _fs(path, storage_options)
+    fs, root = sidecar_fs(path, storage_options)
     try:
         data = fs.cat_file(f"{root}/{ZMETADATA}", start=0)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
@@ -346,111 +348,3 @@ def _checked(refs: GranuleRefs) -> GranuleRefs:
                 "sidecar is corrupt: re-index the granule"
             )
     return refs
-
-
-class SidecarFiles:
-    """Fetches files of a Parquet sidecar by relative path; picklable without credentials.
-
-    A lazily opened sidecar keeps one of these to load record files later, possibly in a Dask
-    worker: it pickles as the sidecar's URL and its storage options minus secrets (workers take
-    credentials from their own environment, as the gateway's stores do).
-    """
-
-    def __init__(
-        self,
-        url: str,
-        storage_options: dict[str, Any] | None,
-        *,
-        fs: Any = None,
-        root: str | None = None,
-    ) -> None:
-        self.url = url
-        self.storage_options = dict(storage_options or {})
-        if fs is None or root is None:
-            fs, root = _fs(url, self.storage_options)
-        self._fs, self._root = fs, root
-
-    def __call__(self, rels: list[str]) -> dict[str, bytes | None]:
-        """``{rel: bytes or None}`` for the files ``rels`` (fetched concurrently)."""
-        return _fetch(self._fs, self._root, rels)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (SidecarFiles, (self.url, scrub_credentials(self.storage_options)))
-
-
-#: Option names that carry secrets (matched as substrings, case-insensitively).
-_SECRET_MARKERS = ("key", "secret", "token", "password", "credential", "session",
-                   "authorization", "cookie")  # fmt: skip
-
-
-def scrub_credentials(options: Mapping[str, Any]) -> dict[str, Any]:
-    """Copy of s3fs-style ``options`` without secrets (keys, tokens, passwords), recursively.
-
-    What pickles (sidecar readers, fetchers, stores) and what keys caches keep of storage
-    options: workers and caches never see credentials.  A credential provider that pickles
-    without secrets (``pickles_without_secrets = True``, as ``EndpointCredentials``) is kept,
-    so workers fetch their own keys with it.
-    """
-    out: dict[str, Any] = {}
-    for k, v in options.items():
-        if getattr(v, "pickles_without_secrets", False) is True:
-            out[k] = v
-            continue
-        if any(m in str(k).lower() for m in _SECRET_MARKERS):
-            continue
-        out[k] = scrub_credentials(v) if isinstance(v, Mapping) else v
-    return out
-
-
-def _fs(path: str | os.PathLike[str], storage_options: dict[str, Any] | None) -> tuple[Any, str]:
-    url = os.fspath(path)
-    fs, root = fsspec.core.url_to_fs(url, **fsspec_options(url, storage_options))
-    return fs, root.rstrip("/")
-
-
-def _fetch(fs: Any, root: str, rels: list[str]) -> dict[str, bytes | None]:
-    """Fetch many sidecar files in one call (concurrent on async stores); None if absent.
-
-    ``cat_ranges`` rather than ``cat``: it never expands glob characters, which HDF5 names
-    ("[", "*") may contain.
-    """
-    if not rels:
-        return {}
-    # start=0 rather than None: s3fs sends a HEAD before each whole-object cat (to decide on
-    # a parallel download); a "bytes=0-" range needs one GET only
-    got = fs.cat_ranges([f"{root}/{rel}" for rel in rels], 0, None, on_error="return")
-    out: dict[str, bytes | None] = {}
-    for rel, value in zip(rels, got, strict=True):
-        if isinstance(value, FileNotFoundError):
-            out[rel] = None
-        elif isinstance(value, BaseException):
-            raise value
-        else:
-            out[rel] = value
-    return out
-
-
-# -- object stores --------------------------------------------------------------------------
-def _write_remote_dir(fs: Any, root: str, files: Iterable[tuple[str, bytes]]) -> None:
-    try:
-        # find alone (one listing): a new prefix lists as empty, and exists() first would
-        # cost a HEAD and a listing more
-        existing = set(fs.find(root))
-    except FileNotFoundError:
-        existing = set()
-    foreign = sorted(p for p in existing if not OURS.fullmatch(p[len(root) + 1 :]))
-    if foreign:
-        raise FileExistsError(
-            f"{root} holds objects that are not part of a Parquet sidecar (e.g. {foreign[0]}); "
-            "refusing to replace it: choose another destination or remove them"
-        )
-    commit = f"{root}/{ZMETADATA}"
-    if commit in existing:
-        fs.rm_file(commit)  # un-commit first: readers now see "no sidecar", not a mixture
-    pending = {f"{root}/{rel}": data for rel, data in files}
-    marker = pending.pop(commit)
-    if pending:
-        fs.pipe(pending)  # concurrent PUTs of the record files
-    fs.pipe_file(commit, marker)
-    for path in sorted(existing - set(pending) - {commit}):
-        fs.rm_file(path)  # one by one: rm() would expand glob characters in the names

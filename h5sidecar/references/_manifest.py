@@ -129,7 +129,7 @@ class ChunkManifest:
         """Wrap arrays a decoder built and checked itself, without checking them again.
 
         For decoders that make every check of :meth:`from_arrays` while building their rows
-        (:mod:`~h5sidecar.references._bulk_small`): ``codes`` int32, ``offsets`` and
+        (:mod:`~h5sidecar.references.parquet_sidecar._manifests_file_small`): ``codes`` int32, ``offsets`` and
         ``lengths`` uint64, all C-ordered and of one shape; codes in ``[-2, len(urls))``;
         ``inline`` keyed by exactly the flat indices coded ``INLINE``; no stored chunk of
         length 0.  Its ~10 NumPy calls are most of a one-chunk manifest's cost, paid

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from h5sidecar.references._lazy import LazyArrayRefs
+from h5sidecar.references._lazy_refs import LazyArrayRefs
 from h5sidecar.references._manifest import ChunkManifest
 from h5sidecar.references._model import ArrayRefs
 

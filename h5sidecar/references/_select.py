@@ -26,7 +26,10 @@ from typing import Any
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._assemble import build_metas
 from h5sidecar.references._extras import EXTRAS_KEY, parse_extras, select_extras
-from h5sidecar.references._json import (
+from h5sidecar.references._model import GranuleRefs
+from h5sidecar.references._zmeta import split_metadata
+from h5sidecar.references.json_sidecar._json_lazy import decode_json_lazy, lazy_from_kerchunk
+from h5sidecar.references.json_sidecar._kerchunk_json import (
     _META_SUFFIXES,
     _document,
     _refs_of,
@@ -34,9 +37,6 @@ from h5sidecar.references._json import (
     gc_paused,
     load_json,
 )
-from h5sidecar.references._json_lazy import decode_json_lazy, lazy_from_kerchunk
-from h5sidecar.references._model import GranuleRefs
-from h5sidecar.references._zmeta import split_metadata
 
 __all__ = ["ArrayMatcher", "array_matcher", "decode_json_selected", "decode_json_sidecar",
            "select_arrays"]
@@ -68,7 +68,8 @@ def select_arrays(refs: GranuleRefs, match: ArrayMatcher) -> GranuleRefs:
 def decode_json_sidecar(data: bytes, *, lazy: bool, match: ArrayMatcher | None) -> GranuleRefs:
     """A JSON sidecar's text as :func:`~h5sidecar.references.read_refs` reads it: lazily or not,
     all arrays or those ``match`` accepts; the garbage collector is paused meanwhile (the
-    parsed document is gone when it resumes, see :func:`~h5sidecar.references._json.gc_paused`).
+    parsed document is gone when it resumes, see
+    :func:`~h5sidecar.references.json_sidecar._kerchunk_json.gc_paused`).
     """
     with gc_paused():
         if match is None:

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._cf import decode_fill_attr
-from h5sidecar.references._model import ArrayMeta
 from h5sidecar.references._names import check_node_path
 
 __all__ = [

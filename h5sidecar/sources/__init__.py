@@ -16,7 +16,7 @@ allow-list of source prefixes, the pure range planner and the fetch executor:
   into a page cache, with demand reads and a prefetch pool (the indexer reads through them);
 * :class:`LocalRangedFile` / :class:`RemoteRangedFile` / :class:`RangeReader` -- ranged readers:
   file objects a format library opens, and many ranges of a source and its companion files;
-* :mod:`h5sidecar.sources.web._http_client` / :mod:`h5sidecar.sources._auth` -- ``https://`` sources:
+* :mod:`h5sidecar.sources.web._http_client` / :mod:`h5sidecar.credentials._http_auth` -- ``https://`` sources:
   ranged GETs through redirects with bearer-token / ``.netrc`` auth bound to their hosts;
 * :func:`retrying` -- the one retry policy (exponential backoff with full jitter);
 * :class:`FetchStats` -- request and byte counters.
@@ -33,9 +33,9 @@ _LAZY = {
     "normalize_url": "h5sidecar.sources.stores._urls",
     "parse_url": "h5sidecar.sources.stores._urls",
     "resolve_store": "h5sidecar.sources.stores._store_cache",
-    "EndpointCredentials": "h5sidecar._providers",
-    "RefreshingCredentials": "h5sidecar._providers",
-    "S3Credentials": "h5sidecar._providers",
+    "EndpointCredentials": "h5sidecar.credentials._providers",
+    "RefreshingCredentials": "h5sidecar.credentials._providers",
+    "S3Credentials": "h5sidecar.credentials._providers",
     "source_identity": "h5sidecar.sources._source_identity",
     "identity_from_stat": "h5sidecar.sources._source_identity",
     "AllowList": "h5sidecar.sources._allow",

@@ -4,7 +4,7 @@ The cube record (:func:`~h5sidecar.workflows._cube_assemble.cube_record`) lists,
 member, its length along the concat dimension and the sidecar (path below a common root, and
 stamp) it came from.  In a JSON cube (and an Icechunk commit) those lists stay in the record.
 A Parquet cube holds them as columns of its members table (``length``, ``sidecar``,
-``stamp``), written to its members file (:mod:`h5sidecar.references._members_file`) and read
+``stamp``), written to its members file (:mod:`h5sidecar.references.parquet_sidecar._members_file`) and read
 only when an append needs them: its ``.zmetadata`` then grows with nothing per member, and a
 build makes no Python object per member for them (they go from NumPy to Arrow).  The record
 says ``"per_member": "columns"``; :func:`with_lists` gives an append the lists back.

@@ -113,7 +113,7 @@ def _without_secrets(args: tuple[Any, ...]) -> tuple[Any, ...]:
     """``args`` with the storage options of task options scrubbed of credentials: a task graph
     crosses the network and sits in the scheduler, so workers resolve their own credentials
     (``AWS_*``, ``AWS_PROFILE``, roles; an ``EndpointCredentials`` travels without its token)."""
-    from h5sidecar.references._io import scrub_credentials
+    from h5sidecar.credentials import scrub_credentials
 
     out = []
     for a in args:

@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol
 from h5sidecar._version import __version__
 from h5sidecar.errors import ErrorKind, H5SidecarError
 from h5sidecar.indexer import index_granule
-from h5sidecar.references import GranuleRefs, SourceInfo, write_refs
+from h5sidecar.references import GranuleRefs, SidecarFormat, SourceInfo, write_refs
 from h5sidecar.settings import IndexSettings
 from h5sidecar.sources.stores._urls import normalize_url
 from h5sidecar.workflows._dest_lock import dest_lock
@@ -48,8 +48,6 @@ from h5sidecar.workflows._staged_listing import StagedListing
 __all__ = ["IndexOptions", "ProgressSink", "index_many", "index_one"]
 
 log = logging.getLogger("h5sidecar.workflows")
-
-SidecarFormat = Literal["parquet", "json"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ import fsspec
 from fsspec.core import url_to_fs
 from fsspec.utils import glob_translate
 
-from h5sidecar._credentials import fsspec_options
+from h5sidecar.credentials._s3_chain import fsspec_options
 from h5sidecar.errors import SourceNotFoundError
 from h5sidecar.references import SourceInfo
 from h5sidecar.sources.stores._urls import normalize_url

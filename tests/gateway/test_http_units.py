@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from h5sidecar.gateway._dest import DestIndex
-from h5sidecar.gateway._http import (
+from h5sidecar.gateway._http_rules import (
     Admission,
     BadRequestError,
     KeyTooLongError,
@@ -365,7 +365,7 @@ _STATUSES = {
 
 def test_status_table_is_ordered_and_unchanged() -> None:
     from h5sidecar import errors
-    from h5sidecar.gateway._http import STATUS, status_for
+    from h5sidecar.gateway._http_rules import STATUS, status_for
 
     table = list(STATUS)
     # first match wins: no class may come after one of its bases

@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 import pytest
 
-from h5sidecar._credentials import fsspec_options
+from h5sidecar.credentials._s3_chain import fsspec_options
 from h5sidecar.read import _cold_open as cold
 from h5sidecar.read import load_refs, read_arrays
 from h5sidecar.read._shared_caches import SIDECARS

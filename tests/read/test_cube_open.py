@@ -13,7 +13,7 @@ from h5sidecar.errors import ForbiddenSourceError, InvalidReferenceError, StaleR
 from h5sidecar.read import read_arrays
 from h5sidecar.read.zarr.store import SidecarStore
 from h5sidecar.references import MemberTable, SourceInfo
-from h5sidecar.references._members_file import _Loader
+from h5sidecar.references.parquet_sidecar._members_file import _Loader
 from h5sidecar.settings import ReadSettings
 from h5sidecar.sources._allow import MemberAllowList, MemberSourceIndex
 from h5sidecar.workflows import build_cube

@@ -13,7 +13,7 @@ import pytest
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.read import read_arrays
 from h5sidecar.references import GranuleRefs, read_refs, write_json
-from h5sidecar.references._lazy import LazyArrayRefs
+from h5sidecar.references._lazy_refs import LazyArrayRefs
 from tests._granules import read_h5
 
 NAMED = ("gt1l/heights/h_ph", "gt1l/heights/lat_ph", "gt2r/heights/lon_ph")

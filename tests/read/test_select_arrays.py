@@ -13,10 +13,10 @@ import pytest
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.read import read_arrays
 from h5sidecar.references import GranuleRefs, read_refs, write_json, write_parquet
-from h5sidecar.references._bulk import MANIFESTS_FILE
 from h5sidecar.references._keys import _parse_few, _parse_many, parse_chunk_names
-from h5sidecar.references._lazy import LazyArrayRefs
+from h5sidecar.references._lazy_refs import LazyArrayRefs
 from h5sidecar.references._select import array_matcher
+from h5sidecar.references.parquet_sidecar._manifests_file import MANIFESTS_FILE
 from tests._granules import read_h5
 from tests.references._h5refs import edit_zarray
 
@@ -151,7 +151,7 @@ def test_the_garbage_collector_is_paused_while_parsing_and_restored(
         sidecars: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import gc
 
-    from h5sidecar.references import _json
+    from h5sidecar.references.json_sidecar import _kerchunk_json as _json
 
     seen = []
     real = _json.ujson.loads

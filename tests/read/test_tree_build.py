@@ -259,7 +259,7 @@ NUMBERS = (0, 1, -1, 127, 128, 255, 256, -129, 32767, 32768, 65535, 70000, 2**31
 def test_typed_number_attributes_as_the_array_path(dtype: str) -> None:
     """A CF attribute that is one Python number takes a cheaper path to its type: the same
     value, NumPy type and refusals as the general (array) path."""
-    from h5sidecar.references._attr_types import _lossless
+    from h5sidecar.references._typed_attrs import _lossless
 
     kept = 0
     for value in NUMBERS:

@@ -218,10 +218,3 @@ print(json.dumps({
 def test_register_numcodecs_v3_is_explicit_and_additive() -> None:
     out = _run(_REGISTER)
     assert out == {"before": False, "array_array": True, "zlib_kept": True, "h5sidecar": True}
-
-
-def test_deprecated_zarr_read_concurrency() -> None:
-    from h5sidecar.read import _granule_fetch as _zarr_batcher
-
-    with pytest.warns(DeprecationWarning, match=r"zarr.config.set"):
-        assert _zarr_batcher.ZARR_READ_CONCURRENCY == 128

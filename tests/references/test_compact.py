@@ -23,14 +23,18 @@ from zarr.storage import FsspecStore
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references import (
     GranuleRefs,
-    _lazy,
     read_layout,
     read_refs,
     write_parquet,
     write_refs,
 )
-from h5sidecar.references._bulk import MANIFESTS_FILE
-from h5sidecar.references._parquet import CHECKSUMS_FILE, ZMETADATA, decode_zmetadata
+from h5sidecar.references.parquet_sidecar import _parquet_lazy as _lazy
+from h5sidecar.references.parquet_sidecar._kerchunk_parquet import (
+    CHECKSUMS_FILE,
+    ZMETADATA,
+    decode_zmetadata,
+)
+from h5sidecar.references.parquet_sidecar._manifests_file import MANIFESTS_FILE
 from h5sidecar.settings import IndexSettings
 from tests._granules import atl03_h5, atl03_refs, refs_for, write_small_granule
 

@@ -188,7 +188,7 @@ def test_join_of_many_inline_chunks_is_not_checked_again() -> None:
     now), and what the join gives passes every check."""
     import tracemalloc
 
-    from h5sidecar.references._concat import concat_manifests
+    from h5sidecar.references.datacube._concat import concat_manifests
 
     n = 20_000
     one = [ChunkManifest.from_arrays(urls=("a.h5",) if i % 2 else (),

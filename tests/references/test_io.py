@@ -252,14 +252,12 @@ LAYERS: dict[str, float] = {
     "_lazy": 0,
     "_compat": 0,  # other libraries' private APIs and the sync bridge: imports no layer
     "_modes": 0,
-    "_providers": 0.25,  # above errors, below _credentials
-    "_credentials": 0.5,  # above errors, below references (which reads sidecars on S3)
+    "credentials": 0.5,  # above errors, below references (which reads sidecars on S3)
     "_record_parts": 0.75,  # the format of an object-store record: gateway, catalog, workflows
     "__main__": 7,
     "": 8,
 }
-#: The deprecated one-release aliases in ``gateway/`` that re-export ``read/`` (allowed: read is
-#: below gateway); listed so removing them is a conscious step.
+#: ``references/`` is the model and its formats: no HDF5, no web framework.
 NOT_IN_REFERENCES = {
     "h5py",
     "hdf5plugin",

@@ -24,7 +24,7 @@ from h5sidecar.references import (
     from_kerchunk,
     to_kerchunk,
 )
-from h5sidecar.references._json import decode_json, encode_json
+from h5sidecar.references.json_sidecar._kerchunk_json import decode_json, encode_json
 from tests.references._h5refs import refs_from_h5, write_sample
 from tests.references._strategies import granule_refs
 
@@ -117,7 +117,7 @@ def test_roundtrip_random(g: GranuleRefs) -> None:
 
 
 def test_ascii_inline_starting_with_base64_prefix_is_encoded() -> None:
-    from h5sidecar.references._json import decode_inline, encode_inline
+    from h5sidecar.references.json_sidecar._kerchunk_json import decode_inline, encode_inline
 
     assert encode_inline(b"base64:x").startswith("base64:")
     assert decode_inline(encode_inline(b"base64:x")) == b"base64:x"

@@ -22,8 +22,9 @@ from h5sidecar.indexer import index_granule
 from h5sidecar.read import clear_caches
 from h5sidecar.read.zarr.store import SidecarStore
 from h5sidecar.references import GranuleRefs, read_refs, write_parquet
-from h5sidecar.references._bulk import MANIFESTS_FILE
-from h5sidecar.references._lazy import LazyArrayRefs, ParquetManifests
+from h5sidecar.references._lazy_refs import LazyArrayRefs
+from h5sidecar.references.parquet_sidecar._manifests_file import MANIFESTS_FILE
+from h5sidecar.references.parquet_sidecar._parquet_lazy import ParquetManifests
 from h5sidecar.sample import write_atl03_like
 from tests.faultproxy import FaultProxy
 

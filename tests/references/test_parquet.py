@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references import GranuleRefs, from_kerchunk, read_refs, write_parquet
-from h5sidecar.references._parquet import (
+from h5sidecar.references.parquet_sidecar._kerchunk_parquet import (
     CHECKSUMS_FILE,
     MANIFESTS_FILE,
     decode_zmetadata,
-    encode_parquet,
     read_parquet_parts,
 )
+from h5sidecar.references.parquet_sidecar._parquet_write import encode_parquet
 from tests.references._h5refs import refs_from_h5, write_sample
 from tests.references._strategies import granule_refs
 from tests.references.test_json import small_refs

@@ -1,6 +1,6 @@
 """What netCDF readers show for an attribute, and the type spec that gives it back from JSON.
 
-Attributes are persisted as JSON (see :mod:`h5sidecar.references._attr_types` for the specs),
+Attributes are persisted as JSON (see :mod:`h5sidecar.references._typed_attrs` for the specs),
 and h5sidecar's readers must show what ``xr.open_dataset(file, engine="h5netcdf")`` shows.
 :func:`netcdf_view` reproduces h5netcdf's ``Attributes.__getitem__`` (h5netcdf 1.x) and
 xarray's ``_read_attributes`` on a value h5py read; :func:`type_spec` finds the spec that turns

@@ -56,7 +56,7 @@ class AttrResult:
     dropped: dict[str, str] = field(default_factory=dict)
     #: names kept in escaped form (not valid UTF-8, see :func:`escape_name`)
     escaped: list[str] = field(default_factory=list)
-    #: name -> the type spec JSON loses (see :mod:`h5sidecar.references._attr_types`)
+    #: name -> the type spec JSON loses (see :mod:`h5sidecar.references._typed_attrs`)
     types: dict[str, str] = field(default_factory=dict)
     #: name -> HDF5 type (as h5py maps it) of the attributes kept, where known without asking
     #: HDF5 again

@@ -24,13 +24,13 @@ from typing import Any
 
 from fsspec.asyn import AsyncFileSystem
 
+from h5sidecar.credentials import scrub_credentials
 from h5sidecar.read._granule_fetch import ReadBatcher
 from h5sidecar.read._granule_reader import GranuleReader
 from h5sidecar.read.zarr._byte_windows import clamped_window
 from h5sidecar.read.zarr._keyspace import ChunkRef, Resolved
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
-from h5sidecar.sources.fetch._chunk_fetcher import scrub_credentials
 
 __all__ = ["H5SidecarFileSystem"]
 

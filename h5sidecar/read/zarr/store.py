@@ -29,6 +29,7 @@ from typing import Any
 from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest, Store
 
+from h5sidecar.credentials import scrub_credentials
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.read._byte_lru import ByteLRU
 from h5sidecar.read._granule_fetch import ReadBatcher, refs_equal
@@ -40,7 +41,6 @@ from h5sidecar.read.zarr._byte_windows import byte_window
 from h5sidecar.read.zarr._keyspace import ChunkRef, GranuleKeys, ZarrFormat
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
-from h5sidecar.sources.fetch._chunk_fetcher import scrub_credentials
 
 __all__ = ["SidecarStore"]
 

@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from h5sidecar.credentials import scrub_credentials
 from h5sidecar.errors import SourceReadError
 from h5sidecar.references import MemberTable, SourceInfo
-from h5sidecar.references._io import scrub_credentials
 from h5sidecar.settings import ReadSettings
 from h5sidecar.sources._allow import AllowList, MemberAllowList, MemberSourceIndex, SourceIndex
 from h5sidecar.sources._stats import FetchStats
@@ -52,7 +52,7 @@ from h5sidecar.sources.stores._backends import (
 from h5sidecar.sources.stores._urls import SourceLocation, parse_url
 from h5sidecar.sources.web._http_store import HttpReader
 
-__all__ = ["ChunkFetcher", "scrub_credentials"]
+__all__ = ["ChunkFetcher"]
 
 log = logging.getLogger("h5sidecar.fetch")
 

@@ -18,7 +18,7 @@ is never signed with a session token taken from the environment.  ``profile`` (o
 provider; with no keys given, botocore's standard chain is resolved here (profiles, web identity,
 container, instance metadata) and handed to obstore, so reads see what s3fs listings see, and a
 missing credential is a :class:`~h5sidecar.errors.CredentialsError` (see
-:mod:`h5sidecar._credentials` for the order).
+:mod:`h5sidecar.credentials._s3_chain` for the order).
 
 Stores are cached (bounded, least recently used) by bucket and a digest of the resolved options,
 so repeated calls share one HTTP connection pool.  Credentials never appear in a ``repr`` and
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from obstore.store import LocalStore, S3Store
 
-from h5sidecar._credentials import (
+from h5sidecar.credentials._s3_chain import (
     RefreshingCredentials,
     as_provider,
     chain_provider,

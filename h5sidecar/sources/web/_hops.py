@@ -30,8 +30,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
+from h5sidecar.credentials._http_auth import origin_of
 from h5sidecar.errors import SourceReadError
-from h5sidecar.sources._auth import origin_of
 
 __all__ = ["EARTHDATA_REDIRECT_HOSTS", "REDIRECT_HOSTS_ENV", "RedirectPolicy"]
 

@@ -9,7 +9,7 @@ the library do it, because each hop decides its own headers:
   network only when that host is named exactly (:mod:`h5sidecar.sources.web._hops`), checked before
   connecting to it;
 * the ``Range`` (and ``If-Match``) header is kept on every hop;
-* credentials go only where :class:`~h5sidecar.sources._auth.HttpAuth` says (the token to the
+* credentials go only where :class:`~h5sidecar.credentials._http_auth.HttpAuth` says (the token to the
   source's origin, ``.netrc`` basic auth to the hosts it names);
 * cookies set on a hop are kept per origin and sent back to that origin only (Earthdata's login
   hands a session cookie to the data host);
@@ -44,8 +44,8 @@ from urllib.parse import urljoin, urlsplit
 
 import urllib3
 
+from h5sidecar.credentials._http_auth import HttpAuth, origin_of, secure_for_credentials
 from h5sidecar.errors import SourceAuthError, SourceReadError
-from h5sidecar.sources._auth import HttpAuth, origin_of, secure_for_credentials
 from h5sidecar.sources.web._content_range import expected_part, slice_part
 from h5sidecar.sources.web._hops import REDIRECT_HOSTS_ENV, RedirectPolicy
 
@@ -104,7 +104,7 @@ class HttpClient:
     Parameters
     ----------
     storage_options : mapping, optional
-        ``headers``, ``token``, ``netrc``, ``anon`` (see :mod:`h5sidecar.sources._auth`).
+        ``headers``, ``token``, ``netrc``, ``anon`` (see :mod:`h5sidecar.credentials._http_auth`).
     timeout : float
         Seconds to connect, and between bytes of an answer.
     """

@@ -60,7 +60,7 @@ class HttpReader:
     Parameters
     ----------
     storage_options : mapping, optional
-        ``headers``, ``token``, ``netrc``, ``anon`` (see :mod:`h5sidecar.sources._auth`).
+        ``headers``, ``token``, ``netrc``, ``anon`` (see :mod:`h5sidecar.credentials._http_auth`).
     """
 
     def __init__(self, storage_options: Mapping[str, Any] | None = None) -> None:

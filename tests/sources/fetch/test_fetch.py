@@ -16,6 +16,7 @@ import h5py
 import numpy as np
 import pytest
 
+from h5sidecar.credentials import scrub_credentials
 from h5sidecar.errors import (
     ForbiddenSourceError,
     InvalidReferenceError,
@@ -25,7 +26,7 @@ from h5sidecar.errors import (
 from h5sidecar.references import SourceInfo
 from h5sidecar.settings import ReadSettings
 from h5sidecar.sources._source_identity import identity_from_stat, source_identity
-from h5sidecar.sources.fetch._chunk_fetcher import ChunkFetcher, scrub_credentials
+from h5sidecar.sources.fetch._chunk_fetcher import ChunkFetcher
 from tests.faultproxy import FaultProxy
 
 #: fast retries so fault tests take milliseconds; small limits so plans have several requests

@@ -180,7 +180,7 @@ def test_http_client_and_auth_refuse_pickling() -> None:
 
 
 def test_credentials_are_bound_to_hosts(tmp_path: Path) -> None:
-    from h5sidecar.sources._auth import HttpAuth
+    from h5sidecar.credentials._http_auth import HttpAuth
 
     netrc = write_netrc(tmp_path / "netrc", host="urs.example.org")
     auth = HttpAuth({"token": "T"}, env={"NETRC": str(netrc)})
@@ -284,7 +284,7 @@ def test_plain_fsspec_reads_the_https_references(earthdata: Archive, no_env_auth
 def test_an_aws_session_token_is_never_a_bearer_token() -> None:
     """One options dict for an S3 sidecar and web sources: its ``token`` beside ``key`` and
     ``secret`` is the AWS session token, which no web host may receive."""
-    from h5sidecar.sources._auth import HttpAuth
+    from h5sidecar.credentials._http_auth import HttpAuth
 
     auth = HttpAuth({"key": "AKIA", "secret": "s", "token": "aws-session"}, env={"NETRC": "/x"})
     assert auth.headers_for("https://data.example.org/x.h5", "https://data.example.org") == {}

@@ -1,9 +1,9 @@
 """The manifests file of a granule with few chunks, decoded in plain Python.
 
-:func:`~h5sidecar.references._bulk.decode_manifests` works column-wise (pyarrow and NumPy over
-every row), which pays ~40 calls of a few microseconds each whatever the size: ~0.3 ms for a
-granule of five one-chunk variables, as much as reading the Parquet file itself, and then
-~50 us per array manifest.  A datacube build decodes one such file per granule, thousands of
+:func:`~h5sidecar.references.parquet_sidecar._manifests_file.decode_manifests` works
+column-wise (pyarrow and NumPy over every row), which pays ~40 calls of a few microseconds
+each whatever the size: ~0.3 ms for a granule of five one-chunk variables, as much as reading
+the Parquet file itself, and then ~50 us per array manifest.  A datacube build decodes one such file per granule, thousands of
 them.  Up to :data:`SMALL_ROWS` rows the table is turned into Python lists once and each
 array's manifest built from its rows; every check of the column-wise path is made (the same
 errors, the same messages), and the manifests are equal.
@@ -19,9 +19,9 @@ import numpy as np
 import pyarrow as pa
 
 from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._assemble import ChunkColumns
 from h5sidecar.references._manifest import INLINE, MISSING, ChunkManifest
-from h5sidecar.references._model import ArrayMeta
 
 __all__ = ["SMALL_ROWS", "SmallBulkColumns", "array_names", "decode_small"]
 
@@ -61,7 +61,7 @@ def decode_small(table: pa.Table, metas: Mapping[str, ArrayMeta], others: Collec
     Raises
     ------
     InvalidReferenceError
-        As :func:`~h5sidecar.references._bulk.decode_manifests`.
+        As :func:`~h5sidecar.references.parquet_sidecar._manifests_file.decode_manifests`.
     """
     array_names(table, metas, others, file)
     for name in ("chunk", "offset", "size"):
@@ -86,7 +86,8 @@ def decode_small(table: pa.Table, metas: Mapping[str, ArrayMeta], others: Collec
 
 class SmallBulkColumns(Mapping[str, ChunkColumns]):
     """Array path -> :class:`ChunkColumns` (and :meth:`manifest`) from Python rows; the same
-    interface and checks as :class:`~h5sidecar.references._bulk.BulkColumns`."""
+    interface and checks as
+    :class:`~h5sidecar.references.parquet_sidecar._manifests_file.BulkColumns`."""
 
     def __init__(self, rows: dict[str, list[_Row]], urls: list[str],
                  metas: Mapping[str, ArrayMeta], file: str) -> None:

@@ -13,10 +13,10 @@ table of every stored and inline chunk (one row per chunk, sorted by array then 
     raw     binary                      the chunk's bytes when it is held inline, else null
 
 A lazily opened sidecar reads it on the first manifest it needs (one GET, one decode) when it is
-small enough (:data:`~h5sidecar.references._lazy.BULK_LOAD_BYTES`), else per-array record files
-as before.  Plain kerchunk/fsspec readers ignore the file.  ``chunk`` and ``offset`` use delta
-encoding (readers here are pyarrow only; fastparquet's delta decoding is what the record files
-avoid).
+small enough (:data:`~h5sidecar.references.parquet_sidecar._parquet_lazy.BULK_LOAD_BYTES`),
+else per-array record files as before.  Plain kerchunk/fsspec readers ignore the file.
+``chunk`` and ``offset`` use delta encoding (readers here are pyarrow only; fastparquet's delta
+decoding is what the record files avoid).
 """
 
 from __future__ import annotations
@@ -30,15 +30,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._assemble import ChunkColumns
-from h5sidecar.references._bulk_small import (
+from h5sidecar.references._manifest import INLINE, MISSING, ChunkManifest
+from h5sidecar.references._model import GranuleRefs
+from h5sidecar.references.parquet_sidecar._manifests_file_small import (
     SMALL_ROWS,
     SmallBulkColumns,
     array_names,
     decode_small,
 )
-from h5sidecar.references._manifest import INLINE, MISSING, ChunkManifest
-from h5sidecar.references._model import ArrayMeta, GranuleRefs
 
 __all__ = ["MANIFESTS_FILE", "BulkColumns", "decode_manifests", "encode_manifests"]
 
@@ -113,7 +114,7 @@ def decode_manifests(
     absent from the file have no stored chunks); each array's are cut out on first access.
     ``others``: the sidecar's arrays left out of ``metas`` (an open of a few named arrays),
     which the file may name too.  A small file (few chunks) is decoded in plain Python
-    (:mod:`~h5sidecar.references._bulk_small`), with the same checks.
+    (:mod:`~h5sidecar.references.parquet_sidecar._manifests_file_small`), with the same checks.
 
     Raises
     ------

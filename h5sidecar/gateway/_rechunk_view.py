@@ -24,7 +24,7 @@ import numpy as np
 import ujson
 
 from h5sidecar.errors import InvalidReferenceError
-from h5sidecar.gateway._http import ResponseTooLargeError
+from h5sidecar.gateway._http_rules import ResponseTooLargeError
 from h5sidecar.gateway._shard import ShardLayout
 from h5sidecar.read.zarr._keyspace import ChunkRef, GranuleKeys
 from h5sidecar.read.zarr._virtual_chunks import RechunkSpec, virtual_chunk_shape, virtual_runs

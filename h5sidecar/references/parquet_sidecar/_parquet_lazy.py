@@ -1,11 +1,12 @@
-"""Arrays whose chunk manifest loads on first use (Parquet sidecars open without reading one).
+"""Parquet sidecars opened without reading a manifest: each array's loads on first use.
 
 A Parquet sidecar holds every array's metadata in ``.zmetadata`` and its chunk references in
-per-array record files.  Reading the metadata alone is one GET; a :class:`LazyArrayRefs` then
-stands in for the :class:`~h5sidecar.references.ArrayRefs` of each array and fetches its record
-files only when the manifest is first needed (as fsspec's ``LazyReferenceMapper`` does) -- or,
-when the sidecar has the all-arrays manifests file, every array's from that one file (always
-for a compact sidecar, which has no record files).
+per-array record files.  Reading the metadata alone is one GET; a
+:class:`~h5sidecar.references._lazy_refs.LazyArrayRefs` then stands in for the
+:class:`~h5sidecar.references.ArrayRefs` of each array and fetches its record files only
+when the manifest is first needed (as fsspec's ``LazyReferenceMapper`` does) -- or, when the
+sidecar has the all-arrays manifests file, every array's from that one file (always for a
+compact sidecar, which has no record files).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, Literal, Protocol
+from typing import Any
 
 import numpy as np
 
 from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._assemble import (
     ChunkColumns,
     build_manifest,
@@ -27,8 +29,6 @@ from h5sidecar.references._assemble import (
 )
 from h5sidecar.references._assemble import _check_within_source as check_within_source
 from h5sidecar.references._assemble import _checksums as array_checksums
-from h5sidecar.references._bulk import MANIFESTS_FILE, BulkColumns, decode_manifests
-from h5sidecar.references._bulk_small import SmallBulkColumns
 from h5sidecar.references._extras import (
     EXTRAS_KEY,
     ArrayExtras,
@@ -36,9 +36,11 @@ from h5sidecar.references._extras import (
     parse_extras,
     select_extras,
 )
+from h5sidecar.references._lazy_refs import LazyArrayRefs
 from h5sidecar.references._manifest import ChunkManifest
-from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs
-from h5sidecar.references._parquet import (
+from h5sidecar.references._model import GranuleRefs
+from h5sidecar.references._zmeta import select_nodes, split_metadata
+from h5sidecar.references.parquet_sidecar._kerchunk_parquet import (
     CHECKSUMS_FILE,
     bulk_file,
     read_checksums,
@@ -47,130 +49,19 @@ from h5sidecar.references._parquet import (
     record_path,
     sidecar_layout,
 )
-from h5sidecar.references._zmeta import select_nodes, split_metadata
+from h5sidecar.references.parquet_sidecar._manifests_file import (
+    MANIFESTS_FILE,
+    BulkColumns,
+    decode_manifests,
+)
+from h5sidecar.references.parquet_sidecar._manifests_file_small import SmallBulkColumns
 
 __all__ = [
     "BULK_LOAD_BYTES",
     "MANIFEST_CACHE_BYTES",
-    "LazyArrayRefs",
-    "ManifestLoader",
     "ParquetManifests",
     "read_parquet_lazy",
 ]
-
-
-class ManifestLoader(Protocol):
-    """Where a :class:`LazyArrayRefs` gets its manifest from (a sidecar reader's loader)."""
-
-    def load(self, path: str) -> tuple[ChunkManifest, np.ndarray | None]:
-        """``(manifest, checksums or None)`` of the array ``path`` (cached by the loader)."""
-        ...
-
-    def is_loaded(self, path: str) -> bool:
-        """True when ``path``'s manifest is in the loader's cache."""
-        ...
-
-    def resident_nbytes(self, path: str) -> int:
-        """Bytes of ``path``'s manifest held in the loader's cache (0 when not loaded)."""
-        ...
-
-    def urls(self, path: str) -> tuple[str, ...]:
-        """The URLs of ``path``'s manifest, known without loading it."""
-        ...
-
-
-class LazyArrayRefs(ArrayRefs):
-    """An :class:`ArrayRefs` whose metadata is in memory and whose manifest loads on first use.
-
-    Reading ``meta``, ``status``, ``note``, :attr:`urls` or :meth:`zarray_fill_value` never
-    loads anything; ``manifest`` and ``checksums`` ask the loader, which fetches the array's
-    record files once and keeps them in a byte-bounded cache (an evicted manifest is fetched
-    again when next needed).  Pickles without its manifest: a Dask worker loads what it reads.
-    """
-
-    # The parent's ``manifest``/``checksums`` slots stay unset: the properties below shadow them.
-    __slots__ = ("_fill", "_loader")
-    _fill: Any
-    _loader: ManifestLoader
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        # dataclasses.replace() passes every field of ArrayRefs (``manifest`` included): what it
-        # builds is a plain ArrayRefs with the manifest given, no longer lazy
-        if "manifest" in kwargs:
-            return ArrayRefs(*args, **kwargs)
-        return super().__new__(cls)
-
-    def __init__(
-        self,
-        path: str,
-        meta: ArrayMeta,
-        loader: ManifestLoader,
-        *,
-        status: Literal["virtual", "inlined"] = "virtual",
-        note: str = "",
-        zarray_fill: Any = None,
-    ) -> None:
-        if path.startswith("/") or path.endswith("/") or not path:
-            raise InvalidReferenceError(f"array path {path!r} must be relative and non-empty")
-        for name, value in (("path", path), ("meta", meta), ("status", status), ("note", note)):
-            object.__setattr__(self, name, value)
-        object.__setattr__(self, "_loader", loader)
-        object.__setattr__(self, "_fill", zarray_fill)
-
-    @property  # type: ignore[override]
-    def manifest(self) -> ChunkManifest:
-        """The chunk manifest, fetched on first use (blocking I/O)."""
-        return self._loader.load(self.path)[0]
-
-    @property  # type: ignore[override]
-    def checksums(self) -> np.ndarray | None:
-        """Chunk checksums (or None), loaded with the manifest."""
-        return self._loader.load(self.path)[1]
-
-    @property
-    def urls(self) -> tuple[str, ...]:
-        """The manifest's URLs, from the extras (no I/O)."""
-        return self._loader.urls(self.path)
-
-    @property
-    def urls_are_members(self) -> bool:
-        """True when the extras say the URLs are the cube's members' (no I/O)."""
-        from_members = getattr(self._loader, "from_members", None)  # a cube's Parquet loader
-        return bool(from_members is not None and from_members(self.path))
-
-    @property
-    def manifest_loaded(self) -> bool:
-        """True when the manifest is in the loader's cache."""
-        return self._loader.is_loaded(self.path)
-
-    @property
-    def resident_nbytes(self) -> int:
-        """Bytes of this array's manifest in the loader's cache now."""
-        return self._loader.resident_nbytes(self.path)
-
-    def load(self) -> None:
-        """Load the manifest now (blocking I/O: async callers run this in a thread)."""
-        self._loader.load(self.path)
-
-    def zarray_fill_value(self) -> Any:
-        """The ``fill_value`` the sidecar's ``.zarray`` persists (what the writer computed)."""
-        return self._fill
-
-    def __repr__(self) -> str:
-        state = "loaded" if self.manifest_loaded else "not loaded"
-        return f"LazyArrayRefs(path={self.path!r}, meta={self.meta!r}, manifest {state})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (
-            _lazy_array,
-            (self.path, self.meta, self._loader, self.status, self.note, self._fill),
-        )
-
-
-def _lazy_array(
-    path: str, meta: ArrayMeta, loader: ManifestLoader, status: Any, note: str, fill: Any
-) -> LazyArrayRefs:
-    return LazyArrayRefs(path, meta, loader, status=status, note=note, zarray_fill=fill)
 
 
 #: Default bound of the manifests one lazily opened sidecar keeps in memory.
@@ -198,9 +89,10 @@ class ParquetManifests:
         Manifests kept in memory; the least recently used are dropped (and fetched again when
         next needed) beyond this.
     bulk_bytes : int, optional
-        Size of the sidecar's all-arrays manifest file (:mod:`~h5sidecar.references._bulk`),
-        None when it has none.  When it is at most :data:`BULK_LOAD_BYTES`, the first manifest
-        needed loads every array's from it, in one fetch.
+        Size of the sidecar's all-arrays manifest file
+        (:mod:`~h5sidecar.references.parquet_sidecar._manifests_file`), None when it has
+        none.  When it is at most :data:`BULK_LOAD_BYTES`, the first manifest needed loads
+        every array's from it, in one fetch.
     bulk_only : bool
         The sidecar has no record files (compact layout): the manifests file is read whatever
         its size.
@@ -421,8 +313,8 @@ def read_parquet_lazy(
     built); ``bulk_data``: the all-arrays manifests file when already fetched.
     Returns ``None`` for sidecars without h5sidecar extras (written by kerchunk): their source
     identity is derived from chunk URLs, so they must be read whole
-    (:func:`~h5sidecar.references._parquet.read_parquet_parts`), and for a ``match`` on
-    sidecars whose extras and metadata do not name the same arrays.
+    (:func:`~h5sidecar.references.parquet_sidecar._kerchunk_parquet.read_parquet_parts`), and
+    for a ``match`` on sidecars whose extras and metadata do not name the same arrays.
     """
     if EXTRAS_KEY not in zmetadata:
         return None

@@ -10,7 +10,7 @@ Layout (``record_size`` chunks per file, flat C-order chunk index ``k`` of array
       gt1l/heights/h_ph/refs.0.parq   columns path, offset, size, raw
       gt1l/heights/h_ph/refs.1.parq
       .h5sidecar/checksums.parq    only with checksums: array (dictionary), checksum (uint64)
-      .h5sidecar/manifests.parq    every array's chunks in one table (see ``_bulk``)
+      .h5sidecar/manifests.parq    every array's chunks in one table (see ``_manifests_file``)
       .h5sidecar/members.parq      a cube's members (see ``_members_file``)
 
 The **compact layout** (``layout="compact"``) writes ``.zmetadata`` and the
@@ -21,32 +21,13 @@ every plain reader built on it) then fails on opening with ``KeyError: 'record_s
 of taking the absent record files for missing chunks and returning fill values.  h5sidecar's
 readers always read the manifests file of a compact sidecar (one GET for every array).
 
-Rows encode a chunk exactly as fsspec's writer does: a byte range is ``(url, offset, size,
-null)``, an inline chunk ``(null, 0, 0, bytes)``, a missing chunk ``(null, 0, 0, null)``; a 0-d
-array has one row (fsspec maps its key ``"0"`` to chunk 0).  A record whose chunks are all
-missing gets no file at all: fsspec, like kerchunk, reads an absent record as missing keys.
-
-``path`` is Parquet dictionary-encoded (the on-disk form of fsspec's pandas categorical), so a
-URL is stored once per file.  ``offset``/``size`` are required int64 columns with statistics:
-fastparquet, fsspec's default engine, reads int columns without statistics as float64.  Files
-are zstd-compressed without pandas or Arrow schema metadata.  zstd's ratio on these columns is
-not monotonic in the level and dictionary-encoding ``size`` helps only when chunk sizes repeat,
-so each record is encoded a few ways (:data:`ENCODINGS`) and the smallest file kept; that keeps
-our sidecars no larger than kerchunk's.  (``DELTA_BINARY_PACKED`` would shrink offsets
-threefold, but fastparquet decodes large deltas wrongly, so it is not used.)
-
-Leaving out the pandas metadata matters: with it, pandas >= 3 restores ``path`` as a NaN-filled
-``str`` column and fsspec takes a missing chunk's NaN for a URL (kerchunk-written sidecars with
-missing chunks fail that way); without it fastparquet yields ``None`` and fsspec reports the
-key as missing.  fsspec's ``engine="pyarrow"`` still yields NaN under pandas >= 3, so with that
-engine a missing chunk inside a record raises instead of reading as the fill value.
+Written by :mod:`~h5sidecar.references.parquet_sidecar._parquet_write`; read here.
 """
 
 from __future__ import annotations
 
-import io
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, get_args
 
 import numpy as np
@@ -55,25 +36,23 @@ import pyarrow.parquet as pq
 import ujson
 
 from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._assemble import ChunkColumns, assemble, build_metas
-from h5sidecar.references._bulk import MANIFESTS_FILE, decode_manifests, encode_manifests
-from h5sidecar.references._extras import EXTRAS_KEY, build_extras, parse_extras
-from h5sidecar.references._json import json_default
-from h5sidecar.references._manifest import INLINE
-from h5sidecar.references._members import MemberTable
-from h5sidecar.references._members_file import MEMBERS_FILE, MEMBERS_KEY, encode_members
-from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs
+from h5sidecar.references._extras import EXTRAS_KEY, parse_extras
+from h5sidecar.references._model import GranuleRefs
 from h5sidecar.references._zmeta import split_metadata
+from h5sidecar.references.parquet_sidecar._manifests_file import (
+    MANIFESTS_FILE,
+    decode_manifests,
+)
 
 __all__ = [
     "CHECKSUMS_FILE",
     "LAYOUT_KEY",
     "SidecarLayout",
     "MANIFESTS_KEY",
-    "DEFAULT_RECORD_SIZE",
     "ZMETADATA",
     "decode_zmetadata",
-    "encode_parquet",
     "read_checksums",
     "read_parquet_parts",
     "read_table",
@@ -82,14 +61,6 @@ __all__ = [
     "sidecar_layout",
 ]
 
-#: Chunks per record file (kerchunk's ``refs_to_dataframe`` default).
-DEFAULT_RECORD_SIZE = 100_000
-#: (dictionary-encoded columns, zstd level) tried for every record file; the smallest wins.
-ENCODINGS: tuple[tuple[tuple[str, ...], int], ...] = (
-    (("path", "size"), 3),
-    (("path",), 9),
-    (("path", "size"), 9),
-)
 ZMETADATA = ".zmetadata"
 CHECKSUMS_FILE = ".h5sidecar/checksums.parq"
 #: Key of the extras block describing the all-arrays manifest file: ``{"file", "bytes"}``.
@@ -101,136 +72,12 @@ LAYOUT_KEY = "layout"
 SidecarLayout = Literal["kerchunk", "compact"]
 LAYOUTS: tuple[str, ...] = get_args(SidecarLayout)
 
-_SCHEMA_FIELDS = (
-    pa.field("offset", pa.int64(), nullable=False),
-    pa.field("size", pa.int64(), nullable=False),
-    pa.field("raw", pa.binary()),
-)
-
 
 def record_path(array_path: str, record: int) -> str:
     """Relative path of one record file (``"gt1l/heights/h_ph/refs.0.parq"``)."""
     return f"{array_path}/refs.{record}.parq"
 
 
-def encode_parquet(
-    refs: GranuleRefs,
-    *,
-    record_size: int = DEFAULT_RECORD_SIZE,
-    manifests_file: bool = True,
-    layout: SidecarLayout = "kerchunk",
-) -> Iterator[tuple[str, bytes]]:
-    """Yield ``(relative path, bytes)`` of every file of the Parquet sidecar, ``.zmetadata`` last.
-
-    Writers must store the files in this order: ``.zmetadata`` is the commit marker.
-    ``layout="compact"`` writes no record files (and always the manifests file).
-    """
-    if not isinstance(record_size, int) or record_size < 1:
-        raise ValueError(f"record_size must be a positive integer, got {record_size!r}")
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    compact = layout == "compact"
-    for path, arr in () if compact else refs.arrays.items():
-        for record, table in _record_tables(arr, record_size):
-            yield record_path(path, record), _smallest(table)
-    with_sums = [a for a in refs.arrays.values() if a.checksums is not None]
-    if with_sums:
-        yield CHECKSUMS_FILE, _parquet_bytes(_checksum_table(with_sums), ("array",), 3, False)
-    extras = build_extras(refs, checksums="file", members_file=bool(refs.members))
-    if refs.members:  # a cube: its members in their own file, read when first needed
-        table = refs.members
-        data, extras[MEMBERS_KEY] = encode_members(
-            table if isinstance(table, MemberTable) else MemberTable.of(table))
-        yield MEMBERS_FILE, data
-        del data
-    if manifests_file or compact:
-        bulk = encode_manifests(refs)
-        yield MANIFESTS_FILE, bulk
-        extras[MANIFESTS_KEY] = {"file": MANIFESTS_FILE, "bytes": len(bulk)}
-    zmeta: dict[str, Any] = {"metadata": refs.zmetadata(), "record_size": record_size}
-    if compact:
-        # no record_size: fsspec's LazyReferenceMapper fails on it at once, where with one it
-        # would read the absent record files as missing chunks (fill values, silently)
-        del zmeta["record_size"]
-        extras[LAYOUT_KEY] = "compact"
-    zmeta.update({"zarr_consolidated_format": 1, EXTRAS_KEY: extras})
-    text = ujson.dumps(
-        zmeta, escape_forward_slashes=False, ensure_ascii=False, default=json_default
-    )
-    yield ZMETADATA, text.encode("utf-8")
-
-
-def _smallest(table: pa.Table) -> bytes:
-    """The smallest of the :data:`ENCODINGS` of a record table."""
-    candidates = (_parquet_bytes(table, d, lvl, ["offset", "size"]) for d, lvl in ENCODINGS)
-    return min(candidates, key=len)
-
-
-def _parquet_bytes(
-    table: pa.Table, dictionary: tuple[str, ...], level: int, statistics: list[str] | bool
-) -> bytes:
-    buf = io.BytesIO()
-    pq.write_table(
-        table,
-        buf,
-        compression="zstd",
-        compression_level=level,
-        use_dictionary=list(dictionary),
-        write_statistics=statistics,
-        store_schema=False,
-    )
-    return buf.getvalue()
-
-
-def _record_tables(arr: ArrayRefs, record_size: int) -> Iterator[tuple[int, pa.Table]]:
-    """One table per record holding at least one stored or inline chunk."""
-    m = arr.manifest
-    codes = m.codes.reshape(-1)
-    offsets = m.offsets.reshape(-1)
-    lengths = m.lengths.reshape(-1)
-    url_dict = pa.array(m.urls, type=pa.string())
-    for record in range(math.ceil(codes.size / record_size)):
-        sl = slice(record * record_size, (record + 1) * record_size)
-        rc = codes[sl]
-        stored = rc >= 0
-        inline = rc == INLINE
-        if not (stored.any() or inline.any()):
-            continue
-        path = pa.DictionaryArray.from_arrays(
-            pa.array(np.where(stored, rc, 0), type=pa.int32(), mask=~stored), url_dict
-        ).dictionary_decode()
-        table = pa.Table.from_arrays(
-            [
-                path,
-                pa.array(np.where(stored, offsets[sl], 0).astype(np.int64)),
-                pa.array(np.where(stored, lengths[sl], 0).astype(np.int64)),
-                _raw_column(m.inline, record * record_size, np.flatnonzero(inline), rc.size),
-            ],
-            schema=pa.schema([pa.field("path", path.type), *_SCHEMA_FIELDS]),
-        )
-        yield record, table
-
-
-def _raw_column(inline: Mapping[int, bytes], base: int, rows: np.ndarray, n: int) -> pa.Array:
-    if not rows.size:
-        return pa.nulls(n, type=pa.binary())
-    values: list[bytes | None] = [None] * n
-    for row in rows.tolist():
-        values[row] = inline[base + row]
-    return pa.array(values, type=pa.binary())
-
-
-def _checksum_table(arrays: list[ArrayRefs]) -> pa.Table:
-    names = pa.array([a.path for a in arrays], type=pa.string())
-    sizes = [a.manifest.n_chunks for a in arrays]
-    index = np.repeat(np.arange(len(arrays), dtype=np.int32), sizes)
-    values = np.concatenate([np.asarray(a.checksums, dtype=np.uint64).reshape(-1) for a in arrays])
-    return pa.table(
-        {"array": pa.DictionaryArray.from_arrays(pa.array(index), names), "checksum": values}
-    )
-
-
-# -- reading --------------------------------------------------------------------------------
 def decode_zmetadata(data: bytes) -> dict[str, Any]:
     """Parse and check a Parquet sidecar's ``.zmetadata`` (``metadata`` + ``record_size``)."""
     try:

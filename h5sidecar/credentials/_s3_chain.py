@@ -19,7 +19,7 @@ When nothing yields credentials the caller gets a :class:`~h5sidecar.errors.Cred
 naming what was tried and what to do, not botocore's ``NoCredentialsError`` at the first request.
 
 The providers themselves (:class:`RefreshingCredentials`, :class:`EndpointCredentials`) live in
-:mod:`h5sidecar._providers`.
+:mod:`h5sidecar.credentials._providers`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from h5sidecar._providers import (
+from h5sidecar.credentials._providers import (
     EndpointCredentials,
     RefreshingCredentials,
     S3Credentials,

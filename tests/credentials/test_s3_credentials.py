@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from h5sidecar import _credentials
 from h5sidecar.cli import main
+from h5sidecar.credentials import _s3_chain
 from h5sidecar.errors import CredentialsError, ErrorKind
 from h5sidecar.read import clear_caches
 from h5sidecar.sources import EndpointCredentials, RefreshingCredentials, resolve_store
@@ -33,8 +33,8 @@ PATH = "gt1l/heights/h_ph"
 def _forget() -> None:
     clear_store_cache()
     clear_caches()
-    _credentials._SESSIONS.clear()
-    _credentials._CHAINS.clear()
+    _s3_chain._SESSIONS.clear()
+    _s3_chain._CHAINS.clear()
 
 
 @pytest.fixture

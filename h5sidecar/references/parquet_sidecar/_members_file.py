@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from h5sidecar.errors import InvalidReferenceError
-from h5sidecar.references._members import MemberTable
+from h5sidecar.references.datacube._member_table import MemberTable
 
 __all__ = ["MEMBERS_FILE", "MEMBERS_KEY", "encode_members", "lazy_members", "members_entry"]
 

@@ -5,7 +5,7 @@ what costs is turning each array's chunk references into a validated
 :class:`~h5sidecar.references.ChunkManifest` (chunk-name parsing, URL encoding, range checks:
 ~0.2 ms an array, so ~0.25 s for an ATL03 granule).  An analysis that reads three variables of
 six beams needs 18 of those 935 manifests.  :func:`lazy_from_kerchunk` builds each array as a
-:class:`~h5sidecar.references._lazy.LazyArrayRefs` whose manifest is built, from the parsed
+:class:`~h5sidecar.references._lazy_refs.LazyArrayRefs` whose manifest is built, from the parsed
 references kept in memory, the first time it is used -- as Parquet sidecars already load
 their record files on first use.
 
@@ -26,21 +26,22 @@ from typing import Any
 import numpy as np
 
 from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._assemble import ChunkColumns, build_manifest, known_sizes
 from h5sidecar.references._assemble import _check_within_source as check_within_source
 from h5sidecar.references._assemble import _checksums as array_checksums
 from h5sidecar.references._extras import ArrayExtras, Extras
-from h5sidecar.references._json import (
+from h5sidecar.references._keys import parse_chunk_names
+from h5sidecar.references._lazy_refs import LazyArrayRefs
+from h5sidecar.references._manifest import ChunkManifest
+from h5sidecar.references._model import GranuleRefs
+from h5sidecar.references._zmeta import ZarrNodes
+from h5sidecar.references.json_sidecar._kerchunk_json import (
     assemble_parts,
     chunk_columns,
     load_json,
     split_kerchunk,
 )
-from h5sidecar.references._keys import parse_chunk_names
-from h5sidecar.references._lazy import LazyArrayRefs
-from h5sidecar.references._manifest import ChunkManifest
-from h5sidecar.references._model import ArrayMeta, GranuleRefs
-from h5sidecar.references._zmeta import ZarrNodes
 
 __all__ = ["JsonManifests", "decode_json_lazy", "lazy_from_kerchunk"]
 
@@ -150,7 +151,7 @@ class JsonManifests:
 
 def decode_json_lazy(data: bytes | str) -> GranuleRefs:
     """Parse a JSON sidecar; written by h5sidecar, its manifests are built on first use (else
-    it is read whole, as :func:`~h5sidecar.references._json.decode_json` does).
+    it is read whole, as :func:`~h5sidecar.references.json_sidecar._kerchunk_json.decode_json` does).
 
     Raises
     ------

@@ -4,7 +4,7 @@
 expire; :class:`EndpointCredentials` gets them from a credentials endpoint with a bearer token.
 Both serve obstore (the ``credential_provider`` protocol) and s3fs (:meth:`current`).  Secrets
 stay in memory: no ``repr`` shows them and an :class:`EndpointCredentials` pickles without them.
-The order in which credentials are looked for is in :mod:`h5sidecar._credentials`.
+The order in which credentials are looked for is in :mod:`h5sidecar.credentials._s3_chain`.
 """
 
 from __future__ import annotations

@@ -14,10 +14,14 @@ from hypothesis import HealthCheck, given, settings
 
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references import GranuleRefs
-from h5sidecar.references import _bulk as bulk
-from h5sidecar.references._bulk import MANIFESTS_FILE, decode_manifests, encode_manifests
-from h5sidecar.references._bulk_small import SMALL_ROWS, SmallBulkColumns
 from h5sidecar.references._manifest import ChunkManifest
+from h5sidecar.references.parquet_sidecar import _manifests_file as bulk
+from h5sidecar.references.parquet_sidecar._manifests_file import (
+    MANIFESTS_FILE,
+    decode_manifests,
+    encode_manifests,
+)
+from h5sidecar.references.parquet_sidecar._manifests_file_small import SMALL_ROWS, SmallBulkColumns
 from tests.references._strategies import granule_refs
 from tests.references.test_json import small_refs
 from tests.references.test_parquet import _BULK_CASES, _corrupt, _files, _read

@@ -11,7 +11,7 @@ A table may carry more columns than the identity (a cube's per-member record: it
 along the concat dimension, the sidecar it came from); they travel with it (sliced, joined,
 written to a Parquet cube's members file) and are read with :meth:`MemberTable.column`.  A
 table read from a cube's members file is *lazy*: its length and digest are known at once, its
-rows are read when first needed (see :mod:`h5sidecar.references._members_file`).
+rows are read when first needed (see :mod:`h5sidecar.references.parquet_sidecar._members_file`).
 """
 
 from __future__ import annotations

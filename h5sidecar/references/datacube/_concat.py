@@ -22,8 +22,9 @@ from typing import Any, Literal
 import numpy as np
 
 from h5sidecar.errors import IncompatibleGranulesError
+from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._manifest import INLINE, ChunkManifest
-from h5sidecar.references._model import ArrayMeta, ArrayRefs, GranuleRefs, SourceInfo
+from h5sidecar.references._model import ArrayRefs, GranuleRefs, SourceInfo
 
 __all__ = [
     "concat_manifests",
