@@ -37,7 +37,7 @@ import h5py
 import pytest
 import xarray as xr
 
-from h5sidecar.workflows._dimcheck import outer_lengths
+from h5sidecar.workflows.checks._dimcheck import outer_lengths
 from tests._matrix import Tally, compare_group, iter_truth, reference_resolver
 from tests.conftest import CORPUS
 

@@ -41,13 +41,13 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+from h5sidecar.dest._record_view import RecordAllowList
 from h5sidecar.errors import H5SidecarError, NotIndexedError, SourceReadError
 from h5sidecar.gateway._dest import DestIndex, DestSnapshot
 from h5sidecar.gateway._http import Admission, BadRequestError, etag_of
 from h5sidecar.gateway._metrics import GatewayMetrics
 from h5sidecar.gateway._reads import UpstreamReads
 from h5sidecar.gateway._rechunk import rechunk_document, virtual_layout
-from h5sidecar.gateway._record import RecordAllowList
 from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, shard_layout
 from h5sidecar.gateway._views import GranuleEntry, Resolved, View
 from h5sidecar.read._cache import ByteLRU, load_refs, sidecar_identity

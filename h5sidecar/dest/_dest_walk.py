@@ -1,0 +1,116 @@
+"""The sidecars and staging temporaries of a DEST, found and staged for ``prune``.
+
+A DEST of a million sidecars listed as Python objects (fsspec's ``ls(detail=True)`` builds a
+dictionary per entry) costs gigabytes; a local DEST is read entry by entry with
+``os.scandir`` instead, and the sidecars found are staged in a private temporary SQLite
+database (:func:`~h5sidecar.workflows.listing._staged_listing.scratch_db`) and read back by name in
+batches (:class:`StagedSidecars`).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import posixpath
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Self
+
+from h5sidecar.workflows.listing._staged_listing import scratch_db
+
+__all__ = ["NAMES_BATCH", "StagedSidecars", "entry_mtime", "walk_dest"]
+
+#: Names read back at once (``prune`` decides them with one record query and one pool of
+#: existence checks).
+NAMES_BATCH = 2_000
+
+
+class StagedSidecars:
+    """Sidecars of DEST as found (``NAME``, format, path), read back by name; a context
+    manager (closing it removes the staging file)."""
+
+    def __init__(self) -> None:
+        self._db = scratch_db()
+        self._db.execute("CREATE TABLE s (stem TEXT NOT NULL, fmt TEXT, path TEXT)")
+        self._db.execute("BEGIN")
+        self._n = 0
+
+    def add(self, stem: str, fmt: str, path: str) -> None:
+        """Stage the sidecar ``path`` of granule ``stem`` in format ``fmt``."""
+        self._db.execute("INSERT INTO s VALUES (?, ?, ?)", (stem, fmt, path))
+        self._n += 1
+
+    def __len__(self) -> int:
+        return self._n
+
+    def batches(self) -> Iterator[list[tuple[str, dict[str, str]]]]:
+        """``(NAME, {format: path})`` sorted by name (formats in the order found), in lists
+        of :data:`NAMES_BATCH` names."""
+        self._db.execute("COMMIT")
+        cur = self._db.execute("SELECT stem, fmt, path FROM s ORDER BY stem, rowid")
+        rows = itertools.chain.from_iterable(iter(lambda: cur.fetchmany(NAMES_BATCH), []))
+        groups = ((stem, {fmt: path for _, fmt, path in g})
+                  for stem, g in itertools.groupby(rows, key=lambda r: r[0]))
+        while batch := list(itertools.islice(groups, NAMES_BATCH)):
+            yield batch
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._db.close()
+
+
+def walk_dest(fs: Any, root: str, remote: bool
+              ) -> Iterator[tuple[str, Callable[[], float | None] | None]]:
+    """Sidecars (``.json`` files, ``.parq`` folders) under ``root`` as ``(path, None)``, and
+    staging temporaries as ``(path, mtime)`` (``mtime()``: when it was last written, None when
+    unknown or gone); a Parquet sidecar's record files are never listed.  A local folder is
+    read entry by entry (``os.scandir``), not as a list."""
+    todo = [root]
+    while todo:
+        folder = todo.pop()
+        for path, is_dir, mtime in (_ls(fs, folder) if remote else _scan(folder)):
+            base = posixpath.basename(path)
+            if base.startswith(".") and base.endswith(".tmp"):
+                yield path, mtime
+            elif base.startswith((".", "_")):
+                continue
+            elif (base.endswith(".parq") and is_dir) or (base.endswith(".json") and not is_dir):
+                yield path, None
+            elif is_dir:
+                todo.append(path)
+
+
+def _ls(fs: Any, folder: str) -> Iterator[tuple[str, bool, Callable[[], float | None]]]:
+    for entry in fs.ls(folder, detail=True):
+        yield (entry["name"].rstrip("/"), entry["type"] == "directory",
+               functools.partial(entry_mtime, entry))
+
+
+def _scan(folder: str) -> Iterator[tuple[str, bool, Callable[[], float | None]]]:
+    # as fsspec's local ls: symlinks are not followed, entries gone meanwhile are left out
+    with os.scandir(folder) as it:
+        for entry in it:
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            yield entry.path, is_dir, functools.partial(_stat_mtime, entry)
+
+
+def _stat_mtime(entry: os.DirEntry[str]) -> float | None:
+    try:
+        return entry.stat(follow_symlinks=False).st_mtime
+    except FileNotFoundError:
+        return None
+
+
+def entry_mtime(entry: Mapping[str, Any]) -> float | None:
+    """The modification time of an fsspec ``info``/``ls`` entry (local or object store)."""
+    for key in ("mtime", "LastModified", "last_modified"):
+        value = entry.get(key)
+        if value is None:
+            continue
+        return float(value.timestamp()) if hasattr(value, "timestamp") else float(value)
+    return None

@@ -1,0 +1,1 @@
+"""Worked examples built on the library, outside its core (ICESat-2 science in :mod:`.icesat2`)."""
