@@ -16,10 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from h5sidecar.catalog._item import GranuleInfo
 from h5sidecar.catalog._item_db import delete_rows, item_row, write_row
 from h5sidecar.catalog._result import ItemError
-from h5sidecar.dest._sidecar_listing import dest_fs, iter_sidecars, sidecar_size
+from h5sidecar.dest._sidecar_listing import GranuleInfo, dest_fs, iter_sidecars, sidecar_size
 from h5sidecar.references import GranuleRefs, read_refs
 
 __all__ = ["COMMIT_EVERY", "Synced", "sync_dest"]

@@ -23,7 +23,7 @@ import logging
 import os
 from collections.abc import Iterator
 
-from h5sidecar.workflows.listing._listing import is_remote
+from h5sidecar.dest._locations import is_remote
 
 try:  # POSIX only: elsewhere the mtime guard alone protects a DEST
     import fcntl

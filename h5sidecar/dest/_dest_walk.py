@@ -3,7 +3,7 @@
 A DEST of a million sidecars listed as Python objects (fsspec's ``ls(detail=True)`` builds a
 dictionary per entry) costs gigabytes; a local DEST is read entry by entry with
 ``os.scandir`` instead, and the sidecars found are staged in a private temporary SQLite
-database (:func:`~h5sidecar.workflows.listing._staged_listing.scratch_db`) and read back by name in
+database (:func:`scratch_db`, which staged listings use too) and read back by name in
 batches (:class:`StagedSidecars`).
 """
 
@@ -13,16 +13,24 @@ import functools
 import itertools
 import os
 import posixpath
+import sqlite3
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Self
 
-from h5sidecar.workflows.listing._staged_listing import scratch_db
-
-__all__ = ["NAMES_BATCH", "StagedSidecars", "entry_mtime", "walk_dest"]
+__all__ = ["NAMES_BATCH", "StagedSidecars", "entry_mtime", "scratch_db", "walk_dest"]
 
 #: Names read back at once (``prune`` decides them with one record query and one pool of
 #: existence checks).
 NAMES_BATCH = 2_000
+
+
+def scratch_db() -> sqlite3.Connection:
+    """A private temporary SQLite database on disk (removed when closed), in autocommit mode,
+    whose sorts spill to disk: where a listing too large to hold is staged."""
+    db = sqlite3.connect("", isolation_level=None)  # "": private, on disk, removed on close
+    db.execute("PRAGMA temp_store = FILE")  # the sorter spills to a file, not to RAM
+    db.execute("PRAGMA journal_mode = OFF")  # scratch: nothing to recover
+    return db
 
 
 class StagedSidecars:

@@ -46,6 +46,7 @@ from dataclasses import replace
 from typing import Any
 
 from h5sidecar._modes import follow_umask
+from h5sidecar.dest._locations import RECORD_NAME, REPORT_NAME
 from h5sidecar.dest._record_sql import (
     COLUMNS,
     G_COLUMNS,
@@ -59,14 +60,13 @@ from h5sidecar.dest._record_sql import (
     upgrade,
     upsert,
 )
-from h5sidecar.dest._report import REPORT_NAME, GranuleResult, RunReport
+from h5sidecar.dest._report import GranuleResult, RunReport
 from h5sidecar.errors import InvalidReferenceError, RecordBusyError
 
-__all__ = ["RECORD_NAME", "Record", "open_record", "record_path"]
+__all__ = ["Record", "open_record", "record_path"]
 
 log = logging.getLogger("h5sidecar.workflows")
 
-RECORD_NAME = "_h5sidecar.sqlite"
 MIGRATED_SUFFIX = ".migrated"
 
 #: Bound parameters per ``IN (...)`` lookup (SQLite's default limit is 32766; small batches

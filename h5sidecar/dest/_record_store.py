@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from h5sidecar.dest._dest_walk import entry_mtime
+from h5sidecar.dest._locations import REPORT_NAME, filesystem
 from h5sidecar.dest._record_db import MIGRATED_SUFFIX, Record
 from h5sidecar.dest._record_parts import (
     META_KEY,
@@ -55,8 +56,7 @@ from h5sidecar.dest._record_parts import (
 )
 from h5sidecar.dest._record_sql import SCHEMA as RECORD_SCHEMA
 from h5sidecar.dest._record_sql import SCHEMA_VERSION, insert_run
-from h5sidecar.dest._report import REPORT_NAME, GranuleResult, RunReport
-from h5sidecar.workflows.listing._listing import filesystem
+from h5sidecar.dest._report import GranuleResult, RunReport
 
 __all__ = ["COMPACT_PARTS", "FLUSH_GRANULES", "FLUSH_SECONDS", "MIRROR_PREFIX", "Mirror", "PartsWriter",
            "compact", "has_parts", "header_of", "migrate", "newest_part_mtime", "store_of",

@@ -6,9 +6,8 @@ of names come from the same index, and what changed is seen at once (runs commit
 WAL lets the gateway read while they write).  So the gateway starts, and stays, in memory and
 time independent of the number of granules.
 
-The schema is :mod:`h5sidecar.dest._record_db`'s (a layer above this package, so it is not
-imported): this module reads its ``roots`` table and ``granules(url, name, sidecar, status,
-source)`` by status, the columns that module keeps stable.
+The schema is :mod:`._record_sql`'s; this module reads its ``roots`` table and
+``granules(url, name, sidecar, status, source)`` by status, the columns that module keeps stable.
 
 Connections are read-only (``mode=ro``), one per thread (sqlite3 objects are not shared between
 threads), and made again when the file at the record's path is replaced or removed, so a

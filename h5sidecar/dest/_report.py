@@ -16,7 +16,6 @@ from h5sidecar.errors import ErrorKind, H5SidecarError
 from h5sidecar.indexer import skip_loses_data
 
 __all__ = [
-    "REPORT_NAME",
     "REPORT_VERSION",
     "ErrorRecord",
     "GranuleResult",
@@ -27,7 +26,6 @@ __all__ = [
 
 log = logging.getLogger("h5sidecar.workflows")
 
-REPORT_NAME = "_report.json"
 REPORT_VERSION = 1
 
 #: Skip kind of a variable lost to an unexpected error: its granule is reported as partial.

@@ -19,6 +19,14 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from h5sidecar.dest._locations import (
+    DEFAULT_PATTERNS,
+    REPORT_NAME,
+    filesystem,
+    is_remote,
+    join_url,
+    sidecar_stamp,
+)
 from h5sidecar.dest._record_db import Record, open_record, record_path
 from h5sidecar.dest._record_remote import (
     RemoteRecorder,
@@ -26,11 +34,9 @@ from h5sidecar.dest._record_remote import (
     remote_snapshot,
     write_remote,
 )
-from h5sidecar.dest._report import REPORT_NAME, GranuleResult, RunReport
+from h5sidecar.dest._report import GranuleResult, RunReport
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.sources._urls import normalize_url
-from h5sidecar.workflows.index._up_to_date import sidecar_stamp
-from h5sidecar.workflows.listing._listing import DEFAULT_PATTERNS, filesystem, is_remote, join_url
 
 __all__ = [
     "RunRecorder",

@@ -14,25 +14,47 @@ import posixpath
 import sqlite3
 import stat
 from collections.abc import Iterator, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 from urllib.parse import quote
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from h5sidecar._credentials import fsspec_options
-from h5sidecar.catalog._item import GranuleInfo
+from h5sidecar.dest._locations import RECORD_NAME, REPORT_NAME
 from h5sidecar.dest._record_parts import latest_rows, list_parts
 
-__all__ = ["RECORD_NAME", "REPORT_NAME", "iter_sidecars", "list_indexed", "sidecar_size"]
+__all__ = ["GranuleInfo", "iter_sidecars", "list_indexed", "sidecar_size"]
 
-REPORT_NAME = "_report.json"
-#: The record of a local DEST, which replaces its report there (an SQLite database; its schema
-#: is in :mod:`h5sidecar.dest._record_db`, above this package).
-RECORD_NAME = "_h5sidecar.sqlite"
 _SUFFIXES = {".parq": "parquet", ".json": "json"}
 #: Folder depth below DEST searched for sidecars.
 _MAX_DEPTH = 8
+
+
+@dataclass(frozen=True)
+class GranuleInfo:
+    """One indexed granule of DEST as the catalog sees it: its sidecar, besides its references.
+
+    Attributes
+    ----------
+    name : str
+        Path of the sidecar relative to DEST without the sidecar suffix (``"ATL03_x.h5"``),
+        also the granule's name in the gateway (``/zarr/<name>/``).
+    sidecar : str
+        URL of the sidecar.
+    format : "json" or "parquet"
+    sidecar_bytes : int
+        Size of the sidecar (all files of a Parquet directory).
+    layout : "kerchunk" or "compact"
+        Layout of a Parquet sidecar (``"kerchunk"`` for JSON).
+    """
+
+    name: str
+    sidecar: str
+    format: Literal["json", "parquet"]
+    sidecar_bytes: int
+    layout: Literal["kerchunk", "compact"] = "kerchunk"
 
 
 def dest_fs(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, str]:

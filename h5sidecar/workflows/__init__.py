@@ -64,7 +64,7 @@ _LAZY = {
     "CubePart": "cube._build_cube",
     "CubeResult": "cube._build_cube",
     "build_cube": "cube._build_cube",
-    "DEFAULT_PATTERNS": "listing._listing",
+    "DEFAULT_PATTERNS": "h5sidecar.dest._locations",
     "Granule": "listing._listing",
     "list_granules": "listing._listing",
     "ErrorRecord": "h5sidecar.dest._report",

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from h5sidecar.dest._locations import filesystem, is_remote
 from h5sidecar.references import (
     ArrayRefs,
     GranuleRefs,
@@ -16,7 +17,6 @@ from h5sidecar.references import (
     read_refs,
 )
 from h5sidecar.sources._urls import normalize_url
-from h5sidecar.workflows.listing._listing import filesystem, is_remote
 
 __all__ = ["SidecarSummary", "VariableSummary", "inspect_refs", "summarize"]
 

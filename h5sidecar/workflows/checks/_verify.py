@@ -33,6 +33,7 @@ import numpy as np
 import zarr
 from zarr.storage import FsspecStore
 
+from h5sidecar.dest._locations import filesystem, is_remote
 from h5sidecar.errors import InvalidReferenceError, SourceNotFoundError
 from h5sidecar.indexer import chunk_hash
 from h5sidecar.references import (
@@ -48,7 +49,7 @@ from h5sidecar.workflows.checks._cfcheck import decoded_differences
 from h5sidecar.workflows.checks._compare import h5_dataset, read_h5_region, values_equal
 from h5sidecar.workflows.checks._dimcheck import sidecar_dimension_differences
 from h5sidecar.workflows.checks._plain_parquet import NullKeepingReferenceMapper
-from h5sidecar.workflows.listing._listing import filesystem, identity_from_info, is_remote
+from h5sidecar.workflows.listing._listing import identity_from_info
 
 __all__ = ["VariableCheck", "VerifyReport", "verify_refs"]
 

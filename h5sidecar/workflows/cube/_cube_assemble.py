@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from h5sidecar._version import __version__
+from h5sidecar.dest._locations import is_remote
 from h5sidecar.errors import (
     H5SidecarError,
     InvalidReferenceError,
@@ -38,7 +39,6 @@ from h5sidecar.references import (
     member_identities,
     renamed,
 )
-from h5sidecar.workflows.listing._listing import is_remote
 
 __all__ = [
     "COORD_READERS",

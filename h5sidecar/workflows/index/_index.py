@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol
 
 from h5sidecar._version import __version__
 from h5sidecar.dest._dest_lock import dest_lock
+from h5sidecar.dest._locations import DEFAULT_PATTERNS, SIDECAR_SUFFIX, is_remote, join_url
 from h5sidecar.dest._record_db import LOOKUP_BATCH, Record
 from h5sidecar.dest._report import GranuleResult, RunReport, error_record
 from h5sidecar.dest._report_io import RunRecorder
@@ -36,13 +37,7 @@ from h5sidecar.workflows.index._up_to_date import (
     sweep_leftovers,
 )
 from h5sidecar.workflows.listing._listed_granule import Granule
-from h5sidecar.workflows.listing._listing import (
-    DEFAULT_PATTERNS,
-    SIDECAR_SUFFIX,
-    is_remote,
-    join_url,
-    stage_granules,
-)
+from h5sidecar.workflows.listing._listing import stage_granules
 from h5sidecar.workflows.listing._staged_listing import StagedListing
 
 __all__ = ["IndexOptions", "ProgressSink", "index_many", "index_one"]

@@ -25,10 +25,10 @@ import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
+from h5sidecar.dest._locations import SIDECAR_SUFFIX, join_url, sidecar_stamp
 from h5sidecar.settings import IndexSettings
-from h5sidecar.workflows.index._up_to_date import settings_differ, sidecar_stamp
+from h5sidecar.workflows.index._up_to_date import settings_differ
 from h5sidecar.workflows.listing._listed_granule import Granule
-from h5sidecar.workflows.listing._listing import SIDECAR_SUFFIX, join_url
 from h5sidecar.workflows.listing._staged_listing import StagedListing, granule_of
 
 __all__ = ["mark_current", "split_current"]

@@ -29,12 +29,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
+from h5sidecar.dest._locations import filesystem, is_remote, sidecar_stamp
 from h5sidecar.dest._report import GranuleResult
 from h5sidecar.errors import H5SidecarError, InvalidReferenceError
 from h5sidecar.references import SourceInfo
 from h5sidecar.settings import IndexSettings
 from h5sidecar.workflows.index._executors import Task
-from h5sidecar.workflows.listing._listing import filesystem, identity_from_info, is_remote
+from h5sidecar.workflows.listing._listing import identity_from_info
 
 __all__ = [
     "CONTENT_SETTINGS",
@@ -42,7 +43,6 @@ __all__ = [
     "Recorded",
     "check_up_to_date",
     "content_of",
-    "sidecar_stamp",
     "from_record",
     "precheck",
     "read_recorded",
@@ -208,20 +208,6 @@ def content_of(settings: IndexSettings, fmt: str) -> dict[str, Any]:
         "layout": settings.layout if fmt == "parquet" else None,
         "settings": {name: getattr(settings, name) for name in CONTENT_SETTINGS},
     }
-
-
-def sidecar_stamp(sidecar: str) -> str | None:
-    """Size and modification time (ns) of a local sidecar's commit file (a Parquet sidecar's
-    ``.zmetadata``, written last; the JSON file), recorded with its row: a sidecar deleted,
-    rewritten or damaged since no longer matches.  None when absent or remote."""
-    if is_remote(sidecar):
-        return None
-    commit = os.path.join(sidecar, ".zmetadata") if sidecar.endswith(".parq") else sidecar
-    try:
-        st = os.stat(commit)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    return f"{st.st_size}:{st.st_mtime_ns}"
 
 
 def from_record(row: GranuleResult, content: Mapping[str, Any], stamp: str, url: str,

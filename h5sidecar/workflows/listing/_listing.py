@@ -21,13 +21,11 @@ import re
 import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
-import fsspec
-from fsspec.core import url_to_fs
 from fsspec.utils import glob_translate
 
-from h5sidecar._credentials import fsspec_options
+from h5sidecar.dest._locations import DEFAULT_PATTERNS, filesystem, is_remote
 from h5sidecar.errors import SourceNotFoundError
 from h5sidecar.references import SourceInfo
 from h5sidecar.sources._urls import normalize_url
@@ -39,50 +37,12 @@ from h5sidecar.workflows.listing._staged_listing import FIELDS, StagedListing, p
 from h5sidecar.workflows.listing._url_list import stage_urls
 
 __all__ = [
-    "DEFAULT_PATTERNS",
-    "SIDECAR_SUFFIX",
     "Granule",
-    "filesystem",
-    "is_remote",
-    "join_url",
     "list_granules",
-    "sidecar_url",
     "stage_granules",
 ]
 
-#: File-name patterns a folder or prefix listing keeps by default (HDF5 and netCDF-4 suffixes).
-DEFAULT_PATTERNS: tuple[str, ...] = ("*.h5", "*.hdf5", "*.he5", "*.nc", "*.nc4")
-
-#: Sidecar suffix for each persisted format.
-SIDECAR_SUFFIX: dict[str, str] = {"parquet": ".parq", "json": ".json"}
-
 _GLOB_MAGIC = frozenset("*?[")
-
-
-def is_remote(url: str) -> bool:
-    """True for URLs with a scheme other than ``file``."""
-    scheme = url.split("://", 1)[0] if "://" in url else ""
-    return scheme not in ("", "file", "local")
-
-
-def filesystem(url: str, storage_options: Mapping[str, Any] | None = None) -> fsspec.AbstractFileSystem:
-    """The fsspec filesystem for ``url`` (local paths need no options)."""
-    if not is_remote(url):
-        return fsspec.filesystem("file")
-    fs, _ = url_to_fs(url, **fsspec_options(url, storage_options))
-    return fs
-
-
-def join_url(base: str, name: str) -> str:
-    """``base/name`` for local paths and URLs alike."""
-    if is_remote(base):
-        return base.rstrip("/") + "/" + name
-    return os.path.join(base, *name.split("/"))
-
-
-def sidecar_url(dest: str, name: str, fmt: Literal["parquet", "json"]) -> str:
-    """Where the sidecar of granule ``name`` goes under ``dest`` (``DEST/<name>.parq``)."""
-    return join_url(normalize_url(dest), name + SIDECAR_SUFFIX[fmt])
 
 
 def list_granules(

@@ -15,10 +15,11 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import Any, Self
 
+from h5sidecar.dest._dest_walk import scratch_db
 from h5sidecar.references import SourceInfo
 from h5sidecar.workflows.listing._listed_granule import Granule
 
-__all__ = ["FIELDS", "StagedListing", "granule_of", "put", "scratch_db"]
+__all__ = ["FIELDS", "StagedListing", "granule_of", "put"]
 
 #: Granules written or read back at once.
 BATCH = 10_000
@@ -28,15 +29,6 @@ FIELDS = _FIELDS = ("url", "size", "etag", "mtime", "mtime_ns", "inode", "ctime_
 #: SQLite integers are signed 64-bit: a larger inode or device number (some network file
 #: systems) is staged as text.
 _INT_MAX = 2**63 - 1
-
-
-def scratch_db() -> sqlite3.Connection:
-    """A private temporary SQLite database on disk (removed when closed), in autocommit mode,
-    whose sorts spill to disk: where a listing too large to hold is staged."""
-    db = sqlite3.connect("", isolation_level=None)  # "": private, on disk, removed on close
-    db.execute("PRAGMA temp_store = FILE")  # the sorter spills to a file, not to RAM
-    db.execute("PRAGMA journal_mode = OFF")  # scratch: nothing to recover
-    return db
 
 
 class StagedListing:
