@@ -17,17 +17,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
+from h5sidecar.dest._parts_writer import PartsWriter, header_of, migrate
 from h5sidecar.dest._record_db import Record
 from h5sidecar.dest._record_sql import COLUMNS, result_of
-from h5sidecar.dest._record_store import (
-    Mirror,
-    PartsWriter,
-    compact,
-    has_parts,
-    header_of,
-    migrate,
-    store_of,
-)
+from h5sidecar.dest._record_store import Mirror, compact, has_parts, store_of
 from h5sidecar.dest._report import GranuleResult, RunReport
 
 __all__ = ["RemoteRecorder", "forget_remote", "remote_snapshot", "write_remote"]

@@ -101,8 +101,8 @@ _KILLED_RUN = textwrap.dedent("""
     from h5sidecar.dest import _report_io
     from h5sidecar.workflows import index_many
     with contextlib.suppress(ImportError):
-        from h5sidecar.dest import _record_store
-        _record_store.FLUSH_GRANULES = 1
+        from h5sidecar.dest import _parts_writer
+        _parts_writer.FLUSH_GRANULES = 1
     real, calls = _report_io.RunRecorder.put, []
     def put(self, result):
         calls.append(result.url)

@@ -30,9 +30,6 @@ import contextlib
 import logging
 import multiprocessing
 import os
-import resource
-import select
-import threading
 import time
 import traceback
 from collections import deque
@@ -45,6 +42,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from h5sidecar._modes import current_umask
 from h5sidecar.dest._report import ErrorRecord, GranuleResult, error_record
 from h5sidecar.errors import ErrorKind
+from h5sidecar.workflows.index._worker_setup import env_snapshot, init_worker
 
 __all__ = ["ExecutorSpec", "LimitedExecutor", "SerialExecutor", "Task", "process_pool", "run_tasks"]
 
@@ -55,10 +53,6 @@ ExecutorSpec = Literal["serial", "process"] | Executor
 
 #: Tasks a worker runs before it is replaced (bounds memory growth of long batches).
 _MAX_TASKS_PER_CHILD = 64
-
-#: Environment variables handed to workers (credentials, endpoint, h5sidecar settings).
-_ENV_PREFIXES = ("AWS_", "H5SIDECAR_", "EARTHDATA_", "NETRC")  # NETRC: the .netrc file to use
-
 
 @dataclass(frozen=True, slots=True)
 class Task:
@@ -109,8 +103,8 @@ def process_pool(
     return ProcessPoolExecutor(
         max_workers=workers,
         mp_context=ctx,
-        initializer=_init_worker,
-        initargs=(level, _env_snapshot(), os.getpid(), memory_limit, current_umask()),
+        initializer=init_worker,
+        initargs=(level, env_snapshot(), os.getpid(), memory_limit, current_umask()),
         max_tasks_per_child=_MAX_TASKS_PER_CHILD,
     )
 
@@ -124,70 +118,6 @@ def kill_workers(pool: ProcessPoolExecutor) -> None:
     for proc in list((getattr(pool, "_processes", None) or {}).values()):
         if proc.is_alive():
             proc.kill()
-
-
-def _env_snapshot() -> dict[str, str]:
-    """The caller's current AWS_* / H5SIDECAR_* / EARTHDATA_* / NETRC variables.
-
-    A forkserver child inherits the environment of the fork server, fixed when the server
-    started; workers must see the caller's *current* credentials and endpoint instead.
-    """
-    return {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
-
-
-def _init_worker(
-    level: int, env: dict[str, str], parent: int, memory_limit: int = 0, umask: int | None = None
-) -> None:
-    limit_memory(memory_limit)
-    if umask is not None:  # the caller's, not the fork server's (sidecars follow the umask)
-        os.umask(umask)
-    for key in [k for k in os.environ if k.startswith(_ENV_PREFIXES) and k not in env]:
-        del os.environ[key]
-    os.environ.update(env)
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s [%(process)d] %(message)s")
-    watch_parent(parent)
-
-
-def limit_memory(memory_limit: int) -> None:
-    """Cap this process's data memory (``RLIMIT_DATA``) at ``memory_limit`` bytes (0: none)."""
-    if memory_limit > 0 and hasattr(resource, "RLIMIT_DATA"):
-        hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
-        soft = memory_limit if hard == resource.RLIM_INFINITY else min(memory_limit, hard)
-        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
-
-
-def watch_parent(pid: int) -> None:
-    """Exit this process when process ``pid`` ends (a thread waits for it)."""
-    threading.Thread(target=_exit_with, args=(pid,), name="h5sidecar-parent", daemon=True).start()
-
-
-def _exit_with(pid: int) -> None:
-    """Exit this worker when process ``pid`` (the batch) ends.
-
-    A worker's parent is the fork server, not the batch, so the kernel's parent-death signal
-    does not help; and a worker waiting for its next task would wait forever.  A pidfd becomes
-    readable when the process exits (polling ``kill(pid, 0)`` where pidfds are missing).
-    """
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        os._exit(1)
-    except (AttributeError, OSError):  # not Linux >= 5.3
-        while _alive(pid):
-            time.sleep(1.0)
-    else:
-        select.select([fd], [], [])
-    os._exit(1)  # no cleanup: the batch is gone, and a running HDF5 call must not delay this
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def run_tasks(

@@ -1,8 +1,7 @@
 """Batch indexing: list granules, index each in a worker (skipping up-to-date ones), report.
 
-``index_one`` is the per-granule task: a picklable top-level function of plain arguments, so any
-executor (serial, process pool, Dask) can run it.  It never raises for a bad granule: expected
-failures become a ``failed`` :class:`GranuleResult` with the error kind, message and what to do.
+The per-granule task, :func:`~._index_one.index_one`, runs in the workers; this module lists,
+dispatches, records and reports.
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
@@ -19,57 +18,26 @@ from h5sidecar._version import __version__
 from h5sidecar.dest._dest_lock import dest_lock
 from h5sidecar.dest._locations import DEFAULT_PATTERNS, SIDECAR_SUFFIX, is_remote, join_url
 from h5sidecar.dest._record_db import LOOKUP_BATCH, Record
-from h5sidecar.dest._report import GranuleResult, RunReport, error_record
+from h5sidecar.dest._report import GranuleResult, RunReport
 from h5sidecar.dest._report_io import RunRecorder
-from h5sidecar.errors import ErrorKind, H5SidecarError
-from h5sidecar.indexer import index_granule
-from h5sidecar.references import GranuleRefs, SourceInfo, write_refs
+from h5sidecar.references import SourceInfo
 from h5sidecar.settings import IndexSettings
 from h5sidecar.sources._urls import normalize_url
 from h5sidecar.workflows.index._executors import ExecutorSpec, Task, default_workers, run_tasks
+from h5sidecar.workflows.index._index_one import IndexOptions, SidecarFormat, index_one
 from h5sidecar.workflows.index._listed_current import mark_current, split_current
 from h5sidecar.workflows.index._up_to_date import (
     LeftoverSweep,
-    check_up_to_date,
     content_of,
     precheck,
-    sidecar_bytes,
-    sweep_leftovers,
 )
 from h5sidecar.workflows.listing._listed_granule import Granule
 from h5sidecar.workflows.listing._listing import stage_granules
 from h5sidecar.workflows.listing._staged_listing import StagedListing
 
-__all__ = ["IndexOptions", "ProgressSink", "index_many", "index_one"]
+__all__ = ["ProgressSink", "index_many"]
 
 log = logging.getLogger("h5sidecar.workflows")
-
-SidecarFormat = Literal["parquet", "json"]
-
-
-@dataclass(frozen=True, slots=True)
-class IndexOptions:
-    """Options of :func:`index_one` (the same for every granule of a run; picklable).
-
-    Attributes
-    ----------
-    format : "parquet" or "json"
-        Sidecar format.
-    force : bool
-        Re-index even when the sidecar records the source's current identity.
-    settings : IndexSettings
-        Indexer options (``on_unsupported``, ``checksums``, ...).
-    storage_options : mapping or None
-        fsspec/s3fs options for the source and the destination.  They travel to local worker
-        processes with each task; to a Dask cluster without credentials (``key``, ``secret``,
-        ``token``...): Dask workers resolve their own (``AWS_*``, ``AWS_PROFILE``, roles).
-    """
-
-    format: SidecarFormat = "parquet"
-    force: bool = False
-    settings: IndexSettings = field(default_factory=IndexSettings)
-    storage_options: Mapping[str, Any] | None = None
-
 
 class ProgressSink(Protocol):
     """Receives progress of :func:`index_many` (the CLI's progress bar implements it)."""
@@ -79,82 +47,6 @@ class ProgressSink(Protocol):
 
     def advance(self, result: GranuleResult) -> None:
         """Called as each granule finishes."""
-
-
-def index_one(
-    url: str,
-    dest_url: str,
-    options: IndexOptions,
-    listed: SourceInfo | None = None,
-    sweep: bool = True,
-) -> GranuleResult:
-    """Index one granule into its sidecar, unless the sidecar is already up to date.
-
-    Parameters
-    ----------
-    url : str
-        The granule (absolute local path or ``s3://bucket/key``).
-    dest_url : str
-        Its sidecar (``.parq`` directory or ``.json`` file), written atomically.
-    options : IndexOptions
-    listed : SourceInfo, optional
-        The granule's identity from the listing; looked up when not given.
-    sweep : bool
-        Remove what an interrupted write of this sidecar left beside it (reads its folder;
-        :func:`index_many` sweeps every folder once instead and passes False).
-
-    Returns
-    -------
-    GranuleResult
-        ``up_to_date`` when the existing sidecar records the current identity (and
-        ``options.force`` is false), ``ok`` when written, ``failed`` with an error record when
-        the granule cannot be indexed or its sidecar cannot be written.
-    """
-    seconds: dict[str, float] = {}
-    t0 = time.perf_counter()
-    try:
-        if sweep:
-            sweep_leftovers(dest_url)
-        if not options.force:
-            done = check_up_to_date(
-                url,
-                dest_url,
-                listed,
-                storage_options=options.storage_options,
-                settings=options.settings,
-            )
-            if done is not None:
-                return done
-        t1 = time.perf_counter()
-        refs = index_granule(url, storage_options=_opts(options), settings=options.settings)
-        t2 = time.perf_counter()
-        seconds["index"] = t2 - t1
-        write_refs(
-            refs,
-            dest_url,
-            format=options.format,
-            storage_options=_opts(options),
-            layout=options.settings.layout,
-        )
-        seconds["write"] = time.perf_counter() - t2
-        seconds["total"] = time.perf_counter() - t0
-        log.info("indexed %s -> %s (%.2f s)", url, dest_url, seconds["total"])
-        return _ok_result(url, dest_url, refs, seconds, options)
-    except (H5SidecarError, OSError, MemoryError) as exc:
-        # expected failures of one granule (not HDF5, unsupported, unreadable, unwritable, past
-        # the worker's memory limit): recorded so the batch goes on
-        seconds["total"] = time.perf_counter() - t0
-        log.info("failed %s: %s", url, exc)
-        return GranuleResult(
-            url=url,
-            sidecar=dest_url,
-            status="failed",
-            source=None if listed is None else listed.to_dict(),
-            seconds=seconds,
-            error=error_record(
-                exc, kind=ErrorKind.MEMORY if isinstance(exc, MemoryError) else None
-            ),
-        )
 
 
 def index_many(
@@ -459,26 +351,3 @@ def _source_of_report(source: str | Iterable[str], granules: StagedListing) -> d
     if isinstance(source, str):
         return {"source": normalize_url(source)}
     return {"source": f"(a list of {len(granules)} URLs)", "roots": tuple(g.url for g in granules)}
-
-
-def _opts(options: IndexOptions) -> dict[str, Any] | None:
-    return None if options.storage_options is None else dict(options.storage_options)
-
-
-def _ok_result(
-    url: str, dest_url: str, refs: GranuleRefs, seconds: dict[str, float], options: IndexOptions
-) -> GranuleResult:
-    statuses = [a.status for a in refs.arrays.values()]
-    return GranuleResult(
-        url=url,
-        sidecar=dest_url,
-        status="ok",
-        source=refs.source.to_dict(),
-        n_virtual=statuses.count("virtual"),
-        n_inlined=statuses.count("inlined"),
-        n_skipped=len(refs.skipped),
-        skipped=tuple(s.to_dict() for s in refs.skipped),
-        n_chunks=sum(a.manifest.n_stored + a.manifest.n_inline for a in refs.arrays.values()),
-        sidecar_bytes=sidecar_bytes(dest_url, options.storage_options),
-        seconds=seconds,
-    )

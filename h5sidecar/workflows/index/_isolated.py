@@ -29,14 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 from h5sidecar.dest._report import GranuleResult
-from h5sidecar.workflows.index._executors import (
-    ProcessDied,
-    Task,
-    limit_memory,
-    task_failure,
-    timed_out,
-    watch_parent,
-)
+from h5sidecar.workflows.index._executors import ProcessDied, Task, task_failure, timed_out
+from h5sidecar.workflows.index._worker_setup import limit_memory, watch_parent
 
 __all__ = ["run_isolated"]
 
