@@ -1,4 +1,13 @@
-"""The sidecars and staging temporaries of a DEST, found and staged for ``prune``.
+"""The walk of a DEST: its sidecars (and staging temporaries), found and staged for ``prune``.
+
+:func:`walk_sidecars` is the one walk over a DEST's folders (what is a sidecar, what is hidden,
+where to descend); who walks lists each folder in its own way, for a reason:
+
+- ``prune`` (:func:`walk_dest`) reads a local folder entry by entry, unordered, without holding
+  it (a flat folder of a million sidecars), and also wants the staging temporaries;
+- ``h5sidecar catalog`` (:mod:`._sidecar_listing`) wants each folder in name order (its items
+  come out in a stable order), names only so that identities are those fsspec's listing gave,
+  and no deeper than a few folders.
 
 A DEST of a million sidecars listed as Python objects (fsspec's ``ls(detail=True)`` builds a
 dictionary per entry) costs gigabytes; a local DEST is read entry by entry with
@@ -14,10 +23,12 @@ import itertools
 import os
 import posixpath
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Self
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Self, TypeVar
 
-__all__ = ["NAMES_BATCH", "StagedSidecars", "entry_mtime", "scratch_db", "walk_dest"]
+__all__ = ["NAMES_BATCH", "StagedSidecars", "entry_mtime", "scratch_db", "walk_dest", "walk_sidecars"]
+
+T = TypeVar("T")
 
 #: Names read back at once (``prune`` decides them with one record query and one pool of
 #: existence checks).
@@ -75,19 +86,42 @@ def walk_dest(fs: Any, root: str, remote: bool
     staging temporaries as ``(path, mtime)`` (``mtime()``: when it was last written, None when
     unknown or gone); a Parquet sidecar's record files are never listed.  A local folder is
     read entry by entry (``os.scandir``), not as a list."""
-    todo = [root]
-    while todo:
-        folder = todo.pop()
-        for path, is_dir, mtime in (_ls(fs, folder) if remote else _scan(folder)):
-            base = posixpath.basename(path)
-            if base.startswith(".") and base.endswith(".tmp"):
-                yield path, mtime
-            elif base.startswith((".", "_")):
-                continue
-            elif (base.endswith(".parq") and is_dir) or (base.endswith(".json") and not is_dir):
-                yield path, None
-            elif is_dir:
-                todo.append(path)
+    def entries(folder: str) -> Iterator[tuple[str, bool, Callable[[], float | None]]]:
+        return _ls(fs, folder) if remote else _scan(folder)
+
+    for path, temporary, mtime in walk_sidecars(entries, root, temporaries=True):
+        yield path, mtime if temporary else None
+
+
+def walk_sidecars(entries: Callable[[str], Iterable[tuple[str, bool, T]]], root: str, *,
+                  max_depth: int | None = None, temporaries: bool = False
+                  ) -> Iterator[tuple[str, bool, T]]:
+    """Sidecars (``.json`` files, ``.parq`` folders) below ``root`` as ``(path, False, what
+    entries gave)``, depth first in the order ``entries(folder)`` lists each folder's
+    ``(path, is_dir, anything)``; with ``temporaries`` also staging temporaries of atomic writes
+    (``.NAME.*.tmp``) as ``(path, True, ...)``.
+
+    Hidden names (``.``, ``_``: the record, the report, temporaries) are skipped and not descended
+    into, nor is a Parquet sidecar (its record files are never listed); folders deeper than
+    ``max_depth`` below ``root`` are not listed.
+    """
+    stack = [(iter(entries(root)), 0)]
+    while stack:
+        listing, depth = stack[-1]
+        found = next(listing, None)
+        if found is None:
+            stack.pop()
+            continue
+        path, is_dir, info = found
+        base = posixpath.basename(path)
+        if temporaries and base.startswith(".") and base.endswith(".tmp"):
+            yield path, True, info
+        elif base.startswith((".", "_")):
+            continue
+        elif (base.endswith(".parq") and is_dir) or (base.endswith(".json") and not is_dir):
+            yield path, False, info
+        elif is_dir and (max_depth is None or depth < max_depth):
+            stack.append((iter(entries(path)), depth + 1))
 
 
 def _ls(fs: Any, folder: str) -> Iterator[tuple[str, bool, Callable[[], float | None]]]:

@@ -22,6 +22,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from h5sidecar._credentials import fsspec_options
+from h5sidecar.dest._dest_walk import walk_sidecars
 from h5sidecar.dest._locations import RECORD_NAME, REPORT_NAME
 from h5sidecar.dest._record_parts import latest_rows, list_parts
 
@@ -122,20 +123,15 @@ def _entries(fs: Any, root: str) -> Iterator[tuple[str, str, dict[str, Any] | No
         yield entry["name"].rstrip("/"), entry["type"], entry
 
 
-def _walk(fs: Any, root: str, depth: int = 0) -> Iterator[tuple[str, dict[str, Any] | None]]:
+def _walk(fs: Any, root: str) -> Iterator[tuple[str, dict[str, Any] | None]]:
     """Paths of the sidecars below ``root`` (hidden names skipped) and their listing entries
     (``None`` locally: :func:`_identity` stats the sidecar), one folder at a time, in name
-    order."""
-    for path, kind, entry in _entries(fs, root):
-        base = posixpath.basename(path)
-        if base.startswith((".", "_")):
-            continue
-        suffix = posixpath.splitext(base)[1]
-        is_dir = kind == "directory"
-        if (suffix == ".parq" and is_dir) or (suffix == ".json" and not is_dir):
-            yield path, entry
-        elif is_dir and depth < _MAX_DEPTH:
-            yield from _walk(fs, path, depth + 1)
+    order (DEST's one walk, :func:`~._dest_walk.walk_sidecars`)."""
+    def entries(folder: str) -> Iterator[tuple[str, bool, dict[str, Any] | None]]:
+        return ((path, kind == "directory", entry) for path, kind, entry in _entries(fs, folder))
+
+    for path, _temporary, entry in walk_sidecars(entries, root, max_depth=_MAX_DEPTH):
+        yield path, entry
 
 
 def _local_info(path: str) -> dict[str, Any]:
