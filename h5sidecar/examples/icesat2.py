@@ -1,4 +1,5 @@
-"""An analysis on the cluster: gridded mean surface height of ICESat-2-like photon data.
+"""ICESat-2 science built on the library, outside its core: the gridded mean surface height of
+ICESat-2-like photon data, computed on a Dask cluster.
 
 One Dask task per granule: on a worker, the granule's sidecar is parsed once, and ``h_ph``,
 ``lat_ph`` and ``lon_ph`` of every beam group holding them are read by name with the batch

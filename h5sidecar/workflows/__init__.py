@@ -11,8 +11,14 @@ Everything the ``h5sidecar`` command line does is a function here first:
 - :func:`run_demo` and :func:`write_samples` drive the demo;
 - :func:`write_icechunk` writes references into an Icechunk repository as virtual chunk
   references, and :func:`open_icechunk` opens one authorized to read its sources;
-- :func:`dask_executor` runs :func:`index_many` on a Dask cluster (``--dask``), and
-  :func:`gridded_mean_height` / :func:`plot_grid` are an analysis computed on the cluster.
+- :func:`dask_executor` runs :func:`index_many` on a Dask cluster (``--dask``);
+  :func:`gridded_mean_height` / :func:`plot_grid`, an ICESat-2 analysis computed on the
+  cluster, live outside the core in :mod:`h5sidecar.examples.icesat2` and are re-exported here.
+
+Sub-packages by concept: ``listing/`` (what a batch indexes), ``index/`` (the run, its
+executors, up-to-date checks), ``checks/`` (inspect, verify), ``cube/`` and ``icechunk/``.
+DEST and its record (what runs write and the gateway and the catalog read) are
+:mod:`h5sidecar.dest`.
 
 Heavy modules (h5py, zarr, xarray) load on first use of the function that needs them.
 """

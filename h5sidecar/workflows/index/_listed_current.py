@@ -7,13 +7,13 @@ most of a no-op re-run's time.  Here the record is attached to the staging datab
 statement that keeps the granules whose row decides them current: written ``ok`` (or found up
 to date) for the sidecar this run would write, by a run whose content settings are this run's,
 from the identity the listing sees.  What is left per granule in Python is one ``stat`` of the
-sidecar's commit file (its stamp, as :func:`~._recorded.from_record` checks it).
+sidecar's commit file (its stamp, as :func:`~._up_to_date.from_record` checks it).
 
 The SQL decides only where the answer is certain: the identities' sizes are equal and their
 ETags equal, or (without two ETags) their modification times in nanoseconds equal with no
 inode or change time differing -- a case of :meth:`SourceInfo.same_object`.  Every other
 granule (no row, another identity, times in float seconds only, a stamp that no longer
-matches) goes the way it went before, through :func:`~._recorded.precheck`, so this changes how
+matches) goes the way it went before, through :func:`~._up_to_date.precheck`, so this changes how
 fast a re-run decides, never what it decides.
 """
 
@@ -109,7 +109,7 @@ def split_current(listing: StagedListing, dest: str, fmt: str
 
 def _serves(content: str, settings: IndexSettings, fmt: str) -> bool:
     """Whether a run of ``content`` (``runs.content``) wrote what this run asks for (as
-    :func:`~._recorded.from_record` decides it)."""
+    :func:`~._up_to_date.from_record` decides it)."""
     try:
         doc: dict[str, Any] = json.loads(content)
     except ValueError:
