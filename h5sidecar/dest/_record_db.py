@@ -19,8 +19,9 @@ place, so concurrent first runs agree on one database and a crash mid-migration 
 authoritative.  A migrated ``_report.json`` is renamed ``_report.json.migrated`` (kept for
 audit, never read again).  Schema versions are ``PRAGMA user_version``.
 
-The gateway and the catalog (below this package) read two queries of this schema directly
-(``roots``, and ``granules`` by status): keep those tables' columns stable.
+The gateway's view (:mod:`._record_view`) and the catalog's listing (:mod:`._sidecar_listing`)
+read two queries of this schema directly (``roots``, and ``granules`` by status): keep those
+tables' columns stable.
 
 Incremental runs decide from the record (:meth:`Record.lookup`): a run stores the settings that
 shape a sidecar's content (``runs.content``), so a granule's row, joined with the run that

@@ -16,9 +16,9 @@ part never outranks a concurrent run's newer row, whatever the part's own name.
 Each part's Parquet metadata holds (under :data:`META_KEY`) the headers of the runs it writes
 for (a run's latest header is the one with the largest ``key``) and the source roots.
 
-This module knows the format and its I/O only (pyarrow, fsspec); the workflows turn parts into
-a temporary SQLite database for lookups and reports, the gateway and the catalog read the
-newest status of each granule with :func:`latest_rows`.
+This module knows the format and its I/O only (pyarrow, fsspec); :mod:`._record_store` turns
+parts into a temporary SQLite database for lookups and reports, the gateway and the catalog read
+the newest status of each granule with :func:`latest_rows`.
 """
 
 from __future__ import annotations

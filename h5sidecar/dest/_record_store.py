@@ -1,5 +1,5 @@
-"""The record of an object-store DEST as the workflows use it: parts written by runs, read
-through a temporary local SQLite database with the local record's schema.
+"""The record of an object-store DEST read back: parts written by runs, read through a
+temporary local SQLite database with the local record's schema.
 
 The format of the parts is :mod:`h5sidecar.dest._record_parts`.  Reading loads every part into a
 temporary database (:class:`Mirror`), one batch of rows at a time and newest row first, so that
