@@ -1,4 +1,4 @@
-"""List the granules of a batch and name their sidecars.
+"""List the granules of a batch (their sidecars: :func:`h5sidecar.dest._locations.sidecar_url`).
 
 A SOURCE is one local file, a local folder (searched recursively), a glob (local or remote) or an
 ``s3://bucket/prefix`` folder.  Listing captures each object's identity (size + ETag/mtime) in the
