@@ -85,7 +85,7 @@ def run_large(args: argparse.Namespace) -> dict[str, Any]:
         timed,
         warm_up,
     )
-    from h5sidecar.examples.icesat2 import _merge
+    from h5sidecar.examples.grid_cells import _merge
     from h5sidecar.workflows import dask_client, gridded_mean_height, index_many
 
     n_granules, photons = args.granules, args.photons

@@ -113,7 +113,7 @@ def h5py_grid_one(url: str, grid: float, open_options: dict[str, Any] | None = N
     import h5py
     import s3fs
 
-    from h5sidecar.examples.icesat2 import _merge, bin_cells
+    from h5sidecar.examples.grid_cells import _merge, bin_cells
 
     fs = s3fs.S3FileSystem()
     parts = []
@@ -208,7 +208,8 @@ def publish_sidecars(dest: Path, bucket: str) -> dict[str, list[str]]:
 def check_same(case: str, ds: Any, parts: list[Any], grid: float) -> None:
     """The sidecar analysis must give h5py's grid: the same cells and counts, the same means
     (to float rounding: the sums add in another order)."""
-    from h5sidecar.examples.icesat2 import _merge, _to_dataset
+    from h5sidecar.examples.grid_cells import _merge
+    from h5sidecar.examples.icesat2 import _to_dataset
 
     want = _to_dataset(*_merge(*parts), grid, {})
     same = (ds["count"].shape == want["count"].shape
@@ -238,7 +239,7 @@ def timed(fn: Any) -> tuple[float, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from h5sidecar.examples.icesat2 import _merge
+    from h5sidecar.examples.grid_cells import _merge
     from h5sidecar.workflows import DaskExecutor, dask_client, gridded_mean_height, index_many
 
     paths = granules(args.granules, args.photons)

@@ -11,7 +11,8 @@ import h5py
 import numpy as np
 import pytest
 
-from h5sidecar.examples.icesat2 import _merge, bin_cells, granule_cells
+from h5sidecar.examples.grid_cells import _merge, bin_cells
+from h5sidecar.examples.icesat2 import granule_cells
 from h5sidecar.workflows import index_many
 from tests.faultproxy import FaultProxy
 
@@ -160,9 +161,9 @@ def test_bin_cells_in_pieces_equals_a_photon_by_photon_loop(
     float64, longitudes beyond +-180 wrapped, with every photon valid (checked by reductions)
     or some not (masked), and on a grid too fine for float64 cell numbers: a plain loop's
     cells."""
-    from h5sidecar.examples import icesat2
+    from h5sidecar.examples import grid_cells
 
-    monkeypatch.setattr(icesat2, "_PIECE", 1000)
+    monkeypatch.setattr(grid_cells, "_PIECE", 1000)
     rng = np.random.default_rng(11)
     n = 10_500
     lat = np.repeat(np.linspace(-90.0, 90.0, n // 50), 50)[:n] + rng.normal(0, 1e-3, n)

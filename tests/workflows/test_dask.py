@@ -19,7 +19,7 @@ import h5sidecar
 from h5sidecar.cli import main
 from h5sidecar.dest._report import ErrorRecord
 from h5sidecar.errors import InvalidRequestError
-from h5sidecar.examples.icesat2 import bin_cells
+from h5sidecar.examples.grid_cells import bin_cells
 from h5sidecar.workflows import (
     DaskExecutor,
     GranuleResult,
