@@ -164,8 +164,8 @@ def open_icechunk_peer(endpoint: str, bucket: str, prefix: str, source: str) -> 
 def truth(paths: Sequence[Path], variable: str = "tas") -> tuple[np.ndarray, np.ndarray]:
     """``variable`` of every granule (one time step each) stacked, as h5netcdf decodes it, and
     as it decodes it with float64 packing attributes (what a Zarr reader does: JSON carries no
-    float32 ``scale_factor``; see :func:`h5sidecar.workflows._cfcheck.open_truth`)."""
-    from h5sidecar.workflows._cfcheck import open_truth
+    float32 ``scale_factor``; see :func:`h5sidecar.workflows.checks._cfcheck.open_truth`)."""
+    from h5sidecar.workflows.checks._cfcheck import open_truth
 
     decoded, wide = [], []
     for p in paths:

@@ -163,7 +163,7 @@ def _restamp(db: sqlite3.Connection) -> None:
     """Each row's sidecar ``stamp`` (when the record has one) made that of its own sidecar:
     copied from the template's, it would name another file's size and time, and every granule
     would be re-checked as if its sidecar had been rewritten."""
-    from h5sidecar.workflows._recorded import sidecar_stamp
+    from h5sidecar.dest._locations import sidecar_stamp
 
     cols = {c[1] for c in db.execute("PRAGMA table_info(granules)")}
     if "stamp" not in cols:

@@ -85,8 +85,8 @@ def run_large(args: argparse.Namespace) -> dict[str, Any]:
         timed,
         warm_up,
     )
+    from h5sidecar.examples.grid_cells import _merge
     from h5sidecar.workflows import dask_client, gridded_mean_height, index_many
-    from h5sidecar.workflows._analysis import _merge
 
     n_granules, photons = args.granules, args.photons
     paths = granules(n_granules, photons)

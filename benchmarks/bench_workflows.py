@@ -113,7 +113,7 @@ def h5py_grid_one(url: str, grid: float, open_options: dict[str, Any] | None = N
     import h5py
     import s3fs
 
-    from h5sidecar.workflows._analysis import _merge, bin_cells
+    from h5sidecar.examples.grid_cells import _merge, bin_cells
 
     fs = s3fs.S3FileSystem()
     parts = []
@@ -130,9 +130,9 @@ VARIABLES = ("h_ph", "lat_ph", "lon_ph")
 def open_named(sidecar: str) -> int:
     """What one analysis task does before its first chunk read: parse the sidecar, make the
     batch reader, and ready the named arrays' manifests and codecs.  Returns the arrays."""
+    from h5sidecar.examples.icesat2 import beam_groups, named_patterns
     from h5sidecar.read import SidecarStore
     from h5sidecar.references import read_refs
-    from h5sidecar.workflows._analysis import beam_groups, named_patterns
 
     refs = read_refs(sidecar, arrays=named_patterns(VARIABLES))
     store = SidecarStore(refs, chunk_cache=None)
@@ -147,8 +147,8 @@ def open_groups_previous(sidecar: str) -> int:
     """The previous task's opening: whole parse, then one xarray Dataset per beam group."""
     import xarray as xr
 
+    from h5sidecar.examples.icesat2 import beam_groups
     from h5sidecar.references import read_refs
-    from h5sidecar.workflows._analysis import beam_groups
 
     refs = read_refs(sidecar, lazy=False)
     n = 0
@@ -208,7 +208,8 @@ def publish_sidecars(dest: Path, bucket: str) -> dict[str, list[str]]:
 def check_same(case: str, ds: Any, parts: list[Any], grid: float) -> None:
     """The sidecar analysis must give h5py's grid: the same cells and counts, the same means
     (to float rounding: the sums add in another order)."""
-    from h5sidecar.workflows._analysis import _merge, _to_dataset
+    from h5sidecar.examples.grid_cells import _merge
+    from h5sidecar.examples.icesat2 import _to_dataset
 
     want = _to_dataset(*_merge(*parts), grid, {})
     same = (ds["count"].shape == want["count"].shape
@@ -226,7 +227,7 @@ def warm_up() -> None:
     h5py, s3fs, xarray's CF decoding), so no case pays a first import."""
     import importlib
 
-    for name in ("h5sidecar.workflows._index", "h5sidecar.workflows._analysis",
+    for name in ("h5sidecar.workflows.index._index", "h5sidecar.examples.icesat2",
                  "h5sidecar.read", "h5py", "s3fs", "xarray.conventions"):
         importlib.import_module(name)
 
@@ -238,8 +239,8 @@ def timed(fn: Any) -> tuple[float, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from h5sidecar.examples.grid_cells import _merge
     from h5sidecar.workflows import DaskExecutor, dask_client, gridded_mean_height, index_many
-    from h5sidecar.workflows._analysis import _merge
 
     paths = granules(args.granules, args.photons)
     url, stop = start_server(c.S3_ROOT, latency_ms=args.latency_ms)

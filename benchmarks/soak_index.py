@@ -42,10 +42,10 @@ BUCKET = "soak"
 _CASE = """
 import json, resource, sys, time
 from h5sidecar.settings import IndexSettings
-from h5sidecar.workflows._executors import Task, run_tasks
+from h5sidecar.workflows.index._executors import Task, run_tasks
 limit = IndexSettings().max_worker_memory  # what a batch worker process runs under
 resource.setrlimit(resource.RLIMIT_DATA, (limit, resource.getrlimit(resource.RLIMIT_DATA)[1]))
-from h5sidecar.workflows._index import IndexOptions, index_one
+from h5sidecar.workflows.index._index_one import IndexOptions, index_one
 url, sidecar, endpoint = sys.argv[1:4]
 options = IndexOptions(format="json", storage_options={"endpoint_url": endpoint})
 t0 = time.monotonic()

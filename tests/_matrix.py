@@ -4,7 +4,7 @@ Truth is ``xr.open_dataset(file, engine="h5netcdf", phony_dims="access")`` for e
 every corpus file.  Each reader opens the same group from h5sidecar's sidecars and each variable
 gets one verdict:
 
-* ``equal`` / ``widened``: see :mod:`h5sidecar.workflows._cfcheck` (``widened``: float32
+* ``equal`` / ``widened``: see :mod:`h5sidecar.workflows.checks._cfcheck` (``widened``: float32
   packing attributes, which JSON cannot carry, unpacked in float64; checked, not assumed);
 * ``refused``: the reader raised, or the variable is absent and the sidecar lists it as skipped
   (or the reader is told to skip it for a documented reason) -- an explicit refusal;
@@ -24,8 +24,8 @@ import h5py
 import xarray as xr
 
 from h5sidecar.references import key_safe_name
-from h5sidecar.workflows._cfcheck import decoded_verdict, open_truth
-from h5sidecar.workflows._dimcheck import variable_difference
+from h5sidecar.workflows.checks._cfcheck import decoded_verdict, open_truth
+from h5sidecar.workflows.checks._dimcheck import variable_difference
 from tests._attrs_equal import Strength, attr_differences
 
 Verdict = str  # "equal" | "widened" | "refused" | "differ"
@@ -114,8 +114,8 @@ def structure_problem(ds: xr.Dataset, want: xr.Dataset, name: str,
                       lengths: dict[str, set[int]] | None) -> str:  # fmt: skip
     """What differs in the dimension names, coordinate or index status of ``name`` ("" when
     nothing).  The one renaming allowed is the one xarray forces on a sidecar (see
-    :mod:`h5sidecar.workflows._dimcheck`): an axis whose truth name has another length in the
-    group or its ancestors (``lengths``, from :func:`~h5sidecar.workflows._dimcheck.outer_lengths`)."""
+    :mod:`h5sidecar.workflows.checks._dimcheck`): an axis whose truth name has another length in the
+    group or its ancestors (``lengths``, from :func:`~h5sidecar.workflows.checks._dimcheck.outer_lengths`)."""
     if lengths is None:
         lengths = {str(k): {int(v)} for k, v in want.sizes.items()}
     return variable_difference(name, ds, want, lengths)

@@ -11,7 +11,7 @@ reads through) is compared with h5py too, from the Parquet sidecar.  Each result
 must also open as an xarray ``DataTree`` (dimension names consistent along every path), and
 give every variable the dimension names, coordinate and index status of
 ``xr.open_dataset(file, engine="h5netcdf", phony_dims="access", group=g)`` (see
-:mod:`h5sidecar.workflows._dimcheck` for the one renaming xarray forces).
+:mod:`h5sidecar.workflows.checks._dimcheck` for the one renaming xarray forces).
 
 What we skip is pinned by :data:`EXPECTED_SKIPS` (path -> kind and reason), so a regression or
 an improvement shows up as a failure to update deliberately.  Each file must also do at least
@@ -35,7 +35,7 @@ import xarray as xr
 from h5sidecar.indexer import index_granule
 from h5sidecar.read import SidecarStore
 from h5sidecar.references import key_safe_name, write_json, write_parquet
-from h5sidecar.workflows._dimcheck import sidecar_dimension_differences
+from h5sidecar.workflows.checks._dimcheck import sidecar_dimension_differences
 from tests._matrix import attributes_differ, iter_truth, reference_resolver
 from tests.conftest import CORPUS
 from tests.indexer._compare import assert_values_equal, h5_dataset, h5_read, open_plain

@@ -18,11 +18,11 @@ import pytest
 import h5sidecar
 from h5sidecar import errors
 from h5sidecar.catalog import validate_document
+from h5sidecar.dest._report import error_record
 from h5sidecar.errors import ErrorKind, H5SidecarError, NotHDF5Error, STACValidationError
 from h5sidecar.indexer import index_granule
 from h5sidecar.references import GranuleRefs, Skipped, write_refs
 from h5sidecar.workflows import index_many, read_report
-from h5sidecar.workflows._report import error_record
 
 #: Every value of ErrorKind, in order.  Run reports, sidecars, catalog results and HTTP error
 #: bodies carry them: never change or remove one; new codes go at the end (here too).

@@ -37,7 +37,7 @@ import h5py
 import pytest
 import xarray as xr
 
-from h5sidecar.workflows._dimcheck import outer_lengths
+from h5sidecar.workflows.checks._dimcheck import outer_lengths
 from tests._matrix import Tally, compare_group, iter_truth, reference_resolver
 from tests.conftest import CORPUS
 
@@ -160,7 +160,8 @@ def _zarr_asset(ix: Indexed, name: str) -> Any:
     it into the STAC item."""
     import pystac
 
-    from h5sidecar.catalog._item import GranuleInfo, _assets
+    from h5sidecar.catalog._item import _assets
+    from h5sidecar.dest._sidecar_listing import GranuleInfo
 
     sidecar = ix.sidecar(name, "json")
     info = GranuleInfo(name, str(sidecar), "json", sidecar.stat().st_size)

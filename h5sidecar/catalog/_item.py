@@ -27,11 +27,11 @@ import datetime as dt
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from h5sidecar.catalog.extent._granule_extent import GranuleExtent
 from h5sidecar.catalog.extent._time_range import parse_iso
+from h5sidecar.dest._sidecar_listing import GranuleInfo
 from h5sidecar.references import GranuleRefs
 
 __all__ = [
@@ -40,7 +40,6 @@ __all__ = [
     "HDF5_MEDIA_TYPE",
     "PARQUET_MEDIA_TYPE",
     "ZARR_MEDIA_TYPE",
-    "GranuleInfo",
     "build_item",
     "item_id",
 ]
@@ -60,31 +59,6 @@ COMPACT_ROLES = ["references", "h5sidecar-compact"]
 _MAX_ATTR_CHARS = 300
 #: Extensions granule files commonly carry (removed to form the item id).
 _DATA_SUFFIX = re.compile(r"\.(h5|hdf5|he5|hdf|nc|nc4|h5nc)$", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class GranuleInfo:
-    """What the catalog knows of one indexed granule besides its references.
-
-    Attributes
-    ----------
-    name : str
-        Path of the sidecar relative to DEST without the sidecar suffix (``"ATL03_x.h5"``),
-        also the granule's name in the gateway (``/zarr/<name>/``).
-    sidecar : str
-        URL of the sidecar.
-    format : "json" or "parquet"
-    sidecar_bytes : int
-        Size of the sidecar (all files of a Parquet directory).
-    layout : "kerchunk" or "compact"
-        Layout of a Parquet sidecar (``"kerchunk"`` for JSON).
-    """
-
-    name: str
-    sidecar: str
-    format: Literal["json", "parquet"]
-    sidecar_bytes: int
-    layout: Literal["kerchunk", "compact"] = "kerchunk"
 
 
 def item_id(name: str) -> str:

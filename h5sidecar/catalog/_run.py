@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from h5sidecar.catalog._catalogue import add_cubes, catalogue_one
-from h5sidecar.catalog._item import GranuleInfo
 from h5sidecar.catalog._item_db import delete_rows
 from h5sidecar.catalog._result import CatalogResult, NoFootprint
 from h5sidecar.catalog._sync import reset_dest, sync_dest
@@ -35,6 +34,7 @@ from h5sidecar.catalog._tree import (
 )
 from h5sidecar.catalog._validate import ShapeValidator, validate_document
 from h5sidecar.catalog.extent._bbox_union import union_bbox
+from h5sidecar.dest._sidecar_listing import GranuleInfo
 from h5sidecar.references import GranuleRefs
 
 __all__ = ["JSON_TREE_MAX_ITEMS", "ROOT_ID", "Run"]

@@ -1,7 +1,7 @@
 """Bring the item database up to date with DEST: only new, changed and removed sidecars cost work.
 
 Each sidecar listed under DEST is looked up by (DEST, sidecar URL); when its identity (see
-:mod:`._listing`) is the one recorded, nothing is read.  Otherwise its item is built again (the
+:mod:`h5sidecar.dest._sidecar_listing`) is the one recorded, nothing is read.  Otherwise its item is built again (the
 row keeps its key, so its place in search pages) or, when it cannot be catalogued, its reason is
 recorded in ``left_out`` and reported on every run until the sidecar changes.  Rows whose sidecar
 is no longer listed are removed.  Work is committed every :data:`COMMIT_EVERY` sidecars, so an
@@ -16,10 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from h5sidecar.catalog._item import GranuleInfo
 from h5sidecar.catalog._item_db import delete_rows, item_row, write_row
-from h5sidecar.catalog._listing import dest_fs, iter_sidecars, sidecar_size
 from h5sidecar.catalog._result import ItemError
+from h5sidecar.dest._sidecar_listing import GranuleInfo, dest_fs, iter_sidecars, sidecar_size
 from h5sidecar.references import GranuleRefs, read_refs
 
 __all__ = ["COMMIT_EVERY", "Synced", "sync_dest"]

@@ -19,7 +19,7 @@ URL of every granule indexed), plus the prefixes the operator allows explicitly 
 never from the sidecars themselves.
 
 A local DEST with a record is not listed: granules are looked up by name in the record
-(:mod:`h5sidecar.gateway._record`), one indexed query per request, and a sidecar present under
+(:mod:`h5sidecar.dest._record_view`), one indexed query per request, and a sidecar present under
 DEST but not recorded is still found by name (one ``stat``).  Other DESTs (``s3://``, a folder
 of sidecars without a record) are listed whole, every ``refresh_seconds``: the listing is held
 as a sorted list, about 200 bytes per granule, without a cap.
@@ -40,10 +40,10 @@ from typing import Any
 
 import fsspec
 
-from h5sidecar._record_parts import latest_rows, list_parts, roots_of
 from h5sidecar.credentials._s3_chain import fsspec_options
+from h5sidecar.dest._record_parts import latest_rows, list_parts, roots_of
+from h5sidecar.dest._record_view import RecordView, safe_name
 from h5sidecar.errors import InvalidReferenceError, SourceReadError
-from h5sidecar.gateway._record import RecordView, safe_name
 
 __all__ = ["REPORT_NAME", "SIDECAR_SUFFIXES", "DestIndex", "DestSnapshot"]
 
@@ -51,7 +51,7 @@ log = logging.getLogger("h5sidecar.gateway")
 
 REPORT_NAME = "_report.json"
 #: The record of a local DEST (an SQLite database written by ``h5sidecar index``; its schema is
-#: in :mod:`h5sidecar.workflows._record_db`, above this package): it replaces the report there.
+#: in :mod:`h5sidecar.dest._record_db`, above this package): it replaces the report there.
 RECORD_NAME = "_h5sidecar.sqlite"
 #: File-name suffix of each sidecar format written by ``h5sidecar index``.
 SIDECAR_SUFFIXES = (".parq", ".json")
@@ -384,7 +384,7 @@ class DestIndex:
 
 def parts_sources(fs: Any, root: str) -> tuple[str, ...] | None:
     """The source roots and the sources of the granules indexed successfully that an
-    object-store DEST's record in parts holds (:mod:`h5sidecar._record_parts`); None when
+    object-store DEST's record in parts holds (:mod:`h5sidecar.dest._record_parts`); None when
     it has no parts."""
     if not list_parts(fs, root):
         return None

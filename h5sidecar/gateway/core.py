@@ -41,13 +41,13 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+from h5sidecar.dest._record_view import RecordAllowList
 from h5sidecar.errors import H5SidecarError, NotIndexedError, SourceReadError
 from h5sidecar.gateway._dest import DestIndex, DestSnapshot
 from h5sidecar.gateway._http_rules import Admission, BadRequestError, etag_of
 from h5sidecar.gateway._metrics import GatewayMetrics
 from h5sidecar.gateway._reads import UpstreamReads
 from h5sidecar.gateway._rechunk_view import rechunk_document
-from h5sidecar.gateway._record import RecordAllowList
 from h5sidecar.gateway._resolve_chunk import chunk_resolved
 from h5sidecar.gateway._shard import MAX_SHARD_FACTOR
 from h5sidecar.gateway._views import GranuleEntry, Resolved, View

@@ -11,8 +11,14 @@ Everything the ``h5sidecar`` command line does is a function here first:
 - :func:`run_demo` and :func:`write_samples` drive the demo;
 - :func:`write_icechunk` writes references into an Icechunk repository as virtual chunk
   references, and :func:`open_icechunk` opens one authorized to read its sources;
-- :func:`dask_executor` runs :func:`index_many` on a Dask cluster (``--dask``), and
-  :func:`gridded_mean_height` / :func:`plot_grid` are an analysis computed on the cluster.
+- :func:`dask_executor` runs :func:`index_many` on a Dask cluster (``--dask``);
+  :func:`gridded_mean_height` / :func:`plot_grid`, an ICESat-2 analysis computed on the
+  cluster, live outside the core in :mod:`h5sidecar.examples.icesat2` and are re-exported here.
+
+Sub-packages by concept: ``listing/`` (what a batch indexes), ``index/`` (the run, its
+executors, up-to-date checks), ``checks/`` (inspect, verify), ``cube/`` and ``icechunk/``.
+DEST and its record (what runs write and the gateway and the catalog read) are
+:mod:`h5sidecar.dest`.
 
 Heavy modules (h5py, zarr, xarray) load on first use of the function that needs them.
 """
@@ -61,42 +67,42 @@ __all__ = [
 ]
 
 _LAZY = {
-    "CubePart": "_cube",
-    "CubeResult": "_cube",
-    "build_cube": "_cube",
-    "DEFAULT_PATTERNS": "_listing",
-    "Granule": "_listing",
-    "list_granules": "_listing",
-    "ErrorRecord": "_report",
-    "GranuleResult": "_report",
-    "RunReport": "_report",
-    "read_report": "_report_io",
-    "write_report": "_report_io",
+    "CubePart": "cube._build_cube",
+    "CubeResult": "cube._build_cube",
+    "build_cube": "cube._build_cube",
+    "DEFAULT_PATTERNS": "h5sidecar.dest._locations",
+    "Granule": "listing._listing",
+    "list_granules": "listing._listing",
+    "ErrorRecord": "h5sidecar.dest._report",
+    "GranuleResult": "h5sidecar.dest._report",
+    "RunReport": "h5sidecar.dest._report",
+    "read_report": "h5sidecar.dest._report_io",
+    "write_report": "h5sidecar.dest._report_io",
     "PruneEntry": "_prune",
     "PruneResult": "_prune",
     "prune": "_prune",
-    "SerialExecutor": "_executors",
-    "process_pool": "_executors",
-    "IndexOptions": "_index",
-    "ProgressSink": "_index",
-    "index_many": "_index",
-    "index_one": "_index",
-    "SidecarSummary": "_inspect",
-    "VariableSummary": "_inspect",
-    "inspect_refs": "_inspect",
-    "VariableCheck": "_verify",
-    "VerifyReport": "_verify",
-    "verify_refs": "_verify",
-    "DaskExecutor": "_dask",
-    "dask_client": "_dask",
-    "dask_executor": "_dask",
-    "gridded_mean_height": "_analysis",
-    "plot_grid": "_analysis",
+    "SerialExecutor": "index._executors",
+    "process_pool": "index._executors",
+    "IndexOptions": "index._index_one",
+    "ProgressSink": "index._index",
+    "index_many": "index._index",
+    "index_one": "index._index_one",
+    "SidecarSummary": "checks._inspect",
+    "VariableSummary": "checks._inspect",
+    "inspect_refs": "checks._inspect",
+    "VariableCheck": "checks._verify_array",
+    "VerifyReport": "checks._verify",
+    "verify_refs": "checks._verify",
+    "DaskExecutor": "index._dask",
+    "dask_client": "index._dask",
+    "dask_executor": "index._dask",
+    "gridded_mean_height": "h5sidecar.examples.icesat2",
+    "plot_grid": "h5sidecar.examples.icesat2",
     "DemoSummary": "_demo",
     "run_demo": "_demo",
     "write_samples": "_demo",
-    "open_icechunk": "_icechunk_repo",
-    "write_icechunk": "_icechunk",
+    "open_icechunk": "icechunk._icechunk_repo",
+    "write_icechunk": "icechunk._icechunk",
 }
 
 

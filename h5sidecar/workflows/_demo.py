@@ -15,9 +15,9 @@ import h5py
 import numpy as np
 import xarray as xr
 
-from h5sidecar.workflows._index import index_many
-from h5sidecar.workflows._listing import DEFAULT_PATTERNS
-from h5sidecar.workflows._report import RunReport
+from h5sidecar.dest._locations import DEFAULT_PATTERNS
+from h5sidecar.dest._report import RunReport
+from h5sidecar.workflows.index._index import index_many
 
 __all__ = ["DemoSummary", "ValueComparison", "run_demo", "write_samples"]
 

@@ -15,7 +15,7 @@ pruned (a cube whose member disappeared is refused on read, by name).
 
 ``prune`` and a concurrent ``index`` cannot destroy each other's work: with ``apply=True`` prune
 holds DEST's exclusive lock (a local DEST; it waits for running index runs, see
-:mod:`h5sidecar.workflows._dest_lock`), and it never removes a sidecar written after the run
+:mod:`h5sidecar.dest._dest_lock`), and it never removes a sidecar written after the run
 report it decided from (an index run writes its sidecars first and its report last; this guard
 holds on object stores too, which have no lock).
 """
@@ -32,16 +32,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
+from h5sidecar.dest._dest_lock import dest_lock
+from h5sidecar.dest._dest_walk import StagedSidecars, entry_mtime, walk_dest
+from h5sidecar.dest._locations import RECORD_NAME, REPORT_NAME, filesystem, is_remote
+from h5sidecar.dest._record_db import open_record, record_path
+from h5sidecar.dest._record_store import Mirror, has_parts, newest_part_mtime, store_of
+from h5sidecar.dest._report import GranuleResult, RunReport
+from h5sidecar.dest._report_io import forget_sidecars, read_report
 from h5sidecar.errors import H5SidecarError, SourceNotFoundError
 from h5sidecar.read import load_refs
 from h5sidecar.sources import normalize_url
-from h5sidecar.workflows._dest_lock import dest_lock
-from h5sidecar.workflows._dest_walk import StagedSidecars, entry_mtime, walk_dest
-from h5sidecar.workflows._listing import filesystem, is_remote
-from h5sidecar.workflows._record_db import RECORD_NAME, open_record, record_path
-from h5sidecar.workflows._record_store import Mirror, has_parts, newest_part_mtime, store_of
-from h5sidecar.workflows._report import REPORT_NAME, GranuleResult, RunReport
-from h5sidecar.workflows._report_io import forget_sidecars, read_report
 
 __all__ = ["PruneEntry", "PruneResult", "prune"]
 

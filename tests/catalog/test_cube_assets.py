@@ -20,7 +20,7 @@ from h5sidecar.cli import main
 from h5sidecar.errors import InvalidReferenceError, InvalidRequestError
 from h5sidecar.sample import write_daily_collection
 from h5sidecar.workflows import build_cube, index_many
-from h5sidecar.workflows._cfcheck import open_truth
+from h5sidecar.workflows.checks._cfcheck import open_truth
 from tests.gateway._http import gateway
 
 DAYS = 3

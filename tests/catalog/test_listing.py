@@ -8,8 +8,8 @@ from pathlib import Path
 
 import fsspec
 
-from h5sidecar.catalog import _listing
-from h5sidecar.catalog._listing import iter_sidecars, list_indexed
+from h5sidecar.dest import _sidecar_listing
+from h5sidecar.dest._sidecar_listing import iter_sidecars, list_indexed
 
 
 def _flat_dest(root: Path, n: int) -> Path:
@@ -52,7 +52,7 @@ def test_identities_are_those_of_fsspecs_listing(tmp_path: Path) -> None:
         for entry in fs.ls(str(folder), detail=True):
             path = entry["name"].rstrip("/")
             if path.endswith((".json", ".parq")):
-                expected[path] = _listing._identity(fs, path, entry)
+                expected[path] = _sidecar_listing._identity(fs, path, entry)
     found = {g.sidecar: ident for g, ident in iter_sidecars(str(dest))}
     assert found == expected and len(found) == 4
     assert [g.name for g in list_indexed(str(dest), sizes=False)] == ["a", "b", "c", "sub/d"]

@@ -371,8 +371,8 @@ def test_dask_indexing_tasks_carry_no_secrets(
 ) -> None:
     """What ``index --dask`` sends to the scheduler: options without keys, providers without
     tokens (the workers resolve their own)."""
-    from h5sidecar.workflows._dask import DaskExecutor
-    from h5sidecar.workflows._index import IndexOptions
+    from h5sidecar.workflows.index._dask import DaskExecutor
+    from h5sidecar.workflows.index._index_one import IndexOptions
 
     sent: list[bytes] = []
 

@@ -30,7 +30,7 @@ from h5sidecar.references import GranuleRefs, SourceInfo
 from h5sidecar.sample import write_daily_collection, write_daily_granule
 from h5sidecar.settings import ReadSettings
 from h5sidecar.workflows import build_cube, index_many
-from h5sidecar.workflows._cfcheck import open_truth
+from h5sidecar.workflows.checks._cfcheck import open_truth
 from tests.conftest import free_port
 from tests.gateway._http import gateway, http, wait_healthy
 

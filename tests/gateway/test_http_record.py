@@ -203,7 +203,7 @@ def test_healthz_is_degraded_when_dest_is_gone(recorded, http: httpx.Client) -> 
 
 def test_record_allows_a_recorded_source_outside_the_roots(recorded) -> None:
     """A granule's own recorded source is allowed by a lookup, not by a list of every source."""
-    from h5sidecar.gateway._record import RecordAllowList, RecordView
+    from h5sidecar.dest._record_view import RecordAllowList, RecordView
 
     dest, source = recorded
     db = sqlite3.connect(dest / RECORD)

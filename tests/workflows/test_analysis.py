@@ -11,8 +11,9 @@ import h5py
 import numpy as np
 import pytest
 
+from h5sidecar.examples.grid_cells import _merge, bin_cells
+from h5sidecar.examples.icesat2 import granule_cells
 from h5sidecar.workflows import index_many
-from h5sidecar.workflows._analysis import _merge, bin_cells, granule_cells
 from tests.faultproxy import FaultProxy
 
 BEAMS = ("gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r")
@@ -160,9 +161,9 @@ def test_bin_cells_in_pieces_equals_a_photon_by_photon_loop(
     float64, longitudes beyond +-180 wrapped, with every photon valid (checked by reductions)
     or some not (masked), and on a grid too fine for float64 cell numbers: a plain loop's
     cells."""
-    from h5sidecar.workflows import _analysis
+    from h5sidecar.examples import grid_cells
 
-    monkeypatch.setattr(_analysis, "_PIECE", 1000)
+    monkeypatch.setattr(grid_cells, "_PIECE", 1000)
     rng = np.random.default_rng(11)
     n = 10_500
     lat = np.repeat(np.linspace(-90.0, 90.0, n // 50), 50)[:n] + rng.normal(0, 1e-3, n)

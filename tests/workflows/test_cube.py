@@ -17,7 +17,7 @@ from h5sidecar.read import read_arrays
 from h5sidecar.references import read_refs
 from h5sidecar.sample import write_daily_collection, write_daily_granule
 from h5sidecar.workflows import build_cube, index_many
-from h5sidecar.workflows._cfcheck import open_truth
+from h5sidecar.workflows.checks._cfcheck import open_truth
 
 DAYS = 5
 
@@ -40,7 +40,7 @@ def _reference(files: list[Path], *, widened: bool = False) -> xr.Dataset:
     """What xarray + h5netcdf read from the files, in time order.
 
     ``widened``: unpacked with float64 packing attributes, as plain Zarr readers do (JSON
-    attributes carry no float32; see :func:`h5sidecar.workflows._cfcheck.open_truth`).
+    attributes carry no float32; see :func:`h5sidecar.workflows.checks._cfcheck.open_truth`).
     """
     if widened:
         parts = [open_truth(f, "")[1] for f in files]

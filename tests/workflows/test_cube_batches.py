@@ -19,7 +19,8 @@ import xarray as xr
 from h5sidecar.errors import IncompatibleGranulesError
 from h5sidecar.read._shared_caches import SIDECARS
 from h5sidecar.sample import write_daily_collection
-from h5sidecar.workflows import _cube_batches, build_cube
+from h5sidecar.workflows import build_cube
+from h5sidecar.workflows.cube import _cube_batches
 from tests.workflows.test_cube import _assert_raw_matches_h5py, _assert_same, _index, _reference
 
 DAYS = 5
@@ -52,7 +53,7 @@ def test_batched_split_build_equals_one_batch(shuffled, tmp_path: Path, monkeypa
     monkeypatch.setattr(_cube_batches, "BATCH", batch)
     calls = []
     scan = _cube_batches.scan
-    monkeypatch.setattr("h5sidecar.workflows._cube_build.scan",
+    monkeypatch.setattr("h5sidecar.workflows.cube._cube_build.scan",
                         lambda *a, **k: calls.append(1) or scan(*a, **k))
     parts = build_cube(str(sidecars), str(tmp_path / "parts.parq"), on_mismatch="split")
     assert len(calls) == passes
@@ -134,7 +135,8 @@ def test_memory_of_a_build_grows_by_little_per_member(tmp_path: Path, monkeypatc
 #: grows with the members, not the batch, is what differs between two sizes.
 _CHILD_BUILD = (
     "import sys\n"
-    "from h5sidecar.workflows import _cube_batches, build_cube\n"
+    "from h5sidecar.workflows import build_cube\n"
+    "from h5sidecar.workflows.cube import _cube_batches\n"
     "_cube_batches.BATCH = 200\n"
     "build_cube(sys.argv[1], sys.argv[2])\n"
 )

@@ -17,8 +17,8 @@ from h5sidecar.read import load_refs
 from h5sidecar.references import GranuleRefs, read_refs
 from h5sidecar.sample import write_daily_collection, write_daily_granule
 from h5sidecar.workflows import build_cube, index_many
-from h5sidecar.workflows._cube_assemble import read_coords
-from h5sidecar.workflows._cube_checks import encoding_groups, encodings
+from h5sidecar.workflows.cube._cube_assemble import read_coords
+from h5sidecar.workflows.cube._cube_checks import encoding_groups, encodings
 
 COORDS = ["time", "lat", "lon"]
 

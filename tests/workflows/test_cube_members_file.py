@@ -16,8 +16,8 @@ from h5sidecar.references import GranuleRefs, read_refs
 from h5sidecar.references._extras import build_extras, unpack
 from h5sidecar.references.parquet_sidecar._members_file import MEMBERS_FILE, _Loader
 from h5sidecar.workflows import build_cube
-from h5sidecar.workflows._cube_assemble import read_record
-from h5sidecar.workflows._cube_columns import with_lists
+from h5sidecar.workflows.cube._cube_assemble import read_record
+from h5sidecar.workflows.cube._cube_columns import with_lists
 from tests.workflows.test_cube import _assert_raw_matches_h5py, _assert_same, _reference
 from tests.workflows.test_cube_append import _days, _index, _read_everywhere
 

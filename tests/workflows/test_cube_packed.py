@@ -14,7 +14,7 @@ from h5sidecar.read import load_refs
 from h5sidecar.references import read_refs
 from h5sidecar.references._extras import PACKED_FIELDS, unpack
 from h5sidecar.workflows import build_cube
-from h5sidecar.workflows._cube_assemble import read_record
+from h5sidecar.workflows.cube._cube_assemble import read_record
 from tests.workflows.test_cube import _assert_raw_matches_h5py, _assert_same, _reference
 from tests.workflows.test_cube_append import _days, _index, _read_everywhere
 

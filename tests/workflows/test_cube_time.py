@@ -15,7 +15,7 @@ from h5sidecar.errors import IncompatibleGranulesError
 from h5sidecar.read import read_arrays
 from h5sidecar.sample import write_daily_granule
 from h5sidecar.workflows import build_cube, index_many
-from h5sidecar.workflows._cube_time import check_bounds, normalize_times
+from h5sidecar.workflows.cube._cube_time import check_bounds, normalize_times
 from tests.workflows.test_cube import _assert_same, _reference
 from tests.workflows.test_cube_append import _read_everywhere
 

@@ -17,7 +17,9 @@ import pytest
 
 import h5sidecar
 from h5sidecar.cli import main
+from h5sidecar.dest._report import ErrorRecord
 from h5sidecar.errors import InvalidRequestError
+from h5sidecar.examples.grid_cells import bin_cells
 from h5sidecar.workflows import (
     DaskExecutor,
     GranuleResult,
@@ -28,9 +30,7 @@ from h5sidecar.workflows import (
     plot_grid,
     read_report,
 )
-from h5sidecar.workflows._analysis import bin_cells
-from h5sidecar.workflows._dask import WORKER_MMAP_THRESHOLD, _decode_env, _worker_environ
-from h5sidecar.workflows._report import ErrorRecord
+from h5sidecar.workflows.index._dask import WORKER_MMAP_THRESHOLD, _decode_env, _worker_environ
 
 #: the cluster checks run in one test: a LocalCluster per xdist worker would be too many
 #: processes for two cores (xdist 3.8's xdist_group grouping does not work with pytest 9)

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from h5sidecar.workflows import GranuleResult, process_pool
-from h5sidecar.workflows._executors import Task, run_tasks
+from h5sidecar.workflows.index._executors import Task, run_tasks
 
 
 def fake_index(url: str, sidecar: str, options: object, listed: object) -> GranuleResult:

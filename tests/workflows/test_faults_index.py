@@ -31,8 +31,8 @@ from h5sidecar.indexer.crawl._source_file import open_source
 from h5sidecar.sample import flip_bits, write_atl03_like
 from h5sidecar.settings import IndexSettings
 from h5sidecar.workflows import index_many, list_granules, read_report, verify_refs
-from h5sidecar.workflows._executors import Task, run_tasks
-from h5sidecar.workflows._index import IndexOptions, index_one
+from h5sidecar.workflows.index._executors import Task, run_tasks
+from h5sidecar.workflows.index._index_one import IndexOptions, index_one
 from tests._cli_launch import h5sidecar_command
 from tests.conftest import S3_CREDENTIALS, free_port
 from tests.workflows.conftest import open_plain

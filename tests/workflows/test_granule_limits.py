@@ -22,7 +22,7 @@ import pytest
 from h5sidecar.cli import main
 from h5sidecar.settings import IndexSettings
 from h5sidecar.workflows import GranuleResult, RunReport, index_many, read_report
-from h5sidecar.workflows._executors import Task, run_tasks
+from h5sidecar.workflows.index._executors import Task, run_tasks
 from tests.workflows._looping import write_crashing_granule, write_looping_granule
 from tests.workflows.conftest import assert_matches_h5py, write_granule
 

@@ -23,8 +23,8 @@ from h5sidecar.indexer import index_granule
 from h5sidecar.references import GranuleRefs, Skipped, read_refs, write_json, write_parquet
 from h5sidecar.sample import write_atl03_like, write_netcdf_like
 from h5sidecar.workflows import open_icechunk, write_icechunk
-from h5sidecar.workflows._dimcheck import outer_lengths
-from h5sidecar.workflows._icechunk_repo import container_prefixes
+from h5sidecar.workflows.checks._dimcheck import outer_lengths
+from h5sidecar.workflows.icechunk._icechunk_repo import container_prefixes
 from tests._matrix import Tally, compare_group, groups_of, truth
 from tests.indexer._compare import h5_dataset, h5_read
 

@@ -14,7 +14,7 @@ import pytest
 from h5sidecar.errors import SourceNotFoundError
 from h5sidecar.references import read_refs
 from h5sidecar.workflows import index_many, index_one, read_report
-from h5sidecar.workflows._index import IndexOptions
+from h5sidecar.workflows.index._index_one import IndexOptions
 from tests.workflows.conftest import assert_matches_h5py, write_bad_granules, write_granule
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from h5sidecar.workflows import _recorded, index_many
+from h5sidecar.workflows import index_many
+from h5sidecar.workflows.index import _up_to_date
 from tests.workflows.conftest import assert_matches_h5py, write_granule
 
 RECORD = "_h5sidecar.sqlite"
@@ -22,13 +23,13 @@ RECORD = "_h5sidecar.sqlite"
 def row_checks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The granules a run decides row by row in Python (``from_record``)."""
     seen: list[str] = []
-    real = _recorded.from_record
+    real = _up_to_date.from_record
 
     def counting(row, *args, **kw):  # type: ignore[no-untyped-def]
         seen.append(row.url)
         return real(row, *args, **kw)
 
-    monkeypatch.setattr(_recorded, "from_record", counting)
+    monkeypatch.setattr(_up_to_date, "from_record", counting)
     return seen
 
 

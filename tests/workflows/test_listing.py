@@ -9,11 +9,12 @@ import fsspec
 import h5py
 import pytest
 
+from h5sidecar.dest._locations import sidecar_url
 from h5sidecar.errors import SourceNotFoundError
 from h5sidecar.references import SourceInfo
-from h5sidecar.workflows._granule import Granule
-from h5sidecar.workflows._listing import list_granules, normalize_url, sidecar_url
-from h5sidecar.workflows._staged_listing import StagedListing
+from h5sidecar.workflows.listing._listed_granule import Granule
+from h5sidecar.workflows.listing._listing import list_granules, normalize_url
+from h5sidecar.workflows.listing._staged_listing import StagedListing
 from tests.workflows.conftest import write_granule
 
 

@@ -17,8 +17,9 @@ from fsspec.implementations.local import LocalFileSystem
 
 from h5sidecar.errors import SourceNotFoundError
 from h5sidecar.sources.stores._urls import normalize_url
-from h5sidecar.workflows import _listing_walk, index_many
-from h5sidecar.workflows._listing import _glob_root, identity_from_info, list_granules
+from h5sidecar.workflows import index_many
+from h5sidecar.workflows.listing import _listing_walk
+from h5sidecar.workflows.listing._listing import _glob_root, identity_from_info, list_granules
 from tests.workflows.conftest import assert_matches_h5py, observe_calls, write_granule
 
 #: Globs of every form over the trees below: ``*``, ``?``, ``[ab]``, ``[!a]``, ``**``, nested

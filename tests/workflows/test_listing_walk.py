@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 import s3fs
 
-from h5sidecar.workflows import _listing_walk, _staged_listing, index_many
-from h5sidecar.workflows._listing import identity_from_info, list_granules, stage_granules
+from h5sidecar.workflows import index_many
+from h5sidecar.workflows.listing import _listing_walk, _staged_listing
+from h5sidecar.workflows.listing._listing import identity_from_info, list_granules, stage_granules
 from tests.conftest import free_port
 from tests.workflows.conftest import assert_matches_h5py, observe_calls, write_granule
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from h5sidecar.dest._dest_lock import dest_lock
 from h5sidecar.indexer import index_granule
 from h5sidecar.references import write_refs
 from h5sidecar.workflows import index_many, prune, read_report
-from h5sidecar.workflows._dest_lock import dest_lock
 from tests._cli_launch import h5sidecar_command
 from tests.workflows.conftest import assert_matches_h5py, write_granule
 

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from h5sidecar.cli import main
+from h5sidecar.dest import _record_db
+from h5sidecar.dest._report_io import merge_reports
 from h5sidecar.errors import InvalidReferenceError
-from h5sidecar.workflows import _record_db, index_many, read_report
-from h5sidecar.workflows._report_io import merge_reports
+from h5sidecar.workflows import index_many, read_report
 from tests._cli_launch import h5sidecar_command
 from tests.workflows.conftest import assert_matches_h5py, write_granule
 

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from h5sidecar.cli import main
+from h5sidecar.dest import _record_sql
 from h5sidecar.errors import RecordBusyError
-from h5sidecar.workflows import _index, _record_sql, _recorded, index_many, read_report
+from h5sidecar.workflows import index_many, read_report
+from h5sidecar.workflows.index import _index, _up_to_date
 from tests.workflows.conftest import assert_matches_h5py, write_granule
 
 RECORD = "_h5sidecar.sqlite"
@@ -40,13 +42,13 @@ def _granules(folder: Path, n: int) -> list[Path]:
 def sidecar_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The sidecars whose extras block a run reads (in this process: ``executor="serial"``)."""
     seen: list[str] = []
-    real = _recorded.read_recorded
+    real = _up_to_date.read_recorded
 
     def counting(sidecar: str, **kw: object) -> object:
         seen.append(sidecar)
         return real(sidecar, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_recorded, "read_recorded", counting)
+    monkeypatch.setattr(_up_to_date, "read_recorded", counting)
     return seen
 
 

@@ -19,9 +19,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from h5sidecar.cli import main
-from h5sidecar.workflows import _record_store, index_many, read_report, write_report
-from h5sidecar.workflows._report import GranuleResult, RunReport
-from h5sidecar.workflows._report_io import RunRecorder
+from h5sidecar.dest import _record_store
+from h5sidecar.dest._report import GranuleResult, RunReport
+from h5sidecar.dest._report_io import RunRecorder
+from h5sidecar.workflows import index_many, read_report, write_report
 from tests.workflows.conftest import assert_matches_h5py, write_granule
 
 PARTS = "_h5sidecar_record"
@@ -97,10 +98,11 @@ def test_a_run_touching_one_granule_writes_one_row(tmp_path: Path, s3, s3_bucket
 
 _KILLED_RUN = textwrap.dedent("""
     import contextlib, sys, time
-    from h5sidecar.workflows import _report_io, index_many
+    from h5sidecar.dest import _report_io
+    from h5sidecar.workflows import index_many
     with contextlib.suppress(ImportError):
-        from h5sidecar.workflows import _record_store
-        _record_store.FLUSH_GRANULES = 1
+        from h5sidecar.dest import _parts_writer
+        _parts_writer.FLUSH_GRANULES = 1
     real, calls = _report_io.RunRecorder.put, []
     def put(self, result):
         calls.append(result.url)
@@ -266,9 +268,9 @@ def test_a_compaction_never_removes_a_part_it_did_not_cover(s3, s3_bucket: str,
 
 def test_gateway_and_catalog_read_the_newest_rows_of_the_parts(s3, s3_bucket: str,
                                                                s3_storage_options) -> None:
-    from h5sidecar.catalog._listing import list_indexed
+    from h5sidecar.dest._report_io import forget_sidecars
+    from h5sidecar.dest._sidecar_listing import list_indexed
     from h5sidecar.gateway._dest import DestIndex
-    from h5sidecar.workflows._report_io import forget_sidecars
 
     dest = f"s3://{s3_bucket}/out"
     base = replace(_synthetic(4, s3_bucket), source=f"s3://{s3_bucket}/elsewhere")

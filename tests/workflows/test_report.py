@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from h5sidecar.dest._report import error_record
 from h5sidecar.errors import InvalidReferenceError, NotHDF5Error
 from h5sidecar.workflows import GranuleResult, RunReport, read_report, write_report
-from h5sidecar.workflows._report import error_record
 
 
 def _report() -> RunReport:

@@ -11,10 +11,10 @@ import h5py
 import httpx
 import numpy as np
 
+from h5sidecar.dest._report import RunReport
+from h5sidecar.dest._report_io import merge_reports
 from h5sidecar.gateway._dest import DestIndex
 from h5sidecar.workflows import index_many, read_report, write_report
-from h5sidecar.workflows._report import RunReport
-from h5sidecar.workflows._report_io import merge_reports
 from tests.gateway._http import gateway
 from tests.workflows.conftest import write_granule
 
@@ -57,7 +57,7 @@ def test_an_interrupted_run_keeps_every_entry(tmp_path: Path) -> None:
 
 def test_new_entry_wins_over_the_old_one() -> None:
     old = RunReport("s", "d", "json", {}, "a", "b", 1.0, ())
-    from h5sidecar.workflows._report import GranuleResult
+    from h5sidecar.dest._report import GranuleResult
 
     g_ok = GranuleResult(url="/s/a.h5", sidecar="/d/a.h5.json", status="ok", name="a.h5")
     g_failed = GranuleResult(url="/s/a.h5", sidecar="/d/a.h5.json", status="failed", name="a.h5")

@@ -11,9 +11,10 @@ import pytest
 
 from h5sidecar.errors import InvalidRequestError, SourceNotFoundError
 from h5sidecar.sources._source_identity import source_identity
-from h5sidecar.workflows import _url_list, index_many
-from h5sidecar.workflows._listing import list_granules, stage_granules
-from h5sidecar.workflows._url_list import UrlList, read_url_list
+from h5sidecar.workflows import index_many
+from h5sidecar.workflows.listing import _url_list
+from h5sidecar.workflows.listing._listing import list_granules, stage_granules
+from h5sidecar.workflows.listing._url_list import UrlList, read_url_list
 from tests.workflows.conftest import assert_matches_h5py, write_granule
 
 

@@ -22,7 +22,7 @@ from h5sidecar.cli import main
 from h5sidecar.indexer import index_granule
 from h5sidecar.references import read_refs, write_refs
 from h5sidecar.workflows import verify_refs
-from h5sidecar.workflows._plain_parquet import (
+from h5sidecar.workflows.checks._plain_parquet import (
     NullKeepingReferenceMapper,
     record_columns_as_fsspec_expects,
 )

@@ -138,7 +138,7 @@ def test_links_to_a_netcdf_coordinate_name_it_as_h5netcdf_does(tmp_path: Path) -
     per link and names the variable (and every link) by the last link carrying its id."""
     import netCDF4
 
-    from h5sidecar.workflows._dimcheck import sidecar_dimension_differences
+    from h5sidecar.workflows.checks._dimcheck import sidecar_dimension_differences
     from tests.indexer._compare import open_plain
 
     path = tmp_path / "linked.nc"

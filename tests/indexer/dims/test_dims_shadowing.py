@@ -6,7 +6,7 @@ variable's dimension names, whether it is a coordinate, whether it has an index.
 plain xarray ``engine="zarr"`` over fsspec's ``reference://`` (JSON and Parquet sidecars), our
 engine ``engine="h5sidecar"`` (JSON and Parquet), and the DataTrees of plain xarray and
 ``h5sidecar.open_datatree`` node by node.  The one difference allowed is the one xarray forces
-(:mod:`h5sidecar.workflows._dimcheck`): a subgroup's dimension of another length than an
+(:mod:`h5sidecar.workflows.checks._dimcheck`): a subgroup's dimension of another length than an
 ancestor's of the same name is renamed in the subgroup; each case below says where.
 """
 
@@ -30,7 +30,7 @@ import h5sidecar
 from h5sidecar.indexer import index_granule
 from h5sidecar.references import GranuleRefs, write_json, write_parquet
 from h5sidecar.workflows import verify_refs
-from h5sidecar.workflows._dimcheck import dimension_differences, outer_lengths
+from h5sidecar.workflows.checks._dimcheck import dimension_differences, outer_lengths
 from tests._matrix import groups_of
 
 

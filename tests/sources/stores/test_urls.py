@@ -12,7 +12,7 @@ from h5sidecar.errors import ForbiddenSourceError, SourceReadError
 from h5sidecar.sources._allow import AllowList
 from h5sidecar.sources.stores._store_cache import resolve_store
 from h5sidecar.sources.stores._urls import normalize_url, parse_url
-from h5sidecar.workflows._listing import list_granules
+from h5sidecar.workflows.listing._listing import list_granules
 
 #: S3 options that need no environment and reach nothing (resolve_store does no I/O).
 _NO_IO = {"anon": True, "endpoint_url": "http://127.0.0.1:1"}

@@ -1,0 +1,366 @@
+"""Append to a datacube: add the granules not yet in it, replace the members that changed.
+
+The cube's record (:mod:`h5sidecar.workflows.cube._cube_assemble`) says which sidecar, in which
+version (size + ETag/mtime), each member came from.  So a listed sidecar whose stamp is
+unchanged is skipped after one stat/HEAD, without reading it; any other sidecar has its small
+extras block read to learn its source and identity: a source not in the cube is *new*, a member
+whose identity changed is *replaced* (its references are rebuilt from the new sidecar, so its
+stale references are never served), an equal one is unchanged.  Only new and replaced sidecars
+are loaded, and only their coordinates read.  The existing cube's own references are read
+(Parquet: its record files) and rewritten atomically; for Icechunk the append is one commit
+(:mod:`h5sidecar.workflows.icechunk._icechunk_append`).  Re-running with nothing new writes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError
+from h5sidecar.references import GranuleRefs, read_refs, slice_refs, write_refs
+from h5sidecar.workflows.cube._cube_assemble import (
+    COORD_READERS,
+    assemble,
+    cube_record,
+    load_granules,
+    read_coords,
+    read_record,
+    sidecar_stamp,
+)
+from h5sidecar.workflows.cube._cube_build import (
+    CubePart,
+    CubeResult,
+    _build,
+    _sidecar_list,
+    _subset,
+)
+from h5sidecar.workflows.cube._cube_checks import (
+    check_order,
+    check_shared_values,
+    encoding_diff,
+    encodings,
+)
+from h5sidecar.workflows.cube._cube_columns import as_columns
+from h5sidecar.workflows.cube._cube_parts import Granule, Part, existing_parts, part_path
+from h5sidecar.workflows.cube._cube_time import (
+    NORMALIZED_FIELDS,
+    check_bounds,
+    check_not_fill,
+    normalize_times,
+    time_attrs,
+)
+
+__all__ = ["append_cube"]
+
+
+def _load_part(path: str, format: str, opts: Mapping[str, Any], concat_dim: str) -> Part:
+    if format == "icechunk":
+        from h5sidecar.workflows.icechunk._icechunk_append import load_state
+
+        extra, members, coords, state_attrs = load_state(path, opts)
+        attrs: Mapping[str, Any] = state_attrs
+        record = read_record(extra, path, members)
+        refs = None
+    else:
+        from h5sidecar.read import read_arrays
+
+        refs = read_refs(path, storage_options=dict(opts) or None)
+        record = read_record(refs.extra, path, refs.members)
+        members = tuple(refs.members)
+        coords = read_arrays(refs, [record["coord"], *record["shared"]])  # inline: no source
+        attrs = refs.arrays[record["coord"]].meta.attrs
+    if record["concat_dim"] != concat_dim:
+        raise InvalidRequestError(
+            f"{path} is concatenated along {record['concat_dim']!r}, not {concat_dim!r}")
+    return Part(path, record, tuple(members), coords[record["coord"]],
+                {c: coords[c] for c in record["shared"]}, attrs, refs)
+
+
+def _classify(
+    items: Sequence[Any], parts: list[Part], out_paths: set[str], opts: Mapping[str, Any]
+) -> tuple[list[Any], int, set[str]]:
+    """Items to load (new or changed), how many members are unchanged, and the URLs seen.
+
+    Each sidecar costs one stat/HEAD (or, when not recorded or changed, one small read of its
+    extras); they run in threads, as object-store round trips dominate.
+    """
+    from h5sidecar.workflows.index._up_to_date import read_recorded
+
+    by_url = {m.url: m for p in parts for m in p.members}
+    known = {s[0]: (u, s[1]) for p in parts for u, s in p.record["sidecars"].items()}
+
+    def one(x: Any) -> tuple[str, str | None]:
+        """("unchanged", url) / ("load", None) / ("skip", None)."""
+        if isinstance(x, GranuleRefs):
+            if by_url.get(x.source.url) == x.source:
+                return "unchanged", x.source.url
+            return ("skip", None) if x.members else ("load", None)
+        path = os.fspath(x)
+        if path.rstrip("/") in out_paths:
+            return "skip", None
+        url, stamp = known.get(path, (None, None))
+        if url is not None and sidecar_stamp(path, opts) == stamp:
+            return "unchanged", url  # the member's sidecar is the one the cube was made from
+        rec = read_recorded(path, storage_options=opts)
+        member = None if rec is None else by_url.get(rec.source.url)
+        if rec is not None and member is not None and member.same_object(rec.source):
+            return "unchanged", rec.source.url
+        return "load", None
+
+    with ThreadPoolExecutor(COORD_READERS) as pool:
+        verdicts = list(pool.map(one, items))
+    todo = [x for x, (v, _) in zip(items, verdicts, strict=True) if v == "load"]
+    seen = {u for v, u in verdicts if v == "unchanged" and u is not None}
+    return todo, sum(v == "unchanged" for v, _ in verdicts), seen
+
+
+def _place(g: Granule, parts: list[Part], dim: str, on_mismatch: str,
+           normalize: bool) -> Part | None:
+    """The part ``g`` goes to (its member's, or the first with its encoding); None: a new part.
+
+    The coordinate's ``units`` are compared apart (:func:`_values`); with ``normalize``, so are
+    its dtype, storage fill and codecs (its values are re-encoded and held inline).
+    """
+    url = g.refs.source.url
+    coord = parts[0].record["coord"]
+    skip = NORMALIZED_FIELDS if normalize else ("units",)
+
+    def comparable(enc: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
+        return {k: {f: v for f, v in e.items() if not (k == coord and f in skip)}
+                for k, e in enc.items()}
+
+    enc = comparable(encodings(g.refs, parts[0].paths, dim))
+    home = [p for p in parts if any(m.url == url for m in p.members)]
+    candidates = home or parts
+    for p in candidates:
+        if enc == comparable(p.record["encoding"]):
+            return p
+    if home or on_mismatch == "raise" or not normalize:
+        p = candidates[-1]
+        loose = {k: {f: v for f, v in e.items() if not (k == coord and f in NORMALIZED_FIELDS)}
+                 for k, e in p.record["encoding"].items()}
+        only_time = not normalize and loose == {
+            k: {f: v for f, v in e.items() if not (k == coord and f in NORMALIZED_FIELDS)}
+            for k, e in encodings(g.refs, p.paths, dim).items()}
+        if home or on_mismatch == "raise" or only_time:
+            raise IncompatibleGranulesError(
+                encoding_diff([p.record["encoding"], encodings(g.refs, p.paths, dim)],
+                              [f"the cube {p.path}", url])
+                + (f"\nOnly the time coordinate {coord} differs: pass normalize_time=True "
+                   "(--normalize-time) to hold its times in the cube's units" if only_time
+                   else "")
+                + ("" if not home else f"\n{url} is a member of {p.path} and was re-encoded; "
+                   "rebuild the cube (mode='build')"))
+    return None
+
+
+def _values(g: Granule, p: Part, coord_attrs: Mapping[str, Any], value: np.ndarray,
+            normalize: bool) -> np.ndarray:
+    """``g``'s coordinate in ``p``'s units (normalized when asked), or refused."""
+    coord = p.record["coord"]
+    units = coord_attrs.get("units")
+    if units == p.coord_attrs.get("units") and value.dtype == p.coordinate.dtype:
+        return value
+    if not normalize:
+        raise IncompatibleGranulesError(
+            f"{coord}.units differs: {units!r} in {g.refs.source.url}; "
+            f"{p.coord_attrs.get('units')!r} in the cube {p.path}. Pass normalize_time=True "
+            "(--normalize-time) to hold its times in the cube's units")
+    check_bounds(p.coord_attrs, {k: g.refs.arrays[k].meta.attrs for k in p.paths}, coord)
+    cube_units, calendar = time_attrs(p.coord_attrs)
+    out = normalize_times([value], [coord_attrs], [g.refs.source.url], coord, units=cube_units,
+                          calendar=calendar, dtype=p.coordinate.dtype)
+    check_not_fill(out, p.coord_attrs, [g.refs.source.url], coord)
+    return out[0]
+
+
+def _out_of_order(p: Part) -> str:
+    """Why ``p``'s new or replacing granules do not fit its coordinate ('' when they do)."""
+    coord, starts = p.record["coord"], p.starts
+    for k, m in enumerate(p.members):
+        g = p.replaced.get(m.url)
+        if g is None:
+            continue
+        lo = p.coordinate[starts[k] - 1] if k else None
+        hi = p.coordinate[starts[k + 1]] if k + 1 < len(p.members) else None
+        if (lo is not None and g.values[0] <= lo) or (hi is not None and g.values[-1] >= hi):
+            return (f"{m.url} changed and now spans {coord} {g.values[0].item()!r}.."
+                    f"{g.values[-1].item()!r}, outside its place in {p.path} (between "
+                    f"{_item(lo)!r} and {_item(hi)!r})")
+    if p.new:
+        last = p.coordinate[-1]
+        if p.replaced.get(p.members[-1].url) is not None:
+            last = p.replaced[p.members[-1].url].values[-1]
+        check_order([g.values for g in p.new], [g.refs.source.url for g in p.new], coord)
+        first = min(p.new, key=lambda g: g.values[0])
+        if first.values[0] <= last:
+            return (f"{first.refs.source.url} starts at {coord} {first.values[0].item()!r}, "
+                    f"not after the end of {p.path} ({last.item()!r}): an append must continue "
+                    "the coordinate")
+    return ""
+
+
+def _item(v: Any) -> Any:
+    return None if v is None else v.item()
+
+
+def append_cube(
+    sidecars: Any,
+    out: str,
+    *,
+    concat_dim: str,
+    format: str,
+    on_mismatch: str,
+    on_out_of_order: str,
+    normalize_time: bool,
+    time_units: str | None,
+    opts: dict[str, Any],
+    rebuild: Callable[[str], CubeResult],
+) -> CubeResult:
+    """``build_cube(..., mode="append")`` (see the module docstring and :func:`build_cube`)."""
+    paths = existing_parts(out, format, opts)
+    if not paths:
+        return rebuild("built")  # nothing to append to yet: the first build
+    parts = [_load_part(p, format, opts, concat_dim) for p in paths]
+    if time_units is not None and any(p.coord_attrs.get("units") != time_units for p in parts):
+        raise InvalidRequestError(
+            f"the cube's time units are {parts[0].coord_attrs.get('units')!r}; an append keeps "
+            f"them (time_units={time_units!r} applies to a new cube)")
+    items = _sidecar_list(sidecars, opts)
+    out_paths = {p.rstrip("/") for p in paths}
+    todo, unchanged, seen = _classify(items, parts, out_paths, opts)
+    loaded = [(r, s, x) for (r, s), x in zip(load_granules(todo, opts), todo, strict=True)
+              if not r.members]  # cubes among the sidecars are not granules
+    members = {m.url for p in parts for m in p.members}
+    grans = [Granule(_subset(r, parts[0].paths, r.source.url), x, s) for r, s, x in loaded]
+    orphans: list[Granule] = []
+    for g in grans:
+        home = _place(g, parts, concat_dim, on_mismatch, normalize_time)
+        if home is None:
+            orphans.append(g)
+        elif g.refs.source.url in members:
+            home.replaced[g.refs.source.url] = g
+        else:
+            home.new.append(g)
+    homed = [(g, p) for p in parts for g in [*p.new, *p.replaced.values()]]
+    coord = parts[0].record["coord"]
+    read = read_coords([g.refs for g, _ in homed], [coord, *parts[0].record["shared"]], opts)
+    for (g, p), r in zip(homed, read, strict=True):
+        check_shared_values([p.shared, r], [p.path, g.refs.source.url], list(p.shared))
+        g.values = _values(g, p, g.refs.arrays[coord].meta.attrs, r[coord], normalize_time)
+    for p in parts:
+        p.new.sort(key=lambda g: g.values[0])
+        why = _out_of_order(p)
+        if why and on_out_of_order == "rebuild":
+            missing = members - seen - {g.refs.source.url for g in grans}
+            if missing:
+                raise InvalidRequestError(
+                    f"{why}; rebuilding needs every member's sidecar, and {len(missing)} are not "
+                    f"among the sidecars given (e.g. {min(missing)}): pass the DEST")
+            return rebuild("rebuilt")
+        if why:
+            raise IncompatibleGranulesError(
+                f"{why}. Pass on_out_of_order='rebuild' (--on-out-of-order rebuild) to rebuild "
+                "the cube from all sidecars, or leave the granule out")
+    written = [_write_part(p, concat_dim, format, opts) if p.new or p.replaced
+               else _summary(p) for p in parts]
+    if orphans:  # split: granules of another encoding start new cubes after the existing ones
+        variables = [q.rpartition("/")[2] for q in parts[0].paths]
+        group = coord.rpartition("/")[0] or None
+        res = _build([g.item for g in orphans], part_path(out, len(parts)), concat_dim=concat_dim,
+                     group=group, variables=variables, format=format, on_mismatch="split",
+                     opts=opts, normalize_time=normalize_time, time_units=time_units)
+        written.extend(res.cubes)
+    added = tuple(g.refs.source.url for p in parts for g in p.new) + tuple(
+        g.refs.source.url for g in orphans)
+    replaced = tuple(u for p in parts for u in p.replaced)
+    return CubeResult(
+        cubes=tuple(written), concat_dim=concat_dim, variables=tuple(parts[0].paths),
+        action="appended" if added or replaced else "up_to_date", added=added,
+        replaced=replaced, sidecars_read=len(todo), unchanged=unchanged,
+    )  # fmt: skip
+
+
+def _summary(p: Part) -> CubePart:
+    return CubePart(path=p.path, granules=tuple(m.url for m in p.members),
+                    length=int(p.coordinate.size), first=p.coordinate[0].item(),
+                    last=p.coordinate[-1].item())
+
+
+def _pieces(p: Part, dim: str) -> tuple[list[GranuleRefs], list[str], list[np.ndarray],
+                                         list[int], dict[str, list[str]]]:
+    """The part cut around its replaced members, then the new granules, in order."""
+    assert p.refs is not None
+    record, starts = p.record, p.starts
+    held = {record["coord"], *record["shared"]}
+    bare = GranuleRefs(p.refs.source, p.refs.groups,
+                       {k: a for k, a in p.refs.arrays.items() if k not in held},
+                       p.refs.skipped, p.refs.extra, p.refs.members)  # fmt: skip
+    pieces, names, values, lengths = [], [], [], []
+    sidecars = {u: list(s) for u, s in record["sidecars"].items()}
+
+    def keep(a: int, b: int) -> None:  # members a..b-1, unchanged
+        if a < b:
+            whole = a == 0 and b == len(p.members)
+            pieces.append(bare if whole else slice_refs(bare, dim, int(starts[a]), int(starts[b]),
+                                                        p.members[a:b]))  # fmt: skip
+            names.append(f"{p.members[b - 1].url} (in {p.path})")
+            values.append(p.coordinate[starts[a]:starts[b]])
+            lengths.extend(record["lengths"][a:b])
+
+    def add(g: Granule) -> None:
+        url = g.refs.source.url
+        pieces.append(g.refs)
+        names.append(url)
+        values.append(g.values)
+        lengths.append(int(g.values.size))
+        if g.stamp is not None:
+            sidecars[url] = list(g.stamp)
+        else:
+            sidecars.pop(url, None)
+
+    a = 0
+    for k, m in enumerate(p.members):
+        if m.url in p.replaced:
+            keep(a, k)
+            add(p.replaced[m.url])
+            a = k + 1
+    keep(a, len(p.members))
+    for g in p.new:
+        add(g)
+    return pieces, names, values, lengths, sidecars
+
+
+def _write_part(p: Part, dim: str, format: str, opts: Mapping[str, Any]) -> CubePart:
+    if format == "icechunk":
+        from h5sidecar.workflows.icechunk._icechunk_append import append_icechunk
+
+        return append_icechunk(p, dim, opts)
+    assert p.refs is not None
+    pieces, names, values, lengths, sidecars = _pieces(p, dim)
+    record = {**p.record, **cube_record(
+        concat_dim=dim, coord=p.record["coord"], shared=p.record["shared"], lengths=lengths,
+        encoding=p.record["encoding"], sidecars=sidecars,
+        order=[*(m.url for m in p.members), *(g.refs.source.url for g in p.new)],
+        normalized=bool(p.record.get("normalized_time")))}  # fmt: skip
+    coordinate = np.concatenate(values).astype(p.coordinate.dtype, copy=False)
+    held = [p.record["coord"], *p.record["shared"]]
+    table = None
+    if format == "parquet":  # its per-member lists as member columns (see _cube_columns)
+        order = [*(m.url for m in p.members), *(g.refs.source.url for g in p.new)]
+        by_url = {m.url: m for m in p.members}
+        by_url.update({g.refs.source.url: g.refs.source
+                       for g in [*p.new, *p.replaced.values()]})
+        record, table = as_columns(record, [by_url[u] for u in order])
+    cube = assemble(pieces, names, paths=list(p.refs.arrays), coord=p.record["coord"],
+                    coordinate=coordinate, templates={c: p.refs.arrays[c] for c in held},
+                    shared_values=p.shared, concat_dim=dim, record=record, members=table)
+    write_refs(cube, p.path, format=format,  # type: ignore[arg-type]
+               storage_options=dict(opts) or None)
+    return CubePart(path=p.path, granules=tuple(m.url for m in cube.members),
+                    length=int(coordinate.size), first=coordinate[0].item(),
+                    last=coordinate[-1].item())

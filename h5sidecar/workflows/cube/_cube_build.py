@@ -1,0 +1,290 @@
+"""The whole-build half of :func:`~h5sidecar.workflows.build_cube` and the result records.
+
+Everything a build needs below the public entry point: the selection of arrays, the checks,
+the ordering and the writes (see :mod:`h5sidecar.workflows.cube._build_cube`); appends
+(:mod:`h5sidecar.workflows.cube._cube_append`) reuse it for rebuilds and split-off parts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError
+from h5sidecar.references import GranuleRefs, MemberTable, write_refs
+from h5sidecar.workflows.cube._cube_assemble import assemble, cube_record
+from h5sidecar.workflows.cube._cube_batches import Interleaved, Scan, scan
+from h5sidecar.workflows.cube._cube_checks import encodings
+from h5sidecar.workflows.cube._cube_columns import columns_record
+from h5sidecar.workflows.cube._cube_time import (
+    NORMALIZED_FIELDS,
+    check_bounds,
+    check_not_fill,
+    normalize_times,
+    time_attrs,
+)
+
+__all__ = ["CubePart", "CubeResult", "cube_paths", "write_cube"]
+
+#: Dimension coordinates other than the concat one (``lat``, ``lon``) up to this size are read
+#: from every granule, compared, and held inline in the cube (opening then reads no source).
+SHARED_COORD_BYTES = 8 * 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class CubePart:
+    """One written cube.
+
+    Attributes
+    ----------
+    path : str
+        Where it was written.
+    granules : tuple of str
+        Its granules' source URLs, in concatenation (coordinate) order.
+    length : int
+        Length of the concatenated dimension.
+    first, last : Any
+        First and last raw values of the concatenated coordinate.
+    """
+
+    path: str
+    granules: tuple[str, ...]
+    length: int
+    first: Any
+    last: Any
+
+
+@dataclass(frozen=True, slots=True)
+class CubeResult:
+    """What :func:`build_cube` wrote: one cube, or one per consistent encoding (split)."""
+
+    cubes: tuple[CubePart, ...]
+    concat_dim: str
+    variables: tuple[str, ...] = field(default=())
+    #: ``"built"``, ``"rebuilt"`` (an append that had to rebuild), ``"appended"`` or
+    #: ``"up_to_date"`` (an append with nothing new: nothing was written).
+    action: str = "built"
+    #: Source URLs of the granules added, and of the members replaced (their source changed).
+    added: tuple[str, ...] = ()
+    replaced: tuple[str, ...] = ()
+    #: Append only: sidecars loaded (new or changed ones), and members recognized as unchanged
+    #: from their sidecar's stamp alone (one stat/HEAD each, nothing read).
+    sidecars_read: int = 0
+    unchanged: int = 0
+
+    @property
+    def path(self) -> str:
+        """The (first) cube's path."""
+        return self.cubes[0].path
+
+
+def cube_paths(out: str, n: int) -> list[str]:
+    """Where ``n`` split cubes go: ``out`` itself when ``n == 1``, else ``NAME-0.EXT``, ...
+
+    The index goes before a ``.parq``/``.json`` suffix (``cube.parq`` -> ``cube-0.parq``),
+    else at the end (``cube`` -> ``cube-0``); cubes are numbered in coordinate order.
+    """
+    if n == 1:
+        return [out]
+    stem, ext = os.path.splitext(out.rstrip("/"))
+    if ext not in (".parq", ".json"):
+        stem, ext = out.rstrip("/"), ""
+    return [f"{stem}-{i}{ext}" for i in range(n)]
+
+
+def _sidecar_list(
+    sidecars: str | os.PathLike[str] | Sequence[Any],
+    storage_options: Mapping[str, Any] | None,
+) -> list[Any]:
+    if isinstance(sidecars, GranuleRefs):
+        return [sidecars]
+    if isinstance(sidecars, str | os.PathLike):
+        from h5sidecar.catalog import list_indexed
+
+        found = [g.sidecar for g in list_indexed(os.fspath(sidecars), sizes=False,
+                                                 storage_options=storage_options)]
+        if not found:
+            raise InvalidRequestError(
+                f"no sidecars under {os.fspath(sidecars)}; index the granules first "
+                "(`h5sidecar index SOURCE -o DEST`)"
+            )
+        return found
+    return list(sidecars)
+
+
+def _selection(
+    refs: GranuleRefs, dim: str, group: str | None, variables: Sequence[str] | None
+) -> tuple[list[str], str]:
+    """Array paths to keep and the coordinate's path (checked against the first granule)."""
+    prefix = (group or "").strip("/")
+    join = (lambda n: f"{prefix}/{n}") if prefix else (lambda n: n)
+    in_group = [p for p in refs.arrays if p.rpartition("/")[0] == prefix]
+    if not in_group:
+        raise InvalidRequestError(f"no variables in group {prefix!r} of {refs.source.url}")
+    coord = join(dim)
+    if coord not in refs.arrays or refs.arrays[coord].meta.dimension_names != (dim,):
+        raise InvalidRequestError(
+            f"{refs.source.url} has no 1-D coordinate variable {coord!r}; a cube is "
+            "concatenated along a dimension with a coordinate variable of the same name"
+        )
+    if variables is None:
+        keep = in_group
+    else:
+        missing = [v for v in variables if join(v) not in refs.arrays]
+        if missing:
+            raise InvalidRequestError(f"no variable(s) {', '.join(missing)} in {refs.source.url}")
+        wanted = {join(v) for v in variables}
+        dims = {d for v in wanted for d in refs.arrays[v].meta.dimension_names}
+        keep = [p for p in in_group if p in wanted or p.rpartition("/")[2] in dims]
+    if coord not in keep:
+        keep.append(coord)
+    return keep, coord
+
+
+def _shared_coords(refs: GranuleRefs, paths: Sequence[str], coord: str) -> list[str]:
+    """Non-empty 1-D dimension coordinates but ``coord``, small enough to compare and inline."""
+    out = []
+    for p in paths:
+        meta = refs.arrays[p].meta
+        if (p != coord and len(meta.shape) == 1 and meta.dimension_names == (p.rpartition("/")[2],)
+                and 0 < meta.shape[0] * meta.numpy_dtype.itemsize <= SHARED_COORD_BYTES
+                and not meta.numpy_dtype.hasobject):
+            out.append(p)
+    return out
+
+
+def _subset(refs: GranuleRefs, paths: Sequence[str], name: str) -> GranuleRefs:
+    missing = [p for p in paths if p not in refs.arrays]
+    if missing:
+        raise IncompatibleGranulesError(
+            f"{name} lacks {', '.join(missing)}, which the first granule has; "
+            "combine only granules of one product"
+        )
+    groups = {g: a for g, a in refs.groups.items()
+              if g == "" or any(p.startswith(g + "/") for p in paths)}
+    return GranuleRefs(refs.source, groups, {p: refs.arrays[p] for p in paths},
+                       refs.skipped, refs.extra, refs.members)
+
+
+def write_cube(cube: GranuleRefs, target: str, format: str, opts: Mapping[str, Any]) -> str:
+    """Write a whole cube (atomically; a new commit for Icechunk); return its path."""
+    if format != "icechunk":
+        return write_refs(cube, target, format=format,  # type: ignore[arg-type]
+                          storage_options=dict(opts) or None)
+    from h5sidecar.workflows.icechunk._icechunk import write_icechunk
+
+    n = cube.extra["cube"]["granules"]
+    write_icechunk(cube, target, storage_options=opts or None,
+                   sources={m.url: m for m in cube.members},
+                   message=f"h5sidecar cube: {n} granules")
+    return target
+
+
+def _build(
+    sidecars: Any, out: str, *, concat_dim: str, group: str | None,
+    variables: Sequence[str] | None, format: str, on_mismatch: str, opts: dict[str, Any],
+    normalize_time: bool, time_units: str | None, action: str = "built",
+) -> CubeResult:
+    items = _sidecar_list(sidecars, opts)
+
+    def select(first: GranuleRefs) -> tuple[list[str], str, list[str]]:
+        paths, coord = _selection(first, concat_dim, group, variables)
+        return paths, coord, _shared_coords(first, paths, coord)
+
+    def run(items: Sequence[Any], units: str | None) -> Scan:
+        return scan(items, skip_cubes=isinstance(sidecars, str | os.PathLike),
+                    concat_dim=concat_dim, on_mismatch=on_mismatch, opts=opts,
+                    normalize_time=normalize_time, select=select, subset=_subset,
+                    normalized=partial(_normalized, time_units=units))  # fmt: skip
+
+    try:
+        # cubes written into DEST (by an earlier run) are not granules of the next one
+        found = run(items, time_units)
+    except Interleaved as again:  # not listed in coordinate order: once more, in that order
+        items = [items[i] for i in again.order]
+        found = run(items, time_units or again.units)
+    paths, coord = found.paths, found.coord
+    ordered = sorted(found.encodings, key=lambda e: min(p.coordinate[0] for p in e.pieces))
+    targets = cube_paths(out, len(ordered))
+    written, added = [], []
+    ignore = {coord: NORMALIZED_FIELDS} if normalize_time else {}
+    for target, enc in zip(targets, ordered, strict=True):
+        pieces = enc.ordered()
+        names = [n for p in pieces for n in p.names]
+        members = MemberTable.concat([p.members for p in pieces])
+        _check_members(members)
+        stamps = np.concatenate([p.stamps for p in pieces])
+        where = np.concatenate([p.items for p in pieces]).tolist()
+        lengths = np.concatenate([p.lengths for p in pieces])
+        # each member's sidecar path (the listed item itself: no new string) or None
+        sidecar_paths = [items[i] if s else None for i, s in zip(where, stamps.tolist(),
+                                                                   strict=True)]
+        sidecar_paths = [q if q is None or isinstance(q, str) else os.fspath(q)
+                         for q in sidecar_paths]
+        columns = format == "parquet"  # its per-member lists as member columns
+        record = cube_record(
+            concat_dim=concat_dim, coord=coord, shared=found.shared,
+            lengths=() if columns else lengths.tolist(),
+            encoding=encodings(enc.first, paths, concat_dim, ignore),
+            sidecars=None, order=names,
+            aligned=([], []) if columns else (
+                sidecar_paths, [s.decode() or None for s in stamps.tolist()]),
+            normalized=normalize_time,
+        )  # fmt: skip
+        if columns:
+            record, members = columns_record(record, members, lengths, sidecar_paths, stamps)
+        del stamps, where, sidecar_paths, lengths
+        coordinate = np.concatenate([p.coordinate for p in pieces])
+        # named by their last granule: a piece's partial last chunk is what concat refuses
+        cube = assemble(
+            [p.refs for p in pieces], [p.names[-1] for p in pieces], paths=paths, coord=coord,
+            coordinate=coordinate, templates={p: enc.first.arrays[p] for p in [coord, *found.shared]},
+            shared_values=enc.shared, concat_dim=concat_dim,
+            record=record, coord_attrs=found.coord_attrs, members=members,
+        )  # fmt: skip
+        del pieces, enc.pieces[:], record, members  # in the cube: free them before the write
+        path = write_cube(cube, target, format, opts)
+        del cube
+        written.append(CubePart(path=path, granules=tuple(names), length=int(coordinate.size),
+                                first=coordinate[0].item(), last=coordinate[-1].item()))
+        added.extend(names)
+    return CubeResult(cubes=tuple(written), concat_dim=concat_dim, variables=tuple(paths),
+                      action=action, added=tuple(added))
+
+
+def _check_members(members: MemberTable) -> None:
+    """Refuse a source listed twice (two sidecars of it, e.g. one left from before its
+    source changed), naming both identities as :func:`~h5sidecar.references.member_identities`
+    does."""
+    twice = members.duplicate_url()
+    if twice is None:
+        return
+    a, b = [m for m in members if m.url == twice][:2]  # (only on this error)
+    raise IncompatibleGranulesError(
+        f"two sidecars describe {twice} differently ({a} vs {b}); one of them is stale: "
+        "re-index the source" if a != b else
+        f"two sidecars describe {twice}: leave one of them out"
+    )
+
+
+def _normalized(
+    parts: Sequence[GranuleRefs], paths: Sequence[str], coord: str,
+    values: list[np.ndarray], names: Sequence[str], first: GranuleRefs, *,
+    time_units: str | None,
+) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """Every granule's coordinate in one time units (see :mod:`._cube_time`) and its attrs:
+    ``time_units``, else those of ``first`` (the first granule listed)."""
+    head = first.arrays[coord].meta.attrs
+    check_bounds(head, {p: first.arrays[p].meta.attrs for p in paths}, coord)
+    units, calendar = time_attrs(head)
+    units = time_units or units
+    dtype = first.arrays[coord].meta.numpy_dtype
+    out = normalize_times(values, [p.arrays[coord].meta.attrs for p in parts], names, coord,
+                          units=units, calendar=calendar, dtype=dtype)
+    check_not_fill(out, head, names, coord)
+    return out, {**head, "units": units}

@@ -1,0 +1,1 @@
+"""Icechunk repositories: references written as virtual chunks, opened authorized, appended."""

@@ -1,0 +1,373 @@
+"""Is a granule's sidecar up to date?  What an existing sidecar records, read cheaply.
+
+Deciding whether a granule is up to date must not cost as much as indexing it: loading a whole
+Parquet sidecar of a ~1000-variable granule (every ``refs.N.parq``) takes seconds, while its
+source identity sits in one small JSON document.  So we read only the h5sidecar extras block:
+the top-level ``"h5sidecar"`` key of ``.zmetadata`` (Parquet; written last, so its presence
+also means the sidecar is complete) or of the JSON sidecar.
+
+With a record (a local DEST), not even that: the granule's row, and the content settings of
+the run that wrote it, decide (:func:`from_record`), and one ``stat`` of the sidecar's commit
+file (a Parquet sidecar's ``.zmetadata``, the JSON file) says it is still there.  A stat, not a
+listing of DEST: it costs the same per granule (microseconds, measured) without holding a
+million names in memory, and it works when DEST mirrors the source's folders.  The extras block
+is read only for granules the record does not describe (no row: an old DEST, another tool).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any
+
+from h5sidecar.dest._locations import filesystem, is_remote, sidecar_stamp
+from h5sidecar.dest._report import GranuleResult
+from h5sidecar.errors import H5SidecarError, InvalidReferenceError
+from h5sidecar.references import SourceInfo
+from h5sidecar.settings import IndexSettings
+from h5sidecar.workflows.index._executors import Task
+from h5sidecar.workflows.listing._listing import identity_from_info
+
+__all__ = [
+    "CONTENT_SETTINGS",
+    "LeftoverSweep",
+    "Recorded",
+    "check_up_to_date",
+    "content_of",
+    "from_record",
+    "precheck",
+    "read_recorded",
+    "settings_differ",
+    "sidecar_bytes",
+    "sweep_leftovers",
+    "sweep_folders",
+]
+
+#: Tasks checked at once (bounds what a check holds, whatever the number of granules).
+_BATCH = 2_000
+
+#: ``urls -> (row as a GranuleResult, content of the run that wrote it)`` (``Record.lookup``).
+Lookup = Callable[[Iterable[str]],
+                  Iterator[tuple[GranuleResult, Mapping[str, Any] | None, str | None]]]
+
+#: Threads checking sidecars before workers start (each check is one small read).
+_CHECK_THREADS = 16
+
+log = logging.getLogger("h5sidecar.workflows")
+
+#: Top-level key of the extras block in both sidecar formats (kerchunk readers ignore it).
+EXTRAS_KEY = "h5sidecar"
+
+
+#: Indexer settings that change what a sidecar holds (the others only change how fast it is
+#: made): a sidecar written with other values is not up to date for this run.
+CONTENT_SETTINGS = (
+    "on_unsupported",
+    "inline_threshold",
+    "contiguous_chunk_bytes",
+    "materialize_limit",
+    "checksums",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """The source identity, variable statuses and indexer settings a sidecar records."""
+
+    source: SourceInfo
+    n_virtual: int
+    n_inlined: int
+    skipped: tuple[Mapping[str, str], ...]
+    settings: Mapping[str, Any] | None = None
+    layout: str | None = None  # Parquet sidecars: "kerchunk" or "compact"; JSON: None
+
+
+def settings_differ(recorded: Mapping[str, Any] | None, settings: IndexSettings) -> list[str]:
+    """The :data:`CONTENT_SETTINGS` whose recorded value does not give what ``settings`` asks
+    for (all of them when the sidecar records none).
+
+    Checksums are the one superset: a sidecar with checksums also serves a run that does not
+    ask for them (re-indexing would only drop them); a run asking for them re-indexes a sidecar
+    without.
+    """
+    if recorded is None:
+        return list(CONTENT_SETTINGS)
+    out = []
+    for name in CONTENT_SETTINGS:
+        want = getattr(settings, name)
+        if name == "checksums":
+            if want and not recorded.get(name):
+                out.append(name)
+        elif name not in recorded or recorded[name] != want:
+            out.append(name)
+    return out
+
+
+def read_recorded(
+    sidecar: str, *, storage_options: Mapping[str, Any] | None = None
+) -> Recorded | None:
+    """Read the recorded identity of ``sidecar``; None when absent, incomplete or unreadable.
+
+    ``None`` means "index it (again)": no sidecar, a Parquet directory without its commit
+    marker (an interrupted object-store write), a sidecar written by another tool (no extras),
+    or a malformed one.
+    """
+    fs = filesystem(sidecar, storage_options)
+    target = f"{sidecar.rstrip('/')}/.zmetadata" if sidecar.endswith(".parq") else sidecar
+    try:
+        raw = fs.cat_file(target)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+    try:
+        return _parse(json.loads(raw), parquet=sidecar.endswith(".parq"))
+    except (ValueError, KeyError, TypeError, AttributeError, InvalidReferenceError) as exc:
+        log.warning("sidecar %s is unreadable (%s): it will be rewritten", sidecar, exc)
+        return None
+
+
+def _parse(doc: Mapping[str, Any], *, parquet: bool = False) -> Recorded | None:
+    extras = doc.get(EXTRAS_KEY)
+    if extras is None:
+        return None  # not written by h5sidecar: no identity to trust
+    statuses = [a.get("status", "virtual") for a in extras.get("arrays", {}).values()]
+    skipped = tuple(
+        {"path": str(s["path"]), "kind": str(s["kind"]), "reason": str(s["reason"])}
+        for s in extras.get("skipped", ())
+    )
+    settings = extras.get("extra", {}).get("settings")
+    return Recorded(
+        source=SourceInfo.from_dict(extras["source"]),
+        n_virtual=statuses.count("virtual"),
+        n_inlined=statuses.count("inlined"),
+        skipped=skipped,
+        settings=settings if isinstance(settings, dict) else None,
+        layout=str(extras.get("layout", "kerchunk")) if parquet else None,
+    )
+
+
+def check_up_to_date(
+    url: str,
+    sidecar: str,
+    listed: SourceInfo | None = None,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    settings: IndexSettings | None = None,
+) -> GranuleResult | None:
+    """An ``up_to_date`` result when ``sidecar`` records the current identity of ``url``
+    (and was written with the same :data:`CONTENT_SETTINGS` as ``settings``, when given).
+
+    ``listed`` is the identity from the listing (looked up when None).  Returns None when the
+    granule needs indexing: no sidecar, another source URL, a different size/ETag/mtime, or
+    index options that change the sidecar's content (``--checksums`` added, another
+    ``inline_threshold``, ...) or another Parquet layout, so that the report says what every
+    sidecar holds.
+    """
+    t0 = time.perf_counter()
+    if listed is None:
+        listed = identity_from_info(url, filesystem(url, storage_options).info(url))
+    rec = read_recorded(sidecar, storage_options=storage_options)
+    if rec is None or rec.source.url != url or not rec.source.same_object(listed):
+        return None
+    changed = [] if settings is None else settings_differ(rec.settings, settings)
+    if settings is not None and rec.layout is not None and rec.layout != settings.layout:
+        changed.append(f"layout ({rec.layout}, now {settings.layout})")
+    if changed:
+        log.info("%s was indexed with other %s: indexing it again", sidecar, ", ".join(changed))
+        return None
+    seconds = {"check": time.perf_counter() - t0}
+    seconds["total"] = seconds["check"]
+    # n_chunks is not in the extras block; index_many carries it over from the last report
+    return GranuleResult(
+        url=url,
+        sidecar=sidecar,
+        status="up_to_date",
+        source=rec.source.to_dict(),
+        n_virtual=rec.n_virtual,
+        n_inlined=rec.n_inlined,
+        n_skipped=len(rec.skipped),
+        skipped=rec.skipped,
+        sidecar_bytes=sidecar_bytes(sidecar, storage_options),
+        seconds=seconds,
+    )
+
+
+def content_of(settings: IndexSettings, fmt: str) -> dict[str, Any]:
+    """What a run records of the settings that shape its sidecars' content (``runs.content``
+    of the record): the format, the Parquet layout and the :data:`CONTENT_SETTINGS`."""
+    return {
+        "format": fmt,
+        "layout": settings.layout if fmt == "parquet" else None,
+        "settings": {name: getattr(settings, name) for name in CONTENT_SETTINGS},
+    }
+
+
+def from_record(row: GranuleResult, content: Mapping[str, Any], stamp: str, url: str,
+                sidecar: str, listed: SourceInfo | None, settings: IndexSettings, fmt: str
+                ) -> GranuleResult | None:
+    """An ``up_to_date`` result (the row's counts) when the record shows ``url``'s sidecar
+    current: the row was written ``ok`` for this sidecar from the identity the listing sees
+    (``listed``), by a run whose ``content`` gives what ``settings`` and ``fmt`` ask for, and
+    the sidecar's commit file is still the one recorded (``stamp``, one stat).  None: index
+    it."""
+    if (row.status not in ("ok", "up_to_date") or row.sidecar != sidecar or listed is None
+            or row.source is None or content.get("format") != fmt):
+        return None
+    if fmt == "parquet" and content.get("layout") != settings.layout:
+        return None
+    if settings_differ(content.get("settings"), settings):
+        return None
+    source = SourceInfo.from_dict(row.source)
+    if source.url != url or not source.same_object(listed):
+        return None
+    if sidecar_stamp(sidecar) != stamp:  # deleted, or rewritten by something else since
+        return None
+    return replace(row, status="up_to_date", seconds={})
+
+
+def precheck(
+    tasks: Iterable[Task],
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    lookup: Lookup | None = None,
+) -> Iterator[GranuleResult | Task]:
+    """Split ``index_one`` tasks into up-to-date results and the tasks still to run, yielded
+    in batches of :data:`_BATCH` tasks taken from ``tasks`` as they are asked for (what it
+    holds does not grow with their number).
+
+    ``lookup`` (a local DEST's record) decides for the granules it has rows for, without
+    reading their sidecars (:func:`from_record`); the others are checked from their sidecars'
+    extras blocks, in threads of this process (small reads), so a re-run with nothing to do
+    starts no worker process.  A check that fails leaves its task to run: ``index_one`` then
+    records the failure properly.
+    """
+
+    def one(task: Task) -> GranuleResult | None:
+        url, sidecar, options, listed = task.args[:4]
+        try:
+            return check_up_to_date(
+                url, sidecar, listed, storage_options=storage_options, settings=options.settings
+            )
+        except (H5SidecarError, OSError) as exc:
+            log.debug("cannot check %s (%s): indexing it", sidecar, exc)
+            return None
+
+    pool = ThreadPoolExecutor(_CHECK_THREADS)
+    it = iter(tasks)
+    try:
+        while batch := list(itertools.islice(it, _BATCH)):
+            decided: dict[str, GranuleResult | None] = {}
+            if lookup is not None:
+                options = batch[0].args[2]
+                by_url = {t.url: t for t in batch}
+                for row, content, stamp in lookup(by_url):
+                    if content is None or stamp is None:
+                        continue  # written by an import or a version-1 run: ask the sidecar
+                    task = by_url[row.url]
+                    decided[row.url] = from_record(row, content, stamp, task.url, task.sidecar,
+                                                   task.args[3], options.settings,
+                                                   options.format)
+            unknown = [t for t in batch if t.url not in decided]
+            decided.update(zip((t.url for t in unknown), pool.map(one, unknown), strict=True))
+            for task in batch:
+                yield decided[task.url] or task
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def sidecar_bytes(sidecar: str, storage_options: Mapping[str, Any] | None = None) -> int:
+    """Size of a sidecar (all files of a Parquet directory)."""
+    fs = filesystem(sidecar, storage_options)
+    path = sidecar.split("://", 1)[1] if is_remote(sidecar) else sidecar
+    return int(fs.du(path, total=True)) if fs.isdir(path) else int(fs.size(path))
+
+
+_LEFTOVER = re.compile(r"\.(.+)\.[A-Za-z0-9_]+\.(tmp|old)")
+
+
+class LeftoverSweep:
+    """:func:`sweep_leftovers` for many local sidecars, called once per sidecar, reading each
+    folder once (not once per sidecar: that is quadratic in the folder's size).
+
+    Only the leftovers of the sidecars it is called with are removed (a concurrent run on
+    other granules is unaffected); what is held is the folders and the leftovers found, not
+    every name.
+    """
+
+    def __init__(self) -> None:
+        self._folders: dict[str, dict[str, list[os.DirEntry[str]]]] = {}
+
+    def __call__(self, sidecar: str) -> None:
+        """Remove what an interrupted write of ``sidecar`` left beside it."""
+        if is_remote(sidecar):
+            return
+        folder, name = os.path.split(sidecar)
+        found = self._folders.get(folder)
+        if found is None:
+            found = self._folders[folder] = _leftovers_in(folder)  # the one read of it
+        for entry in found.pop(name, ()):
+            _remove(entry)
+
+    @property
+    def folders_read(self) -> int:
+        """How many folders were read."""
+        return len(self._folders)
+
+
+def sweep_folders(sidecars: Iterable[str]) -> int:
+    """:class:`LeftoverSweep` over ``sidecars``; returns how many folders were read."""
+    sweep = LeftoverSweep()
+    for sidecar in sidecars:
+        sweep(sidecar)
+    return sweep.folders_read
+
+
+def _leftovers_in(folder: str) -> dict[str, list[os.DirEntry[str]]]:
+    """The staging leftovers in ``folder`` by the sidecar name they belong to; the folder's
+    other entries (a million sidecars in a flat DEST) are read and dropped one by one."""
+    found: dict[str, list[os.DirEntry[str]]] = {}
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                m = _LEFTOVER.fullmatch(entry.name)
+                if m:
+                    found.setdefault(m.group(1), []).append(entry)
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    return found
+
+
+def _remove(entry: os.DirEntry[str]) -> None:
+    log.info("removing %s left by an interrupted run", entry.path)
+    if entry.is_dir(follow_symlinks=False):
+        shutil.rmtree(entry.path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):  # a concurrent run removed it first
+            os.unlink(entry.path)
+
+
+def sweep_leftovers(sidecar: str) -> None:
+    """Remove what an interrupted local write of this sidecar left beside it.
+
+    The atomic writers stage into ``.<name>.<random>.tmp`` (and, where directories cannot be
+    exchanged atomically, move the old one to ``.<name>.<random>.old``) in the same folder; a
+    process killed mid-write leaves them behind.  Only this granule's leftovers are touched,
+    so concurrent runs on other granules are unaffected.
+    """
+    if is_remote(sidecar):
+        return  # object-store writes stage nothing beside the sidecar
+    folder, name = os.path.split(sidecar)
+    if not os.path.isdir(folder):
+        return
+    pattern = re.compile(r"\." + re.escape(name) + r"\.[A-Za-z0-9_]+\.(tmp|old)")
+    for entry in os.scandir(folder):
+        if pattern.fullmatch(entry.name):
+            _remove(entry)
