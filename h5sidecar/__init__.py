@@ -6,6 +6,8 @@ xarray engine, fsspec protocol, zarr store and HTTP gateway.  Heavy modules load
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from h5sidecar._lazy import lazy_exports
 from h5sidecar._version import __version__
 
@@ -40,6 +42,21 @@ __all__ = [
     "write_json",
     "write_parquet",
 ]
+
+
+if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads on first use
+    from h5sidecar.catalog import open_item as open_item
+    from h5sidecar.indexer import index_granule as index_granule
+    from h5sidecar.read import load as load
+    from h5sidecar.read import open_dataset as open_dataset
+    from h5sidecar.read import open_datatree as open_datatree
+    from h5sidecar.read import open_mfdataset as open_mfdataset
+    from h5sidecar.read import read_arrays as read_arrays
+    from h5sidecar.references import ChunkManifest as ChunkManifest
+    from h5sidecar.references import GranuleRefs as GranuleRefs
+    from h5sidecar.references import read_refs as read_refs
+    from h5sidecar.references import write_json as write_json
+    from h5sidecar.references import write_parquet as write_parquet
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -31,8 +31,7 @@ from h5sidecar._cli_output import size as _size
 from h5sidecar.errors import ErrorKind, H5SidecarError
 
 if TYPE_CHECKING:
-    from h5sidecar.workflows import RunReport
-    from h5sidecar.workflows.listing._url_list import UrlList
+    from h5sidecar.workflows import RunReport, UrlList
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main",
            "storage_options"]
@@ -77,7 +76,7 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
 def _index_source(args: argparse.Namespace) -> str | UrlList:
     """SOURCE, or the URLs of --url-list FILE (exactly one of them; read as they are staged)."""
     from h5sidecar.errors import InvalidRequestError
-    from h5sidecar.workflows.listing._url_list import UrlList
+    from h5sidecar.workflows import UrlList
 
     if (args.source is None) == (args.url_list is None):
         raise InvalidRequestError("give either SOURCE or --url-list FILE (exactly one)")
@@ -119,7 +118,7 @@ def _cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def _cmd_report(args: argparse.Namespace, out: Console, err: Console) -> int:
-    from h5sidecar.dest._report_io import report_stream, write_report_json
+    from h5sidecar.dest import report_stream, write_report_json
 
     # streamed from the record: what is held does not grow with the granules
     with report_stream(args.dest, storage_options=storage_options(args.storage_options)) as (
@@ -442,7 +441,7 @@ def _cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
               f"(token {'required' if settings.token else 'off'}; Ctrl-C stops)")
     stac_api: Any = None
     if args.stac_backend:
-        from h5sidecar.catalog.pgstac._pgstac_api import PgStacApi, backend_dsn
+        from h5sidecar.catalog import PgStacApi, backend_dsn
 
         if args.stac:
             from h5sidecar.errors import InvalidRequestError

@@ -19,6 +19,8 @@ Names load on first use.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from h5sidecar._lazy import lazy_exports
 
 __all__ = [
@@ -55,7 +57,28 @@ _LAZY = {
     "search_items": "search._static_api",
     "PgStacApi": "pgstac._pgstac_api",
     "load_pgstac": "pgstac._pgstac_load",
+    # for h5sidecar's own layers (served by the front, not advertised in __all__):
+    "backend_dsn": "h5sidecar.catalog.pgstac._pgstac_api",
 }
+
+
+if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads on first use
+    from h5sidecar.catalog._build import CatalogResult as CatalogResult
+    from h5sidecar.catalog._build import ItemError as ItemError
+    from h5sidecar.catalog._build import NoFootprint as NoFootprint
+    from h5sidecar.catalog._build import build_catalog as build_catalog
+    from h5sidecar.catalog._build import list_indexed as list_indexed
+    from h5sidecar.catalog._open_item import open_item as open_item
+    from h5sidecar.catalog._validate import STACValidationError as STACValidationError
+    from h5sidecar.catalog._validate import validate_document as validate_document
+    from h5sidecar.catalog._validate import validate_tree as validate_tree
+    from h5sidecar.catalog.extent._granule_extent import GranuleExtent as GranuleExtent
+    from h5sidecar.catalog.extent._granule_extent import granule_extent as granule_extent
+    from h5sidecar.catalog.pgstac._pgstac_api import PgStacApi as PgStacApi
+    from h5sidecar.catalog.pgstac._pgstac_api import backend_dsn as backend_dsn
+    from h5sidecar.catalog.pgstac._pgstac_load import load_pgstac as load_pgstac
+    from h5sidecar.catalog.search._static_api import StacApi as StacApi
+    from h5sidecar.catalog.search._static_api import search_items as search_items
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -29,7 +29,7 @@ from h5sidecar.catalog._catalogue import given_cubes
 from h5sidecar.catalog._item_db import DB_NAME, connect
 from h5sidecar.catalog._result import CatalogResult, ItemError, NoFootprint
 from h5sidecar.catalog._run import JSON_TREE_MAX_ITEMS, Run
-from h5sidecar.dest._sidecar_listing import list_indexed
+from h5sidecar.dest import list_indexed
 
 __all__ = [
     "JSON_TREE_MAX_ITEMS", "CatalogResult", "ItemError", "NoFootprint", "build_catalog",

@@ -13,9 +13,9 @@ from h5sidecar.catalog._cube_assets import XARRAY_EXTENSION, cube_assets
 from h5sidecar.catalog._item import FILE_EXTENSION, build_item
 from h5sidecar.catalog._result import ItemError
 from h5sidecar.catalog.extent._granule_extent import granule_extent
-from h5sidecar.dest._sidecar_listing import GranuleInfo, dest_fs, sidecar_size
+from h5sidecar.dest import GranuleInfo, dest_fs, sidecar_size
 from h5sidecar.errors import ErrorKind, H5SidecarError, InvalidRequestError
-from h5sidecar.read._cube_view import cube_names, is_cube
+from h5sidecar.read import cube_names, is_cube
 from h5sidecar.references import GranuleRefs, read_layout, read_refs
 
 __all__ = ["add_cubes", "catalogue_one", "given_cubes", "published"]

@@ -30,7 +30,7 @@ from h5sidecar.catalog._item import (
     XARRAY_EXTENSION,
     ZARR_MEDIA_TYPE,
 )
-from h5sidecar.read._cube_view import cube_summary
+from h5sidecar.read import cube_summary
 from h5sidecar.references import GranuleRefs
 
 __all__ = ["CUBE_ROLE", "XARRAY_EXTENSION", "cube_assets", "zarr_asset_key"]

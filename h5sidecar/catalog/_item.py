@@ -31,7 +31,7 @@ from typing import Any
 
 from h5sidecar.catalog.extent._granule_extent import GranuleExtent
 from h5sidecar.catalog.extent._time_range import parse_iso
-from h5sidecar.dest._sidecar_listing import GranuleInfo
+from h5sidecar.dest import GranuleInfo
 from h5sidecar.references import GranuleRefs
 
 __all__ = [

@@ -34,7 +34,7 @@ from h5sidecar.catalog._tree import (
 )
 from h5sidecar.catalog._validate import ShapeValidator, validate_document
 from h5sidecar.catalog.extent._bbox_union import union_bbox
-from h5sidecar.dest._sidecar_listing import GranuleInfo
+from h5sidecar.dest import GranuleInfo
 from h5sidecar.references import GranuleRefs
 
 __all__ = ["JSON_TREE_MAX_ITEMS", "ROOT_ID", "Run"]

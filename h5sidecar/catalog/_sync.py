@@ -18,7 +18,7 @@ from typing import Any
 
 from h5sidecar.catalog._item_db import delete_rows, item_row, write_row
 from h5sidecar.catalog._result import ItemError
-from h5sidecar.dest._sidecar_listing import GranuleInfo, dest_fs, iter_sidecars, sidecar_size
+from h5sidecar.dest import GranuleInfo, dest_fs, iter_sidecars, sidecar_size
 from h5sidecar.references import GranuleRefs, read_refs
 
 __all__ = ["COMMIT_EVERY", "Synced", "sync_dest"]

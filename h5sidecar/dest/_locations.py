@@ -13,8 +13,8 @@ from typing import Any, Literal
 import fsspec
 from fsspec.core import url_to_fs
 
-from h5sidecar.credentials._s3_chain import fsspec_options
-from h5sidecar.sources.stores._urls import normalize_url
+from h5sidecar.credentials import fsspec_options
+from h5sidecar.sources import normalize_url
 
 __all__ = [
     "DEFAULT_PATTERNS",

@@ -32,8 +32,7 @@ from h5sidecar.errors import (
     InvalidReferenceError,
     SourceReadError,
 )
-from h5sidecar.sources._allow import AllowList
-from h5sidecar.sources.stores._urls import SourceLocation, parse_url
+from h5sidecar.sources import AllowList, SourceLocation, parse_url
 
 __all__ = ["Located", "RecordAllowList", "RecordView"]
 

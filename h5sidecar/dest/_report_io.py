@@ -36,7 +36,7 @@ from h5sidecar.dest._record_remote import (
 )
 from h5sidecar.dest._report import GranuleResult, RunReport
 from h5sidecar.errors import InvalidReferenceError
-from h5sidecar.sources.stores._urls import normalize_url
+from h5sidecar.sources import normalize_url
 
 __all__ = [
     "RunRecorder",

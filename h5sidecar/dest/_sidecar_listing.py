@@ -21,7 +21,7 @@ from urllib.parse import quote
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from h5sidecar.credentials._s3_chain import fsspec_options
+from h5sidecar.credentials import fsspec_options
 from h5sidecar.dest._dest_walk import walk_sidecars
 from h5sidecar.dest._locations import RECORD_NAME, REPORT_NAME
 from h5sidecar.dest._record_parts import latest_rows, list_parts

@@ -164,9 +164,7 @@ def _block_reader(store: Any, variables: Sequence[str],
     freed memory to the system at once (``MALLOC_TRIM_THRESHOLD_``).  Arrays the batch reader
     does not decode itself, or that are not 1-D, are read with :func:`read_arrays`.
     """
-    from h5sidecar.read import read_arrays
-    from h5sidecar.read.native._batch_reader import out_dtype
-    from h5sidecar.read.native._load import cf_decoded
+    from h5sidecar.read import cf_decoded, out_dtype, read_arrays
 
     native, refs = store.native, store.refs
     paths = {f"{g}/{v}" for batch in batches for g, _, _ in batch for v in variables}

@@ -40,9 +40,8 @@ from typing import Any
 
 import fsspec
 
-from h5sidecar.credentials._s3_chain import fsspec_options
-from h5sidecar.dest._record_parts import latest_rows, list_parts, roots_of
-from h5sidecar.dest._record_view import RecordView, safe_name
+from h5sidecar.credentials import fsspec_options
+from h5sidecar.dest import RecordView, latest_rows, list_parts, roots_of, safe_name
 from h5sidecar.errors import InvalidReferenceError, SourceReadError
 
 __all__ = ["REPORT_NAME", "SIDECAR_SUFFIXES", "DestIndex", "DestSnapshot"]

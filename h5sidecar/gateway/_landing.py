@@ -20,7 +20,7 @@ from urllib.parse import quote, urlencode
 import numpy as np
 
 from h5sidecar.errors import H5SidecarError, InvalidReferenceError, UnsupportedFeatureError
-from h5sidecar.read._cube_view import cube_summary, is_cube
+from h5sidecar.read import cube_summary, is_cube
 from h5sidecar.references import MISSING, ArrayRefs, GranuleRefs, chunk_key
 
 __all__ = ["PREVIEW_POINTS", "describe", "preview", "render_page", "render_png"]

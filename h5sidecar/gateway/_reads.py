@@ -19,10 +19,9 @@ from h5sidecar.gateway._http_rules import Admission, ResponseTooLargeError
 from h5sidecar.gateway._metrics import GatewayMetrics
 from h5sidecar.gateway._shard import ShardLayout
 from h5sidecar.gateway._views import Resolved
-from h5sidecar.read._byte_lru import ByteLRU
-from h5sidecar.read.zarr._keyspace import ChunkRef
+from h5sidecar.read import ByteLRU, ChunkRef
 from h5sidecar.settings import GatewaySettings, ReadSettings
-from h5sidecar.sources._allow import AllowList
+from h5sidecar.sources import AllowList
 
 __all__ = ["CHUNK_CACHE_ITEM", "UpstreamReads"]
 

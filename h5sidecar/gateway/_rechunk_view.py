@@ -26,8 +26,7 @@ import ujson
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.gateway._http_rules import ResponseTooLargeError
 from h5sidecar.gateway._shard import ShardLayout
-from h5sidecar.read.zarr._keyspace import ChunkRef, GranuleKeys
-from h5sidecar.read.zarr._virtual_chunks import RechunkSpec, virtual_chunk_shape, virtual_runs
+from h5sidecar.read import ChunkRef, GranuleKeys, RechunkSpec, virtual_chunk_shape, virtual_runs
 
 __all__ = ["rechunk_document", "virtual_layout"]
 

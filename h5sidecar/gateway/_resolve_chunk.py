@@ -13,7 +13,7 @@ from h5sidecar.gateway._http_rules import etag_of
 from h5sidecar.gateway._rechunk_view import virtual_layout
 from h5sidecar.gateway._shard import shard_layout
 from h5sidecar.gateway._views import GranuleEntry, Resolved, View
-from h5sidecar.read.zarr._keyspace import GranuleKeys
+from h5sidecar.read import GranuleKeys
 
 __all__ = ["chunk_resolved", "missing_key"]
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from h5sidecar.read.zarr._keyspace import ChunkRef
+from h5sidecar.read import ChunkRef
 from h5sidecar.references import ArrayRefs
 
 __all__ = [

@@ -13,14 +13,11 @@ import ujson
 
 from h5sidecar.gateway._http_rules import BadRequestError
 from h5sidecar.gateway._shard import MAX_SHARD_FACTOR, ShardLayout, sharded_documents
-from h5sidecar.read._cube_view import source_key
-from h5sidecar.read._granule_reader import GranuleReader
-from h5sidecar.read.zarr._keyspace import ChunkRef, GranuleKeys
-from h5sidecar.read.zarr._virtual_chunks import RechunkSpec
+from h5sidecar.read import ChunkRef, GranuleKeys, GranuleReader, RechunkSpec, source_key
 from h5sidecar.read.zarr.store import SidecarStore
 from h5sidecar.references import ArrayRefs, GranuleRefs, key_problem, key_safe_name
 from h5sidecar.settings import ReadSettings
-from h5sidecar.sources.fetch._chunk_fetcher import ChunkFetcher
+from h5sidecar.sources import ChunkFetcher
 
 __all__ = ["GranuleEntry", "Resolved", "View"]
 

@@ -45,7 +45,7 @@ from h5sidecar.gateway._openapi import openapi_document
 from h5sidecar.gateway._reply import key_reply
 from h5sidecar.gateway._stac_routes import StacHandlers
 from h5sidecar.gateway.core import Gateway, View
-from h5sidecar.read.zarr._virtual_chunks import RechunkSpec
+from h5sidecar.read import RechunkSpec
 from h5sidecar.settings import GatewaySettings, ReadSettings
 
 __all__ = ["create_app", "serve"]
@@ -347,8 +347,8 @@ async def _serve_then_drop_queued(server: Any) -> None:
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from h5sidecar.read.native import _decode
-    from h5sidecar.sources.stores._backends import drop_queued_reads
+    from h5sidecar.read import drop_queued_decodes
+    from h5sidecar.sources import drop_queued_reads
 
     pool = ThreadPoolExecutor(thread_name_prefix="h5sidecar-gateway")
     asyncio.get_running_loop().set_default_executor(pool)
@@ -357,6 +357,4 @@ async def _serve_then_drop_queued(server: Any) -> None:
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         drop_queued_reads()
-        decode = _decode._EXECUTOR  # the decode pool is process-wide and made on first use
-        if decode is not None:
-            decode.shutdown(wait=False, cancel_futures=True)
+        drop_queued_decodes()  # the decode pool is process-wide and made on first use

@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from h5sidecar.dest._record_view import RecordAllowList
+from h5sidecar.dest import RecordAllowList
 from h5sidecar.errors import H5SidecarError, NotIndexedError, SourceReadError
 from h5sidecar.gateway._dest import DestIndex, DestSnapshot
 from h5sidecar.gateway._http_rules import Admission, BadRequestError, etag_of
@@ -51,12 +51,10 @@ from h5sidecar.gateway._rechunk_view import rechunk_document
 from h5sidecar.gateway._resolve_chunk import chunk_resolved
 from h5sidecar.gateway._shard import MAX_SHARD_FACTOR
 from h5sidecar.gateway._views import GranuleEntry, Resolved, View
-from h5sidecar.read._byte_lru import ByteLRU
-from h5sidecar.read._cube_view import cube_names, is_cube
-from h5sidecar.read._sidecar_open import load_refs, sidecar_identity
+from h5sidecar.read import ByteLRU, cube_names, is_cube, load_refs, sidecar_identity
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import GatewaySettings, ReadSettings
-from h5sidecar.sources._allow import AllowList
+from h5sidecar.sources import AllowList
 
 __all__ = ["MAX_SHARD_FACTOR", "Gateway", "Resolved", "View"]
 

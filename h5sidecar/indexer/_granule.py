@@ -35,7 +35,7 @@ from h5sidecar.indexer.dtypes._dtype_plan import ENUMS_KEY, REFERENCES_KEY, enum
 from h5sidecar.indexer.vds._table import vds_extent
 from h5sidecar.references import ArrayRefs, GranuleRefs, Skipped
 from h5sidecar.settings import IndexSettings
-from h5sidecar.sources.fetch._ranged import RangedFile, RangeReader, RemoteRangedFile
+from h5sidecar.sources import RangedFile, RangeReader, RemoteRangedFile
 
 __all__ = ["BENIGN_KINDS", "index_open_granule", "skip_loses_data"]
 

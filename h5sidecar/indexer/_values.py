@@ -20,7 +20,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from h5sidecar.references._cf import json_float
+from h5sidecar.references import json_float
 
 __all__ = ["NotJSONable", "decode_text", "fill_bytes", "fill_value_json", "json_float", "to_json"]
 

@@ -47,9 +47,9 @@ def open_cold(path: str, options: Mapping[str, Any], cache: Any) -> tuple[tuple,
     """
     import fsspec
 
-    from h5sidecar.credentials._s3_chain import fsspec_options
+    from h5sidecar.credentials import fsspec_options
     from h5sidecar.read._sidecar_key import key_from_info, options_key
-    from h5sidecar.references._io import parquet_refs
+    from h5sidecar.references import parquet_refs
 
     fs, p = fsspec.core.url_to_fs(path, **fsspec_options(str(path), dict(options)))
     p = p.rstrip("/")
@@ -160,8 +160,7 @@ async def _s3_get(fs: Any, path: str) -> tuple[dict[str, Any], bytes]:
 
 async def _gets(fs: Any, p: str, meta: str, *, s3: bool = False) -> list[Any]:
     """``[.zmetadata or (info, .zmetadata), manifests file]`` (exceptions returned)."""
-    from h5sidecar.references.parquet_sidecar._manifests_file import MANIFESTS_FILE
-    from h5sidecar.references.parquet_sidecar._parquet_lazy import BULK_LOAD_BYTES
+    from h5sidecar.references import BULK_LOAD_BYTES, MANIFESTS_FILE
 
     return list(await asyncio.gather(
         # start=0: one GET, without the HEAD s3fs sends before a whole-object read
@@ -215,7 +214,7 @@ def _usable(bulk: Any) -> bytes | None:
     """The fetched manifests file, or None when absent, unreadable or larger than a lazy open
     reads whole: the loader then fetches it (per array, or whole) when a manifest is needed,
     and reports its errors then."""
-    from h5sidecar.references.parquet_sidecar._parquet_lazy import BULK_LOAD_BYTES
+    from h5sidecar.references import BULK_LOAD_BYTES
 
     if isinstance(bulk, BaseException) or (bulk is not None and len(bulk) > BULK_LOAD_BYTES):
         return None

@@ -16,7 +16,7 @@ import numpy as np
 from h5sidecar.read.zarr._keyspace import ChunkRef
 from h5sidecar.references import ArrayRefs, GranuleRefs, MemberTable, SourceInfo
 from h5sidecar.settings import ReadSettings
-from h5sidecar.sources.fetch._chunk_fetcher import ChunkFetcher
+from h5sidecar.sources import ChunkFetcher
 
 __all__ = [
     "ReadBatcher",

@@ -30,7 +30,7 @@ def sidecar_identity(path: str, storage_options: Mapping[str, Any] | None = None
     """
     import fsspec
 
-    from h5sidecar.credentials._s3_chain import fsspec_options
+    from h5sidecar.credentials import fsspec_options
     from h5sidecar.errors import NotIndexedError
 
     options = dict(storage_options or {})

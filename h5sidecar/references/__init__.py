@@ -11,6 +11,12 @@ table) in :mod:`~h5sidecar.references.datacube`, and reading/writing either form
 """
 
 from h5sidecar.references._array_meta import ArrayMeta
+
+# for h5sidecar's own layers (served by the front, not advertised in __all__):
+from h5sidecar.references._cf import cf_fill_value as cf_fill_value
+from h5sidecar.references._cf import json_float as json_float
+from h5sidecar.references._cf import reads_as_storage_fill as reads_as_storage_fill
+from h5sidecar.references._extras import EXTRAS_KEY as EXTRAS_KEY
 from h5sidecar.references._io import (
     SidecarFormat,
     SidecarLayout,
@@ -20,6 +26,7 @@ from h5sidecar.references._io import (
     write_parquet,
     write_refs,
 )
+from h5sidecar.references._io import parquet_refs as parquet_refs
 from h5sidecar.references._manifest import (
     INLINE,
     MISSING,
@@ -47,6 +54,9 @@ from h5sidecar.references.datacube._concat import (
 )
 from h5sidecar.references.datacube._member_table import MemberTable
 from h5sidecar.references.json_sidecar._kerchunk_json import from_kerchunk, to_kerchunk
+from h5sidecar.references.json_sidecar._kerchunk_json import gc_paused as gc_paused
+from h5sidecar.references.parquet_sidecar._manifests_file import MANIFESTS_FILE as MANIFESTS_FILE
+from h5sidecar.references.parquet_sidecar._parquet_lazy import BULK_LOAD_BYTES as BULK_LOAD_BYTES
 
 __all__ = [
     "INLINE",

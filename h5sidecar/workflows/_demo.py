@@ -15,8 +15,7 @@ import h5py
 import numpy as np
 import xarray as xr
 
-from h5sidecar.dest._locations import DEFAULT_PATTERNS
-from h5sidecar.dest._report import RunReport
+from h5sidecar.dest import DEFAULT_PATTERNS, RunReport
 from h5sidecar.workflows.index._index import index_many
 
 __all__ = ["DemoSummary", "ValueComparison", "run_demo", "write_samples"]

@@ -32,13 +32,26 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
-from h5sidecar.dest._dest_lock import dest_lock
-from h5sidecar.dest._dest_walk import StagedSidecars, entry_mtime, walk_dest
-from h5sidecar.dest._locations import RECORD_NAME, REPORT_NAME, filesystem, is_remote
-from h5sidecar.dest._record_db import open_record, record_path
-from h5sidecar.dest._record_store import Mirror, has_parts, newest_part_mtime, store_of
-from h5sidecar.dest._report import GranuleResult, RunReport
-from h5sidecar.dest._report_io import forget_sidecars, read_report
+from h5sidecar.dest import (
+    RECORD_NAME,
+    REPORT_NAME,
+    GranuleResult,
+    Mirror,
+    RunReport,
+    StagedSidecars,
+    dest_lock,
+    entry_mtime,
+    filesystem,
+    forget_sidecars,
+    has_parts,
+    is_remote,
+    newest_part_mtime,
+    open_record,
+    read_report,
+    record_path,
+    store_of,
+    walk_dest,
+)
 from h5sidecar.errors import H5SidecarError, SourceNotFoundError
 from h5sidecar.read import load_refs
 from h5sidecar.sources import normalize_url

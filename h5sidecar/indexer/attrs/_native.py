@@ -28,7 +28,7 @@ from h5sidecar.indexer.attrs._message_decode import (
 )
 from h5sidecar.indexer.attrs._messages import NotNative, attribute_messages
 from h5sidecar.indexer.crawl._hints import BadStructure, find_superblock
-from h5sidecar.sources.fetch._ranged import LocalRangedFile, RangedFile, RemoteRangedFile
+from h5sidecar.sources import LocalRangedFile, RangedFile, RemoteRangedFile
 
 __all__ = ["BlockView", "NativeAttrs", "NotFetched", "cached_view"]
 

@@ -39,17 +39,17 @@ from h5sidecar.errors import NotHDF5Error, SourceNotFoundError, SourceReadError
 from h5sidecar.indexer.crawl import _hints as hints
 from h5sidecar.indexer.crawl._budget import Budget
 from h5sidecar.settings import IndexSettings
-from h5sidecar.sources._stats import FetchStats
-from h5sidecar.sources.fetch._pages import PAGE
-from h5sidecar.sources.fetch._pinned import PinnedFetcher
-from h5sidecar.sources.fetch._ranged import (
+from h5sidecar.sources import (
+    NO_RETRY,
+    PAGE,
+    FetchStats,
     LocalRangedFile,
+    PinnedFetcher,
     RangedFile,
     RemoteRangedFile,
+    resolve_store,
     sync_within,
 )
-from h5sidecar.sources.stores._backends import NO_RETRY
-from h5sidecar.sources.stores._store_cache import resolve_store
 
 __all__ = ["LocalSource", "MetadataCrawl", "RemoteSource", "SourceStats", "open_source"]
 

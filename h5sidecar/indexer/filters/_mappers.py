@@ -19,7 +19,7 @@ import h5py
 import hdf5plugin  # noqa: F401  (registers the plugin filters, so h5z.filter_avail sees them)
 import numpy as np
 
-from h5sidecar.codecs._bitpack import NbitCustomFloatError, nbit_fields
+from h5sidecar.codecs import NbitCustomFloatError, nbit_fields
 from h5sidecar.errors import UnsupportedFeatureError
 from h5sidecar.indexer._failures import dcpl
 

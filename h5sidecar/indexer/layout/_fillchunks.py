@@ -20,8 +20,14 @@ import numpy as np
 
 from h5sidecar.errors import ErrorKind
 from h5sidecar.indexer._failures import fail
-from h5sidecar.references import INLINE, MISSING, ArrayRefs, ChunkManifest
-from h5sidecar.references._cf import cf_fill_value, reads_as_storage_fill
+from h5sidecar.references import (
+    INLINE,
+    MISSING,
+    ArrayRefs,
+    ChunkManifest,
+    cf_fill_value,
+    reads_as_storage_fill,
+)
 
 __all__ = ["materialize_missing"]
 

@@ -22,7 +22,7 @@ from h5sidecar.read.native._batch_plan import BatchPlan, Fetched, plan_batch
 from h5sidecar.read.native._batch_plan import decode_span as _decode_span
 from h5sidecar.read.native._selection import Selection
 from h5sidecar.references import INLINE, MISSING, ArrayRefs, GranuleRefs
-from h5sidecar.sources.fetch._chunk_fetcher import ChunkFetcher, _gather_or_cancel
+from h5sidecar.sources import ChunkFetcher, _gather_or_cancel
 
 __all__ = ["fetch_and_decode", "fetch_rows", "read_batch"]
 

@@ -41,7 +41,7 @@ from h5sidecar.read.native._decode import ChunkCodec
 from h5sidecar.read.native._prefetch import is_whole, is_whole_key, plan_ahead, plan_refill
 from h5sidecar.read.native._selection import Selection, chunk_selection
 from h5sidecar.references import ArrayRefs, GranuleRefs
-from h5sidecar.sources.fetch._chunk_fetcher import ChunkFetcher
+from h5sidecar.sources import ChunkFetcher
 
 __all__ = ["NativeReader", "out_dtype"]
 

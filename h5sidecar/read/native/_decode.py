@@ -88,6 +88,14 @@ def decode_executor() -> ThreadPoolExecutor:
         return current[1]
 
 
+def drop_queued_decodes() -> None:
+    """Cancel the decode jobs still queued in the process-wide pool, if one was made (a server
+    shutting down: the requests they belong to are answered or cut)."""
+    pool = _EXECUTOR
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
 class _Unshuffle(Codec):  # type: ignore[misc]
     """HDF5 byte shuffle, undone by a numpy transpose (releases the GIL; leftover bytes kept)."""
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -36,6 +36,32 @@ class ArraysRead(dict[str, np.ndarray]):
     def __init__(self, arrays: Mapping[str, np.ndarray], errors: Mapping[str, BaseException]):
         super().__init__(arrays)
         self.errors: dict[str, BaseException] = dict(errors)
+
+
+@overload
+def read_arrays(
+    ref: Any,
+    selections: Iterable[str] | Mapping[str, Any],
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    remote_options: Mapping[str, Any] | None = None,
+    settings: Any = None,
+    mask_and_scale: bool = False,
+    errors: Literal["raise"] = "raise",
+) -> dict[str, np.ndarray]: ...
+
+
+@overload
+def read_arrays(
+    ref: Any,
+    selections: Iterable[str] | Mapping[str, Any],
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    remote_options: Mapping[str, Any] | None = None,
+    settings: Any = None,
+    mask_and_scale: bool = False,
+    errors: Literal["collect"],
+) -> ArraysRead: ...
 
 
 def read_arrays(

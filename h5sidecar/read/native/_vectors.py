@@ -25,7 +25,7 @@ from h5sidecar.read._granule_fetch import member_fetcher
 from h5sidecar.read.native._batch_parts import out_dtype
 from h5sidecar.read.native._decode import ChunkCodec
 from h5sidecar.references import INLINE, MISSING, ArrayRefs
-from h5sidecar.sources.fetch._chunk_fetcher import ChunkFetcher
+from h5sidecar.sources import ChunkFetcher
 
 __all__ = ["member_fetcher", "read_vectors", "vector_codecs"]
 

@@ -35,7 +35,7 @@ __all__ = ["DEFAULT_CHUNK_BYTES", "H5SidecarBackend", "aligned_chunks", "cf_attr
 
 def _looks_like_sidecar(path: str) -> bool:
     """Cheap, local-only sniffing: our Parquet directory or our JSON (extras key present)."""
-    from h5sidecar.references._extras import EXTRAS_KEY
+    from h5sidecar.references import EXTRAS_KEY
 
     marker = f'"{EXTRAS_KEY}"'.encode()
     if os.path.isdir(path):

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from obstore.store import LocalStore, S3Store
 
-from h5sidecar.credentials._s3_chain import (
+from h5sidecar.credentials import (
     RefreshingCredentials,
     as_provider,
     chain_provider,

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
-from h5sidecar.credentials._http_auth import origin_of
+from h5sidecar.credentials import origin_of
 from h5sidecar.errors import SourceReadError
 
 __all__ = ["EARTHDATA_REDIRECT_HOSTS", "REDIRECT_HOSTS_ENV", "RedirectPolicy"]

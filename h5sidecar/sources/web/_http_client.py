@@ -44,7 +44,7 @@ from urllib.parse import urljoin, urlsplit
 
 import urllib3
 
-from h5sidecar.credentials._http_auth import HttpAuth, origin_of, secure_for_credentials
+from h5sidecar.credentials import HttpAuth, origin_of, secure_for_credentials
 from h5sidecar.errors import SourceAuthError, SourceReadError
 from h5sidecar.sources.web._content_range import expected_part, slice_part
 from h5sidecar.sources.web._hops import REDIRECT_HOSTS_ENV, RedirectPolicy

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from h5sidecar.dest._locations import filesystem, is_remote
+from h5sidecar.dest import filesystem, is_remote
 from h5sidecar.references import (
     ArrayRefs,
     GranuleRefs,
@@ -16,7 +16,7 @@ from h5sidecar.references import (
     read_layout,
     read_refs,
 )
-from h5sidecar.sources.stores._urls import normalize_url
+from h5sidecar.sources import normalize_url
 
 __all__ = ["SidecarSummary", "VariableSummary", "inspect_refs", "summarize"]
 

@@ -33,7 +33,7 @@ import numpy as np
 import zarr
 from zarr.storage import FsspecStore
 
-from h5sidecar.dest._locations import filesystem, is_remote
+from h5sidecar.dest import filesystem, is_remote
 from h5sidecar.errors import SourceNotFoundError
 from h5sidecar.references import (
     ArrayRefs,
@@ -42,7 +42,7 @@ from h5sidecar.references import (
     read_layout,
     read_refs,
 )
-from h5sidecar.sources.stores._urls import normalize_url
+from h5sidecar.sources import normalize_url
 from h5sidecar.workflows.checks._cfcheck import decoded_differences
 from h5sidecar.workflows.checks._dimcheck import sidecar_dimension_differences
 from h5sidecar.workflows.checks._plain_parquet import NullKeepingReferenceMapper

@@ -17,7 +17,7 @@ import h5py
 import numpy as np
 import zarr
 
-from h5sidecar.dest._locations import filesystem, is_remote
+from h5sidecar.dest import filesystem, is_remote
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.indexer import chunk_hash
 from h5sidecar.references import MISSING, ArrayRefs, SourceInfo

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from h5sidecar.errors import InvalidRequestError
-from h5sidecar.references.json_sidecar._kerchunk_json import gc_paused
+from h5sidecar.references import gc_paused
 from h5sidecar.workflows.cube._cube_build import CubePart, CubeResult, _build, cube_paths
 
 __all__ = ["CubePart", "CubeResult", "build_cube", "cube_paths"]

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from h5sidecar._version import __version__
-from h5sidecar.dest._locations import is_remote
+from h5sidecar.dest import is_remote
 from h5sidecar.errors import (
     H5SidecarError,
     InvalidReferenceError,
@@ -73,7 +73,7 @@ def sidecar_stamp(path: str, storage_options: Mapping[str, Any] | None) -> str:
 
     For a Parquet sidecar that of its ``.zmetadata``, written last; no content is read.
     """
-    from h5sidecar.read._sidecar_open import sidecar_identity
+    from h5sidecar.read import sidecar_identity
 
     return _stamp(sidecar_identity(path, storage_options))
 
@@ -89,7 +89,7 @@ def load_granules(
     """Each item's references and, for a sidecar path, ``(path, stamp)`` (stat before load:
     a sidecar rewritten in between gets a stamp that no longer matches, so it is checked again).
     """
-    from h5sidecar.read._sidecar_open import load_refs, sidecar_identity
+    from h5sidecar.read import load_refs, sidecar_identity
 
     def one(x: Any) -> tuple[GranuleRefs, tuple[str, str] | None]:
         if isinstance(x, GranuleRefs):
@@ -136,7 +136,7 @@ def read_coords(parts: Sequence[GranuleRefs], paths: Sequence[str],
         The class of the first failure (e.g. :class:`~h5sidecar.errors.StaleReferenceError`),
         its message naming every granule whose coordinates could not be read, and why.
     """
-    from h5sidecar.read.native._vectors import member_fetcher, read_vectors, vector_codecs
+    from h5sidecar.read import member_fetcher, read_vectors, vector_codecs
     from h5sidecar.settings import ReadSettings
 
     if not parts:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from h5sidecar.errors import IncompatibleGranulesError
-from h5sidecar.read.xarray._openers import MASK_AND_SCALE_ATTRS, TIME_ATTRS
+from h5sidecar.read import MASK_AND_SCALE_ATTRS, TIME_ATTRS
 from h5sidecar.references import ArrayMeta, GranuleRefs
 
 __all__ = [

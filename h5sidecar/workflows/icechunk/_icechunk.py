@@ -210,7 +210,7 @@ def _representable(arr: Any) -> str:
 
 def _node_documents(refs: GranuleRefs, skipped: list[Skipped]) -> dict[str, dict[str, Any]]:
     """Node path -> ``zarr.json`` document of every group and representable array."""
-    from h5sidecar.read.zarr._v3_metadata import array_metadata_v3, group_metadata_v3
+    from h5sidecar.read import array_metadata_v3, group_metadata_v3
 
     docs = {g: group_metadata_v3(attrs) for g, attrs in refs.groups.items()}
     for path, arr in refs.arrays.items():

@@ -65,7 +65,7 @@ def container_prefixes(urls: Iterable[str]) -> list[str]:
 
 # -- repository, containers and credentials ---------------------------------------------------------
 def _s3_options(storage_options: Mapping[str, Any] | None) -> Any:
-    from h5sidecar.sources.stores._store_cache import _resolve_s3_options
+    from h5sidecar.sources import _resolve_s3_options
 
     return _resolve_s3_options(storage_options, os.environ)
 

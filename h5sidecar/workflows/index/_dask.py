@@ -38,7 +38,7 @@ from concurrent.futures import Executor, Future
 from dataclasses import is_dataclass, replace
 from typing import Any
 
-from h5sidecar.dest._report import ErrorRecord, GranuleResult, error_record
+from h5sidecar.dest import ErrorRecord, GranuleResult, error_record
 from h5sidecar.errors import ErrorKind
 
 __all__ = [

@@ -41,7 +41,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from h5sidecar._compat.stdlib import kill_pool_workers
 from h5sidecar._modes import current_umask
-from h5sidecar.dest._report import ErrorRecord, GranuleResult, error_record
+from h5sidecar.dest import ErrorRecord, GranuleResult, error_record
 from h5sidecar.errors import ErrorKind
 from h5sidecar.workflows.index._worker_setup import env_snapshot, init_worker
 

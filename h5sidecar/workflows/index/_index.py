@@ -15,14 +15,21 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from h5sidecar._version import __version__
-from h5sidecar.dest._dest_lock import dest_lock
-from h5sidecar.dest._locations import DEFAULT_PATTERNS, SIDECAR_SUFFIX, is_remote, join_url
-from h5sidecar.dest._record_db import LOOKUP_BATCH, Record
-from h5sidecar.dest._report import GranuleResult, RunReport
-from h5sidecar.dest._report_io import RunRecorder
+from h5sidecar.dest import (
+    DEFAULT_PATTERNS,
+    LOOKUP_BATCH,
+    SIDECAR_SUFFIX,
+    GranuleResult,
+    Record,
+    RunRecorder,
+    RunReport,
+    dest_lock,
+    is_remote,
+    join_url,
+)
 from h5sidecar.references import SourceInfo
 from h5sidecar.settings import IndexSettings
-from h5sidecar.sources.stores._urls import normalize_url
+from h5sidecar.sources import normalize_url
 from h5sidecar.workflows.index._executors import ExecutorSpec, Task, default_workers, run_tasks
 from h5sidecar.workflows.index._index_one import IndexOptions, SidecarFormat, index_one
 from h5sidecar.workflows.index._listed_current import mark_current, split_current

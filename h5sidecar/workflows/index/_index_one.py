@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from h5sidecar.dest._report import GranuleResult, error_record
+from h5sidecar.dest import GranuleResult, error_record
 from h5sidecar.errors import ErrorKind, H5SidecarError
 from h5sidecar.indexer import index_granule
 from h5sidecar.references import GranuleRefs, SidecarFormat, SourceInfo, write_refs

@@ -28,7 +28,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from h5sidecar.dest._report import GranuleResult
+from h5sidecar.dest import GranuleResult
 from h5sidecar.workflows.index._executors import ProcessDied, Task, task_failure, timed_out
 from h5sidecar.workflows.index._worker_setup import limit_memory, watch_parent
 

@@ -25,7 +25,7 @@ import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
-from h5sidecar.dest._locations import SIDECAR_SUFFIX, join_url, sidecar_stamp
+from h5sidecar.dest import SIDECAR_SUFFIX, join_url, sidecar_stamp
 from h5sidecar.settings import IndexSettings
 from h5sidecar.workflows.index._up_to_date import settings_differ
 from h5sidecar.workflows.listing._listed_granule import Granule

@@ -29,8 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from h5sidecar.dest._locations import filesystem, is_remote, sidecar_stamp
-from h5sidecar.dest._report import GranuleResult
+from h5sidecar.dest import GranuleResult, filesystem, is_remote, sidecar_stamp
 from h5sidecar.errors import H5SidecarError, InvalidReferenceError
 from h5sidecar.references import SourceInfo
 from h5sidecar.settings import IndexSettings

@@ -25,10 +25,10 @@ from typing import Any
 
 from fsspec.utils import glob_translate
 
-from h5sidecar.dest._locations import DEFAULT_PATTERNS, filesystem, is_remote
+from h5sidecar.dest import DEFAULT_PATTERNS, filesystem, is_remote
 from h5sidecar.errors import SourceNotFoundError
 from h5sidecar.references import SourceInfo
-from h5sidecar.sources.stores._urls import normalize_url
+from h5sidecar.sources import normalize_url
 from h5sidecar.workflows.listing._listed_granule import (
     Granule,  # re-exported: listing's result type
 )

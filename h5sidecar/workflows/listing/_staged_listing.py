@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import Any, Self
 
-from h5sidecar.dest._dest_walk import scratch_db
+from h5sidecar.dest import scratch_db
 from h5sidecar.references import SourceInfo
 from h5sidecar.workflows.listing._listed_granule import Granule
 

@@ -22,8 +22,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from h5sidecar.errors import InvalidRequestError, SourceNotFoundError
-from h5sidecar.sources._source_identity import source_identity
-from h5sidecar.sources.stores._urls import parse_url
+from h5sidecar.sources import parse_url, source_identity
 from h5sidecar.workflows.listing._staged_listing import FIELDS, StagedListing, put
 
 __all__ = ["UrlList", "granules_of_urls", "read_url_list", "stage_urls"]
