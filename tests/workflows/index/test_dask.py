@@ -216,7 +216,7 @@ def check_a_granule_looping_in_hdf5_is_bounded(cluster: Any, tmp_path: Path) -> 
     """HDF5 looping in C holds a worker thread for good: each granule runs in a child process
     of its worker, ended past the limit; a crashing granule costs its child, not the worker."""
     from h5sidecar.settings import IndexSettings
-    from tests.workflows.test_granule_limits import LIMIT, batch_folder, check_bounded_report
+    from tests.workflows.index.test_granule_limits import LIMIT, batch_folder, check_bounded_report
 
     src = batch_folder(tmp_path / "limits")
     workers = set(cluster.scheduler_info()["workers"])
