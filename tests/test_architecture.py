@@ -35,6 +35,7 @@ LAYERS: dict[str, float] = {
     "_lazy": 0,
     "_compat": 0,  # other libraries' private APIs and the sync bridge: imports no layer
     "_modes": 0,
+    "_pids": 0,
     "credentials": 0.5,  # above errors, below references (which reads sidecars on S3)
     "": 8,
 }
@@ -201,7 +202,7 @@ def test_references_import_no_h5py_at_runtime() -> None:
 
 #: Root modules every layer may import: the kernel under all layers (lazy fronts, the version,
 #: file modes, the one compat module per library, the one sync bridge).
-KERNEL = {"_lazy", "_version", "_modes", "_compat", "_sync"}
+KERNEL = {"_lazy", "_version", "_modes", "_compat", "_pids"}
 
 
 def test_siblings_import_only_fronts() -> None:
