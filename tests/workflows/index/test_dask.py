@@ -89,7 +89,7 @@ def check_cluster_indexes_a_prefix_and_isolates_the_corrupt_granule(
     by_name = {g.name: g for g in report.granules}
     assert set(by_name) == {*good, "ATL03_corrupt.h5"}
     assert by_name["ATL03_corrupt.h5"].status == "failed"
-    assert by_name["ATL03_corrupt.h5"].error.kind == "not_hdf5"
+    assert by_name["ATL03_corrupt.h5"].error.kind == "not_hdf5", by_name["ATL03_corrupt.h5"].error
     assert not report.ok and report.counts == {"ok": 2, "failed": 1, "up_to_date": 0}
     assert report.options["executor"] == "DaskExecutor"
     opts = {"endpoint_url": s3_endpoint}
