@@ -31,14 +31,12 @@ LAYERS: dict[str, float] = {
     "examples": 4.5,  # science built on read/ and catalog/; re-exported by the workflows front
     "workflows": 5,
     "cli": 6,
-    "_cli_args": 5.5,  # the CLI's parser and printing, below cli, above nothing it runs
-    "_cli_output": 5.5,
     "_version": 0,
     "_lazy": 0,
     "_compat": 0,  # other libraries' private APIs and the sync bridge: imports no layer
     "_modes": 0,
+    "_pids": 0,
     "credentials": 0.5,  # above errors, below references (which reads sidecars on S3)
-    "__main__": 7,
     "": 8,
 }
 #: ``references/`` is the model and its formats: no HDF5, no web framework.
@@ -204,7 +202,7 @@ def test_references_import_no_h5py_at_runtime() -> None:
 
 #: Root modules every layer may import: the kernel under all layers (lazy fronts, the version,
 #: file modes, the one compat module per library, the one sync bridge).
-KERNEL = {"_lazy", "_version", "_modes", "_compat", "_sync"}
+KERNEL = {"_lazy", "_version", "_modes", "_compat", "_pids"}
 
 
 def test_siblings_import_only_fronts() -> None:
@@ -218,7 +216,7 @@ def test_siblings_import_only_fronts() -> None:
             if parts[0] != "h5sidecar" or len(parts) < 2:
                 continue
             dep = parts[1]
-            root_private = dep.startswith("_") and dep not in KERNEL and own not in ("", "cli")
+            root_private = dep.startswith("_") and dep not in KERNEL and own != ""
             if root_private and not own.startswith("_") and (PACKAGE / f"{dep}.py").is_file():
                 problems.append(f"{path.relative_to(PACKAGE.parent)} imports the root's {target}")
                 continue

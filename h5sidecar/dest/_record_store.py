@@ -30,6 +30,7 @@ from typing import Any, Self
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from h5sidecar._pids import pid_alive
 from h5sidecar.dest._dest_walk import entry_mtime
 from h5sidecar.dest._locations import filesystem
 from h5sidecar.dest._record_db import Record
@@ -108,15 +109,6 @@ MIRROR_PREFIX = "h5sidecar-record-"
 STALE_MIRROR_SECONDS = 3600.0
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
-
 
 def sweep_stale_mirrors(tmp: str | None = None, *, older_than: float = STALE_MIRROR_SECONDS) -> int:
     """Remove the temporary mirrors of processes killed before they could (kill -9, OOM): each
@@ -133,7 +125,7 @@ def sweep_stale_mirrors(tmp: str | None = None, *, older_than: float = STALE_MIR
         if not entry.name.startswith(MIRROR_PREFIX):
             continue
         pid_text = entry.name[len(MIRROR_PREFIX):].partition("-")[0]
-        if not pid_text.isdigit() or _alive(int(pid_text)):
+        if not pid_text.isdigit() or pid_alive(int(pid_text)):
             continue  # a mirror of an earlier version (no pid) or of a running process
         try:
             latest = max([entry.stat().st_mtime]

@@ -17,8 +17,8 @@ from h5sidecar.references.parquet_sidecar._members_file import _Loader
 from h5sidecar.settings import ReadSettings
 from h5sidecar.sources._allow import MemberAllowList, MemberSourceIndex
 from h5sidecar.workflows import build_cube
-from tests.workflows.test_cube import _reference
-from tests.workflows.test_cube_append import _days, _index
+from tests.workflows.cube.test_cube import _reference
+from tests.workflows.cube.test_cube_append import _days, _index
 
 
 @pytest.fixture

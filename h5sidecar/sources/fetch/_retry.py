@@ -7,7 +7,9 @@ PinnedFetcher`) -- and both build their obstore clients with the client's own re
 (:data:`~h5sidecar.sources.stores._backends.NO_RETRY`).  Retrying here rather than inside obstore keeps
 one policy in one place, counts every repeated attempt (``FetchStats.retries``), and lets each
 caller decide what is worth retrying (throttling, 5xx, resets, timeouts, short bodies) and what is
-not (a missing object, a failed ``If-Match``, denied access).
+not (a missing object, a failed ``If-Match``, denied access).  tenacity could express the same
+policy (its ``wait_random_exponential`` is full jitter); these forty lines cost less than a
+dependency.
 """
 
 from __future__ import annotations

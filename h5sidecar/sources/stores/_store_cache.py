@@ -23,6 +23,10 @@ missing credential is a :class:`~h5sidecar.errors.CredentialsError` (see
 Stores are cached (bounded, least recently used) by bucket and a digest of the resolved options,
 so repeated calls share one HTTP connection pool.  Credentials never appear in a ``repr`` and
 refuse to be pickled: ship ``storage_options`` to a worker and resolve there.
+
+obstore's own ``from_url`` builds a store from a URL too, but takes obstore's option names, not
+the s3fs-style ``storage_options`` users already pass to fsspec, resolves no botocore credential
+chain and caches nothing: this module does those three and then builds obstore's stores.
 """
 
 from __future__ import annotations

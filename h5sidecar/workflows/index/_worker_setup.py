@@ -14,6 +14,8 @@ import select
 import threading
 import time
 
+from h5sidecar._pids import pid_alive
+
 __all__ = ["env_snapshot", "init_worker", "limit_memory", "watch_parent"]
 
 #: Environment variables handed to workers (credentials, endpoint, h5sidecar settings).
@@ -68,18 +70,9 @@ def _exit_with(pid: int) -> None:
     except ProcessLookupError:
         os._exit(1)
     except (AttributeError, OSError):  # not Linux >= 5.3
-        while _alive(pid):
+        while pid_alive(pid):
             time.sleep(1.0)
     else:
         select.select([fd], [], [])
     os._exit(1)  # no cleanup: the batch is gone, and a running HDF5 call must not delay this
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

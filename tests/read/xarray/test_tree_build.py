@@ -32,7 +32,7 @@ from h5sidecar.read.xarray._dataset_build import store_dataset
 from h5sidecar.read.xarray._zarr_data_store import open_data_store, open_zarr_store
 from h5sidecar.references import GranuleRefs, write_parquet, write_refs
 from tests._granules import refs_for
-from tests.read.test_refs_open import _corpus_files, _encoding, _typed, assert_same_dataset
+from tests.read.xarray.test_refs_open import _corpus_files, _encoding, _typed, assert_same_dataset
 
 #: what xarray passes the engine for ``decode_cf=False``, the default, and mixed options
 RAW = {"mask_and_scale": False, "decode_times": False, "concat_characters": False,

@@ -15,8 +15,8 @@ from h5sidecar.references import read_refs
 from h5sidecar.references._extras import PACKED_FIELDS, unpack
 from h5sidecar.workflows import build_cube
 from h5sidecar.workflows.cube._cube_assemble import read_record
-from tests.workflows.test_cube import _assert_raw_matches_h5py, _assert_same, _reference
-from tests.workflows.test_cube_append import _days, _index, _read_everywhere
+from tests.workflows.cube.test_cube import _assert_raw_matches_h5py, _assert_same, _reference
+from tests.workflows.cube.test_cube_append import _days, _index, _read_everywhere
 
 DAYS = 12
 
@@ -32,7 +32,7 @@ def _block(cube: Path) -> dict:
 def _as_version_1(cube: Path) -> None:
     """Rewrite a cube's extras as h5sidecar wrote them before packing (version 1)."""
     if cube.is_dir():  # first as before the members file (packed, version 2)
-        from tests.workflows.test_cube_members_file import _as_packed
+        from tests.workflows.cube.test_cube_members_file import _as_packed
 
         _as_packed(cube)
     doc = json.loads(_block_file(cube).read_text())

@@ -18,7 +18,7 @@ from h5sidecar.sample import write_daily_collection, write_daily_granule
 from h5sidecar.sample._collection import REPACKED
 from h5sidecar.workflows import build_cube, index_many
 from h5sidecar.workflows.cube._cube_assemble import read_record
-from tests.workflows.test_cube import _assert_raw_matches_h5py, _assert_same, _reference
+from tests.workflows.cube.test_cube import _assert_raw_matches_h5py, _assert_same, _reference
 
 START = dt.date(2020, 1, 1)
 

@@ -16,8 +16,8 @@ from h5sidecar.read import read_arrays
 from h5sidecar.sample import write_daily_granule
 from h5sidecar.workflows import build_cube, index_many
 from h5sidecar.workflows.cube._cube_time import check_bounds, normalize_times
-from tests.workflows.test_cube import _assert_same, _reference
-from tests.workflows.test_cube_append import _read_everywhere
+from tests.workflows.cube.test_cube import _assert_same, _reference
+from tests.workflows.cube.test_cube_append import _read_everywhere
 
 START = dt.date(2020, 1, 1)
 #: (units, dtype) of each day: three spellings of the same kind of instant

@@ -21,7 +21,12 @@ from h5sidecar.read._shared_caches import SIDECARS
 from h5sidecar.sample import write_daily_collection
 from h5sidecar.workflows import build_cube
 from h5sidecar.workflows.cube import _cube_batches
-from tests.workflows.test_cube import _assert_raw_matches_h5py, _assert_same, _index, _reference
+from tests.workflows.cube.test_cube import (
+    _assert_raw_matches_h5py,
+    _assert_same,
+    _index,
+    _reference,
+)
 
 DAYS = 5
 #: file names that list the days out of order (the second pass's case)
@@ -148,7 +153,7 @@ def _child_peak_rss(dest: Path, out: Path) -> int:
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[2]  # this checkout's h5sidecar, not an installed one
+    root = Path(__file__).resolve().parents[3]  # this checkout's h5sidecar, not an installed one
     proc = subprocess.Popen([sys.executable, "-c", _CHILD_BUILD, str(dest), str(out)],
                             cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
     _, status, usage = os.wait4(proc.pid, 0)

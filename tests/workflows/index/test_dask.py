@@ -89,7 +89,7 @@ def check_cluster_indexes_a_prefix_and_isolates_the_corrupt_granule(
     by_name = {g.name: g for g in report.granules}
     assert set(by_name) == {*good, "ATL03_corrupt.h5"}
     assert by_name["ATL03_corrupt.h5"].status == "failed"
-    assert by_name["ATL03_corrupt.h5"].error.kind == "not_hdf5"
+    assert by_name["ATL03_corrupt.h5"].error.kind == "not_hdf5", by_name["ATL03_corrupt.h5"].error
     assert not report.ok and report.counts == {"ok": 2, "failed": 1, "up_to_date": 0}
     assert report.options["executor"] == "DaskExecutor"
     opts = {"endpoint_url": s3_endpoint}
@@ -216,7 +216,7 @@ def check_a_granule_looping_in_hdf5_is_bounded(cluster: Any, tmp_path: Path) -> 
     """HDF5 looping in C holds a worker thread for good: each granule runs in a child process
     of its worker, ended past the limit; a crashing granule costs its child, not the worker."""
     from h5sidecar.settings import IndexSettings
-    from tests.workflows.test_granule_limits import LIMIT, batch_folder, check_bounded_report
+    from tests.workflows.index.test_granule_limits import LIMIT, batch_folder, check_bounded_report
 
     src = batch_folder(tmp_path / "limits")
     workers = set(cluster.scheduler_info()["workers"])

@@ -18,8 +18,8 @@ from h5sidecar.references.parquet_sidecar._members_file import MEMBERS_FILE, _Lo
 from h5sidecar.workflows import build_cube
 from h5sidecar.workflows.cube._cube_assemble import read_record
 from h5sidecar.workflows.cube._cube_columns import with_lists
-from tests.workflows.test_cube import _assert_raw_matches_h5py, _assert_same, _reference
-from tests.workflows.test_cube_append import _days, _index, _read_everywhere
+from tests.workflows.cube.test_cube import _assert_raw_matches_h5py, _assert_same, _reference
+from tests.workflows.cube.test_cube_append import _days, _index, _read_everywhere
 
 
 def _zmeta(cube: Path) -> dict:
