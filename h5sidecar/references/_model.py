@@ -8,7 +8,7 @@ columnar :class:`ChunkManifest`), and the variables that were skipped, each with
 
 Zarr metadata is kept in Zarr v2 form because that is what kerchunk sidecars persist and what
 fsspec's reference filesystem serves; readers that want Zarr v3 synthesize it (see
-:func:`h5sidecar.references.zarr_v3_metadata`).
+:mod:`h5sidecar.read.zarr._v3_metadata`).
 """
 
 from __future__ import annotations

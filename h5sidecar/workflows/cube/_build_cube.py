@@ -68,7 +68,8 @@ def build_cube(
     mode : "build" or "append"
         ``"build"`` writes the cube from all ``sidecars``.  ``"append"`` adds to the cube(s) at
         ``out`` only the granules not yet in them and replaces members whose source changed
-        (see :func:`~h5sidecar.workflows.append_cube`); ``group``/``variables`` are the cube's.
+        (see :func:`~h5sidecar.workflows.cube._cube_append.append_cube`); ``group`` and
+        ``variables`` are the cube's.
         With no cube at ``out`` yet, it builds one.
     on_out_of_order : "raise" or "rebuild"
         Append only: a new granule that does not follow the cube along ``concat_dim`` is

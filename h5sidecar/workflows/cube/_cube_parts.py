@@ -1,6 +1,6 @@
 """Where a cube's parts are: ``OUT`` itself, or ``OUT-0``, ``OUT-1``, ... of a split.
 
-A split build writes ``OUT-0``, ``OUT-1``, ... (:func:`~h5sidecar.workflows.cube_paths`); an
+A split build writes ``OUT-0``, ``OUT-1``, ... (:func:`~h5sidecar.workflows.cube._cube_build.cube_paths`); an
 append that splits off a new encoding adds the next index after the existing parts, so a
 single cube ``OUT`` may be followed by ``OUT-1``, ``OUT-2``, ...
 """
@@ -54,7 +54,7 @@ class Granule:
 
 
 def part_path(out: str, i: int) -> str:
-    """Path of split cube ``i`` (``OUT-i``); see :func:`~h5sidecar.workflows.cube_paths`."""
+    """Path of split cube ``i`` (``OUT-i``); see :func:`~h5sidecar.workflows.cube._cube_build.cube_paths`."""
     return cube_paths(out, i + 2)[i]
 
 
