@@ -1,11 +1,12 @@
-"""The record of an object-store DEST read back: parts written by runs, read through a
-temporary local SQLite database with the local record's schema.
+"""The record of an object-store DEST read back: parts written by runs, read through a local
+SQLite database with the local record's schema.
 
-The format of the parts is :mod:`h5sidecar.dest._record_parts`.  Reading loads every part into a
-temporary database (:class:`Mirror`), one batch of rows at a time and newest row first, so that
-lookups, the run report and its export are the local record's own queries
-(:class:`~h5sidecar.dest._record_db.Record`) and never hold every granule as Python
-objects.  Writing parts is :mod:`._parts_writer`.
+The format of the parts is :mod:`h5sidecar.dest._record_parts`.  Readers open a
+:class:`Mirror`: the database kept between runs (:mod:`._record_cache`), brought up to date by
+loading only the parts it has not seen, or a temporary one loaded from every part (a
+compaction's parts, or caching turned off), so that lookups, the run report and its export are
+the local record's own queries (:class:`~h5sidecar.dest._record_db.Record`) and never hold
+every granule as Python objects.  Writing parts is :mod:`._parts_writer`.
 
 Compaction (:func:`compact`): when DEST has more than :data:`COMPACT_PARTS` parts, the end of a
 run copies the newest row of every granule of the parts it listed into one new part, then
@@ -24,7 +25,7 @@ import shutil
 import sqlite3
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Self
 
 import pyarrow as pa
@@ -33,6 +34,15 @@ import pyarrow.parquet as pq
 from h5sidecar._pids import pid_alive
 from h5sidecar.dest._dest_walk import entry_mtime
 from h5sidecar.dest._locations import filesystem
+from h5sidecar.dest._record_cache import (
+    BATCH,
+    cache_file,
+    create_schema,
+    load_part,
+    number_runs,
+    open_cache,
+    refresh,
+)
 from h5sidecar.dest._record_db import Record
 from h5sidecar.dest._record_parts import (
     META_KEY,
@@ -44,9 +54,6 @@ from h5sidecar.dest._record_parts import (
     parts_root,
     read_batches,
 )
-from h5sidecar.dest._record_sql import SCHEMA as RECORD_SCHEMA
-from h5sidecar.dest._record_sql import SCHEMA_VERSION, insert_run
-from h5sidecar.dest._report import RunReport
 
 __all__ = ["COMPACT_PARTS", "MIRROR_PREFIX", "Mirror", "compact", "has_parts", "newest_part_mtime",
            "store_of", "sweep_stale_mirrors"]
@@ -55,31 +62,6 @@ log = logging.getLogger("h5sidecar.workflows")
 
 #: A run's end compacts DEST's parts when there are more than this many.
 COMPACT_PARTS = 64
-#: Rows per batch read from a part or written to a compacted one.
-_BATCH = 20_000
-
-_MIRROR_SQL = """
-ALTER TABLE granules ADD COLUMN key TEXT;
-ALTER TABLE granules ADD COLUMN run_uid TEXT;
-CREATE TABLE gone (url TEXT PRIMARY KEY, key TEXT NOT NULL, run_uid TEXT);
-CREATE TABLE headers (uid TEXT PRIMARY KEY, id INTEGER NOT NULL, key TEXT NOT NULL,
-                      doc TEXT NOT NULL);
-"""
-_ROW = ("url, name, sidecar, status, source, n_virtual, n_inlined, n_skipped, skipped, "
-        "n_chunks, sidecar_bytes, seconds, error, run, updated, stamp, key, run_uid")
-_N = len(_ROW.split(","))
-# the newest row wins, a tombstone as new or newer removes it (parts are read in any order)
-_UPSERT = (
-    f"INSERT INTO granules ({_ROW}) SELECT {', '.join(f'?{i}' for i in range(1, _N + 1))} "
-    "WHERE NOT EXISTS (SELECT 1 FROM gone WHERE gone.url = ?1 AND gone.key >= ?17) "
-    "ON CONFLICT(url) DO UPDATE SET "
-    + ", ".join(f"{c.strip()} = excluded.{c.strip()}" for c in _ROW.split(",")[1:])
-    + " WHERE excluded.key > granules.key"
-)
-_TOMB = ("INSERT INTO gone (url, key, run_uid) VALUES (?1, ?2, ?3) ON CONFLICT(url) DO UPDATE "
-         "SET key = excluded.key, run_uid = excluded.run_uid WHERE excluded.key > gone.key")
-_UNTOMB = "DELETE FROM granules WHERE url = ?1 AND key < ?2"
-
 
 def store_of(dest: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, str]:
     """The filesystem of the object-store ``dest`` and its path there (no scheme)."""
@@ -139,40 +121,64 @@ def sweep_stale_mirrors(tmp: str | None = None, *, older_than: float = STALE_MIR
 
 
 class Mirror:
-    """DEST's parts loaded into a temporary SQLite database with the schema of a local record,
-    read (and, for the run writing, updated) through :attr:`record`.
+    """DEST's parts loaded into an SQLite database with the schema of a local record, read
+    through :attr:`record`: the cache kept between runs (:mod:`._record_cache`, only the parts
+    not loaded yet are read), or, for a compaction's parts or without a cache, a temporary
+    one loaded from every part.  Read it only: rows written through :attr:`record` would not
+    be in DEST's parts.
 
     Parameters
     ----------
     fs, root
         DEST's filesystem and path.
     paths : sequence of str, optional
-        Load only these parts (a compaction's); a part gone meanwhile raises
-        FileNotFoundError.  Default: every part, listed again if one vanishes.
+        Load only these parts into a temporary database (a compaction's); a part gone
+        meanwhile raises FileNotFoundError.  Default: every part, listed again if one vanishes.
     """
 
     def __init__(self, fs: Any, root: str, paths: Sequence[str] | None = None) -> None:
+        self._dir: str | None = None
+        #: Parts whose rows were read to make or refresh the database.
+        self.read = 0
+        cached = cache_file(fs, root) if paths is None else None
+        if cached is not None:
+            try:
+                self.record = self._cached(fs, root, cached)
+                return
+            except (PermissionError, sqlite3.DatabaseError) as exc:
+                # RecordBusyError (the cache stayed locked) is raised; an unusable cache is not
+                log.warning("the record cache %s is unusable (%s): reading every part of %s",
+                            cached, exc, parts_root(root))
+        self.record = self._temporary(fs, root, paths)
+
+    def _cached(self, fs: Any, root: str, path: str) -> Record:
+        db = open_cache(path)
+        try:
+            self.read = refresh(db, fs, root, path)
+        finally:
+            db.close()
+        return Record(path)
+
+    def _temporary(self, fs: Any, root: str, paths: Sequence[str] | None) -> Record:
         sweep_stale_mirrors()
         self._dir = tempfile.mkdtemp(prefix=f"{MIRROR_PREFIX}{os.getpid()}-")
-        self.path = os.path.join(self._dir, "record.sqlite")
-        self.parts: list[str] = []
+        path = os.path.join(self._dir, "record.sqlite")
         try:
-            db = sqlite3.connect(self.path, isolation_level=None)
+            db = sqlite3.connect(path, isolation_level=None)
             try:
                 # a scratch copy: no journal, no sync (a crash loses only the copy)
                 db.execute("PRAGMA journal_mode = OFF")
                 db.execute("PRAGMA synchronous = OFF")
-                db.executescript(f"BEGIN; {RECORD_SCHEMA} {_MIRROR_SQL} "
-                                 f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+                create_schema(db)
                 db.execute("BEGIN")
-                for path, meta, batches in self._parts(fs, root, paths):
-                    _load(db, meta, batches)
-                    self.parts.append(path)
-                _number_runs(db)
+                for _, meta, batches in self._parts(fs, root, paths):
+                    load_part(db, meta, batches)
+                    self.read += 1
+                number_runs(db)
                 db.execute("COMMIT")
             finally:
                 db.close()
-            self.record = Record(self.path)
+            return Record(path)
         except BaseException:
             shutil.rmtree(self._dir, ignore_errors=True)
             raise
@@ -181,79 +187,33 @@ class Mirror:
     def _parts(fs: Any, root: str, paths: Sequence[str] | None
                ) -> Iterator[tuple[str, dict[str, Any], Iterator[pa.RecordBatch]]]:
         if paths is None:
-            yield from read_batches(fs, root, batch_size=_BATCH)
+            yield from read_batches(fs, root, batch_size=BATCH)
             return
         for path in paths:
             with open_part(fs, path) as pf:
-                yield path, part_meta(pf), pf.iter_batches(_BATCH)
+                yield path, part_meta(pf), pf.iter_batches(BATCH)
 
-    def uid_of(self, run: int) -> str | None:
-        """The part-level id of the mirror's run ``run``."""
-        row = self.record._db.execute("SELECT uid FROM headers WHERE id = ?", (run,)).fetchone()
-        return None if row is None else str(row[0])
+    def scratch(self) -> str:
+        """A private folder of this process for a reader's own files (removed by
+        :meth:`close`, or swept once stale after a kill)."""
+        if self._dir is None:
+            sweep_stale_mirrors()
+            self._dir = tempfile.mkdtemp(prefix=f"{MIRROR_PREFIX}{os.getpid()}-")
+        return self._dir
 
     def close(self) -> None:
-        """Close and delete the temporary database."""
+        """Close the database (a temporary one is deleted, with :meth:`scratch`)."""
         try:
             self.record.close()
         finally:
-            shutil.rmtree(self._dir, ignore_errors=True)
+            if self._dir is not None:
+                shutil.rmtree(self._dir, ignore_errors=True)
 
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _load(db: sqlite3.Connection, meta: Mapping[str, Any], batches: Iterable[pa.RecordBatch]
-          ) -> None:
-    """Load one part's run headers and rows into the mirror ``db``."""
-    for h in meta.get("runs", ()):
-        found = db.execute("SELECT key FROM headers WHERE uid = ?", (h["uid"],)).fetchone()
-        if found is None:
-            n = db.execute("SELECT count(*) FROM headers").fetchone()[0]
-            db.execute("INSERT INTO headers VALUES (?, ?, ?, ?)",
-                       (h["uid"], n + 1, h["key"], json.dumps(h)))
-        elif h["key"] > found[0]:
-            db.execute("UPDATE headers SET key = ?, doc = ? WHERE uid = ?",
-                       (h["key"], json.dumps(h), h["uid"]))
-    for batch in batches:
-        # column lists zipped into tuples: a third of the time of one dict per row
-        c = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-        dead = c["deleted"]
-        if any(dead):
-            tombs = [(u, k, r) for u, k, r, d in zip(c["url"], c["key"], c["run"], dead,
-                                                        strict=True) if d]
-            db.executemany(_TOMB, tombs)
-            db.executemany(_UNTOMB, [t[:2] for t in tombs])
-        n = len(dead)
-        rows = zip(c["url"], c["name"], c["sidecar"], c["status"], c["source"], c["n_virtual"],
-                   c["n_inlined"], c["n_skipped"], c["skipped"], c["n_chunks"],
-                   c["sidecar_bytes"], c["seconds"], c["error"], [0] * n, [0.0] * n,
-                   [None] * n, c["key"], c["run"], dead, strict=True)
-        db.executemany(_UPSERT, (r[:-1] for r in rows if not r[-1]))
-
-
-def _number_runs(db: sqlite3.Connection) -> None:
-    """Fill ``runs`` (and ``roots``) from the headers, oldest key first, so the newest run has
-    the largest id (what the local record's queries take for the latest run), and point each
-    row at its run."""
-    headers = list(db.execute("SELECT uid, doc FROM headers ORDER BY key, id"))
-    ids = {}
-    for uid, doc in headers:
-        h = json.loads(doc)
-        report = RunReport.from_dict({**h["report"], "granules": []})
-        run = insert_run(db, report, complete=report.complete)
-        db.execute("UPDATE runs SET orphaned = ?, carried = ?, content = ?, confirmed = ? "
-                   "WHERE id = ?", (json.dumps(list(report.orphaned)), report.carried_over,
-                                    None if h.get("content") is None
-                                    else json.dumps(h["content"], sort_keys=True),
-                                    int(h.get("confirmed", 0)), run))
-        ids[uid] = run
-    db.executemany("UPDATE headers SET id = ? WHERE uid = ?", [(i, u) for u, i in ids.items()])
-    db.execute("UPDATE granules SET run = coalesce("
-               "(SELECT id FROM headers WHERE uid = granules.run_uid), 0)")
 
 
 # -- compacting ----------------------------------------------------------------------------------
@@ -273,12 +233,15 @@ def compact(fs: Any, root: str, threshold: int | None = None) -> str | None:
         log.info("another run is compacting %s: left to it", parts_root(root))
         return None
     key = part_key()
-    local = os.path.join(mirror._dir, "compacted.parquet")
+    local = os.path.join(mirror.scratch(), "compacted.parquet")
     try:
         db = mirror.record._db
         runs = [json.loads(d) for (d,) in db.execute("SELECT doc FROM headers ORDER BY key")]
         roots = [r for (r,) in db.execute("SELECT root FROM roots ORDER BY seq")]
-        meta = {"format": 1, "runs": runs, "roots": roots, "compacted": len(paths)}
+        # ``covers``: a reader that loaded every covered part skips the rows of this one
+        covers = [p.rsplit("/", 1)[-1] for p in paths]
+        meta = {"format": 1, "runs": runs, "roots": roots, "compacted": len(paths),
+                "covers": covers}
         schema = SCHEMA.with_metadata({META_KEY: json.dumps(meta).encode()})
         with pq.ParquetWriter(local, schema, compression="zstd") as out:
             for rows in _compacted_rows(db):
@@ -301,5 +264,5 @@ def _compacted_rows(db: sqlite3.Connection) -> Iterator[list[dict[str, Any]]]:
     gone = db.execute("SELECT key, url, '', '', '', NULL, NULL, 0, 0, 0, '[]', 0, 0, '{}', "
                       "NULL, run_uid, 1 FROM gone")
     for cursor in (live, gone):
-        while rows := cursor.fetchmany(_BATCH):
+        while rows := cursor.fetchmany(BATCH):
             yield [dict(zip(cols, (*r[:-1], bool(r[-1])), strict=True)) for r in rows]
