@@ -54,9 +54,11 @@ from h5sidecar.dest._record_parts import (
     parts_root,
     read_batches,
 )
+from h5sidecar.dest._record_parts import latest_rows as parts_latest_rows
+from h5sidecar.dest._record_parts import roots_of as parts_roots_of
 
-__all__ = ["COMPACT_PARTS", "MIRROR_PREFIX", "Mirror", "compact", "has_parts", "newest_part_mtime",
-           "store_of", "sweep_stale_mirrors"]
+__all__ = ["COMPACT_PARTS", "MIRROR_PREFIX", "Mirror", "compact", "has_parts", "latest_rows",
+           "newest_part_mtime", "roots_of", "store_of", "sweep_stale_mirrors"]
 
 log = logging.getLogger("h5sidecar.workflows")
 
@@ -214,6 +216,51 @@ class Mirror:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: The parts' columns as the mirror's SQL gives them.
+_COLUMN_SQL = {
+    "key": "key", "url": "url", "name": "name", "sidecar": "sidecar", "status": "status",
+    "source": "source", "source_url": "json_extract(source, '$.url')", "n_virtual": "n_virtual",
+    "n_inlined": "n_inlined", "n_skipped": "n_skipped", "skipped": "skipped",
+    "n_chunks": "n_chunks", "sidecar_bytes": "sidecar_bytes", "seconds": "seconds",
+    "error": "error", "run": "run_uid",
+}
+
+
+def latest_rows(fs: Any, root: str, columns: Sequence[str]) -> pa.Table | None:
+    """The newest row of every granule recorded in DEST's parts (tombstoned granules left out),
+    with ``columns`` (of the parts' :data:`~._record_parts.SCHEMA`), sorted by URL, as one
+    columnar table; None without parts.
+
+    Read from the record cache (only the parts it has not seen are read); without a cache,
+    from every part (:func:`._record_parts.latest_rows`).
+    """
+    if cache_file(fs, root) is None:
+        return parts_latest_rows(fs, root, columns)
+    schema = pa.schema([SCHEMA.field(c) for c in columns])
+    with Mirror(fs, root) as mirror:
+        db = mirror.record._db
+        if db.execute("SELECT count(*) FROM parts").fetchone()[0] == 0:
+            return None
+        cursor = db.execute(f"SELECT {', '.join(_COLUMN_SQL[c] for c in columns)} "
+                            "FROM granules ORDER BY url")
+        batches = []
+        while rows := cursor.fetchmany(BATCH):
+            cols = list(zip(*rows, strict=True))
+            batches.append(pa.RecordBatch.from_arrays(
+                [pa.array(cols[i], type=f.type) for i, f in enumerate(schema)], schema=schema))
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+def roots_of(fs: Any, root: str) -> tuple[str, ...]:
+    """The source roots DEST's parts record, oldest first: from the record cache, else from
+    every part's footer (:func:`._record_parts.roots_of`)."""
+    if cache_file(fs, root) is None:
+        return parts_roots_of(fs, root)
+    with Mirror(fs, root) as mirror:
+        return tuple(r for (r,) in mirror.record._db.execute(
+            "SELECT root FROM roots ORDER BY seq"))
 
 
 # -- compacting ----------------------------------------------------------------------------------

@@ -168,3 +168,29 @@ def test_without_a_cache_every_reader_loads_a_temporary_mirror(
     with _record_store.Mirror(fs, root) as mirror:
         assert mirror.read == 1
     assert read_report(dest, storage_options=s3_storage_options).granules == base.granules
+
+
+def test_the_gateway_and_the_catalog_read_the_newest_rows_from_the_cache(
+        s3, s3_bucket: str, s3_storage_options, reads: _Reads) -> None:
+    from h5sidecar.dest import _record_parts
+    from h5sidecar.dest._report_io import forget_sidecars
+    from h5sidecar.gateway._dest import parts_sources
+
+    dest = f"s3://{s3_bucket}/out"
+    base = replace(_synthetic(400, s3_bucket), source=f"s3://{s3_bucket}/elsewhere")
+    g1, g2, g3 = base.granules[1:4]
+    write_report(base, dest, storage_options=s3_storage_options)
+    write_report(replace(base, granules=(replace(g1, status="failed"),
+                                         replace(g3, status="failed"))),
+                 dest, storage_options=s3_storage_options)
+    forget_sidecars(None, dest, [g2.sidecar], storage_options=s3_storage_options)
+    write_report(replace(base, granules=(g3,)), dest, storage_options=s3_storage_options)
+    fs, root = _record_store.store_of(dest, s3_storage_options)
+    columns = ["url", "name", "sidecar", "status", "source_url", "n_chunks"]
+    from_cache = _record_store.latest_rows(fs, root, columns)
+    assert from_cache is not None and from_cache == _record_parts.latest_rows(fs, root, columns)
+    assert from_cache.num_rows == 399
+    reads.clear()
+    sources = parts_sources(fs, root)
+    assert sources is not None and len(sources) == 1 + 398  # the root, the good granules
+    assert reads.parts() == set()  # nothing written since: no part read again
