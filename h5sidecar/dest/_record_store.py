@@ -142,10 +142,13 @@ class Mirror:
         self._dir: str | None = None
         #: Parts whose rows were read to make or refresh the database.
         self.read = 0
+        #: Whether the database is the record cache (else a temporary one).
+        self.cached = False
         cached = cache_file(fs, root) if paths is None else None
         if cached is not None:
             try:
                 self.record = self._cached(fs, root, cached)
+                self.cached = True
                 return
             except (PermissionError, sqlite3.DatabaseError) as exc:
                 # RecordBusyError (the cache stayed locked) is raised; an unusable cache is not
@@ -275,7 +278,7 @@ def compact(fs: Any, root: str, threshold: int | None = None) -> str | None:
     if len(paths) <= (COMPACT_PARTS if threshold is None else threshold):
         return None
     try:
-        mirror = Mirror(fs, root, paths)
+        mirror = _mirror_of(fs, root, paths)
     except FileNotFoundError:
         log.info("another run is compacting %s: left to it", parts_root(root))
         return None
@@ -301,6 +304,19 @@ def compact(fs: Any, root: str, threshold: int | None = None) -> str | None:
         fs.rm(paths)
     log.info("compacted %d parts of %s into %s", len(paths), parts_root(root), key)
     return f"{parts_root(root)}/{key}.parquet"
+
+
+def _mirror_of(fs: Any, root: str, paths: Sequence[str]) -> Mirror:
+    """A mirror of exactly the parts ``paths``: the record cache when, refreshed, it holds
+    those parts and no other (nothing is read again), else a temporary one loaded from them."""
+    if cache_file(fs, root) is not None:
+        mirror = Mirror(fs, root)
+        if mirror.cached:
+            loaded = {n for (n,) in mirror.record._db.execute("SELECT name FROM parts")}
+            if loaded == {p.rsplit("/", 1)[-1] for p in paths}:
+                return mirror
+        mirror.close()
+    return Mirror(fs, root, paths)
 
 
 def _compacted_rows(db: sqlite3.Connection) -> Iterator[list[dict[str, Any]]]:
