@@ -56,6 +56,7 @@ from h5sidecar.dest._record_parts import (
 )
 from h5sidecar.dest._record_parts import latest_rows as parts_latest_rows
 from h5sidecar.dest._record_parts import roots_of as parts_roots_of
+from h5sidecar.errors import RecordBusyError
 
 __all__ = ["COMPACT_PARTS", "MIRROR_PREFIX", "Mirror", "compact", "has_parts", "latest_rows",
            "newest_part_mtime", "roots_of", "store_of", "sweep_stale_mirrors"]
@@ -150,8 +151,11 @@ class Mirror:
                 self.record = self._cached(fs, root, cached)
                 self.cached = True
                 return
-            except (PermissionError, sqlite3.DatabaseError) as exc:
-                # RecordBusyError (the cache stayed locked) is raised; an unusable cache is not
+            except RecordBusyError:
+                raise  # the cache stayed locked: say so, as for a local record
+            except (OSError, sqlite3.DatabaseError) as exc:
+                # an unusable cache (no permission, a read-only or full disk, a damaged file)
+                # costs a full load, not the run
                 log.warning("the record cache %s is unusable (%s): reading every part of %s",
                             cached, exc, parts_root(root))
         self.record = self._temporary(fs, root, paths)

@@ -172,6 +172,23 @@ def test_without_a_cache_every_reader_loads_a_temporary_mirror(
     assert read_report(dest, storage_options=s3_storage_options).granules == base.granules
 
 
+def test_an_unusable_cache_folder_costs_a_full_load_not_the_run(
+        s3, s3_bucket: str, s3_storage_options, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    """A cache folder that cannot be made (here: under a file; likewise a read-only or full
+    disk) is logged and skipped: the reader loads every part into a temporary mirror."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("H5SIDECAR_RECORD_CACHE", str(blocker / "records"))
+    dest = f"s3://{s3_bucket}/out"
+    base = _synthetic(5, s3_bucket)
+    write_report(base, dest, storage_options=s3_storage_options)
+    fs, root = _record_store.store_of(dest, s3_storage_options)
+    with _record_store.Mirror(fs, root) as mirror:
+        assert not mirror.cached and mirror.read == 1
+    assert read_report(dest, storage_options=s3_storage_options).granules == base.granules
+
+
 def test_the_gateway_and_the_catalog_read_the_newest_rows_from_the_cache(
         s3, s3_bucket: str, s3_storage_options, reads: _Reads) -> None:
     from h5sidecar.dest import _record_parts
