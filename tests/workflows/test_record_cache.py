@@ -11,24 +11,11 @@ from typing import Any
 import pytest
 
 from h5sidecar.dest import _record_store
-from h5sidecar.dest._report import GranuleResult, RunReport
 from h5sidecar.workflows import index_many, read_report, write_report
 from tests.workflows.conftest import assert_matches_h5py, write_granule
+from tests.workflows.test_record_parts import _synthetic
 
 PARTS = "_h5sidecar_record"
-
-
-def _synthetic(n: int, bucket: str) -> RunReport:
-    """A report of ``n`` granules of another source root (none of them an orphan here)."""
-    granules = tuple(GranuleResult(
-        url=f"s3://{bucket}/old/g{i:05d}.h5", sidecar=f"s3://{bucket}/out/old/g{i:05d}.h5.parq",
-        status="ok", name=f"old/g{i:05d}.h5", n_virtual=2, n_chunks=3, sidecar_bytes=100,
-        source={"url": f"s3://{bucket}/old/g{i:05d}.h5", "size": 10, "etag": "e",
-                "mtime": None}) for i in range(n))
-    return RunReport(source=f"s3://{bucket}/old", dest=f"s3://{bucket}/out", format="parquet",
-                     options={}, started="2026-01-01T00:00:00+00:00",
-                     finished="2026-01-01T00:00:00+00:00", seconds=1.0, granules=granules,
-                     version="0")
 
 
 def _parts(s3: Any, bucket: str) -> set[str]:
