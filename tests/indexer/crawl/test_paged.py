@@ -165,3 +165,35 @@ def _read_what_an_index_reads(_: str, obj: Any) -> None:
     dict(obj.attrs.items())
     if isinstance(obj, h5py.Dataset) and obj.dtype.kind == "O":
         obj[()]
+
+
+@pytest.mark.parametrize("layout", ["compact", "contiguous", "dense attributes"])
+def test_hints_reach_the_strings_of_variable_length_values(layout: str, tmp_path: Path) -> None:
+    """A global heap collection is found from a variable-length dataset's values (compact:
+    in its header; contiguous: in its raw data) and from dense attribute storage."""
+    path = tmp_path / "strings.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        if layout == "dense attributes":
+            g = f.create_group("g")
+            for i in range(12):  # more than 8: dense storage
+                g.attrs[f"a{i}"] = f"value {i}"
+        else:
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_layout(h5py.h5d.COMPACT if layout == "compact" else h5py.h5d.CONTIGUOUS)
+            f.create_dataset("s", data=np.array(["one", "two", "three"], dtype=object),
+                             dtype=h5py.string_dtype(), dcpl=dcpl)
+    data = path.read_bytes()
+    collections = {i for i in range(len(data)) if data.startswith(b"GCOL", i)}
+    assert collections
+
+    def view(start: int, stop: int) -> bytes:
+        return data[start:stop]
+
+    layout_, todo = hints.find_superblock(view, len(data))
+    found: set[tuple[str, int]] = set()
+    while todo:
+        hint = todo.pop()
+        if (hint.kind, hint.addr) not in found:
+            found.add((hint.kind, hint.addr))
+            todo += hints.expand(hint, view, layout_)
+    assert collections <= {addr for kind, addr in found if kind == "gcol"}
