@@ -18,6 +18,7 @@ from h5sidecar.indexer.crawl._hint_records import (
     link_target,
     u,
 )
+from h5sidecar.indexer.crawl._vlen_hints import vlen_attributes
 
 __all__ = ["PARSERS"]
 
@@ -177,13 +178,16 @@ def _fhib(hint: Hint, view: View, layout: Layout) -> list[Hint]:
 
 def _fhdb(hint: Hint, view: View, layout: Layout) -> list[Hint]:
     """Fractal heap direct block.  A dense group's block holds its link messages packed one
-    after another: their hard links point at the members' object headers."""
+    after another: their hard links point at the members' object headers; dense attributes'
+    block holds attribute messages: variable-length values point at global heap collections."""
     links, heap_bits, checksummed = hint.extra
     data = view(hint.addr, hint.addr + hint.size)
     if data[:4] != b"FHDB":
         raise BadStructure(f"no FHDB at {hint.addr}")
     hints: list[Hint] = []
     pos = 5 + layout.offset_size + (heap_bits + 7) // 8 + 4 * checksummed
+    if not links:
+        return vlen_attributes(data, pos, layout)
     while links and pos < len(data):
         try:
             target = link_target(data, pos, layout)

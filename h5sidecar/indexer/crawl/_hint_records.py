@@ -27,7 +27,9 @@ __all__ = [
 
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
-#: Kinds of structure a hint points at.  ``blob`` is fetched but not parsed.
+#: Kinds of structure a hint points at.  ``blob`` is fetched but not parsed; ``vlen`` is a
+#: variable-length dataset's raw data (heap IDs); ``fspage`` is no structure: it carries the
+#: file-space page size of a paged file (``size``).
 HintKind = Literal[
     "ohdr",
     "ochk1",
@@ -46,6 +48,8 @@ HintKind = Literal[
     "fhib",
     "fhdb",
     "blob",
+    "vlen",
+    "fspage",
 ]
 
 View = Callable[[int, int], bytes]
@@ -81,6 +85,9 @@ class Layout:
     leaf_k, internal_k, chunk_k : int
         Version-1 B-tree "K" values (symbol-table node, group node and chunk node capacities
         halved); they fix the on-disk size of those nodes, which HDF5 reads whole.
+    page : int
+        File-space page size of a file written with paged aggregation (0: not paged, or not
+        known): HDF5's page buffer reads metadata in whole pages of this size.
     """
 
     base: int
@@ -91,6 +98,7 @@ class Layout:
     leaf_k: int = 4
     internal_k: int = 16
     chunk_k: int = 32
+    page: int = 0
 
     @property
     def undefined(self) -> int:

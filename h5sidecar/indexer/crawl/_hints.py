@@ -10,10 +10,11 @@ once, concurrently, while h5py is still busy with the level above.
 Hints are advice: a wrong or missing hint costs bytes or a round trip, never correctness, because
 h5py still reads everything it needs through the cache.  So parsers here are deliberately partial
 (the common structures of superblock versions 0-3), validate lightly, and report anything they do
-not understand as :class:`BadStructure` for the caller to drop.  This module holds the classic
-structures (superblock, object headers and their messages, version-1 B-trees, symbol-table nodes,
-local and global heaps); :mod:`._dense_hints` the newer indexes and dense storage;
-:mod:`._hint_records` the records and primitives both share.
+not understand as :class:`BadStructure` for the caller to drop.  This module holds the superblock
+(and a paged file's page size), object headers and their messages; :mod:`._heap_hints` version-1
+B-trees, symbol-table nodes and heaps; :mod:`._dense_hints` the newer indexes and dense storage;
+:mod:`._vlen_hints` the global heap collections variable-length values point at;
+:mod:`._hint_records` the records and primitives they share.
 
 Each parser takes ``view(start, stop) -> bytes`` (absolute offsets) and lets :class:`Missing`
 (raised by ``view``) escape when bytes it needs are not available yet; the caller fetches them
@@ -27,6 +28,7 @@ from dataclasses import replace
 
 from h5sidecar.errors import NotHDF5Error
 from h5sidecar.indexer.crawl._dense_hints import PARSERS as _DENSE
+from h5sidecar.indexer.crawl._heap_hints import PARSERS as _HEAPS
 from h5sidecar.indexer.crawl._hint_records import (
     SIGNATURE,
     BadStructure,
@@ -40,6 +42,8 @@ from h5sidecar.indexer.crawl._hint_records import (
     link_target,
     u,
 )
+from h5sidecar.indexer.crawl._vlen_hints import PARSERS as _VLEN
+from h5sidecar.indexer.crawl._vlen_hints import vlen_values
 
 __all__ = [
     "SIGNATURE",
@@ -49,6 +53,7 @@ __all__ = [
     "Layout",
     "Missing",
     "expand",
+    "file_space_page",
     "find_superblock",
     "link_target",
 ]
@@ -128,6 +133,43 @@ def _parse_superblock(head: bytes, pos: int, size: int) -> tuple[Layout, list[Hi
     return layout, hints
 
 
+#: Continuation chunks followed in a superblock extension before giving up on its page size
+#: (HDF5 writes one or two; a corrupt header could chain any number).
+MAX_EXTENSION_CHUNKS = 8
+
+
+def file_space_page(view: View, layout: Layout) -> int:
+    """The file-space page size of a file written with paged aggregation, else 0.
+
+    It is kept in the File Space Info message of the superblock extension (superblocks 2 and
+    3), which may sit in a continuation chunk.  With HDF5's page buffer every metadata read
+    of such a file is a whole page, so the crawl fetches whole pages (see
+    :class:`~h5sidecar.indexer.crawl._source_file.MetadataCrawl`).
+
+    Raises
+    ------
+    Missing
+        From ``view``, when it cannot block for bytes.
+    """
+    o = layout.offset_size
+    head = view(layout.base, min(layout.size, layout.base + 12 + 2 * o))
+    if len(head) < 12 + 2 * o or head[8] < 2:
+        return 0  # superblocks 0 and 1 have no extension
+    todo = address_hint(layout, "ohdr", u(head, 12 + o, o))
+    for _ in range(MAX_EXTENSION_CHUNKS):
+        if not todo:
+            break
+        try:
+            found = expand(todo.pop(), view, layout)
+        except BadStructure:
+            return 0
+        for hint in found:
+            if hint.kind == "fspage":
+                return hint.size
+        todo += [hint for hint in found if hint.kind in ("ochk1", "ochk2")]
+    return 0
+
+
 def expand(hint: Hint, view: View, layout: Layout) -> list[Hint]:
     """The hints found in the structure ``hint`` points at.
 
@@ -180,26 +222,32 @@ def _ochk2(hint: Hint, view: View, layout: Layout) -> list[Hint]:
 
 def _messages_v1(data: bytes, layout: Layout) -> list[Hint]:
     hints: list[Hint] = []
+    bodies: dict[int, bytes] = {}
     pos = 0
     while pos + 8 <= len(data):
         mtype, msize, mflags = u(data, pos, 2), u(data, pos + 2, 2), data[pos + 4]
-        hints += _message(mtype, mflags, data[pos + 8 : pos + 8 + msize], layout, v1=True)
+        body = data[pos + 8 : pos + 8 + msize]
+        hints += _message(mtype, mflags, body, layout, v1=True)
+        bodies.setdefault(mtype, body)
         pos += 8 + msize
-    return hints
+    return hints + vlen_values(bodies, layout)
 
 
 def _messages_v2(data: bytes, oh_flags: int, layout: Layout) -> list[Hint]:
     hints: list[Hint] = []
+    bodies: dict[int, bytes] = {}
     header = 6 if oh_flags & 0x04 else 4  # + creation order when the header tracks it
     pos = 0
     while pos + header <= len(data):
         mtype, msize, mflags = data[pos], u(data, pos + 1, 2), data[pos + 3]
-        found = _message(mtype, mflags, data[pos + header : pos + header + msize], layout, False)
+        body = data[pos + header : pos + header + msize]
+        found = _message(mtype, mflags, body, layout, False)
         if mtype == 0x10:  # a continuation's messages are laid out like these
             found = [replace(h, extra=(oh_flags & 0x04,)) for h in found]
         hints += found
+        bodies.setdefault(mtype, body)
         pos += header + msize
-    return hints
+    return hints + vlen_values(bodies, layout)
 
 
 def _message(mtype: int, mflags: int, body: bytes, layout: Layout, v1: bool) -> list[Hint]:
@@ -271,6 +319,15 @@ def _msg_dense_index(creation_order_width: int, links: int) -> Callable[..., lis
     return parse
 
 
+def _msg_file_space(body: bytes, layout: Layout, v1: bool) -> list[Hint]:
+    """File Space Info message (version 1; the superblock extension's): strategy 1 is paged
+    aggregation, and its page size follows the free-space section threshold."""
+    if body[0] != 1 or body[1] != 1:
+        return []
+    page = u(body, 3 + layout.length_size, layout.length_size)
+    return [Hint("fspage", 0, page)] if page > 0 else []
+
+
 def _msg_attribute(body: bytes, layout: Layout, v1: bool) -> list[Hint]:
     """Attribute message: a variable-length value (h5py's default for str) lives in a global
     heap collection; its data starts with (length, collection address, index)."""
@@ -294,75 +351,15 @@ _MESSAGES: dict[int, Callable[[bytes, Layout, bool], list[Hint]]] = {
     0x10: _msg_continuation,
     0x11: _msg_symbol_table,
     0x15: _msg_dense_index(2, links=0),
+    0x17: _msg_file_space,
 }
 
 
-# -- version-1 B-trees, symbol tables, heaps ------------------------------------------------------
-def _tree(hint: Hint, view: View, layout: Layout) -> list[Hint]:
-    """Version-1 B-tree node: group nodes point at nodes or symbol-table nodes; chunk nodes at
-    nodes, or (leaves) at raw chunks: nothing to prefetch."""
-    o = layout.offset_size
-    head = view(hint.addr, min(hint.addr + 8, layout.size))
-    if head[:4] != b"TREE":
-        raise BadStructure(f"no TREE node at {hint.addr}")
-    node_type, level, used = head[4], head[5], u(head, 6, 2)
-    if node_type == 1 and level == 0:
-        return []
-    if node_type != 0 and not hint.extra:
-        raise BadStructure("chunk B-tree node of unknown dimensionality")
-    key = layout.length_size if node_type == 0 else 8 + 8 * hint.extra[0]
-    first, stride = 8 + 2 * o, key + o
-    data = view(hint.addr, min(hint.addr + first + used * stride + key, layout.size))
-    kind: HintKind = ("snod" if level == 0 else "tree0") if node_type == 0 else "tree1"
-    hints: list[Hint] = []
-    for i in range(used):
-        hints += address_hint(layout, kind, u(data, first + i * stride + key, o), extra=hint.extra)
-    return hints
-
-
-def _snod(hint: Hint, view: View, layout: Layout) -> list[Hint]:
-    """Symbol-table node: one entry (object header address, cached B-tree/heap) per link."""
-    o = layout.offset_size
-    head = view(hint.addr, min(hint.addr + 8, layout.size))
-    if head[:4] != b"SNOD":
-        raise BadStructure(f"no SNOD at {hint.addr}")
-    count, entry = u(head, 6, 2), 2 * o + 24
-    data = view(hint.addr, min(hint.addr + 8 + count * entry, layout.size))
-    hints: list[Hint] = []
-    for pos in range(8, 8 + count * entry, entry):
-        hints += address_hint(layout, "ohdr", u(data, pos + o, o))
-        if u(data, pos + 2 * o, 4) == 1:  # a subgroup, with its B-tree and heap cached here
-            hints += address_hint(layout, "tree0", u(data, pos + 2 * o + 8, o))
-            hints += address_hint(layout, "heap", u(data, pos + 3 * o + 8, o))
-    return hints
-
-
-def _heap(hint: Hint, view: View, layout: Layout) -> list[Hint]:
-    """Local heap header: its data segment (the group's link names) is elsewhere."""
-    o, ln = layout.offset_size, layout.length_size
-    data = view(hint.addr, min(hint.addr + 8 + 2 * ln + o, layout.size))
-    if data[:4] != b"HEAP":
-        raise BadStructure(f"no HEAP at {hint.addr}")
-    return address_hint(layout, "blob", u(data, 8 + 2 * ln, o), max(u(data, 8, ln), 1))
-
-
-def _gcol(hint: Hint, view: View, layout: Layout) -> list[Hint]:
-    """Global heap collection: fetch all of it (its size is in the header)."""
-    head = view(hint.addr, min(hint.addr + 8 + layout.length_size, layout.size))
-    if head[:4] != b"GCOL":
-        raise BadStructure(f"no GCOL at {hint.addr}")
-    view(hint.addr, min(hint.addr + u(head, 8, layout.length_size), layout.size))
-    return []
-
-
-_CLASSIC: dict[str, Parser] = {
+_PARSERS: dict[str, Parser] = {
     "ohdr": _ohdr,
     "ochk1": _ochk1,
     "ochk2": _ochk2,
-    "tree0": _tree,
-    "tree1": _tree,
-    "snod": _snod,
-    "heap": _heap,
-    "gcol": _gcol,
+    **_HEAPS,
+    **_DENSE,
+    **_VLEN,
 }
-_PARSERS: dict[str, Parser] = {**_CLASSIC, **_DENSE}

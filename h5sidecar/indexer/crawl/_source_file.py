@@ -31,7 +31,7 @@ import os
 from collections import deque
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from h5sidecar._compat.fsspec import io_loop
@@ -129,6 +129,10 @@ class MetadataCrawl:
         self._seen: set[tuple[str, int]] = set()
         self._waiting: dict[int, list[hints.Hint]] = {}
         self._steps = 0
+        # a paged file's pages are wanted whole (HDF5 reads them whole): those wanted so far;
+        # pages larger than one request are left to HDF5's own reads
+        self._file_page = layout.page if 0 < layout.page <= fetcher.max_request else 0
+        self._file_pages: set[int] = set()
         fetcher.on_fetched = self._fetched
 
     def seed(self, found: list[hints.Hint]) -> None:
@@ -166,6 +170,8 @@ class MetadataCrawl:
         while self._queue and self._steps < self.max_steps:
             hint = self._queue.popleft()
             self._steps += 1
+            if self._file_page:
+                self._want_file_pages(hint)
             try:
                 self._enqueue(hints.expand(hint, self._view, self.layout))
             except hints.Missing as missing:
@@ -175,6 +181,24 @@ class MetadataCrawl:
         if self._steps >= self.max_steps:
             self._queue.clear()  # enough: HDF5's own reads are fetched on demand
         fetcher.pump()
+
+    def _want_file_pages(self, hint: hints.Hint) -> None:
+        """Want the whole file-space pages ``hint`` lies in.
+
+        HDF5's page buffer reads a paged file's metadata a page at a time: fetching only the
+        structures located left the rest of each page to HDF5's first read of it, one round
+        trip after another (26-29 in a row on a granule with 1 MiB pages).
+        """
+        size, base, fetcher = self._file_page, self.layout.base, self.fetcher
+        stop = min(hint.addr + max(hint.size, 1), self.layout.size)
+        for page in range((hint.addr - base) // size, (stop - 1 - base) // size + 1):
+            if page in self._file_pages:
+                continue
+            self._file_pages.add(page)
+            start = base + page * size
+            for cached in range(start // PAGE, (min(start + size, self.layout.size) - 1) // PAGE + 1):
+                if not fetcher.taken(cached):
+                    fetcher.want(cached)
 
     def _park(self, hint: hints.Hint, lo: int, hi: int) -> None:
         """Want the missing pages of ``[lo, hi)``; ``hint`` waits for the first of them only.
@@ -265,6 +289,8 @@ def open_source(
     with RemoteSource(fetcher, loop, budget) as remote:
         layout, found = _find_superblock(remote)
         if prefetch:
+            # HDF5 reads the superblock extension next, so its page size costs no round trip
+            layout = replace(layout, page=hints.file_space_page(remote.view, layout))
             crawl = MetadataCrawl(fetcher, layout, settings.max_crawl_steps)
             loop.call_soon_threadsafe(crawl.seed, found)
         yield remote
