@@ -41,7 +41,14 @@ from typing import Any
 import fsspec
 
 from h5sidecar.credentials import fsspec_options
-from h5sidecar.dest import RecordView, latest_rows, list_parts, roots_of, safe_name
+from h5sidecar.dest import (
+    RecordView,
+    latest_rows,
+    list_parts,
+    roots_of,
+    safe_name,
+    source_roots,
+)
 from h5sidecar.errors import InvalidReferenceError, SourceReadError
 
 __all__ = ["REPORT_NAME", "SIDECAR_SUFFIXES", "DestIndex", "DestSnapshot"]
@@ -293,7 +300,8 @@ class DestIndex:
             report = json.loads(raw)
             # every source root an index run read (merged reports accumulate them): a run
             # interrupted before it reached a granule must not lock out its good sidecar
-            roots = report.get("roots") or [report.get("source")]
+            roots = source_roots(report.get("roots") or (), report.get("source"),
+                                 report.get("options") or {})
             sources = [r for r in roots if isinstance(r, str) and r]
             for g in report.get("granules", []):
                 if g.get("status") not in ("ok", "up_to_date"):
