@@ -57,6 +57,7 @@ from h5sidecar.dest._record_parts import (
 from h5sidecar.dest._record_parts import latest_rows as parts_latest_rows
 from h5sidecar.dest._record_parts import roots_of as parts_roots_of
 from h5sidecar.errors import RecordBusyError
+from h5sidecar.settings import RecordSettings, from_env
 
 __all__ = ["COMPACT_PARTS", "MIRROR_PREFIX", "Mirror", "compact", "has_parts", "latest_rows",
            "newest_part_mtime", "roots_of", "store_of", "sweep_stale_mirrors"]
@@ -137,15 +138,21 @@ class Mirror:
     paths : sequence of str, optional
         Load only these parts into a temporary database (a compaction's); a part gone
         meanwhile raises FileNotFoundError.  Default: every part, listed again if one vanishes.
+    settings : RecordSettings, optional
+        The cache's folder and the age past which unused cache files go (default:
+        ``from_env(RecordSettings)``).
     """
 
-    def __init__(self, fs: Any, root: str, paths: Sequence[str] | None = None) -> None:
+    def __init__(self, fs: Any, root: str, paths: Sequence[str] | None = None,
+                 settings: RecordSettings | None = None) -> None:  # fmt: skip
+        settings = settings or from_env(RecordSettings)
+        self._max_age_days = settings.record_cache_max_age_days
         self._dir: str | None = None
         #: Parts whose rows were read to make or refresh the database.
         self.read = 0
         #: Whether the database is the record cache (else a temporary one).
         self.cached = False
-        cached = cache_file(fs, root) if paths is None else None
+        cached = cache_file(fs, root, settings) if paths is None else None
         if cached is not None:
             try:
                 self.record = self._cached(fs, root, cached)
@@ -161,7 +168,7 @@ class Mirror:
         self.record = self._temporary(fs, root, paths)
 
     def _cached(self, fs: Any, root: str, path: str) -> Record:
-        db = open_cache(path)
+        db = open_cache(path, max_age_days=self._max_age_days)
         try:
             self.read = refresh(db, fs, root, path)
         finally:
