@@ -33,6 +33,7 @@ _LAZY: dict[str, str] = {
     "SIDECAR_SUFFIX": "h5sidecar.dest._locations",
     "StagedSidecars": "h5sidecar.dest._dest_walk",
     "URL_LIST_OPTION": "h5sidecar.dest._report",
+    "cached_record": "h5sidecar.dest._record_store",
     "dest_fs": "h5sidecar.dest._sidecar_listing",
     "dest_lock": "h5sidecar.dest._dest_lock",
     "entry_mtime": "h5sidecar.dest._dest_walk",
@@ -86,6 +87,7 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads
     from h5sidecar.dest._record_db import record_path as record_path
     from h5sidecar.dest._record_parts import list_parts as list_parts
     from h5sidecar.dest._record_store import Mirror as Mirror
+    from h5sidecar.dest._record_store import cached_record as cached_record
     from h5sidecar.dest._record_store import has_parts as has_parts
     from h5sidecar.dest._record_store import latest_rows as latest_rows
     from h5sidecar.dest._record_store import newest_part_mtime as newest_part_mtime

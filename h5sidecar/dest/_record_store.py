@@ -59,8 +59,8 @@ from h5sidecar.dest._record_parts import roots_of as parts_roots_of
 from h5sidecar.errors import RecordBusyError
 from h5sidecar.settings import RecordSettings, from_env
 
-__all__ = ["COMPACT_PARTS", "MIRROR_PREFIX", "Mirror", "compact", "has_parts", "latest_rows",
-           "newest_part_mtime", "roots_of", "store_of", "sweep_stale_mirrors"]
+__all__ = ["COMPACT_PARTS", "MIRROR_PREFIX", "Mirror", "cached_record", "compact", "has_parts",
+           "latest_rows", "newest_part_mtime", "roots_of", "store_of", "sweep_stale_mirrors"]
 
 log = logging.getLogger("h5sidecar.workflows")
 
@@ -230,6 +230,24 @@ class Mirror:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def cached_record(fs: Any, root: str) -> str | None:
+    """The record cache of the object-store DEST ``root``, refreshed now (one LIST, then only
+    the parts it has not loaded): its path, for read-only queries as on a local record
+    (:class:`~h5sidecar.dest._record_view.RecordView`: the gateway looks granules up there
+    instead of holding every source).  None when DEST has no parts, caching is off, or the
+    cache is unusable (a reader then loads a temporary copy, or lists DEST).
+
+    Raises
+    ------
+    RecordBusyError
+        The cache stayed locked by another process (a long refresh).
+    """
+    if cache_file(fs, root) is None or not list_parts(fs, root):
+        return None
+    with Mirror(fs, root) as mirror:
+        return mirror.record.path if mirror.cached else None
 
 
 #: The parts' columns as the mirror's SQL gives them.

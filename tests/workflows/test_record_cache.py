@@ -182,7 +182,7 @@ def test_the_gateway_and_the_catalog_read_the_newest_rows_from_the_cache(
         s3, s3_bucket: str, s3_storage_options, reads: _Reads) -> None:
     from h5sidecar.dest import _record_parts
     from h5sidecar.dest._report_io import forget_sidecars
-    from h5sidecar.gateway._dest import parts_sources
+    from h5sidecar.gateway._report_sources import parts_sources
 
     dest = f"s3://{s3_bucket}/out"
     base = replace(_synthetic(400, s3_bucket), source=f"s3://{s3_bucket}/elsewhere")
