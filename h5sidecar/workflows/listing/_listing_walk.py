@@ -215,7 +215,11 @@ def _iter_folders(fs: fsspec.AbstractFileSystem, prefix: str, start: str) -> Ite
     listed = list_objects_pages(fs, bucket, delimiter="/",
                                 prefix=(key + "/" if key else "") + start)  # fmt: skip
     if listed is None:  # another filesystem: its own listing of the folder, whole
-        for info in fs.ls(prefix, detail=True):
+        try:
+            infos = fs.ls(prefix, detail=True)
+        except FileNotFoundError:  # no such folder: nothing matches below it
+            return
+        for info in infos:
             name = info["name"].rstrip("/")
             if info.get("type") == "directory" and name.rsplit("/", 1)[-1].startswith(start):
                 yield name
