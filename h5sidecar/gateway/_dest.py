@@ -346,7 +346,8 @@ class DestIndex:
         return None if path is None else (self.url_of(path), None)
 
     def _sidecar_file(self, name: str) -> str | None:
-        """A sidecar of a local DEST not in its record (written by hand), found by name."""
+        """A sidecar of a local DEST not in its record (written by hand), found by name (one
+        ``stat``; on an object store that would be a request per lookup: not looked for)."""
         if not safe_name(name) or self._local_record() is None:
             return None
         base = f"{self.root}/{name}"
