@@ -11,6 +11,12 @@ DuckDB over the collection's stac-geoparquet file when ``duckdb`` imports.
 
     python -m benchmarks.bench_catalog_scale catalog --n 10000 --work /tmp/cat
     python -m benchmarks.bench_catalog_scale search --n 1000000 --work /tmp/search
+    python -m benchmarks.bench_catalog_scale parts --n 100000 --work /tmp/parts
+
+Parts: the stac-geoparquet parts of N random items (the search's), each step in a fresh
+process: written whole, then 1% of the items changed in one run of consecutive keys (a
+reprocessed day), then 1% changed spread evenly over the keys (every part holds some), then
+written whole again (what a rewrite of everything would cost instead).
 """
 
 from __future__ import annotations
@@ -241,9 +247,49 @@ def _duckdb(work: Path, n: int) -> dict[str, Any] | str:
             "antimeridian split (a lower bound of the work)"}
 
 
+# -- stac-geoparquet parts ----------------------------------------------------------------------
+def _parts_op(work: Path, step: str) -> dict[str, Any]:
+    from h5sidecar.catalog._item_db import DB_NAME, connect
+    from h5sidecar.catalog.geoparquet._parts import update_parts
+
+    db = connect(work / DB_NAME)
+    n = db.execute("SELECT count(*) FROM items").fetchone()[0]
+    if step in ("consecutive", "spread"):  # 1% of the items get a new identity (re-indexed)
+        keys = (range(n // 2, n // 2 + n // 100) if step == "consecutive"
+                else range(1, n + 1, 100))  # fmt: skip
+        db.executemany("UPDATE items SET identity = ? WHERE key = ?",
+                       [(f"{step}-{k}", k) for k in keys])  # fmt: skip
+        db.commit()
+
+    def docs_of(keys: list[int]) -> Any:
+        for i in range(0, len(keys), 500):
+            part = keys[i : i + 500]
+            q = f"SELECT doc FROM items WHERE key IN ({','.join('?' * len(part))}) ORDER BY key"
+            for (doc,) in db.execute(q, part).fetchall():
+                yield json.loads(doc)
+
+    t = time.perf_counter()
+    res = update_parts(db, work / "bench" / "parts.parquet", "bench", {"id": "bench"}, docs_of,
+                       full=step == "full")  # fmt: skip
+    return {"seconds": round(time.perf_counter() - t, 2), "peak_rss_mb": round(_peak_mb()),
+            "converted": res.converted, "written": res.written, "removed": res.removed,
+            "full": res.full}
+
+
+def bench_parts(n: int, work: Path, *, skip_make: bool = False) -> dict[str, Any]:
+    if not skip_make:
+        _make_items(work, n)
+    out: dict[str, Any] = {"n": n}
+    for step in ("full", "consecutive", "spread", "full"):
+        key = "full_again" if step == "full" and "full" in out else step
+        out[key] = _run_child(["parts-op", "--step", step, "--work", str(work)])
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("what", choices=["catalog", "search", "catalog-op"])
+    p.add_argument("what", choices=["catalog", "search", "catalog-op", "parts", "parts-op"])
+    p.add_argument("--step", default="full", choices=["full", "consecutive", "spread"])
     p.add_argument("--n", type=int, default=10_000)
     p.add_argument("--work", type=Path, required=True)
     p.add_argument("--skip-make", action="store_true", help="reuse the generated data")
@@ -252,6 +298,10 @@ def main(argv: list[str] | None = None) -> int:
         res = _catalog_op(a.work)
     elif a.what == "catalog":
         res = bench_catalog(a.n, a.work, skip_make=a.skip_make)
+    elif a.what == "parts":
+        res = bench_parts(a.n, a.work, skip_make=a.skip_make)
+    elif a.what == "parts-op":
+        res = _parts_op(a.work, a.step)
     else:
         res = bench_search(a.n, a.work, skip_make=a.skip_make)
     print(json.dumps(res))

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-__all__ = ["GatewaySettings", "IndexSettings", "ReadSettings", "from_env"]
+__all__ = ["GatewaySettings", "IndexSettings", "ReadSettings", "RecordSettings", "from_env"]
 
 ENV_PREFIX = "H5SIDECAR_"
 
@@ -309,3 +309,36 @@ class GatewaySettings:
     shutdown_seconds: float = 5.0
     max_connections: int = 4096
     rechunk_bytes: int = 64 * 2**10
+
+
+#: :attr:`RecordSettings.record_cache` for the default folder.
+DEFAULT_RECORD_CACHE = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSettings:
+    """Options of the record of an object-store DEST, as every command that reads it uses
+    them (``index``, ``report``, ``prune``, ``catalog``, ``serve``).
+
+    Attributes
+    ----------
+    record_cache : str
+        Folder of the record cache (one SQLite file per DEST, keeping the parts already read
+        between runs): ``"default"`` is ``$XDG_CACHE_HOME/h5sidecar/records`` (else
+        ``~/.cache/h5sidecar/records``); ``""`` turns the cache off (every reader loads a
+        temporary copy of every part).  ``H5SIDECAR_RECORD_CACHE``.
+    record_cache_max_age_days : float
+        Cache files not used for this many days (DESTs no longer read from this machine) are
+        removed when a new cache file is made; removing one costs only a full load if that
+        DEST is read again.  0: never.  ``H5SIDECAR_RECORD_CACHE_MAX_AGE_DAYS``.
+    """
+
+    record_cache: str = DEFAULT_RECORD_CACHE
+    record_cache_max_age_days: float = 30.0
+
+    def cache_folder(self) -> str | None:
+        """The cache's folder (None: no cache), ``"default"`` resolved now."""
+        if self.record_cache != DEFAULT_RECORD_CACHE:
+            return os.path.expanduser(self.record_cache) or None
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return os.path.join(base, "h5sidecar", "records")

@@ -54,6 +54,7 @@ class Recorded:
     path: str
     range: str | None
     fault: str | None
+    query: str = ""  # the target's query string (a listing's prefix and delimiter)
 
 
 class _Fault:
@@ -160,7 +161,8 @@ class FaultProxy:
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 probe = Recorded(method, urlsplit(target).path, headers.get("range"), None)
                 fault = self._take_fault(probe)
-                rec = Recorded(probe.method, probe.path, probe.range, fault)
+                rec = Recorded(probe.method, probe.path, probe.range, fault,
+                               urlsplit(target).query)  # fmt: skip
                 with self._lock:
                     self.requests.append(rec)
                     self.in_flight += 1

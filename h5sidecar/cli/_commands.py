@@ -106,10 +106,10 @@ def cmd_catalog(args: argparse.Namespace, out: Console, err: Console) -> int:
 
         with err.status("loading into pgstac"):
             loaded = load_pgstac(args.pgstac, args.stacdir, collections=[result.collection_id])
-        err.print(f"upserted {loaded.items} item(s) of {result.collection_id} into pgstac")
-        for name in loaded.no_geometry:
-            out.print(f"[yellow]NOT IN PGSTAC[/] {escape(name)}: no footprint (pgstac's items "
-                      "need a geometry)")
+        unlocated = len(loaded.no_footprint)
+        err.print(f"upserted {loaded.items} item(s) of {result.collection_id} into pgstac" +
+                  (f", {unlocated} of them without a footprint (an empty geometry)" if unlocated
+                   else ""))
     if args.json:
         out.print_json(data=result.to_dict())
         return EXIT_OK if result.ok else EXIT_FAILED
@@ -120,8 +120,9 @@ def cmd_catalog(args: argparse.Namespace, out: Console, err: Console) -> int:
               (f"; stac-geoparquet: {result.geoparquet}" if result.geoparquet else ""))
     if result.cubes:
         out.print(f"cube asset(s) of the collection: {', '.join(result.cubes)}")
+    where = "catalogued, in pgstac with an empty geometry" if args.pgstac else "catalogued"
     for n in result.no_footprint:
-        out.print(f"[yellow]NO FOOTPRINT[/] {escape(n.name)}: {escape(n.reason)} (catalogued; "
+        out.print(f"[yellow]NO FOOTPRINT[/] {escape(n.name)}: {escape(n.reason)} ({where}; "
                   "bbox and intersects searches cannot find it)")
     for e in result.errors:
         # escaped: "[no_time]" would otherwise be taken for a rich markup tag and vanish

@@ -32,10 +32,13 @@ _LAZY: dict[str, str] = {
     "RunReport": "h5sidecar.dest._report",
     "SIDECAR_SUFFIX": "h5sidecar.dest._locations",
     "StagedSidecars": "h5sidecar.dest._dest_walk",
+    "URL_LIST_OPTION": "h5sidecar.dest._report",
+    "cached_record": "h5sidecar.dest._record_store",
     "dest_fs": "h5sidecar.dest._sidecar_listing",
     "dest_lock": "h5sidecar.dest._dest_lock",
     "entry_mtime": "h5sidecar.dest._dest_walk",
     "error_record": "h5sidecar.dest._report",
+    "source_roots": "h5sidecar.dest._report",
     "filesystem": "h5sidecar.dest._locations",
     "forget_sidecars": "h5sidecar.dest._report_io",
     "has_parts": "h5sidecar.dest._record_store",
@@ -84,6 +87,7 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads
     from h5sidecar.dest._record_db import record_path as record_path
     from h5sidecar.dest._record_parts import list_parts as list_parts
     from h5sidecar.dest._record_store import Mirror as Mirror
+    from h5sidecar.dest._record_store import cached_record as cached_record
     from h5sidecar.dest._record_store import has_parts as has_parts
     from h5sidecar.dest._record_store import latest_rows as latest_rows
     from h5sidecar.dest._record_store import newest_part_mtime as newest_part_mtime
@@ -92,10 +96,12 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads
     from h5sidecar.dest._record_view import RecordAllowList as RecordAllowList
     from h5sidecar.dest._record_view import RecordView as RecordView
     from h5sidecar.dest._record_view import safe_name as safe_name
+    from h5sidecar.dest._report import URL_LIST_OPTION as URL_LIST_OPTION
     from h5sidecar.dest._report import ErrorRecord as ErrorRecord
     from h5sidecar.dest._report import GranuleResult as GranuleResult
     from h5sidecar.dest._report import RunReport as RunReport
     from h5sidecar.dest._report import error_record as error_record
+    from h5sidecar.dest._report import source_roots as source_roots
     from h5sidecar.dest._report_io import RunRecorder as RunRecorder
     from h5sidecar.dest._report_io import forget_sidecars as forget_sidecars
     from h5sidecar.dest._report_io import read_report as read_report

@@ -27,7 +27,7 @@ import pyarrow as pa
 from h5sidecar.dest._locations import REPORT_NAME
 from h5sidecar.dest._record_db import MIGRATED_SUFFIX
 from h5sidecar.dest._record_parts import SCHEMA, list_parts, part_key, parts_root, write_part
-from h5sidecar.dest._report import GranuleResult, RunReport
+from h5sidecar.dest._report import GranuleResult, RunReport, source_roots
 
 __all__ = ["FLUSH_GRANULES", "FLUSH_SECONDS", "PartsWriter", "header_of", "migrate"]
 
@@ -104,8 +104,9 @@ class PartsWriter:
         rows = [_tombstone(r, key, self.uid) if isinstance(r, str) else _row(r, key, self.uid)
                 for r in self._rows]
         runs = [] if header is None else [{**header, "uid": self.uid, "key": key}]
-        roots = [] if header is None else (header["report"].get("roots")
-                                           or [header["report"]["source"]])
+        roots = [] if header is None else list(source_roots(
+            header["report"].get("roots") or (), header["report"]["source"],
+            header["report"].get("options") or {}))
         table = pa.Table.from_pylist(rows, schema=SCHEMA)
         path = write_part(self.fs, self.root, key, table, {"runs": runs, "roots": roots})
         self._rows.clear()

@@ -24,9 +24,12 @@ of RSS instead of 0.7-5 s and +120 MB; the first fill on a machine costs up to t
 temporary load (it is written with a WAL and synced), once.
 
 The database is a cache: removing it costs one full load.  Its folder is
-``$H5SIDECAR_RECORD_CACHE`` (default ``$XDG_CACHE_HOME/h5sidecar/records``, else
-``~/.cache/h5sidecar/records``; empty: no cache, every reader loads a temporary mirror); one
-file per DEST, named by a hash of the store's options (secrets left out) and DEST's path.
+:class:`~h5sidecar.settings.RecordSettings`'s ``record_cache`` (``$H5SIDECAR_RECORD_CACHE``;
+default ``$XDG_CACHE_HOME/h5sidecar/records``, else ``~/.cache/h5sidecar/records``; empty: no
+cache, every reader loads a temporary mirror); one file per DEST, named by a hash of the
+store's options (secrets left out) and DEST's path.  Each use touches the file; when a new
+file is made, those not used for ``record_cache_max_age_days`` (DESTs no longer read here)
+are removed (:func:`prune_cache`), so the folder does not grow with every DEST ever read.
 A refresh runs in one write transaction (``BEGIN IMMEDIATE``): concurrent readers on this
 machine take turns, and a reader killed mid-refresh leaves the database as it was (the write
 is rolled back).  Readers see what later refreshes add, never less.
@@ -37,11 +40,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
+import re
 import sqlite3
+import time
 import uuid
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -50,12 +55,12 @@ from h5sidecar.dest._record_parts import list_parts, open_part, part_meta, parts
 from h5sidecar.dest._record_sql import SCHEMA as RECORD_SCHEMA
 from h5sidecar.dest._record_sql import SCHEMA_VERSION, busy, connect, insert_run
 from h5sidecar.dest._report import RunReport
+from h5sidecar.settings import RecordSettings, from_env
 
-__all__ = ["CACHE_ENV", "cache_file", "create_schema", "load_part", "number_runs", "open_cache",
-           "refresh"]
+__all__ = ["cache_file", "create_schema", "load_part", "number_runs", "open_cache",
+           "prune_cache", "refresh"]
+log = logging.getLogger("h5sidecar.workflows")
 
-#: Environment variable naming the cache's folder (empty: no cache).
-CACHE_ENV = "H5SIDECAR_RECORD_CACHE"
 #: Version of the cache's layout, in its file names: a new layout starts new files.
 _LAYOUT = 1
 #: Rows per batch read from a part.
@@ -93,18 +98,10 @@ _TOMB = ("INSERT INTO gone (url, key, run_uid) VALUES (?1, ?2, ?3) ON CONFLICT(u
 _UNTOMB = "DELETE FROM granules WHERE url = ?1 AND key < ?2"
 
 
-def cache_folder() -> str | None:
-    """The cache's folder (None: no cache), from :data:`CACHE_ENV` at call time."""
-    given = os.environ.get(CACHE_ENV)
-    if given is not None:
-        return given or None
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
-    return os.path.join(base, "h5sidecar", "records")
-
-
-def cache_file(fs: Any, root: str) -> str | None:
-    """Path of the cache of DEST ``root`` on ``fs`` (None: caching is off)."""
-    folder = cache_folder()
+def cache_file(fs: Any, root: str, settings: RecordSettings | None = None) -> str | None:
+    """Path of the cache of DEST ``root`` on ``fs`` (None: caching is off), in the folder of
+    ``settings`` (default: ``from_env(RecordSettings)``, read now)."""
+    folder = (settings or from_env(RecordSettings)).cache_folder()
     if folder is None:
         return None
     options = {k: v for k, v in dict(getattr(fs, "storage_options", {}) or {}).items()
@@ -121,10 +118,20 @@ def create_schema(db: sqlite3.Connection) -> None:
                      f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
 
 
-def open_cache(path: str) -> sqlite3.Connection:
+def open_cache(path: str, *, max_age_days: float = 0.0) -> sqlite3.Connection:
     """The cache database at ``path``, created (empty) when missing: complete under a
-    temporary name, then linked into place (concurrent first readers agree on one file)."""
-    if not os.path.exists(path):
+    temporary name, then linked into place (concurrent first readers agree on one file).
+
+    An existing file is touched (its modification time is its last use, what
+    :func:`prune_cache` goes by); making a new one first removes the files of its folder not
+    used for ``max_age_days`` (0: none).
+    """
+    if os.path.exists(path):
+        with contextlib.suppress(OSError):
+            os.utime(path)
+    else:
+        if max_age_days > 0:
+            prune_cache(os.path.dirname(path), max_age_days)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{uuid.uuid4().hex}.tmp"
         try:
@@ -141,6 +148,41 @@ def open_cache(path: str) -> sqlite3.Connection:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(leftover)
     return connect(path)
+
+
+#: Names of the cache's files (any layout version) and of a creation's leftovers.
+_CACHE_FILE = re.compile(r"v\d+-[0-9a-f]{32}\.sqlite(\.[0-9a-f]{32}\.tmp)?")
+
+
+def prune_cache(folder: str, max_age_days: float, *, now: float | None = None) -> list[str]:
+    """Remove the cache files of ``folder`` (with their ``-wal``/``-shm``) not used for
+    ``max_age_days``: the caches of DESTs no longer read from this machine.  Returns the
+    paths removed.  Other files are left alone; a reader that opens a file as it goes loses
+    only its cache (the next reader loads the record again)."""
+    cutoff = (time.time() if now is None else now) - max_age_days * 86_400
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:  # no folder yet, or not readable: nothing to prune
+        return removed
+    for entry in entries:
+        if not _CACHE_FILE.fullmatch(entry.name):
+            continue
+        try:  # a WAL written after the file's last touch is a later use
+            last = max(os.stat(p).st_mtime for p in (entry.path, entry.path + "-wal")
+                       if os.path.exists(p))  # fmt: skip
+        except (OSError, ValueError):
+            continue  # removed meanwhile
+        if last >= cutoff:
+            continue
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path + suffix)
+        removed.append(entry.path)
+    if removed:
+        log.info("removed %d record cache file(s) not used for %g days from %s",
+                 len(removed), max_age_days, folder)  # fmt: skip
+    return removed
 
 
 def refresh(db: sqlite3.Connection, fs: Any, root: str, path: str) -> int:

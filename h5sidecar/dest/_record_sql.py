@@ -127,7 +127,7 @@ def insert_run(db: sqlite3.Connection, report: RunReport, *, complete: bool) -> 
         (report.source, report.dest, report.format, json.dumps(dict(report.options)),
          report.started, report.finished, report.seconds, int(complete), report.version))
     db.executemany("INSERT OR IGNORE INTO roots (root) VALUES (?)",
-                   [(r,) for r in report.roots or (report.source,)])
+                   [(r,) for r in report.source_roots])
     assert cur.lastrowid is not None
     return cur.lastrowid
 

@@ -57,9 +57,10 @@ from h5sidecar.dest._record_parts import (
 from h5sidecar.dest._record_parts import latest_rows as parts_latest_rows
 from h5sidecar.dest._record_parts import roots_of as parts_roots_of
 from h5sidecar.errors import RecordBusyError
+from h5sidecar.settings import RecordSettings, from_env
 
-__all__ = ["COMPACT_PARTS", "MIRROR_PREFIX", "Mirror", "compact", "has_parts", "latest_rows",
-           "newest_part_mtime", "roots_of", "store_of", "sweep_stale_mirrors"]
+__all__ = ["COMPACT_PARTS", "MIRROR_PREFIX", "Mirror", "cached_record", "compact", "has_parts",
+           "latest_rows", "newest_part_mtime", "roots_of", "store_of", "sweep_stale_mirrors"]
 
 log = logging.getLogger("h5sidecar.workflows")
 
@@ -137,15 +138,21 @@ class Mirror:
     paths : sequence of str, optional
         Load only these parts into a temporary database (a compaction's); a part gone
         meanwhile raises FileNotFoundError.  Default: every part, listed again if one vanishes.
+    settings : RecordSettings, optional
+        The cache's folder and the age past which unused cache files go (default:
+        ``from_env(RecordSettings)``).
     """
 
-    def __init__(self, fs: Any, root: str, paths: Sequence[str] | None = None) -> None:
+    def __init__(self, fs: Any, root: str, paths: Sequence[str] | None = None,
+                 settings: RecordSettings | None = None) -> None:  # fmt: skip
+        settings = settings or from_env(RecordSettings)
+        self._max_age_days = settings.record_cache_max_age_days
         self._dir: str | None = None
         #: Parts whose rows were read to make or refresh the database.
         self.read = 0
         #: Whether the database is the record cache (else a temporary one).
         self.cached = False
-        cached = cache_file(fs, root) if paths is None else None
+        cached = cache_file(fs, root, settings) if paths is None else None
         if cached is not None:
             try:
                 self.record = self._cached(fs, root, cached)
@@ -161,7 +168,7 @@ class Mirror:
         self.record = self._temporary(fs, root, paths)
 
     def _cached(self, fs: Any, root: str, path: str) -> Record:
-        db = open_cache(path)
+        db = open_cache(path, max_age_days=self._max_age_days)
         try:
             self.read = refresh(db, fs, root, path)
         finally:
@@ -223,6 +230,24 @@ class Mirror:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def cached_record(fs: Any, root: str) -> str | None:
+    """The record cache of the object-store DEST ``root``, refreshed now (one LIST, then only
+    the parts it has not loaded): its path, for read-only queries as on a local record
+    (:class:`~h5sidecar.dest._record_view.RecordView`: the gateway looks granules up there
+    instead of holding every source).  None when DEST has no parts, caching is off, or the
+    cache is unusable (a reader then loads a temporary copy, or lists DEST).
+
+    Raises
+    ------
+    RecordBusyError
+        The cache stayed locked by another process (a long refresh).
+    """
+    if cache_file(fs, root) is None or not list_parts(fs, root):
+        return None
+    with Mirror(fs, root) as mirror:
+        return mirror.record.path if mirror.cached else None
 
 
 #: The parts' columns as the mirror's SQL gives them.

@@ -8,7 +8,7 @@ and serialise to JSON without custom encoders.  The report format is documented 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -20,13 +20,19 @@ __all__ = [
     "ErrorRecord",
     "GranuleResult",
     "GranuleStatus",
+    "URL_LIST_OPTION",
     "RunReport",
     "error_record",
+    "source_roots",
 ]
 
 log = logging.getLogger("h5sidecar.workflows")
 
 REPORT_VERSION = 1
+
+#: The ``options`` entry of a run given a list of URLs: how many, their digest and the file
+#: they came from (the URLs themselves are the granules' rows, not kept again as roots).
+URL_LIST_OPTION = "url_list"
 
 #: Skip kind of a variable lost to an unexpected error: its granule is reported as partial.
 PARTIAL_KIND = ErrorKind.INTERNAL_ERROR
@@ -222,7 +228,8 @@ class RunReport:
         False when the run was interrupted before every granule was processed.
     roots : tuple of str
         The source roots (``source``) of every run merged into this report, oldest first: the
-        prefixes the gateway allows (see :func:`merge_reports`).  Empty means ``(source,)``.
+        prefixes the gateway allows (see :func:`merge_reports`).  Empty means ``(source,)``,
+        or nothing for a run given a list of URLs (see :func:`source_roots`).
     carried_over : int
         Granules kept from earlier reports because this run did not process them.
     orphaned : tuple of str
@@ -247,6 +254,11 @@ class RunReport:
     carried_over: int = 0
     orphaned: tuple[str, ...] = ()
     omitted: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def source_roots(self) -> tuple[str, ...]:
+        """The source roots this report stands for (:func:`source_roots`)."""
+        return source_roots(self.roots, self.source, self.options)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -318,3 +330,18 @@ class RunReport:
             orphaned=tuple(str(n) for n in d.get("orphaned", ())),
             omitted={str(k): int(v) for k, v in d.get("omitted", {}).items()},
         )
+
+
+def source_roots(roots: Iterable[str], source: str, options: Mapping[str, Any]
+                 ) -> tuple[str, ...]:  # fmt: skip
+    """The source roots of a report (or a part's header): its ``roots``, else its ``source``.
+
+    A run given a list of URLs has none of its own: its ``source`` names the list, not a
+    prefix, and the URLs are its granules' rows (which the gateway allows one by one), so a
+    million-URL list costs nothing here.  Runs recorded before kept every URL as a root; those
+    still read as they are.
+    """
+    kept = tuple(roots)
+    if kept:
+        return kept
+    return () if URL_LIST_OPTION in options else (source,)

@@ -63,11 +63,10 @@ def merge_reports(previous: RunReport | None, current: RunReport) -> RunReport:
     are ``current``'s.
     """
     if previous is None:
-        return current  # empty roots stand for (source,)
-    own_roots = current.roots or (current.source,)
+        return current  # empty roots stand for (source,): see source_roots
     fresh = {g.url for g in current.granules}
     carried = [g for g in previous.granules if g.url not in fresh]
-    roots = tuple(dict.fromkeys((*(previous.roots or (previous.source,)), *own_roots)))
+    roots = tuple(dict.fromkeys((*previous.source_roots, *current.source_roots)))
     granules = tuple(sorted((*current.granules, *carried), key=lambda g: (g.name, g.url)))
     orphaned = orphaned_names(current, carried)
     return replace(current, granules=granules, roots=roots, carried_over=len(carried),

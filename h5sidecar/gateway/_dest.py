@@ -20,14 +20,16 @@ never from the sidecars themselves.
 
 A local DEST with a record is not listed: granules are looked up by name in the record
 (:mod:`h5sidecar.dest._record_view`), one indexed query per request, and a sidecar present under
-DEST but not recorded is still found by name (one ``stat``).  Other DESTs (``s3://``, a folder
-of sidecars without a record) are listed whole, every ``refresh_seconds``: the listing is held
-as a sorted list, about 200 bytes per granule, without a cap.
+DEST but not recorded is still found by name (one ``stat``).  An object-store DEST with a record
+in parts is served the same way from the record cache on this machine (the parts loaded into
+SQLite, refreshed every ``refresh_seconds`` and on a miss: one LIST, then only new parts), not
+from a listing and a tuple of every source.  Other DESTs (a folder of sidecars without a
+record, a store without parts or with the cache off) are listed whole, every
+``refresh_seconds``: the listing is held as a sorted list, about 200 bytes per granule.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import posixpath
@@ -41,14 +43,14 @@ from typing import Any
 import fsspec
 
 from h5sidecar.credentials import fsspec_options
-from h5sidecar.dest import RecordView, latest_rows, list_parts, roots_of, safe_name
-from h5sidecar.errors import InvalidReferenceError, SourceReadError
+from h5sidecar.dest import RecordView, cached_record, safe_name
+from h5sidecar.errors import RecordBusyError, SourceReadError
+from h5sidecar.gateway._report_sources import REPORT_NAME, report_sources
 
 __all__ = ["REPORT_NAME", "SIDECAR_SUFFIXES", "DestIndex", "DestSnapshot"]
 
 log = logging.getLogger("h5sidecar.gateway")
 
-REPORT_NAME = "_report.json"
 #: The record of a local DEST (an SQLite database written by ``h5sidecar index``; its schema is
 #: in :mod:`h5sidecar.dest._record_db`, above this package): it replaces the report there.
 RECORD_NAME = "_h5sidecar.sqlite"
@@ -80,6 +82,9 @@ class DestSnapshot:
         Granules served (for a record: as last counted, None before the first count).
     names : tuple of str
         The keys of ``sidecars``, sorted (for paging).
+    relist_on_miss : bool
+        Whether a granule missing from it may have come since (a listing, or an object-store
+        DEST's record cache), so that a miss is worth a refresh; a local record is current.
     """
 
     sidecars: Mapping[str, str]
@@ -90,6 +95,7 @@ class DestSnapshot:
     record: RecordView | None = None
     count: int | None = 0
     names: tuple[str, ...] = ()
+    relist_on_miss: bool = True
 
     def url_of(self, name: str) -> str | None:
         """The references of ``name``: a cube's (cubes take precedence) or a granule's sidecar."""
@@ -194,23 +200,48 @@ class DestIndex:
                 raise SourceReadError(f"DEST {self.dest} is gone: the gateway cannot serve "
                                       "until it is back")  # fmt: skip
             self._record = self._record or RecordView(path, self.dest)
-            for name in self.cubes:
-                if name not in self._hidden and self._record.locate([name]) is not None:
-                    self._hidden.add(name)
-                    log.warning("granule %s is hidden by the cube of the same name: name the "
-                                "cube otherwise (--cube NAME=PATH)", name)  # fmt: skip
-            return DestSnapshot({}, self._record.roots(), True, time.monotonic(),
-                                dict(self.cubes), self._record, self._record.recount())  # fmt: skip
+            return self._from_record(self._record, relist_on_miss=False)
+        cached = None if path is not None else self._cached_record()
+        if cached is not None:
+            if self._record is None or self._record.path != cached:
+                self._record = RecordView(cached, self.dest)
+            return self._from_record(self._record, relist_on_miss=True)
         return self._walk()
+
+    def _from_record(self, record: RecordView, *, relist_on_miss: bool) -> DestSnapshot:
+        for name in self.cubes:
+            if name not in self._hidden and record.locate([name]) is not None:
+                self._hidden.add(name)
+                log.warning("granule %s is hidden by the cube of the same name: name the "
+                            "cube otherwise (--cube NAME=PATH)", name)  # fmt: skip
+        return DestSnapshot({}, record.roots(), True, time.monotonic(), dict(self.cubes), record,
+                            record.recount(), relist_on_miss=relist_on_miss)  # fmt: skip
+
+    def _cached_record(self) -> str | None:
+        """The record cache of an object-store DEST, refreshed (None: list DEST instead)."""
+        try:
+            return cached_record(self.fs, self.root)
+        except RecordBusyError as exc:
+            if self._record is None:
+                raise SourceReadError(f"the record cache of DEST {self.dest} is busy: "
+                                      f"{exc}") from exc  # fmt: skip
+            # another process holds the cache in a long refresh: serve what it held
+            log.warning("the record cache of DEST %s is busy (%s): serving it as it was",
+                        self.dest, exc)  # fmt: skip
+            return self._record.path
+        except OSError as exc:  # the store cannot be listed or read
+            raise SourceReadError(f"reading the record of {self.dest} failed: {exc}") from exc
 
     def probe(self, snapshot: DestSnapshot) -> None:
         """Raise unless DEST (and its record) can be read now; lists nothing."""
         if snapshot.record is not None:
-            if not os.path.isdir(self.root):
-                raise SourceReadError(f"DEST {self.dest} is gone: the gateway cannot serve "
-                                      "until it is back")  # fmt: skip
-            snapshot.record.probe()
-            return
+            if self._local_record() is not None:
+                if not os.path.isdir(self.root):
+                    raise SourceReadError(f"DEST {self.dest} is gone: the gateway cannot serve "
+                                          "until it is back")  # fmt: skip
+                snapshot.record.probe()
+                return
+            snapshot.record.probe()  # the cache of an object-store DEST: the store is probed too
         try:
             found = self.fs.exists(self.root)
         except OSError as exc:
@@ -243,7 +274,7 @@ class DestIndex:
             if not below:
                 break
             level = below
-        sources, found = self._report_sources()
+        sources, found = report_sources(self.fs, self.root, self.dest)
         granules = self._granules_only(sidecars)
         return DestSnapshot(granules, sources, found, time.monotonic(), dict(self.cubes),
                             count=len(granules), names=tuple(granules))  # fmt: skip
@@ -274,39 +305,6 @@ class DestIndex:
                 f"listing DEST {self.dest} failed: {exc}. Check the endpoint, credentials and "
                 "storage options the gateway was started with."
             ) from exc
-
-    def _report_sources(self) -> tuple[tuple[str, ...], bool]:
-        try:
-            parts = parts_sources(self.fs, self.root)
-        except OSError as exc:
-            raise SourceReadError(f"reading the record of {self.dest} failed: {exc}") from exc
-        if parts is not None:
-            return parts, True
-        path = f"{self.root}/{REPORT_NAME}"
-        try:
-            raw = self.fs.cat_file(path)
-        except FileNotFoundError:
-            return (), False
-        except OSError as exc:
-            raise SourceReadError(f"reading {self.dest}/{REPORT_NAME} failed: {exc}") from exc
-        try:
-            report = json.loads(raw)
-            # every source root an index run read (merged reports accumulate them): a run
-            # interrupted before it reached a granule must not lock out its good sidecar
-            roots = report.get("roots") or [report.get("source")]
-            sources = [r for r in roots if isinstance(r, str) and r]
-            for g in report.get("granules", []):
-                if g.get("status") not in ("ok", "up_to_date"):
-                    continue
-                src = (g.get("source") or {}).get("url") or g.get("url")
-                if isinstance(src, str) and src:
-                    sources.append(src)
-        except (ValueError, AttributeError, TypeError) as exc:
-            raise InvalidReferenceError(
-                f"the run report {self.dest}/{REPORT_NAME} is malformed ({exc}): re-run "
-                "`h5sidecar index` into DEST, or pass the source prefixes with --allow"
-            ) from exc
-        return tuple(dict.fromkeys(sources)), True
 
     # -- lookup ----------------------------------------------------------------------------------
     def find(self, snapshot: DestSnapshot, path: str) -> tuple[str, str, str | None] | None:
@@ -348,7 +346,9 @@ class DestIndex:
         return None if path is None else (self.url_of(path), None)
 
     def _sidecar_file(self, name: str) -> str | None:
-        if not safe_name(name):
+        """A sidecar of a local DEST not in its record (written by hand), found by name (one
+        ``stat``; on an object store that would be a request per lookup: not looked for)."""
+        if not safe_name(name) or self._local_record() is None:
             return None
         base = f"{self.root}/{name}"
         if os.path.isdir(base + ".parq"):
@@ -379,19 +379,3 @@ class DestIndex:
                 if len(out) >= limit:
                     break
         return out
-
-
-def parts_sources(fs: Any, root: str) -> tuple[str, ...] | None:
-    """The source roots and the sources of the granules indexed successfully that an
-    object-store DEST's record in parts holds (:mod:`h5sidecar.dest._record_parts`); None when
-    it has no parts."""
-    if not list_parts(fs, root):
-        return None
-    sources = list(roots_of(fs, root))
-    rows = latest_rows(fs, root, ["status", "source_url", "url"])
-    if rows is not None:
-        for status, src, url in zip(*(rows[c].to_pylist() for c in rows.column_names),
-                                    strict=True):
-            if status in ("ok", "up_to_date"):
-                sources.append(src or url)
-    return tuple(dict.fromkeys(sources))

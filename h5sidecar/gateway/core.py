@@ -195,7 +195,7 @@ class Gateway:
             No granule of that name is indexed under DEST.
         """
         found = await self._find(path)
-        if found is None and (await self.snapshot()).record is None:
+        if found is None and (await self.snapshot()).relist_on_miss:
             found = await self._find(path, MISS_REFRESH_SECONDS)
         if found is None:
             raise NotIndexedError(

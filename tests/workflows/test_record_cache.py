@@ -4,13 +4,15 @@ compaction's rows are not read again, and a DEST emptied or edited by hand is lo
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from h5sidecar.dest import _record_store
+from h5sidecar.dest import _record_cache, _record_store
 from h5sidecar.workflows import index_many, read_report, write_report
 from tests.workflows.conftest import assert_matches_h5py, write_granule
 from tests.workflows.test_record_parts import _synthetic
@@ -180,7 +182,7 @@ def test_the_gateway_and_the_catalog_read_the_newest_rows_from_the_cache(
         s3, s3_bucket: str, s3_storage_options, reads: _Reads) -> None:
     from h5sidecar.dest import _record_parts
     from h5sidecar.dest._report_io import forget_sidecars
-    from h5sidecar.gateway._dest import parts_sources
+    from h5sidecar.gateway._report_sources import parts_sources
 
     dest = f"s3://{s3_bucket}/out"
     base = replace(_synthetic(400, s3_bucket), source=f"s3://{s3_bucket}/elsewhere")
@@ -200,3 +202,83 @@ def test_the_gateway_and_the_catalog_read_the_newest_rows_from_the_cache(
     sources = parts_sources(fs, root)
     assert sources is not None and len(sources) == 1 + 398  # the root, the good granules
     assert reads.parts() == set()  # nothing written since: no part read again
+
+
+def test_the_cache_folder_comes_from_the_settings_object(
+        s3, s3_bucket: str, s3_storage_options, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from h5sidecar.settings import RecordSettings, from_env
+
+    assert from_env(RecordSettings, env={"H5SIDECAR_RECORD_CACHE": ""}).cache_folder() is None
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert RecordSettings().cache_folder() == str(tmp_path / "xdg" / "h5sidecar" / "records")
+    assert from_env(RecordSettings, env={"H5SIDECAR_RECORD_CACHE_MAX_AGE_DAYS": "2.5"}
+                    ).record_cache_max_age_days == 2.5  # fmt: skip
+    dest = f"s3://{s3_bucket}/out"
+    base = _synthetic(5, s3_bucket)
+    write_report(base, dest, storage_options=s3_storage_options)
+    fs, root = _record_store.store_of(dest, s3_storage_options)
+    given = RecordSettings(record_cache=str(tmp_path / "given"))  # not $H5SIDECAR_RECORD_CACHE
+    with _record_store.Mirror(fs, root, settings=given) as mirror:
+        assert mirror.cached and mirror.read == 1
+        assert [(r.url, r.status) for r, _, _ in mirror.record.lookup(
+            [g.url for g in base.granules])] == [(g.url, "ok") for g in base.granules]
+    assert [p.name for p in (tmp_path / "given").glob("*.sqlite")] == [
+        os.path.basename(_record_cache.cache_file(fs, root, given) or "")]
+    with _record_store.Mirror(fs, root, settings=RecordSettings(record_cache="")) as mirror:
+        assert not mirror.cached and mirror.read == 1
+
+
+def test_cache_files_of_dests_no_longer_used_go_when_a_new_one_is_made(
+        s3, s3_bucket: str, s3_storage_options, tmp_path: Path) -> None:
+    from h5sidecar.settings import RecordSettings
+
+    settings = RecordSettings(record_cache=str(tmp_path / "c"), record_cache_max_age_days=30)
+    files = {}
+    for name in ("old", "recent", "new"):
+        dest = f"s3://{s3_bucket}/{name}"
+        write_report(replace(_synthetic(2, s3_bucket), dest=dest), dest,
+                     storage_options=s3_storage_options)  # fmt: skip
+        fs, root = _record_store.store_of(dest, s3_storage_options)
+        files[name] = (fs, root, _record_cache.cache_file(fs, root, settings) or "")
+        if name == "new":
+            break
+        with _record_store.Mirror(fs, root, settings=settings):
+            pass
+    day = 86_400
+    stray = tmp_path / "c" / "notes.sqlite"  # not a cache file: never removed
+    stray.write_text("")
+    now = time.time()
+    for path, age in ((files["old"][2], 40), (files["recent"][2], 10), (str(stray), 400)):
+        for p in (path, path + "-wal"):
+            if os.path.exists(p):
+                os.utime(p, (now - age * day, now - age * day))
+    # using a cache touches it: "recent" read again is as new as can be
+    fs, root, path = files["recent"]
+    with _record_store.Mirror(fs, root, settings=settings):
+        pass
+    assert os.stat(path).st_mtime > now - day
+    # a new DEST's cache is made: the one unused for 40 days goes (with its WAL), nothing else
+    fs, root, path = files["new"]
+    with _record_store.Mirror(fs, root, settings=settings) as mirror:
+        assert mirror.cached
+    left = sorted(p.name for p in (tmp_path / "c").iterdir() if p.name.endswith(".sqlite"))
+    assert left == sorted([os.path.basename(files["recent"][2]), os.path.basename(path),
+                           "notes.sqlite"])  # fmt: skip
+    assert not [p for p in (tmp_path / "c").iterdir()
+                if p.name.startswith(os.path.basename(files["old"][2]))]
+    # the removed DEST is read again: one full load, as on a new machine
+    fs, root, _ = files["old"]
+    with _record_store.Mirror(fs, root, settings=settings) as mirror:
+        assert mirror.cached and mirror.read == 1
+    # max age 0: never removed, even when a new file is made
+    never = RecordSettings(record_cache=str(tmp_path / "c"), record_cache_max_age_days=0)
+    aged = files["recent"][2]
+    os.utime(aged, (now - 400 * day, now - 400 * day))
+    fs, root, path = files["new"]
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.unlink(path + suffix)
+    with _record_store.Mirror(fs, root, settings=never) as mirror:
+        assert mirror.cached and mirror.read == 1
+    assert os.path.exists(aged)

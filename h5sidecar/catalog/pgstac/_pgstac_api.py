@@ -9,6 +9,11 @@
 Links are not stored: the static catalog's relative links mean nothing in a database, and every
 answer builds absolute ones from the request's base URL.
 
+An item without a footprint (``geometry: null``, valid STAC) is stored with an empty geometry
+(:data:`NO_FOOTPRINT`): pgstac's ``items.geometry`` is ``NOT NULL``, and an empty geometry
+intersects nothing, so bbox and intersects searches miss it (as in the embedded backend) while
+datetime, ids and collection searches find it.  Answers give it back as ``null``.
+
 Searches mean what they mean in the embedded backend, with one difference: pgstac matches ``bbox``
 against each item's footprint (as the STAC API asks), the embedded backend against each item's
 bbox, so a box that touches an item's bbox but not its footprint finds it only there.  Pages come
@@ -32,7 +37,11 @@ from h5sidecar.catalog.search._static_api import (
 )
 from h5sidecar.errors import InvalidRequestError, NotIndexedError, SourceReadError
 
-__all__ = ["PgStacApi", "backend_dsn", "pgstac_search_body"]
+__all__ = ["NO_FOOTPRINT", "PgStacApi", "backend_dsn", "pgstac_search_body"]
+
+#: The geometry an item without a footprint is stored with (empty: no bbox or intersects search
+#: finds it); answers give ``null`` back in its place.
+NO_FOOTPRINT: dict[str, Any] = {"type": "GeometryCollection", "geometries": []}
 
 #: What a pgstac paging token starts with (``next:<collection>:<item>``, ``prev:...``).
 _TOKEN_PREFIXES = ("next:", "prev:")
@@ -295,6 +304,8 @@ def _item_doc(doc: Mapping[str, Any], base: str) -> dict[str, Any]:
     if isinstance(props, dict) and "datetime" not in props:
         # pgstac drops a null datetime; STAC requires the key (null with a start/end range)
         out["properties"] = {**props, "datetime": None}
+    if out.get("geometry") == NO_FOOTPRINT:  # the stand-in of a null geometry (see the module)
+        out["geometry"] = None
     cid = out["collection"]
     coll = f"{base}/collections/{cid}"
     out["links"] = [

@@ -4,7 +4,8 @@ The collections and items of a catalog folder (what :func:`~h5sidecar.catalog.bu
 writes) are upserted with pypgstac's ``Loader``, items streamed in batches from the folder's item
 database (or, in a folder without one, from the JSON tree's files).  The
 loader reads the folder rather than hooking into the build, so a catalog written earlier (or by
-another run) loads the same way.  Links are left out (see :mod:`._pgstac_api`).
+another run) loads the same way.  Links are left out, and an item without a footprint is stored
+with an empty geometry (see :mod:`._pgstac_api`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from h5sidecar.catalog._item_db import DB_NAME, connect, iter_docs
-from h5sidecar.catalog.pgstac._pgstac_api import _unlinked, _unreachable
+from h5sidecar.catalog._result import NoFootprint
+from h5sidecar.catalog.pgstac._pgstac_api import NO_FOOTPRINT, _unlinked, _unreachable
 from h5sidecar.errors import NotIndexedError
 
 __all__ = ["BATCH", "PgstacLoad", "load_pgstac"]
@@ -27,12 +29,13 @@ BATCH = 1000
 
 @dataclass(frozen=True)
 class PgstacLoad:
-    """What :func:`load_pgstac` upserted: the collection ids and the number of items, and the
-    ids of the items left out for having no geometry (pgstac's items require one)."""
+    """What :func:`load_pgstac` upserted: the collection ids, the number of items, and those of
+    them without a footprint (stored with an empty geometry: searches by bbox or intersects
+    cannot find them), named as the catalog build names them, with the reason."""
 
     collections: tuple[str, ...]
     items: int
-    no_geometry: tuple[str, ...] = ()
+    no_footprint: tuple[NoFootprint, ...] = ()
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -69,14 +72,17 @@ def _docs(stacdir: Path, coll_file: Path, cid: str) -> Iterator[dict[str, Any]]:
 
 
 def _items(docs: Iterable[dict[str, Any]], cid: str, counter: list[int],
-           unlocated: list[str]) -> Iterator[dict[str, Any]]:  # fmt: skip
-    """The items to load; those without a geometry are named in ``unlocated`` instead
-    (pgstac's ``items.geometry`` is ``NOT NULL``, though a null geometry is valid STAC)."""
+           unlocated: list[NoFootprint]) -> Iterator[dict[str, Any]]:  # fmt: skip
+    """The items to load; those without a geometry get the empty stand-in and are named in
+    ``unlocated`` (pgstac's ``items.geometry`` is ``NOT NULL``, though a null geometry is
+    valid STAC)."""
     for doc in docs:
         doc = _unlinked(doc)
         if doc.get("geometry") is None:
-            unlocated.append(doc["id"])
-            continue
+            props = doc.get("properties") or {}
+            unlocated.append(NoFootprint(props.get("title") or doc["id"], props.get(
+                "h5sidecar:no_footprint", "the item has no geometry")))  # fmt: skip
+            doc["geometry"] = NO_FOOTPRINT
         doc["collection"] = cid
         counter[0] += 1
         yield doc
@@ -93,7 +99,8 @@ def load_pgstac(
 
     Re-running is idempotent (upserts by collection and item id); items the folder no longer
     holds are not deleted from the database.  Items without a geometry (granules catalogued
-    with no footprint) are left out and named in the result: pgstac requires a geometry.
+    with no footprint) are stored with an empty one, which pgstac's ``NOT NULL`` accepts and no
+    bbox or intersects search finds, and named in the result; searches answer ``null``.
 
     Parameters
     ----------
@@ -126,7 +133,7 @@ def load_pgstac(
                               f"{', '.join(files) or 'none'})")  # fmt: skip
     import psycopg
 
-    counter, unlocated = [0], list[str]()
+    counter, unlocated = [0], list[NoFootprint]()
     try:
         with PgstacDB(dsn=dsn) as db:
             loader = Loader(db)

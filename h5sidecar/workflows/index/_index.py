@@ -6,6 +6,7 @@ dispatches, records and reports.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import time
@@ -19,6 +20,7 @@ from h5sidecar.dest import (
     DEFAULT_PATTERNS,
     LOOKUP_BATCH,
     SIDECAR_SUFFIX,
+    URL_LIST_OPTION,
     GranuleResult,
     Record,
     RunRecorder,
@@ -41,6 +43,7 @@ from h5sidecar.workflows.index._up_to_date import (
 from h5sidecar.workflows.listing._listed_granule import Granule
 from h5sidecar.workflows.listing._listing import stage_granules
 from h5sidecar.workflows.listing._staged_listing import StagedListing
+from h5sidecar.workflows.listing._url_list import UrlList
 
 __all__ = ["ProgressSink", "index_many"]
 
@@ -177,8 +180,10 @@ def _index_listed(listing: StagedListing, source: str | Iterable[str], dest: str
             yield url
 
     n_workers = workers if workers is not None else default_workers(len(listing))
+    listed = _url_list_of(source, listing)
     run = RunReport(
-        **_source_of_report(source, listing),
+        source=normalize_url(source) if isinstance(source, str) else
+        f"(a list of {len(listing)} URLs)",
         dest=dest,
         format=format,
         options={
@@ -190,6 +195,7 @@ def _index_listed(listing: StagedListing, source: str | Iterable[str], dest: str
             "executor": executor if isinstance(executor, str) else type(executor).__name__,
             "workers": n_workers,
             **({"not_regular_files": not_regular} if not_regular else {}),
+            **({URL_LIST_OPTION: listed} if listed is not None else {}),
         },
         started=started.isoformat(timespec="seconds"),
         finished=started.isoformat(timespec="seconds"),
@@ -352,9 +358,19 @@ def _hard_limit(seconds: float) -> float | None:
     return seconds + min(seconds, 30.0) if seconds > 0 else None
 
 
-def _source_of_report(source: str | Iterable[str], granules: StagedListing) -> dict[str, Any]:
-    """The report's ``source`` (and, for a list of URLs, ``roots``: exactly those URLs, which
-    the gateway allows, and no prefix under which a missing granule would count as orphaned)."""
+def _url_list_of(source: str | Iterable[str], granules: StagedListing) -> dict[str, Any] | None:
+    """What the report says of a list of URLs (None for a folder or prefix): how many, the
+    SHA-256 of the URLs in name order (one line each: equal lists, in any order, give equal
+    digests), and the file they came from.  Not the URLs: those are the granules' rows, and
+    a million of them held in the run's header (or every part's footer) is what this avoids.
+    No root either: no prefix under which a missing granule would count as orphaned; the
+    gateway allows each recorded granule's own source."""
     if isinstance(source, str):
-        return {"source": normalize_url(source)}
-    return {"source": f"(a list of {len(granules)} URLs)", "roots": tuple(g.url for g in granules)}
+        return None
+    digest = hashlib.sha256()
+    for url, _ in granules.names():  # streamed from the staged listing
+        digest.update(url.encode("utf-8") + b"\n")
+    out: dict[str, Any] = {"urls": len(granules), "sha256": digest.hexdigest()}
+    if isinstance(source, UrlList):
+        out["file"] = os.path.abspath(source.path)
+    return out

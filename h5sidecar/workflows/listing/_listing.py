@@ -32,7 +32,13 @@ from h5sidecar.sources import normalize_url
 from h5sidecar.workflows.listing._listed_granule import (
     Granule,  # re-exported: listing's result type
 )
-from h5sidecar.workflows.listing._listing_walk import Walked, local_glob_rows, local_rows, s3_rows
+from h5sidecar.workflows.listing._listing_walk import (
+    Walked,
+    local_glob_rows,
+    local_rows,
+    s3_glob_rows,
+    s3_rows,
+)
 from h5sidecar.workflows.listing._staged_listing import FIELDS, StagedListing, put
 from h5sidecar.workflows.listing._url_list import stage_urls
 
@@ -119,12 +125,18 @@ def stage_granules(
             # the literal head of the glob's first wildcard segment narrows the S3 listing
             rest = _strip(url)[len(_strip(root)) + 1:]
             head = rest.split("/", 1)[0]
-            rows = s3_rows(fs, _strip(root), url.split("://", 1)[0], match,
-                           lambda gurl, info: _row(gurl, root, info), excluded, walked,
-                           start=re.split(r"[*?\[]", head, maxsplit=1)[0],
-                           # a glob of one level (``prefix/*.h5``) lists that level only, as
-                           # fsspec's does, not every object below it
-                           one_level="/" not in rest and "**" not in rest)
+            scheme = url.split("://", 1)[0]
+            if "/" in rest and "**" not in rest:  # several levels: listed level by level
+                rows = s3_glob_rows(fs, _strip(root), scheme, rest.split("/"), match,
+                                    lambda gurl, info: _row(gurl, root, info), excluded,
+                                    walked)  # fmt: skip
+            else:
+                rows = s3_rows(fs, _strip(root), scheme, match,
+                               lambda gurl, info: _row(gurl, root, info), excluded, walked,
+                               start=re.split(r"[*?\[]", head, maxsplit=1)[0],
+                               # a glob of one level (``prefix/*.h5``) lists that level only,
+                               # as fsspec's does, not every object below it
+                               one_level="**" not in rest)
         elif not remote:
             # fsspec's glob lists ``*`` to the pattern's depth, ``**`` to any
             depth = None if "**" in url else url[len(root):].count("/")

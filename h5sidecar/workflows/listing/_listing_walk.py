@@ -21,12 +21,16 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import fsspec
+from fsspec.utils import glob_translate
 
 from h5sidecar._compat.fsspec import run_sync
 from h5sidecar._compat.s3fs import list_objects_pages
 from h5sidecar.workflows.listing._staged_listing import put
 
-__all__ = ["Walked", "local_glob_rows", "local_rows", "name_filter", "s3_rows"]
+__all__ = ["Walked", "local_glob_rows", "local_rows", "name_filter", "s3_glob_rows", "s3_rows"]
+
+#: What makes a path segment a glob.
+_MAGIC = frozenset("*?[")
 
 
 def name_filter(patterns: Sequence[str]) -> Callable[[str], Any]:
@@ -162,6 +166,80 @@ def s3_rows(fs: fsspec.AbstractFileSystem, prefix: str, scheme: str,
             walked.in_dest += 1
             continue
         yield row(f"{scheme}://{path}", info)
+
+
+def s3_glob_rows(fs: fsspec.AbstractFileSystem, root: str, scheme: str, segments: Sequence[str],
+                 keep: Callable[[str], Any], row: Callable[[str, dict[str, Any]], tuple[Any, ...]],
+                 excluded: tuple[str, ...], walked: Walked) -> Iterator[tuple[Any, ...]]:
+    """:func:`s3_rows` of a glob of several levels without ``**`` (``root/a*/c/*.h5``: the
+    ``segments`` after ``root``), listed level by level: each folder segment with a wildcard is
+    a delimited listing of the folders that matched so far (their sub-folders only), a literal
+    one costs no request, and the last segment lists the objects of each matching folder.
+
+    Listing everything under ``root`` instead would read every key of folders the glob
+    leaves out (all years, to find one day of each).  ``keep`` (the whole glob) decides.
+    """
+    *folders, last = segments
+    for prefix in _glob_folders(fs, root, folders):
+        yield from s3_rows(fs, prefix, scheme, keep, row, excluded, walked,
+                           start=_literal_head(last), one_level=True)  # fmt: skip
+
+
+def _literal_head(segment: str) -> str:
+    return re.split(r"[*?\[]", segment, maxsplit=1)[0]
+
+
+def _glob_folders(fs: fsspec.AbstractFileSystem, prefix: str, segments: Sequence[str]
+                  ) -> Iterator[str]:  # fmt: skip
+    """The folders (``bucket/key``) under ``prefix`` that match the folder ``segments`` in
+    turn, depth first (one delimited listing open per level)."""
+    if not segments:
+        yield prefix
+        return
+    seg, rest = segments[0], segments[1:]
+    if not _MAGIC & set(seg):
+        yield from _glob_folders(fs, f"{prefix}/{seg}", rest)
+        return
+    # the segment's part of the glob's own pattern (fsspec's translation, segment by segment)
+    match = re.compile(glob_translate(seg)).match
+    for folder in _iter_folders(fs, prefix, _literal_head(seg)):
+        if match(folder.rsplit("/", 1)[-1]):
+            yield from _glob_folders(fs, folder, rest)
+
+
+def _iter_folders(fs: fsspec.AbstractFileSystem, prefix: str, start: str) -> Iterator[str]:
+    """The sub-folders (common prefixes, ``bucket/key`` without the ``/``) directly under
+    ``prefix`` whose names start with ``start``: one delimited listing, a page at a time."""
+    bucket, _, key = prefix.partition("/")
+    key = key.rstrip("/")
+    listed = list_objects_pages(fs, bucket, delimiter="/",
+                                prefix=(key + "/" if key else "") + start)  # fmt: skip
+    if listed is None:  # another filesystem: its own listing of the folder, whole
+        try:
+            infos = fs.ls(prefix, detail=True)
+        except FileNotFoundError:  # no such folder: nothing matches below it
+            return
+        for info in infos:
+            name = info["name"].rstrip("/")
+            if info.get("type") == "directory" and name.rsplit("/", 1)[-1].startswith(start):
+                yield name
+        return
+    objects = listed
+
+    async def take() -> list[str]:
+        page: list[str] = []
+        async for info in objects:
+            if info.get("type") == "directory":
+                page.append(info["name"].rstrip("/"))
+            if len(page) >= _PAGE:
+                break
+        return page
+
+    try:
+        while page := run_sync(take, loop=fs.loop):
+            yield from page
+    finally:
+        run_sync(objects.aclose, loop=fs.loop)
 
 
 #: Objects taken from the listing's asynchronous iterator per call into fsspec's loop.

@@ -1,6 +1,7 @@
 """The catalog in pgstac: ``h5sidecar catalog --pgstac DSN`` loads it into a real PostgreSQL +
 PostGIS with pgstac's schema, and :class:`PgStacApi` (``serve --stac-backend pgstac:DSN``)
-answers every search with the items and documents the embedded :class:`StacApi` answers."""
+answers every search with the items and documents the embedded :class:`StacApi` answers, items
+without a footprint included."""
 
 from __future__ import annotations
 
@@ -159,22 +160,47 @@ def test_load_names_items_without_geometry_and_reloads_idempotently(loaded: Load
             return int(conn.execute("SELECT count(*) FROM pgstac.items").fetchone()[0])  # type: ignore[index]
 
     before = count()
-    assert before == len(_items(loaded.stac)) - 1  # all but "nowhere"
+    assert before == len(_items(loaded.stac))  # "nowhere" (no footprint) too
     again = load_pgstac(loaded.dsn, loaded.stac, batch=2)  # batches smaller than a collection
-    assert again.collections == ("samples", "acdd") and again.no_geometry == ("nowhere",)
+    assert again.collections == ("samples", "acdd")
+    assert [n.name for n in again.no_footprint] == ["nowhere.h5"]
+    assert again.no_footprint[0].reason == _items(loaded.stac)["nowhere"]["properties"][
+        "h5sidecar:no_footprint"] != ""  # fmt: skip
     assert again.items == before
     assert count() == before
     with pytest.raises(NotIndexedError, match="no collection"):
         load_pgstac(loaded.dsn, loaded.stac, collections=["missing"])
 
 
-def test_the_cli_names_what_pgstac_cannot_hold(loaded: Loaded, capsys: pytest.CaptureFixture[str],
+def test_the_cli_names_the_items_without_footprint(loaded: Loaded, capsys: pytest.CaptureFixture[str],
                                                tmp_path: Path) -> None:  # fmt: skip
     assert main(["catalog", str(loaded.dest), "-o", str(tmp_path / "stac"), "--collection-id",
                  "acdd", "--pgstac", loaded.dsn]) == 0  # fmt: skip
     out = capsys.readouterr()
-    assert "NOT IN PGSTAC" in out.out and "nowhere" in out.out
-    assert "upserted 2 item(s) of acdd into pgstac" in out.err
+    assert "NO FOOTPRINT nowhere.h5" in out.out and "in pgstac with an empty geometry" in out.out
+    assert "upserted 3 item(s) of acdd into pgstac, 1 of them without a footprint" in out.err
+
+
+def test_an_item_without_footprint_is_found_but_by_place(apis: tuple[StacApi, PgStacApi]) -> None:
+    """pgstac's geometry is NOT NULL: the item without a footprint is held with an empty one,
+    found by datetime, ids and collections, never by bbox or intersects, and answered as STAC
+    has it (``geometry: null``), as the embedded backend answers it."""
+    emb, pg = apis
+    want = emb.item("acdd", "nowhere", BASE)
+    assert want["geometry"] is None
+    assert pg.item("acdd", "nowhere", BASE) == want
+    for found in ({"ids": "nowhere"}, {"datetime": "2021-01-01T06:30:00Z"},
+                  {"collections": "acdd", "datetime": "2021-01-01T05:00:00Z/.."}):  # fmt: skip
+        page = pg.search(found, BASE)
+        assert [f["id"] for f in page["features"] if f["id"] == "nowhere"] == ["nowhere"], found
+        assert next(f for f in page["features"] if f["id"] == "nowhere") == want
+    world = {"type": "Polygon", "coordinates": [[[-180, -90], [180, -90], [180, 90], [-180, 90],
+                                                 [-180, -90]]]}  # fmt: skip
+    for where, expected in (({"bbox": "-180,-90,180,90"}, {"greenland"}),
+                            ({"intersects": world}, {"greenland"}),
+                            ({"bbox": "175,-90,-175,90"}, set())):  # across the antimeridian
+        got = {f["id"] for f in _every_page(pg, {**where, "ids": "nowhere,greenland"})[0]}
+        assert got == expected, where
 
 
 @pytest.mark.parametrize("method", ["GET", "POST"])
@@ -189,10 +215,8 @@ def test_searches_find_what_the_embedded_backend_finds(
                 params["intersects"] = json.dumps(params["intersects"])
             want, want_matched = _every_page(emb, dict(params), method)
             got, got_matched = _every_page(pg, dict(params), method)
-            # pgstac cannot hold an item without a geometry: the embedded backend's only extra
-            expected = {k: v for k, v in _by_id(want).items() if k != "nowhere"}
-            assert _by_id(got) == expected, query  # equal documents, links included
-            assert set(got_matched) == {len(expected)}, query
+            assert _by_id(got) == _by_id(want), query  # equal documents, links included
+            assert set(got_matched) == {len(want)}, query
             assert set(want_matched) == {len(want)}, query
 
 
@@ -208,12 +232,11 @@ def test_collection_routes_and_items_match(apis: tuple[StacApi, PgStacApi],
         assert pg.collection(cid, BASE) == emb.collection(cid, BASE)
         got, _ = _every_page(pg, {"limit": 1}, collection=cid)
         want, _ = _every_page(emb, {"limit": 1}, collection=cid)
-        assert _by_id(got) == {k: v for k, v in _by_id(want).items() if k != "nowhere"}
+        assert _by_id(got) == _by_id(want)
     for iid, doc in _items(loaded.stac).items():
-        if iid != "nowhere":
-            assert pg.item(doc["collection"], iid, BASE) == emb.item(doc["collection"], iid, BASE)
-    with pytest.raises(NotIndexedError, match="no item 'nowhere'"):
-        pg.item("acdd", "nowhere", BASE)
+        assert pg.item(doc["collection"], iid, BASE) == emb.item(doc["collection"], iid, BASE)
+    with pytest.raises(NotIndexedError, match="no item 'elsewhere'"):
+        pg.item("acdd", "elsewhere", BASE)
     with pytest.raises(NotIndexedError, match=r"no collection 'missing'.*acdd, samples"):
         pg.search({}, BASE, collection="missing")
     for token in ("offset:3", "next:zz", "prev:00:00", "next:73616d706c6573:00"):
@@ -231,11 +254,12 @@ def test_a_load_refreshes_the_counts_pgstac_keeps(pgstac_dsn: str, loaded: Loade
     pg = PgStacApi(pgstac_dsn)
     try:
         query = {"datetime": "2021-01-01T00:00:00Z/2021-01-03T00:00:00Z"}
-        assert pg.search(query, BASE)["numberMatched"] == 1  # "crossing" (and pgstac keeps it)
+        # "crossing" and "nowhere" (and pgstac keeps the count)
+        assert pg.search(query, BASE)["numberMatched"] == 2
         moved = tmp_path / "stac"
         build_catalog(str(loaded.dest), moved, collection_id="acdd-copy")
         load_pgstac(pgstac_dsn, moved)
-        assert pg.search(query, BASE)["numberMatched"] == 2
+        assert pg.search(query, BASE)["numberMatched"] == 4
     finally:
         pg.close()
         import psycopg
@@ -307,12 +331,14 @@ def test_http_search_through_serve_equals_the_embedded_backend(
                 for query in _queries(loaded.stac):
                     got = _http_pages(url, {**query, "limit": 2})
                     want = _http_pages(emb_url, {**query, "limit": 2})
-                    assert sorted(got) == sorted(k for k in want if k != "nowhere"), query
+                    assert sorted(got) == sorted(want), query
                     for k in got:  # equal documents, modulo the host in the links
                         assert got[k] == json.loads(json.dumps(want[k]).replace(emb_url, url))
                 r = httpx.get(f"{url}/stac/collections/acdd/items/greenland", timeout=30)
                 assert r.status_code == 200 and r.json()["id"] == "greenland"
                 r = httpx.get(f"{url}/stac/collections/acdd/items/nowhere", timeout=30)
+                assert r.status_code == 200 and r.json()["geometry"] is None
+                r = httpx.get(f"{url}/stac/collections/acdd/items/elsewhere", timeout=30)
                 assert r.status_code == 404
         finally:
             proc.send_signal(signal.SIGTERM)
@@ -368,7 +394,7 @@ def test_a_collection_without_json_tree_loads_from_the_item_database(
 ) -> None:
     """A collection too large for the JSON tree (here asked with ``json_tree=False``) has no
     item files: its items load from the item database, and searches without a bbox find the
-    same items in both backends (but the one pgstac cannot hold, named by the load)."""
+    same items in both backends (the one without a footprint too, named by the load)."""
     import psycopg
 
     stac = tmp_path / "stac"
@@ -376,7 +402,7 @@ def test_a_collection_without_json_tree_loads_from_the_item_database(
     assert not list(stac.glob("acdd-notree/*/*.json"))  # no item files
     res = load_pgstac(loaded.dsn, stac)
     try:
-        assert res.no_geometry == ("nowhere",) and res.items == len(ACDD) - 1
+        assert [n.name for n in res.no_footprint] == ["nowhere.h5"] and res.items == len(ACDD)
         emb, pg = StacApi(stac), PgStacApi(loaded.dsn)
         try:
             for query in ({}, {"ids": "crossing,greenland,nowhere"},
@@ -385,7 +411,7 @@ def test_a_collection_without_json_tree_loads_from_the_item_database(
                 want, _ = _every_page(emb, dict(params))
                 got, _ = _every_page(pg, dict(params))
                 assert "nowhere" in _by_id(want)
-                assert _by_id(got) == {k: v for k, v in _by_id(want).items() if k != "nowhere"}
+                assert _by_id(got) == _by_id(want)
         finally:
             pg.close()
     finally:  # the module's other tests compare whole searches: leave the database as it was
