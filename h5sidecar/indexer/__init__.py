@@ -21,6 +21,7 @@ from h5sidecar.indexer._summary import SUMMARY_KEY as COORDINATE_SUMMARY_KEY
 from h5sidecar.indexer._summary import longitude_arc
 from h5sidecar.indexer.crawl._h5file import open_granule
 from h5sidecar.indexer.crawl._source_file import open_source
+from h5sidecar.indexer.dmrpp import DMRPP_KEY, index_dmrpp
 from h5sidecar.indexer.dtypes._dtype_plan import ENUMS_KEY, REFERENCES_KEY
 from h5sidecar.indexer.filters import (
     chunk_pipeline,
@@ -36,12 +37,14 @@ DEFAULT_SETTINGS = IndexSettings()
 
 __all__ = [
     "COORDINATE_SUMMARY_KEY",
+    "DMRPP_KEY",
     "ENUMS_KEY",
     "REFERENCES_KEY",
     "Indexer",
     "chunk_hash",
     "chunk_pipeline",
     "chunk_pipeline_differs",
+    "index_dmrpp",
     "index_granule",
     "longitude_arc",
     "open_source",

@@ -1,0 +1,148 @@
+"""``index_dmrpp``: a granule's references from its DMR++ document, in one read of the document.
+
+The document is read whole; the granule is only asked its identity (one HEAD, or ``stat``) so
+the sidecar carries the size and ETag the freshness guard checks on every read, and so no chunk
+may lie past its end.  Every data URL the document names goes through the allow-list first:
+by default the folders of the document and of the granule (a document cannot point a reader at
+another bucket or at ``/etc``).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from h5sidecar.errors import SourceNotFoundError
+from h5sidecar.indexer.dmrpp._dmrpp_variable import UrlInfo
+from h5sidecar.indexer.dmrpp._dmrpp_document import DmrppDocument
+from h5sidecar.indexer.dmrpp._dmrpp_parse import parse_dmrpp
+from h5sidecar.indexer.dmrpp._dmrpp_granule import DMRPP_KEY, dmrpp_refs
+from h5sidecar.references import GranuleRefs
+from h5sidecar.settings import IndexSettings
+from h5sidecar.sources import AllowList, read_object, source_identity
+
+__all__ = ["PLACEHOLDER", "index_dmrpp", "resolve_href"]
+
+#: What NASA's documents hold instead of a data URL (filled in by the server serving them).
+PLACEHOLDER = "OPeNDAP_DMRpp_DATA_ACCESS_URL"
+_SUFFIX = ".dmrpp"
+
+
+def _has_scheme(href: str) -> bool:
+    return "://" in href
+
+
+def _folder(url: str) -> str:
+    return url.rstrip("/").rpartition("/")[0] or "/"
+
+
+def resolve_href(href: str, doc_href: str, granule_url: str) -> str:
+    """The URL a per-chunk ``href`` names.
+
+    The placeholder, an empty ``href`` and the document's own data URL are the granule.  A URL
+    with a scheme is taken as written.  Any other path is where build_dmrpp found the file on the
+    machine that built the document: it is taken relative to the folder of the document's data
+    path, and found at the same place relative to the granule.
+    """
+    if not href or PLACEHOLDER in href or href == doc_href:
+        return granule_url
+    if _has_scheme(href):
+        return href
+    base = "" if (not doc_href or PLACEHOLDER in doc_href or _has_scheme(doc_href)) else doc_href
+    rel = posixpath.relpath(href, posixpath.dirname(base) or ".") if base else href.lstrip("/")
+    return f"{_folder(granule_url)}/{rel}"
+
+
+def _granule_url(doc: DmrppDocument, dmrpp_url: str, source_url: str | None) -> str:
+    if source_url is not None:
+        return source_url
+    if _has_scheme(doc.href) and PLACEHOLDER not in doc.href:
+        return doc.href
+    if not dmrpp_url.endswith(_SUFFIX):
+        raise ValueError(
+            f"{dmrpp_url} does not end in {_SUFFIX!r} and its data URL is a placeholder or a "
+            "path: pass source_url, the granule the document describes"
+        )
+    return dmrpp_url[: -len(_SUFFIX)]
+
+
+def index_dmrpp(
+    dmrpp_url: str,
+    source_url: str | None = None,
+    *,
+    allowed_prefixes: Iterable[str] = (),
+    settings: IndexSettings | None = None,
+    **storage_options: Any,
+) -> GranuleRefs:
+    """Index a granule from its DMR++ document (no HDF5 metadata is read).
+
+    Parameters
+    ----------
+    dmrpp_url : str
+        The document: ``s3://bucket/key.h5.dmrpp``, ``https://...``, a local path.
+    source_url : str, optional
+        The granule.  Default: the document's data URL when it is a URL, else the document's
+        URL without ``.dmrpp``.  The ``OPeNDAP_DMRpp_DATA_ACCESS_URL`` placeholder and paths
+        in the document resolve to it (per-chunk ``href`` paths to files beside it).
+    allowed_prefixes : iterable of str
+        Where data may be.  Default: the folders of the document and of the granule.
+    settings : IndexSettings, optional
+        ``on_unsupported`` ("skip" records what DMR++ cannot express in
+        ``GranuleRefs.skipped``, "raise" raises).
+    **storage_options
+        s3fs-style options for the document and the granule (``endpoint_url``, ``anon``, ...).
+
+    Returns
+    -------
+    GranuleRefs
+        The references the HDF5 indexer would write where the document can say them, with
+        ``extra["from_dmrpp"]`` naming the document.
+
+    Raises
+    ------
+    InvalidDmrppError
+        Not XML, a chunk past the end of the granule, a chunk grid that does not cover a shape.
+    ForbiddenSourceError
+        A data URL outside the allowed prefixes.
+    SourceNotFoundError, SourceReadError
+        The document or the granule cannot be read.
+    UnsupportedFeatureError
+        With ``on_unsupported="raise"``, at the first variable DMR++ cannot express.
+    """
+    started = time.perf_counter()
+    settings = settings or IndexSettings()
+    data, doc_identity = read_object(dmrpp_url, storage_options)
+    doc = parse_dmrpp(data, url=dmrpp_url)
+    granule = _granule_url(doc, dmrpp_url, source_url)
+    prefixes = tuple(allowed_prefixes) or (_folder(doc_identity.url), _folder(granule))
+    allow = AllowList(prefixes)
+    allow.check(granule)
+    source = source_identity(granule, storage_options)
+    seen: dict[str, UrlInfo] = {}
+
+    def url_info(href: str) -> UrlInfo:
+        if href not in seen:
+            url = resolve_href(href, doc.href, source.url)
+            if url == source.url:
+                seen[href] = UrlInfo(url, source.size)
+            else:
+                url = allow.check(url).url
+                try:
+                    seen[href] = UrlInfo(url, source_identity(url, storage_options).size)
+                except SourceNotFoundError:
+                    seen[href] = UrlInfo(url, None)
+        return seen[href]
+
+    from h5sidecar._version import __version__
+
+    provenance = {
+        "indexer": f"h5sidecar {__version__}",
+        DMRPP_KEY: {"url": doc_identity.url, "href": doc.href, "version": doc.version,
+                    "size": doc_identity.size, "etag": doc_identity.etag},
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }  # fmt: skip
+    refs = dmrpp_refs(doc, source, url_info, settings, provenance)
+    return GranuleRefs(refs.source, refs.groups, refs.arrays, refs.skipped,
+                       {**refs.extra, "index_seconds": round(time.perf_counter() - started, 3)})  # fmt: skip
