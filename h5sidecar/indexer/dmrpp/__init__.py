@@ -16,9 +16,9 @@ from h5sidecar.indexer.dmrpp._dmrpp_document import (
     DmrppDocument,
     DmrVariable,
 )
-from h5sidecar.indexer.dmrpp._index_dmrpp import PLACEHOLDER, index_dmrpp, resolve_href
-from h5sidecar.indexer.dmrpp._dmrpp_parse import parse_dmrpp
 from h5sidecar.indexer.dmrpp._dmrpp_granule import DMRPP_KEY, dmrpp_refs
+from h5sidecar.indexer.dmrpp._dmrpp_parse import parse_dmrpp
+from h5sidecar.indexer.dmrpp._index_dmrpp import PLACEHOLDER, index_dmrpp, resolve_href
 
 __all__ = [
     "DMRPP_KEY",

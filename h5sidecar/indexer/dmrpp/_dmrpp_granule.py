@@ -21,9 +21,20 @@ from h5sidecar.errors import ErrorKind, UnsupportedFeatureError
 from h5sidecar.indexer._failures import Skip
 from h5sidecar.indexer.attrs._zarr_attrs import ALWAYS_DROPPED, SCALE_MARKERS
 from h5sidecar.indexer.dims._dim_names import NETCDF_DIM_ONLY, PHONY
-from h5sidecar.indexer.dmrpp._dmrpp_variable import ArraySpec, UrlInfo, convert_variable
 from h5sidecar.indexer.dmrpp._dap_types import attribute_value
-from h5sidecar.indexer.dmrpp._dmrpp_document import DmrAttribute, DmrGroup, DmrppDocument, DmrVariable
+from h5sidecar.indexer.dmrpp._dmrpp_document import (
+    DmrAttribute,
+    DmrGroup,
+    DmrppDocument,
+    DmrVariable,
+)
+from h5sidecar.indexer.dmrpp._dmrpp_variable import (
+    ArraySpec,
+    Conversion,
+    ReadRanges,
+    UrlInfo,
+    convert_variable,
+)
 from h5sidecar.indexer.dtypes._dtype_plan import ENUMS_KEY
 from h5sidecar.references import ArrayRefs, GranuleRefs, Skipped, SourceInfo
 from h5sidecar.settings import IndexSettings
@@ -141,6 +152,9 @@ def dmrpp_refs(
     urls: Callable[[str], UrlInfo],
     settings: IndexSettings,
     provenance: Mapping[str, Any],
+    *,
+    byte_order: str | None = None,
+    read: ReadRanges | None = None,
 ) -> GranuleRefs:
     """The references of a granule described by ``doc``.
 
@@ -155,11 +169,17 @@ def dmrpp_refs(
         ``on_unsupported``: "skip" records what cannot be represented, "raise" raises.
     provenance : mapping
         What to record under ``extra["from_dmrpp"]`` (the document's URL, ...).
+    byte_order : "LE", "BE" or None
+        The byte order to assume where the document gives none (default: skip those).
+    read : callable, optional
+        ``read(url, [(offset, length), ...])``: lets the conversion check a chunk where the
+        document cannot be trusted (see :class:`~._dmrpp_variable.Conversion`).
     """
     renames = _group_renames(doc)
     sizes = _dimension_sizes(doc)
     phony = _Phony(doc)
     enums = doc.enumerations()
+    ctx = Conversion(enums, byte_order, read)
     groups: dict[str, dict[str, Any]] = {}
     attribute_dtypes: dict[str, dict[str, str]] = {}
     left_out: dict[str, dict[str, str]] = {}
@@ -182,7 +202,7 @@ def dmrpp_refs(
                 skipped.append(Skipped(path, ErrorKind.OTHER, _DIM_ONLY_REASON))
                 continue
             try:
-                arrays[path] = _convert(var, group, path, urls, sizes, phony, enums,
+                arrays[path] = _convert(var, group, path, urls, sizes, phony, ctx,
                                         attribute_dtypes)  # fmt: skip
             except Skip as skip:
                 if settings.on_unsupported == "raise":
@@ -227,7 +247,7 @@ def _convert(
     urls: Callable[[str], UrlInfo],
     sizes: Mapping[str, int],
     phony: _Phony,
-    enums: Mapping[str, tuple[str, Mapping[str, int]]],
+    ctx: Conversion,
     attribute_dtypes: dict[str, dict[str, str]],
 ) -> ArrayRefs:
     shape = []
@@ -248,7 +268,7 @@ def _convert(
     def url_of(i: int) -> UrlInfo:
         return urls("") if i < 0 else urls(chunk_urls[i])
 
-    arr = convert_variable(var, spec, enums, url_of)
+    arr = convert_variable(var, spec, ctx, url_of)
     if attrs.types:
         attribute_dtypes[path] = attrs.types
     return arr

@@ -23,10 +23,33 @@ from h5sidecar.indexer.dmrpp._dap_types import numpy_dtype
 from h5sidecar.indexer.dmrpp._dmrpp_document import DmrChunks, DmrVariable
 from h5sidecar.references import INLINE, MISSING, ArrayMeta, ArrayRefs, ChunkManifest
 
-__all__ = ["ArraySpec", "Enumerations", "UrlInfo", "convert_variable"]
+__all__ = ["ArraySpec", "Conversion", "Enumerations", "ReadRanges", "UrlInfo", "convert_variable"]
 
 #: Enumeration path -> (DAP4 base type, {name: value}).
 Enumerations = Mapping[str, tuple[str, Mapping[str, int]]]
+#: Reads ``(offset, length)`` ranges of a URL.
+ReadRanges = Callable[[str, list[tuple[int, int]]], list[bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class Conversion:
+    """What every variable of one document is converted with.
+
+    Attributes
+    ----------
+    enums : Enumerations
+        The document's enumerations.
+    byte_order : "LE", "BE" or None
+        The byte order to assume where the document gives none (``None``: such multi-byte
+        variables are skipped).
+    read : callable or None
+        Reads byte ranges of the data files, to check what the document cannot be trusted
+        with (the order of a fletcher32 filter among others); ``None`` reads nothing.
+    """
+
+    enums: Enumerations
+    byte_order: str | None = None
+    read: ReadRanges | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +76,24 @@ def _join(*parts: str) -> str:
 
 
 # -- dtype ----------------------------------------------------------------------------------------
-def _dtype(var: DmrVariable, enums: Enumerations) -> tuple[np.dtype, str]:
-    """The NumPy dtype of the stored values and a note, or ``Skip``."""
+def _byte_order(var: DmrVariable, ctx: Conversion) -> str:
+    """The document's byte order, else the one assumed, else ``Skip`` (never guessed: old
+    documents leave ``byteOrder`` out, and big-endian data exist)."""
     order = var.chunks.byte_order if var.chunks is not None else None
+    if order is None and ctx.byte_order is None:
+        fail(ErrorKind.OTHER,
+             "the document does not give the byte order of this multi-byte type (no byteOrder "
+             "in dmrpp:chunks); index the HDF5 file, or pass byte_order='LE' to assume one")  # fmt: skip
+    return order or str(ctx.byte_order)
+
+
+def _dtype(var: DmrVariable, ctx: Conversion) -> tuple[np.dtype, str]:
+    """The NumPy dtype of the stored values and a note, or ``Skip``."""
     if var.dap_type == "Enum":
-        base, consts = enums.get(var.enum or "", ("", {}))
-        dt = numpy_dtype(base, order)
+        base, consts = ctx.enums.get(var.enum or "", ("", {}))
+        dt = numpy_dtype(base, "LE")
+        if dt is not None and dt.itemsize > 1:
+            dt = numpy_dtype(base, _byte_order(var, ctx))
         if dt is None:
             fail(ErrorKind.UNSUPPORTED_DTYPE,
                  f"enumeration {var.enum!r} is not declared in the document or has no integer base")  # fmt: skip
@@ -80,16 +115,18 @@ def _dtype(var: DmrVariable, enums: Enumerations) -> tuple[np.dtype, str]:
         fail(ErrorKind.UNSUPPORTED_DTYPE,
              f"DAP4 {var.dap_type} (an HDF5 compound type): its member layout is not converted "
              "from DMR++; index the HDF5 file instead")  # fmt: skip
-    dt = numpy_dtype(var.dap_type, order)
+    dt = numpy_dtype(var.dap_type, "LE")
     if dt is None:
         fail(ErrorKind.UNSUPPORTED_DTYPE, f"DAP4 type {var.dap_type} has no Zarr dtype")
+    if dt.itemsize > 1:
+        dt = dt.newbyteorder(">" if _byte_order(var, ctx).upper() == "BE" else "<")
     return dt, ""
 
 
 # -- filters --------------------------------------------------------------------------------------
-def _filters(chunks: DmrChunks, dt: np.dtype) -> tuple[tuple[dict[str, Any], ...], str]:
+def _filters(chunks: DmrChunks, dt: np.dtype) -> tuple[tuple[Mapping[str, Any], ...], str]:
     """numcodecs configs in encode order, and a note."""
-    out: list[dict[str, Any]] = []
+    out: list[Mapping[str, Any]] = []
     notes: list[str] = []
     n_deflate = 0
     for name in chunks.filters:
@@ -230,7 +267,7 @@ def _compact(var: DmrVariable, spec: ArraySpec, dt: np.dtype, fill: Any, note: s
     """Values written in the document itself: one chunk held in the sidecar."""
     assert var.compact is not None
     data = var.compact
-    filters: tuple[dict[str, Any], ...] = ()
+    filters: tuple[Mapping[str, Any], ...] = ()
     if dt.kind == "O":
         from numcodecs import VLenUTF8
 
@@ -253,7 +290,7 @@ def _compact(var: DmrVariable, spec: ArraySpec, dt: np.dtype, fill: Any, note: s
     return ArrayRefs(spec.path, meta, manifest, "inlined", _join(why, note, spec.note))
 
 
-def convert_variable(var: DmrVariable, spec: ArraySpec, enums: Enumerations,
+def convert_variable(var: DmrVariable, spec: ArraySpec, ctx: Conversion,
                      urls: Callable[[int], UrlInfo]) -> ArrayRefs:  # fmt: skip
     """The references of one variable.
 
@@ -270,7 +307,7 @@ def convert_variable(var: DmrVariable, spec: ArraySpec, enums: Enumerations,
         fail(ErrorKind.UNSUPPORTED_LAYOUT,
              "its values are written in the DMR++ itself (dmrpp:missingdata), not in the "
              "granule; they are not converted")  # fmt: skip
-    dt, note = _dtype(var, enums)
+    dt, note = _dtype(var, ctx)
     fill = _fill(var.chunks, dt, spec.attrs)
     if var.compact is not None:
         return _compact(var, spec, dt, fill, note)
@@ -284,6 +321,10 @@ def convert_variable(var: DmrVariable, spec: ArraySpec, enums: Enumerations,
         )
     filters, filter_note = _filters(var.chunks, dt)
     manifest, layout_note = _manifest(var, spec, chunk_shape, urls)
+    from h5sidecar.indexer.dmrpp._filter_order import settle_fletcher32
+
+    filters, order_note = settle_fletcher32(filters, manifest, chunk_shape, dt.itemsize, ctx.read)
+    filter_note = _join(filter_note, order_note)
     if not filters:
         _check_raw_sizes(manifest, chunk_shape, dt)
     meta = ArrayMeta(spec.shape, chunk_shape, dt.str, fill, filters, None, spec.dimension_names,

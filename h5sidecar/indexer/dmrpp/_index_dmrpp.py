@@ -12,16 +12,16 @@ from __future__ import annotations
 import posixpath
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 from h5sidecar.errors import SourceNotFoundError
-from h5sidecar.indexer.dmrpp._dmrpp_variable import UrlInfo
 from h5sidecar.indexer.dmrpp._dmrpp_document import DmrppDocument
-from h5sidecar.indexer.dmrpp._dmrpp_parse import parse_dmrpp
 from h5sidecar.indexer.dmrpp._dmrpp_granule import DMRPP_KEY, dmrpp_refs
+from h5sidecar.indexer.dmrpp._dmrpp_parse import parse_dmrpp
+from h5sidecar.indexer.dmrpp._dmrpp_variable import UrlInfo
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import IndexSettings
-from h5sidecar.sources import AllowList, read_object, source_identity
+from h5sidecar.sources import AllowList, read_object, read_ranges, source_identity
 
 __all__ = ["PLACEHOLDER", "index_dmrpp", "resolve_href"]
 
@@ -74,6 +74,7 @@ def index_dmrpp(
     *,
     allowed_prefixes: Iterable[str] = (),
     settings: IndexSettings | None = None,
+    byte_order: Literal["LE", "BE"] | None = None,
     **storage_options: Any,
 ) -> GranuleRefs:
     """Index a granule from its DMR++ document (no HDF5 metadata is read).
@@ -91,6 +92,9 @@ def index_dmrpp(
     settings : IndexSettings, optional
         ``on_unsupported`` ("skip" records what DMR++ cannot express in
         ``GranuleRefs.skipped``, "raise" raises).
+    byte_order : "LE" or "BE", optional
+        The byte order of multi-byte variables whose ``dmrpp:chunks`` gives none (documents
+        written before 2019).  Default: such variables are skipped, as the order is not known.
     **storage_options
         s3fs-style options for the document and the granule (``endpoint_url``, ``anon``, ...).
 
@@ -143,6 +147,11 @@ def index_dmrpp(
                     "size": doc_identity.size, "etag": doc_identity.etag},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }  # fmt: skip
-    refs = dmrpp_refs(doc, source, url_info, settings, provenance)
+
+    def read(url: str, ranges: list[tuple[int, int]]) -> list[bytes]:
+        return read_ranges(url, ranges, storage_options)
+
+    refs = dmrpp_refs(doc, source, url_info, settings, provenance, byte_order=byte_order,
+                      read=read)  # fmt: skip
     return GranuleRefs(refs.source, refs.groups, refs.arrays, refs.skipped,
                        {**refs.extra, "index_seconds": round(time.perf_counter() - started, 3)})  # fmt: skip

@@ -1,7 +1,9 @@
-"""One small object read whole (a DMR++ document beside its granule), with its identity.
+"""One small object read whole (a DMR++ document beside its granule), with its identity, and a
+few ranges of an object read once (a chunk checked).
 
-Object stores answer in one GET, whose response carries the identity; a web source costs a
-one-byte probe (its identity) and one ranged GET; a local file one ``fstat`` and one read.
+Object stores answer a whole read in one GET, whose response carries the identity; a web
+source costs a one-byte probe (its identity) and one ranged GET; a local file one ``fstat`` and
+one read.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from h5sidecar.sources.fetch._ranged import open_regular
 from h5sidecar.sources.stores._store_cache import resolve_store
 from h5sidecar.sources.stores._store_errors import STORE_ERRORS, translate_store_error
 
-__all__ = ["read_object"]
+__all__ = ["read_object", "read_ranges"]
 
 
 def _too_large(url: str, size: int, max_bytes: int) -> SourceReadError:
@@ -70,3 +72,37 @@ def read_object(
         return bytes(result.bytes()), ident
     except STORE_ERRORS as exc:
         raise translate_store_error(exc, loc.url, "GET") from exc
+
+
+def read_ranges(
+    url: str, ranges: list[tuple[int, int]], storage_options: Mapping[str, Any] | None = None
+) -> list[bytes]:
+    """The bytes of a few ``(offset, length)`` ranges of an object (one request each, or one
+    ``get_ranges`` on object stores): checks of a few chunks, not bulk reads.
+
+    Raises
+    ------
+    SourceNotFoundError, SourceReadError
+        The object cannot be read, or is shorter than a range.
+    """
+    store, loc = resolve_store(url, storage_options)
+    if loc.kind == "local":
+        fd = open_regular(loc.url)
+        try:
+            out = [os.pread(fd, n, o) for o, n in ranges]
+        finally:
+            os.close(fd)
+    elif loc.kind == "http":
+        out = [store.read_range(o, n) for o, n in ranges]  # type: ignore[union-attr]
+    else:
+        try:
+            got = obstore.get_ranges(
+                store, loc.path, starts=[o for o, _ in ranges], lengths=[n for _, n in ranges]
+            )
+        except STORE_ERRORS as exc:
+            raise translate_store_error(exc, loc.url, "GET") from exc
+        out = [bytes(b) for b in got]
+    for (o, n), data in zip(ranges, out, strict=True):
+        if len(data) != n:
+            raise SourceReadError(f"{loc.url}: {len(data)} bytes at {o}, expected {n}", url=loc.url)
+    return out
