@@ -3,8 +3,8 @@
 The document is read whole; the granule is only asked its identity (one HEAD, or ``stat``) so
 the sidecar carries the size and ETag the freshness guard checks on every read, and so no chunk
 may lie past its end.  Every data URL the document names goes through the allow-list first:
-by default the folders of the document and of the granule (a document cannot point a reader at
-another bucket or at ``/etc``).
+by default the folder of the document and that of the granule the caller names (a document
+cannot point a reader at another bucket or at ``/etc``).
 """
 
 from __future__ import annotations
@@ -88,7 +88,8 @@ def index_dmrpp(
         URL without ``.dmrpp``.  The ``OPeNDAP_DMRpp_DATA_ACCESS_URL`` placeholder and paths
         in the document resolve to it (per-chunk ``href`` paths to files beside it).
     allowed_prefixes : iterable of str
-        Where data may be.  Default: the folders of the document and of the granule.
+        Where data may be.  Default: the folder of the document, and that of ``source_url``
+        when given (a data URL the document alone names elsewhere is refused).
     settings : IndexSettings, optional
         ``on_unsupported`` ("skip" records what DMR++ cannot express in
         ``GranuleRefs.skipped``, "raise" raises).
@@ -120,7 +121,10 @@ def index_dmrpp(
     data, doc_identity = read_object(dmrpp_url, storage_options)
     doc = parse_dmrpp(data, url=dmrpp_url)
     granule = _granule_url(doc, dmrpp_url, source_url)
-    prefixes = tuple(allowed_prefixes) or (_folder(doc_identity.url), _folder(granule))
+    # the document is untrusted: by default its data may be beside it or where the caller
+    # says the granule is, never where the document alone says
+    given = (_folder(source_url),) if source_url is not None else ()
+    prefixes = tuple(allowed_prefixes) or (_folder(doc_identity.url), *given)
     allow = AllowList(prefixes)
     allow.check(granule)
     source = source_identity(granule, storage_options)
