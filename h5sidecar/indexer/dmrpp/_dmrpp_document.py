@@ -77,6 +77,9 @@ class DmrChunks:
         The distinct per-chunk ``href`` values, as written.
     blocks : Mapping[int, tuple[tuple[int, int], ...]]
         Row -> ``(offset, nBytes)`` of each ``dmrpp:block`` of a chunk made of several.
+    struct_offsets : tuple of int
+        ``structOffset`` of a ``Structure``: the byte offsets of its second to last members,
+        then the size of one element (empty when the document does not give it).
     """
 
     filters: tuple[str, ...] = ()
@@ -90,6 +93,7 @@ class DmrChunks:
     hrefs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     urls: tuple[str, ...] = ()
     blocks: Mapping[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    struct_offsets: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for arr in (self.positions, self.offsets, self.lengths, self.hrefs):
@@ -125,6 +129,8 @@ class DmrVariable:
         ``dmrpp:FixedLengthStringArray``'s ``string_length`` (fixed-length strings).
     missing_data : bool
         The values are held in the document (``dmrpp:missingdata``), not in the granule.
+    members : tuple of DmrVariable
+        A ``Structure``'s members, in order (each with its own ``dims`` for array members).
     """
 
     name: str
@@ -137,6 +143,7 @@ class DmrVariable:
     enum: str | None = None
     string_length: int | None = None
     missing_data: bool = False
+    members: tuple[DmrVariable, ...] = ()
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -151,9 +151,12 @@ def _variable(el: ET.Element, tag: str, group: str, url: str) -> DmrVariable:
     compact: bytes | None = None
     string_length: int | None = None
     missing = False
+    members: list[DmrVariable] = []
     for child in el:
         ctag = _local(child.tag)
-        if ctag == "Dim":
+        if ctag in VARIABLE_TYPES and tag in ("Structure", "Sequence"):
+            members.append(_variable(child, ctag, path, url))
+        elif ctag == "Dim":
             dims.append(_dim(child, group, where))
         elif ctag == "Attribute":
             attrs.append(_attribute(child))
@@ -169,7 +172,7 @@ def _variable(el: ET.Element, tag: str, group: str, url: str) -> DmrVariable:
         chunks = _chunks(el, where)  # the first DMR++ documents had no dmrpp:chunks around them
     return DmrVariable(
         name, path, tag, tuple(dims), tuple(attrs), chunks, compact, el.get("enum"),
-        string_length, missing,
+        string_length, missing, tuple(members),
     )  # fmt: skip
 
 
@@ -241,6 +244,9 @@ def _chunks(el: ET.Element, where: str) -> DmrChunks:
         hrefs=hrefs,
         urls=tuple(urls),
         blocks=blocks,
+        struct_offsets=tuple(
+            _int(t, "structOffset", where) for t in (_attr(el, "structOffset") or "").split()
+        ),
     )
 
 

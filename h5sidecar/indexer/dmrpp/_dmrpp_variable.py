@@ -21,14 +21,14 @@ from h5sidecar.indexer._failures import fail
 from h5sidecar.indexer._values import fill_value_json
 from h5sidecar.indexer.dmrpp._dap_types import numpy_dtype
 from h5sidecar.indexer.dmrpp._dmrpp_document import DmrChunks, DmrVariable
+from h5sidecar.indexer.dmrpp._filter_order import ReadRanges, settle_pipeline
+from h5sidecar.indexer.dmrpp._structure import needs_byte_order, structure_dtype
 from h5sidecar.references import INLINE, MISSING, ArrayMeta, ArrayRefs, ChunkManifest
 
 __all__ = ["ArraySpec", "Conversion", "Enumerations", "ReadRanges", "UrlInfo", "convert_variable"]
 
 #: Enumeration path -> (DAP4 base type, {name: value}).
 Enumerations = Mapping[str, tuple[str, Mapping[str, int]]]
-#: Reads ``(offset, length)`` ranges of a URL.
-ReadRanges = Callable[[str, list[tuple[int, int]]], list[bytes]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +87,57 @@ def _byte_order(var: DmrVariable, ctx: Conversion) -> str:
     return order or str(ctx.byte_order)
 
 
-def _dtype(var: DmrVariable, ctx: Conversion) -> tuple[np.dtype, str]:
-    """The NumPy dtype of the stored values and a note, or ``Skip``."""
+@dataclass(frozen=True, slots=True)
+class _Type:
+    """The stored values' type: NumPy dtype, Zarr v2 dtype, note, and whether its size is an
+    assumption the chunks must confirm (a Structure without ``structOffset``)."""
+
+    dt: np.dtype
+    zarr: str | list[Any]
+    note: str = ""
+    check_size: bool = False
+
+
+#: Bytes per element of HDF5 variable-length data in a dataset (a global heap ID, with 8- or
+#: 4-byte file offsets): a String of this size per element may be either kind.
+_HEAP_ID_SIZES = (16, 12)
+
+
+def _fixed_string(var: DmrVariable) -> int | None:
+    """The length of a String worked out from its unfiltered chunks' sizes (``None``: unsure)."""
+    chunks = var.chunks
+    if chunks is None or chunks.filters or not chunks.n_chunks:
+        return None
+    n = int(np.prod(chunks.chunk_shape or var.shape or (), dtype=np.int64)) or 1
+    sizes = set((chunks.lengths // n).tolist())
+    if len(sizes) != 1 or bool((chunks.lengths % n).any()):
+        return None
+    (size,) = sizes
+    return None if size in _HEAP_ID_SIZES or size <= 0 else int(size)
+
+
+def _string_type(var: DmrVariable) -> _Type:
+    if var.string_length is not None:
+        return _Type(np.dtype(f"|S{var.string_length}"), f"|S{var.string_length}")
+    if var.compact is not None and not var.shape:
+        return _Type(np.dtype("|O"), "|O", "a compact string held in the sidecar as text")
+    length = _fixed_string(var)
+    if length is not None:
+        why = (
+            f"fixed-length strings of {length} bytes, from the sizes of the unfiltered chunks "
+            "(variable-length strings take 16 bytes each)"
+        )
+        return _Type(np.dtype(f"|S{length}"), f"|S{length}", why)
+    fail(
+        ErrorKind.UNSUPPORTED_DTYPE,
+        "DMR++ String without dmrpp:FixedLengthStringArray: the document does not say "
+        "whether the strings are of fixed length (and which) or variable-length (HDF5 "
+        "global heap references, which DMR++ does not index); index the HDF5 file instead",
+    )
+
+
+def _dtype(var: DmrVariable, ctx: Conversion) -> _Type:
+    """The type of the stored values, or ``Skip``."""
     if var.dap_type == "Enum":
         base, consts = ctx.enums.get(var.enum or "", ("", {}))
         dt = numpy_dtype(base, "LE")
@@ -98,29 +147,20 @@ def _dtype(var: DmrVariable, ctx: Conversion) -> tuple[np.dtype, str]:
             fail(ErrorKind.UNSUPPORTED_DTYPE,
                  f"enumeration {var.enum!r} is not declared in the document or has no integer base")  # fmt: skip
         if dt.itemsize == 1 and dict(consts) == {"FALSE": 0, "TRUE": 1}:
-            return np.dtype("|b1"), ""  # h5py's boolean enumeration, as netCDF readers show it
-        return dt, ""
+            return _Type(np.dtype("|b1"), "|b1")  # h5py's boolean enumeration, as netCDF shows
+        return _Type(dt, dt.str)
     if var.dap_type in ("String", "URL"):
-        if var.string_length is not None:
-            return np.dtype(f"|S{var.string_length}"), ""
-        if var.compact is not None and not var.shape:
-            return np.dtype("|O"), "a compact string held in the sidecar as text"
-        fail(
-            ErrorKind.UNSUPPORTED_DTYPE,
-            "DMR++ String without dmrpp:FixedLengthStringArray: the document does not say "
-            "whether the strings are of fixed length (and which) or variable-length (HDF5 "
-            "global heap references, which DMR++ does not index); index the HDF5 file instead",
-        )
+        return _string_type(var)
     if var.dap_type in ("Structure", "Sequence"):
-        fail(ErrorKind.UNSUPPORTED_DTYPE,
-             f"DAP4 {var.dap_type} (an HDF5 compound type): its member layout is not converted "
-             "from DMR++; index the HDF5 file instead")  # fmt: skip
+        order = _byte_order(var, ctx) if needs_byte_order(var) else "LE"
+        flat, fields, note, packed = structure_dtype(var, order)
+        return _Type(flat, fields, note, check_size=packed)
     dt = numpy_dtype(var.dap_type, "LE")
     if dt is None:
         fail(ErrorKind.UNSUPPORTED_DTYPE, f"DAP4 type {var.dap_type} has no Zarr dtype")
     if dt.itemsize > 1:
         dt = dt.newbyteorder(">" if _byte_order(var, ctx).upper() == "BE" else "<")
-    return dt, ""
+    return _Type(dt, dt.str)
 
 
 # -- filters --------------------------------------------------------------------------------------
@@ -191,8 +231,13 @@ def _grid_index(chunks: DmrChunks, shape: tuple[int, ...], chunk_shape: tuple[in
 
 
 def _manifest(var: DmrVariable, spec: ArraySpec, chunk_shape: tuple[int, ...],
-              urls: Callable[[int], UrlInfo]) -> tuple[ChunkManifest, str]:  # fmt: skip
-    """The manifest of a chunked or contiguous variable (``urls(-1)`` is the granule's)."""
+              urls: Callable[[int], UrlInfo],
+              read: ReadRanges | None) -> tuple[ChunkManifest, str]:  # fmt: skip
+    """The manifest of a chunked or contiguous variable (``urls(-1)`` is the granule's).
+
+    A chunk made of adjacent blocks is one byte range; one made of scattered blocks is read
+    (``read``) and held in the sidecar, as a Zarr reference is one byte range.
+    """
     chunks = var.chunks
     assert chunks is not None
     where = f"/{var.path}"
@@ -210,11 +255,15 @@ def _manifest(var: DmrVariable, spec: ArraySpec, chunk_shape: tuple[int, ...],
         hrefs = chunks.hrefs[:1]
     else:
         blocks, hrefs = dict(chunks.blocks), chunks.hrefs
-    for row, spans in blocks.items():
-        if any(o + n != nxt for (o, n), (nxt, _) in itertools.pairwise(spans)):
-            fail(ErrorKind.UNSUPPORTED_LAYOUT,
-                 f"chunk {index[row].tolist()} is made of {len(spans)} blocks that are not "
-                 "adjacent in the file; a Zarr reference is one byte range")  # fmt: skip
+    scattered = {
+        row: spans
+        for row, spans in blocks.items()
+        if any(o + n != nxt for (o, n), (nxt, _) in itertools.pairwise(spans))
+    }
+    if scattered and read is None:
+        fail(ErrorKind.UNSUPPORTED_LAYOUT,
+             f"chunk {index[next(iter(scattered))].tolist()} is made of blocks that are not "
+             "adjacent in the file; a Zarr reference is one byte range")  # fmt: skip
     flat = (
         np.ravel_multi_index(tuple(index.T), grid) if len(grid) else np.zeros(len(index), np.intp)
     )
@@ -230,7 +279,12 @@ def _manifest(var: DmrVariable, spec: ArraySpec, chunk_shape: tuple[int, ...],
         codes_of[i] = table.setdefault(info.url, len(table))
         if info.size is not None:
             mine = hrefs == i - 1
-            end = (offsets[mine] + lengths[mine]).max(initial=0)
+            ends = offsets[mine] + lengths[mine]
+            if scattered:  # a scattered chunk ends where its last-ending block does
+                ends = np.array([_end(scattered.get(int(r)), int(o + n)) for r, o, n in
+                                 zip(np.flatnonzero(mine), offsets[mine], lengths[mine],
+                                     strict=True)], np.uint64)  # fmt: skip
+            end = ends.max(initial=0)
             if int(end) > info.size:
                 raise InvalidDmrppError(
                     f"{where}: a chunk ends at byte {int(end)}, past the end of {info.url} "
@@ -244,10 +298,26 @@ def _manifest(var: DmrVariable, spec: ArraySpec, chunk_shape: tuple[int, ...],
     flat_codes[flat[stored]] = codes_of[hrefs[stored] + 1]
     offs.reshape(-1)[flat[stored]] = offsets[stored]
     lens.reshape(-1)[flat[stored]] = lengths[stored]
+    inline: dict[int, bytes] = {}
+    for row, spans in scattered.items():
+        assert read is not None
+        url = resolved[int(hrefs[row]) + 1].url
+        inline[int(flat[row])] = b"".join(read(url, list(spans)))
+        flat_codes[flat[row]] = INLINE
+        lens.reshape(-1)[flat[row]] = len(inline[int(flat[row])])
     used = list(table) if bool((codes >= 0).any()) else []  # nothing points into a file
-    manifest = ChunkManifest.from_arrays(urls=used, codes=codes, offsets=offs, lengths=lens)
-    note = "chunks held in several adjacent blocks were joined" if blocks else ""
-    return manifest, note
+    manifest = ChunkManifest.from_arrays(urls=used, codes=codes, offsets=offs, lengths=lens,
+                                         inline=inline)  # fmt: skip
+    notes = []
+    if len(blocks) > len(scattered):
+        notes.append("chunks held in several adjacent blocks were joined")
+    if scattered:
+        notes.append(f"{len(scattered)} chunk(s) made of scattered blocks held in the sidecar")
+    return manifest, _join(*notes)
+
+
+def _end(spans: tuple[tuple[int, int], ...] | None, default: int) -> int:
+    return default if spans is None else max(o + n for o, n in spans)
 
 
 def _check_raw_sizes(manifest: ChunkManifest, chunk_shape: tuple[int, ...], dt: np.dtype) -> None:
@@ -263,9 +333,10 @@ def _check_raw_sizes(manifest: ChunkManifest, chunk_shape: tuple[int, ...], dt: 
 
 
 # -- the variable ---------------------------------------------------------------------------------
-def _compact(var: DmrVariable, spec: ArraySpec, dt: np.dtype, fill: Any, note: str) -> ArrayRefs:
+def _compact(var: DmrVariable, spec: ArraySpec, typ: _Type, fill: Any) -> ArrayRefs:
     """Values written in the document itself: one chunk held in the sidecar."""
     assert var.compact is not None
+    dt, note = typ.dt, typ.note
     data = var.compact
     filters: tuple[Mapping[str, Any], ...] = ()
     if dt.kind == "O":
@@ -284,7 +355,7 @@ def _compact(var: DmrVariable, spec: ArraySpec, dt: np.dtype, fill: Any, note: s
         urls=[], codes=np.full(grid, INLINE, np.int32), offsets=np.zeros(grid, np.uint64),
         lengths=np.full(grid, len(data), np.uint64), inline={0: data},
     )  # fmt: skip
-    meta = ArrayMeta(spec.shape, chunks, dt.str, fill, filters, None, spec.dimension_names,
+    meta = ArrayMeta(spec.shape, chunks, typ.zarr, fill, filters, None, spec.dimension_names,
                      spec.attrs)  # fmt: skip
     why = "compact values written in the DMR++ (dmrpp:compact)"
     return ArrayRefs(spec.path, meta, manifest, "inlined", _join(why, note, spec.note))
@@ -307,10 +378,11 @@ def convert_variable(var: DmrVariable, spec: ArraySpec, ctx: Conversion,
         fail(ErrorKind.UNSUPPORTED_LAYOUT,
              "its values are written in the DMR++ itself (dmrpp:missingdata), not in the "
              "granule; they are not converted")  # fmt: skip
-    dt, note = _dtype(var, ctx)
+    typ = _dtype(var, ctx)
+    dt, note = typ.dt, typ.note
     fill = _fill(var.chunks, dt, spec.attrs)
     if var.compact is not None:
-        return _compact(var, spec, dt, fill, note)
+        return _compact(var, spec, typ, fill)
     if var.chunks is None:
         fail(ErrorKind.OTHER, "the document gives no dmrpp:chunks (no location for its values)")
     chunk_shape = var.chunks.chunk_shape or tuple(max(s, 1) for s in spec.shape)
@@ -320,14 +392,14 @@ def convert_variable(var: DmrVariable, spec: ArraySpec, ctx: Conversion,
             f"of shape {list(spec.shape)}; the chunk grid does not cover the shape"
         )
     filters, filter_note = _filters(var.chunks, dt)
-    manifest, layout_note = _manifest(var, spec, chunk_shape, urls)
-    from h5sidecar.indexer.dmrpp._filter_order import settle_fletcher32
-
-    filters, order_note = settle_fletcher32(filters, manifest, chunk_shape, dt.itemsize, ctx.read)
+    manifest, layout_note = _manifest(var, spec, chunk_shape, urls, ctx.read)
+    filters, order_note = settle_pipeline(
+        filters, manifest, chunk_shape, dt.itemsize, ctx.read, check_size=typ.check_size
+    )
     filter_note = _join(filter_note, order_note)
     if not filters:
         _check_raw_sizes(manifest, chunk_shape, dt)
-    meta = ArrayMeta(spec.shape, chunk_shape, dt.str, fill, filters, None, spec.dimension_names,
+    meta = ArrayMeta(spec.shape, chunk_shape, typ.zarr, fill, filters, None, spec.dimension_names,
                      spec.attrs)  # fmt: skip
     return ArrayRefs(spec.path, meta, manifest, "virtual",
                      _join(note, filter_note, layout_note, spec.note))  # fmt: skip

@@ -58,7 +58,8 @@ EXPECTED_DIFFER = {
     # after its DMR++): unfiltered variables read the wrong bytes, and the fletcher32 check
     # catches the filtered one (skipped)
     "FletcherShuffle.nc4": {
-        "fvcom_mesh", "varShort", "varFloat", "varInt", "varLong", "X", "varDouble", "varByte"
+        "fvcom_mesh", "varShort", "varFloat", "varInt", "varLong", "X", "varDouble", "varByte",
+        "letter",
     },
 }  # fmt: skip
 #: file -> variable -> (category, detail), for the summary table
@@ -82,6 +83,8 @@ def _values_equal(got: Any, want: Any) -> bool:
         return False
     if want.dtype.kind == "S" and got.dtype.kind in "OUT":  # a compact string held as text
         return [w.decode() for w in want.ravel()] == [str(g) for g in got.ravel()]
+    if want.dtype.kind == "S" and got.dtype.kind == "S":  # xarray may narrow the width
+        return bool(got.tolist() == want.tolist())
     if want.dtype.kind in "OUT" and got.dtype.kind in "OUT":  # text: object, str or StringDType
         return [str(w) for w in want.ravel()] == [str(g) for g in got.ravel()]
     if got.dtype != want.dtype:
@@ -121,8 +124,8 @@ def _decoded_problems(path: Path, parquet: Path, plain: Any, refs: GranuleRefs) 
                 ds = open_group()
                 for p in paths:
                     name = p.rpartition("/")[2]
-                    if name not in want.variables:
-                        continue
+                    if name not in want.variables or isinstance(refs.arrays[p].meta.dtype, list):
+                        continue  # compound values: compared raw, field by field, with h5py
                     got = ds[key_safe_name(name)]
                     if not _values_equal(got.values, want[name].values):
                         out[p] = f"{reader}: decoded values differ from h5netcdf's"
