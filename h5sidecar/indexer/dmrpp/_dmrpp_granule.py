@@ -28,13 +28,9 @@ from h5sidecar.indexer.dmrpp._dmrpp_document import (
     DmrppDocument,
     DmrVariable,
 )
-from h5sidecar.indexer.dmrpp._dmrpp_variable import (
-    ArraySpec,
-    Conversion,
-    ReadRanges,
-    UrlInfo,
-    convert_variable,
-)
+from h5sidecar.indexer.dmrpp._dmrpp_variable import ArraySpec, UrlInfo, convert_variable
+from h5sidecar.indexer.dmrpp._filter_order import ReadRanges
+from h5sidecar.indexer.dmrpp._variable_type import Conversion
 from h5sidecar.indexer.dtypes._dtype_plan import ENUMS_KEY
 from h5sidecar.references import ArrayRefs, GranuleRefs, Skipped, SourceInfo
 from h5sidecar.settings import IndexSettings

@@ -1,10 +1,11 @@
 """One DMR++ variable -> :class:`~h5sidecar.references.ArrayRefs` (or a ``Skip`` with why).
 
-The variable's dtype, chunk grid, filters and fill value come from the document; its name,
-dimension names and attributes are worked out for the whole granule (:mod:`._dmrpp_granule`) and given
-here.  What the document cannot say exactly is skipped, never guessed: a ``String`` whose
-storage (fixed length or a heap reference) it does not give, compound types, filters it names
-that no codec decodes, a chunk made of blocks that are not adjacent.
+The variable's chunk grid, filters and fill value come from the document (its type from
+:mod:`._variable_type`); its name, dimension names and attributes are worked out for the whole
+granule (:mod:`._dmrpp_granule`) and given here.  What the document cannot say exactly is
+skipped, never guessed: filters it names that no codec decodes, chunks whose sizes contradict
+its type, values held in the document in a form not converted (``dmrpp:missingdata``).
+Contradictions within the document (chunks off the grid, past the end of the file) raise.
 """
 
 from __future__ import annotations
@@ -19,37 +20,12 @@ import numpy as np
 from h5sidecar.errors import ErrorKind, InvalidDmrppError
 from h5sidecar.indexer._failures import fail
 from h5sidecar.indexer._values import fill_value_json
-from h5sidecar.indexer.dmrpp._dap_types import numpy_dtype
 from h5sidecar.indexer.dmrpp._dmrpp_document import DmrChunks, DmrVariable
 from h5sidecar.indexer.dmrpp._filter_order import ReadRanges, settle_pipeline
-from h5sidecar.indexer.dmrpp._structure import needs_byte_order, structure_dtype
+from h5sidecar.indexer.dmrpp._variable_type import Conversion, VariableType, variable_type
 from h5sidecar.references import INLINE, MISSING, ArrayMeta, ArrayRefs, ChunkManifest
 
-__all__ = ["ArraySpec", "Conversion", "Enumerations", "ReadRanges", "UrlInfo", "convert_variable"]
-
-#: Enumeration path -> (DAP4 base type, {name: value}).
-Enumerations = Mapping[str, tuple[str, Mapping[str, int]]]
-
-
-@dataclass(frozen=True, slots=True)
-class Conversion:
-    """What every variable of one document is converted with.
-
-    Attributes
-    ----------
-    enums : Enumerations
-        The document's enumerations.
-    byte_order : "LE", "BE" or None
-        The byte order to assume where the document gives none (``None``: such multi-byte
-        variables are skipped).
-    read : callable or None
-        Reads byte ranges of the data files, to check what the document cannot be trusted
-        with (the order of a fletcher32 filter among others); ``None`` reads nothing.
-    """
-
-    enums: Enumerations
-    byte_order: str | None = None
-    read: ReadRanges | None = None
+__all__ = ["ArraySpec", "UrlInfo", "convert_variable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,94 +49,6 @@ class ArraySpec:
 
 def _join(*parts: str) -> str:
     return "; ".join(p for p in parts if p)
-
-
-# -- dtype ----------------------------------------------------------------------------------------
-def _byte_order(var: DmrVariable, ctx: Conversion) -> str:
-    """The document's byte order, else the one assumed, else ``Skip`` (never guessed: old
-    documents leave ``byteOrder`` out, and big-endian data exist)."""
-    order = var.chunks.byte_order if var.chunks is not None else None
-    if order is None and ctx.byte_order is None:
-        fail(ErrorKind.OTHER,
-             "the document does not give the byte order of this multi-byte type (no byteOrder "
-             "in dmrpp:chunks); index the HDF5 file, or pass byte_order='LE' to assume one")  # fmt: skip
-    return order or str(ctx.byte_order)
-
-
-@dataclass(frozen=True, slots=True)
-class _Type:
-    """The stored values' type: NumPy dtype, Zarr v2 dtype, note, and whether its size is an
-    assumption the chunks must confirm (a Structure without ``structOffset``)."""
-
-    dt: np.dtype
-    zarr: str | list[Any]
-    note: str = ""
-    check_size: bool = False
-
-
-#: Bytes per element of HDF5 variable-length data in a dataset (a global heap ID, with 8- or
-#: 4-byte file offsets): a String of this size per element may be either kind.
-_HEAP_ID_SIZES = (16, 12)
-
-
-def _fixed_string(var: DmrVariable) -> int | None:
-    """The length of a String worked out from its unfiltered chunks' sizes (``None``: unsure)."""
-    chunks = var.chunks
-    if chunks is None or chunks.filters or not chunks.n_chunks:
-        return None
-    n = int(np.prod(chunks.chunk_shape or var.shape or (), dtype=np.int64)) or 1
-    sizes = set((chunks.lengths // n).tolist())
-    if len(sizes) != 1 or bool((chunks.lengths % n).any()):
-        return None
-    (size,) = sizes
-    return None if size in _HEAP_ID_SIZES or size <= 0 else int(size)
-
-
-def _string_type(var: DmrVariable) -> _Type:
-    if var.string_length is not None:
-        return _Type(np.dtype(f"|S{var.string_length}"), f"|S{var.string_length}")
-    if var.compact is not None and not var.shape:
-        return _Type(np.dtype("|O"), "|O", "a compact string held in the sidecar as text")
-    length = _fixed_string(var)
-    if length is not None:
-        why = (
-            f"fixed-length strings of {length} bytes, from the sizes of the unfiltered chunks "
-            "(variable-length strings take 16 bytes each)"
-        )
-        return _Type(np.dtype(f"|S{length}"), f"|S{length}", why)
-    fail(
-        ErrorKind.UNSUPPORTED_DTYPE,
-        "DMR++ String without dmrpp:FixedLengthStringArray: the document does not say "
-        "whether the strings are of fixed length (and which) or variable-length (HDF5 "
-        "global heap references, which DMR++ does not index); index the HDF5 file instead",
-    )
-
-
-def _dtype(var: DmrVariable, ctx: Conversion) -> _Type:
-    """The type of the stored values, or ``Skip``."""
-    if var.dap_type == "Enum":
-        base, consts = ctx.enums.get(var.enum or "", ("", {}))
-        dt = numpy_dtype(base, "LE")
-        if dt is not None and dt.itemsize > 1:
-            dt = numpy_dtype(base, _byte_order(var, ctx))
-        if dt is None:
-            fail(ErrorKind.UNSUPPORTED_DTYPE,
-                 f"enumeration {var.enum!r} is not declared in the document or has no integer base")  # fmt: skip
-        if dt.itemsize == 1 and dict(consts) == {"FALSE": 0, "TRUE": 1}:
-            return _Type(np.dtype("|b1"), "|b1")  # h5py's boolean enumeration, as netCDF shows
-        return _Type(dt, dt.str)
-    if var.dap_type in ("String", "URL"):
-        return _string_type(var)
-    if var.dap_type in ("Structure", "Sequence"):
-        order = _byte_order(var, ctx) if needs_byte_order(var) else "LE"
-        flat, fields, note, packed = structure_dtype(var, order)
-        return _Type(flat, fields, note, check_size=packed)
-    dt = numpy_dtype(var.dap_type, "LE")
-    if dt is None:
-        fail(ErrorKind.UNSUPPORTED_DTYPE, f"DAP4 type {var.dap_type} has no Zarr dtype")
-    if dt.itemsize > 1:
-        dt = dt.newbyteorder(">" if _byte_order(var, ctx).upper() == "BE" else "<")
-    return _Type(dt, dt.str)
 
 
 # -- filters --------------------------------------------------------------------------------------
@@ -333,7 +221,7 @@ def _check_raw_sizes(manifest: ChunkManifest, chunk_shape: tuple[int, ...], dt: 
 
 
 # -- the variable ---------------------------------------------------------------------------------
-def _compact(var: DmrVariable, spec: ArraySpec, typ: _Type, fill: Any) -> ArrayRefs:
+def _compact(var: DmrVariable, spec: ArraySpec, typ: VariableType, fill: Any) -> ArrayRefs:
     """Values written in the document itself: one chunk held in the sidecar."""
     assert var.compact is not None
     dt, note = typ.dt, typ.note
@@ -378,7 +266,7 @@ def convert_variable(var: DmrVariable, spec: ArraySpec, ctx: Conversion,
         fail(ErrorKind.UNSUPPORTED_LAYOUT,
              "its values are written in the DMR++ itself (dmrpp:missingdata), not in the "
              "granule; they are not converted")  # fmt: skip
-    typ = _dtype(var, ctx)
+    typ = variable_type(var, ctx)
     dt, note = typ.dt, typ.note
     fill = _fill(var.chunks, dt, spec.attrs)
     if var.compact is not None:
