@@ -18,7 +18,12 @@ from h5sidecar.indexer.dmrpp._dmrpp_document import (
 )
 from h5sidecar.indexer.dmrpp._dmrpp_granule import DMRPP_KEY, dmrpp_refs
 from h5sidecar.indexer.dmrpp._dmrpp_parse import parse_dmrpp
-from h5sidecar.indexer.dmrpp._index_dmrpp import PLACEHOLDER, index_dmrpp, resolve_href
+from h5sidecar.indexer.dmrpp._index_dmrpp import (
+    PLACEHOLDER,
+    index_dmrpp,
+    index_dmrpp_document,
+    resolve_href,
+)
 
 __all__ = [
     "DMRPP_KEY",
@@ -31,6 +36,7 @@ __all__ = [
     "DmrppDocument",
     "dmrpp_refs",
     "index_dmrpp",
+    "index_dmrpp_document",
     "parse_dmrpp",
     "resolve_href",
 ]

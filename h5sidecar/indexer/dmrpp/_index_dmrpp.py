@@ -9,9 +9,10 @@ cannot point a reader at another bucket or at ``/etc``).
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from h5sidecar.errors import SourceNotFoundError
@@ -19,11 +20,11 @@ from h5sidecar.indexer.dmrpp._dmrpp_document import DmrppDocument
 from h5sidecar.indexer.dmrpp._dmrpp_granule import DMRPP_KEY, dmrpp_refs
 from h5sidecar.indexer.dmrpp._dmrpp_parse import parse_dmrpp
 from h5sidecar.indexer.dmrpp._dmrpp_variable import UrlInfo
-from h5sidecar.references import GranuleRefs
+from h5sidecar.references import GranuleRefs, SourceInfo
 from h5sidecar.settings import IndexSettings
 from h5sidecar.sources import AllowList, read_object, read_ranges, source_identity
 
-__all__ = ["PLACEHOLDER", "index_dmrpp", "resolve_href"]
+__all__ = ["PLACEHOLDER", "index_dmrpp", "index_dmrpp_document", "resolve_href"]
 
 #: What NASA's documents hold instead of a data URL (filled in by the server serving them).
 PLACEHOLDER = "OPeNDAP_DMRpp_DATA_ACCESS_URL"
@@ -117,8 +118,30 @@ def index_dmrpp(
         With ``on_unsupported="raise"``, at the first variable DMR++ cannot express.
     """
     started = time.perf_counter()
-    settings = settings or IndexSettings()
     data, doc_identity = read_object(dmrpp_url, storage_options)
+    return index_dmrpp_document(
+        data, doc_identity, source_url, allowed_prefixes=allowed_prefixes, settings=settings,
+        byte_order=byte_order, storage_options=storage_options, started=started,
+    )  # fmt: skip
+
+
+def index_dmrpp_document(
+    data: bytes,
+    doc_identity: SourceInfo,
+    source_url: str | None = None,
+    *,
+    allowed_prefixes: Iterable[str] = (),
+    settings: IndexSettings | None = None,
+    byte_order: Literal["LE", "BE"] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    started: float | None = None,
+) -> GranuleRefs:
+    """:func:`index_dmrpp` of a document already read (``data``, read from
+    ``doc_identity.url``); the other parameters are :func:`index_dmrpp`'s."""
+    started = time.perf_counter() if started is None else started
+    settings = settings or IndexSettings()
+    storage_options = dict(storage_options or {})
+    dmrpp_url = doc_identity.url
     doc = parse_dmrpp(data, url=dmrpp_url)
     granule = _granule_url(doc, dmrpp_url, source_url)
     # the document is untrusted: by default its data may be beside it or where the caller
@@ -149,6 +172,7 @@ def index_dmrpp(
         "indexer": f"h5sidecar {__version__}",
         DMRPP_KEY: {"url": doc_identity.url, "href": doc.href, "version": doc.version,
                     "size": doc_identity.size, "etag": doc_identity.etag},
+        "settings": {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }  # fmt: skip
 

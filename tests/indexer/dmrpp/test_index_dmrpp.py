@@ -20,62 +20,12 @@ import pytest
 
 from h5sidecar import index_dmrpp
 from h5sidecar.errors import ForbiddenSourceError, InvalidDmrppError, UnsupportedFeatureError
-from h5sidecar.indexer import index_granule
 from h5sidecar.references import write_json
 from h5sidecar.settings import IndexSettings
 from tests.indexer._compare import open_plain
-
-HEAD = (
-    '<?xml version="1.0" encoding="ISO-8859-1"?>\n'
-    '<Dataset xmlns="http://xml.opendap.org/ns/DAP/4.0#" '
-    'xmlns:dmrpp="http://xml.opendap.org/dap/dmrpp/1.0.0#" dapVersion="4.0" dmrVersion="1.0" '
-    'name="g.h5" dmrpp:href="{href}" dmrpp:version="3.21.1">\n'
-)
-DAP = {"<f4": "Float32", "<i4": "Int32", "<i2": "Int16", "|u1": "Byte", "<f8": "Float64"}
-
-
-def _chunk_rows(path: Path, name: str) -> tuple[list[str], dict[str, Any]]:
-    """``dmrpp:chunk`` elements of a dataset, from the HDF5 indexer's manifest."""
-    arr = index_granule(str(path)).arrays[name]
-    rows = []
-    for index in np.ndindex(*arr.manifest.grid_shape):
-        if arr.manifest.codes[index] < 0:
-            continue
-        pos = ",".join(str(i * c) for i, c in zip(index, arr.meta.chunks, strict=True))
-        off, n = int(arr.manifest.offsets[index]), int(arr.manifest.lengths[index])
-        rows.append(f'<dmrpp:chunk offset="{off}" nBytes="{n}" chunkPositionInArray="[{pos}]"/>')
-    return rows, {"chunks": arr.meta.chunks, "dtype": arr.meta.dtype}
-
-
-def _document(
-    path: Path,
-    name: str,
-    *,
-    href: str = "OPeNDAP_DMRpp_DATA_ACCESS_URL",
-    filters: str = "",
-    byte_order: str | None = "LE",
-    rows: list[str] | None = None,
-    body: str = "",
-) -> str:
-    found, meta = _chunk_rows(path, name)
-    with h5py.File(path) as f:
-        shape = f[name].shape
-    dims = "".join(f'<Dim size="{s}"/>' for s in shape)
-    order = f' byteOrder="{byte_order}"' if byte_order else ""
-    kind = f' compressionType="{filters}"' if filters else ""
-    sizes = " ".join(str(c) for c in meta["chunks"])
-    chunks = "\n".join(found if rows is None else rows)
-    return (
-        HEAD.format(href=href)
-        + f'<{DAP[meta["dtype"]]} name="{name}">{dims}'
-        + '<Attribute name="units" type="String"><Value>K</Value></Attribute>'
-        + '<Attribute name="scale_factor" type="Float32"><Value>0.5</Value></Attribute>'
-        + f'<Attribute name="origname" type="String"><Value>{name}</Value></Attribute>'
-        + f"<dmrpp:chunks{kind}{order}><dmrpp:chunkDimensionSizes>{sizes}"
-        + f"</dmrpp:chunkDimensionSizes>{chunks}</dmrpp:chunks></{DAP[meta['dtype']]}>"
-        + body
-        + "</Dataset>\n"
-    )
+from tests.indexer.dmrpp._documents import chunk_rows as _chunk_rows
+from tests.indexer.dmrpp._documents import document as _document
+from tests.indexer.dmrpp._documents import write_beside as _write
 
 
 @pytest.fixture
@@ -90,12 +40,6 @@ def granule(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return make
-
-
-def _write(path: Path, text: str) -> str:
-    doc = path.with_name(path.name + ".dmrpp")
-    doc.write_text(text)
-    return str(doc)
 
 
 def _values(refs: Any, tmp_path: Path, name: str) -> np.ndarray:
