@@ -17,7 +17,9 @@ with the HDF5 indexer's sidecar of the same file, and sort every variable into:
 * ``absent``: variables of the file the DMR++ does not mention, and ``extra``: variables the
   DMR++ describes that the file does not hold (HDF-EOS5 coordinates in another file).
 
-The last test prints the table (``-rP`` or ``-s``).
+The same files go through VirtualiZarr's DMR++ parser (``DMRPPParser``, one group at a time,
+each variable read with ``xr.open_zarr`` on its ``ManifestStore`` and compared with h5py), for
+the comparison table.  The last test prints both tables (``-rP`` or ``-s``).
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ EXPECTED_DIFFER = {
 }  # fmt: skip
 #: file -> variable -> (category, detail), for the summary table
 RESULTS: dict[str, dict[str, tuple[str, str]]] = {}
+#: file -> variable -> what VirtualiZarr's DMR++ parser gives for it
+PEER: dict[str, dict[str, str]] = {}
 
 
 @pytest.fixture(scope="module")
@@ -180,8 +184,59 @@ def test_dmrpp_corpus_file(entry: dict[str, Any], dmrpp_corpus: Path, tmp_path: 
         if p not in mentioned:
             results[p] = ("absent", "not in the DMR++")
     RESULTS[entry["name"]] = results
+    PEER[entry["name"]] = _virtualizarr(path, doc, tmp_path, set(results), hdf5)
     differ = {p for p, (c, _) in results.items() if c == "differ"}
     assert differ == EXPECTED_DIFFER.get(entry["name"], set()), results
+
+
+def _virtualizarr(
+    path: Path, doc: Path, tmp_path: Path, variables: set[str], hdf5: GranuleRefs
+) -> dict[str, str]:
+    """Variable -> ``exact`` / ``differ`` / ``error`` / ``not shown`` through VirtualiZarr's
+    DMR++ parser (it reads the data beside the document: both are linked into ``tmp_path``)."""
+    from obspec_utils.registry import ObjectStoreRegistry
+    from obstore.store import LocalStore
+    from virtualizarr.parsers import DMRPPParser
+
+    from h5sidecar.indexer.dmrpp import parse_dmrpp
+
+    (tmp_path / "vz").mkdir()
+    data = tmp_path / "vz" / path.name
+    data.symlink_to(path)
+    (tmp_path / "vz" / doc.name).symlink_to(doc)
+    out = dict.fromkeys(variables, "not shown")
+    groups = [g.path for g in parse_dmrpp(doc.read_bytes()).root.walk()]
+    with warnings.catch_warnings(), h5py.File(path) as h5:
+        warnings.simplefilter("ignore")
+        for group in groups:
+            registry = ObjectStoreRegistry({"file://": LocalStore()})
+            try:
+                store = DMRPPParser(group=group or None)(f"file://{data}.dmrpp", registry)
+                ds = xr.open_zarr(store, consolidated=False, zarr_format=3, mask_and_scale=False,
+                                  decode_times=False)  # fmt: skip
+            except Exception:  # noqa: BLE001 - the peer refusing a group is what is counted
+                for p in variables:
+                    if p.rpartition("/")[0] == group:
+                        out[p] = "error"
+                continue
+            for name in ds.variables:
+                p = f"{group}/{name}" if group else str(name)
+                hp = _hdf5_path(p, hdf5)
+                if hp not in h5 or not isinstance(h5[hp], h5py.Dataset):
+                    continue
+                try:
+                    got = np.asarray(ds[name].values)
+                except Exception:  # noqa: BLE001 - counted
+                    out[p] = "error"
+                    continue
+                want = np.asarray(h5[hp][()])
+                same = (
+                    want.dtype.names is None
+                    and got.shape == want.shape
+                    and bool(np.array_equal(got, want, equal_nan=want.dtype.kind == "f"))
+                )
+                out[p] = "exact" if same else "differ"
+    return out
 
 
 def test_dmrpp_corpus_summary() -> None:
@@ -204,7 +259,16 @@ def test_dmrpp_corpus_summary() -> None:
     print("  metadata fields that differ:", dict(fields))
     for reason, n in reasons.most_common():
         print(f"  skipped x{n}: {reason}")
+    peer = Counter(c for results in PEER.values() for c in results.values())
+    ours = Counter(
+        "exact" if c in ("exact", "metadata") else c
+        for r in RESULTS.values()
+        for c, _ in r.values()
+    )
+    print("reads equal to h5py, per reader (same variables):")
+    print(f"  h5sidecar from DMR++: {dict(ours)}")
+    print(f"  VirtualiZarr DMRPPParser: {dict(peer)}")
     for name, results in sorted(RESULTS.items()):
         counts = Counter(c for c, _ in results.values())
-        print(f"  {name}: {dict(counts)}")
+        print(f"  {name}: {dict(counts)}; VirtualiZarr {dict(Counter(PEER[name].values()))}")
     assert total["differ"] == sum(len(EXPECTED_DIFFER.get(n, ())) for n in RESULTS)
