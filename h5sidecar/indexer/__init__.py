@@ -13,6 +13,7 @@ What is supported, and how each HDF5 quirk is handled, is described in the READM
 from __future__ import annotations
 
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, Protocol
 
 from h5sidecar.errors import SourceNotFoundError
@@ -32,7 +33,7 @@ from h5sidecar.indexer.filters import (
 )
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import IndexSettings
-from h5sidecar.sources import read_object
+from h5sidecar.sources import read_object, source_identity
 
 #: Settings used when none are given (frozen, so sharing one instance is safe).
 DEFAULT_SETTINGS = IndexSettings()
@@ -151,11 +152,15 @@ def index_source(
     """
     if from_dmrpp == "never":
         return index_granule(url, storage_options=storage_options, settings=settings)
-    try:
-        data, identity = read_object(url + ".dmrpp", storage_options)
-    except SourceNotFoundError:
-        if from_dmrpp == "only":
-            raise
-        return index_granule(url, storage_options=storage_options, settings=settings)
+    # the document and the granule's identity are asked for at once: one round trip, not two
+    with ThreadPoolExecutor(2) as pool:
+        granule = pool.submit(source_identity, url, storage_options)
+        try:
+            data, identity = read_object(url + ".dmrpp", storage_options)
+        except SourceNotFoundError:
+            if from_dmrpp == "only":
+                raise
+            return index_granule(url, storage_options=storage_options, settings=settings)
+        source = granule.result()
     return index_dmrpp_document(data, identity, url, settings=settings,
-                                storage_options=storage_options)  # fmt: skip
+                                storage_options=storage_options, source=source)  # fmt: skip

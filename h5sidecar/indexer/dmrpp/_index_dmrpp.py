@@ -135,9 +135,11 @@ def index_dmrpp_document(
     byte_order: Literal["LE", "BE"] | None = None,
     storage_options: Mapping[str, Any] | None = None,
     started: float | None = None,
+    source: SourceInfo | None = None,
 ) -> GranuleRefs:
     """:func:`index_dmrpp` of a document already read (``data``, read from
-    ``doc_identity.url``); the other parameters are :func:`index_dmrpp`'s."""
+    ``doc_identity.url``); the other parameters are :func:`index_dmrpp`'s.  ``source``: the
+    granule's identity when the caller looked it up already (at ``source_url``)."""
     started = time.perf_counter() if started is None else started
     settings = settings or IndexSettings()
     storage_options = dict(storage_options or {})
@@ -150,7 +152,8 @@ def index_dmrpp_document(
     prefixes = tuple(allowed_prefixes) or (_folder(doc_identity.url), *given)
     allow = AllowList(prefixes)
     allow.check(granule)
-    source = source_identity(granule, storage_options)
+    if source is None or source_url is None or source.url != allow.check(granule).url:
+        source = source_identity(granule, storage_options)
     seen: dict[str, UrlInfo] = {}
 
     def url_info(href: str) -> UrlInfo:

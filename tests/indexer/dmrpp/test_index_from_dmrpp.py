@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -14,7 +15,8 @@ import pytest
 from h5sidecar.cli import main
 from h5sidecar.errors import InvalidDmrppError, SourceNotFoundError
 from h5sidecar.indexer import DMRPP_KEY, index_source
-from h5sidecar.references import read_refs
+from h5sidecar.references import read_refs, write_json
+from tests.indexer._compare import open_plain
 from tests.indexer.dmrpp._documents import document, write_beside
 
 
@@ -59,3 +61,58 @@ def test_cli_index_from_dmrpp(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main([*args, "--from-dmrpp", "only"]) == 1
     counts = json.loads(capsys.readouterr().out)["counts"]
     assert counts == {"ok": 1, "failed": 1, "up_to_date": 0}
+
+
+def test_index_from_dmrpp_on_s3(
+    tmp_path: Path, s3: Any, s3_bucket: str, s3_storage_options: dict[str, Any]
+) -> None:
+    local = _granule(tmp_path / "a.h5", 0)
+    doc = write_beside(local, document(local, "t", filters="shuffle deflate"))
+    s3.put(str(local), f"{s3_bucket}/in/a.h5")
+    s3.put(doc, f"{s3_bucket}/in/a.h5.dmrpp")
+    s3.put(str(local), f"{s3_bucket}/in/b.h5")  # no DMR++ beside it
+    url = f"s3://{s3_bucket}/in/a.h5"
+    refs = index_source(url, from_dmrpp="auto", storage_options=s3_storage_options)
+    assert refs.source.url == url and refs.source.etag  # the freshness guard's identity
+    assert refs.extra[DMRPP_KEY]["url"] == url + ".dmrpp"
+    assert refs.arrays["t"].manifest.urls == (url,)
+    group = open_plain(write_json(refs, tmp_path / "refs.json"), "s3", s3_storage_options)
+    with h5py.File(local) as f:
+        np.testing.assert_array_equal(group["t"][...], f["t"][...])
+    other = index_source(f"s3://{s3_bucket}/in/b.h5", from_dmrpp="auto",
+                         storage_options=s3_storage_options)  # fmt: skip
+    assert DMRPP_KEY not in other.extra
+
+
+def test_request_budget_on_s3(
+    tmp_path: Path, s3: Any, s3_bucket: str, s3_storage_options: dict[str, Any], proxy: Any
+) -> None:
+    """From a DMR++: one GET of the document and one HEAD of the granule (its identity); a
+    fletcher32 among other filters adds one ranged GET of one chunk (the order check)."""
+    local = _granule(tmp_path / "a.h5", 0)
+    s3.put(str(local), f"{s3_bucket}/a.h5")
+    s3.put(write_beside(local, document(local, "t", filters="shuffle deflate")),
+           f"{s3_bucket}/a.h5.dmrpp")  # fmt: skip
+    options = {**s3_storage_options, "endpoint_url": proxy.url}
+    proxy.delay = 0.2  # requests sent together are in flight together
+    proxy.clear()
+    refs = index_source(f"s3://{s3_bucket}/a.h5", from_dmrpp="only", storage_options=options)
+    assert sorted((r.method, r.path.rpartition("/")[2]) for r in proxy.requests) == [
+        ("GET", "a.h5.dmrpp"), ("HEAD", "a.h5")
+    ]  # fmt: skip
+    assert proxy.peak_in_flight == 2  # asked at once
+    assert len(refs.arrays["t"].manifest.urls) == 1
+    checked = tmp_path / "c" / "a.h5"
+    checked.parent.mkdir()
+    with h5py.File(checked, "w") as f:
+        f.create_dataset("t", data=np.arange(48, dtype="<f4").reshape(6, 8), chunks=(3, 4),
+                         compression="gzip", fletcher32=True)  # fmt: skip
+    s3.put(str(checked), f"{s3_bucket}/c.h5")
+    s3.put(write_beside(checked, document(checked, "t", filters="deflate fletcher32")),
+           f"{s3_bucket}/c.h5.dmrpp")  # fmt: skip
+    proxy.clear()
+    index_source(f"s3://{s3_bucket}/c.h5", from_dmrpp="only", storage_options=options)
+    assert sorted((r.method, r.path.rpartition("/")[2], r.range is not None)
+                  for r in proxy.requests) == [
+        ("GET", "c.h5", True), ("GET", "c.h5.dmrpp", False), ("HEAD", "c.h5", False)
+    ]  # fmt: skip
