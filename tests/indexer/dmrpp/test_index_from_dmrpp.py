@@ -12,6 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
+from h5sidecar import index_dmrpp
 from h5sidecar.cli import main
 from h5sidecar.errors import InvalidDmrppError, SourceNotFoundError
 from h5sidecar.indexer import DMRPP_KEY, index_source
@@ -116,3 +117,19 @@ def test_request_budget_on_s3(
                   for r in proxy.requests) == [
         ("GET", "c.h5", True), ("GET", "c.h5.dmrpp", False), ("HEAD", "c.h5", False)
     ]  # fmt: skip
+
+
+def test_index_dmrpp_over_https_sources(tmp_path: Path) -> None:
+    """A document and its granule on web servers (127.0.0.1): the placeholder resolves to the
+    granule's URL, and the values read back through it."""
+    from tests.sources.ranges_server import ranges_server
+
+    local = _granule(tmp_path / "a.h5", 0)
+    doc = Path(write_beside(local, document(local, "t", filters="shuffle deflate")))
+    with ranges_server(local) as granule, ranges_server(doc) as served:
+        refs = index_dmrpp(served.url, granule.url)
+        assert refs.source.url == granule.url and refs.source.size == local.stat().st_size
+        assert refs.arrays["t"].manifest.urls == (granule.url,)
+        group = open_plain(write_json(refs, tmp_path / "refs.json"), "http")
+        with h5py.File(local) as f:
+            np.testing.assert_array_equal(group["t"][...], f["t"][...])
