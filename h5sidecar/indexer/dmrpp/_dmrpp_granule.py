@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from h5sidecar.errors import ErrorKind, UnsupportedFeatureError
@@ -24,6 +24,7 @@ from h5sidecar.indexer.dims._dim_names import NETCDF_DIM_ONLY, PHONY
 from h5sidecar.indexer.dmrpp._dap_types import attribute_value
 from h5sidecar.indexer.dmrpp._dmrpp_document import (
     DmrAttribute,
+    DmrDim,
     DmrGroup,
     DmrppDocument,
     DmrVariable,
@@ -271,8 +272,5 @@ def _convert(
 
 
 def _with_sizes(var: DmrVariable, shape: tuple[int, ...]) -> DmrVariable:
-    from dataclasses import replace
-
-    from h5sidecar.indexer.dmrpp._dmrpp_document import DmrDim
-
+    """``var`` with the sizes of its shared dimensions filled in (``<Dim name=.../>``)."""
     return replace(var, dims=tuple(DmrDim(d.name, s) for d, s in zip(var.dims, shape, strict=True)))

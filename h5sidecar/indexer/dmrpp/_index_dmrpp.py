@@ -52,7 +52,10 @@ def resolve_href(href: str, doc_href: str, granule_url: str) -> str:
     if _has_scheme(href):
         return href
     base = "" if (not doc_href or PLACEHOLDER in doc_href or _has_scheme(doc_href)) else doc_href
-    rel = posixpath.relpath(href, posixpath.dirname(base) or ".") if base else href.lstrip("/")
+    if base.startswith("/") and not href.startswith("/"):
+        rel = href  # a relative path beside a rooted one: relative to the granule's folder
+    else:  # both rooted, so relpath never involves this process's working folder
+        rel = posixpath.relpath("/" + href.lstrip("/"), posixpath.dirname("/" + base.lstrip("/")))
     return f"{_folder(granule_url)}/{rel}"
 
 

@@ -20,6 +20,7 @@ import pytest
 
 from h5sidecar import index_dmrpp
 from h5sidecar.errors import ForbiddenSourceError, InvalidDmrppError, UnsupportedFeatureError
+from h5sidecar.indexer.dmrpp import resolve_href
 from h5sidecar.references import write_json
 from h5sidecar.settings import IndexSettings
 from tests.indexer._compare import open_plain
@@ -216,3 +217,21 @@ def test_chunk_href_outside_the_allowed_sources(granule: Callable[..., Path]) ->
     rows[0] = rows[0].replace("/>", ' href="/etc/passwd"/>')
     with pytest.raises(ForbiddenSourceError):
         index_dmrpp(_write(path, _document(path, "t", href="data/g.h5", rows=rows)))
+
+
+@pytest.mark.parametrize(
+    ("href", "doc_href", "want"),
+    [
+        ("", "data/dmrpp/g.h5", "s3://b/p/g.h5"),
+        ("OPeNDAP_DMRpp_DATA_ACCESS_URL", "data/g.h5", "s3://b/p/g.h5"),
+        ("data/dmrpp/g.h5", "data/dmrpp/g.h5", "s3://b/p/g.h5"),
+        ("data/dmrpp/g.h5_mvs.h5", "data/dmrpp/g.h5", "s3://b/p/g.h5_mvs.h5"),
+        ("/data/dmrpp/y.h5", "/data/dmrpp/g.h5", "s3://b/p/y.h5"),
+        ("sub/y.h5", "OPeNDAP_DMRpp_DATA_ACCESS_URL", "s3://b/p/sub/y.h5"),
+        ("y.h5", "/data/dmrpp/g.h5", "s3://b/p/y.h5"),
+        ("s3://other/y.h5", "data/g.h5", "s3://other/y.h5"),  # then refused by the allow-list
+        ("/etc/passwd", "data/g.h5", "s3://b/p/../etc/passwd"),  # likewise
+    ],
+)
+def test_resolve_href(href: str, doc_href: str, want: str) -> None:
+    assert resolve_href(href, doc_href, "s3://b/p/g.h5") == want
