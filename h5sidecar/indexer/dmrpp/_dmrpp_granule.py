@@ -42,6 +42,9 @@ __all__ = ["BUILD_DMRPP_ONLY", "DMRPP_KEY", "dmrpp_refs"]
 BUILD_DMRPP_ONLY = frozenset({"origname", "fullnamepath"})
 #: The root attribute container where build_dmrpp describes itself.
 _BUILD_METADATA = "build_dmrpp_metadata"
+#: What of it the provenance keeps: versions and date (not the invocation or the server's
+#: configuration, kilobytes naming the builder's machine).
+_BUILD_FIELDS = ("build_dmrpp", "bes", "libdap", "created")
 #: Key of ``GranuleRefs.extra`` saying the references came from a DMR++ (and which).
 DMRPP_KEY = "from_dmrpp"
 _DIM_ONLY_REASON = (
@@ -170,7 +173,7 @@ def dmrpp_refs(
         The byte order to assume where the document gives none (default: skip those).
     read : callable, optional
         ``read(url, [(offset, length), ...])``: lets the conversion check a chunk where the
-        document cannot be trusted (see :class:`~._dmrpp_variable.Conversion`).
+        document cannot be trusted (see :class:`~._variable_type.Conversion`).
     """
     renames = _group_renames(doc)
     sizes = _dimension_sizes(doc)
@@ -231,7 +234,8 @@ def _without_build_metadata(group: DmrGroup, built_by: dict[str, Any]) -> tuple[
     kept = []
     for a in group.attributes:
         if group.path == "" and a.name == _BUILD_METADATA:
-            built_by.update({m.name: " ".join(m.values) for m in a.members})
+            built_by.update({m.name: " ".join(m.values) for m in a.members
+                             if m.name in _BUILD_FIELDS})  # fmt: skip
         else:
             kept.append(a)
     return tuple(kept)
