@@ -14,6 +14,7 @@ from h5sidecar._version import __version__
 # public name -> module that defines it (imported lazily so `import h5sidecar` stays cheap)
 _LAZY = {
     "index_granule": "h5sidecar.indexer",
+    "index_dmrpp": "h5sidecar.indexer",
     "GranuleRefs": "h5sidecar.references",
     "ChunkManifest": "h5sidecar.references",
     "read_refs": "h5sidecar.references",
@@ -31,6 +32,7 @@ __all__ = [
     "__version__",
     "ChunkManifest",
     "GranuleRefs",
+    "index_dmrpp",
     "index_granule",
     "load",
     "open_dataset",
@@ -46,6 +48,7 @@ __all__ = [
 
 if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads on first use
     from h5sidecar.catalog import open_item as open_item
+    from h5sidecar.indexer import index_dmrpp as index_dmrpp
     from h5sidecar.indexer import index_granule as index_granule
     from h5sidecar.read import load as load
     from h5sidecar.read import open_dataset as open_dataset

@@ -27,6 +27,7 @@ __all__ = [
     "GranuleTimeoutError",
     "H5SidecarError",
     "IncompatibleGranulesError",
+    "InvalidDmrppError",
     "InvalidReferenceError",
     "InvalidRequestError",
     "NotHDF5Error",
@@ -105,6 +106,8 @@ class ErrorKind(enum.StrEnum):
     SOURCE_AUTH = "source_auth"
     # -- DEST's record cannot be written (``RecordBusyError``) ---------------------------------
     RECORD_BUSY = "record_busy"
+    # -- a DMR++ document that cannot be used (``InvalidDmrppError``) ---------------------------
+    INVALID_DMRPP = "invalid_dmrpp"
 
 
 class H5SidecarError(Exception):
@@ -127,6 +130,13 @@ class InvalidReferenceError(H5SidecarError, ValueError):
     """A sidecar (reference file) is malformed, truncated or inconsistent."""
 
     kind = ErrorKind.INVALID_REFERENCE
+
+
+class InvalidDmrppError(InvalidReferenceError):
+    """A DMR++ document cannot be used: it is not XML, or it contradicts itself or the granule
+    (a chunk past the end of the data file, a chunk grid that does not cover the shape)."""
+
+    kind = ErrorKind.INVALID_DMRPP
 
 
 class NotHDF5Error(H5SidecarError, ValueError):

@@ -71,6 +71,7 @@ PINNED = [
     "no_credentials",
     "source_auth",
     "record_busy",
+    "invalid_dmrpp",
 ]
 
 

@@ -69,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--on-unsupported", choices=["skip", "raise"], default="skip",
                    help="skip unsupported variables (recorded with the reason) or fail the "
                    "granule (default: skip)")
+    p.add_argument("--from-dmrpp", choices=["auto", "only", "never"], default="never",
+                   help="index each granule from the DMR++ beside it (GRANULE.dmrpp): auto "
+                   "where one exists, else from the HDF5; only: fail granules without one "
+                   "(default: never)")
     p.add_argument("--pattern", action="append", dest="patterns", metavar="GLOB",
                    help="file names to index in a folder/prefix (repeatable; default: *.h5 "
                    "*.hdf5 *.he5 *.nc *.nc4)")

@@ -60,6 +60,7 @@ def cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
             workers=workers,
             progress=bar,
             settings=from_env(IndexSettings, max_granule_seconds=args.max_granule_seconds),
+            from_dmrpp=args.from_dmrpp,
         )
     if args.json:
         # plain json: rich's pretty-printer took a minute and 1.3 GB for 10,000 granules

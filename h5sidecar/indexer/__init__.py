@@ -13,14 +13,17 @@ What is supported, and how each HDF5 quirk is handled, is described in the READM
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal, Protocol
 
+from h5sidecar.errors import SourceNotFoundError
 from h5sidecar.indexer._checksums import chunk_hash
 from h5sidecar.indexer._granule import index_open_granule, skip_loses_data
 from h5sidecar.indexer._summary import SUMMARY_KEY as COORDINATE_SUMMARY_KEY
 from h5sidecar.indexer._summary import longitude_arc
 from h5sidecar.indexer.crawl._h5file import open_granule
 from h5sidecar.indexer.crawl._source_file import open_source
+from h5sidecar.indexer.dmrpp import DMRPP_KEY, index_dmrpp, index_dmrpp_document
 from h5sidecar.indexer.dtypes._dtype_plan import ENUMS_KEY, REFERENCES_KEY
 from h5sidecar.indexer.filters import (
     chunk_pipeline,
@@ -30,19 +33,24 @@ from h5sidecar.indexer.filters import (
 )
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import IndexSettings
+from h5sidecar.sources import read_object, source_identity
 
 #: Settings used when none are given (frozen, so sharing one instance is safe).
 DEFAULT_SETTINGS = IndexSettings()
 
 __all__ = [
     "COORDINATE_SUMMARY_KEY",
+    "DMRPP_KEY",
+    "FromDmrpp",
     "ENUMS_KEY",
     "REFERENCES_KEY",
     "Indexer",
     "chunk_hash",
     "chunk_pipeline",
     "chunk_pipeline_differs",
+    "index_dmrpp",
     "index_granule",
+    "index_source",
     "longitude_arc",
     "open_source",
     "partial_edge_chunks_unfiltered",
@@ -109,3 +117,50 @@ def index_granule(
     """
     with open_granule(url, storage_options=storage_options, settings=settings) as granule:
         return index_open_granule(granule, settings, storage_options)
+
+
+#: Where :func:`index_source` takes a granule's references from.
+FromDmrpp = Literal["auto", "only", "never"]
+
+
+def index_source(
+    url: str,
+    *,
+    from_dmrpp: FromDmrpp = "never",
+    storage_options: Mapping[str, Any] | None = None,
+    settings: IndexSettings = DEFAULT_SETTINGS,
+) -> GranuleRefs:
+    """Index one granule from its HDF5 metadata, or from the DMR++ document beside it.
+
+    Parameters
+    ----------
+    url : str
+        The granule.
+    from_dmrpp : "auto", "only" or "never"
+        ``never``: crawl the HDF5 (:func:`index_granule`); ``only``: index from ``url +
+        ".dmrpp"`` (:func:`index_dmrpp`; a missing document fails the granule); ``auto``: from
+        the DMR++ where it exists, else crawl the HDF5.
+    storage_options, settings
+        As for :func:`index_granule`.
+
+    Raises
+    ------
+    SourceNotFoundError
+        With ``only``, when the document does not exist (and as :func:`index_granule`).
+    InvalidDmrppError, ForbiddenSourceError
+        A document that cannot be used (never crawled around: a bad document is reported).
+    """
+    if from_dmrpp == "never":
+        return index_granule(url, storage_options=storage_options, settings=settings)
+    # the document and the granule's identity are asked for at once: one round trip, not two
+    with ThreadPoolExecutor(2) as pool:
+        granule = pool.submit(source_identity, url, storage_options)
+        try:
+            data, identity = read_object(url + ".dmrpp", storage_options)
+        except SourceNotFoundError:
+            if from_dmrpp == "only":
+                raise
+            return index_granule(url, storage_options=storage_options, settings=settings)
+        source = granule.result()
+    return index_dmrpp_document(data, identity, url, settings=settings,
+                                storage_options=storage_options, source=source)  # fmt: skip

@@ -59,6 +59,8 @@ _LAZY = {
     "_resolve_s3_options": "h5sidecar.sources.stores._store_cache",
     "drop_queued_reads": "h5sidecar.sources.stores._backends",
     "sync_within": "h5sidecar.sources.fetch._ranged",
+    "read_object": "h5sidecar.sources.fetch._whole_object",
+    "read_ranges": "h5sidecar.sources.fetch._whole_object",
 }
 
 __all__ = [
@@ -100,6 +102,8 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads
     from h5sidecar.sources.fetch._ranged import RemoteRangedFile as RemoteRangedFile
     from h5sidecar.sources.fetch._ranged import sync_within as sync_within
     from h5sidecar.sources.fetch._retry import retrying as retrying
+    from h5sidecar.sources.fetch._whole_object import read_object as read_object
+    from h5sidecar.sources.fetch._whole_object import read_ranges as read_ranges
     from h5sidecar.sources.stores._backends import NO_RETRY as NO_RETRY
     from h5sidecar.sources.stores._backends import drop_queued_reads as drop_queued_reads
     from h5sidecar.sources.stores._store_cache import _resolve_s3_options as _resolve_s3_options

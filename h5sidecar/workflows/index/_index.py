@@ -29,6 +29,7 @@ from h5sidecar.dest import (
     is_remote,
     join_url,
 )
+from h5sidecar.indexer import FromDmrpp
 from h5sidecar.references import SourceInfo
 from h5sidecar.settings import IndexSettings
 from h5sidecar.sources import normalize_url
@@ -74,6 +75,7 @@ def index_many(
     executor: ExecutorSpec = "process",
     workers: int | None = None,
     progress: ProgressSink | None = None,
+    from_dmrpp: FromDmrpp = "never",
 ) -> RunReport:
     """Index every granule under ``source`` into one sidecar each under ``dest``.
 
@@ -108,6 +110,9 @@ def index_many(
         Worker processes (default: one per CPU, at most one per granule); also bounds the tasks
         in flight on a caller's executor.
     progress : ProgressSink, optional
+    from_dmrpp : "auto", "only" or "never"
+        Index each granule from the DMR++ document beside it (``GRANULE.dmrpp``): ``auto``
+        where one exists, else from the HDF5; ``only`` fails granules without one.
 
     Returns
     -------
@@ -141,6 +146,7 @@ def index_many(
             layout=layout or base.layout,
         ),
         storage_options=dict(storage_options) if storage_options else None,
+        from_dmrpp=from_dmrpp,
     )
     if not is_remote(dest) and os.path.exists(dest) and not os.path.isdir(dest):
         raise NotADirectoryError(

@@ -15,7 +15,7 @@ from typing import Any
 
 from h5sidecar.dest import GranuleResult, error_record
 from h5sidecar.errors import ErrorKind, H5SidecarError
-from h5sidecar.indexer import index_granule
+from h5sidecar.indexer import FromDmrpp, index_source
 from h5sidecar.references import GranuleRefs, SidecarFormat, SourceInfo, write_refs
 from h5sidecar.settings import IndexSettings
 from h5sidecar.workflows.index._up_to_date import check_up_to_date, sidecar_bytes, sweep_leftovers
@@ -40,12 +40,15 @@ class IndexOptions:
         fsspec/s3fs options for the source and the destination.  They travel to local worker
         processes with each task; to a Dask cluster without credentials (``key``, ``secret``,
         ``token``...): Dask workers resolve their own (``AWS_*``, ``AWS_PROFILE``, roles).
+    from_dmrpp : "auto", "only" or "never"
+        Index from the DMR++ beside each granule (see :func:`h5sidecar.indexer.index_source`).
     """
 
     format: SidecarFormat = "parquet"
     force: bool = False
     settings: IndexSettings = field(default_factory=IndexSettings)
     storage_options: Mapping[str, Any] | None = None
+    from_dmrpp: FromDmrpp = "never"
 
 
 def index_one(
@@ -93,7 +96,8 @@ def index_one(
             if done is not None:
                 return done
         t1 = time.perf_counter()
-        refs = index_granule(url, storage_options=_opts(options), settings=options.settings)
+        refs = index_source(url, from_dmrpp=options.from_dmrpp, storage_options=_opts(options),
+                            settings=options.settings)  # fmt: skip
         t2 = time.perf_counter()
         seconds["index"] = t2 - t1
         write_refs(
