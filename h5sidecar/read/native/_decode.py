@@ -27,7 +27,7 @@ import threading
 import zlib
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numcodecs
@@ -208,6 +208,17 @@ class ChunkCodec:
     order: str
     codecs: tuple[Codec, ...]
     fill: Any
+    #: bytes of one decoded (whole) chunk; computed once: a batch asks for it per chunk
+    chunk_nbytes: int = field(init=False, repr=False)
+    #: the codec chain :meth:`decode_into` runs without the general loop of :meth:`_raw`
+    _chain: str = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "chunk_nbytes", math.prod(self.chunks) * self.dtype.itemsize)
+        kinds = tuple(type(c) for c in self.codecs)
+        chain = {(): "plain", (_Inflate,): "inflate",
+                 (_Inflate, _Unshuffle): "inflate+unshuffle"}.get(kinds, "other")  # type: ignore[arg-type]
+        object.__setattr__(self, "_chain", chain)
 
     @classmethod
     def for_array(cls, zarray: Mapping[str, Any], dtype: np.dtype) -> ChunkCodec | None:
@@ -236,11 +247,6 @@ class ChunkCodec:
         """Elements in one (whole) chunk."""
         return math.prod(self.chunks)
 
-    @property
-    def chunk_nbytes(self) -> int:
-        """Bytes of one decoded (whole) chunk."""
-        return self.chunk_items * self.dtype.itemsize
-
     def decode(self, data: Any, where: str = "", dest: np.ndarray | None = None) -> np.ndarray:
         """Decode one stored chunk to an array of shape ``chunks``.
 
@@ -267,9 +273,25 @@ class ChunkCodec:
         ChunkDecodeError
             As :meth:`decode`.
         """
-        if not self.codecs and len(data) == dest.size:  # plain bytes: one copy, no checks left
+        chain = self._chain
+        if chain == "plain" and len(data) == dest.size:  # plain bytes: one copy, no checks left
             dest[...] = np.frombuffer(data, np.uint8)
             return
+        # the chains of nearly every HDF5 chunk, without the general loop's per-stage checks
+        # (a few microseconds a chunk, which thousands of small chunks add up to): libdeflate
+        # fills exactly the chunk's bytes (returning ``out`` itself) or raises; a chunk it does
+        # not fill is decoded again by the general loop, which reports what is wrong with it
+        try:
+            if chain == "inflate":
+                if _deflate_decode(data, out=dest) is dest:
+                    return
+            elif chain == "inflate+unshuffle":
+                shuffled = np.empty(dest.size, np.uint8)
+                if _deflate_decode(data, out=shuffled) is shuffled:
+                    self.codecs[1].decode(shuffled, out=dest)
+                    return
+        except (RuntimeError, ValueError):  # imagecodecs' DeflateError is a RuntimeError
+            pass
         self._raw(data, "", dest)
 
     def _raw(self, data: Any, where: str, dest: np.ndarray | None) -> np.ndarray:

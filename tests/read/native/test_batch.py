@@ -219,6 +219,46 @@ def test_wrong_size_after_decoding_raises(small_refs: GranuleRefs) -> None:
         reader.read_sync([(var, (ALL,))])
 
 
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_whole_chunks_with_the_wrong_stream_raise_as_others(tmp_path: Path, shuffle: bool) -> None:
+    """Whole chunks decoded straight into the output (gzip, gzip + shuffle) take a short path;
+    a chunk whose reference points at another array's valid zlib stream (fewer or more bytes
+    than one chunk) or at bytes that are no stream still fails with the chunk named, and the
+    arrays around it still equal h5py's."""
+    from h5sidecar.indexer import index_granule
+
+    path = tmp_path / "streams.h5"
+    data = np.arange(400, dtype="<i4") * 3 - 7
+    with h5py.File(path, "w") as f:
+        f.create_dataset("a", data=data, chunks=(100,), compression="gzip", shuffle=shuffle)
+        f.create_dataset("b", data=data[:200], chunks=(50,), compression="gzip", shuffle=shuffle)
+    refs = index_granule(str(path))
+    a, b = refs.arrays["a"], refs.arrays["b"]
+    got_a, got_b = _store(refs).native.read_sync([("a", (ALL,)), ("b", (ALL,))])
+    np.testing.assert_array_equal(got_a, data)
+    np.testing.assert_array_equal(got_b, data[:200])
+
+    def planted(arr: ArrayRefs, index: int, offset: Any, length: Any) -> GranuleRefs:
+        m = arr.manifest
+        offsets, lengths = m.offsets.copy(), m.lengths.copy()
+        offsets[index], lengths[index] = offset, length
+        moved = ChunkManifest.from_arrays(urls=m.urls, codes=m.codes, offsets=offsets,
+                                          lengths=lengths, inline=m.inline)
+        arrays = dict(refs.arrays)
+        arrays[arr.path] = ArrayRefs(path=arr.path, meta=arr.meta, manifest=moved)
+        return dataclasses.replace(refs, arrays=arrays)
+
+    short = planted(a, 1, b.manifest.offsets[0], b.manifest.lengths[0])  # 200 bytes of 400
+    with pytest.raises(ChunkDecodeError, match=r"chunk a \(1,\) decoded to 200 bytes, expected 400"):
+        _store(short).native.read_sync([("a", (ALL,))])
+    long = planted(b, 2, a.manifest.offsets[0], a.manifest.lengths[0])  # 400 bytes of 200
+    with pytest.raises(ChunkDecodeError, match=r"chunk b \(2,\) decoded to 400 bytes, expected 200"):
+        _store(long).native.read_sync([("b", (ALL,))])
+    garbage = planted(a, 2, a.manifest.offsets[2] + 3, a.manifest.lengths[2] - 3)
+    with pytest.raises(ChunkDecodeError, match=r"chunk a \(2,\) did not decode"):
+        _store(garbage).native.read_sync([("a", (ALL,))])
+
+
 def test_unknown_array_and_wrong_key_length(small_refs: GranuleRefs) -> None:
     reader = _store(small_refs).native
     with pytest.raises(KeyError, match="no array 'nope'"):
