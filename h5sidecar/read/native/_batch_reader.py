@@ -77,6 +77,8 @@ class NativeReader:
         #: arrays opened as lazy variables through this reader, in order (read-ahead candidates)
         self.opened: dict[str, None] = {}
         self._ahead_done: set[str] = set()  # read, or read ahead, once already
+        #: (len(opened), opened arrays not in _ahead_done then): see _prefetch.not_read_yet
+        self._not_read_memo: tuple[int, list[str]] | None = None
         self._small_reads = 0  # whole reads of small arrays served in earlier batches
         self._large_reads = 0  # and of larger ones in a row (see read.native._prefetch.follow_on)
         self._refilling = False  # a loop over small arrays read ahead: see plan_refill
