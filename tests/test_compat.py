@@ -187,6 +187,31 @@ def test_v2_fill_value_as_zarr_parses_it(zarray: dict, expected: object) -> None
         assert got == expected
 
 
+@pytest.mark.parametrize(("filters", "fill", "expected"), [
+    ([{"id": "vlen-utf8"}], None, ""),
+    ([{"id": "vlen-utf8"}], "n/a", "n/a"),
+    ([{"id": "vlen-bytes"}], None, None),  # Python objects (bytes): left to zarr
+])
+def test_v2_string_dtype_is_what_zarr_reads(filters: list, fill: object, expected: object) -> None:
+    import json
+
+    import zarr
+    import zarr.buffer
+
+    doc = {"zarr_format": 2, "shape": [3], "chunks": [2], "order": "C", "compressor": None,
+           "filters": filters, "dtype": "|O", "fill_value": fill}
+    got = c_zarr.v2_string_dtype(doc)
+    store = zarr.storage.MemoryStore()
+    asyncio.run(store.set(".zarray", zarr.buffer.default_buffer_prototype().buffer.from_bytes(
+        json.dumps(doc).encode())))
+    read = zarr.open_array(store, mode="r", zarr_format=2)[:]  # no chunk written: all fill
+    if expected is None:
+        assert got is None and read.dtype == np.dtype(object)
+        return
+    assert got is not None and got[0] == read.dtype and got[1] == expected
+    assert read.tolist() == [expected] * 3
+
+
 def test_validate_array_v3_metadata_accepts_zarrs_own_and_refuses_garbage() -> None:
     import json
 

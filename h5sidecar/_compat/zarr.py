@@ -11,6 +11,10 @@ Two uses; :data:`CHECKED` is the range ``pyproject.toml`` allows (checked on 3.1
   (``ArrayV3Metadata.from_dict``), before it is written where zarr must read it back.
   Public alternative: none short of writing an array and opening it.
 
+- :func:`v2_string_dtype`: the dtype and fill value zarr reads a Zarr v2 array of
+  variable-length UTF-8 strings as (``ArrayV2Metadata.from_dict(...).dtype``), so the batch
+  reader decodes them to what zarr returns.  Public alternative: opening the array.
+
 Public names serve everything else: ``zarr.abc.buffer`` (``Buffer``, ``BufferPrototype``),
 ``zarr.buffer.default_buffer_prototype``, ``zarr.dtype.data_type_registry``.
 """
@@ -20,11 +24,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import zarr
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-__all__ = ["CHECKED", "v2_fill_value", "validate_array_v3_metadata"]
+__all__ = ["CHECKED", "v2_fill_value", "v2_string_dtype", "validate_array_v3_metadata"]
 
 #: The zarr versions these uses are known to work on (checked: 3.1.6).
 CHECKED = SpecifierSet(">=3.1,<3.2")
@@ -42,6 +47,19 @@ def v2_fill_value(zarray: Mapping[str, Any]) -> Any:
     """The fill value of the Zarr v2 array described by ``zarray`` (a ``.zarray`` document), as
     zarr decodes it (``None`` when it has none)."""
     return ArrayV2Metadata.from_dict(dict(zarray) | {"attributes": {}}).fill_value
+
+
+def v2_string_dtype(zarray: Mapping[str, Any]) -> tuple[np.dtype, Any] | None:
+    """``(dtype, fill value)`` of the values zarr reads for the Zarr v2 array of Python objects
+    described by ``zarray`` when they are variable-length UTF-8 strings (numpy's
+    ``StringDType``, ``""`` in unwritten chunks unless a fill value is given); None when zarr
+    reads its values as Python objects."""
+    meta = ArrayV2Metadata.from_dict(dict(zarray) | {"attributes": {}})
+    dtype = meta.dtype.to_native_dtype()
+    if dtype.kind != "T":
+        return None
+    fill = meta.fill_value if meta.fill_value is not None else meta.dtype.default_scalar()
+    return dtype, fill
 
 
 def validate_array_v3_metadata(doc: Mapping[str, Any]) -> None:

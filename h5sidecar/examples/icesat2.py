@@ -162,13 +162,15 @@ def _block_reader(store: Any, variables: Sequence[str],
     one being read): decoding into fresh arrays for every block made the memory allocator map,
     page-fault and unmap hundreds of MB per granule in Dask workers, whose allocator returns
     freed memory to the system at once (``MALLOC_TRIM_THRESHOLD_``).  Arrays the batch reader
-    does not decode itself, or that are not 1-D, are read with :func:`read_arrays`.
+    does not decode itself, strings (they have no bytes to share a buffer), or arrays that are
+    not 1-D are read with :func:`read_arrays`.
     """
     from h5sidecar.read import cf_decoded, out_dtype, read_arrays
 
     native, refs = store.native, store.refs
     paths = {f"{g}/{v}" for batch in batches for g, _, _ in batch for v in variables}
-    if not all(native.supports(p) and len(refs.arrays[p].meta.shape) == 1 for p in paths):
+    if not all(native.supports(p) and len(refs.arrays[p].meta.shape) == 1
+               and not native.codec(p).strings for p in paths):  # type: ignore[union-attr]
         def read_slow(k: int) -> dict[str, np.ndarray]:
             wanted = {f"{g}/{v}": slice(a, b) for g, a, b in batches[k] for v in variables}
             return read_arrays(store, wanted, mask_and_scale=True)  # type: ignore[no-any-return]

@@ -56,13 +56,17 @@ async def read_batch(reader: Any, prepared: list[tuple[str, ArrayRefs, Selection
         targets.append(t)
         flat = flats[k]
         codes = man.codes.reshape(-1)[flat]
+        is_stored = codes >= 0
+        if is_stored.all():  # the usual array: no unwritten or inline chunk to look for
+            stored.append(np.arange(codes.size))
+            continue
         for row in np.flatnonzero(codes == MISSING).tolist():
             t.place(sel.grid[row], codec.fill)
         inline_jobs.extend(
             (t, tuple(sel.grid[row]), man.inline[int(flat[row])])
             for row in np.flatnonzero(codes == INLINE).tolist()
         )
-        stored.append(np.flatnonzero(codes >= 0))
+        stored.append(np.flatnonzero(is_stored))
     settings = reader.fetcher.settings
     plan = plan_batch(
         targets, manifests, [arr.meta.shape for _, arr, _ in prepared], stored,

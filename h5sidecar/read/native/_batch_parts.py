@@ -44,8 +44,10 @@ class Target:
                              f"{codec.order}-contiguous {dtype} array of shape {tuple(sel.shape)}, "
                              f"got {out.dtype} {out.shape}")
         self.out = out
-        #: the output's bytes, where chunks decoded in place land (C-contiguous outputs only)
-        self.flat = out.reshape(-1).view(np.uint8) if out.flags.c_contiguous else None
+        #: the output's bytes, where chunks decoded in place land (C-contiguous outputs of
+        #: numbers only: strings are copied)
+        self.flat = (out.reshape(-1).view(np.uint8)
+                     if out.flags.c_contiguous and not codec.strings else None)
 
     def place(self, index: Sequence[int], chunk: Any) -> None:
         place_chunk(self.out, self.sel, self.codec.chunks, index, chunk)
@@ -61,7 +63,7 @@ class Target:
         straight into them (it lies wholly inside the selection, the region is contiguous and
         the output keeps the stored byte order), else None."""
         codec = self.codec
-        if codec.order != "C" or self.out.dtype != codec.dtype:
+        if codec.order != "C" or self.out.dtype != codec.dtype or codec.strings:
             return None
         dst = []
         for i, c, a, n in zip(index, codec.chunks, self.sel.lo, self.sel.shape, strict=True):
@@ -75,7 +77,11 @@ class Target:
         return region.reshape(-1).view(np.uint8)
 
     def result(self) -> np.ndarray:
-        return self.out[self.sel.post] if self.sel.post else self.out
+        res = self.out[self.sel.post] if self.sel.post else self.out
+        if self.codec.strings and not isinstance(res, np.ndarray):
+            # one string taken by integers: a 0-d array of the strings' dtype, as zarr gives
+            res = np.array(res, dtype=self.out.dtype)
+        return res  # type: ignore[no-any-return]
 
 
 def decode_all(jobs: list[tuple[Target, tuple[int, ...], Any]]) -> None:

@@ -174,7 +174,8 @@ def _region_strides(t: Target) -> np.ndarray | None:
     None.  A chunk-shaped box is contiguous when the axes before the last one it does not
     span whole have length 1 in the chunk (the axes after it are spanned whole)."""
     codec, out = t.codec, t.out
-    if codec.order != "C" or out.dtype != codec.dtype or not out.flags.c_contiguous:
+    if (codec.order != "C" or out.dtype != codec.dtype or not out.flags.c_contiguous
+            or codec.strings):
         return None
     chunks, box = codec.chunks, out.shape
     partial = [a for a, (c, n) in enumerate(zip(chunks, box, strict=True)) if c != n]

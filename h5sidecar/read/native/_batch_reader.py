@@ -19,8 +19,9 @@ parsed from the very ``.zarray`` the store serves), with numbers in native byte 
 compare both with h5py.  Whole chunks that lie inside a selection are inflated straight into
 the output (no intermediate buffer).  The xarray engine's arrays
 (:class:`~h5sidecar.read.xarray._lazy_array.SidecarArray`), :func:`~h5sidecar.read.native._load.read_arrays`
-and :func:`~h5sidecar.read.native._load.load` read through this path; arrays of Python objects
-(materialised variable-length strings) are read through zarr.
+and :func:`~h5sidecar.read.native._load.load` read through this path, variable-length UTF-8
+strings included (materialised by the indexer; read as zarr reads them, ``StringDType``); other
+arrays of Python objects are read through zarr.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ class NativeReader:
         #: arrays opened as lazy variables through this reader, in order (read-ahead candidates)
         self.opened: dict[str, None] = {}
         self._ahead_done: set[str] = set()  # read, or read ahead, once already
+        #: (len(opened), opened arrays not in _ahead_done then): see _prefetch.not_read_yet
+        self._not_read_memo: tuple[int, list[str]] | None = None
         self._small_reads = 0  # whole reads of small arrays served in earlier batches
         self._large_reads = 0  # and of larger ones in a row (see read.native._prefetch.follow_on)
         self._refilling = False  # a loop over small arrays read ahead: see plan_refill
@@ -88,11 +91,13 @@ class NativeReader:
         return (_rebuild, (self.refs, self.fetcher, self.chunk_cache is not None))
 
     def codec(self, path: str) -> ChunkCodec | None:
-        """The codec of array ``path``, or None when it must be read through zarr."""
+        """The codec of array ``path``, or None when it must be read through zarr (arrays of
+        Python objects other than variable-length UTF-8 strings)."""
         if path not in self._codecs:
             arr = self.refs.arrays[path]
             zarray = arr.meta.zarray(fill_value=arr.zarray_fill_value())
-            self._codecs[path] = ChunkCodec.for_array(zarray, arr.meta.numpy_dtype)
+            self._codecs[path] = ChunkCodec.for_array(zarray, arr.meta.numpy_dtype,
+                                                      strings=True)
         return self._codecs[path]
 
     def held(self, path: str) -> np.ndarray | None:
@@ -102,7 +107,8 @@ class NativeReader:
 
     def supports(self, path: str) -> bool:
         """True when array ``path`` can be read by this reader (False for arrays of Python
-        objects, and for codecs numcodecs cannot build: zarr then reports those on read)."""
+        objects other than UTF-8 strings, and for codecs numcodecs cannot build: zarr then
+        reports those on read)."""
         try:
             return path in self.refs.arrays and self.codec(path) is not None
         except InvalidReferenceError:

@@ -14,9 +14,10 @@ HDF5's byte shuffle is undone with numpy (a transposing copy that releases the G
 numcodecs' ``Shuffle``, which holds it: decoding then scales across cores, since zlib releases
 the GIL too.
 
-Arrays whose values are Python objects (variable-length strings materialised by the indexer)
-are not decoded here: :meth:`ChunkCodec.for_array` returns ``None`` and callers read them
-through zarr.
+Arrays of variable-length UTF-8 strings (materialised by the indexer, ``vlen-utf8``) are
+decoded here too when the caller asks (``strings=True``), to the dtype zarr reads them as
+(numpy's ``StringDType``); other arrays of Python objects are not: :meth:`ChunkCodec.for_array`
+returns ``None`` and callers read them through zarr.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import threading
 import zlib
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numcodecs
@@ -208,38 +209,54 @@ class ChunkCodec:
     order: str
     codecs: tuple[Codec, ...]
     fill: Any
+    #: the values are variable-length strings: decoded apart and copied, never in place
+    strings: bool = False
+    #: bytes of one decoded (whole) chunk; computed once: a batch asks for it per chunk
+    chunk_nbytes: int = field(init=False, repr=False)
+    #: the codec chain :meth:`decode_into` runs without the general loop of :meth:`_raw`
+    _chain: str = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "chunk_nbytes", math.prod(self.chunks) * self.dtype.itemsize)
+        kinds = tuple(type(c) for c in self.codecs)
+        chain = {(): "plain", (_Inflate,): "inflate",
+                 (_Inflate, _Unshuffle): "inflate+unshuffle"}.get(kinds, "other")  # type: ignore[arg-type]
+        object.__setattr__(self, "_chain", chain)
 
     @classmethod
-    def for_array(cls, zarray: Mapping[str, Any], dtype: np.dtype) -> ChunkCodec | None:
+    def for_array(cls, zarray: Mapping[str, Any], dtype: np.dtype, *,
+                  strings: bool = False) -> ChunkCodec | None:
         """The codec of an array from its ``.zarray`` document, or None when its values are
-        Python objects (read those through zarr).
+        Python objects (read those through zarr).  With ``strings``, an array of
+        variable-length UTF-8 strings gets a codec too (:attr:`strings`; its dtype is the one
+        zarr reads it as).
 
         Raises
         ------
         InvalidReferenceError
             When numcodecs cannot build a codec (unknown, or not installed).
         """
-        if dtype.kind not in _NATIVE_KINDS or dtype.hasobject:
-            return None
         configs = [zarray["compressor"]] if zarray.get("compressor") else []
         configs += list(reversed(zarray.get("filters") or []))
-        return cls(
-            dtype=dtype,
-            chunks=tuple(int(c) for c in zarray["chunks"]),
-            order=str(zarray.get("order", "C")),
-            codecs=tuple(_codec(c) for c in configs),
-            fill=_fill(zarray, dtype),
-        )
+        chunks = tuple(int(c) for c in zarray["chunks"])
+        order = str(zarray.get("order", "C"))
+        if dtype == np.dtype(object) and strings and configs and configs[-1].get("id") == "vlen-utf8":
+            from h5sidecar._compat.zarr import v2_string_dtype
+
+            as_zarr = v2_string_dtype(zarray)
+            if as_zarr is None:
+                return None
+            return cls(dtype=as_zarr[0], chunks=chunks, order=order,
+                       codecs=tuple(_codec(c) for c in configs), fill=as_zarr[1], strings=True)
+        if dtype.kind not in _NATIVE_KINDS or dtype.hasobject:
+            return None
+        return cls(dtype=dtype, chunks=chunks, order=order,
+                   codecs=tuple(_codec(c) for c in configs), fill=_fill(zarray, dtype))
 
     @property
     def chunk_items(self) -> int:
         """Elements in one (whole) chunk."""
         return math.prod(self.chunks)
-
-    @property
-    def chunk_nbytes(self) -> int:
-        """Bytes of one decoded (whole) chunk."""
-        return self.chunk_items * self.dtype.itemsize
 
     def decode(self, data: Any, where: str = "", dest: np.ndarray | None = None) -> np.ndarray:
         """Decode one stored chunk to an array of shape ``chunks``.
@@ -254,8 +271,29 @@ class ChunkCodec:
             When a codec fails or the decoded size is not one chunk's (a corrupt chunk or a
             reference pointing at the wrong bytes).
         """
+        if self.strings:
+            return self._strings(data, where)
         raw = self._raw(data, where, dest)
         return raw.view(self.dtype).reshape(self.chunks, order=self.order)  # type: ignore[call-overload]
+
+    def _strings(self, data: Any, where: str) -> np.ndarray:
+        """A chunk of variable-length strings: the byte stages, then ``vlen-utf8``."""
+        buf = data
+        try:
+            for codec in self.codecs:
+                buf = codec.decode(buf)
+            values = np.asarray(buf, dtype=object).reshape(-1)
+        except Exception as exc:  # codecs raise anything from zlib.error to RuntimeError
+            raise ChunkDecodeError(
+                f"chunk {where} did not decode ({type(exc).__name__}: {exc}); the source "
+                "bytes are not what the sidecar describes: re-index the granule"
+            ) from exc
+        if values.size != self.chunk_items:
+            raise ChunkDecodeError(
+                f"chunk {where} decoded to {values.size} strings, expected {self.chunk_items} "
+                f"({self.chunks}); re-index the granule"
+            )
+        return values.reshape(self.chunks, order=self.order)  # type: ignore[call-overload]
 
     def decode_into(self, data: Any, dest: np.ndarray) -> None:
         """:meth:`decode` into ``dest`` (as there), for a batch that decodes thousands of
@@ -267,9 +305,25 @@ class ChunkCodec:
         ChunkDecodeError
             As :meth:`decode`.
         """
-        if not self.codecs and len(data) == dest.size:  # plain bytes: one copy, no checks left
+        chain = self._chain
+        if chain == "plain" and len(data) == dest.size:  # plain bytes: one copy, no checks left
             dest[...] = np.frombuffer(data, np.uint8)
             return
+        # the chains of nearly every HDF5 chunk, without the general loop's per-stage checks
+        # (a few microseconds a chunk, which thousands of small chunks add up to): libdeflate
+        # fills exactly the chunk's bytes (returning ``out`` itself) or raises; a chunk it does
+        # not fill is decoded again by the general loop, which reports what is wrong with it
+        try:
+            if chain == "inflate":
+                if _deflate_decode(data, out=dest) is dest:  # type: ignore[arg-type]
+                    return
+            elif chain == "inflate+unshuffle":
+                shuffled = np.empty(dest.size, np.uint8)
+                if _deflate_decode(data, out=shuffled) is shuffled:  # type: ignore[arg-type]
+                    self.codecs[1].decode(shuffled, out=dest)
+                    return
+        except (RuntimeError, ValueError):  # imagecodecs' DeflateError is a RuntimeError
+            pass
         self._raw(data, "", dest)
 
     def _raw(self, data: Any, where: str, dest: np.ndarray | None) -> np.ndarray:

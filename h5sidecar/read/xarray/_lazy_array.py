@@ -81,7 +81,9 @@ class SidecarArray(BackendArray):  # type: ignore[misc]
         self.reader = reader
         self.path = path
         self.shape = tuple(meta.shape)
-        self.dtype = out_dtype(np.dtype(meta.numpy_dtype))  # xarray wants native byte order
+        # xarray wants native byte order; strings come as zarr reads them (the codec's dtype)
+        codec = reader.codec(path) if reader.supports(path) else None
+        self.dtype = out_dtype(codec.dtype if codec is not None else np.dtype(meta.numpy_dtype))
         reader.opened[path] = None  # a candidate for reading ahead (see read.native._prefetch)
 
     def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:

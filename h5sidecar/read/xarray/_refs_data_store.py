@@ -113,7 +113,8 @@ class RefsGroupStore(AbstractDataStore):
             )
         codec = reader.codec(path) if reader.supports(path) else None
         data: Any
-        if codec is not None and codec.dtype == meta.numpy_dtype:
+        if codec is not None and (codec.dtype == meta.numpy_dtype or codec.strings):
+            # (strings: read natively as zarr reads them, without opening a zarr array)
             data = indexing.LazilyIndexedArray(SidecarArray(reader, path))
         else:  # Python objects: zarr's reader, as on the zarr path
             # (the granule's Zarr v2 view, sharing this reader's fetcher and caches)

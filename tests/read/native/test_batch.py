@@ -219,6 +219,46 @@ def test_wrong_size_after_decoding_raises(small_refs: GranuleRefs) -> None:
         reader.read_sync([(var, (ALL,))])
 
 
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_whole_chunks_with_the_wrong_stream_raise_as_others(tmp_path: Path, shuffle: bool) -> None:
+    """Whole chunks decoded straight into the output (gzip, gzip + shuffle) take a short path;
+    a chunk whose reference points at another array's valid zlib stream (fewer or more bytes
+    than one chunk) or at bytes that are no stream still fails with the chunk named, and the
+    arrays around it still equal h5py's."""
+    from h5sidecar.indexer import index_granule
+
+    path = tmp_path / "streams.h5"
+    data = np.arange(400, dtype="<i4") * 3 - 7
+    with h5py.File(path, "w") as f:
+        f.create_dataset("a", data=data, chunks=(100,), compression="gzip", shuffle=shuffle)
+        f.create_dataset("b", data=data[:200], chunks=(50,), compression="gzip", shuffle=shuffle)
+    refs = index_granule(str(path))
+    a, b = refs.arrays["a"], refs.arrays["b"]
+    got_a, got_b = _store(refs).native.read_sync([("a", (ALL,)), ("b", (ALL,))])
+    np.testing.assert_array_equal(got_a, data)
+    np.testing.assert_array_equal(got_b, data[:200])
+
+    def planted(arr: ArrayRefs, index: int, offset: Any, length: Any) -> GranuleRefs:
+        m = arr.manifest
+        offsets, lengths = m.offsets.copy(), m.lengths.copy()
+        offsets[index], lengths[index] = offset, length
+        moved = ChunkManifest.from_arrays(urls=m.urls, codes=m.codes, offsets=offsets,
+                                          lengths=lengths, inline=m.inline)
+        arrays = dict(refs.arrays)
+        arrays[arr.path] = ArrayRefs(path=arr.path, meta=arr.meta, manifest=moved)
+        return dataclasses.replace(refs, arrays=arrays)
+
+    short = planted(a, 1, b.manifest.offsets[0], b.manifest.lengths[0])  # 200 bytes of 400
+    with pytest.raises(ChunkDecodeError, match=r"chunk a \(1,\) decoded to 200 bytes, expected 400"):
+        _store(short).native.read_sync([("a", (ALL,))])
+    long = planted(b, 2, a.manifest.offsets[0], a.manifest.lengths[0])  # 400 bytes of 200
+    with pytest.raises(ChunkDecodeError, match=r"chunk b \(2,\) decoded to 400 bytes, expected 200"):
+        _store(long).native.read_sync([("b", (ALL,))])
+    garbage = planted(a, 2, a.manifest.offsets[2] + 3, a.manifest.lengths[2] - 3)
+    with pytest.raises(ChunkDecodeError, match=r"chunk a \(2,\) did not decode"):
+        _store(garbage).native.read_sync([("a", (ALL,))])
+
+
 def test_unknown_array_and_wrong_key_length(small_refs: GranuleRefs) -> None:
     reader = _store(small_refs).native
     with pytest.raises(KeyError, match="no array 'nope'"):
@@ -281,19 +321,63 @@ def test_arrays_pickle_to_workers_without_caches(small_refs: GranuleRefs, small_
     )
 
 
-def test_object_arrays_stay_with_zarr(tmp_path: Path) -> None:
+STRING_KEYS: list[tuple[Any, ...]] = [(ALL, ALL), (1, ALL), (slice(0, 3, 2), slice(1, 4)),
+                                      (ALL, -1), (2, 3)]
+
+
+@pytest.mark.parametrize("key", STRING_KEYS, ids=repr)
+def test_strings_are_read_natively_as_zarr_reads_them(tmp_path: Path, key: Any) -> None:
+    """Variable-length strings (scalars, chunked 2-d arrays, non-ASCII and empty text) are
+    decoded by the batch reader, without opening a zarr array: the same values and dtype as
+    zarr's own read of the same references, the text h5py and h5netcdf give."""
     from h5sidecar.indexer import index_granule
 
     path = tmp_path / "strings.h5"
+    text = np.array(["a", "été", "", "ccc", "x" * 70] * 3, dtype=object).reshape(3, 5)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("names", data=text, dtype=h5py.string_dtype(), chunks=(2, 2))
+        f.create_dataset("release", data="006", dtype=h5py.string_dtype())
+        f.create_dataset("ascii", data=np.array([b"x", b"yy"], dtype=object),
+                         dtype=h5py.string_dtype("ascii"))
+    store = _store(index_granule(str(path)))
+    reader = store.native
+    assert all(reader.supports(p) for p in ("names", "release", "ascii"))
+    names, release, ascii_ = reader.read_sync([("names", key), ("release", ()),
+                                               ("ascii", (ALL,))])
+    zarr_names = store.zarr_array("names")[key]
+    assert names.dtype == zarr_names.dtype and names.dtype.kind == "T"
+    np.testing.assert_array_equal(names, zarr_names)
+    with h5py.File(path) as f:
+        want = f["names"].asstr()[()][key]
+        assert np.asarray(names, dtype=object).tolist() == np.asarray(want).tolist()
+        assert release[()] == f["release"].asstr()[()] and release.dtype.kind == "T"
+        assert ascii_.tolist() == [v.decode() for v in f["ascii"][()]]
+    ds = xr.open_dataset(store, engine="h5sidecar", chunks=None)
+    ref = xr.open_dataset(path, engine="h5netcdf", phony_dims="access")
+    for name in ("names", "release", "ascii"):
+        assert ds[name].dtype == reader.codec(name).dtype  # type: ignore[union-attr]
+        assert ds[name].values.tolist() == ref[name].values.tolist()
+    ref.close()
+
+
+def test_other_object_arrays_stay_with_zarr(tmp_path: Path) -> None:
+    """Python objects zarr reads as such (here, variable-length bytes) are left to zarr."""
+    from h5sidecar.indexer import index_granule
+
+    path = tmp_path / "bytes.h5"
     with h5py.File(path, "w") as f:
         f.create_dataset("names", data=np.array(["a", "bb", "ccc"], dtype=h5py.string_dtype()))
     refs = index_granule(str(path))
+    arr = refs.arrays["names"]
+    meta = dataclasses.replace(arr.meta, filters=({"id": "vlen-bytes"},))
+    refs = dataclasses.replace(refs, arrays={"names": ArrayRefs(path="names", meta=meta,
+                                                                 manifest=arr.manifest)})
     store = _store(refs)
     assert not store.native.supports("names")
     with pytest.raises(TypeError, match="read it through zarr"):
         store.native.read_sync([("names", (ALL,))])
     ds = xr.open_dataset(store, engine="h5sidecar", chunks=None)
-    assert ds["names"].values.tolist() == ["a", "bb", "ccc"]
+    assert ds["names"].values.tolist() == [b"a", b"bb", b"ccc"]
 
 
 def test_read_arrays_mixes_whole_arrays_selections_and_object_arrays(tmp_path: Path) -> None:

@@ -305,3 +305,21 @@ def test_whole_key_agrees_with_the_whole_selection() -> None:
             assert is_whole_key(key, shape) == is_whole(sel, shape), (shape, key)
             checked += 1
     assert checked > 100
+
+
+def test_not_read_yet_follows_what_is_opened_and_read(small_refs: GranuleRefs) -> None:
+    """The read-ahead candidates (kept from call to call, so a loop over a thousand arrays
+    does not rescan them all at every array) are always the opened arrays not read yet, in
+    opening order, as arrays are opened and read between calls."""
+    from h5sidecar.read.native._prefetch import not_read_yet
+
+    reader = _store(small_refs, 1 << 20).native
+    paths = sorted(small_refs.arrays)
+    assert len(paths) >= 8 and not_read_yet(reader) == []
+    steps = [(paths[:4], []), ([], paths[1:2]), ([], []), (paths[4:8], paths[4:5]),
+             (paths[2:3], paths[:1]), ([], paths[:8])]
+    for opened, read in steps:
+        reader.opened.update(dict.fromkeys(opened))
+        reader._ahead_done.update(read)
+        want = [p for p in reader.opened if p not in reader._ahead_done]
+        assert not_read_yet(reader) == want
