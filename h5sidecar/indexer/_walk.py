@@ -24,6 +24,7 @@ from typing import Any
 
 import h5py
 
+from h5sidecar._compat.h5py import open_member
 from h5sidecar.errors import ErrorKind, NotHDF5Error
 from h5sidecar.indexer._failures import H5PY_ERRORS, describe_h5_error, reraise_io_failure
 from h5sidecar.references import MAX_NAME_BYTES, SkipKind, Skipped, key_safe_name
@@ -180,7 +181,8 @@ def _link_type(group: h5py.Group, name: str | bytes) -> int:
 
 
 class _Walker:
-    def __init__(self) -> None:
+    def __init__(self, readonly: bool) -> None:
+        self.readonly = readonly  # the file's mode, asked once (see open_member)
         self.out = Hierarchy()
         self.soft_datasets: list[tuple[str, str, h5py.Dataset]] = []
 
@@ -258,7 +260,7 @@ class _Walker:
 
     def hard(self, group: h5py.Group, name: str | bytes, path: str) -> Iterator[tuple[str, h5py.Group]]:
         try:
-            obj = group[name]
+            obj = open_member(group, _raw(name), self.readonly)
             key = self.key(obj)
         except H5PY_ERRORS as exc:
             reraise_io_failure(exc)
@@ -351,7 +353,7 @@ def walk(root: h5py.File) -> Hierarchy:
     NotHDF5Error
         When the root group's links cannot be read.
     """
-    walker = _Walker()
+    walker = _Walker(readonly=root.mode == "r")
     walker.out.canonical[walker.key(root)] = ""
     walker.out.groups.append(("", root))
     # depth-first with an explicit stack: deep hierarchies must not hit the recursion limit
