@@ -259,7 +259,7 @@ def index_open_granule(
                 arrays[entry.path] = arr
                 _describe_type(entry, described)
                 if entry.alias_of is None and summarise:
-                    add_summary(entry.path, entry.dset, arr.meta.attrs, summaries)
+                    add_summary(entry.path, entry.dset, arr.meta.attrs, summaries, lookup)
             except Skip as skip:
                 by_path[entry.path] = _record(skip, entry.path, settings)
                 skipped.append(by_path[entry.path])
