@@ -1,6 +1,6 @@
 """h5py's private names, and calls into the HDF5 library h5py is linked to.
 
-Three uses; :data:`CHECKED` runs from the floor ``pyproject.toml`` declares to the newest
+Four uses; :data:`CHECKED` runs from the floor ``pyproject.toml`` declares to the newest
 release they were checked on (3.16, with ``tests/test_compat.py``):
 
 - :func:`creation_plist`: h5py's cached creation property list of a ``Dataset``
