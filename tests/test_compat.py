@@ -238,6 +238,21 @@ def test_creation_plist_is_h5pys_cached_copy(tmp_path: Path) -> None:
         assert plist.get_nfilters() == fresh.get_nfilters() == 1
 
 
+def test_open_member_gives_what_group_getitem_gives(tmp_path: Path) -> None:
+    with h5py.File(tmp_path / "a.h5", "w") as f:
+        f.create_dataset("g/d", data=np.arange(6, dtype="i2").reshape(2, 3))
+        f["t"] = np.dtype("<f8")  # a committed datatype
+    with h5py.File(tmp_path / "a.h5", "r") as f:
+        for name in (b"g", b"t"):
+            got, want = c_h5py.open_member(f, name, True), f[name]
+            assert type(got) is type(want) and got == want
+        d = c_h5py.open_member(f["g"], b"d", True)
+        assert type(d) is h5py.Dataset and d == f["g/d"] and d.shape == (2, 3)
+        np.testing.assert_array_equal(d[()], f["g/d"][()])
+        with pytest.raises(KeyError):
+            c_h5py.open_member(f, b"absent", True)
+
+
 @pytest.mark.parametrize(("libver", "maxshape", "expected"), [
     ("earliest", (None,), 0),  # H5D_CHUNK_IDX_BTREE (H5Dpublic.h)
     ("latest", (20,), 3),  # H5D_CHUNK_IDX_FARRAY

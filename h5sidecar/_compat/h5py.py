@@ -1,6 +1,6 @@
 """h5py's private names, and calls into the HDF5 library h5py is linked to.
 
-Three uses; :data:`CHECKED` runs from the floor ``pyproject.toml`` declares to the newest
+Four uses; :data:`CHECKED` runs from the floor ``pyproject.toml`` declares to the newest
 release they were checked on (3.16, with ``tests/test_compat.py``):
 
 - :func:`creation_plist`: h5py's cached creation property list of a ``Dataset``
@@ -12,6 +12,10 @@ release they were checked on (3.16, with ``tests/test_compat.py``):
   alternative; ``None`` where it cannot be found, and callers say what they cannot do.
 - :func:`h5py_lock`: h5py's global lock (``h5py._objects.phil``), held around those ctypes
   calls as h5py holds it around its own.  No public alternative.
+- :func:`open_member`: a group's member bound as ``h5py.Group`` / ``h5py.Dataset(oid,
+  readonly=...)`` (the keyword h5py's ``Group.__getitem__`` passes).  Public alternative, same
+  objects, ~13 us slower per dataset: ``group[name]``, which makes a ``File`` object per
+  dataset to learn the file's mode; used outside :data:`CHECKED`.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ __all__ = [
     "creation_plist",
     "h5py_lock",
     "hdf5_library",
+    "open_member",
 ]
 
 #: The h5py versions these uses are known to work on (checked: 3.16).
@@ -56,6 +61,23 @@ def creation_plist(dset: h5py.Dataset) -> Any:
     if _HAS_DCPL:
         return dset._dcpl
     return dset.id.get_create_plist()
+
+
+def open_member(group: h5py.Group, name: bytes, readonly: bool) -> h5py.HLObject:
+    """``group[name]`` (a ``Group``, ``Dataset`` or ``Datatype``) for a file whose mode the
+    caller knows (``readonly``: opened with ``"r"``)."""
+    if not IN_CHECKED:
+        return group[name]
+    with h5py_lock():
+        oid = h5py.h5o.open(group.id, name)
+        kind = h5py.h5i.get_type(oid)
+        if kind == h5py.h5i.GROUP:
+            return h5py.Group(oid)
+        if kind == h5py.h5i.DATASET:
+            return h5py.Dataset(oid, readonly=readonly)
+        if kind == h5py.h5i.DATATYPE:
+            return h5py.Datatype(oid)
+    raise TypeError("Unknown object type")  # as h5py says it
 
 
 def h5py_lock() -> AbstractContextManager[Any]:

@@ -31,7 +31,7 @@ from h5sidecar.indexer.filters import (
     partial_edge_chunks_unfiltered,
     pipeline_for,
 )
-from h5sidecar.references import GranuleRefs
+from h5sidecar.references import GranuleRefs, gc_paused
 from h5sidecar.settings import IndexSettings
 from h5sidecar.sources import read_object, source_identity
 
@@ -115,7 +115,11 @@ def index_granule(
     ... # doctest: +SKIP
     >>> [(s.path, s.reason) for s in refs.skipped]  # doctest: +SKIP
     """
-    with open_granule(url, storage_options=storage_options, settings=settings) as granule:
+    # indexing makes tens of Python objects per dataset, attribute and chunk, all freed by
+    # reference counting (a 70 MB granule of ~1,000 arrays leaves no cyclic garbage): the
+    # collections their allocations triggered found nothing, 6% of the index CPU
+    with gc_paused(), open_granule(url, storage_options=storage_options,
+                                   settings=settings) as granule:  # fmt: skip
         return index_open_granule(granule, settings, storage_options)
 
 

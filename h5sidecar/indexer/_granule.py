@@ -203,7 +203,7 @@ def index_open_granule(
             opened[url] = others.enter_context(other).h5
         return opened[url]
 
-    native = _native_attrs(granule)
+    native = _native_attrs(granule, hierarchy.infos)
     lookup = native.lookup if native is not None else None
     dimension_list = native.dimension_list if native is not None else None
     ctx = IndexContext(
@@ -259,7 +259,7 @@ def index_open_granule(
                 arrays[entry.path] = arr
                 _describe_type(entry, described)
                 if entry.alias_of is None and summarise:
-                    add_summary(entry.path, entry.dset, arr.meta.attrs, summaries)
+                    add_summary(entry.path, entry.dset, arr.meta.attrs, summaries, lookup)
             except Skip as skip:
                 by_path[entry.path] = _record(skip, entry.path, settings)
                 skipped.append(by_path[entry.path])
@@ -285,13 +285,15 @@ def index_open_granule(
     return GranuleRefs(granule.identity, groups, arrays, tuple(skipped), extra)
 
 
-def _native_attrs(granule: OpenGranule) -> NativeAttrs | None:
+def _native_attrs(
+    granule: OpenGranule, infos: dict[int, tuple[h5py.HLObject, Any]]
+) -> NativeAttrs | None:
     """The reader of attributes from the metadata bytes, ``None`` (all through h5py) when the
     granule is not read through one of the indexer's file objects or its superblock is odd."""
     if not isinstance(granule.fileobj, RangedFile):
         return None
     try:
-        return NativeAttrs(granule.h5, granule.fileobj)
+        return NativeAttrs(granule.h5, granule.fileobj, infos=infos)
     except (NotHDF5Error, BadStructure):
         return None
 

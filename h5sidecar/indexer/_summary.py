@@ -18,7 +18,7 @@ positions: their footprint needs every point) are not summarised; the catalog re
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -75,21 +75,39 @@ def _masked(values: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
     return out
 
 
-def summarise(dset: Any, attrs: Mapping[str, Any]) -> dict[str, Any] | None:
+#: ``lookup(dset, name) -> (known, value)``: an attribute's value as h5py reads it (``None``:
+#: absent) when ``known`` without asking HDF5 (see ``NativeAttrs.lookup``).
+Lookup = Callable[[Any, str], tuple[bool, Any]]
+
+
+def _raw_attr(dset: Any, name: str, lookup: Lookup | None) -> Any:
+    """``dset.attrs[name]``, ``None`` when there is no such attribute."""
+    if lookup is not None:
+        known, value = lookup(dset, name)
+        if known:
+            return value
+    raw = dset.attrs  # not .get(): an absent name would cost HDF5 an error stack
+    return raw[name] if name in raw else None  # noqa: SIM401
+
+
+def summarise(dset: Any, attrs: Mapping[str, Any],
+              lookup: Lookup | None = None) -> dict[str, Any] | None:  # fmt: skip
     """The summary of one h5py dataset (see module docs), or None when it is not summarised.
 
     ``attrs`` are the variable's decoded attributes (``units``, ``standard_name``); the fill
-    values are taken from the dataset's own attributes, as h5netcdf and our engine mask them.
+    values are taken from the dataset's own attributes, as h5netcdf and our engine mask them
+    (from ``lookup`` where it knows them: HDF5 searches dense attribute storage by name).
     """
     kind = _kind(attrs)
     if kind is None:  # before h5py's attribute manager: most variables stop here
         return None
-    raw = dset.attrs
-    if any(k in raw for k in ("scale_factor", "add_offset", "_Unsigned")):
+    if any(_raw_attr(dset, k, lookup) is not None
+           for k in ("scale_factor", "add_offset", "_Unsigned")):  # fmt: skip
         return None
     if dset.dtype.kind not in "iuf" or not 0 < dset.size <= MAX_VALUES:
         return None
-    fills = {k: raw[k] for k in ("_FillValue", "missing_value") if k in raw}
+    found = {k: _raw_attr(dset, k, lookup) for k in ("_FillValue", "missing_value")}
+    fills = {k: v for k, v in found.items() if v is not None}
     values = _masked(np.asarray(dset[()]), fills)
     finite = values[np.isfinite(values)].ravel()
     out: dict[str, Any] = {"finite": int(finite.size)}
@@ -107,10 +125,11 @@ def _json_float(v: Any) -> float | None:
     return f if np.isfinite(f) else None
 
 
-def add_summary(path: str, dset: Any, attrs: Mapping[str, Any], out: dict[str, Any]) -> None:
+def add_summary(path: str, dset: Any, attrs: Mapping[str, Any], out: dict[str, Any],
+                lookup: Lookup | None = None) -> None:  # fmt: skip
     """Add the summary of one indexed variable to ``out`` (by path), when it has one."""
     try:
-        summary = summarise(dset, attrs)
+        summary = summarise(dset, attrs, lookup)
     except (OSError, ValueError, TypeError) as exc:
         # values h5py cannot decode (a filter it lacks): the references stand without a
         # summary, and the catalog reads the values its own way

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import h5py
 
+from h5sidecar._compat.h5py import open_member
 from h5sidecar.errors import ErrorKind, NotHDF5Error
 from h5sidecar.indexer._failures import H5PY_ERRORS, describe_h5_error, reraise_io_failure
 from h5sidecar.references import MAX_NAME_BYTES, SkipKind, Skipped, key_safe_name
@@ -136,6 +138,9 @@ class Hierarchy:
     escaped: list[str] = field(default_factory=list)
     #: group path -> the paths of its dataset links (hard and soft), in the file's link order
     members: dict[str, list[str]] = field(default_factory=dict)
+    #: ``id(obj)`` -> ``(obj, H5Oget_info)`` of every object the walk opened: the attribute
+    #: reader needs the same info (~7 us to ask HDF5 again per object)
+    infos: dict[int, tuple[h5py.HLObject, Any]] = field(default_factory=dict)
 
 
 def _join(parent: str, name: str) -> str:
@@ -176,9 +181,16 @@ def _link_type(group: h5py.Group, name: str | bytes) -> int:
 
 
 class _Walker:
-    def __init__(self) -> None:
+    def __init__(self, readonly: bool) -> None:
+        self.readonly = readonly  # the file's mode, asked once (see open_member)
         self.out = Hierarchy()
         self.soft_datasets: list[tuple[str, str, h5py.Dataset]] = []
+
+    def key(self, obj: h5py.HLObject) -> ObjectKey:
+        """:func:`object_key` of ``obj``, its info kept in :attr:`Hierarchy.infos`."""
+        info = h5py.h5o.get_info(obj.id)
+        self.out.infos[id(obj)] = (obj, info)
+        return (int(info.fileno), int(info.addr))
 
     def skip(self, path: str, kind: SkipKind, reason: str) -> None:
         self.out.skipped.append(Skipped(path, kind, reason))
@@ -248,8 +260,8 @@ class _Walker:
 
     def hard(self, group: h5py.Group, name: str | bytes, path: str) -> Iterator[tuple[str, h5py.Group]]:
         try:
-            obj = group[name]
-            key = object_key(obj)
+            obj = open_member(group, _raw(name), self.readonly)
+            key = self.key(obj)
         except H5PY_ERRORS as exc:
             reraise_io_failure(exc)
             self.skip(
@@ -326,7 +338,7 @@ class _Walker:
 
     def finish(self) -> Hierarchy:
         for path, target, obj in self.soft_datasets:
-            key = object_key(obj)
+            key = self.key(obj)
             first = self.out.canonical.setdefault(key, path)
             alias = None if first == path else first
             self.out.datasets.append(DatasetEntry(path, obj, key, alias, "soft", target))
@@ -341,8 +353,8 @@ def walk(root: h5py.File) -> Hierarchy:
     NotHDF5Error
         When the root group's links cannot be read.
     """
-    walker = _Walker()
-    walker.out.canonical[object_key(root)] = ""
+    walker = _Walker(readonly=root.mode == "r")
+    walker.out.canonical[walker.key(root)] = ""
     walker.out.groups.append(("", root))
     # depth-first with an explicit stack: deep hierarchies must not hit the recursion limit
     stack = [walker.children(root, "")]

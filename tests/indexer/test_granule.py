@@ -170,3 +170,41 @@ def test_threads_index_one_granule_at_a_time(tmp_path: Path) -> None:
     assert events == ["first in", "first out", "second done"]
     [refs] = second
     assert refs.arrays["gt1l/heights/h_ph"].meta.shape == read_h5(paths[1], "gt1l/heights/h_ph").shape
+
+
+def test_indexing_pauses_the_garbage_collector(make_h5) -> None:
+    """Indexing allocates tens of objects per dataset and attribute, freed by reference
+    counting: the cyclic collector is paused meanwhile (its collections were 6% of the index
+    CPU of a granule of 1,000 arrays) and left as it was found."""
+    import gc
+
+    def build(f: h5py.File) -> None:
+        for g in range(20):
+            for v in range(15):
+                d = f.create_dataset(f"g{g}/v{v}", data=np.arange(50, dtype="f4") * v,
+                                     chunks=(10,), compression="gzip")
+                d.attrs.update({"units": "m", "long_name": f"v {v}", "valid_max": 99.0})
+
+    path = make_h5(build)
+    collections = [0]
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "start":
+            collections[0] += 1
+
+    gc.collect()
+    gc.callbacks.append(count)
+    try:
+        refs = index_granule(str(path))
+    finally:
+        gc.callbacks.remove(count)
+    assert collections[0] <= 1, collections[0]  # one, once it is back on
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        index_granule(str(path))
+        assert not gc.isenabled()  # a caller's disabled collector stays disabled
+    finally:
+        gc.enable()
+    assert len(refs.arrays) == 300
+    assert_refs_match_h5py(refs, path)

@@ -100,7 +100,8 @@ class NativeAttrs:
         Objects whose attribute messages were read here / left to h5py (tests check both).
     """
 
-    def __init__(self, h5: h5py.File, fileobj: RangedFile, keep_bytes: int = 32 << 20) -> None:
+    def __init__(self, h5: h5py.File, fileobj: RangedFile, keep_bytes: int = 32 << 20,
+                 infos: dict[int, tuple[h5py.HLObject, Any]] | None = None) -> None:  # fmt: skip
         self.view: Callable[[int, int], bytes]
         if isinstance(fileobj, LocalRangedFile):
             self.view = BlockView(fileobj.view, fileobj.size)
@@ -118,7 +119,8 @@ class NativeAttrs:
         self._read: OrderedDict[int, tuple[list[Decoded] | None, int]] = OrderedDict()
         self.keep_bytes, self._kept = keep_bytes, 0
         self._last: tuple[h5py.HLObject, list[Decoded] | None] | None = None
-        self._infos: dict[int, tuple[h5py.HLObject, Any]] = {}
+        # id(obj) -> (obj, H5Oget_info), seeded with the walk's (see Hierarchy.infos)
+        self._infos: dict[int, tuple[h5py.HLObject, Any]] = infos if infos is not None else {}
 
     def read(self, obj: h5py.HLObject) -> list[Decoded] | None:
         """The attributes of ``obj`` in the order h5py iterates them (by creation order when

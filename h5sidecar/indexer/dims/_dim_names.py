@@ -142,7 +142,7 @@ class DimensionNamer:
         self._entries = {e.path: e for e in hierarchy.datasets}
         self._members = hierarchy.members
         self._dimids: dict[str, dict[int, str]] = {}  # per group, see _dimid_names
-        self.scales = Scales(hierarchy)
+        self.scales = Scales(hierarchy, lookup)
         self.is_scale = self.scales.is_scale
         self.scale_names = self.scales.names
         self._real = set(self.scale_names.values())

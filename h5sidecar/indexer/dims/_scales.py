@@ -9,6 +9,8 @@ the walk took is used instead; every other scale still asks HDF5.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import h5py
 
@@ -63,8 +65,13 @@ class Scales:
         :data:`~._walk.ObjectKey` of each scale -> the name h5netcdf shows for it.
     """
 
-    def __init__(self, hierarchy: Hierarchy) -> None:
+    def __init__(
+        self,
+        hierarchy: Hierarchy,
+        lookup: Callable[[h5py.Dataset, str], tuple[bool, Any]] | None = None,
+    ) -> None:
         self._scales: dict[str, bool] = {}  # path -> is a scale, see is_scale
+        self._lookup = lookup
         self._group_objects = dict(hierarchy.groups)
         self._escaped = set(hierarchy.escaped)
         self._links: dict[str, int] = {}  # group path -> its hard link count
@@ -79,10 +86,17 @@ class Scales:
 
     def is_scale(self, entry: DatasetEntry) -> bool:
         """:func:`is_dimension_scale` of ``entry``, asked of HDF5 once per path (an attribute
-        lookup each time, four times per array otherwise)."""
+        lookup each time, four times per array otherwise).  An array known from its decoded
+        attributes to have no ``CLASS`` is not a scale without asking: HDF5 searches dense
+        attribute storage for the name (~9 us an array); ``H5DSis_scale``'s checks of a
+        ``CLASS`` that is there are left to HDF5."""
         found = self._scales.get(entry.path)
         if found is None:
-            found = self._scales[entry.path] = is_dimension_scale(entry.dset)
+            known, value = (
+                self._lookup(entry.dset, "CLASS") if self._lookup is not None else (False, None)
+            )
+            absent = known and value is None
+            found = self._scales[entry.path] = not absent and is_dimension_scale(entry.dset)
         return found
 
     def single_path(self, entry: DatasetEntry) -> bool:

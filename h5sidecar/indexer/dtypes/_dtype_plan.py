@@ -102,10 +102,14 @@ _IEEE = {
 }
 
 
+#: The signatures of :data:`_IEEE`'s types (asked of HDF5 once, not per float dataset).
+_IEEE_SIGNATURES = {key: _ieee_signature(t) for key, t in _IEEE.items()}
+
+
 def _custom_float(t: h5t.TypeFloatID) -> str | None:
     """Why a float type is not a plain IEEE binary16/32/64 (``None`` when it is)."""
-    ref = _IEEE.get((t.get_size(), t.get_order()))
-    if ref is not None and _ieee_signature(t) == _ieee_signature(ref):
+    ref = _IEEE_SIGNATURES.get((t.get_size(), t.get_order()))
+    if ref is not None and _ieee_signature(t) == ref:
         return None
     spos, _epos, esize, _mpos, msize = t.get_fields()
     return (

@@ -103,3 +103,30 @@ def test_a_granule_read_over_s3_is_summarised_by_the_catalog_not_the_indexer(
     got = granule_extent(remote, storage_options=s3_storage_options)
     want = granule_extent(local)
     assert (got.footprint.bbox, got.start, got.end) == (want.footprint.bbox, want.start, want.end)
+
+
+def test_summaries_take_the_attributes_already_decoded(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The packing and fill value attributes a summary needs are those the indexer decoded
+    from the metadata bytes, not asked of HDF5 again (a search of the attribute storage per
+    name and variable); the summary is the same."""
+    from h5sidecar.indexer import index_granule
+
+    src = _grid(tmp_path / "g.h5", np.linspace(-10.0, 20.0, 7))
+    asked: list[str] = []
+    contains = h5py.AttributeManager.__contains__
+
+    def counting(self: h5py.AttributeManager, name: str) -> bool:
+        asked.append(name)
+        return contains(self, name)
+
+    monkeypatch.setattr(h5py.AttributeManager, "__contains__", counting)
+    summary = index_granule(str(src)).extra["coordinate_summary"]
+    monkeypatch.undo()
+    assert not {"scale_factor", "add_offset", "_Unsigned", "_FillValue"} & set(asked)
+    with h5py.File(src) as f:
+        lat = f["lat"][()]
+        lat = lat[lat != f["lat"].attrs["_FillValue"]]
+        assert (summary["lat"]["min"], summary["lat"]["max"]) == (lat.min(), lat.max())
+        assert summary["lat"]["finite"] == lat.size
+        assert summary["time"]["ends"] == [f["time"][0], f["time"][-1]]

@@ -225,3 +225,44 @@ def test_dimension_only_scales_known_from_the_attributes_read(
     assert sorted(s.path for s in refs.skipped) == ["nv0", "nv1", "nv2"]
     assert _dims(refs)["bounds"] == ("lat", "nv0")
     assert_refs_match_h5py(refs, path)
+
+
+def test_hdf5_is_asked_once_per_object_and_only_about_scale_markers(
+    make_h5, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An array whose decoded attributes hold no ``CLASS`` is not a scale without asking HDF5
+    (``H5DSis_scale`` searches the attribute storage by name), and the walk's ``H5Oget_info``
+    of each object is the one the attribute reader uses (it asked again per object)."""
+    from collections import Counter
+
+    def build(f: h5py.File) -> None:
+        x = f.create_dataset("x", data=np.arange(5.0))
+        x.make_scale("x")
+        for g in range(2):
+            for v in range(3):
+                d = f.create_dataset(f"g{g}/v{v}", data=np.arange(5.0) * v)
+                d.dims[0].attach_scale(x)
+                d.attrs.update({f"a{a}": a for a in range(10)})  # dense storage
+
+    path = make_h5(build, libver="latest")
+    infos: Counter[bytes] = Counter()
+    scales: Counter[bytes] = Counter()
+    get_info, is_scale = h5py.h5o.get_info, h5py.h5ds.is_scale
+
+    def counting_info(oid, *args, **kwargs):  # type: ignore[no-untyped-def]
+        infos[h5py.h5i.get_name(oid)] += 1
+        return get_info(oid, *args, **kwargs)
+
+    def counting_scale(oid):  # type: ignore[no-untyped-def]
+        scales[h5py.h5i.get_name(oid)] += 1
+        return is_scale(oid)
+
+    monkeypatch.setattr(h5py.h5o, "get_info", counting_info)
+    monkeypatch.setattr(h5py.h5ds, "is_scale", counting_scale)
+    refs = index_granule(str(path))
+    monkeypatch.undo()
+    assert dict(scales) == {b"/x": 1}
+    arrays = [f"/g{g}/v{v}".encode() for g in range(2) for v in range(3)]
+    assert all(infos[a] == 1 for a in arrays) and infos[b"/g0"] == infos[b"/g1"] == 1
+    assert _dims(refs) == {"x": ("x",), **{a.decode()[1:]: ("x",) for a in arrays}}
+    assert_refs_match_h5py(refs, path)
