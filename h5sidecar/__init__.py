@@ -15,6 +15,7 @@ from h5sidecar._version import __version__
 _LAZY = {
     "index_granule": "h5sidecar.indexer",
     "index_dmrpp": "h5sidecar.indexer",
+    "check_dmrpp": "h5sidecar.workflows",
     "GranuleRefs": "h5sidecar.references",
     "ChunkManifest": "h5sidecar.references",
     "read_refs": "h5sidecar.references",
@@ -32,6 +33,7 @@ __all__ = [
     "__version__",
     "ChunkManifest",
     "GranuleRefs",
+    "check_dmrpp",
     "index_dmrpp",
     "index_granule",
     "load",
@@ -60,6 +62,7 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads
     from h5sidecar.references import read_refs as read_refs
     from h5sidecar.references import write_json as write_json
     from h5sidecar.references import write_parquet as write_parquet
+    from h5sidecar.workflows import check_dmrpp as check_dmrpp
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -100,6 +100,22 @@ def build_parser() -> argparse.ArgumentParser:
     _storage_option_arg(p)
     p.set_defaults(command="verify")
 
+    p = sub.add_parser("dmrpp-check", parents=[verbose],
+                       help="audit a DMR++ document against its granule",
+                       description="Index GRANULE from its HDF5 metadata and from its DMR++ "
+                       "document, and list every disagreement (a variable missing on either "
+                       "side, another shape, dtype, chunk shape, chunk offset or length, "
+                       "filters, fill value or attribute); exit 1 when any is found.")
+    p.add_argument("granule", help="the HDF5 / netCDF-4 granule (path, s3:// or https://)")
+    p.add_argument("dmrpp", nargs="?", default=None,
+                   help="its DMR++ document (default: GRANULE.dmrpp)")
+    p.add_argument("--byte-order", choices=["LE", "BE"], default=None,
+                   help="byte order of multi-byte variables whose document gives none "
+                   "(default: such variables are not checked)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _storage_option_arg(p)
+    p.set_defaults(command="dmrpp-check")
+
     p = sub.add_parser("catalog", parents=[verbose], help="write a STAC catalog of DEST",
                        description="Write (or update) a static STAC 1.1 catalog in STACDIR: a "
                        "Collection with one Item per granule indexed under DEST (footprint and "
