@@ -53,6 +53,7 @@ from h5sidecar.references.datacube._concat import (
     slice_refs,
 )
 from h5sidecar.references.datacube._member_table import MemberTable
+from h5sidecar.references.dmrpp_sidecar._dmrpp_write import dmrpp_document, write_dmrpp
 from h5sidecar.references.json_sidecar._kerchunk_json import from_kerchunk, to_kerchunk
 from h5sidecar.references.json_sidecar._kerchunk_json import gc_paused as gc_paused
 from h5sidecar.references.parquet_sidecar._manifests_file import MANIFESTS_FILE as MANIFESTS_FILE
@@ -89,6 +90,8 @@ __all__ = [
     "to_kerchunk",
     "typed_value",
     "write_json",
+    "dmrpp_document",
+    "write_dmrpp",
     "write_parquet",
     "virtualizarr_unreadable",
     "write_refs",
