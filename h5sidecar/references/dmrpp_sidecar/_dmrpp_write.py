@@ -57,6 +57,8 @@ def _dap_type(dtype: Any) -> tuple[str, str | None]:
     if not isinstance(dtype, str):
         raise _LeftOut("a compound type (DAP4 Structure) is not written by h5sidecar")
     dt = np.dtype(dtype)
+    if dt.kind == "S":  # fixed-length: dmrpp:FixedLengthStringArray gives the length
+        return "String", None
     name = _DAP_TYPES.get(f"{dt.kind}{dt.itemsize}")
     if name is None:
         raise _LeftOut(f"type {dtype} has no DAP4 atomic type h5sidecar writes")
@@ -68,7 +70,10 @@ def _attr_type(value: Any, spec: str | None) -> str:
     if spec is not None:
         if spec in ("bytes",) or spec.startswith("text:"):
             raise _LeftOut("bytes or text in another encoding: a DAP4 String would read as text")
-        return _dap_type(spec)[0]
+        dap = _dap_type(spec)[0]
+        if dap == "String":
+            raise _LeftOut(f"fixed-length bytes ({spec}): a DAP4 String would read as text")
+        return dap
     items = value if isinstance(value, list) else [value]
     if items and all(isinstance(v, str) for v in items):
         return "String"
@@ -153,6 +158,9 @@ def _variable(arr: ArrayRefs, dims: list[str], attrs: list[str], source_url: str
     if _NOT_XML.search(name):
         raise _LeftOut("characters XML 1.0 cannot hold in its name")
     body = "".join(dims) + "".join(attrs)
+    if dap == "String":  # null-padded as NumPy's bytes: the raw bytes are the values either way
+        length = np.dtype(str(arr.meta.dtype)).itemsize
+        body += f'<dmrpp:FixedLengthStringArray string_length="{length}" pad="null_pad"/>'
     m = arr.manifest
     if m.n_inline:
         if m.n_chunks != 1 or arr.meta.filters or arr.meta.compressor:
