@@ -28,7 +28,6 @@ from xml.sax.saxutils import escape, quoteattr
 import numpy as np
 
 from h5sidecar.errors import ErrorKind
-from h5sidecar.references._manifest import INLINE
 from h5sidecar.references._model import ArrayRefs, GranuleRefs, Skipped
 
 __all__ = ["DAP4_NS", "DMRPP_NS", "dmrpp_document", "write_dmrpp"]
@@ -123,7 +122,7 @@ def _filters(arr: ArrayRefs) -> str:
     n_deflate = words.count("deflate")
     attrs = f" compressionType={quoteattr(' '.join(words))}" if words else ""
     if levels and len(levels) == n_deflate:  # a level for each, or none: never a wrong pairing
-        attrs += f" dmrpp:deflateLevel={quoteattr(' '.join(levels))}"
+        attrs += f" deflateLevel={quoteattr(' '.join(levels))}"
     return attrs
 
 
@@ -145,11 +144,38 @@ def _chunk_rows(arr: ArrayRefs, source_url: str) -> Iterator[str]:
         yield f'<dmrpp:chunk offset="{off}" nBytes="{n}"{where}{hrefs[code]}/>'
 
 
+def _only_fill_inline(arr: ArrayRefs) -> bool:
+    """Every chunk held in the references is a never-written chunk the indexer stored full of
+    the fill value (so Zarr readers read it as HDF5 does): a DMR++ leaves such chunks out, and
+    its readers give them ``fillValue``."""
+    import numcodecs
+
+    m, meta = arr.manifest, arr.meta
+    if not isinstance(meta.dtype, str) or meta.fill_value is None or not m.n_stored:
+        return False
+    dt = np.dtype(meta.dtype)
+    try:
+        fill = np.array(meta.fill_value, dtype=dt)
+    except (TypeError, ValueError):
+        return False
+    pipeline = [*meta.filters, *([meta.compressor] if meta.compressor else [])]
+    for data in {bytes(d) for d in m.inline.values()}:  # materialised chunks share their bytes
+        buf: Any = data
+        for config in reversed(pipeline):
+            buf = numcodecs.get_codec(dict(config)).decode(buf)
+        values = np.frombuffer(bytes(np.asarray(buf).tobytes()), dtype=dt)
+        if values.size != int(np.prod(meta.chunks)) or not np.array_equal(
+            values, np.broadcast_to(fill, values.shape), equal_nan=dt.kind == "f"
+        ):
+            return False
+    return True
+
+
 def _fill(arr: ArrayRefs) -> str:
     fv = arr.meta.fill_value
     if fv is None or isinstance(fv, list | dict):
         return ""
-    return f" dmrpp:fillValue={quoteattr(str(fv))}"
+    return f" fillValue={quoteattr(str(fv))}"
 
 
 def _variable(arr: ArrayRefs, dims: list[str], attrs: list[str], source_url: str) -> str:
@@ -162,17 +188,18 @@ def _variable(arr: ArrayRefs, dims: list[str], attrs: list[str], source_url: str
         length = np.dtype(str(arr.meta.dtype)).itemsize
         body += f'<dmrpp:FixedLengthStringArray string_length="{length}" pad="null_pad"/>'
     m = arr.manifest
-    if m.n_inline:
+    if m.n_inline and not _only_fill_inline(arr):
         if m.n_chunks != 1 or arr.meta.filters or arr.meta.compressor:
             raise _LeftOut("values held in the references in pieces or filtered (DMR++ holds "
                            "a variable's values only whole and unfiltered: dmrpp:compact)")  # fmt: skip
+        if order is not None:  # dmrpp:compact has no byteOrder: readers would have to guess
+            raise _LeftOut("compact values of a multi-byte type (DMR++ gives no byte order "
+                           "for dmrpp:compact)")  # fmt: skip
         data = next(iter(m.inline.values()))
         return (f"<{dap} name={quoteattr(name)}>{body}<dmrpp:compact>"
                 f"{base64.b64encode(data).decode()}</dmrpp:compact></{dap}>")  # fmt: skip
-    if (m.codes == INLINE).any():  # pragma: no cover - n_inline covers it
-        raise _LeftOut("inline chunks")
     compression = _filters(arr)
-    byte_order = f' dmrpp:byteOrder="{order}"' if order else ""
+    byte_order = f' byteOrder="{order}"' if order else ""
     sizes = ""
     if arr.meta.shape:
         sizes = ("<dmrpp:chunkDimensionSizes>" + " ".join(map(str, arr.meta.chunks))
