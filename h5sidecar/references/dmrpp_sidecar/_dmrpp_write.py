@@ -66,14 +66,18 @@ def _dap_type(dtype: Any) -> tuple[str, str | None]:
 
 
 def _attr_type(value: Any, spec: str | None) -> str:
+    items = value if isinstance(value, list) else [value]
+    if any(isinstance(v, list | dict) for v in items):
+        raise _LeftOut("a multi-dimensional or compound value (DAP4 attributes are 1-D)")
     if spec is not None:
         if spec in ("bytes",) or spec.startswith("text:"):
             raise _LeftOut("bytes or text in another encoding: a DAP4 String would read as text")
         dap = _dap_type(spec)[0]
         if dap == "String":
             raise _LeftOut(f"fixed-length bytes ({spec}): a DAP4 String would read as text")
+        if not all(isinstance(v, int | float | str) for v in items):
+            raise _LeftOut(f"values that are not numbers of type {spec}")
         return dap
-    items = value if isinstance(value, list) else [value]
     if items and all(isinstance(v, str) for v in items):
         return "String"
     if items and all(isinstance(v, int) and not isinstance(v, bool) for v in items):
@@ -121,7 +125,9 @@ def _filters(arr: ArrayRefs) -> str:
         words.append(word)
     n_deflate = words.count("deflate")
     attrs = f" compressionType={quoteattr(' '.join(words))}" if words else ""
-    if levels and len(levels) == n_deflate:  # a level for each, or none: never a wrong pairing
+    # one deflate: its level, as build_dmrpp writes it (readers parse one number; several
+    # deflates get none, which does not change decoding)
+    if n_deflate == 1 and len(levels) == 1:
         attrs += f" deflateLevel={quoteattr(' '.join(levels))}"
     return attrs
 
