@@ -45,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="index the URLs listed in FILE instead, one per line (https://, "
                    "s3:// or paths; blank lines and # comments skipped)")
     p.add_argument("-o", "--output", dest="dest", required=True, help="folder or S3 prefix")
-    p.add_argument("--format", choices=["parquet", "json"], default="parquet")
+    p.add_argument("--format", choices=["parquet", "json", "dmrpp"], default="parquet",
+                   help="sidecar format: kerchunk Parquet or JSON, or a DMR++ document "
+                   "(GRANULE.dmrpp, for DMR++ readers; what DMR++ cannot say is left out)")
     p.add_argument("--layout", choices=["kerchunk", "compact"], default=None,
                    help="Parquet sidecar layout: kerchunk (record files per variable, read by "
                    "plain fsspec/kerchunk) or compact (2-3 objects per granule, h5sidecar and "

@@ -22,6 +22,7 @@ import base64
 import posixpath
 import re
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
@@ -307,9 +308,16 @@ def write_dmrpp(
     tuple of Skipped
         What the document leaves out, with why (the references' own skipped variables too).
     """
-    import fsspec
+    from fsspec.implementations.local import LocalFileSystem
+
+    from h5sidecar.references._atomic_local import write_local_file
+    from h5sidecar.references._sidecar_files import sidecar_fs
 
     text, left_out = dmrpp_document(refs)
-    with fsspec.open(path, "w", encoding="utf-8", **dict(storage_options or {})) as f:
-        f.write(text)
+    data = text.encode("utf-8")
+    fs, root = sidecar_fs(path, dict(storage_options or {}))
+    if isinstance(fs, LocalFileSystem):  # as the JSON sidecar: whole or not at all
+        write_local_file(Path(root), [data])
+    else:
+        fs.pipe_file(root, data)
     return left_out
