@@ -6,8 +6,9 @@ on it, and it depends on nothing of h5sidecar but :mod:`h5sidecar.errors` and
 
 Grouped by concept: the model at the root (``_model``, ``_array_meta``, ``_manifest``,
 ``_source_info``, ...), the two persisted formats in :mod:`~h5sidecar.references.json_sidecar`
-and :mod:`~h5sidecar.references.parquet_sidecar`, datacube references (concatenation, member
-table) in :mod:`~h5sidecar.references.datacube`, and reading/writing either format in ``_io``.
+and :mod:`~h5sidecar.references.parquet_sidecar`, DMR++ documents written from references in
+:mod:`~h5sidecar.references.dmrpp_sidecar`, datacube references (concatenation, member table)
+in :mod:`~h5sidecar.references.datacube`, and reading/writing either format in ``_io``.
 """
 
 from h5sidecar.references._array_meta import ArrayMeta
