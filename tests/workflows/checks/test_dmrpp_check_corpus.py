@@ -90,3 +90,15 @@ def test_dmrpp_check_corpus_summary() -> None:
     )
     print(f"  disagreements by kind: {dict(kinds)}; variables not checked: {unchecked}")
     assert set(flagged) <= set(EXPECTED_FINDINGS)
+
+
+def test_dmrpp_check_assumed_byte_order() -> None:
+    """``byte_order="LE"`` checks what an old document without ``byteOrder`` leaves unchecked:
+    the one big-endian array the conformance test reads wrong that way is flagged, and the 2-D
+    attributes DAP4 flattens show up."""
+    if not (DMRPP_CORPUS / "MANIFEST.json").exists():
+        pytest.skip("DMR++ corpus not found")
+    audit = check_dmrpp(str(DMRPP_CORPUS / "files" / "ntypes.h5"), byte_order="LE")
+    assert ("dtype", "atomic_type_1") in {(f.kind, f.path) for f in audit.findings}
+    audit = check_dmrpp(str(DMRPP_CORPUS / "files" / "d_int.h5"), byte_order="LE")
+    assert [(f.kind, f.path) for f in audit.findings] == [("attribute", "d16_2@value_2d")]
