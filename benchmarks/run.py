@@ -28,6 +28,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
              "datacube: build from sidecars vs kerchunk from HDF5; open, time series, time step"),
     "scale": ("benchmarks.bench_scale",
               "every command at 10k-1M synthetic granules: time, peak RSS, growth with N"),
+    "dmrpp": ("benchmarks.bench_dmrpp",
+              "indexing from DMR++ (index_dmrpp) vs from HDF5 over the S3 endpoint"),
     "subchunk": ("benchmarks.bench_subchunk",
                  "NSRDB-like time step / site series: h5py, s3fs, kerchunk, read_arrays, gateway"),
 }

@@ -15,11 +15,13 @@ from h5sidecar._version import __version__
 _LAZY = {
     "index_granule": "h5sidecar.indexer",
     "index_dmrpp": "h5sidecar.indexer",
+    "check_dmrpp": "h5sidecar.workflows",
     "GranuleRefs": "h5sidecar.references",
     "ChunkManifest": "h5sidecar.references",
     "read_refs": "h5sidecar.references",
     "write_json": "h5sidecar.references",
     "write_parquet": "h5sidecar.references",
+    "write_dmrpp": "h5sidecar.references",
     "open_dataset": "h5sidecar.read",
     "open_datatree": "h5sidecar.read",
     "open_mfdataset": "h5sidecar.read",
@@ -32,6 +34,7 @@ __all__ = [
     "__version__",
     "ChunkManifest",
     "GranuleRefs",
+    "check_dmrpp",
     "index_dmrpp",
     "index_granule",
     "load",
@@ -41,6 +44,7 @@ __all__ = [
     "open_mfdataset",
     "read_arrays",
     "read_refs",
+    "write_dmrpp",
     "write_json",
     "write_parquet",
 ]
@@ -58,8 +62,10 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads
     from h5sidecar.references import ChunkManifest as ChunkManifest
     from h5sidecar.references import GranuleRefs as GranuleRefs
     from h5sidecar.references import read_refs as read_refs
+    from h5sidecar.references import write_dmrpp as write_dmrpp
     from h5sidecar.references import write_json as write_json
     from h5sidecar.references import write_parquet as write_parquet
+    from h5sidecar.workflows import check_dmrpp as check_dmrpp
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -45,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="index the URLs listed in FILE instead, one per line (https://, "
                    "s3:// or paths; blank lines and # comments skipped)")
     p.add_argument("-o", "--output", dest="dest", required=True, help="folder or S3 prefix")
-    p.add_argument("--format", choices=["parquet", "json"], default="parquet")
+    p.add_argument("--format", choices=["parquet", "json", "dmrpp"], default="parquet",
+                   help="sidecar format: kerchunk Parquet or JSON, or a DMR++ document "
+                   "(GRANULE.dmrpp, for DMR++ readers; what DMR++ cannot say is left out)")
     p.add_argument("--layout", choices=["kerchunk", "compact"], default=None,
                    help="Parquet sidecar layout: kerchunk (record files per variable, read by "
                    "plain fsspec/kerchunk) or compact (2-3 objects per granule, h5sidecar and "
@@ -99,6 +101,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _storage_option_arg(p)
     p.set_defaults(command="verify")
+
+    p = sub.add_parser("dmrpp-check", parents=[verbose],
+                       help="audit a DMR++ document against its granule",
+                       description="Index GRANULE from its HDF5 metadata and from its DMR++ "
+                       "document, and list every disagreement (a variable missing on either "
+                       "side, another shape, dtype, chunk shape, chunk offset or length, "
+                       "filters, fill value or attribute); exit 1 when any is found.")
+    p.add_argument("granule", help="the HDF5 / netCDF-4 granule (path, s3:// or https://)")
+    p.add_argument("dmrpp", nargs="?", default=None,
+                   help="its DMR++ document (default: GRANULE.dmrpp)")
+    p.add_argument("--byte-order", choices=["LE", "BE"], default=None,
+                   help="byte order of multi-byte variables whose document gives none "
+                   "(default: such variables are not checked)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _storage_option_arg(p)
+    p.set_defaults(command="dmrpp-check")
 
     p = sub.add_parser("catalog", parents=[verbose], help="write a STAC catalog of DEST",
                        description="Write (or update) a static STAC 1.1 catalog in STACDIR: a "

@@ -1,5 +1,5 @@
-"""The commands besides ``index`` and ``report``: inspect, verify, catalog, cube, prune, sample,
-demo and serve."""
+"""The commands besides ``index`` and ``report``: inspect, verify, dmrpp-check, catalog, cube,
+prune, sample, demo and serve."""
 
 from __future__ import annotations
 
@@ -86,6 +86,30 @@ def cmd_verify(args: argparse.Namespace, out: Console, err: Console) -> int:
     verdict = "[green]OK[/]" if r.ok else "[red]DIFFERENCES FOUND[/]"
     out.print(f"{verdict}: {len(r.variables)} variable(s), {len(bad)} with problems")
     return EXIT_OK if r.ok else EXIT_FAILED
+
+
+def cmd_dmrpp_check(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from h5sidecar.workflows import check_dmrpp
+
+    a = check_dmrpp(args.granule, args.dmrpp, byte_order=args.byte_order,
+                    **(storage_options(args.storage_options) or {}))
+    if args.json:
+        out.print_json(data=a.to_dict())
+        return EXIT_OK if a.ok else EXIT_FAILED
+    if a.findings:
+        table = Table(header_style="bold")
+        for col in ("path", "disagreement", "detail"):
+            table.add_column(col, no_wrap=col != "detail")
+        for f in a.findings:
+            table.add_row(escape(f.path or "/"), f"[red]{f.kind}[/]", escape(f.detail))
+        out.print(table)
+    for path, reason in a.unchecked:
+        out.print(f"[yellow]not checked[/] {escape(path)}: {escape(reason)}")
+    verdict = "[green]OK[/]" if a.ok else "[red]DISAGREEMENTS FOUND[/]"
+    out.print(f"{verdict}: {escape(a.dmrpp)} against {escape(a.granule)}: {a.n_variables} "
+              f"variable(s) compared, {len(a.findings)} disagreement(s), {len(a.unchecked)} "
+              "not checked")
+    return EXIT_OK if a.ok else EXIT_FAILED
 
 
 def cmd_catalog(args: argparse.Namespace, out: Console, err: Console) -> int:

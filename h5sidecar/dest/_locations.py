@@ -37,7 +37,7 @@ REPORT_NAME = "_report.json"
 DEFAULT_PATTERNS: tuple[str, ...] = ("*.h5", "*.hdf5", "*.he5", "*.nc", "*.nc4")
 
 #: Sidecar suffix for each persisted format.
-SIDECAR_SUFFIX: dict[str, str] = {"parquet": ".parq", "json": ".json"}
+SIDECAR_SUFFIX: dict[str, str] = {"parquet": ".parq", "json": ".json", "dmrpp": ".dmrpp"}
 
 
 def is_remote(url: str) -> bool:

@@ -24,6 +24,7 @@ from h5sidecar.indexer._summary import longitude_arc
 from h5sidecar.indexer.crawl._h5file import open_granule
 from h5sidecar.indexer.crawl._source_file import open_source
 from h5sidecar.indexer.dmrpp import DMRPP_KEY, index_dmrpp, index_dmrpp_document
+from h5sidecar.indexer.dmrpp import DRIFT as DMRPP_DRIFT
 from h5sidecar.indexer.dtypes._dtype_plan import ENUMS_KEY, REFERENCES_KEY
 from h5sidecar.indexer.filters import (
     chunk_pipeline,
@@ -40,6 +41,7 @@ DEFAULT_SETTINGS = IndexSettings()
 
 __all__ = [
     "COORDINATE_SUMMARY_KEY",
+    "DMRPP_DRIFT",
     "DMRPP_KEY",
     "FromDmrpp",
     "ENUMS_KEY",

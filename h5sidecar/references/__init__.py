@@ -6,8 +6,9 @@ on it, and it depends on nothing of h5sidecar but :mod:`h5sidecar.errors` and
 
 Grouped by concept: the model at the root (``_model``, ``_array_meta``, ``_manifest``,
 ``_source_info``, ...), the two persisted formats in :mod:`~h5sidecar.references.json_sidecar`
-and :mod:`~h5sidecar.references.parquet_sidecar`, datacube references (concatenation, member
-table) in :mod:`~h5sidecar.references.datacube`, and reading/writing either format in ``_io``.
+and :mod:`~h5sidecar.references.parquet_sidecar`, DMR++ documents written from references in
+:mod:`~h5sidecar.references.dmrpp_sidecar`, datacube references (concatenation, member table)
+in :mod:`~h5sidecar.references.datacube`, and reading/writing either format in ``_io``.
 """
 
 from h5sidecar.references._array_meta import ArrayMeta
@@ -53,6 +54,7 @@ from h5sidecar.references.datacube._concat import (
     slice_refs,
 )
 from h5sidecar.references.datacube._member_table import MemberTable
+from h5sidecar.references.dmrpp_sidecar._dmrpp_write import dmrpp_document, write_dmrpp
 from h5sidecar.references.json_sidecar._kerchunk_json import from_kerchunk, to_kerchunk
 from h5sidecar.references.json_sidecar._kerchunk_json import gc_paused as gc_paused
 from h5sidecar.references.parquet_sidecar._manifests_file import MANIFESTS_FILE as MANIFESTS_FILE
@@ -89,6 +91,8 @@ __all__ = [
     "to_kerchunk",
     "typed_value",
     "write_json",
+    "dmrpp_document",
+    "write_dmrpp",
     "write_parquet",
     "virtualizarr_unreadable",
     "write_refs",

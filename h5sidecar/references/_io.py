@@ -16,6 +16,7 @@ Existing destinations are only replaced when they look like sidecars; anything e
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Iterable
@@ -46,6 +47,8 @@ from h5sidecar.references.parquet_sidecar._manifests_file import MANIFESTS_FILE
 from h5sidecar.references.parquet_sidecar._parquet_lazy import BULK_LOAD_BYTES, read_parquet_lazy
 from h5sidecar.references.parquet_sidecar._parquet_write import DEFAULT_RECORD_SIZE, encode_parquet
 
+log = logging.getLogger("h5sidecar")
+
 __all__ = [
     "SidecarFormat",
     "SidecarLayout",
@@ -57,7 +60,7 @@ __all__ = [
     "write_refs",
 ]
 
-SidecarFormat = Literal["parquet", "json"]
+SidecarFormat = Literal["parquet", "json", "dmrpp"]
 
 
 def write_json(
@@ -147,7 +150,7 @@ def write_refs(
     record_size: int = DEFAULT_RECORD_SIZE,
     layout: SidecarLayout = "kerchunk",
 ) -> str:
-    """Write a sidecar in ``format`` (``"parquet"`` or ``"json"``); see the two writers.
+    """Write a sidecar in ``format`` (``"parquet"``, ``"json"`` or ``"dmrpp"``); see the writers.
 
     ``layout`` applies to Parquet only (a JSON sidecar is always one object).
     """
@@ -157,7 +160,13 @@ def write_refs(
         return write_parquet(
             refs, dest, storage_options=storage_options, record_size=record_size, layout=layout
         )
-    raise ValueError(f"format must be 'parquet' or 'json', got {format!r}")
+    if format == "dmrpp":  # a DMR++ document (what it cannot say is left out: logged)
+        from h5sidecar.references.dmrpp_sidecar._dmrpp_write import write_dmrpp
+
+        for s in write_dmrpp(refs, os.fspath(dest), storage_options=storage_options):
+            log.info("%s: %s left out of the DMR++: %s", dest, s.path, s.reason)
+        return os.fspath(dest)
+    raise ValueError(f"format must be 'parquet', 'json' or 'dmrpp', got {format!r}")
 
 
 def read_refs(

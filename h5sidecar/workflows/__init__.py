@@ -6,6 +6,7 @@ Everything the ``h5sidecar`` command line does is a function here first:
   :func:`index_one` (a picklable task for any executor), skipping up-to-date sidecars, and writes
   a :class:`RunReport` in DEST (its SQLite record locally, ``_report.json`` on object stores);
 - :func:`inspect_refs` summarises a sidecar; :func:`verify_refs` compares it with h5py;
+  :func:`check_dmrpp` audits a granule's DMR++ document against the granule;
 - :func:`build_cube` combines many granules' sidecars into one datacube reference set along a
   dimension (checked encodings, coordinate order, the coordinate held inline);
 - :func:`run_demo` and :func:`write_samples` drive the demo;
@@ -33,8 +34,11 @@ __all__ = [
     "CubePart",
     "CubeResult",
     "build_cube",
+    "check_dmrpp",
     "DEFAULT_PATTERNS",
     "DaskExecutor",
+    "DmrppAudit",
+    "DmrppFinding",
     "DemoSummary",
     "ErrorRecord",
     "Granule",
@@ -93,6 +97,9 @@ _LAZY = {
     "VariableSummary": "checks._inspect",
     "inspect_refs": "checks._inspect",
     "VariableCheck": "checks._verify_array",
+    "DmrppAudit": "checks._dmrpp_check",
+    "DmrppFinding": "checks._dmrpp_check",
+    "check_dmrpp": "checks._dmrpp_check",
     "VerifyReport": "checks._verify",
     "verify_refs": "checks._verify",
     "DaskExecutor": "index._dask",
@@ -125,6 +132,9 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads
     from h5sidecar.workflows._prune import PruneEntry as PruneEntry
     from h5sidecar.workflows._prune import PruneResult as PruneResult
     from h5sidecar.workflows._prune import prune as prune
+    from h5sidecar.workflows.checks._dmrpp_check import DmrppAudit as DmrppAudit
+    from h5sidecar.workflows.checks._dmrpp_check import DmrppFinding as DmrppFinding
+    from h5sidecar.workflows.checks._dmrpp_check import check_dmrpp as check_dmrpp
     from h5sidecar.workflows.checks._inspect import SidecarSummary as SidecarSummary
     from h5sidecar.workflows.checks._inspect import VariableSummary as VariableSummary
     from h5sidecar.workflows.checks._inspect import inspect_refs as inspect_refs

@@ -9,6 +9,7 @@
 """
 
 from h5sidecar.indexer.dmrpp._dmrpp_document import (
+    DRIFT,
     DmrAttribute,
     DmrChunks,
     DmrDim,
@@ -27,6 +28,7 @@ from h5sidecar.indexer.dmrpp._index_dmrpp import (
 
 __all__ = [
     "DMRPP_KEY",
+    "DRIFT",
     "PLACEHOLDER",
     "DmrAttribute",
     "DmrChunks",

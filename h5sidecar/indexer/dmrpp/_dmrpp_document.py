@@ -21,6 +21,7 @@ from types import MappingProxyType
 import numpy as np
 
 __all__ = [
+    "DRIFT",
     "DmrAttribute",
     "DmrChunks",
     "DmrDim",
@@ -28,6 +29,10 @@ __all__ = [
     "DmrVariable",
     "DmrppDocument",
 ]
+
+#: Ends the reason of a variable skipped because its document contradicts its file (chunks that
+#: do not decode or do not hold their type): an audit reports these as the document's errors.
+DRIFT = "the DMR++ does not describe this file"
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ import numpy as np
 from h5sidecar.errors import ErrorKind, InvalidDmrppError
 from h5sidecar.indexer._failures import fail
 from h5sidecar.indexer._values import fill_value_json
-from h5sidecar.indexer.dmrpp._dmrpp_document import DmrChunks, DmrVariable
+from h5sidecar.indexer.dmrpp._dmrpp_document import DRIFT, DmrChunks, DmrVariable
 from h5sidecar.indexer.dmrpp._filter_order import ReadRanges, settle_pipeline
 from h5sidecar.indexer.dmrpp._variable_type import Conversion, VariableType, variable_type
 from h5sidecar.references import INLINE, MISSING, ArrayMeta, ArrayRefs, ChunkManifest
@@ -176,7 +176,7 @@ def _manifest(var: DmrVariable, spec: ArraySpec, chunk_shape: tuple[int, ...],
             if int(end) > info.size:
                 raise InvalidDmrppError(
                     f"{where}: a chunk ends at byte {int(end)}, past the end of {info.url} "
-                    f"({info.size} bytes); the DMR++ does not describe this file"
+                    f"({info.size} bytes); {DRIFT}"
                 )
     codes = np.full(grid, MISSING, np.int32)
     offs = np.zeros(grid, np.uint64)
@@ -216,8 +216,8 @@ def _check_raw_sizes(manifest: ChunkManifest, chunk_shape: tuple[int, ...], dt: 
     if got.size and (got != want).any():
         fail(ErrorKind.OTHER,
              f"the document's unfiltered chunks are {int(got[got != want][0])} bytes where its "
-             f"type and chunk shape need {want} ({dt}, {list(chunk_shape)}): the DMR++ does not "
-             "match the file; index the HDF5 file instead")  # fmt: skip
+             f"type and chunk shape need {want} ({dt}, {list(chunk_shape)}): {DRIFT}; index the "
+             "HDF5 file instead")  # fmt: skip
 
 
 # -- the variable ---------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import numpy as np
 
 from h5sidecar.errors import ErrorKind
 from h5sidecar.indexer._failures import fail
+from h5sidecar.indexer.dmrpp._dmrpp_document import DRIFT
 from h5sidecar.references import ChunkManifest
 
 __all__ = ["ReadRanges", "settle_pipeline"]
@@ -102,5 +103,5 @@ def settle_pipeline(
     fail(
         ErrorKind.UNSUPPORTED_FILTER,
         "its chunk does not decode to whole elements with the document's filters (a fletcher32 "
-        "tried first, last and where written): the DMR++ does not describe this file",
+        f"tried first, last and where written): {DRIFT}",
     )
