@@ -14,6 +14,8 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError
 from h5sidecar.references import GranuleRefs, MemberTable, write_refs
@@ -21,6 +23,7 @@ from h5sidecar.workflows.cube._cube_assemble import assemble, cube_record
 from h5sidecar.workflows.cube._cube_batches import Interleaved, Scan, scan
 from h5sidecar.workflows.cube._cube_checks import encodings
 from h5sidecar.workflows.cube._cube_columns import columns_record
+from h5sidecar.workflows.cube._cube_listing import SidecarPaths, list_sidecars
 from h5sidecar.workflows.cube._cube_time import (
     NORMALIZED_FIELDS,
     check_bounds,
@@ -104,17 +107,27 @@ def _sidecar_list(
     if isinstance(sidecars, GranuleRefs):
         return [sidecars]
     if isinstance(sidecars, str | os.PathLike):
-        from h5sidecar.catalog import list_indexed
-
-        found = [g.sidecar for g in list_indexed(os.fspath(sidecars), sizes=False,
-                                                 storage_options=storage_options)]
-        if not found:
+        found = list_sidecars(sidecars, storage_options)
+        if not len(found):
             raise InvalidRequestError(
                 f"no sidecars under {os.fspath(sidecars)}; index the granules first "
                 "(`h5sidecar index SOURCE -o DEST`)"
             )
         return found
     return list(sidecars)
+
+
+def _sidecar_column(items: Sequence[Any], where: np.ndarray, stamps: np.ndarray) -> pa.Array:
+    """Each member's sidecar path (``where``: its item; null for references given as such,
+    whose stamp is empty), taken in Arrow from a listing of DEST: no string per member."""
+    given = stamps == b""
+    if isinstance(items, SidecarPaths):
+        column = items.take(where).arrow
+        if given.any():
+            column = pc.if_else(pa.array(given), pa.scalar(None, pa.string()), column)
+        return column
+    return pa.array([None if g else os.fspath(items[i]) for i, g in
+                     zip(where.tolist(), given.tolist(), strict=True)], pa.string())
 
 
 def _selection(
@@ -206,7 +219,8 @@ def _build(
         # cubes written into DEST (by an earlier run) are not granules of the next one
         found = run(items, time_units)
     except Interleaved as again:  # not listed in coordinate order: once more, in that order
-        items = [items[i] for i in again.order]
+        items = (items.take(again.order) if isinstance(items, SidecarPaths)
+                 else [items[i] for i in again.order])
         found = run(items, time_units or again.units)
     paths, coord = found.paths, found.coord
     ordered = sorted(found.encodings, key=lambda e: min(p.coordinate[0] for p in e.pieces))
@@ -219,14 +233,12 @@ def _build(
         members = MemberTable.concat([p.members for p in pieces])
         _check_members(members)
         stamps = np.concatenate([p.stamps for p in pieces])
-        where = np.concatenate([p.items for p in pieces]).tolist()
+        where = np.concatenate([p.items for p in pieces])
         lengths = np.concatenate([p.lengths for p in pieces])
-        # each member's sidecar path (the listed item itself: no new string) or None
-        sidecar_paths = [items[i] if s else None for i, s in zip(where, stamps.tolist(),
-                                                                   strict=True)]
-        sidecar_paths = [q if q is None or isinstance(q, str) else os.fspath(q)
-                         for q in sidecar_paths]
         columns = format == "parquet"  # its per-member lists as member columns
+        sidecar_paths: Any = _sidecar_column(items, where, stamps)
+        if not columns:  # a JSON cube's (or Icechunk commit's) record lists them
+            sidecar_paths = sidecar_paths.to_pylist()
         record = cube_record(
             concat_dim=concat_dim, coord=coord, shared=found.shared,
             lengths=() if columns else lengths.tolist(),
