@@ -8,7 +8,7 @@ the ordering and the writes (see :mod:`h5sidecar.workflows.cube._build_cube`); a
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -24,6 +24,7 @@ from h5sidecar.workflows.cube._cube_batches import Interleaved, Scan, scan
 from h5sidecar.workflows.cube._cube_checks import encodings
 from h5sidecar.workflows.cube._cube_columns import columns_record
 from h5sidecar.workflows.cube._cube_listing import SidecarPaths, list_sidecars
+from h5sidecar.workflows.cube._cube_staging import StagedRefs, Staging, join_staged
 from h5sidecar.workflows.cube._cube_time import (
     NORMALIZED_FIELDS,
     check_bounds,
@@ -103,7 +104,7 @@ def cube_paths(out: str, n: int) -> list[str]:
 def _sidecar_list(
     sidecars: str | os.PathLike[str] | Sequence[Any],
     storage_options: Mapping[str, Any] | None,
-) -> list[Any]:
+) -> Sequence[Any]:
     if isinstance(sidecars, GranuleRefs):
         return [sidecars]
     if isinstance(sidecars, str | os.PathLike):
@@ -213,8 +214,20 @@ def _build(
         return scan(items, skip_cubes=isinstance(sidecars, str | os.PathLike),
                     concat_dim=concat_dim, on_mismatch=on_mismatch, opts=opts,
                     normalize_time=normalize_time, select=select, subset=_subset,
-                    normalized=partial(_normalized, time_units=units))  # fmt: skip
+                    normalized=partial(_normalized, time_units=units),
+                    staging=staging)  # fmt: skip
 
+    with Staging(out) as staging:
+        return _scan_and_write(items, run, out, concat_dim=concat_dim, format=format,
+                               opts=opts, normalize_time=normalize_time, action=action,
+                               time_units=time_units)
+
+
+def _scan_and_write(
+    items: Sequence[Any], run: Callable[[Sequence[Any], str | None], Scan], out: str, *,
+    concat_dim: str, format: str, opts: dict[str, Any], normalize_time: bool, action: str,
+    time_units: str | None = None,
+) -> CubeResult:
     try:
         # cubes written into DEST (by an earlier run) are not granules of the next one
         found = run(items, time_units)
@@ -231,7 +244,9 @@ def _build(
         pieces = enc.ordered()
         names = [n for p in pieces for n in p.names]
         members = MemberTable.concat([p.members for p in pieces])
-        _check_members(members)
+        for p in pieces:  # in ``members`` now (Arrow memory is freed at once, not collected)
+            p.members = MemberTable.of(())
+        _check_members(members, names)
         stamps = np.concatenate([p.stamps for p in pieces])
         where = np.concatenate([p.items for p in pieces])
         lengths = np.concatenate([p.lengths for p in pieces])
@@ -253,13 +268,16 @@ def _build(
         del stamps, where, sidecar_paths, lengths
         coordinate = np.concatenate([p.coordinate for p in pieces])
         # named by their last granule: a piece's partial last chunk is what concat refuses
+        refs: list[Any] = [p.refs for p in pieces]
+        if all(isinstance(r, StagedRefs) for r in refs):  # joined a piece at a time
+            refs = [join_staged(refs, [p.names for p in pieces], concat_dim)]
         cube = assemble(
-            [p.refs for p in pieces], [p.names[-1] for p in pieces], paths=paths, coord=coord,
+            refs, [p.names[-1] for p in pieces][-len(refs):], paths=paths, coord=coord,
             coordinate=coordinate, templates={p: enc.first.arrays[p] for p in [coord, *found.shared]},
             shared_values=enc.shared, concat_dim=concat_dim,
             record=record, coord_attrs=found.coord_attrs, members=members,
         )  # fmt: skip
-        del pieces, enc.pieces[:], record, members  # in the cube: free them before the write
+        del pieces, enc.pieces[:], record, members, refs  # in the cube: freed before the write
         path = write_cube(cube, target, format, opts)
         del cube
         written.append(CubePart(path=path, granules=tuple(names), length=int(coordinate.size),
@@ -269,10 +287,13 @@ def _build(
                       action=action, added=tuple(added))
 
 
-def _check_members(members: MemberTable) -> None:
+def _check_members(members: MemberTable, urls: Sequence[str]) -> None:
     """Refuse a source listed twice (two sidecars of it, e.g. one left from before its
     source changed), naming both identities as :func:`~h5sidecar.references.member_identities`
-    does."""
+    does.  ``urls``: the members' URLs as the build holds them (a set of those strings is one
+    block of ~40 bytes a member, freed whole; Arrow's hash of the URL column held ~500)."""
+    if len(set(urls)) == len(urls):
+        return
     twice = members.duplicate_url()
     if twice is None:
         return
