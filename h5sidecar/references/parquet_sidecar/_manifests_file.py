@@ -54,13 +54,20 @@ def encode_manifests(refs: GranuleRefs) -> bytes:
     raw_rows: list[int] = []
     raw_values: list[bytes] = []
     n_rows = 0
+    # a URL tuple's codes, by tuple (a cube's arrays share one); the tuple is kept with them,
+    # so that its id is not reused by another while this runs
+    coded: dict[int, tuple[tuple[str, ...], np.ndarray]] = {}
     for i, arr in enumerate(refs.arrays.values()):
         m = arr.manifest
         codes = m.codes.reshape(-1)
         keep = np.flatnonzero((codes >= 0) | (codes == INLINE))  # not the missing ones
         if not keep.size:
             continue
-        local = np.asarray([urls.setdefault(u, len(urls)) for u in m.urls] or [0], np.int32)
+        if id(m.urls) not in coded:
+            coded[id(m.urls)] = (m.urls, np.fromiter(
+                (urls.setdefault(u, len(urls)) for u in m.urls), np.int32, len(m.urls)
+            ) if m.urls else np.zeros(1, np.int32))
+        local = coded[id(m.urls)][1]
         kc = codes[keep]
         cols["array"].append(np.full(keep.size, i, np.int32))
         cols["chunk"].append(keep.astype(np.int64))

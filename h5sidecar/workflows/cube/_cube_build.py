@@ -246,7 +246,7 @@ def _scan_and_write(
         members = MemberTable.concat([p.members for p in pieces])
         for p in pieces:  # in ``members`` now (Arrow memory is freed at once, not collected)
             p.members = MemberTable.of(())
-        _check_members(members, names)
+        _check_members(members)
         stamps = np.concatenate([p.stamps for p in pieces])
         where = np.concatenate([p.items for p in pieces])
         lengths = np.concatenate([p.lengths for p in pieces])
@@ -287,13 +287,10 @@ def _scan_and_write(
                       action=action, added=tuple(added))
 
 
-def _check_members(members: MemberTable, urls: Sequence[str]) -> None:
+def _check_members(members: MemberTable) -> None:
     """Refuse a source listed twice (two sidecars of it, e.g. one left from before its
     source changed), naming both identities as :func:`~h5sidecar.references.member_identities`
-    does.  ``urls``: the members' URLs as the build holds them (a set of those strings is one
-    block of ~40 bytes a member, freed whole; Arrow's hash of the URL column held ~500)."""
-    if len(set(urls)) == len(urls):
-        return
+    does."""
     twice = members.duplicate_url()
     if twice is None:
         return
