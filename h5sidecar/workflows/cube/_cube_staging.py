@@ -4,8 +4,8 @@ Each batch of a build folds its granules into a piece (:mod:`._cube_batches`); h
 end, the pieces' joined manifests, one URL tuple per array and piece, and then their
 concatenation (a second copy of every grid, and a dict of every member's URL per array) grew
 the build by ~0.6 KB a member.  Now a piece's concatenated arrays are pickled to a file in a
-staging folder (beside the output when it is local, so it is swept as any other temporary
-when a build is killed; the file is written and read by this process only) as soon as the
+staging folder (beside the output when it is local, named as an atomic write's temporaries,
+which DEST's walk skips; the files are written and read by this process only) as soon as the
 piece is made, and :func:`join_staged` fills each array's whole chunk grid (codes, offsets,
 lengths: a few bytes a chunk) one piece at a time.  The chunk URLs are the members' URLs, in
 member order, one tuple shared by every array: no string is made per member and array.
@@ -61,6 +61,8 @@ class Staging:
 
     def __init__(self, out: str) -> None:
         where = None if is_remote(out) else os.path.dirname(os.path.abspath(out))
+        if where is not None and not os.path.isdir(where):  # made by the write, not here
+            where = None
         base = os.path.basename(out.rstrip("/")) or "cube"
         # named as an atomic write's temporaries (".NAME.*.tmp"): hidden from DEST's walk
         self.folder = tempfile.mkdtemp(dir=where, prefix=f".{base}.pieces.", suffix=".tmp")
