@@ -166,9 +166,9 @@ def test_build_memory_does_not_grow_with_the_members(tmp_path: Path) -> None:
     """Peak RSS of whole builds of 10,000 and 30,000 members, 200 sidecars a batch.
 
     Earlier: 213 and 281 MB at 2,000 and 10,000 (~8.8 KB more a member: each member's
-    identity and record as JSON in .zmetadata), then 217 and 253 MB at 10,000 and 30,000
-    (~1.8 KB: DEST's listing held as objects, the pieces' joined manifests and their
-    concatenation, Arrow's hash of every member URL, twice); now ~1.15 KB (198 and 221 MB):
+    identity and record as JSON in .zmetadata), then 224 and 266 MB at 10,000 and 30,000
+    (~2.2 KB: DEST's listing held as objects, the pieces' joined manifests and their
+    concatenation, Arrow's hash of every member URL, twice); now ~1.1 KB (217 and 237 MB):
     the listing in one Arrow column, the pieces staged on disk and joined one at a time into
     the cube's grids, duplicate URLs found by sorting.  Below 2,000 members a build's own
     first batches dominate, so the sizes are larger than the members' share alone needs."""
