@@ -12,6 +12,9 @@ peak RSS of that process, PUT requests and bytes received by the endpoint):
 - ``noop``: nothing changed;
 - ``export``: ``h5sidecar report DEST --json`` (the whole document, to ``/dev/null``).
 
+The record's local cache (``H5SIDECAR_RECORD_CACHE``) is a fresh folder under the work folder,
+so ``first`` fills it and the later steps find it.
+
     python -m benchmarks.bench_s3record --n 10000 100000 --work /tmp/s3rec
 """
 
@@ -48,10 +51,11 @@ def _report_doc(n: int, template: dict[str, Any]) -> dict[str, Any]:
             "counts": {"ok": n, "failed": 0, "up_to_date": 0}, "granules": granules}
 
 
-def _measured(argv: list[str], url: str, out: Any = subprocess.DEVNULL) -> dict[str, Any]:
+def _measured(argv: list[str], url: str, out: Any = subprocess.DEVNULL,
+              env: dict[str, str] | None = None) -> dict[str, Any]:
     reset_stats(url)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.PIPE, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - t0
     assert proc.stderr is not None
@@ -65,7 +69,8 @@ def _measured(argv: list[str], url: str, out: Any = subprocess.DEVNULL) -> dict[
     assert isinstance(ops, dict)
     puts = sum(v for k, v in ops.items() if "put" in k.lower())
     return {"seconds": round(seconds, 2), "rss_mb": round(usage.ru_maxrss / 1024),
-            "puts": puts, "bytes_in": stats.get("bytes_in"), "ops": ops}
+            "puts": puts, "bytes_in": stats.get("bytes_in"), "bytes_out": stats.get("bytes_out"),
+            "ops": ops}
 
 
 def run_size(n: int, work: Path) -> dict[str, Any]:
@@ -89,13 +94,15 @@ def run_size(n: int, work: Path) -> dict[str, Any]:
                     "n_chunks": 7, "sidecar_bytes": 5000, "seconds": {"total": 0.1},
                     "error": None, "partial": False}
         (data / "b" / "dest" / "_report.json").write_text(json.dumps(_report_doc(n, template)))
-        out: dict[str, Any] = {"first": _measured(index, url)}
+        # the record's local cache (where the version has one): empty at the start
+        env = {**os.environ, "H5SIDECAR_RECORD_CACHE": str(data / "cache")}
+        out: dict[str, Any] = {"first": _measured(index, url, env=env)}
         write_daily_granule(data / "b" / "src" / "G.nc", date(2020, 1, 2))
-        out["touch1"] = _measured(index, url)
-        out["noop"] = _measured(index, url)
+        out["touch1"] = _measured(index, url, env=env)
+        out["noop"] = _measured(index, url, env=env)
         with open(os.devnull, "w") as null:
             out["export"] = _measured([sys.executable, "-m", "h5sidecar.cli", "report",
-                                       "s3://b/dest", "--json", *so], url, out=null)
+                                       "s3://b/dest", "--json", *so], url, out=null, env=env)
         files = [p for p in (data / "b" / "dest").rglob("*") if p.is_file()
                  and ("_report" in p.name or "_h5sidecar_record" in str(p))]
         out["record_files"] = {str(p.relative_to(data / "b" / "dest")): p.stat().st_size
@@ -116,7 +123,7 @@ def main() -> None:
         for step in ("first", "touch1", "noop", "export"):
             m = r[step]
             print(f"{n:>8} {step:<7} {m['seconds']:>7} s {m['rss_mb']:>6} MB "
-                  f"{m['puts']:>4} PUT {m['bytes_in']:>12} B in")
+                  f"{m['puts']:>4} PUT {m['bytes_in']:>12} B in {m['bytes_out']:>12} B out")
         print(f"{n:>8} record files: {r['record_files']}")
 
 

@@ -47,6 +47,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.fixture(scope="session", autouse=True)
+def record_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The folder of object-store DESTs' record caches for this session (and the processes it
+    starts): not the user's cache."""
+    folder = tmp_path_factory.mktemp("record-cache")
+    old = os.environ.get("H5SIDECAR_RECORD_CACHE")
+    os.environ["H5SIDECAR_RECORD_CACHE"] = str(folder)
+    try:
+        yield folder
+    finally:
+        if old is None:
+            os.environ.pop("H5SIDECAR_RECORD_CACHE", None)
+        else:
+            os.environ["H5SIDECAR_RECORD_CACHE"] = old
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """URL of a moto S3 server on 127.0.0.1 (one per test session / xdist worker)."""

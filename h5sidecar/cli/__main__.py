@@ -4,4 +4,5 @@ import sys
 
 from h5sidecar.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # imported (e.g. by a walk over the package's modules), it runs nothing
+    sys.exit(main())

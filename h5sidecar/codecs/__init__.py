@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from h5sidecar.codecs._bitpack import HDF5Nbit, HDF5ScaleOffset
 
-# for h5sidecar's own layers (served by the front, not advertised in __all__):
+# names imported `as` themselves are served to h5sidecar's own layers, not advertised in __all__
 from h5sidecar.codecs._bitpack import NbitCustomFloatError as NbitCustomFloatError
 from h5sidecar.codecs._bitpack import nbit_fields as nbit_fields
 from h5sidecar.codecs._bitshuffle import HDF5Bitshuffle

@@ -42,7 +42,7 @@ _LAZY: dict[str, str] = {
     "is_remote": "h5sidecar.dest._locations",
     "iter_sidecars": "h5sidecar.dest._sidecar_listing",
     "join_url": "h5sidecar.dest._locations",
-    "latest_rows": "h5sidecar.dest._record_parts",
+    "latest_rows": "h5sidecar.dest._record_store",
     "list_indexed": "h5sidecar.dest._sidecar_listing",
     "list_parts": "h5sidecar.dest._record_parts",
     "newest_part_mtime": "h5sidecar.dest._record_store",
@@ -50,7 +50,7 @@ _LAZY: dict[str, str] = {
     "read_report": "h5sidecar.dest._report_io",
     "record_path": "h5sidecar.dest._record_db",
     "report_stream": "h5sidecar.dest._report_io",
-    "roots_of": "h5sidecar.dest._record_parts",
+    "roots_of": "h5sidecar.dest._record_store",
     "safe_name": "h5sidecar.dest._record_view",
     "scratch_db": "h5sidecar.dest._dest_walk",
     "sidecar_size": "h5sidecar.dest._sidecar_listing",
@@ -82,12 +82,12 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads
     from h5sidecar.dest._record_db import Record as Record
     from h5sidecar.dest._record_db import open_record as open_record
     from h5sidecar.dest._record_db import record_path as record_path
-    from h5sidecar.dest._record_parts import latest_rows as latest_rows
     from h5sidecar.dest._record_parts import list_parts as list_parts
-    from h5sidecar.dest._record_parts import roots_of as roots_of
     from h5sidecar.dest._record_store import Mirror as Mirror
     from h5sidecar.dest._record_store import has_parts as has_parts
+    from h5sidecar.dest._record_store import latest_rows as latest_rows
     from h5sidecar.dest._record_store import newest_part_mtime as newest_part_mtime
+    from h5sidecar.dest._record_store import roots_of as roots_of
     from h5sidecar.dest._record_store import store_of as store_of
     from h5sidecar.dest._record_view import RecordAllowList as RecordAllowList
     from h5sidecar.dest._record_view import RecordView as RecordView

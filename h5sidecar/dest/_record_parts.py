@@ -17,8 +17,9 @@ Each part's Parquet metadata holds (under :data:`META_KEY`) the headers of the r
 for (a run's latest header is the one with the largest ``key``) and the source roots.
 
 This module knows the format and its I/O only (pyarrow, fsspec); :mod:`._record_store` turns
-parts into a temporary SQLite database for lookups and reports, the gateway and the catalog read
-the newest status of each granule with :func:`latest_rows`.
+parts into an SQLite database for lookups and reports (the record cache), from which the gateway
+and the catalog read the newest status of each granule; :func:`latest_rows` reads it from every
+part where there is no cache.
 """
 
 from __future__ import annotations

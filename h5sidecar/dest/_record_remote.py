@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
@@ -51,7 +52,11 @@ class RemoteRecorder:
         migrate(self.fs, self.root, read_json)
         self.mirror = Mirror(self.fs, self.root)
         try:
-            self.run = self.mirror.record.begin_run(run, content)
+            # what this run listed or recorded, in a database of its own (the mirror is only
+            # read: it may be the cache other readers share); on disk, as it may hold every URL
+            scratch = os.path.join(self.mirror.scratch(), "run.sqlite")
+            self.record._db.execute("ATTACH DATABASE ? AS run", (scratch,))
+            self.record._db.execute("CREATE TABLE run.seen (url TEXT PRIMARY KEY)")
         except BaseException:
             self.mirror.close()
             raise
@@ -64,8 +69,19 @@ class RemoteRecorder:
 
     @property
     def record(self) -> Record:
-        """The temporary database of the parts, with this run's rows."""
+        """The database of the parts (read only: this run's rows are in its parts)."""
         return self.mirror.record
+
+    def note_listed(self, urls: Iterable[str]) -> None:
+        """Remember the URLs this run listed (not carried over, see :meth:`finish`)."""
+        db = self.record._db
+        db.execute("BEGIN")
+        db.executemany("INSERT OR IGNORE INTO run.seen VALUES (?)", ((u,) for u in urls))
+        db.execute("COMMIT")
+
+    def chunks_of(self, result: GranuleResult) -> int:
+        """See :meth:`Record.chunks_of`."""
+        return self.record.chunks_of(result)
 
     def _head(self, **fields: Any) -> dict[str, Any]:
         self._header = replace(self._header, **fields)
@@ -78,7 +94,7 @@ class RemoteRecorder:
         if result.status == "up_to_date" and self._same_row(result):
             self.confirmed += 1
             return False
-        self.record.put(self.run, result, finished="", seconds=0.0)
+        self.note_listed([result.url])
         if self._writer.add(result):
             self._writer.flush(self._head(seconds=time.perf_counter() - self._t0))
         return True
@@ -98,7 +114,7 @@ class RemoteRecorder:
             found: tuple[str, ...] = ()
             root = report.source.rstrip("/")
             if report.complete and root:
-                found = orphaned(self.record.carried(self.run, root + "/"))
+                found = orphaned(_carried(self.record, root + "/"))
             self._writer.flush(self._head(finished=report.finished, seconds=report.seconds,
                                           complete=report.complete, orphaned=found),
                                always=True)
@@ -167,6 +183,15 @@ def forget_remote(dest: str, sidecars: set[str], storage_options: Mapping[str, A
             n += 1
     writer.flush(None)
     return n
+
+
+def _carried(record: Record, under: str) -> Iterator[GranuleResult]:
+    """The granules recorded under the prefix ``under`` (``"root/"``) this run neither listed
+    nor recorded (a range of the primary key)."""
+    end = under[:-1] + chr(ord(under[-1]) + 1)
+    rows = record._db.execute(f"SELECT {COLUMNS} FROM granules WHERE url >= ? AND url < ? "
+                              "AND url NOT IN (SELECT url FROM run.seen)", (under, end))
+    return (result_of(r) for r in rows)
 
 
 def _row_of(record: Record, url: str) -> GranuleResult | None:

@@ -1,11 +1,12 @@
-"""The record of an object-store DEST read back: parts written by runs, read through a
-temporary local SQLite database with the local record's schema.
+"""The record of an object-store DEST read back: parts written by runs, read through a local
+SQLite database with the local record's schema.
 
-The format of the parts is :mod:`h5sidecar.dest._record_parts`.  Reading loads every part into a
-temporary database (:class:`Mirror`), one batch of rows at a time and newest row first, so that
-lookups, the run report and its export are the local record's own queries
-(:class:`~h5sidecar.dest._record_db.Record`) and never hold every granule as Python
-objects.  Writing parts is :mod:`._parts_writer`.
+The format of the parts is :mod:`h5sidecar.dest._record_parts`.  Readers open a
+:class:`Mirror`: the database kept between runs (:mod:`._record_cache`), brought up to date by
+loading only the parts it has not seen, or a temporary one loaded from every part (a
+compaction's parts, or caching turned off), so that lookups, the run report and its export are
+the local record's own queries (:class:`~h5sidecar.dest._record_db.Record`) and never hold
+every granule as Python objects.  Writing parts is :mod:`._parts_writer`.
 
 Compaction (:func:`compact`): when DEST has more than :data:`COMPACT_PARTS` parts, the end of a
 run copies the newest row of every granule of the parts it listed into one new part, then
@@ -24,7 +25,7 @@ import shutil
 import sqlite3
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Self
 
 import pyarrow as pa
@@ -33,6 +34,15 @@ import pyarrow.parquet as pq
 from h5sidecar._pids import pid_alive
 from h5sidecar.dest._dest_walk import entry_mtime
 from h5sidecar.dest._locations import filesystem
+from h5sidecar.dest._record_cache import (
+    BATCH,
+    cache_file,
+    create_schema,
+    load_part,
+    number_runs,
+    open_cache,
+    refresh,
+)
 from h5sidecar.dest._record_db import Record
 from h5sidecar.dest._record_parts import (
     META_KEY,
@@ -44,42 +54,17 @@ from h5sidecar.dest._record_parts import (
     parts_root,
     read_batches,
 )
-from h5sidecar.dest._record_sql import SCHEMA as RECORD_SCHEMA
-from h5sidecar.dest._record_sql import SCHEMA_VERSION, insert_run
-from h5sidecar.dest._report import RunReport
+from h5sidecar.dest._record_parts import latest_rows as parts_latest_rows
+from h5sidecar.dest._record_parts import roots_of as parts_roots_of
+from h5sidecar.errors import RecordBusyError
 
-__all__ = ["COMPACT_PARTS", "MIRROR_PREFIX", "Mirror", "compact", "has_parts", "newest_part_mtime",
-           "store_of", "sweep_stale_mirrors"]
+__all__ = ["COMPACT_PARTS", "MIRROR_PREFIX", "Mirror", "compact", "has_parts", "latest_rows",
+           "newest_part_mtime", "roots_of", "store_of", "sweep_stale_mirrors"]
 
 log = logging.getLogger("h5sidecar.workflows")
 
 #: A run's end compacts DEST's parts when there are more than this many.
 COMPACT_PARTS = 64
-#: Rows per batch read from a part or written to a compacted one.
-_BATCH = 20_000
-
-_MIRROR_SQL = """
-ALTER TABLE granules ADD COLUMN key TEXT;
-ALTER TABLE granules ADD COLUMN run_uid TEXT;
-CREATE TABLE gone (url TEXT PRIMARY KEY, key TEXT NOT NULL, run_uid TEXT);
-CREATE TABLE headers (uid TEXT PRIMARY KEY, id INTEGER NOT NULL, key TEXT NOT NULL,
-                      doc TEXT NOT NULL);
-"""
-_ROW = ("url, name, sidecar, status, source, n_virtual, n_inlined, n_skipped, skipped, "
-        "n_chunks, sidecar_bytes, seconds, error, run, updated, stamp, key, run_uid")
-_N = len(_ROW.split(","))
-# the newest row wins, a tombstone as new or newer removes it (parts are read in any order)
-_UPSERT = (
-    f"INSERT INTO granules ({_ROW}) SELECT {', '.join(f'?{i}' for i in range(1, _N + 1))} "
-    "WHERE NOT EXISTS (SELECT 1 FROM gone WHERE gone.url = ?1 AND gone.key >= ?17) "
-    "ON CONFLICT(url) DO UPDATE SET "
-    + ", ".join(f"{c.strip()} = excluded.{c.strip()}" for c in _ROW.split(",")[1:])
-    + " WHERE excluded.key > granules.key"
-)
-_TOMB = ("INSERT INTO gone (url, key, run_uid) VALUES (?1, ?2, ?3) ON CONFLICT(url) DO UPDATE "
-         "SET key = excluded.key, run_uid = excluded.run_uid WHERE excluded.key > gone.key")
-_UNTOMB = "DELETE FROM granules WHERE url = ?1 AND key < ?2"
-
 
 def store_of(dest: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, str]:
     """The filesystem of the object-store ``dest`` and its path there (no scheme)."""
@@ -139,40 +124,70 @@ def sweep_stale_mirrors(tmp: str | None = None, *, older_than: float = STALE_MIR
 
 
 class Mirror:
-    """DEST's parts loaded into a temporary SQLite database with the schema of a local record,
-    read (and, for the run writing, updated) through :attr:`record`.
+    """DEST's parts loaded into an SQLite database with the schema of a local record, read
+    through :attr:`record`: the cache kept between runs (:mod:`._record_cache`, only the parts
+    not loaded yet are read), or, for a compaction's parts or without a cache, a temporary
+    one loaded from every part.  Read it only: rows written through :attr:`record` would not
+    be in DEST's parts.
 
     Parameters
     ----------
     fs, root
         DEST's filesystem and path.
     paths : sequence of str, optional
-        Load only these parts (a compaction's); a part gone meanwhile raises
-        FileNotFoundError.  Default: every part, listed again if one vanishes.
+        Load only these parts into a temporary database (a compaction's); a part gone
+        meanwhile raises FileNotFoundError.  Default: every part, listed again if one vanishes.
     """
 
     def __init__(self, fs: Any, root: str, paths: Sequence[str] | None = None) -> None:
+        self._dir: str | None = None
+        #: Parts whose rows were read to make or refresh the database.
+        self.read = 0
+        #: Whether the database is the record cache (else a temporary one).
+        self.cached = False
+        cached = cache_file(fs, root) if paths is None else None
+        if cached is not None:
+            try:
+                self.record = self._cached(fs, root, cached)
+                self.cached = True
+                return
+            except RecordBusyError:
+                raise  # the cache stayed locked: say so, as for a local record
+            except (OSError, sqlite3.DatabaseError) as exc:
+                # an unusable cache (no permission, a read-only or full disk, a damaged file)
+                # costs a full load, not the run
+                log.warning("the record cache %s is unusable (%s): reading every part of %s",
+                            cached, exc, parts_root(root))
+        self.record = self._temporary(fs, root, paths)
+
+    def _cached(self, fs: Any, root: str, path: str) -> Record:
+        db = open_cache(path)
+        try:
+            self.read = refresh(db, fs, root, path)
+        finally:
+            db.close()
+        return Record(path)
+
+    def _temporary(self, fs: Any, root: str, paths: Sequence[str] | None) -> Record:
         sweep_stale_mirrors()
         self._dir = tempfile.mkdtemp(prefix=f"{MIRROR_PREFIX}{os.getpid()}-")
-        self.path = os.path.join(self._dir, "record.sqlite")
-        self.parts: list[str] = []
+        path = os.path.join(self._dir, "record.sqlite")
         try:
-            db = sqlite3.connect(self.path, isolation_level=None)
+            db = sqlite3.connect(path, isolation_level=None)
             try:
                 # a scratch copy: no journal, no sync (a crash loses only the copy)
                 db.execute("PRAGMA journal_mode = OFF")
                 db.execute("PRAGMA synchronous = OFF")
-                db.executescript(f"BEGIN; {RECORD_SCHEMA} {_MIRROR_SQL} "
-                                 f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+                create_schema(db)
                 db.execute("BEGIN")
-                for path, meta, batches in self._parts(fs, root, paths):
-                    _load(db, meta, batches)
-                    self.parts.append(path)
-                _number_runs(db)
+                for _, meta, batches in self._parts(fs, root, paths):
+                    load_part(db, meta, batches)
+                    self.read += 1
+                number_runs(db)
                 db.execute("COMMIT")
             finally:
                 db.close()
-            self.record = Record(self.path)
+            return Record(path)
         except BaseException:
             shutil.rmtree(self._dir, ignore_errors=True)
             raise
@@ -181,23 +196,27 @@ class Mirror:
     def _parts(fs: Any, root: str, paths: Sequence[str] | None
                ) -> Iterator[tuple[str, dict[str, Any], Iterator[pa.RecordBatch]]]:
         if paths is None:
-            yield from read_batches(fs, root, batch_size=_BATCH)
+            yield from read_batches(fs, root, batch_size=BATCH)
             return
         for path in paths:
             with open_part(fs, path) as pf:
-                yield path, part_meta(pf), pf.iter_batches(_BATCH)
+                yield path, part_meta(pf), pf.iter_batches(BATCH)
 
-    def uid_of(self, run: int) -> str | None:
-        """The part-level id of the mirror's run ``run``."""
-        row = self.record._db.execute("SELECT uid FROM headers WHERE id = ?", (run,)).fetchone()
-        return None if row is None else str(row[0])
+    def scratch(self) -> str:
+        """A private folder of this process for a reader's own files (removed by
+        :meth:`close`, or swept once stale after a kill)."""
+        if self._dir is None:
+            sweep_stale_mirrors()
+            self._dir = tempfile.mkdtemp(prefix=f"{MIRROR_PREFIX}{os.getpid()}-")
+        return self._dir
 
     def close(self) -> None:
-        """Close and delete the temporary database."""
+        """Close the database (a temporary one is deleted, with :meth:`scratch`)."""
         try:
             self.record.close()
         finally:
-            shutil.rmtree(self._dir, ignore_errors=True)
+            if self._dir is not None:
+                shutil.rmtree(self._dir, ignore_errors=True)
 
     def __enter__(self) -> Self:
         return self
@@ -206,54 +225,49 @@ class Mirror:
         self.close()
 
 
-def _load(db: sqlite3.Connection, meta: Mapping[str, Any], batches: Iterable[pa.RecordBatch]
-          ) -> None:
-    """Load one part's run headers and rows into the mirror ``db``."""
-    for h in meta.get("runs", ()):
-        found = db.execute("SELECT key FROM headers WHERE uid = ?", (h["uid"],)).fetchone()
-        if found is None:
-            n = db.execute("SELECT count(*) FROM headers").fetchone()[0]
-            db.execute("INSERT INTO headers VALUES (?, ?, ?, ?)",
-                       (h["uid"], n + 1, h["key"], json.dumps(h)))
-        elif h["key"] > found[0]:
-            db.execute("UPDATE headers SET key = ?, doc = ? WHERE uid = ?",
-                       (h["key"], json.dumps(h), h["uid"]))
-    for batch in batches:
-        # column lists zipped into tuples: a third of the time of one dict per row
-        c = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-        dead = c["deleted"]
-        if any(dead):
-            tombs = [(u, k, r) for u, k, r, d in zip(c["url"], c["key"], c["run"], dead,
-                                                        strict=True) if d]
-            db.executemany(_TOMB, tombs)
-            db.executemany(_UNTOMB, [t[:2] for t in tombs])
-        n = len(dead)
-        rows = zip(c["url"], c["name"], c["sidecar"], c["status"], c["source"], c["n_virtual"],
-                   c["n_inlined"], c["n_skipped"], c["skipped"], c["n_chunks"],
-                   c["sidecar_bytes"], c["seconds"], c["error"], [0] * n, [0.0] * n,
-                   [None] * n, c["key"], c["run"], dead, strict=True)
-        db.executemany(_UPSERT, (r[:-1] for r in rows if not r[-1]))
+#: The parts' columns as the mirror's SQL gives them.
+_COLUMN_SQL = {
+    "key": "key", "url": "url", "name": "name", "sidecar": "sidecar", "status": "status",
+    "source": "source", "source_url": "json_extract(source, '$.url')", "n_virtual": "n_virtual",
+    "n_inlined": "n_inlined", "n_skipped": "n_skipped", "skipped": "skipped",
+    "n_chunks": "n_chunks", "sidecar_bytes": "sidecar_bytes", "seconds": "seconds",
+    "error": "error", "run": "run_uid",
+}
 
 
-def _number_runs(db: sqlite3.Connection) -> None:
-    """Fill ``runs`` (and ``roots``) from the headers, oldest key first, so the newest run has
-    the largest id (what the local record's queries take for the latest run), and point each
-    row at its run."""
-    headers = list(db.execute("SELECT uid, doc FROM headers ORDER BY key, id"))
-    ids = {}
-    for uid, doc in headers:
-        h = json.loads(doc)
-        report = RunReport.from_dict({**h["report"], "granules": []})
-        run = insert_run(db, report, complete=report.complete)
-        db.execute("UPDATE runs SET orphaned = ?, carried = ?, content = ?, confirmed = ? "
-                   "WHERE id = ?", (json.dumps(list(report.orphaned)), report.carried_over,
-                                    None if h.get("content") is None
-                                    else json.dumps(h["content"], sort_keys=True),
-                                    int(h.get("confirmed", 0)), run))
-        ids[uid] = run
-    db.executemany("UPDATE headers SET id = ? WHERE uid = ?", [(i, u) for u, i in ids.items()])
-    db.execute("UPDATE granules SET run = coalesce("
-               "(SELECT id FROM headers WHERE uid = granules.run_uid), 0)")
+def latest_rows(fs: Any, root: str, columns: Sequence[str]) -> pa.Table | None:
+    """The newest row of every granule recorded in DEST's parts (tombstoned granules left out),
+    with ``columns`` (of the parts' :data:`~._record_parts.SCHEMA`), sorted by URL, as one
+    columnar table; None without parts.
+
+    Read from the record cache (only the parts it has not seen are read); without a cache,
+    from every part (:func:`._record_parts.latest_rows`).
+    """
+    if cache_file(fs, root) is None:
+        return parts_latest_rows(fs, root, columns)
+    schema = pa.schema([SCHEMA.field(c) for c in columns])
+    with Mirror(fs, root) as mirror:
+        db = mirror.record._db
+        if db.execute("SELECT count(*) FROM parts").fetchone()[0] == 0:
+            return None
+        cursor = db.execute(f"SELECT {', '.join(_COLUMN_SQL[c] for c in columns)} "
+                            "FROM granules ORDER BY url")
+        batches = []
+        while rows := cursor.fetchmany(BATCH):
+            cols = list(zip(*rows, strict=True))
+            batches.append(pa.RecordBatch.from_arrays(
+                [pa.array(cols[i], type=f.type) for i, f in enumerate(schema)], schema=schema))
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+def roots_of(fs: Any, root: str) -> tuple[str, ...]:
+    """The source roots DEST's parts record, oldest first: from the record cache, else from
+    every part's footer (:func:`._record_parts.roots_of`)."""
+    if cache_file(fs, root) is None:
+        return parts_roots_of(fs, root)
+    with Mirror(fs, root) as mirror:
+        return tuple(r for (r,) in mirror.record._db.execute(
+            "SELECT root FROM roots ORDER BY seq"))
 
 
 # -- compacting ----------------------------------------------------------------------------------
@@ -268,17 +282,20 @@ def compact(fs: Any, root: str, threshold: int | None = None) -> str | None:
     if len(paths) <= (COMPACT_PARTS if threshold is None else threshold):
         return None
     try:
-        mirror = Mirror(fs, root, paths)
+        mirror = _mirror_of(fs, root, paths)
     except FileNotFoundError:
         log.info("another run is compacting %s: left to it", parts_root(root))
         return None
     key = part_key()
-    local = os.path.join(mirror._dir, "compacted.parquet")
+    local = os.path.join(mirror.scratch(), "compacted.parquet")
     try:
         db = mirror.record._db
         runs = [json.loads(d) for (d,) in db.execute("SELECT doc FROM headers ORDER BY key")]
         roots = [r for (r,) in db.execute("SELECT root FROM roots ORDER BY seq")]
-        meta = {"format": 1, "runs": runs, "roots": roots, "compacted": len(paths)}
+        # ``covers``: a reader that loaded every covered part skips the rows of this one
+        covers = [p.rsplit("/", 1)[-1] for p in paths]
+        meta = {"format": 1, "runs": runs, "roots": roots, "compacted": len(paths),
+                "covers": covers}
         schema = SCHEMA.with_metadata({META_KEY: json.dumps(meta).encode()})
         with pq.ParquetWriter(local, schema, compression="zstd") as out:
             for rows in _compacted_rows(db):
@@ -293,6 +310,19 @@ def compact(fs: Any, root: str, threshold: int | None = None) -> str | None:
     return f"{parts_root(root)}/{key}.parquet"
 
 
+def _mirror_of(fs: Any, root: str, paths: Sequence[str]) -> Mirror:
+    """A mirror of exactly the parts ``paths``: the record cache when, refreshed, it holds
+    those parts and no other (nothing is read again), else a temporary one loaded from them."""
+    if cache_file(fs, root) is not None:
+        mirror = Mirror(fs, root)
+        if mirror.cached:
+            loaded = {n for (n,) in mirror.record._db.execute("SELECT name FROM parts")}
+            if loaded == {p.rsplit("/", 1)[-1] for p in paths}:
+                return mirror
+        mirror.close()
+    return Mirror(fs, root, paths)
+
+
 def _compacted_rows(db: sqlite3.Connection) -> Iterator[list[dict[str, Any]]]:
     cols = [f.name for f in SCHEMA]
     live = db.execute("SELECT key, url, name, sidecar, status, source, "
@@ -301,5 +331,5 @@ def _compacted_rows(db: sqlite3.Connection) -> Iterator[list[dict[str, Any]]]:
     gone = db.execute("SELECT key, url, '', '', '', NULL, NULL, 0, 0, 0, '[]', 0, 0, '{}', "
                       "NULL, run_uid, 1 FROM gone")
     for cursor in (live, gone):
-        while rows := cursor.fetchmany(_BATCH):
+        while rows := cursor.fetchmany(BATCH):
             yield [dict(zip(cols, (*r[:-1], bool(r[-1])), strict=True)) for r in rows]

@@ -126,7 +126,7 @@ class RunRecorder:
         if self._record is not None:
             self._record.note_listed(urls)
         elif self._remote is not None:
-            self._remote.record.note_listed(urls)
+            self._remote.note_listed(urls)
 
     def known_chunks(self, result: GranuleResult) -> int:
         """The chunk count the report holds for ``result``'s granule, when its entry names the
@@ -134,7 +134,7 @@ class RunRecorder:
         if self._record is not None:
             return self._record.chunks_of(result)
         assert self._remote is not None
-        return self._remote.record.chunks_of(result)
+        return self._remote.chunks_of(result)
 
     def put(self, result: GranuleResult) -> None:
         """Record one finished granule (on an object store: with the next part)."""

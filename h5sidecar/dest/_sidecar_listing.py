@@ -24,7 +24,8 @@ from fsspec.implementations.local import LocalFileSystem
 from h5sidecar.credentials import fsspec_options
 from h5sidecar.dest._dest_walk import walk_sidecars
 from h5sidecar.dest._locations import RECORD_NAME, REPORT_NAME
-from h5sidecar.dest._record_parts import latest_rows, list_parts
+from h5sidecar.dest._record_parts import list_parts
+from h5sidecar.dest._record_store import latest_rows
 
 __all__ = ["GranuleInfo", "iter_sidecars", "list_indexed", "sidecar_size"]
 

@@ -12,7 +12,7 @@ table) in :mod:`~h5sidecar.references.datacube`, and reading/writing either form
 
 from h5sidecar.references._array_meta import ArrayMeta
 
-# for h5sidecar's own layers (served by the front, not advertised in __all__):
+# names imported `as` themselves are served to h5sidecar's own layers, not advertised in __all__
 from h5sidecar.references._cf import cf_fill_value as cf_fill_value
 from h5sidecar.references._cf import json_float as json_float
 from h5sidecar.references._cf import reads_as_storage_fill as reads_as_storage_fill

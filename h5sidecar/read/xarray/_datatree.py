@@ -23,8 +23,8 @@ from h5sidecar.read.xarray._lazy_array import Box, held_peeks
 from h5sidecar.read.xarray._refs_data_store import group_members
 from h5sidecar.read.xarray._zarr_data_store import (
     is_cf_time,
-    open_granule,
     open_group_dataset,
+    open_reader,
     reader_of,
 )
 
@@ -38,7 +38,7 @@ def open_groups(ref: Any, *, group: str | None = None, **kwargs: Any) -> dict[st
         k: kwargs.pop(k) for k in ("storage_options", "remote_options", "settings") if k in kwargs
     }
     indexes = kwargs.pop("_prefetch_indexes", False)
-    source = open_granule(ref, **store_kw)
+    source = open_reader(ref, **store_kw)
     reader = reader_of(source)
     root = (group or "").strip("/")
     groups = [

@@ -62,7 +62,7 @@ __all__ = [
     "is_cf_time",
     "open_data_store",
     "open_group_dataset",
-    "open_granule",
+    "open_reader",
     "open_zarr_store",
     "reader_of",
 ]
@@ -187,7 +187,7 @@ def reader_of(source: GranuleReader | SidecarStore) -> GranuleReader:
     return source.reader if isinstance(source, SidecarStore) else source
 
 
-def open_granule(
+def open_reader(
     filename_or_obj: Any,
     *,
     storage_options: Mapping[str, Any] | None = None,
@@ -235,7 +235,7 @@ def open_group_dataset(
     :meth:`h5sidecar.read.xarray.backend.H5SidecarBackend.open_dataset` for the parameters;
     ``_members``: see :func:`open_data_store`).
     """
-    source = open_granule(
+    source = open_reader(
         filename_or_obj,
         storage_options=storage_options,
         remote_options=remote_options,
