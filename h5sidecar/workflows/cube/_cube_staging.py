@@ -3,10 +3,11 @@
 Each batch of a build folds its granules into a piece (:mod:`._cube_batches`); held until the
 end, the pieces' joined manifests, one URL tuple per array and piece, and then their
 concatenation (a second copy of every grid, and a dict of every member's URL per array) grew
-the build by ~0.6 KB a member.  Now a piece's concatenated arrays are pickled to a file in a
-staging folder (beside the output when it is local, named as an atomic write's temporaries,
-which DEST's walk skips; the files are written and read by this process only) as soon as the
-piece is made, and :func:`join_staged` fills each array's whole chunk grid (codes, offsets,
+the build by ~0.6 KB a member.  Now a piece's concatenated arrays are written to an Arrow IPC
+file in a staging folder as soon as the piece is made (beside the output when it is local,
+named as an atomic write's temporaries, which DEST's walk skips): one row an array, its
+manifest's columns typed (no pickled objects to trust), read back memory-mapped.
+:func:`join_staged` fills each array's whole chunk grid (codes, offsets,
 lengths: a few bytes a chunk) one piece at a time.  The chunk URLs are the members' URLs, in
 member order, one tuple shared by every array: no string is made per member and array.
 
@@ -17,7 +18,6 @@ checks, errors and manifests), so the cube written does not change.
 from __future__ import annotations
 
 import os
-import pickle
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Self
 
 import numpy as np
+import pyarrow as pa
 
 from h5sidecar.dest import is_remote
 from h5sidecar.references import (
@@ -50,10 +51,60 @@ class StagedRefs:
     file: str
 
     def load(self) -> dict[str, ArrayRefs]:
-        """The staged arrays."""
-        with open(self.file, "rb") as f:
-            out: dict[str, ArrayRefs] = pickle.load(f)  # this build's own file
-        return out
+        """The staged arrays (their grids memory-mapped from the file)."""
+        with pa.memory_map(self.file) as source:
+            rows = pa.ipc.open_file(source).read_all()
+        return {path: _array(rows, i, self.metas[path])
+                for i, path in enumerate(rows.column("path").to_pylist())}
+
+
+#: One row a staged array: its chunk manifest's columns flattened (the grid's shape is its
+#: metadata's), its URLs and inline chunks, and what else :class:`ArrayRefs` holds.
+_SCHEMA = pa.schema([
+    ("path", pa.string()), ("urls", pa.list_(pa.string())),
+    ("codes", pa.large_list(pa.int32())), ("offsets", pa.large_list(pa.uint64())),
+    ("lengths", pa.large_list(pa.uint64())), ("checksums", pa.large_list(pa.uint64())),
+    ("inline_at", pa.large_list(pa.int64())), ("inline", pa.large_list(pa.large_binary())),
+    ("status", pa.string()), ("note", pa.string()),
+])  # fmt: skip
+
+
+def _rows(arrays: Sequence[ArrayRefs]) -> pa.Table:
+    """``arrays`` as rows of :data:`_SCHEMA`."""
+    ms = [a.manifest for a in arrays]
+    return pa.Table.from_pydict({
+        "path": [a.path for a in arrays],
+        "urls": [list(m.urls) for m in ms],
+        "codes": [m.codes.reshape(-1) for m in ms],
+        "offsets": [m.offsets.reshape(-1) for m in ms],
+        "lengths": [m.lengths.reshape(-1) for m in ms],
+        "checksums": [None if a.checksums is None else a.checksums.reshape(-1) for a in arrays],
+        "inline_at": [np.fromiter(m.inline, np.int64, len(m.inline)) for m in ms],
+        "inline": [list(m.inline.values()) for m in ms],
+        "status": [a.status for a in arrays],
+        "note": [a.note for a in arrays],
+    }, schema=_SCHEMA)  # fmt: skip
+
+
+def _column(rows: pa.Table, name: str, i: int, shape: tuple[int, ...]) -> np.ndarray:
+    values = rows.column(name)[i].values  # no copy: a view of the mapped file
+    return values.to_numpy(zero_copy_only=True).reshape(shape)
+
+
+def _array(rows: pa.Table, i: int, meta: ArrayMeta) -> ArrayRefs:
+    """Row ``i`` of ``rows`` as the array it was (with its metadata ``meta``)."""
+    grid = meta.grid_shape
+    inline = dict(zip(rows.column("inline_at")[i].values.to_pylist(),
+                      rows.column("inline")[i].values.to_pylist(), strict=True))
+    manifest = ChunkManifest.from_checked(
+        urls=tuple(rows.column("urls")[i].values.to_pylist()),
+        codes=_column(rows, "codes", i, grid), offsets=_column(rows, "offsets", i, grid),
+        lengths=_column(rows, "lengths", i, grid), inline=inline)
+    sums = None if not rows.column("checksums")[i].is_valid else \
+        _column(rows, "checksums", i, grid)
+    return ArrayRefs(path=rows.column("path")[i].as_py(), meta=meta, manifest=manifest,
+                     status=rows.column("status")[i].as_py(), note=rows.column("note")[i].as_py(),
+                     checksums=sums)
 
 
 class Staging:
@@ -71,10 +122,11 @@ class Staging:
     def stage(self, refs: GranuleRefs, dim: str) -> StagedRefs:
         """Write ``refs``' arrays with the dimension ``dim`` to a file of their own."""
         staged = {p: a for p, a in refs.arrays.items() if dim in a.meta.dimension_names}
-        path = os.path.join(self.folder, f"{self._count}.pickle")
+        path = os.path.join(self.folder, f"{self._count}.arrow")
         self._count += 1
-        with open(path, "wb") as f:
-            pickle.dump(staged, f, protocol=pickle.HIGHEST_PROTOCOL)
+        rows = _rows(list(staged.values()))
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, rows.schema) as writer:
+            writer.write_table(rows)
         rest = GranuleRefs(refs.source, refs.groups,
                            {p: a for p, a in refs.arrays.items() if p not in staged},
                            refs.skipped, refs.extra)  # fmt: skip
