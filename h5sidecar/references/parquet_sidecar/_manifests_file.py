@@ -22,6 +22,7 @@ decoding is what the record files avoid).
 from __future__ import annotations
 
 import io
+import itertools
 import math
 from collections.abc import Collection, Iterator, Mapping
 
@@ -46,28 +47,69 @@ __all__ = ["MANIFESTS_FILE", "BulkColumns", "decode_manifests", "encode_manifest
 MANIFESTS_FILE = ".h5sidecar/manifests.parq"
 
 
+def _distinct(urls: tuple[str, ...]) -> bool:
+    """Whether ``urls`` lists no URL twice (found by sorting: 8 bytes a URL, no hash table)."""
+    if len(urls) < 2:
+        return True
+    ordered = sorted(urls)
+    return all(a != b for a, b in itertools.pairwise(ordered))
+
+
+class _UrlCodes:
+    """Each URL's code in the file's URL dictionary (first appearance first), by URL tuple.
+
+    A cube's arrays share one URL tuple of every member's URL: when the first tuple coded
+    lists no URL twice, it *is* the dictionary's start (codes 0..n-1), and no ``str -> int``
+    mapping of it is made (~130 bytes a member at a million) unless another tuple comes.
+    """
+
+    def __init__(self) -> None:
+        self.table: list[str] | tuple[str, ...] = []
+        self._index: dict[str, int] | None = {}
+        # by tuple id, the tuple kept with its codes (its id is not reused while this runs)
+        self._coded: dict[int, tuple[tuple[str, ...], np.ndarray]] = {}
+
+    def __call__(self, urls: tuple[str, ...]) -> np.ndarray:
+        if id(urls) in self._coded:
+            return self._coded[id(urls)][1]
+        if not urls:
+            codes = np.zeros(1, np.int32)
+        elif not self.table and _distinct(urls):
+            self.table, self._index = urls, None
+            codes = np.arange(len(urls), dtype=np.int32)
+        else:
+            if self._index is None:  # the first tuple's mapping, made now
+                self.table = list(self.table)
+                self._index = {u: i for i, u in enumerate(self.table)}
+            index, table = self._index, self.table
+            assert isinstance(table, list)
+
+            def code(u: str) -> int:
+                if u not in index:
+                    index[u] = len(table)
+                    table.append(u)
+                return index[u]
+
+            codes = np.fromiter(map(code, urls), np.int32, len(urls))
+        self._coded[id(urls)] = (urls, codes)
+        return codes
+
+
 def encode_manifests(refs: GranuleRefs) -> bytes:
     """The bytes of :data:`MANIFESTS_FILE` for ``refs`` (loads every manifest)."""
     paths = list(refs.arrays)
-    urls: dict[str, int] = {}
+    url_codes_of = _UrlCodes()
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("array", "chunk", "url", "off", "len")}
     raw_rows: list[int] = []
     raw_values: list[bytes] = []
     n_rows = 0
-    # a URL tuple's codes, by tuple (a cube's arrays share one); the tuple is kept with them,
-    # so that its id is not reused by another while this runs
-    coded: dict[int, tuple[tuple[str, ...], np.ndarray]] = {}
     for i, arr in enumerate(refs.arrays.values()):
         m = arr.manifest
         codes = m.codes.reshape(-1)
         keep = np.flatnonzero((codes >= 0) | (codes == INLINE))  # not the missing ones
         if not keep.size:
             continue
-        if id(m.urls) not in coded:
-            coded[id(m.urls)] = (m.urls, np.fromiter(
-                (urls.setdefault(u, len(urls)) for u in m.urls), np.int32, len(m.urls)
-            ) if m.urls else np.zeros(1, np.int32))
-        local = coded[id(m.urls)][1]
+        local = url_codes_of(m.urls)
         kc = codes[keep]
         cols["array"].append(np.full(keep.size, i, np.int32))
         cols["chunk"].append(keep.astype(np.int64))
@@ -94,7 +136,7 @@ def encode_manifests(refs: GranuleRefs) -> bytes:
             "chunk": pa.array(cat("chunk", np.int64)),
             "url": pa.DictionaryArray.from_arrays(
                 pa.array(np.maximum(url_codes, 0), pa.int32(), mask=url_codes < 0),
-                pa.array(list(urls), pa.string()),
+                pa.array(url_codes_of.table, pa.string()),
             ),
             "offset": pa.array(cat("off", np.int64)),
             "size": pa.array(cat("len", np.int64)),
