@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError
 from h5sidecar.references import ArrayRefs, GranuleRefs, MemberTable, concat_refs
@@ -52,7 +53,9 @@ class Piece:
     #: when the pass has a staging folder (see :mod:`._cube_staging`)
     refs: GranuleRefs | StagedRefs
     members: MemberTable  # their source identities
-    names: list[str]
+    #: their names (source URLs) in one Arrow column: a Python string each, made amid a batch's
+    #: transient objects and held to the end, kept the interpreter's memory from being reused
+    names: pa.Array
     stamps: np.ndarray  # each one's sidecar stamp (bytes; b"" for references given as such)
     coordinate: np.ndarray  # their coordinate values joined
     lengths: np.ndarray  # each one's length along the dimension
@@ -204,7 +207,7 @@ def _fold(
         enc.pieces.append(Piece(
             refs=compact if staging is None else staging.stage(compact, concat_dim),
             members=MemberTable.of(joined.members),
-            names=[names[i] for i in g],
+            names=pa.array([names[i] for i in g], pa.string()),
             stamps=np.array([_stamp(stamps[i]) for i in g], dtype=np.bytes_),
             coordinate=np.concatenate([values[i] for i in g]),
             lengths=np.array([values[i].size for i in g], dtype=np.int64),
@@ -254,7 +257,7 @@ def _check_overlaps(out: Scan) -> None:
     order = np.argsort(firsts, kind="stable")
     bad = np.flatnonzero(lasts[order[:-1]] >= firsts[order[1:]])
     if bad.size:
-        names = [n for p in pieces for n in p.names]
+        names = pa.concat_arrays([p.names for p in pieces]).to_pylist()
         a, b = order[bad[0]], order[bad[0] + 1]
         raise IncompatibleGranulesError(
             f"{names[a]} and {names[b]} overlap along {out.coord} ({names[a]} ends at "

@@ -242,7 +242,9 @@ def _scan_and_write(
     ignore = {coord: NORMALIZED_FIELDS} if normalize_time else {}
     for target, enc in zip(targets, ordered, strict=True):
         pieces = enc.ordered()
-        names = [n for p in pieces for n in p.names]
+        names = pa.concat_arrays([p.names for p in pieces]).to_pylist()  # one string a member
+        ends = np.cumsum([len(p.names) for p in pieces]).tolist()
+        by_piece = [names[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
         members = MemberTable.concat([p.members for p in pieces])
         for p in pieces:  # in ``members`` now (Arrow memory is freed at once, not collected)
             p.members = MemberTable.of(())
@@ -270,14 +272,14 @@ def _scan_and_write(
         # named by their last granule: a piece's partial last chunk is what concat refuses
         refs: list[Any] = [p.refs for p in pieces]
         if all(isinstance(r, StagedRefs) for r in refs):  # joined a piece at a time
-            refs = [join_staged(refs, [p.names for p in pieces], concat_dim)]
+            refs = [join_staged(refs, by_piece, concat_dim)]
         cube = assemble(
-            refs, [p.names[-1] for p in pieces][-len(refs):], paths=paths, coord=coord,
+            refs, [n[-1] for n in by_piece][-len(refs):], paths=paths, coord=coord,
             coordinate=coordinate, templates={p: enc.first.arrays[p] for p in [coord, *found.shared]},
             shared_values=enc.shared, concat_dim=concat_dim,
             record=record, coord_attrs=found.coord_attrs, members=members,
         )  # fmt: skip
-        del pieces, enc.pieces[:], record, members, refs  # in the cube: freed before the write
+        del pieces, enc.pieces[:], record, members, refs, by_piece  # in the cube: freed before the write
         path = write_cube(cube, target, format, opts)
         del cube
         written.append(CubePart(path=path, granules=tuple(names), length=int(coordinate.size),
