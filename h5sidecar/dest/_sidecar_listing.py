@@ -154,7 +154,9 @@ def _local_entries(root: str) -> Iterator[tuple[str, str]]:
     column = pa.chunked_array(chunks, pa.string())
     order = pc.sort_indices(column)
     column, types = column.take(order), np.concatenate(kinds)[order.to_numpy()]
-    del chunks, kinds, order
+    chunks.clear()  # the unsorted columns, freed before the names are made into strings
+    kinds.clear()
+    del order
     for start in range(0, len(column), _SLICE):
         part = column.slice(start, _SLICE).to_pylist()
         yield from zip(part, [_KINDS[k] for k in types[start:start + len(part)].tolist()],
