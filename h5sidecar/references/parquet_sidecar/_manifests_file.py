@@ -122,10 +122,12 @@ def encode_manifests(refs: GranuleRefs) -> bytes:
         n_rows += keep.size
 
     def cat(name: str, dtype: type) -> np.ndarray:
-        return np.concatenate(cols[name]) if cols[name] else np.zeros(0, dtype)
+        # each array's part dropped once joined: not every column twice at the peak
+        parts = cols.pop(name)
+        return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
     url_codes = cat("url", np.int32)
-    raw: list[bytes | None] = [None] * n_rows
+    raw: list[bytes | None] = [None] * n_rows if raw_rows else []  # a pointer a row
     for row, value in zip(raw_rows, raw_values, strict=True):
         raw[row] = value
     table = pa.table(
