@@ -123,7 +123,9 @@ def _sidecar_column(items: Sequence[Any], where: np.ndarray, stamps: np.ndarray)
     whose stamp is empty), taken in Arrow from a listing of DEST: no string per member."""
     given = stamps == b""
     if isinstance(items, SidecarPaths):
-        column = items.take(where).arrow
+        in_order = len(where) == len(items) and bool((where == np.arange(len(where))).all())
+        # DEST listed in coordinate order (the usual case): its column itself, not a copy
+        column = items.arrow if in_order else items.take(where).arrow
         if given.any():
             column = pc.if_else(pa.array(given), pa.scalar(None, pa.string()), column)
         return column
