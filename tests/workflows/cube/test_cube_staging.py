@@ -115,3 +115,19 @@ def test_staging_is_removed_when_a_build_fails(sidecars, tmp_path: Path, monkeyp
 
 def _raise_incompatible(*args: object, **kwargs: object) -> None:
     raise IncompatibleGranulesError("refused here")
+
+
+def test_a_staged_piece_reads_back_as_it_was(tmp_path: Path) -> None:
+    """A piece's arrays go through an Arrow IPC file (no pickle) and come back equal: inline
+    chunks (text and binary), a missing chunk, checksums, note and status; the arrays
+    without the dimension stay in memory."""
+    from tests.references.test_json import small_refs
+
+    refs = small_refs()  # g/v: (y, x) with inline, missing and checksums; s: 0-d
+    with Staging(str(tmp_path / "cube.parq")) as staging:
+        staged = staging.stage(refs, "y")
+        assert Path(staged.file).read_bytes()[:6] == b"ARROW1"
+        got = staged.load()
+    assert list(got) == ["g/v"] and got["g/v"] == refs.arrays["g/v"]
+    assert dict(got["g/v"].manifest.inline) == dict(refs.arrays["g/v"].manifest.inline)
+    assert staged.rest.arrays == {"s": refs.arrays["s"]} and staged.order == ("g/v", "s")
