@@ -47,6 +47,8 @@ from h5sidecar.references._names import MAX_NAME_BYTES, key_problem, key_safe_na
 from h5sidecar.references._readers import virtualizarr_unreadable
 from h5sidecar.references._rename import renamed
 from h5sidecar.references._typed_attrs import nonfinite, typed_value
+from h5sidecar.references.datacube._concat import check_shared_meta as check_shared_meta
+from h5sidecar.references.datacube._concat import concat_meta as concat_meta
 from h5sidecar.references.datacube._concat import (
     concat_refs,
     inline_array,

@@ -107,6 +107,31 @@ def url_table(refs: GranuleRefs, skip: Callable[[str], bool] = lambda _: False) 
     return list(table)
 
 
+class _MembersUrls:
+    """Whether a URL tuple is the members' URLs in order, compared :data:`MEMBERS_SLICE`
+    at a time (the members' URLs as one tuple were a new string a member: ~100 MB at a
+    million), once per tuple object (a cube's arrays share one)."""
+
+    def __init__(self, members: Sequence[SourceInfo] | MemberTable) -> None:
+        self.members = members
+        # by id, the tuple kept with its answer (its id is not reused by another meanwhile)
+        self.seen: dict[int, tuple[tuple[str, ...], bool]] = {}
+
+    def __call__(self, urls: tuple[str, ...]) -> bool:
+        if not urls or len(urls) != len(self.members):
+            return False
+        if id(urls) not in self.seen:
+            self.seen[id(urls)] = (urls, all(
+                list(urls[i:i + MEMBERS_SLICE]) == self._slice(i)
+                for i in range(0, len(urls), MEMBERS_SLICE)))
+        return self.seen[id(urls)][1]
+
+    def _slice(self, start: int) -> list[str]:
+        if isinstance(self.members, MemberTable):
+            return self.members.urls.slice(start, MEMBERS_SLICE).to_pylist()
+        return [m.url for m in self.members[start:start + MEMBERS_SLICE]]
+
+
 def build_extras(refs: GranuleRefs, *, checksums: Literal["inline", "file"],
                  members_file: bool = False) -> dict[str, Any]:
     """The JSON-ready extras block of ``refs`` (see module docstring).
@@ -117,11 +142,8 @@ def build_extras(refs: GranuleRefs, *, checksums: Literal["inline", "file"],
     packed = bool(refs.members)
     by_members: set[str] = set()
     if members_file and packed:
-        member_urls = (tuple(refs.members.urls.to_pylist()) if isinstance(refs.members,
-                       MemberTable) else tuple(m.url for m in refs.members))  # fmt: skip
-        by_members = {p for p, a in refs.arrays.items()
-                      if a.manifest.urls and a.manifest.urls == member_urls}
-        del member_urls
+        same = _MembersUrls(refs.members)
+        by_members = {p for p, a in refs.arrays.items() if same(a.manifest.urls)}
     urls = url_table(refs, by_members.__contains__)
     index = {u: i for i, u in enumerate(urls)}
     arrays: dict[str, Any] = {}

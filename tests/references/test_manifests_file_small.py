@@ -130,3 +130,47 @@ def test_a_chunk_past_the_end_of_its_source_is_refused(n: int) -> None:
         _check_within_source("v", manifest, {**fits, "b.h5": end_b - 1})
     with pytest.raises(InvalidReferenceError, match=rf"ends at byte {end_a}, past the end of a"):
         _check_within_source("v", manifest, {**fits, "a.h5": end_a - 1})
+
+
+def _with_urls(g: GranuleRefs, urls: dict[str, tuple[str, ...]]) -> GranuleRefs:
+    """``g`` whose arrays ``urls`` names point at those URLs (codes cycling over them)."""
+    from dataclasses import replace
+
+    arrays = dict(g.arrays)
+    for path, table in urls.items():
+        m = arrays[path].manifest
+        codes = np.where(m.codes >= 0, np.arange(m.codes.size).reshape(m.codes.shape)
+                         % len(table), m.codes)
+        arrays[path] = replace(arrays[path], manifest=ChunkManifest.from_arrays(
+            urls=table, codes=codes, offsets=m.offsets, lengths=m.lengths, inline=m.inline))
+    return GranuleRefs(g.source, g.groups, arrays, g.skipped, g.extra)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(granule_refs())
+def test_url_dictionary_without_a_mapping_is_the_same_file(g: GranuleRefs) -> None:
+    """A first URL tuple that lists no URL twice is the dictionary's start as it is (no
+    ``str -> int`` mapping of a cube's every member): the bytes are those of the mapping."""
+    with mock.patch.object(bulk, "_distinct", lambda urls: False):  # always the mapping
+        want = encode_manifests(g)
+    assert encode_manifests(g) == want
+
+
+def test_url_dictionary_of_shared_repeated_and_overlapping_url_tuples() -> None:
+    g = small_refs()  # g/v: 4 stored or inline chunks; s: one
+    shared = ("s3://b/2.h5", "s3://b/1.h5", "s3://b/3.h5")
+    cases = [{"g/v": shared, "s": shared[:1]},  # another tuple after the first: mapped then
+             {"g/v": ("s3://b/1.h5", "s3://b/1.h5"), "s": ("s3://b/0.h5",)},  # a URL twice
+             {"s": ("s3://b/0.h5",), "g/v": shared}]
+    for urls in cases:
+        refs = _with_urls(g, urls)
+        with mock.patch.object(bulk, "_distinct", lambda urls: False):
+            want = encode_manifests(refs)
+        data = encode_manifests(refs)
+        assert data == want
+        small, columns = _both(data, refs)
+        for path, arr in refs.arrays.items():
+            if len(set(arr.manifest.urls)) < len(arr.manifest.urls):
+                continue  # read back with the URL once (as before)
+            assert small.manifest(path, arr.manifest.urls) == arr.manifest  # type: ignore[attr-defined]
+            assert columns.manifest(path, arr.manifest.urls) == arr.manifest  # type: ignore[attr-defined]

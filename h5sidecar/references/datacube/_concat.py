@@ -27,7 +27,9 @@ from h5sidecar.references._manifest import INLINE, ChunkManifest
 from h5sidecar.references._model import ArrayRefs, GranuleRefs, SourceInfo
 
 __all__ = [
+    "check_shared_meta",
     "concat_manifests",
+    "concat_meta",
     "concat_refs",
     "inline_array",
     "member_identities",
@@ -111,12 +113,7 @@ def concat_refs(
         if dim in per[0].meta.dimension_names:
             arrays[path] = _concat_array(path, per, names, dim)
         else:
-            for name, arr in zip(names[1:], per[1:], strict=True):
-                if arr.meta != per[0].meta:
-                    raise IncompatibleGranulesError(
-                        f"{path} has no {dim!r} dimension and differs between {names[0]} and "
-                        f"{name} ({_meta_diff(per[0].meta, arr.meta)}); it cannot be shared"
-                    )
+            check_shared_meta(path, [a.meta for a in per], names, dim)
             arrays[path] = per[0]
     return GranuleRefs(
         source=source or first.source,
@@ -136,42 +133,63 @@ def _meta_diff(a: ArrayMeta, b: ArrayMeta) -> str:
     return "; ".join(out)
 
 
-def _concat_array(
-    path: str, per: list[ArrayRefs], names: list[str], dim: str
-) -> ArrayRefs:
-    meta0 = per[0].meta
-    axis = meta0.dimension_names.index(dim)
-    for name, arr in zip(names, per, strict=True):
-        if arr.meta.dimension_names != meta0.dimension_names:
+def check_shared_meta(path: str, metas: Sequence[ArrayMeta], names: Sequence[str],
+                      dim: str) -> None:
+    """Refuse an array without ``dim`` whose metadata differs between parts (it is taken
+    from the first), as :func:`concat_refs` does."""
+    for name, meta in zip(names[1:], metas[1:], strict=True):
+        if meta != metas[0]:
             raise IncompatibleGranulesError(
-                f"{path} has dimensions {arr.meta.dimension_names} in {name} but "
+                f"{path} has no {dim!r} dimension and differs between {names[0]} and "
+                f"{name} ({_meta_diff(metas[0], meta)}); it cannot be shared"
+            )
+
+
+def concat_meta(path: str, metas: Sequence[ArrayMeta], names: Sequence[str],
+                dim: str) -> ArrayMeta:
+    """The metadata of ``path`` joined from the parts' ``metas`` along ``dim`` (the first's,
+    its length the sum), refused as :func:`concat_refs` refuses: other dimensions, another
+    encoding or shape, or a part but the last whose last chunk along ``dim`` is partial."""
+    meta0 = metas[0]
+    axis = meta0.dimension_names.index(dim)
+    for name, m in zip(names, metas, strict=True):
+        if m.dimension_names != meta0.dimension_names:
+            raise IncompatibleGranulesError(
+                f"{path} has dimensions {m.dimension_names} in {name} but "
                 f"{meta0.dimension_names} in {names[0]}"
             )
         # everything but the length along `dim` and the attributes decides how bytes decode
-        other = replace(arr.meta, shape=meta0.shape, attrs=meta0.attrs)
+        other = replace(m, shape=meta0.shape, attrs=meta0.attrs)
         if other != meta0:
             raise IncompatibleGranulesError(
                 f"{path} is stored differently in {name} than in {names[0]} "
-                f"({_meta_diff(meta0, replace(arr.meta, attrs=meta0.attrs))}); "
+                f"({_meta_diff(meta0, replace(m, attrs=meta0.attrs))}); "
                 "combine only granules stored alike"
             )
-        rest = [s for i, s in enumerate(arr.meta.shape) if i != axis]
+        rest = [s for i, s in enumerate(m.shape) if i != axis]
         if rest != [s for i, s in enumerate(meta0.shape) if i != axis]:
             raise IncompatibleGranulesError(
-                f"{path} has shape {arr.meta.shape} in {name} but {meta0.shape} in {names[0]}: "
+                f"{path} has shape {m.shape} in {name} but {meta0.shape} in {names[0]}: "
                 f"only the {dim!r} dimension may differ"
             )
     step = meta0.chunks[axis]
-    for name, arr in zip(names[:-1], per[:-1], strict=True):
-        if arr.meta.shape[axis] % step:
+    for name, m in zip(names[:-1], metas[:-1], strict=True):
+        if m.shape[axis] % step:
             raise IncompatibleGranulesError(
-                f"{path} in {name} has {arr.meta.shape[axis]} values along {dim!r}, not a "
+                f"{path} in {name} has {m.shape[axis]} values along {dim!r}, not a "
                 f"multiple of its chunk length {step}: its last chunk is partial, so the chunks "
                 "of the next granule would be misaligned; combine it last or re-chunk it"
             )
     shape = list(meta0.shape)
-    shape[axis] = sum(a.meta.shape[axis] for a in per)
-    meta = replace(meta0, shape=tuple(shape))
+    shape[axis] = sum(m.shape[axis] for m in metas)
+    return replace(meta0, shape=tuple(shape))
+
+
+def _concat_array(
+    path: str, per: list[ArrayRefs], names: list[str], dim: str
+) -> ArrayRefs:
+    meta = concat_meta(path, [a.meta for a in per], names, dim)
+    axis = meta.dimension_names.index(dim)
     manifest = concat_manifests([a.manifest for a in per], axis)
     sums = [a.checksums for a in per]
     checksums: np.ndarray | None = None

@@ -43,7 +43,8 @@ _SLICE = 10_000
 class MemberTable(Sequence[SourceInfo]):
     """Source identities in columns; a read-only sequence of :class:`SourceInfo`."""
 
-    __slots__ = ("_by_url", "_count", "_digest", "_load", "_loaded", "_lock", "_rows")
+    __slots__ = ("_by_url", "_count", "_digest", "_load", "_loaded", "_lock", "_rows",
+                 "_unique")
 
     def __init__(self, table: pa.Table) -> None:
         self._loaded: pa.Table | None = table
@@ -53,6 +54,7 @@ class MemberTable(Sequence[SourceInfo]):
         self._lock = threading.Lock()
         self._by_url: _ByUrl | None = None
         self._rows: dict[str, int] | None = None
+        self._unique = False  # its URLs were found unique (:meth:`duplicate_url`)
 
     @classmethod
     def lazy(cls, count: int, digest: str, load: Callable[[], pa.Table]) -> MemberTable:
@@ -61,6 +63,7 @@ class MemberTable(Sequence[SourceInfo]):
         out = cls.__new__(cls)
         out._loaded, out._count, out._digest, out._load = None, count, digest, load
         out._lock, out._by_url, out._rows = threading.Lock(), None, None
+        out._unique = False
         return out
 
     @property
@@ -111,7 +114,9 @@ class MemberTable(Sequence[SourceInfo]):
             if name in table.column_names:
                 table = table.drop_columns([name])
             table = table.append_column(name, values)
-        return MemberTable(table)
+        out = MemberTable(table)
+        out._unique = self._unique  # the same identities
+        return out
 
     def digest(self) -> str:
         """A digest of every member's identity (recorded by a lazy table's writer): equal
@@ -147,12 +152,22 @@ class MemberTable(Sequence[SourceInfo]):
         return self._table.column("url")
 
     def duplicate_url(self) -> str | None:
-        """A URL listed more than once, or None (each URL must be one member)."""
-        urls = self.urls
-        if pc.count_distinct(urls).as_py() == len(self):
+        """A URL listed more than once, or None (each URL must be one member).
+
+        Found by sorting (neighbours equal), not by hashing: Arrow's hash of a million URLs
+        held ~500 bytes a member at a cube build's peak, its sort ~140.  The answer None is
+        kept (a table is immutable): a build checks its members once.
+        """
+        if self._unique:
             return None
-        counts = pc.value_counts(urls)
-        return str(counts.field("values").filter(pc.greater(counts.field("counts"), 1))[0])
+        urls = self.urls.combine_chunks()
+        if len(urls) > 1:
+            ordered = urls.take(pc.array_sort_indices(urls))
+            same = pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1))
+            if pc.any(same).as_py():
+                return str(ordered[pc.index(same, True).as_py()].as_py())
+        self._unique = True
+        return None
 
     def row_of(self, url: str) -> int | None:
         """The row of the member recorded at ``url`` (exactly as recorded), or None.

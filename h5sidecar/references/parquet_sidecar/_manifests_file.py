@@ -22,6 +22,7 @@ decoding is what the record files avoid).
 from __future__ import annotations
 
 import io
+import itertools
 import math
 from collections.abc import Collection, Iterator, Mapping
 
@@ -46,10 +47,58 @@ __all__ = ["MANIFESTS_FILE", "BulkColumns", "decode_manifests", "encode_manifest
 MANIFESTS_FILE = ".h5sidecar/manifests.parq"
 
 
+def _distinct(urls: tuple[str, ...]) -> bool:
+    """Whether ``urls`` lists no URL twice (found by sorting: 8 bytes a URL, no hash table)."""
+    if len(urls) < 2:
+        return True
+    ordered = sorted(urls)
+    return all(a != b for a, b in itertools.pairwise(ordered))
+
+
+class _UrlCodes:
+    """Each URL's code in the file's URL dictionary (first appearance first), by URL tuple.
+
+    A cube's arrays share one URL tuple of every member's URL: when the first tuple coded
+    lists no URL twice, it *is* the dictionary's start (codes 0..n-1), and no ``str -> int``
+    mapping of it is made (~130 bytes a member at a million) unless another tuple comes.
+    """
+
+    def __init__(self) -> None:
+        self.table: list[str] | tuple[str, ...] = []
+        self._index: dict[str, int] | None = {}
+        # by tuple id, the tuple kept with its codes (its id is not reused while this runs)
+        self._coded: dict[int, tuple[tuple[str, ...], np.ndarray]] = {}
+
+    def __call__(self, urls: tuple[str, ...]) -> np.ndarray:
+        if id(urls) in self._coded:
+            return self._coded[id(urls)][1]
+        if not urls:
+            codes = np.zeros(1, np.int32)
+        elif not self.table and _distinct(urls):
+            self.table, self._index = urls, None
+            codes = np.arange(len(urls), dtype=np.int32)
+        else:
+            if self._index is None:  # the first tuple's mapping, made now
+                self.table = list(self.table)
+                self._index = {u: i for i, u in enumerate(self.table)}
+            index, table = self._index, self.table
+            assert isinstance(table, list)
+
+            def code(u: str) -> int:
+                if u not in index:
+                    index[u] = len(table)
+                    table.append(u)
+                return index[u]
+
+            codes = np.fromiter(map(code, urls), np.int32, len(urls))
+        self._coded[id(urls)] = (urls, codes)
+        return codes
+
+
 def encode_manifests(refs: GranuleRefs) -> bytes:
     """The bytes of :data:`MANIFESTS_FILE` for ``refs`` (loads every manifest)."""
     paths = list(refs.arrays)
-    urls: dict[str, int] = {}
+    url_codes_of = _UrlCodes()
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("array", "chunk", "url", "off", "len")}
     raw_rows: list[int] = []
     raw_values: list[bytes] = []
@@ -60,7 +109,7 @@ def encode_manifests(refs: GranuleRefs) -> bytes:
         keep = np.flatnonzero((codes >= 0) | (codes == INLINE))  # not the missing ones
         if not keep.size:
             continue
-        local = np.asarray([urls.setdefault(u, len(urls)) for u in m.urls] or [0], np.int32)
+        local = url_codes_of(m.urls)
         kc = codes[keep]
         cols["array"].append(np.full(keep.size, i, np.int32))
         cols["chunk"].append(keep.astype(np.int64))
@@ -73,10 +122,12 @@ def encode_manifests(refs: GranuleRefs) -> bytes:
         n_rows += keep.size
 
     def cat(name: str, dtype: type) -> np.ndarray:
-        return np.concatenate(cols[name]) if cols[name] else np.zeros(0, dtype)
+        # each array's part dropped once joined: not every column twice at the peak
+        parts = cols.pop(name)
+        return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
     url_codes = cat("url", np.int32)
-    raw: list[bytes | None] = [None] * n_rows
+    raw: list[bytes | None] = [None] * n_rows if raw_rows else []  # a pointer a row
     for row, value in zip(raw_rows, raw_values, strict=True):
         raw[row] = value
     table = pa.table(
@@ -87,7 +138,7 @@ def encode_manifests(refs: GranuleRefs) -> bytes:
             "chunk": pa.array(cat("chunk", np.int64)),
             "url": pa.DictionaryArray.from_arrays(
                 pa.array(np.maximum(url_codes, 0), pa.int32(), mask=url_codes < 0),
-                pa.array(list(urls), pa.string()),
+                pa.array(url_codes_of.table, pa.string()),
             ),
             "offset": pa.array(cat("off", np.int64)),
             "size": pa.array(cat("len", np.int64)),

@@ -350,7 +350,12 @@ def assemble(
     inlined = {coord, *shared_values}
     bare = [GranuleRefs(p.source, p.groups, {k: a for k, a in p.arrays.items() if k not in inlined},
                         p.skipped, p.extra, p.members) for p in pieces]  # fmt: skip
-    cube = concat_refs(bare, concat_dim, names=names, extra={CUBE_KEY: dict(record)})
+    if len(bare) == 1 and members is not None:  # one piece (joined by the build): as it is
+        one = bare[0]
+        cube = GranuleRefs(one.source, one.groups, one.arrays, one.skipped,
+                           {CUBE_KEY: dict(record)})
+    else:
+        cube = concat_refs(bare, concat_dim, names=names, extra={CUBE_KEY: dict(record)})
     held = {coord: inline_array(_resized(templates[coord], coordinate.size, coord_attrs),
                                 coordinate)}
     for c, v in shared_values.items():

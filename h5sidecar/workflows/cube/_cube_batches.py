@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError
 from h5sidecar.references import ArrayRefs, GranuleRefs, MemberTable, concat_refs
@@ -34,6 +35,7 @@ from h5sidecar.workflows.cube._cube_checks import (
     encoding_key,
     encodings,
 )
+from h5sidecar.workflows.cube._cube_staging import StagedRefs, Staging
 from h5sidecar.workflows.cube._cube_time import NORMALIZED_FIELDS
 
 __all__ = ["BATCH", "Encoding", "Interleaved", "Piece", "Scan", "scan"]
@@ -47,9 +49,13 @@ BATCH = 2000
 class Piece:
     """A batch's granules of one encoding, concatenated in coordinate order."""
 
-    refs: GranuleRefs  # their references joined (but the inlined coordinates), no members
+    #: their references joined (but the inlined coordinates), no members; staged on disk
+    #: when the pass has a staging folder (see :mod:`._cube_staging`)
+    refs: GranuleRefs | StagedRefs
     members: MemberTable  # their source identities
-    names: list[str]
+    #: their names (source URLs) in one Arrow column: a Python string each, made amid a batch's
+    #: transient objects and held to the end, kept the interpreter's memory from being reused
+    names: pa.Array
     stamps: np.ndarray  # each one's sidecar stamp (bytes; b"" for references given as such)
     coordinate: np.ndarray  # their coordinate values joined
     lengths: np.ndarray  # each one's length along the dimension
@@ -111,6 +117,7 @@ def scan(
     select: Callable[[GranuleRefs], tuple[list[str], str, list[str]]],
     subset: Callable[[GranuleRefs, Sequence[str], str], GranuleRefs],
     normalized: Callable[..., tuple[list[np.ndarray], dict[str, Any]]],
+    staging: Staging | None = None,
 ) -> Scan:
     """Load, check and fold ``items`` (sidecars or references), :data:`BATCH` at a time.
 
@@ -118,6 +125,7 @@ def scan(
     granule; ``subset`` cuts a granule to them; ``normalized(parts, paths, coord, values,
     names, head)`` re-expresses a batch's coordinate values in the cube's time units (those
     of ``head``, the first granule listed, unless given) and returns them and the attributes.
+    With ``staging``, each piece's joined arrays go to a file as soon as it is made.
 
     Raises
     ------
@@ -144,7 +152,7 @@ def scan(
         del pairs  # the whole references: only the subsets go on, until the batch is folded
         _fold(out, by_key, parts, names, stamps, index, concat_dim=concat_dim,
               on_mismatch=on_mismatch, opts=opts, normalize_time=normalize_time,
-              normalized=normalized)
+              normalized=normalized, staging=staging)
     if out is None:
         raise InvalidRequestError("no granule sidecars to combine (only cubes, or nothing)")
     _check_overlaps(out)
@@ -162,7 +170,7 @@ def _fold(
     out: Scan, by_key: dict[str, Encoding], parts: list[GranuleRefs], names: list[str],
     stamps: list[tuple[str, str] | None], index: list[int], *, concat_dim: str,
     on_mismatch: str, opts: Mapping[str, Any], normalize_time: bool,
-    normalized: Callable[..., Any],
+    normalized: Callable[..., Any], staging: Staging | None,
 ) -> None:
     """Check one batch and fold it into its encodings' pieces."""
     paths, coord = out.paths, out.coord
@@ -195,10 +203,11 @@ def _fold(
                             {k: a for k, a in p.arrays.items() if k not in inlined},
                             p.skipped, p.extra, p.members) for p in (parts[i] for i in g)]
         joined = concat_refs(bare, concat_dim, names=[names[i] for i in g])
+        compact = _compact(joined, {names[i]: names[i] for i in g})
         enc.pieces.append(Piece(
-            refs=_compact(joined, {names[i]: names[i] for i in g}),
+            refs=compact if staging is None else staging.stage(compact, concat_dim),
             members=MemberTable.of(joined.members),
-            names=[names[i] for i in g],
+            names=pa.array([names[i] for i in g], pa.string()),
             stamps=np.array([_stamp(stamps[i]) for i in g], dtype=np.bytes_),
             coordinate=np.concatenate([values[i] for i in g]),
             lengths=np.array([values[i].size for i in g], dtype=np.int64),
@@ -248,7 +257,7 @@ def _check_overlaps(out: Scan) -> None:
     order = np.argsort(firsts, kind="stable")
     bad = np.flatnonzero(lasts[order[:-1]] >= firsts[order[1:]])
     if bad.size:
-        names = [n for p in pieces for n in p.names]
+        names = pa.concat_arrays([p.names for p in pieces]).to_pylist()
         a, b = order[bad[0]], order[bad[0] + 1]
         raise IncompatibleGranulesError(
             f"{names[a]} and {names[b]} overlap along {out.coord} ({names[a]} ends at "

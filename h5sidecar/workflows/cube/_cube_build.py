@@ -8,12 +8,14 @@ the ordering and the writes (see :mod:`h5sidecar.workflows.cube._build_cube`); a
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError
 from h5sidecar.references import GranuleRefs, MemberTable, write_refs
@@ -21,6 +23,8 @@ from h5sidecar.workflows.cube._cube_assemble import assemble, cube_record
 from h5sidecar.workflows.cube._cube_batches import Interleaved, Scan, scan
 from h5sidecar.workflows.cube._cube_checks import encodings
 from h5sidecar.workflows.cube._cube_columns import columns_record
+from h5sidecar.workflows.cube._cube_listing import SidecarPaths, list_sidecars
+from h5sidecar.workflows.cube._cube_staging import StagedRefs, Staging, join_staged
 from h5sidecar.workflows.cube._cube_time import (
     NORMALIZED_FIELDS,
     check_bounds,
@@ -100,21 +104,33 @@ def cube_paths(out: str, n: int) -> list[str]:
 def _sidecar_list(
     sidecars: str | os.PathLike[str] | Sequence[Any],
     storage_options: Mapping[str, Any] | None,
-) -> list[Any]:
+) -> Sequence[Any]:
     if isinstance(sidecars, GranuleRefs):
         return [sidecars]
     if isinstance(sidecars, str | os.PathLike):
-        from h5sidecar.catalog import list_indexed
-
-        found = [g.sidecar for g in list_indexed(os.fspath(sidecars), sizes=False,
-                                                 storage_options=storage_options)]
-        if not found:
+        found = list_sidecars(sidecars, storage_options)
+        if not len(found):
             raise InvalidRequestError(
                 f"no sidecars under {os.fspath(sidecars)}; index the granules first "
                 "(`h5sidecar index SOURCE -o DEST`)"
             )
         return found
     return list(sidecars)
+
+
+def _sidecar_column(items: Sequence[Any], where: np.ndarray, stamps: np.ndarray) -> pa.Array:
+    """Each member's sidecar path (``where``: its item; null for references given as such,
+    whose stamp is empty), taken in Arrow from a listing of DEST: no string per member."""
+    given = stamps == b""
+    if isinstance(items, SidecarPaths):
+        in_order = len(where) == len(items) and bool((where == np.arange(len(where))).all())
+        # DEST listed in coordinate order (the usual case): its column itself, not a copy
+        column = items.arrow if in_order else items.take(where).arrow
+        if given.any():
+            column = pc.if_else(pa.array(given), pa.scalar(None, pa.string()), column)
+        return column
+    return pa.array([None if g else os.fspath(items[i]) for i, g in
+                     zip(where.tolist(), given.tolist(), strict=True)], pa.string())
 
 
 def _selection(
@@ -200,13 +216,26 @@ def _build(
         return scan(items, skip_cubes=isinstance(sidecars, str | os.PathLike),
                     concat_dim=concat_dim, on_mismatch=on_mismatch, opts=opts,
                     normalize_time=normalize_time, select=select, subset=_subset,
-                    normalized=partial(_normalized, time_units=units))  # fmt: skip
+                    normalized=partial(_normalized, time_units=units),
+                    staging=staging)  # fmt: skip
 
+    with Staging(out) as staging:
+        return _scan_and_write(items, run, out, concat_dim=concat_dim, format=format,
+                               opts=opts, normalize_time=normalize_time, action=action,
+                               time_units=time_units)
+
+
+def _scan_and_write(
+    items: Sequence[Any], run: Callable[[Sequence[Any], str | None], Scan], out: str, *,
+    concat_dim: str, format: str, opts: dict[str, Any], normalize_time: bool, action: str,
+    time_units: str | None = None,
+) -> CubeResult:
     try:
         # cubes written into DEST (by an earlier run) are not granules of the next one
         found = run(items, time_units)
     except Interleaved as again:  # not listed in coordinate order: once more, in that order
-        items = [items[i] for i in again.order]
+        items = (items.take(again.order) if isinstance(items, SidecarPaths)
+                 else [items[i] for i in again.order])
         found = run(items, time_units or again.units)
     paths, coord = found.paths, found.coord
     ordered = sorted(found.encodings, key=lambda e: min(p.coordinate[0] for p in e.pieces))
@@ -215,18 +244,20 @@ def _build(
     ignore = {coord: NORMALIZED_FIELDS} if normalize_time else {}
     for target, enc in zip(targets, ordered, strict=True):
         pieces = enc.ordered()
-        names = [n for p in pieces for n in p.names]
+        names = pa.concat_arrays([p.names for p in pieces]).to_pylist()  # one string a member
+        ends = np.cumsum([len(p.names) for p in pieces]).tolist()
+        by_piece = [names[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
         members = MemberTable.concat([p.members for p in pieces])
+        for p in pieces:  # in ``members`` now (Arrow memory is freed at once, not collected)
+            p.members = MemberTable.of(())
         _check_members(members)
         stamps = np.concatenate([p.stamps for p in pieces])
-        where = np.concatenate([p.items for p in pieces]).tolist()
+        where = np.concatenate([p.items for p in pieces])
         lengths = np.concatenate([p.lengths for p in pieces])
-        # each member's sidecar path (the listed item itself: no new string) or None
-        sidecar_paths = [items[i] if s else None for i, s in zip(where, stamps.tolist(),
-                                                                   strict=True)]
-        sidecar_paths = [q if q is None or isinstance(q, str) else os.fspath(q)
-                         for q in sidecar_paths]
         columns = format == "parquet"  # its per-member lists as member columns
+        sidecar_paths: Any = _sidecar_column(items, where, stamps)
+        if not columns:  # a JSON cube's (or Icechunk commit's) record lists them
+            sidecar_paths = sidecar_paths.to_pylist()
         record = cube_record(
             concat_dim=concat_dim, coord=coord, shared=found.shared,
             lengths=() if columns else lengths.tolist(),
@@ -241,13 +272,16 @@ def _build(
         del stamps, where, sidecar_paths, lengths
         coordinate = np.concatenate([p.coordinate for p in pieces])
         # named by their last granule: a piece's partial last chunk is what concat refuses
+        refs: list[Any] = [p.refs for p in pieces]
+        if all(isinstance(r, StagedRefs) for r in refs):  # joined a piece at a time
+            refs = [join_staged(refs, by_piece, concat_dim)]
         cube = assemble(
-            [p.refs for p in pieces], [p.names[-1] for p in pieces], paths=paths, coord=coord,
+            refs, [n[-1] for n in by_piece][-len(refs):], paths=paths, coord=coord,
             coordinate=coordinate, templates={p: enc.first.arrays[p] for p in [coord, *found.shared]},
             shared_values=enc.shared, concat_dim=concat_dim,
             record=record, coord_attrs=found.coord_attrs, members=members,
         )  # fmt: skip
-        del pieces, enc.pieces[:], record, members  # in the cube: free them before the write
+        del pieces, enc.pieces[:], record, members, refs, by_piece  # in the cube: freed before the write
         path = write_cube(cube, target, format, opts)
         del cube
         written.append(CubePart(path=path, granules=tuple(names), length=int(coordinate.size),

@@ -44,12 +44,12 @@ def _root(paths: pa.Array) -> str:
 
 def columns_record(
     record: Mapping[str, Any], members: MemberTable, lengths: np.ndarray,
-    paths: Sequence[str | None], stamps: np.ndarray,
+    paths: Sequence[str | None] | pa.Array, stamps: np.ndarray,
 ) -> tuple[dict[str, Any], MemberTable]:
     """``record`` (made without per-member lists) and ``members`` with the columns of
-    ``lengths``, sidecar ``paths`` (None: a member given as references) and ``stamps``
-    (bytes, ``b""`` for none), in member order."""
-    path_array = pa.array(paths, pa.string())
+    ``lengths``, sidecar ``paths`` (None: a member given as references; a list or an Arrow
+    string array) and ``stamps`` (bytes, ``b""`` for none), in member order."""
+    path_array = paths if isinstance(paths, pa.Array) else pa.array(paths, pa.string())
     root = _root(path_array)
     rel = pc.utf8_slice_codeunits(path_array, len(root))
     stamp_array = pa.array(stamps, pa.binary()).cast(pa.string())
