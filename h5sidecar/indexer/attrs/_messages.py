@@ -31,6 +31,9 @@ View = Callable[[int, int], bytes]
 _ATTRIBUTE, _ATTRIBUTE_INFO, _CONTINUATION = 0x0C, 0x15, 0x10
 #: Version-2 B-tree type of the name index of dense attributes; its records' size.
 _ATTR_NAME_INDEX, _ATTR_RECORD = 8, 17
+#: A name index record: heap ID (read as one little-endian integer), message flags, creation
+#: order, name hash.
+_RECORD = struct.Struct("<QBI4x")
 #: More continuation chunks or heap blocks than this is a corrupt (looping) header.
 _MAX_CHUNKS = 1024
 
@@ -126,31 +129,41 @@ def _messages(start: int, view: View, layout: Layout) -> tuple[list[RawAttribute
     return found, tracked
 
 
-_V2, _V2_TRACKED = struct.Struct("<BHB"), struct.Struct("<BHBH")  # version-2 message headers
+_V1, _V2, _V2_TRACKED = struct.Struct("<HHB"), struct.Struct("<BHB"), struct.Struct("<BHBH")
+#: The message types whose bodies are wanted; the others (a dataset's datatype, layout,
+#: filters, ...) are stepped over without copying them out.
+_WANTED = frozenset({_ATTRIBUTE, _ATTRIBUTE_INFO, _CONTINUATION})
 
 
 def _chunk_messages(data: bytes, v1: bool, flags: int) -> list[tuple[int, int, int, bytes]]:
-    """(type, flags, creation order, body) of each message of one header chunk."""
+    """(type, flags, creation order, body) of each attribute, attribute info and continuation
+    message of one header chunk."""
     out = []
     pos = 0
+    end = len(data)
     if v1:
-        while pos + 8 <= len(data):
-            mtype, size, mflags = u(data, pos, 2), u(data, pos + 2, 2), data[pos + 4]
-            out.append((mtype, mflags, 0, data[pos + 8 : pos + 8 + size]))
+        unpack = _V1.unpack_from
+        while pos + 8 <= end:
+            mtype, size, mflags = unpack(data, pos)
+            if mtype in _WANTED:
+                out.append((mtype, mflags, 0, data[pos + 8 : pos + 8 + size]))
             pos += 8 + size
         return out
     tracked = flags & 0x04
     header = 6 if tracked else 4
-    end = len(data)
+    unpack = (_V2_TRACKED if tracked else _V2).unpack_from
+    order = 0
     while pos + header <= end:  # a gap shorter than a message header may end a chunk
         if tracked:
-            mtype, size, mflags, order = _V2_TRACKED.unpack_from(data, pos)
+            mtype, size, mflags, order = unpack(data, pos)
         else:
-            (mtype, size, mflags), order = _V2.unpack_from(data, pos), 0
-        if pos + header + size > end:
+            mtype, size, mflags = unpack(data, pos)
+        stop = pos + header + size
+        if stop > end:
             raise NotNative("a message runs past the end of its chunk")
-        out.append((mtype, mflags, order, data[pos + header : pos + header + size]))
-        pos += header + size
+        if mtype in _WANTED:
+            out.append((mtype, mflags, order, data[pos + header : stop]))
+        pos = stop
     return out
 
 
@@ -186,7 +199,7 @@ def _dense(info: bytes, view: View, layout: Layout) -> list[RawAttribute] | None
     ]
 
 
-def _name_index(start: int, view: View, layout: Layout) -> list[tuple[bytes, int]]:
+def _name_index(start: int, view: View, layout: Layout) -> list[tuple[int, int]]:
     """(heap ID, creation order) of every record of the attribute name index."""
     o = layout.offset_size
     data = _checked(view(start, start + 22 + o + layout.length_size), "B-tree header")
@@ -195,7 +208,7 @@ def _name_index(start: int, view: View, layout: Layout) -> list[tuple[bytes, int
     node_size, record_size, depth = u(data, 6, 4), u(data, 10, 2), u(data, 12, 2)
     if record_size != _ATTR_RECORD:
         raise NotNative(f"attribute name index records of {record_size} bytes")
-    records: list[tuple[bytes, int]] = []
+    records: list[tuple[int, int]] = []
     _node(u(data, 16, o), u(data, 16 + o, 2), depth, (node_size, view, layout), records)
     return records
 
@@ -205,7 +218,7 @@ def _node(
     nrec: int,
     depth: int,
     tree: tuple[int, View, Layout],
-    out: list[tuple[bytes, int]],
+    out: list[tuple[int, int]],
 ) -> None:
     node_size, view, layout = tree
     if len(out) > 1 << 20:
@@ -215,10 +228,12 @@ def _node(
     if data[:4] != (b"BTLF" if depth == 0 else b"BTIN") or data[5] != _ATTR_NAME_INDEX:
         raise NotNative(f"no B-tree node at {start}")
     end = 6 + nrec * _ATTR_RECORD
-    for pos in range(6, end, _ATTR_RECORD):
-        if data[pos + 8] & 0x02:  # the message is shared: its heap object is a pointer
+    if len(data) < end:
+        raise NotNative(f"B-tree node at {start} shorter than its records")
+    for heap_id, mflags, order in _RECORD.iter_unpack(data[6:end]):
+        if mflags & 0x02:  # the message is shared: its heap object is a pointer
             raise NotNative("shared attribute message in dense storage")
-        out.append((data[pos : pos + 8], int.from_bytes(data[pos + 9 : pos + 13], "little")))
+        out.append((heap_id, order))
     if depth == 0:
         _checked(data[: end + 4], "B-tree leaf")
         return
@@ -249,28 +264,38 @@ class _Heap:
         max_direct, heap_bits = u(data, table + 2 + ln, ln), u(data, table + 2 + 2 * ln, 2)
         self.root, self.rows = u(data, table + 6 + 2 * ln, o), u(data, table + 6 + 2 * ln + o, 2)
         self.offset_bytes = (heap_bits + 7) // 8
+        # a heap ID is read as one integer: a byte of version and type, then the offset and
+        # the length fields
+        self._offset_mask = (1 << 8 * self.offset_bytes) - 1
         # as H5HF__hdr_finish_init_phase1 sizes a heap ID's length field
         max_managed = u(data, 10, 4)
         self.length_bytes = min((max_direct.bit_length() - 1 + 7) // 8,
                                 (max(max_managed, 1).bit_length() - 1) // 8 + 1)  # fmt: skip
         self.direct_rows = max_direct.bit_length() - self.start_size.bit_length() + 2
+        self._length_shift = 8 + 8 * self.offset_bytes
+        self._length_mask = (1 << 8 * self.length_bytes) - 1
         if self.start_size <= 0 or self.width <= 0 or self.rows > self.direct_rows:
             raise NotNative("fractal heap with nested indirect blocks")
         self._blocks: list[int] | None = None
         self._verified: dict[int, bytes] = {}  # direct blocks read (a few per object)
 
-    def object(self, heap_id: bytes) -> bytes:
-        """The bytes of the managed object ``heap_id`` points at."""
-        if heap_id[0] & 0xF0:  # version 0, managed (huge and tiny objects are not read here)
+    def object(self, heap_id: int) -> bytes:
+        """The bytes of the managed object ``heap_id`` (8 bytes, little-endian) points at."""
+        if heap_id & 0xF0:  # version 0, managed (huge and tiny objects are not read here)
             raise NotNative("huge or tiny heap object")
-        split = 1 + self.offset_bytes
-        offset = int.from_bytes(heap_id[1:split], "little")
-        length = int.from_bytes(heap_id[split : split + self.length_bytes], "little")
-        block, block_offset, size = self._block_of(offset)
-        if offset - block_offset + length > size:
+        offset = (heap_id >> 8) & self._offset_mask
+        length = (heap_id >> self._length_shift) & self._length_mask
+        if self.rows == 0:  # the root is a direct block (the usual case: a few attributes)
+            block, block_offset, size = self.root, 0, self.start_size
+        else:
+            block, block_offset, size = self._block_of(offset)
+        at = offset - block_offset
+        if at + length > size:
             raise NotNative("heap object past the end of its block")
-        data = self._direct(block, block_offset, size)
-        return data[offset - block_offset : offset - block_offset + length]
+        data = self._verified.get(block)
+        if data is None:
+            data = self._direct(block, block_offset, size)
+        return data[at : at + length]
 
     def _block_of(self, offset: int) -> tuple[int, int, int]:
         """(file address, heap offset, size) of the direct block holding heap offset ``offset``."""

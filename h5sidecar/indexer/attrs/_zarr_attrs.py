@@ -11,6 +11,7 @@ Values are those netCDF readers show (empty strings, one-element arrays unpacked
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,7 @@ import h5py
 import numpy as np
 
 from h5sidecar.indexer._failures import H5PY_ERRORS, describe_h5_error, reraise_io_failure
-from h5sidecar.indexer._values import NotJSONable, decode_text, to_json
+from h5sidecar.indexer._values import NotJSONable, decode_text, text_without_surrogates, to_json
 from h5sidecar.indexer._walk import escape_name
 from h5sidecar.indexer.attrs._native import NativeAttrs
 from h5sidecar.indexer.attrs._netcdf_types import netcdf_view, type_spec
@@ -162,6 +163,16 @@ def read_attrs(
             if not (is_scale and _is_scale_marker(name, value)):
                 result.dropped[name] = "hidden, as netCDF readers (h5netcdf) hide it"
             continue
+        if type(value) is str:  # variable-length text, most attributes: shown as read
+            if _text_as_read(result, name, value, dtype):
+                continue
+        elif isinstance(value, np.number) and value.dtype.kind in "iuf" and value.itemsize <= 8:
+            result.attrs[name], spec = _number_json(value.dtype.str, value.tobytes())
+            if dtype is not None:
+                result.dtypes[name] = dtype
+            if spec is not None:
+                result.types[name] = spec
+            continue
         try:
             view = netcdf_view(
                 name, value, dtype if dtype is not None else _hdf5_dtype(obj, raw, value)
@@ -180,6 +191,33 @@ def read_attrs(
         if spec is not None:
             result.types[name] = spec
     return result
+
+
+def _text_as_read(result: AttrResult, name: str, value: str, dtype: np.dtype | None) -> bool:
+    """Record a ``str`` value without the general conversion (what it gives for ``str``:
+    netCDF readers show it as it is, its JSON form is itself) unless it holds surrogate
+    escapes, which the general path types; ``False``: take that path."""
+    stored = text_without_surrogates(value)
+    if stored is not value:
+        return False
+    result.attrs[name] = value
+    if dtype is not None:
+        result.dtypes[name] = dtype
+    return True
+
+
+@functools.lru_cache(maxsize=4096)
+def _number_json(dtype: str, raw: bytes) -> tuple[Any, str | None]:
+    """The JSON form and type spec of a numeric scalar attribute (those of its netCDF view,
+    which is the scalar itself), by its type and bytes: the granule's arrays repeat a few
+    hundred values (fill values, valid ranges, scale factors) over thousands of attributes."""
+    view = np.frombuffer(raw, dtype=dtype)[0]
+    stored = to_json(view, _no_references)
+    return stored, type_spec("", view, stored)
+
+
+def _no_references(ref: h5py.Reference) -> str | None:  # never called: a number holds none
+    return None
 
 
 def _hdf5_dtype(obj: h5py.HLObject, raw: str | bytes, value: Any) -> np.dtype:

@@ -18,9 +18,12 @@ import numpy as np
 import pytest
 
 from h5sidecar.indexer import index_granule, open_source
+from h5sidecar.indexer._values import to_json
 from h5sidecar.indexer._walk import object_key
 from h5sidecar.indexer.attrs._native import NativeAttrs
+from h5sidecar.indexer.attrs._netcdf_types import netcdf_view, type_spec
 from h5sidecar.indexer.attrs._zarr_attrs import read_attrs
+from h5sidecar.references import typed_value
 from tests.conftest import CORPUS
 
 Builder = Callable[[h5py.File], Any]
@@ -431,3 +434,41 @@ def test_object_info_asked_once_per_object(
             assert again is not None and [d.name for d in again] == list(obj.attrs)
             assert all(_same(a.value, b.value) for a, b in zip(got, again, strict=True))
     assert len(objects) > 2 and set(calls.values()) == {1}
+
+
+def _scalars_and_texts(f: h5py.File) -> None:
+    """Values the conversion's shortcuts (text as read, numbers by type and bytes) meet."""
+    a = f.create_dataset("v", data=np.arange(2)).attrs
+    for i, dtype in enumerate(["i1", "u1", "<i2", ">u2", "<i4", ">i4", "<u8", ">i8", "<f2",
+                               ">f2", "<f4", ">f4", "<f8", ">f8"]):  # fmt: skip
+        kind = np.dtype(dtype).kind
+        a[f"n{i}"] = np.array(np.iinfo(dtype).max if kind in "iu" else 1.5, dtype=dtype)
+        a[f"m{i}"] = np.array(np.iinfo(dtype).min if kind in "iu" else -0.0, dtype=dtype)
+    a["nan_payload"] = np.frombuffer(b"\x01\x00\xc0\x7f", dtype="<f4")[0]
+    a["inf"], a["tiny"] = np.float64(-np.inf), np.float32(1e-45)
+    a["_FillValue"], a["same_again"] = np.float32(-9999.0), np.float32(-9999.0)
+    a["text"], a["empty_text"] = "plain text é", ""
+    a.create("not_utf8", data=b"caf\xe9 \x80", dtype=h5py.string_dtype("utf-8"))
+    a.create("not_utf8_ascii", data=b"\xff", dtype=h5py.string_dtype("ascii"))
+
+
+def test_shortcuts_convert_as_the_general_path(make_h5: Callable[..., Path]) -> None:
+    """Text and numeric scalars, recorded without the general conversion, give exactly what
+    it gives (JSON value, type spec, dtype), and the spec gives h5py's value back."""
+    path = make_h5(_scalars_and_texts)
+    with open_source(str(path)) as src, h5py.File(src, "r") as f:
+        obj = f["v"]
+        result = read_attrs(obj, lambda r: None, native=NativeAttrs(f, src))
+        assert set(result.attrs) == set(obj.attrs) and not result.dropped
+        for name in obj.attrs:
+            value = obj.attrs[name]
+            dtype = obj.attrs.get_id(name).dtype
+            view = netcdf_view(name, value, dtype)
+            stored = to_json(view, lambda r: None)
+            spec = type_spec(name, view, stored)
+            assert json.dumps(result.attrs[name]) == json.dumps(stored), name  # NaN too
+            assert type(result.attrs[name]) is type(stored), name
+            assert result.types.get(name) == spec, name
+            assert result.dtypes[name] == dtype, name
+            back = typed_value(stored, spec) if spec is not None else stored
+            assert _same(back, view), name
