@@ -50,7 +50,7 @@ def granule(tmp_path: Path) -> Path:
         h5py.h5d.create(f.id, b"compact", h5py.h5t.STD_U8LE, space, plist).write(
             h5py.h5s.ALL, h5py.h5s.ALL, np.array([7, 8, 9, 10], dtype="|u1")
         )
-        _compact(g, "compact_be", np.arange(6, dtype=">i4").reshape(2, 3) - 2)
+        _compact(g, "compact_be", (np.arange(6).reshape(2, 3) - 2).astype(">i4"))
         _compact(g, "compact_le", np.array([0.5, -1.25e300], dtype="<f8"))
         _compact(f, "compact_scalar", np.array(-7.5, dtype=">f4"))
     return path
