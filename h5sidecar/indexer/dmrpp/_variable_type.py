@@ -50,7 +50,14 @@ class Conversion:
 
 def _byte_order(var: DmrVariable, ctx: Conversion) -> str:
     """The document's byte order, else the one assumed, else ``Skip`` (never guessed: old
-    documents leave ``byteOrder`` out, and big-endian data exist)."""
+    documents leave ``byteOrder`` out, and big-endian data exist).
+
+    ``dmrpp:compact`` values are little-endian whatever the document says: build_dmrpp writes
+    them in its host's order and Hyrax takes them without a swap, ``byteOrder`` or not
+    (OPeNDAP BES ``DMZ.cc`` ``DMZ::process_compact``; see ``_compact_bytes`` in
+    ``h5sidecar.references.dmrpp_sidecar``), and both run on little-endian hosts."""
+    if var.compact is not None:
+        return "LE"
     order = var.chunks.byte_order if var.chunks is not None else None
     if order is None and ctx.byte_order is None:
         fail(ErrorKind.OTHER,

@@ -6,7 +6,7 @@ the ``dmrpp`` namespace: ``dmrpp:href`` (the granule's URL), and per variable ``
 (``compressionType``, ``deflateLevel``, ``fillValue``, ``byteOrder``, the chunk shape and one
 ``dmrpp:chunk`` per stored chunk with its ``offset``, ``nBytes``, ``chunkPositionInArray`` and,
 when it lies in another file, its own ``href``), or ``dmrpp:compact`` for a whole variable held
-in the references unfiltered.
+in the references unfiltered (little-endian, as build_dmrpp writes it).
 
 What DMR++ cannot say exactly is left out, never written wrong: a variable whose type has no
 DAP4 atomic equivalent here (compound, boolean, variable-length, opaque), whose filters are not
@@ -178,6 +178,31 @@ def _only_fill_inline(arr: ArrayRefs) -> bool:
     return True
 
 
+def _compact_bytes(arr: ArrayRefs, chunk: bytes) -> bytes:
+    """The variable's values as ``dmrpp:compact`` holds them: the elements in C order (only the
+    variable's own, not the chunk's padding) and multi-byte numbers little-endian, whatever the
+    granule's byte order.
+
+    That is what build_dmrpp writes and Hyrax reads (OPeNDAP BES, ``modules/dmrpp_module``):
+    ``build_dmrpp_util.cc`` ``process_compact_layout_array`` / ``_scalar`` read the dataset with
+    ``get_data`` (``hdf5_handler/h5common.cc``: ``H5Dread`` into ``H5Tget_native_type``, the
+    host's order) and ``DmrppArray.cc`` ``compact_data_xml_element`` base64-encodes that buffer,
+    with no ``byteOrder``; ``DMZ.cc`` ``DMZ::process_compact`` copies the decoded bytes into the
+    variable and marks it read, so ``DmrppArray::read`` returns before its ``twiddle_bytes`` swap
+    (and ``DMZ::process_variable`` rejects a ``dmrpp:chunks`` beside it when chunks are required).
+    The order is the host's on both sides; the hosts build_dmrpp and Hyrax run on are
+    little-endian.
+    """
+    dt = np.dtype(str(arr.meta.dtype))
+    chunk_shape = tuple(arr.meta.chunks)
+    if len(chunk) != int(np.prod(chunk_shape, dtype=np.int64)) * dt.itemsize:
+        raise _LeftOut(f"values held in the references in {len(chunk)} bytes, not a chunk of "
+                       f"{list(chunk_shape)} {dt}")  # fmt: skip
+    values = np.frombuffer(chunk, dtype=dt).reshape(chunk_shape)
+    values = values[tuple(slice(0, n) for n in arr.meta.shape)]
+    return np.ascontiguousarray(values, dtype=dt.newbyteorder("<")).tobytes()
+
+
 def _fill(arr: ArrayRefs) -> str:
     fv = arr.meta.fill_value
     if fv is None or isinstance(fv, list | dict):
@@ -199,10 +224,7 @@ def _variable(arr: ArrayRefs, dims: list[str], attrs: list[str], source_url: str
         if m.n_chunks != 1 or arr.meta.filters or arr.meta.compressor:
             raise _LeftOut("values held in the references in pieces or filtered (DMR++ holds "
                            "a variable's values only whole and unfiltered: dmrpp:compact)")  # fmt: skip
-        if order is not None:  # dmrpp:compact has no byteOrder: readers would have to guess
-            raise _LeftOut("compact values of a multi-byte type (DMR++ gives no byte order "
-                           "for dmrpp:compact)")  # fmt: skip
-        data = next(iter(m.inline.values()))
+        data = _compact_bytes(arr, next(iter(m.inline.values())))
         return (f"<{dap} name={quoteattr(name)}>{body}<dmrpp:compact>"
                 f"{base64.b64encode(data).decode()}</dmrpp:compact></{dap}>")  # fmt: skip
     compression = _filters(arr)

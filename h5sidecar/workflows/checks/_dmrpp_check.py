@@ -213,7 +213,7 @@ def _array_findings(path: str, doc: ArrayRefs, hdf5: ArrayRefs) -> list[DmrppFin
         return [DmrppFinding(path, "shape", _both(list(b.shape), list(a.shape)))]
     if _text_held_as_text(doc, hdf5):
         return []  # dmrpp:compact text is read as text: its width is not the document's to say
-    if a.dtype != b.dtype:
+    if a.dtype != b.dtype and not _compact_little_endian(doc, hdf5):
         out.append(DmrppFinding(path, "dtype", _both(b.dtype, a.dtype)))
     levels = any("level" in f for f in a.filters if f.get("id") == "zlib")
     if _filters(doc, levels) != _filters(hdf5, levels):
@@ -238,6 +238,15 @@ def _text_held_as_text(doc: ArrayRefs, hdf5: ArrayRefs) -> bool:
     """A fixed-length string the document holds as text (``dmrpp:compact``)."""
     return (doc.status == "inlined" and doc.meta.dtype == "|O"
             and str(hdf5.meta.dtype).startswith("|S"))  # fmt: skip
+
+
+def _compact_little_endian(doc: ArrayRefs, hdf5: ArrayRefs) -> bool:
+    """Values the document holds (``dmrpp:compact``, always little-endian) of the granule's type
+    in another byte order: the same values, not a disagreement."""
+    a, b = doc.meta.dtype, hdf5.meta.dtype
+    if doc.status != "inlined" or not isinstance(a, str) or not isinstance(b, str):
+        return False
+    return np.dtype(a) == np.dtype(b).newbyteorder("<")
 
 
 def _fill(value: Any) -> Any:

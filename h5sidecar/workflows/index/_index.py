@@ -213,7 +213,7 @@ def _index_listed(listing: StagedListing, source: str | Iterable[str], dest: str
     # a shared lock: a prune --apply waits until this run's report names its sidecars
     with dest_lock(dest, exclusive=False, holder="index"):
         recorder = RunRecorder(dest, run, storage_options,
-                               content=content_of(options.settings, format))
+                               content=content_of(options.settings, format, options.from_dmrpp))
         if progress is not None:
             progress.start(len(listing))
         held = HeldResults(keep_all=False)
@@ -252,7 +252,8 @@ def _index_listed(listing: StagedListing, source: str | Iterable[str], dest: str
         def unmarked(record: Record) -> Iterator[Task]:
             """The tasks of the granules the record does not show up to date, those it does
             counted as they are reached (decided in SQL: :mod:`._listed_current`)."""
-            mark_current(listing, record.path, dest, format, options.settings)
+            mark_current(listing, record.path, dest, format, options.settings,
+                         options.from_dmrpp)
             found: list[tuple[str, str, str]] = []
             for item in split_current(listing, dest, format):
                 if isinstance(item, Granule):

@@ -92,6 +92,7 @@ def index_one(
                 listed,
                 storage_options=options.storage_options,
                 settings=options.settings,
+                from_dmrpp=options.from_dmrpp,
             )
             if done is not None:
                 return done

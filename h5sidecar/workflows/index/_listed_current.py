@@ -27,7 +27,7 @@ from typing import Any
 
 from h5sidecar.dest import SIDECAR_SUFFIX, join_url, sidecar_stamp
 from h5sidecar.settings import IndexSettings
-from h5sidecar.workflows.index._up_to_date import settings_differ
+from h5sidecar.workflows.index._up_to_date import dmrpp_mode_serves, settings_differ
 from h5sidecar.workflows.listing._listed_granule import Granule
 from h5sidecar.workflows.listing._staged_listing import StagedListing, granule_of
 
@@ -48,7 +48,7 @@ json_extract(r.source, '$.url') = g.url AND json_extract(r.source, '$.size') = g
 
 
 def mark_current(listing: StagedListing, record: str, dest: str, fmt: str,
-                 settings: IndexSettings) -> int:
+                 settings: IndexSettings, from_dmrpp: str = "never") -> int:
     """Mark in ``listing``'s database (table ``current``: the staged row id and the
     recorded stamp of its sidecar) the granules whose row in the record at ``record`` shows
     them up to date for a run writing ``fmt`` sidecars under ``dest`` with ``settings``;
@@ -69,7 +69,7 @@ def mark_current(listing: StagedListing, record: str, dest: str, fmt: str,
             db.executemany("INSERT INTO ok_runs VALUES (?)", (
                 (run,) for run, content in db.execute(
                     "SELECT id, content FROM rec.runs WHERE content IS NOT NULL")
-                if _serves(content, settings, fmt)))
+                if _serves(content, settings, fmt, from_dmrpp)))
             # the sidecar this run would write (join_url's, DEST normalised), in SQL
             head = join_url(dest, "x")[:-1]
             sep = os.sep
@@ -107,7 +107,7 @@ def split_current(listing: StagedListing, dest: str, fmt: str
         yield granule_of(name, fields)
 
 
-def _serves(content: str, settings: IndexSettings, fmt: str) -> bool:
+def _serves(content: str, settings: IndexSettings, fmt: str, from_dmrpp: str) -> bool:
     """Whether a run of ``content`` (``runs.content``) wrote what this run asks for (as
     :func:`~._up_to_date.from_record` decides it)."""
     try:
@@ -117,5 +117,7 @@ def _serves(content: str, settings: IndexSettings, fmt: str) -> bool:
     if not isinstance(doc, dict) or doc.get("format") != fmt:
         return False
     if fmt == "parquet" and doc.get("layout") != settings.layout:
+        return False
+    if not dmrpp_mode_serves(doc.get("from_dmrpp"), from_dmrpp):  # None: ask each sidecar
         return False
     return not settings_differ(doc.get("settings"), settings)

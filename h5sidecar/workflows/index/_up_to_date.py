@@ -31,6 +31,7 @@ from typing import Any
 
 from h5sidecar.dest import GranuleResult, filesystem, is_remote, sidecar_stamp
 from h5sidecar.errors import H5SidecarError, InvalidReferenceError
+from h5sidecar.indexer import DMRPP_KEY
 from h5sidecar.references import SourceInfo
 from h5sidecar.settings import IndexSettings
 from h5sidecar.workflows.index._executors import Task
@@ -42,6 +43,7 @@ __all__ = [
     "Recorded",
     "check_up_to_date",
     "content_of",
+    "dmrpp_mode_serves",
     "from_record",
     "precheck",
     "read_recorded",
@@ -88,6 +90,23 @@ class Recorded:
     skipped: tuple[Mapping[str, str], ...]
     settings: Mapping[str, Any] | None = None
     layout: str | None = None  # Parquet sidecars: "kerchunk" or "compact"; JSON: None
+    from_dmrpp: bool = False  # indexed from the granule's DMR++ (``index_dmrpp``)
+
+
+def dmrpp_mode_serves(recorded: str | None, asked: str) -> bool | None:
+    """Whether sidecars a run wrote with ``--from-dmrpp recorded`` serve a run asking
+    ``asked``; ``None`` when the run's mode does not tell (``auto``): ask each sidecar.
+
+    ``auto`` takes a sidecar made either way (both describe the same granule; a DMR++ that
+    appears later does not make a sidecar crawled from the HDF5 stale); ``never`` and ``only``
+    are asked for what they name.  A run that did not record its mode is taken as ``never``
+    (the default): its rows keep pointing at it, so asking every sidecar instead would cost
+    a read per granule on every later run.
+    """
+    recorded = recorded or "never"
+    if asked == "auto" or recorded == asked:
+        return True
+    return None if recorded == "auto" else False
 
 
 def settings_differ(recorded: Mapping[str, Any] | None, settings: IndexSettings) -> list[str]:
@@ -142,7 +161,8 @@ def _parse(doc: Mapping[str, Any], *, parquet: bool = False) -> Recorded | None:
         {"path": str(s["path"]), "kind": str(s["kind"]), "reason": str(s["reason"])}
         for s in extras.get("skipped", ())
     )
-    settings = extras.get("extra", {}).get("settings")
+    extra = extras.get("extra", {})
+    settings = extra.get("settings")
     return Recorded(
         source=SourceInfo.from_dict(extras["source"]),
         n_virtual=statuses.count("virtual"),
@@ -150,6 +170,7 @@ def _parse(doc: Mapping[str, Any], *, parquet: bool = False) -> Recorded | None:
         skipped=skipped,
         settings=settings if isinstance(settings, dict) else None,
         layout=str(extras.get("layout", "kerchunk")) if parquet else None,
+        from_dmrpp=extra.get(DMRPP_KEY) is not None,
     )
 
 
@@ -160,9 +181,11 @@ def check_up_to_date(
     *,
     storage_options: Mapping[str, Any] | None = None,
     settings: IndexSettings | None = None,
+    from_dmrpp: str | None = None,
 ) -> GranuleResult | None:
     """An ``up_to_date`` result when ``sidecar`` records the current identity of ``url``
-    (and was written with the same :data:`CONTENT_SETTINGS` as ``settings``, when given).
+    (and was written with the same :data:`CONTENT_SETTINGS` as ``settings``, and made from
+    the HDF5 or the DMR++ as ``from_dmrpp`` asks, when given).
 
     ``listed`` is the identity from the listing (looked up when None).  Returns None when the
     granule needs indexing: no sidecar, another source URL, a different size/ETag/mtime, or
@@ -179,6 +202,10 @@ def check_up_to_date(
     changed = [] if settings is None else settings_differ(rec.settings, settings)
     if settings is not None and rec.layout is not None and rec.layout != settings.layout:
         changed.append(f"layout ({rec.layout}, now {settings.layout})")
+    made = "only" if rec.from_dmrpp else "never"
+    if from_dmrpp is not None and not dmrpp_mode_serves(made, from_dmrpp):
+        changed.append(f"from_dmrpp (made {'from its DMR++' if rec.from_dmrpp else 'from the HDF5'}, "
+                       f"now {from_dmrpp})")  # fmt: skip
     if changed:
         log.info("%s was indexed with other %s: indexing it again", sidecar, ", ".join(changed))
         return None
@@ -199,19 +226,21 @@ def check_up_to_date(
     )
 
 
-def content_of(settings: IndexSettings, fmt: str) -> dict[str, Any]:
+def content_of(settings: IndexSettings, fmt: str, from_dmrpp: str = "never") -> dict[str, Any]:
     """What a run records of the settings that shape its sidecars' content (``runs.content``
-    of the record): the format, the Parquet layout and the :data:`CONTENT_SETTINGS`."""
+    of the record): the format, the Parquet layout, the :data:`CONTENT_SETTINGS` and
+    ``--from-dmrpp``."""
     return {
         "format": fmt,
         "layout": settings.layout if fmt == "parquet" else None,
         "settings": {name: getattr(settings, name) for name in CONTENT_SETTINGS},
+        "from_dmrpp": from_dmrpp,
     }
 
 
 def from_record(row: GranuleResult, content: Mapping[str, Any], stamp: str, url: str,
-                sidecar: str, listed: SourceInfo | None, settings: IndexSettings, fmt: str
-                ) -> GranuleResult | None:
+                sidecar: str, listed: SourceInfo | None, settings: IndexSettings, fmt: str,
+                from_dmrpp: str = "never") -> GranuleResult | None:
     """An ``up_to_date`` result (the row's counts) when the record shows ``url``'s sidecar
     current: the row was written ``ok`` for this sidecar from the identity the listing sees
     (``listed``), by a run whose ``content`` gives what ``settings`` and ``fmt`` ask for, and
@@ -223,6 +252,8 @@ def from_record(row: GranuleResult, content: Mapping[str, Any], stamp: str, url:
     if fmt == "parquet" and content.get("layout") != settings.layout:
         return None
     if settings_differ(content.get("settings"), settings):
+        return None
+    if not dmrpp_mode_serves(content.get("from_dmrpp"), from_dmrpp):
         return None
     source = SourceInfo.from_dict(row.source)
     if source.url != url or not source.same_object(listed):
@@ -252,9 +283,8 @@ def precheck(
     def one(task: Task) -> GranuleResult | None:
         url, sidecar, options, listed = task.args[:4]
         try:
-            return check_up_to_date(
-                url, sidecar, listed, storage_options=storage_options, settings=options.settings
-            )
+            return check_up_to_date(url, sidecar, listed, storage_options=storage_options,
+                                    settings=options.settings, from_dmrpp=options.from_dmrpp)  # fmt: skip
         except (H5SidecarError, OSError) as exc:
             log.debug("cannot check %s (%s): indexing it", sidecar, exc)
             return None
@@ -270,10 +300,12 @@ def precheck(
                 for row, content, stamp in lookup(by_url):
                     if content is None or stamp is None:
                         continue  # written by an import or a version-1 run: ask the sidecar
+                    if dmrpp_mode_serves(content.get("from_dmrpp"), options.from_dmrpp) is None:
+                        continue  # the run's mode does not say how this one was made: ask it
                     task = by_url[row.url]
                     decided[row.url] = from_record(row, content, stamp, task.url, task.sidecar,
                                                    task.args[3], options.settings,
-                                                   options.format)
+                                                   options.format, options.from_dmrpp)
             unknown = [t for t in batch if t.url not in decided]
             decided.update(zip((t.url for t in unknown), pool.map(one, unknown), strict=True))
             for task in batch:

@@ -122,6 +122,25 @@ def test_blocks_missing_chunks_and_compact_values(
     np.testing.assert_array_equal(_values(refs, tmp_path, "c"), [7, 8])
 
 
+def test_compact_values_without_byte_order_are_little_endian(
+    granule: Callable[..., Path], tmp_path: Path
+) -> None:
+    """build_dmrpp writes multi-byte ``dmrpp:compact`` values in its (little-endian) host's
+    order with no ``byteOrder``, and Hyrax reads them so: read as written, not skipped."""
+    path = granule()
+    values = np.array([[1.5, -2.0], [3.25, 1e300]], "<f8")
+    minus_two = base64.b64encode(np.array(-2, "<i4").tobytes()).decode()
+    body = (
+        f'<Float64 name="c"><Dim size="2"/><Dim size="2"/><dmrpp:compact>'
+        f"{base64.b64encode(values.tobytes()).decode()}</dmrpp:compact></Float64>"
+        f'<Int32 name="s"><dmrpp:compact>{minus_two}</dmrpp:compact></Int32>'
+    )
+    refs = index_dmrpp(_write(path, _document(path, "t", body=body)))
+    assert not refs.skipped, refs.skipped
+    np.testing.assert_array_equal(_values(refs, tmp_path, "c"), values)
+    assert _values(refs, tmp_path, "s") == -2
+
+
 def test_scattered_blocks_are_read_into_the_sidecar(
     granule: Callable[..., Path], tmp_path: Path
 ) -> None:

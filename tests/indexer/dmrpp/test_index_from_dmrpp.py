@@ -17,6 +17,7 @@ from h5sidecar.cli import main
 from h5sidecar.errors import InvalidDmrppError, SourceNotFoundError
 from h5sidecar.indexer import DMRPP_KEY, index_source
 from h5sidecar.references import read_refs, write_json
+from h5sidecar.workflows.index._up_to_date import check_up_to_date
 from tests.indexer._compare import open_plain
 from tests.indexer.dmrpp._documents import document, write_beside
 
@@ -62,6 +63,41 @@ def test_cli_index_from_dmrpp(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main([*args, "--from-dmrpp", "only"]) == 1
     counts = json.loads(capsys.readouterr().out)["counts"]
     assert counts == {"ok": 1, "failed": 1, "up_to_date": 0}
+
+
+def test_from_dmrpp_mode_is_among_the_settings_compared(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A re-run with another ``--from-dmrpp`` re-indexes the sidecars not made as it asks
+    (``never``: those from a DMR++; ``only``: those from the HDF5) without ``--force``, from
+    the record and from the sidecar alike; ``auto`` takes them made either way."""
+    src = tmp_path / "in"
+    a = _granule(src / "a.h5", 0)
+    write_beside(a, document(a, "t", filters="shuffle deflate"))
+    _granule(src / "b.h5", 1)
+    dest = tmp_path / "out"
+    args = ["index", str(src), "-o", str(dest), "--serial", "--json", "--from-dmrpp"]
+
+    def run(mode: str) -> dict[str, int]:
+        main([*args, mode])
+        return dict(json.loads(capsys.readouterr().out)["counts"])
+
+    assert run("auto") == {"ok": 2, "failed": 0, "up_to_date": 0}
+    assert run("auto") == {"ok": 0, "failed": 0, "up_to_date": 2}
+    assert run("never") == {"ok": 1, "failed": 0, "up_to_date": 1}  # a.h5, crawled now
+    assert DMRPP_KEY not in read_refs(str(dest / "a.h5.parq")).extra
+    assert run("never") == {"ok": 0, "failed": 0, "up_to_date": 2}
+    assert run("auto") == {"ok": 0, "failed": 0, "up_to_date": 2}
+    assert run("only") == {"ok": 1, "failed": 1, "up_to_date": 0}  # b.h5 has no DMR++
+    assert DMRPP_KEY in read_refs(str(dest / "a.h5.parq")).extra
+    # without the record, from the sidecars' extras blocks
+    sidecar = str(dest / "a.h5.parq")
+    assert check_up_to_date(str(a), sidecar, from_dmrpp="only") is not None
+    assert check_up_to_date(str(a), sidecar, from_dmrpp="auto") is not None
+    assert check_up_to_date(str(a), sidecar, from_dmrpp="never") is None
+    b = str(dest / "b.h5.parq")
+    assert check_up_to_date(str(src / "b.h5"), b, from_dmrpp="never") is not None
+    assert check_up_to_date(str(src / "b.h5"), b, from_dmrpp="only") is None
 
 
 def test_index_from_dmrpp_on_s3(
