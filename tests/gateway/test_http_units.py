@@ -355,7 +355,8 @@ def test_metrics_exposition() -> None:
 _STATUSES = {
     "key_too_long": 414, "bad_request": 400, "range_not_satisfiable": 416,
     "response_too_large": 413, "saturated": 503, "not_indexed": 404, "source_not_found": 404,
-    "forbidden_source": 403, "invalid_reference": 422, "incompatible_granules": 422,
+    "forbidden_source": 403, "invalid_reference": 422, "invalid_dmrpp": 422,
+    "incompatible_granules": 422,
     "invalid_request": 400, "unsupported": 501, "stale_reference": 409, "not_hdf5": 422,
     "corrupt": 422, "source_read": 502, "chunk_decode": 502, "no_credentials": 502, "error": 500,
     "limit_exceeded": 500, "timeout": 500, "invalid_stac": 500, "source_auth": 502,
