@@ -292,6 +292,14 @@ def enum_mapping(dset: h5py.Dataset) -> dict[str, int] | None:
     return {str(k): int(v) for k, v in mapping.items()}
 
 
+#: Plans of integer and float datasets by their encoded file datatype: a granule's ~1,000
+#: datasets share a handful of number types, and working one out asks HDF5 a dozen questions
+#: (~40 us).  Their plan depends on the datatype alone (strings, whose plan may depend on the
+#: values, are not cached).  Plans are frozen and their ``attrs`` empty, so sharing is safe.
+_NUMBER_PLANS: dict[bytes, DtypePlan] = {}
+_NUMBER_PLANS_MAX = 4096
+
+
 def plan_dtype(dset: h5py.Dataset) -> DtypePlan:
     """Decide how the values of ``dset`` are carried (see the module docstring).
 
@@ -301,6 +309,19 @@ def plan_dtype(dset: h5py.Dataset) -> DtypePlan:
         ``unsupported_dtype`` with the reason when no Zarr form exists.
     """
     tid = dset.id.get_type()
+    if tid.get_class() not in (h5t.INTEGER, h5t.FLOAT):
+        return _plan(dset, tid)
+    key = tid.encode()
+    plan = _NUMBER_PLANS.get(key)
+    if plan is None:
+        plan = _plan(dset, tid)  # a Skip raised here is not cached: asked again next time
+        if len(_NUMBER_PLANS) >= _NUMBER_PLANS_MAX:
+            _NUMBER_PLANS.clear()
+        _NUMBER_PLANS[key] = plan
+    return plan
+
+
+def _plan(dset: h5py.Dataset, tid: h5t.TypeID) -> DtypePlan:
     dt = _h5py_dtype(dset)
     why = _unsupported(tid, top=True)
     if why:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import h5py
 import numpy as np
@@ -90,28 +91,29 @@ class _ChunkRecords:
 
 def _chunk_records(dsid: h5py.h5d.DatasetID) -> _ChunkRecords:
     """Every allocated chunk of ``dsid``: offset in elements, filter mask, byte range."""
-    coords: list[tuple[int, ...]] = []
-    masks: list[int] = []
-    offsets: list[int] = []
-    sizes: list[int] = []
-
-    def collect(info: h5py.h5d.StoreInfo) -> None:
-        coords.append(info.chunk_offset)
-        masks.append(info.filter_mask)
-        offsets.append(info.byte_offset)
-        sizes.append(info.size)
-
+    infos: list[tuple[tuple[int, ...], int, int | None, int]] = []
     try:
-        dsid.chunk_iter(collect)
+        # the list's own append as the callback: no Python frame per chunk; h5py's StoreInfo
+        # is a namedtuple, so zip(*) below transposes the records in C
+        dsid.chunk_iter(infos.append)
     except (AttributeError, NotImplementedError):
         # HDF5 < 1.12.3 / h5py < 3.8: one call per chunk is the only way left
-        for i in range(dsid.get_num_chunks()):
-            collect(dsid.get_chunk_info(i))
+        infos = [dsid.get_chunk_info(i) for i in range(dsid.get_num_chunks())]
+    n = len(infos)
+    if not n:
+        coords: tuple[Any, ...] = ()
+        masks: tuple[Any, ...] = ()
+        offsets: tuple[Any, ...] | list[Any] = ()
+        sizes: tuple[Any, ...] = ()
+    else:
+        coords, masks, offsets, sizes = zip(*infos, strict=True)
+    if None in offsets:
+        offsets = [_UNDEFINED if o is None else o for o in offsets]
     return _ChunkRecords(
-        coords=np.asarray(coords, dtype=np.int64).reshape(len(coords), dsid.rank),
-        masks=np.asarray(masks, dtype=np.uint32),
-        offsets=np.asarray([_UNDEFINED if o is None else o for o in offsets], dtype=np.uint64),
-        sizes=np.asarray(sizes, dtype=np.uint64),
+        coords=np.array(coords, dtype=np.int64).reshape(n, dsid.rank),
+        masks=np.array(masks, dtype=np.uint32),
+        offsets=np.array(offsets, dtype=np.uint64),
+        sizes=np.array(sizes, dtype=np.uint64),
     )
 
 
@@ -134,11 +136,16 @@ def chunked_table(dset: h5py.Dataset, shape: tuple[int, ...], url: str) -> Chunk
     keep = np.all(pos < np.asarray(table.grid, dtype=np.int64), axis=1)
     # chunks past the current extent (a shrunk dimension) and indexed-but-unwritten chunks
     keep &= (rec.offsets != _UNDEFINED) & (rec.sizes > 0)
-    idx = tuple(pos[keep].T)
+    if keep.all():  # the usual case: no copies of the records through the boolean mask
+        idx = tuple(pos.T)
+        masks, offsets, sizes = rec.masks, rec.offsets, rec.sizes
+    else:
+        idx = tuple(pos[keep].T)
+        masks, offsets, sizes = rec.masks[keep], rec.offsets[keep], rec.sizes[keep]
     table.codes[idx] = 0
-    table.masks[idx] = rec.masks[keep]
-    table.offsets[idx] = rec.offsets[keep]
-    table.lengths[idx] = rec.sizes[keep]
+    table.masks[idx] = masks
+    table.offsets[idx] = offsets
+    table.lengths[idx] = sizes
     return table
 
 

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from h5sidecar.indexer import ENUMS_KEY, REFERENCES_KEY, index_granule
+from h5sidecar.indexer._values import fill_value_json
+from h5sidecar.indexer.dtypes._dtype_plan import plan_dtype
 from tests.indexer._compare import assert_refs_match_h5py, open_refs
 
 
@@ -297,3 +299,27 @@ def test_flattened_compound_names_are_unambiguous_with_dots_in_member_names(make
     assert [f[0] for f in refs.arrays["flat"].meta.dtype] == ["x.y", "z[1]"]
     group = assert_refs_match_h5py(refs, path)
     assert group["nested"][1]["a%2Eb"] == 3 and group["nested"][1]["a.b"] == 7
+
+
+def test_number_types_share_one_plan_and_keep_their_own_fill(make_h5) -> None:
+    """Plans of integer/float datasets are cached by their file datatype (issue 24): datasets of
+    one type share a plan, yet each keeps its own storage fill value (read per dataset)."""
+    fills = {"a": (">i2", -3), "b": (">i2", 5), "c": (">i2", None),
+             "d": ("<f4", np.nan), "e": ("<f4", -9999.5), "f": ("<f4", None)}  # fmt: skip
+
+    def build(f: h5py.File) -> None:
+        for name, (dtype, fill) in fills.items():
+            d = f.create_dataset(name, shape=(8,), chunks=(4,), dtype=dtype, fillvalue=fill)
+            d[:4] = np.arange(4)  # the second chunk never written: it reads as the fill
+
+    path = make_h5(build)
+    with h5py.File(path) as f:
+        assert plan_dtype(f["a"]) is plan_dtype(f["b"]) is plan_dtype(f["c"])
+        assert plan_dtype(f["d"]) is plan_dtype(f["e"]) is not plan_dtype(f["a"])
+        expected = {name: f[name].fillvalue for name in fills}
+    refs = index_granule(str(path))
+    for name, value in expected.items():
+        meta = refs.arrays[name].meta
+        assert meta.fill_value == fill_value_json(np.asarray(value), np.dtype(meta.dtype))
+    assert [refs.arrays[n].meta.fill_value for n in fills] == [-3, 5, 0, "NaN", -9999.5, 0.0]
+    assert_refs_match_h5py(refs, path)
