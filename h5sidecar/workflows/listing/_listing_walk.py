@@ -224,22 +224,8 @@ def _iter_folders(fs: fsspec.AbstractFileSystem, prefix: str, start: str) -> Ite
             if info.get("type") == "directory" and name.rsplit("/", 1)[-1].startswith(start):
                 yield name
         return
-    objects = listed
-
-    async def take() -> list[str]:
-        page: list[str] = []
-        async for info in objects:
-            if info.get("type") == "directory":
-                page.append(info["name"].rstrip("/"))
-            if len(page) >= _PAGE:
-                break
-        return page
-
-    try:
-        while page := run_sync(take, loop=fs.loop):
-            yield from page
-    finally:
-        run_sync(objects.aclose, loop=fs.loop)
+    for info in _in_pages(fs, listed, folders=True):
+        yield info["name"].rstrip("/")
 
 
 #: Objects taken from the listing's asynchronous iterator per call into fsspec's loop.
@@ -264,11 +250,18 @@ def _iter_objects(fs: fsspec.AbstractFileSystem, prefix: str, start: str = "",
     if objects is None:
         yield from fs.find(prefix, detail=True, maxdepth=1 if one_level else None).values()
         return
+    yield from _in_pages(fs, objects, folders=False)
+
+
+def _in_pages(fs: fsspec.AbstractFileSystem, objects: Any, *, folders: bool
+              ) -> Iterator[dict[str, Any]]:
+    """The folders (``folders``) or the objects of an asynchronous listing, taken from it
+    :data:`_PAGE` at a time on fsspec's loop; the listing is closed however the caller stops."""
 
     async def take() -> list[dict[str, Any]]:
         page: list[dict[str, Any]] = []
         async for info in objects:
-            if info.get("type") != "directory":
+            if (info.get("type") == "directory") == folders:
                 page.append(info)
             if len(page) >= _PAGE:
                 break
