@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 import ujson
 
 from h5sidecar.references._extras import EXTRAS_KEY, build_extras
-from h5sidecar.references._manifest import INLINE
+from h5sidecar.references._manifest import INLINE, ChunkManifest
 from h5sidecar.references._model import ArrayRefs, GranuleRefs
 from h5sidecar.references.datacube._member_table import MemberTable
 from h5sidecar.references.json_sidecar._kerchunk_json import json_default
@@ -92,7 +92,8 @@ def encode_parquet(
     compact = layout == "compact"
     url_dicts = _UrlDicts()
     for path, arr in () if compact else refs.arrays.items():
-        for record, table in _record_tables(arr, record_size, url_dicts(arr.manifest.urls)):
+        m = arr.manifest  # (a lazy sidecar's: loaded once)
+        for record, table in _record_tables(m, record_size, url_dicts(m.urls)):
             data = _smallest(table)
             del table  # not held while the next record is built
             yield record_path(path, record), data
@@ -162,11 +163,10 @@ class _UrlDicts:
 
 
 def _record_tables(
-    arr: ArrayRefs, record_size: int, url_dict: pa.Array
+    m: ChunkManifest, record_size: int, url_dict: pa.Array
 ) -> Iterator[tuple[int, pa.Table]]:
-    """One table per record holding at least one stored or inline chunk (``url_dict``: the
-    manifest's URLs as Arrow strings)."""
-    m = arr.manifest
+    """One table per record of ``m`` holding at least one stored or inline chunk
+    (``url_dict``: its URLs as Arrow strings)."""
     codes = m.codes.reshape(-1)
     offsets = m.offsets.reshape(-1)
     lengths = m.lengths.reshape(-1)
