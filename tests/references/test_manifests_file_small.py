@@ -24,7 +24,7 @@ from h5sidecar.references.parquet_sidecar._manifests_file import (
 from h5sidecar.references.parquet_sidecar._manifests_file_small import SMALL_ROWS, SmallBulkColumns
 from tests.references._strategies import granule_refs
 from tests.references.test_json import small_refs
-from tests.references.test_parquet import _BULK_CASES, _corrupt, _files, _read
+from tests.references.test_parquet import _BULK_CASES, _corrupt, _files, _read, cube_like_refs
 
 
 def _both(data: bytes, g: GranuleRefs) -> tuple[object, object]:
@@ -183,23 +183,8 @@ def test_a_cube_manifests_file_joins_no_column_whole() -> None:
     the bytes the same."""
     import tracemalloc
 
-    from h5sidecar.references import ArrayMeta, ArrayRefs, SourceInfo
-
     n = 60_000
-    urls = tuple(f"/data/collection/granule_{i:07d}.nc" for i in range(n))
-    rng = np.random.default_rng(0)
-
-    def array(path: str) -> ArrayRefs:
-        meta = ArrayMeta(shape=(n,), chunks=(1,), dtype="<f4", fill_value=None,
-                         dimension_names=("time",))
-        manifest = ChunkManifest.from_checked(
-            urls=urls, codes=np.arange(n, dtype=np.int32),
-            offsets=rng.integers(0, 2**20, n).astype(np.uint64),
-            lengths=np.full(n, 4, np.uint64), inline={})
-        return ArrayRefs(path=path, meta=meta, manifest=manifest)
-
-    g = GranuleRefs(SourceInfo(url=urls[0], size=2**50), {"": {}},
-                    {"tas": array("tas"), "pr": array("pr")})
+    g, urls = cube_like_refs(n)
     tracemalloc.start()
     try:
         data = encode_manifests(g)
