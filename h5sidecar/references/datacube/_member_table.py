@@ -137,14 +137,16 @@ class MemberTable(Sequence[SourceInfo]):
 
     @classmethod
     def concat(cls, parts: Sequence[MemberTable]) -> MemberTable:
-        """The members of ``parts``, one after the other."""
+        """The members of ``parts``, one after the other: their columns chunked, not copied
+        (joined, a build's members were held twice at its write; writers join a row group
+        at a time)."""
         if not parts:
             return cls.of(())
         # identity columns only unless every part has the same per-member columns
         tables = [p.table for p in parts]
         if len({tuple(t.column_names) for t in tables}) > 1:
             tables = [t.select(list(_FIELDS)) for t in tables]
-        return cls(pa.concat_tables(tables).combine_chunks())
+        return cls(pa.concat_tables(tables))
 
     @property
     def urls(self) -> pa.ChunkedArray:

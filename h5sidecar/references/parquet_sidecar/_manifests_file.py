@@ -96,55 +96,28 @@ class _UrlCodes:
 
 
 def encode_manifests(refs: GranuleRefs) -> bytes:
-    """The bytes of :data:`MANIFESTS_FILE` for ``refs`` (loads every manifest)."""
-    paths = list(refs.arrays)
+    """The bytes of :data:`MANIFESTS_FILE` for ``refs`` (loads every manifest).
+
+    Each array's rows are one Arrow chunk of every column, written as one table: the file is
+    the one their concatenation gives, but no column is copied whole (a cube of a million
+    members has two or three million rows, ~30 bytes a row a copy).
+    """
     url_codes_of = _UrlCodes()
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("array", "chunk", "url", "off", "len")}
-    raw_rows: list[int] = []
-    raw_values: list[bytes] = []
-    n_rows = 0
+    kept = []
     for i, arr in enumerate(refs.arrays.values()):
-        m = arr.manifest
-        codes = m.codes.reshape(-1)
+        codes = arr.manifest.codes.reshape(-1)
         keep = np.flatnonzero((codes >= 0) | (codes == INLINE))  # not the missing ones
-        if not keep.size:
-            continue
-        local = url_codes_of(m.urls)
-        kc = codes[keep]
-        cols["array"].append(np.full(keep.size, i, np.int32))
-        cols["chunk"].append(keep.astype(np.int64))
-        cols["url"].append(np.where(kc >= 0, local[np.maximum(kc, 0)], -1).astype(np.int32))
-        cols["off"].append(m.offsets.reshape(-1)[keep].astype(np.int64))
-        cols["len"].append(m.lengths.reshape(-1)[keep].astype(np.int64))
-        for row in np.flatnonzero(kc == INLINE).tolist():
-            raw_rows.append(n_rows + row)
-            raw_values.append(m.inline[int(keep[row])])
-        n_rows += keep.size
-
-    def cat(name: str, dtype: type) -> np.ndarray:
-        # each array's part dropped once joined: not every column twice at the peak
-        parts = cols.pop(name)
-        return np.concatenate(parts) if parts else np.zeros(0, dtype)
-
-    url_codes = cat("url", np.int32)
-    raw: list[bytes | None] = [None] * n_rows if raw_rows else []  # a pointer a row
-    for row, value in zip(raw_rows, raw_values, strict=True):
-        raw[row] = value
-    table = pa.table(
-        {
-            "array": pa.DictionaryArray.from_arrays(
-                pa.array(cat("array", np.int32)), pa.array(paths, pa.string())
-            ),
-            "chunk": pa.array(cat("chunk", np.int64)),
-            "url": pa.DictionaryArray.from_arrays(
-                pa.array(np.maximum(url_codes, 0), pa.int32(), mask=url_codes < 0),
-                pa.array(url_codes_of.table, pa.string()),
-            ),
-            "offset": pa.array(cat("off", np.int64)),
-            "size": pa.array(cat("len", np.int64)),
-            "raw": pa.array(raw, pa.binary()) if raw_rows else pa.nulls(n_rows, pa.binary()),
-        }
-    )
+        if keep.size:
+            kept.append((i, arr.manifest, keep, url_codes_of(arr.manifest.urls)))
+    # the URL dictionary complete before the first chunk: every chunk of ``url`` shares it
+    # (chunks with other dictionaries would make the writer store the column plain)
+    dicts = pa.array(list(refs.arrays), pa.string()), pa.array(url_codes_of.table, pa.string())
+    chunks = [_array_rows(i, m, keep, local, *dicts) for i, m, keep, local in kept]
+    del kept
+    if not chunks:
+        chunks = [_array_rows(0, None, np.zeros(0, np.int64), np.zeros(0, np.int32), *dicts)]
+    table = pa.table({k: pa.chunked_array([c[k] for c in chunks]) for k in chunks[0]})
+    del chunks
     buf = io.BytesIO()
     pq.write_table(
         table,
@@ -156,6 +129,38 @@ def encode_manifests(refs: GranuleRefs) -> bytes:
         store_schema=False,
     )
     return buf.getvalue()
+
+
+def _array_rows(
+    i: int, m: ChunkManifest | None, keep: np.ndarray, local: np.ndarray,
+    array_dict: pa.Array, url_dict: pa.Array,
+) -> dict[str, pa.Array]:
+    """The file's rows of array number ``i`` (its chunks ``keep`` of ``m``; ``local``: its URL
+    codes in ``url_dict``), one Arrow array a column, on numpy's buffers where Arrow allows."""
+    if m is None:  # no array has a chunk: the columns' types alone
+        offsets = lengths = np.zeros(0, np.int64)
+        kc = np.zeros(0, np.int32)
+    else:
+        kc = m.codes.reshape(-1)[keep]
+        # uint64 in the manifest, int64 in the file (offsets and lengths are < 2**63)
+        offsets = m.offsets.reshape(-1)[keep].view(np.int64)
+        lengths = m.lengths.reshape(-1)[keep].view(np.int64)
+    stored = kc >= 0
+    inline = np.flatnonzero(~stored).tolist()  # every chunk kept is stored or inline
+    url = local[np.where(stored, kc, 0)] if local.size else np.zeros(kc.size, np.int32)
+    raw: list[bytes | None] = [None] * keep.size if inline else []
+    for row in inline:
+        raw[row] = m.inline[int(keep[row])]  # type: ignore[union-attr]
+    return {
+        "array": pa.DictionaryArray.from_arrays(pa.array(np.full(keep.size, i, np.int32)),
+                                                array_dict),
+        "chunk": pa.array(keep),
+        "url": pa.DictionaryArray.from_arrays(
+            pa.array(url, pa.int32(), mask=~stored if inline else None), url_dict),
+        "offset": pa.array(offsets),
+        "size": pa.array(lengths),
+        "raw": pa.array(raw, pa.binary()) if inline else pa.nulls(keep.size, pa.binary()),
+    }
 
 
 def decode_manifests(

@@ -45,8 +45,12 @@ def encode_members(members: MemberTable) -> tuple[bytes, dict[str, Any]]:
     """The bytes of :data:`MEMBERS_FILE` and its extras entry (``count``, ``bytes``,
     ``digest``)."""
     sink = io.BytesIO()
-    pq.write_table(members.table, sink, compression="zstd", row_group_size=_ROW_GROUP,
-                   store_schema=False)  # fmt: skip
+    table = members.table
+    with pq.ParquetWriter(sink, table.schema, compression="zstd", store_schema=False) as out:
+        # a row group at a time, each joined into one chunk first: the file a whole table
+        # joined gives (pages follow chunks), without the table joined whole
+        for start in range(0, max(table.num_rows, 1), _ROW_GROUP):
+            out.write_table(table.slice(start, _ROW_GROUP).combine_chunks(), _ROW_GROUP)
     data = sink.getvalue()
     return data, {"file": MEMBERS_FILE, "count": len(members), "bytes": len(data),
                   "digest": members.digest()}

@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 import ujson
 
 from h5sidecar.references._extras import EXTRAS_KEY, build_extras
-from h5sidecar.references._manifest import INLINE
+from h5sidecar.references._manifest import INLINE, ChunkManifest
 from h5sidecar.references._model import ArrayRefs, GranuleRefs
 from h5sidecar.references.datacube._member_table import MemberTable
 from h5sidecar.references.json_sidecar._kerchunk_json import json_default
@@ -90,9 +90,14 @@ def encode_parquet(
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     compact = layout == "compact"
+    url_dicts = _UrlDicts()
     for path, arr in () if compact else refs.arrays.items():
-        for record, table in _record_tables(arr, record_size):
-            yield record_path(path, record), _smallest(table)
+        m = arr.manifest  # (a lazy sidecar's: loaded once)
+        for record, table in _record_tables(m, record_size, url_dicts(m.urls)):
+            data = _smallest(table)
+            del table  # not held while the next record is built
+            yield record_path(path, record), data
+    del url_dicts
     with_sums = [a for a in refs.arrays.values() if a.checksums is not None]
     if with_sums:
         yield CHECKSUMS_FILE, _parquet_bytes(_checksum_table(with_sums), ("array",), 3, False)
@@ -142,13 +147,29 @@ def _parquet_bytes(
     return buf.getvalue()
 
 
-def _record_tables(arr: ArrayRefs, record_size: int) -> Iterator[tuple[int, pa.Table]]:
-    """One table per record holding at least one stored or inline chunk."""
-    m = arr.manifest
+class _UrlDicts:
+    """Each URL tuple as an Arrow string array, the last one kept: a cube's arrays share one
+    tuple of every member's URL, made into Arrow once (not once an array, ~60 MB each at a
+    million members)."""
+
+    def __init__(self) -> None:
+        self._last: tuple[tuple[str, ...], pa.Array] | None = None
+
+    def __call__(self, urls: tuple[str, ...]) -> pa.Array:
+        if self._last is None or self._last[0] is not urls:
+            self._last = None  # the previous one freed before the next is made
+            self._last = (urls, pa.array(urls, type=pa.string()))
+        return self._last[1]
+
+
+def _record_tables(
+    m: ChunkManifest, record_size: int, url_dict: pa.Array
+) -> Iterator[tuple[int, pa.Table]]:
+    """One table per record of ``m`` holding at least one stored or inline chunk
+    (``url_dict``: its URLs as Arrow strings)."""
     codes = m.codes.reshape(-1)
     offsets = m.offsets.reshape(-1)
     lengths = m.lengths.reshape(-1)
-    url_dict = pa.array(m.urls, type=pa.string())
     for record in range(math.ceil(codes.size / record_size)):
         sl = slice(record * record_size, (record + 1) * record_size)
         rc = codes[sl]
@@ -169,6 +190,7 @@ def _record_tables(arr: ArrayRefs, record_size: int) -> Iterator[tuple[int, pa.T
             schema=pa.schema([pa.field("path", path.type), *_SCHEMA_FIELDS]),
         )
         yield record, table
+        del path, table  # freed by the caller before the next record's columns are made
 
 
 def _raw_column(inline: Mapping[int, bytes], base: int, rows: np.ndarray, n: int) -> pa.Array:

@@ -240,11 +240,14 @@ def _scan_and_write(
     paths, coord = found.paths, found.coord
     ordered = sorted(found.encodings, key=lambda e: min(p.coordinate[0] for p in e.pieces))
     targets = cube_paths(out, len(ordered))
-    written, added = [], []
+    written: list[CubePart] = []
+    named: list[tuple[str, ...]] = []  # each cube's members' URLs
     ignore = {coord: NORMALIZED_FIELDS} if normalize_time else {}
     for target, enc in zip(targets, ordered, strict=True):
         pieces = enc.ordered()
-        names = pa.concat_arrays([p.names for p in pieces]).to_pylist()  # one string a member
+        # one string a member, in one tuple: the cube's URL table, its part's granules and the
+        # result's ``added`` (one cube) are this tuple, not copies of it (8 bytes a member each)
+        names = tuple(pa.concat_arrays([p.names for p in pieces]).to_pylist())
         ends = np.cumsum([len(p.names) for p in pieces]).tolist()
         by_piece = [names[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
         members = MemberTable.concat([p.members for p in pieces])
@@ -274,7 +277,7 @@ def _scan_and_write(
         # named by their last granule: a piece's partial last chunk is what concat refuses
         refs: list[Any] = [p.refs for p in pieces]
         if all(isinstance(r, StagedRefs) for r in refs):  # joined a piece at a time
-            refs = [join_staged(refs, by_piece, concat_dim)]
+            refs = [join_staged(refs, by_piece, concat_dim, order=names)]
         cube = assemble(
             refs, [n[-1] for n in by_piece][-len(refs):], paths=paths, coord=coord,
             coordinate=coordinate, templates={p: enc.first.arrays[p] for p in [coord, *found.shared]},
@@ -284,11 +287,12 @@ def _scan_and_write(
         del pieces, enc.pieces[:], record, members, refs, by_piece  # in the cube: freed before the write
         path = write_cube(cube, target, format, opts)
         del cube
-        written.append(CubePart(path=path, granules=tuple(names), length=int(coordinate.size),
+        written.append(CubePart(path=path, granules=names, length=int(coordinate.size),
                                 first=coordinate[0].item(), last=coordinate[-1].item()))
-        added.extend(names)
+        named.append(names)
+    added = named[0] if len(named) == 1 else tuple(u for n in named for u in n)
     return CubeResult(cubes=tuple(written), concat_dim=concat_dim, variables=tuple(paths),
-                      action=action, added=tuple(added))
+                      action=action, added=added)
 
 
 def _check_members(members: MemberTable) -> None:

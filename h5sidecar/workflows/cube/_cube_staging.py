@@ -199,12 +199,13 @@ class _Grid:
 
 
 def join_staged(pieces: Sequence[StagedRefs], names: Sequence[Sequence[str]],
-                dim: str) -> GranuleRefs:
+                dim: str, *, order: tuple[str, ...] | None = None) -> GranuleRefs:
     """The pieces concatenated along ``dim`` (as :func:`~h5sidecar.references.concat_refs`
     of their references, without members), reading one piece's file at a time.
 
     ``names``: each piece's members' URLs in order (its chunks' URLs); errors name a piece by
-    its last member, as a build names it.
+    its last member, as a build names it.  ``order``: every piece's ``names`` in one tuple,
+    then the URL table of the arrays (when no chunk names another URL), not a copy of it.
     """
     labels = [n[-1] for n in names]
     first = pieces[0]
@@ -226,7 +227,8 @@ def join_staged(pieces: Sequence[StagedRefs], names: Sequence[Sequence[str]],
                             or [0], np.int32)  # fmt: skip
             grids[path].put(arr, urls)
         start += len(members)
-    table: tuple[str, ...] = (*(u for n in names for u in n), *others)
+    table: tuple[str, ...] = (order if order is not None and not others
+                              else (*(u for n in names for u in n), *others))
     arrays: dict[str, Any] = {}
     for path in first.order:
         arrays[path] = grids[path].refs(path, table) if path in grids else first.rest.arrays[path]

@@ -114,3 +114,47 @@ def test_a_damaged_members_file_is_refused_when_needed(tmp_path: Path, damage: s
         list(refs.members)
     with pytest.raises(InvalidReferenceError, match=r"members\.parq"):
         xr.open_dataset(cube, engine="h5sidecar", chunks=None)["tas"].values  # noqa: B018
+
+
+def test_a_build_copies_neither_its_members_nor_their_urls(tmp_path: Path, monkeypatch) -> None:
+    """A build's members stay in its pieces' columns (joined, they were held twice at the
+    write) and their URLs are one tuple: the cube's granules and the result's ``added`` are
+    it, not copies; the cube reads as the granules do."""
+    from h5sidecar.references import MemberTable
+    from h5sidecar.workflows.cube import _cube_batches
+
+    files = _days(tmp_path / "nc", 0, 6)
+    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
+    monkeypatch.setattr(_cube_batches, "BATCH", 2)
+    concat, joined = MemberTable.concat, []
+    monkeypatch.setattr(MemberTable, "concat",
+                        staticmethod(lambda parts: joined.append(concat(parts)) or joined[-1]))
+    result = build_cube(str(sidecars), str(tmp_path / "cube.parq"))
+    assert result.added is result.cubes[0].granules
+    assert result.added == tuple(f.as_posix() for f in files)
+    assert joined[-1].table.column("url").num_chunks == 3  # a piece of 2 granules a chunk
+    with xr.open_dataset(tmp_path / "cube.parq", engine="h5sidecar", chunks=None) as ds:
+        _assert_same(ds, _reference(files))
+    _assert_raw_matches_h5py(str(tmp_path / "cube.parq"), files)
+
+
+def test_the_members_file_of_chunked_members_is_that_of_the_joined_ones(monkeypatch) -> None:
+    """The members file is written a row group at a time, each joined first: the bytes a
+    whole joined table gives (written from the chunks, its pages, over a MB a column here,
+    followed them)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from h5sidecar.references import MemberTable, SourceInfo
+    from h5sidecar.references.parquet_sidecar import _members_file
+
+    monkeypatch.setattr(_members_file, "_ROW_GROUP", 30_000)
+    members = MemberTable.of(SourceInfo(url=f"/data/collection/granule_{i:07d}.nc",
+                                        size=52_000 + 7 * i, mtime_ns=1_700_000_000 + i,
+                                        inode=10_000 + i)
+                             for i in range(70_000))
+    whole = members.table
+    chunked = pa.concat_tables([whole.slice(i, 2000) for i in range(0, whole.num_rows, 2000)])
+    data, entry = _members_file.encode_members(MemberTable(chunked))
+    assert (data, entry) == _members_file.encode_members(members)
+    assert pq.ParquetFile(pa.BufferReader(data)).metadata.num_row_groups == 3
