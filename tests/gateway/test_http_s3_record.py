@@ -5,6 +5,7 @@ is allowed by a lookup, and one indexed after the gateway started is found on it
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 from h5sidecar.gateway._dest import DestIndex
+from h5sidecar.gateway.core import MISS_REFRESH_SECONDS
 from h5sidecar.workflows import index_many
 from tests.gateway._http import gateway
 from tests.gateway.test_http_record import all_pages
@@ -53,10 +55,13 @@ def test_an_s3_dest_is_served_from_its_record_cache(
             _chunk_equals_h5py(url, name, local[name])
         r = httpx.get(f"{url}/zarr/G3.h5/.zgroup", timeout=30)
         assert r.status_code == 404
+        missed = time.monotonic()
         # indexed while the gateway runs: its first request refreshes the cache
         s3.put(str(local["G3.h5"]), f"{s3_bucket}/late/G3.h5")
         assert index_many([f"s3://{s3_bucket}/late/G3.h5"], dest, storage_options=opts,
                           executor="serial").ok  # fmt: skip
+        # a miss refreshes the cache at most every MISS_REFRESH_SECONDS (the 404 above did)
+        time.sleep(max(0.0, missed + MISS_REFRESH_SECONDS + 0.1 - time.monotonic()))
         _chunk_equals_h5py(url, "G3.h5", local["G3.h5"])
         assert httpx.get(f"{url}/healthz", timeout=30).status_code == 200
 
