@@ -15,7 +15,7 @@ import pytest
 from h5sidecar.dest import _record_cache, _record_store
 from h5sidecar.workflows import index_many, read_report, write_report
 from tests.workflows.conftest import assert_matches_h5py, write_granule
-from tests.workflows.test_record_parts import _synthetic
+from tests.workflows.test_record_parts import _history, _synthetic
 
 PARTS = "_h5sidecar_record"
 
@@ -181,18 +181,10 @@ def test_an_unusable_cache_folder_costs_a_full_load_not_the_run(
 def test_the_gateway_and_the_catalog_read_the_newest_rows_from_the_cache(
         s3, s3_bucket: str, s3_storage_options, reads: _Reads) -> None:
     from h5sidecar.dest import _record_parts
-    from h5sidecar.dest._report_io import forget_sidecars
     from h5sidecar.gateway._report_sources import parts_sources
 
     dest = f"s3://{s3_bucket}/out"
-    base = replace(_synthetic(400, s3_bucket), source=f"s3://{s3_bucket}/elsewhere")
-    g1, g2, g3 = base.granules[1:4]
-    write_report(base, dest, storage_options=s3_storage_options)
-    write_report(replace(base, granules=(replace(g1, status="failed"),
-                                         replace(g3, status="failed"))),
-                 dest, storage_options=s3_storage_options)
-    forget_sidecars(None, dest, [g2.sidecar], storage_options=s3_storage_options)
-    write_report(replace(base, granules=(g3,)), dest, storage_options=s3_storage_options)
+    _history(400, s3_bucket, dest, s3_storage_options)
     fs, root = _record_store.store_of(dest, s3_storage_options)
     columns = ["url", "name", "sidecar", "status", "source_url", "n_chunks"]
     from_cache = _record_store.latest_rows(fs, root, columns)

@@ -54,6 +54,22 @@ def _synthetic(n: int, bucket: str) -> RunReport:
                      version="0")
 
 
+
+def _history(n: int, bucket: str, dest: str, options: dict[str, Any]) -> RunReport:
+    """``n`` synthetic granules (sources outside the run's root) recorded in parts, then:
+    the second failed since, the third pruned (a tombstone), the fourth failed then ok again."""
+    from h5sidecar.dest._report_io import forget_sidecars
+
+    base = replace(_synthetic(n, bucket), source=f"s3://{bucket}/elsewhere")
+    g1, g2, g3 = base.granules[1:4]
+    write_report(base, dest, storage_options=options)
+    write_report(replace(base, granules=(replace(g1, status="failed"),
+                                         replace(g3, status="failed"))),
+                 dest, storage_options=options)  # fmt: skip
+    forget_sidecars(None, dest, [g2.sidecar], storage_options=options)
+    write_report(replace(base, granules=(g3,)), dest, storage_options=options)
+    return base
+
 def _granules(tmp_path: Path, s3: Any, bucket: str, n: int) -> dict[str, Path]:
     local = {f"G{i}.h5": write_granule(tmp_path / f"G{i}.h5", seed=i, n=1500) for i in range(n)}
     for name, path in local.items():
@@ -268,20 +284,12 @@ def test_a_compaction_never_removes_a_part_it_did_not_cover(s3, s3_bucket: str,
 
 def test_gateway_and_catalog_read_the_newest_rows_of_the_parts(s3, s3_bucket: str,
                                                                s3_storage_options) -> None:
-    from h5sidecar.dest._report_io import forget_sidecars
     from h5sidecar.dest._sidecar_listing import list_indexed
     from h5sidecar.gateway._dest import DestIndex
 
     dest = f"s3://{s3_bucket}/out"
-    base = replace(_synthetic(4, s3_bucket), source=f"s3://{s3_bucket}/elsewhere")
+    base = _history(4, s3_bucket, dest, s3_storage_options)
     g0, g1, g2, g3 = base.granules
-    write_report(base, dest, storage_options=s3_storage_options)
-    # later parts: g1 failed since, g2 pruned (a tombstone), g3 failed then ok again
-    write_report(replace(base, granules=(replace(g1, status="failed"),
-                                         replace(g3, status="failed"))),
-                 dest, storage_options=s3_storage_options)
-    forget_sidecars(None, dest, [g2.sidecar], storage_options=s3_storage_options)
-    write_report(replace(base, granules=(g3,)), dest, storage_options=s3_storage_options)
     for g in base.granules:  # the sidecars the catalog lists (their content is not read)
         s3.pipe(g.sidecar.split("://", 1)[1].replace(".parq", ".json"), b"{}")
     snap = DestIndex(dest, storage_options=s3_storage_options).snapshot()
