@@ -21,11 +21,11 @@ from typing import Any
 import h5py
 import numpy as np
 import pytest
-import xarray as xr
 
 from h5sidecar import check_dmrpp, index_dmrpp, index_granule
 from h5sidecar.references import key_safe_name, write_dmrpp, write_json
 from tests.indexer._compare import assert_values_equal, h5_dataset, h5_read, open_plain
+from tests.indexer.dmrpp._virtualizarr import open_dmrpp_group
 from tests.indexer.dmrpp.test_dmrpp_corpus import DMRPP_CORPUS
 
 pytestmark = [pytest.mark.corpus, pytest.mark.xdist_group("corpus-dmrpp")]
@@ -41,19 +41,12 @@ COUNTS: dict[str, Counter[str]] = {}
 
 def _peer(doc: Path, paths: list[str]) -> dict[str, Any]:
     """Variable -> values VirtualiZarr's DMR++ parser reads (or "error" / "not shown")."""
-    from obspec_utils.registry import ObjectStoreRegistry
-    from obstore.store import LocalStore
-    from virtualizarr.parsers import DMRPPParser
-
     out: dict[str, Any] = dict.fromkeys(paths, "not shown")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for group in sorted({p.rpartition("/")[0] for p in paths}):
-            registry = ObjectStoreRegistry({"file://": LocalStore()})
             try:
-                store = DMRPPParser(group=group or None)(f"file://{doc}", registry)
-                ds = xr.open_zarr(store, consolidated=False, zarr_format=3, mask_and_scale=False,
-                                  decode_times=False)  # fmt: skip
+                ds = open_dmrpp_group(f"file://{doc}", group)
             except Exception:  # noqa: BLE001 - the peer refusing a group is what is counted
                 out.update({p: "error" for p in paths if p.rpartition("/")[0] == group})
                 continue

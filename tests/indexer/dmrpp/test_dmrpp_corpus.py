@@ -42,6 +42,7 @@ from h5sidecar.references import GranuleRefs, key_safe_name, write_json, write_p
 from tests.conftest import CORPUS
 from tests.indexer._compare import assert_values_equal, h5_dataset, h5_read, open_plain
 from tests.indexer.dmrpp._sidecar_diff import metadata_differences
+from tests.indexer.dmrpp._virtualizarr import open_dmrpp_group
 
 pytestmark = [pytest.mark.corpus, pytest.mark.xdist_group("corpus-dmrpp")]
 
@@ -194,10 +195,6 @@ def _virtualizarr(
 ) -> dict[str, str]:
     """Variable -> ``exact`` / ``differ`` / ``error`` / ``not shown`` through VirtualiZarr's
     DMR++ parser (it reads the data beside the document: both are linked into ``tmp_path``)."""
-    from obspec_utils.registry import ObjectStoreRegistry
-    from obstore.store import LocalStore
-    from virtualizarr.parsers import DMRPPParser
-
     from h5sidecar.indexer.dmrpp import parse_dmrpp
 
     (tmp_path / "vz").mkdir()
@@ -209,11 +206,8 @@ def _virtualizarr(
     with warnings.catch_warnings(), h5py.File(path) as h5:
         warnings.simplefilter("ignore")
         for group in groups:
-            registry = ObjectStoreRegistry({"file://": LocalStore()})
             try:
-                store = DMRPPParser(group=group or None)(f"file://{data}.dmrpp", registry)
-                ds = xr.open_zarr(store, consolidated=False, zarr_format=3, mask_and_scale=False,
-                                  decode_times=False)  # fmt: skip
+                ds = open_dmrpp_group(f"file://{data}.dmrpp", group)
             except Exception:  # noqa: BLE001 - the peer refusing a group is what is counted
                 for p in variables:
                     if p.rpartition("/")[0] == group:
