@@ -243,7 +243,7 @@ def render_page(
                     f"<code>{_e(cube['concat_dim'] or '?')}</code> (first: "
                     f"<code>{_e(src['url'])}</code>)")  # fmt: skip
         else:
-            what = f"source <code>{_e(src['url'])}</code>, {_e(_size(src['size']))}"
+            what = f"source <code>{_breakable(src['url'])}</code>, {_e(_size(src['size']))}"
         main.append(f"<h2 id=granule data-granule=\"{_e(granule)}\">{_breakable(granule)}</h2>"
                     f"<p>{what}; {summary['n_variables']} variables</p>")  # fmt: skip
         main.append("<h3>Open it</h3><pre id=snippet>"

@@ -18,7 +18,6 @@ import httpx
 import numpy as np
 import pytest
 import xarray as xr
-import zarr
 from PIL import Image
 
 from tests.gateway._http import ATL03, Corpus, http, http_corpus, served
@@ -37,7 +36,7 @@ def _page(http: httpx.Client, url: str, **params: str) -> str:
 
 
 def _snippet(page: str) -> str:
-    found = re.search(r"<pre id=snippet>(.*?)</pre>", page, re.S)
+    found = re.search(r"<pre id=snippet>(.*?)</pre>", page, re.DOTALL)
     assert found, page
     return html.unescape(found.group(1))
 
@@ -116,7 +115,7 @@ def test_quick_look_plots_decoded_values(http: httpx.Client, landing_gateway) ->
         want = truth["HT"].values[(raw >= VALID[0]) & (raw <= VALID[1])]
     assert units == "m"
     assert np.isclose(lo, np.nanmin(want), atol=1e-3) and np.isclose(hi, np.nanmax(want))
-    assert 0 <= lo and hi <= 15430.01  # not the packed -30000..30000
+    assert lo >= 0 and hi <= 15430.01  # not the packed -30000..30000
 
     r = http.get(f"{url}/quicklook.png", params={"granule": LONG_NAME,
                                                  "variable": "Grid/precipitation"})  # fmt: skip
@@ -148,7 +147,7 @@ def test_dimension_only_datasets_are_dimensions_not_skipped_variables(
         want = {f"{prefix}{d}": str(n) for prefix, ds in (("", top), ("Grid/", grid))
                 for d, n in ds.sizes.items() if d not in ds.variables}  # fmt: skip
     assert want == {"y": "60", "x": "80", "Grid/time": "1", "Grid/lon": "30"}
-    listed = re.search(r"<ul id=dimensions>(.*?)</ul>", page, re.S)
+    listed = re.search(r"<ul id=dimensions>(.*?)</ul>", page, re.DOTALL)
     assert listed, page
     items = dict(re.findall(r"<li><code>([^<]+)</code>: length (\d+)</li>", listed.group(1)))
     assert items == want
