@@ -41,12 +41,13 @@ def _window(shape: tuple[int, ...]) -> tuple[slice | int, ...]:
     return (*lead, slice(0, min(shape[-2], side)), slice(0, min(shape[-1], side)))
 
 
-def _numbers(value: Any) -> list[float] | None:
-    """``value`` as a list of finite-or-not floats, or None when it is not numeric."""
+def _bound(value: Any, index: int = 0) -> float | int | None:
+    """Item ``index`` of a numeric attribute (a number or a list of them), or None."""
     items = value if isinstance(value, list | tuple) else [value]
-    if not items or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in items):
+    if len(items) <= index:
         return None
-    return [float(v) for v in items]
+    item = items[index]
+    return item if isinstance(item, int | float) and not isinstance(item, bool) else None
 
 
 def _invalid(raw: np.ndarray, decoded: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
@@ -56,19 +57,18 @@ def _invalid(raw: np.ndarray, decoded: np.ndarray, attrs: Mapping[str, Any]) -> 
     bounds on integer data are therefore compared with the raw (unsigned when ``_Unsigned``)
     values, any other bounds with the decoded ones.
     """
-    rng = _numbers(attrs.get("valid_range"))
-    lo = rng[0] if rng and len(rng) == 2 else (_numbers(attrs.get("valid_min")) or [None])[0]
-    hi = rng[1] if rng and len(rng) == 2 else (_numbers(attrs.get("valid_max")) or [None])[0]
+    pair = attrs.get("valid_range")
+    if isinstance(pair, list | tuple) and len(pair) == 2:
+        lo, hi = _bound(pair, 0), _bound(pair, 1)
+    else:
+        lo, hi = _bound(attrs.get("valid_min")), _bound(attrs.get("valid_max"))
     if lo is None and hi is None:
         return None
-    bounds = [b for b in (attrs.get("valid_range"), attrs.get("valid_min"), attrs.get("valid_max"))
-              if b is not None]  # fmt: skip
-    packed_units = raw.dtype.kind in "iu" and all(
-        isinstance(v, int) for b in bounds for v in (b if isinstance(b, list | tuple) else [b])
-    )
-    values = raw if packed_units else decoded
-    if packed_units and raw.dtype.kind == "i" and str(attrs.get("_Unsigned", "")).lower() == "true":
-        values = raw.view(raw.dtype.str.replace("i", "u"))
+    values = decoded
+    if raw.dtype.kind in "iu" and all(isinstance(b, int) for b in (lo, hi) if b is not None):
+        values = raw
+        if raw.dtype.kind == "i" and str(attrs.get("_Unsigned", "")).lower() == "true":
+            values = raw.view(raw.dtype.str.replace("i", "u"))
     out = np.zeros(values.shape, bool)
     with np.errstate(invalid="ignore"):
         if lo is not None:

@@ -155,3 +155,18 @@ def test_dimension_only_datasets_are_dimensions_not_skipped_variables(
     info = http.get(f"{url}/api/granules/{LONG_NAME}").json()
     assert {d["path"]: d["length"] for d in info["dimensions"]} == {
         "y": 60, "x": 80, "Grid/time": 1, "Grid/lon": 30}
+
+
+def test_valid_range_in_packed_or_physical_units() -> None:
+    """CF: integer bounds on packed integers are packed values (unsigned under ``_Unsigned``);
+    float bounds are physical values."""
+    from h5sidecar.gateway._quicklook import _invalid
+
+    raw = np.array([0, 100, 200, -1], "i2")
+    decoded = raw * 0.5
+    assert _invalid(raw, decoded, {"scale_factor": 0.5}) is None
+    assert _invalid(raw, decoded, {"valid_range": [0, 150]}).tolist() == [0, 0, 1, 1]
+    assert _invalid(raw, decoded, {"valid_min": 10}).tolist() == [1, 0, 0, 1]
+    unsigned = {"valid_min": 10, "valid_max": 150, "_Unsigned": "true"}
+    assert _invalid(raw, decoded, unsigned).tolist() == [1, 0, 1, 1]  # -1 is 65535
+    assert _invalid(raw, decoded, {"valid_range": [0.0, 60.0]}).tolist() == [0, 0, 1, 1]
