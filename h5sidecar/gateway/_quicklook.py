@@ -9,6 +9,7 @@ So the colours and the units on the legend describe physical values, not packed 
 
 from __future__ import annotations
 
+import asyncio
 import io
 import math
 import zlib
@@ -78,6 +79,13 @@ def _invalid(raw: np.ndarray, decoded: np.ndarray, attrs: Mapping[str, Any]) -> 
     return out
 
 
+def _physical(refs: GranuleRefs, path: str, raw: np.ndarray) -> np.ndarray:
+    """``raw`` values of array ``path`` decoded as xarray does, then masked by the valid range."""
+    decoded = np.asarray(cf_decoded(refs, path, raw), dtype=np.float64)
+    invalid = _invalid(raw, decoded, refs.arrays[path].meta.attrs)
+    return decoded if invalid is None else np.where(invalid, np.nan, decoded)
+
+
 async def preview(store: Any, refs: GranuleRefs, path: str) -> np.ndarray:
     """A bounded window of array ``path`` of ``refs``, read through zarr from ``store`` and
     decoded to physical values (float64, NaN where masked); see the module docstring.
@@ -106,7 +114,8 @@ async def preview(store: Any, refs: GranuleRefs, path: str) -> np.ndarray:
     try:
         z = await za.open_array(store=store, path=arr.path, mode="r", zarr_format=2)
         raw = np.asarray(await z.getitem(_window(arr.meta.shape)))
-        decoded = np.asarray(cf_decoded(refs, path, raw), dtype=np.float64)
+        # off the event loop: decoding is CPU work (and the first one imports xarray)
+        return await asyncio.to_thread(_physical, refs, path, raw)
     except H5SidecarError:
         raise
     except (ValueError, TypeError, RuntimeError, KeyError, IndexError, OverflowError,
@@ -119,10 +128,6 @@ async def preview(store: Any, refs: GranuleRefs, path: str) -> np.ndarray:
             f"the sidecar names ({type(exc).__name__}: {str(exc)[:200]}); the sidecar is "
             "corrupt or needs a codec that is not installed: re-index the granule"
         ) from exc
-    invalid = _invalid(raw, decoded, arr.meta.attrs)
-    if invalid is not None:
-        decoded = np.where(invalid, np.nan, decoded)
-    return decoded
 
 
 def value_range(values: np.ndarray, units: str = "") -> str:
