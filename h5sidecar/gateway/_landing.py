@@ -1,35 +1,29 @@
-"""The gateway's landing page: granules, groups, variables, xarray snippets and a quick look.
+"""The gateway's landing page: granules, groups, variables, dimensions and xarray snippets.
 
-Everything here is framework-free: :func:`describe` summarises a granule from its references,
+Everything here is framework-free: :func:`describe` summarises a granule from its references and
 :func:`render_page` builds the HTML (every value from a sidecar is escaped: sidecars are
-untrusted), :func:`preview` reads a bounded window of a variable through zarr and
-:func:`render_png` draws it with matplotlib.  Behaviour lives in ``static/landing.js``
-(no inline script, so the page runs under a strict Content-Security-Policy).
+untrusted); the quick-look plot is :mod:`~h5sidecar.gateway._quicklook`'s.  Behaviour lives in
+``static/landing.js`` (no inline script, so the page runs under a strict
+Content-Security-Policy).
 """
 
 from __future__ import annotations
 
 import html
-import io
+import json
 import math
-import zlib
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import numpy as np
 
-from h5sidecar.errors import H5SidecarError, InvalidReferenceError, UnsupportedFeatureError
 from h5sidecar.read import cube_summary, is_cube
 from h5sidecar.references import MISSING, ArrayRefs, GranuleRefs, chunk_key
 
-__all__ = ["PREVIEW_POINTS", "describe", "preview", "render_page", "render_png"]
+__all__ = ["describe", "render_page"]
 
-#: Values read at most for a quick look (a window at the start of the variable).
-PREVIEW_POINTS = 250_000
-#: Decoded bytes of one chunk a quick look may inflate (it decodes whole chunks): beyond this a
-#: small compressed chunk could expand to gigabytes in the gateway's memory.
-PREVIEW_CHUNK_BYTES = 64 * 2**20
 #: Granule names listed on the page at most.
 MAX_LISTED = 2000
 
@@ -56,9 +50,24 @@ def first_chunk(arr: ArrayRefs) -> str | None:
     return chunk_key(tuple(int(i) for i in present[0]))
 
 
+def _dimension_length(refs: GranuleRefs, path: str) -> int | None:
+    """Length of the netCDF dimension of dimension-only dataset ``path``, taken from a variable
+    of its group (or a subgroup: netCDF dimensions are visible below their group) that uses it;
+    None when no variable does."""
+    group, _, name = path.rpartition("/")
+    prefix = f"{group}/" if group else ""
+    for apath, arr in refs.arrays.items():
+        dims = arr.meta.dimension_names
+        if apath.startswith(prefix) and name in dims:
+            return int(arr.meta.shape[dims.index(name)])
+    return None
+
+
 def describe(refs: GranuleRefs) -> dict[str, Any]:
     """A JSON-ready summary of a granule or cube: kind (``"granule"`` or ``"cube"``, with the
-    cube's member count and concat dimension), source, groups, variables, skipped variables."""
+    cube's member count and concat dimension), source, groups, variables, skipped variables
+    and ``dimensions``: the netCDF dimensions without a variable (skipped as datasets, but
+    holding no data) with their lengths."""
     groups: dict[str, dict[str, Any]] = {
         g: {"path": g, "attrs": dict(a), "variables": []} for g, a in sorted(refs.groups.items())
     }
@@ -92,6 +101,11 @@ def describe(refs: GranuleRefs) -> dict[str, Any]:
         "source": refs.source.to_dict(),
         "groups": list(groups.values()),
         "skipped": [s.to_dict() for s in refs.skipped],
+        "dimensions": [
+            {"path": s.path, "length": _dimension_length(refs, s.path)}
+            for s in refs.skipped
+            if s.dimension_only
+        ],
         "n_variables": len(refs.arrays),
     }
 
@@ -109,18 +123,46 @@ def _size(n: float) -> str:
     return f"{n:.1f} PB"
 
 
-def _snippets(base: str, granule: str, group: str, token: bool) -> str:
+def _py(text: str) -> str:
+    """``text`` as a Python string literal (names from a sidecar may hold quotes)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+#: Groups named in the snippet's comment at most (ATL03 has hundreds).
+SNIPPET_GROUPS = 6
+
+
+def _snippets(base: str, granule: str, groups: Sequence[str], group: str, token: bool) -> str:
+    """Python that opens ``granule`` through this gateway: the whole tree when it has groups,
+    and ``group`` (one of ``groups``, those holding variables) as a Dataset."""
     url = f"{base}/zarr/{quote(granule)}/"
     opts = ', storage_options={"headers": {"Authorization": "Bearer <TOKEN>"}}' if token else ""
-    zopts = ', storage_options={"headers": {"Authorization": "Bearer <TOKEN>"}}' if token else ""
-    group_arg = f', group="{group}"' if group else ""
     v3 = f"{base}/zarr3-shard/16/{quote(granule)}/"
+    lines = ["import xarray as xr"]
+    if any(groups):
+        # variables below the root: xr.open_zarr(url) alone returns an empty Dataset
+        lines.append(f'tree = xr.open_datatree("{url}", engine="zarr"{opts})  # every group')
+        named = ", ".join(_py(g) if g else '"" (root)' for g in groups[:SNIPPET_GROUPS])
+        more = f" and {len(groups) - SNIPPET_GROUPS} more" if len(groups) > SNIPPET_GROUPS else ""
+        lines.append(f"# groups with variables: {named}{more}")
+    group_arg = f", group={_py(group)}" if group else ""
+    lines.append(f'ds = xr.open_zarr("{url}"{group_arg}{opts})')
     return (
-        "import xarray as xr\n"
-        f'ds = xr.open_zarr("{url}"{group_arg}{opts})\n\n'
+        "\n".join(lines) + "\n\n"
         "import zarr  # Zarr v3 view, 16 chunks per shard (few requests for whole variables)\n"
-        f'root = zarr.open_group("{v3}", mode="r"{zopts})\n'
+        f'root = zarr.open_group("{v3}", mode="r"{opts})\n'
     )
+
+
+def _dims(v: Mapping[str, Any]) -> str:
+    """``(y, x)``: the dimension names as netCDF readers (h5netcdf) give them."""
+    return f"({', '.join(v['dimensions'])})" if v["dimensions"] else "()"
+
+
+def _breakable(name: str) -> str:
+    """``name`` escaped, with line-break opportunities after its separators only (a long
+    granule name wraps between its parts, never inside one)."""
+    return re.sub(r"([_./-])", r"\1<wbr>", _e(name))
 
 
 def _variables_table(granule: str, group: Mapping[str, Any], selected: str) -> str:
@@ -130,13 +172,14 @@ def _variables_table(granule: str, group: Mapping[str, Any], selected: str) -> s
         mark = ' class="selected"' if v["path"] == selected else ""
         rows.append(
             f"<tr{mark}><td><a href=\"/?{_e(q)}#quicklook\">{_e(v['name'])}</a></td>"
+            f"<td class=dims>{_e(_dims(v))}</td>"
             f"<td>{_e(tuple(v['shape']))}</td><td>{_e(v['dtype'])}</td>"
             f"<td>{_e(tuple(v['chunks']))}</td><td class=n>{v['n_stored'] + v['n_inline']}"
             f"/{v['n_chunks']}</td><td class=n>{_e(_size(v['stored_bytes']))}</td>"
             f"<td class=n>{_e(_size(v['decoded_bytes']))}</td>"
             f"<td>{_e(','.join(v['codecs']) or '-')}</td><td>{_e(v['units'])}</td></tr>"
         )
-    head = ("<tr><th>variable</th><th>shape</th><th>dtype</th><th>chunks</th><th>chunks "
+    head = ("<tr><th>variable</th><th>dimensions</th><th>shape</th><th>dtype</th><th>chunks</th><th>chunks "
             "stored</th><th>stored</th><th>decoded</th><th>codecs</th><th>units</th></tr>")  # fmt: skip
     return f"<table>{head}{''.join(rows)}</table>"
 
@@ -164,8 +207,8 @@ def render_page(
     """
     def listed(names: Sequence[str]) -> str:
         return "".join(
-            f'<li{" class=selected" if g == granule else ""}><a href="/?{_e(urlencode({"granule": g}))}">'
-            f"{_e(g)}</a></li>"
+            f'<li{" class=selected" if g == granule else ""}><a href="/?{_e(urlencode({"granule": g}))}"'
+            f' title="{_e(g)}">{_e(g)}</a></li>'
             for g in names[:MAX_LISTED]
         )
 
@@ -186,7 +229,13 @@ def render_page(
     if granule and summary is not None:
         var = next((v for g in summary["groups"] for v in g["variables"] if v["path"] == variable),
                    None)  # fmt: skip
-        group = variable.rpartition("/")[0] if var and variable else ""
+        holding = [g for g in summary["groups"] if g["variables"]]
+        groups = [g["path"] for g in holding]
+        # the selected variable's group, else the one holding the most data (ATL03's photon
+        # heights rather than its root's two small dimension scales)
+        group = variable.rpartition("/")[0] if var and variable else max(
+            holding, key=lambda g: sum(v["decoded_bytes"] for v in g["variables"]),
+            default={"path": ""})["path"]  # fmt: skip
         src = summary["source"]
         if summary.get("kind") == "cube":
             cube = summary["cube"]
@@ -194,11 +243,11 @@ def render_page(
                     f"<code>{_e(cube['concat_dim'] or '?')}</code> (first: "
                     f"<code>{_e(src['url'])}</code>)")  # fmt: skip
         else:
-            what = f"source <code>{_e(src['url'])}</code>, {_e(_size(src['size']))}"
-        main.append(f"<h2 id=granule data-granule=\"{_e(granule)}\">{_e(granule)}</h2>"
+            what = f"source <code>{_breakable(src['url'])}</code>, {_e(_size(src['size']))}"
+        main.append(f"<h2 id=granule data-granule=\"{_e(granule)}\">{_breakable(granule)}</h2>"
                     f"<p>{what}; {summary['n_variables']} variables</p>")  # fmt: skip
         main.append("<h3>Open it</h3><pre id=snippet>"
-                    f"{_e(_snippets(base, granule, group, token))}</pre>"
+                    f"{_e(_snippets(base, granule, groups, group, token))}</pre>"
                     "<button type=button id=copy-snippet>copy</button>")  # fmt: skip
         if var is not None:
             q = urlencode({"granule": granule, "variable": var["path"]})
@@ -217,10 +266,21 @@ def render_page(
             main.append(f"<details open><summary>/{_e(g['path'])} ({len(g['variables'])} "
                         f"variables)</summary>{_variables_table(granule, g, variable or '')}"
                         "</details>")  # fmt: skip
-        if summary["skipped"]:
+        dims = summary.get("dimensions", [])
+        if dims:
+            items = "".join(
+                f"<li><code>{_e(d['path'])}</code>: "
+                f"{'length ' + str(d['length']) if d['length'] is not None else 'length unknown'}"
+                "</li>" for d in dims)  # fmt: skip
+            main.append("<h3>Dimensions without a variable</h3><p>netCDF dimensions that have "
+                        "no coordinate values (nothing is missing): they name the axes of "
+                        f"the variables above.</p><ul id=dimensions>{items}</ul>")  # fmt: skip
+        only_dims = {d["path"] for d in dims}
+        skipped = [s for s in summary["skipped"] if s["path"] not in only_dims]
+        if skipped:
             rows = "".join(f"<li><code>{_e(s['path'])}</code>: {_e(s['reason'])}</li>"
-                           for s in summary["skipped"])  # fmt: skip
-            main.append(f"<h3>Skipped variables</h3><ul>{rows}</ul>")
+                           for s in skipped)  # fmt: skip
+            main.append(f"<h3>Skipped variables</h3><ul id=skipped>{rows}</ul>")
     elif not granules and not cubes:
         main.append("<p>No sidecars under DEST yet: run <code>h5sidecar index SOURCE -o DEST"
                     "</code>.</p>")  # fmt: skip
@@ -238,79 +298,3 @@ def render_page(
         "<a href=\"/openapi.json\">API</a> · <a href=\"/metrics\">metrics</a></p></header>"
         f"{''.join(body)}</body></html>"
     )
-
-
-# -- quick look -----------------------------------------------------------------------------------
-def _window(shape: tuple[int, ...]) -> tuple[slice | int, ...]:
-    """A selection of at most :data:`PREVIEW_POINTS` values at the start of the array."""
-    if not shape:
-        return ()
-    if len(shape) == 1:
-        return (slice(0, min(shape[0], PREVIEW_POINTS)),)
-    side = math.isqrt(PREVIEW_POINTS)
-    lead: tuple[slice | int, ...] = tuple(0 for _ in shape[:-2])
-    return (*lead, slice(0, min(shape[-2], side)), slice(0, min(shape[-1], side)))
-
-
-async def preview(store: Any, arr: ArrayRefs) -> np.ndarray:
-    """A bounded window of ``arr`` read through zarr from ``store`` (fill values as NaN).
-
-    Raises
-    ------
-    UnsupportedFeatureError
-        For data types that cannot be plotted (strings, structured types, ...).
-    """
-    import zarr.api.asynchronous as za
-
-    dt = arr.meta.numpy_dtype
-    if dt.kind not in "biuf":
-        raise UnsupportedFeatureError(
-            f"{arr.path} has data type {dt}, which has no quick look: read it with xarray"
-        )
-    chunk_bytes = math.prod(arr.meta.chunks) * dt.itemsize
-    if chunk_bytes > PREVIEW_CHUNK_BYTES:
-        raise UnsupportedFeatureError(
-            f"{arr.path} has chunks of {chunk_bytes} bytes decoded, more than the quick look's "
-            f"{PREVIEW_CHUNK_BYTES}: read a window of it with xarray or zarr instead"
-        )
-    try:
-        z = await za.open_array(store=store, path=arr.path, mode="r", zarr_format=2)
-        raw = await z.getitem(_window(arr.meta.shape))
-    except H5SidecarError:
-        raise
-    except (ValueError, TypeError, RuntimeError, KeyError, IndexError, OverflowError,
-            zlib.error) as exc:
-        # zarr/numcodecs report an unknown codec or a chunk that does not decode to its shape
-        # with builtin errors: that is the sidecar's problem (422), not the gateway's (500)
-        raise InvalidReferenceError(
-            f"{arr.path}: its chunks do not decode with the codecs and chunk shape the sidecar "
-            f"names ({type(exc).__name__}: {str(exc)[:200]}); the sidecar is corrupt or needs "
-            "a codec that is not installed: re-index the granule"
-        ) from exc
-    values = np.asarray(raw, dtype=np.float64)
-    fill = arr.meta.attrs.get("_FillValue")
-    if isinstance(fill, int | float) and not isinstance(fill, bool):
-        values = np.where(values == fill, np.nan, values)
-    return values
-
-
-def render_png(values: np.ndarray, title: str, units: str = "") -> bytes:
-    """A small PNG of ``values``: a line for 0-d/1-d data, an image for 2-d windows."""
-    from matplotlib.figure import Figure  # the object API: no global state, thread-safe
-
-    fig = Figure(figsize=(7, 3.2), dpi=90)
-    ax = fig.add_subplot()
-    if values.ndim <= 1:
-        y = np.atleast_1d(values)
-        step = max(1, y.size // 4000)  # a line of 4000 points shows everything a PNG can
-        ax.plot(np.arange(y.size)[::step], y[::step], lw=0.6)
-        ax.set_xlabel("index")
-        ax.set_ylabel(units)
-    else:
-        im = ax.imshow(values, aspect="auto", interpolation="nearest")
-        fig.colorbar(im, ax=ax, label=units)
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()

@@ -126,12 +126,16 @@ def openapi_document(version: str) -> dict[str, Any]:
                     }, "required": ["granules", "cubes", "count", "next"]}}}},
                     "400": _ERROR, "401": _ERROR}}},
             "/api/granules/{granule}": {"get": {
-                "summary": "Groups and variables of one granule or cube (kind, members).",
+                "summary": "Groups, variables (with dimension names), skipped variables and "
+                           "dimensions without a variable of one granule or cube (kind, "
+                           "members).",
                 "parameters": [_GRANULE],
                 "responses": {"200": {"description": "JSON summary."}, **_KEY_ERRORS},
             }},
             "/quicklook.png": {"get": {
-                "summary": "PNG quick look of a window at the start of a variable.",
+                "summary": "PNG quick look of a window at the start of a variable, in "
+                           "physical values (CF fill, packing and valid range applied); the "
+                           "range shown is also in the PNG's Description text.",
                 "parameters": [_param("granule", "query", "Granule name."),
                                _param("variable", "query", "Variable path.")],
                 "responses": {"200": {"description": "PNG image.",

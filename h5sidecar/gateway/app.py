@@ -39,9 +39,10 @@ from h5sidecar.gateway._http_rules import (
     decode_cursor,
     encode_cursor,
 )
-from h5sidecar.gateway._landing import describe, preview, render_page, render_png
+from h5sidecar.gateway._landing import describe, render_page
 from h5sidecar.gateway._middleware import METHODS, Guard, Metrics, as_response, error_response
 from h5sidecar.gateway._openapi import openapi_document
+from h5sidecar.gateway._quicklook import preview, render_png
 from h5sidecar.gateway._reply import key_reply
 from h5sidecar.gateway._stac_routes import StacHandlers
 from h5sidecar.gateway.core import Gateway, View
@@ -164,8 +165,8 @@ class _Handlers:
             raise NotIndexedError(f"granule {name!r} has no variable {var!r} (see /api/granules)")
         self.gw.check_sources(arr.urls)  # the plot reads through the store's fetcher
         async with self.plots.slot(), self.gw.upstream(name):
-            values = await preview(entry.store(2), arr)
-        title = f"{name}: {var} (first {values.size:,} values)"
+            values = await preview(entry.store(2), entry.refs, var)
+        title = f"{var} (first {values.size:,} values) of {name}"
         png = await asyncio.to_thread(render_png, values, title, str(arr.meta.attrs.get("units", "")))
         return Response(png, media_type="image/png",
                         headers={"Cache-Control": self._cache_control(300)})  # fmt: skip

@@ -27,7 +27,13 @@ from h5sidecar.indexer.layout._external import external_segments, external_table
 from h5sidecar.indexer.layout._fillchunks import materialize_missing
 from h5sidecar.indexer.layout._refcheck import check_references
 from h5sidecar.indexer.vds._table import vds_extent, vds_table
-from h5sidecar.references import INLINE, ArrayMeta, ArrayRefs, ChunkManifest
+from h5sidecar.references import (
+    DIMENSION_ONLY_REASON,
+    INLINE,
+    ArrayMeta,
+    ArrayRefs,
+    ChunkManifest,
+)
 from h5sidecar.settings import IndexSettings
 
 __all__ = ["IndexContext", "index_alias", "index_dataset"]
@@ -263,7 +269,7 @@ def index_dataset(entry: DatasetEntry, ctx: IndexContext) -> ArrayRefs:
     if is_scale and ctx.dims.dimension_only(entry):
         fail(
             ErrorKind.OTHER,
-            "netCDF-4 dimension without a variable: HDF5 holds no values for it and "
+            f"{DIMENSION_ONLY_REASON}: HDF5 holds no values for it and "
             "netCDF readers hide it; its name is kept as a dimension name",
         )
     hshape = _hdf5_shape(dset)

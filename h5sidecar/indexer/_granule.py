@@ -33,7 +33,7 @@ from h5sidecar.indexer.crawl._hints import BadStructure
 from h5sidecar.indexer.dims._dim_names import DimensionNamer
 from h5sidecar.indexer.dtypes._dtype_plan import ENUMS_KEY, REFERENCES_KEY, enum_mapping
 from h5sidecar.indexer.vds._table import vds_extent
-from h5sidecar.references import ArrayRefs, GranuleRefs, Skipped
+from h5sidecar.references import DIMENSION_ONLY_REASON, ArrayRefs, GranuleRefs, Skipped
 from h5sidecar.settings import IndexSettings
 from h5sidecar.sources import RangedFile, RangeReader, RemoteRangedFile
 
@@ -48,7 +48,7 @@ BENIGN_KINDS = frozenset({ErrorKind.SOFT_LINK_DANGLING})
 _BENIGN_PREFIXES = (
     "second hard link to the group",
     "soft link to the group",
-    "netCDF-4 dimension without a variable",
+    DIMENSION_ONLY_REASON,
     "the dataset has a null dataspace",
 )
 

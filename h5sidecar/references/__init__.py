@@ -35,6 +35,7 @@ from h5sidecar.references._manifest import (
     chunk_grid_shape,
     chunk_key,
 )
+from h5sidecar.references._model import DIMENSION_ONLY_REASON as DIMENSION_ONLY_REASON
 from h5sidecar.references._model import (
     ArrayRefs,
     GranuleRefs,

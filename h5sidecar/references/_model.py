@@ -34,6 +34,7 @@ from h5sidecar.references.datacube._member_table import MemberTable
 __all__ = [
     "ArrayRefs",
     "GranuleRefs",
+    "DIMENSION_ONLY_REASON",
     "SkipKind",
     "Skipped",
     "SourceInfo",
@@ -157,6 +158,12 @@ def _is_default_fill(fv: Any) -> bool:
     return False
 
 
+#: How the indexers' reason for a netCDF-4 dimension-only dataset begins: such an entry holds no
+#: values (netCDF-C stores a dimension without a coordinate variable as a dataset of that length
+#: with no data), so it is a dimension of the granule, not a variable left out.
+DIMENSION_ONLY_REASON = "netCDF-4 dimension without a variable"
+
+
 @dataclass(frozen=True, slots=True)
 class Skipped:
     """A variable that could not be represented, and why (shown by ``inspect`` and reports)."""
@@ -164,6 +171,11 @@ class Skipped:
     path: str
     kind: SkipKind
     reason: str
+
+    @property
+    def dimension_only(self) -> bool:
+        """True for a netCDF-4 dimension without a variable (no data was left out)."""
+        return self.reason.startswith(DIMENSION_ONLY_REASON)
 
     def to_dict(self) -> dict[str, str]:
         """JSON-ready form."""

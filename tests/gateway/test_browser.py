@@ -2,13 +2,16 @@
 
 The page loads (granules, variables, snippet), its quick-look PNG renders, and a Zarr chunk is
 fetched by the page's own script from *another* gateway (another origin) that allows the page's
-origin with CORS -- and is refused by a third gateway that does not.  Skipped, with a message,
+origin with CORS -- and is refused by a third gateway that does not.  The whole page, as a
+newcomer sees it, is captured in a screenshot and its DOM checked: groups in the snippet,
+dimension names, dimensions without a variable, long granule names kept whole.  Skipped, with a message,
 only when Chromium is not installed (``scripts/ensure-test-tools.sh`` installs it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import shutil
@@ -20,11 +23,15 @@ from urllib.parse import urlencode
 
 import aiohttp
 import h5py
+import numpy as np
 import pytest
+import xarray as xr
+from PIL import Image
 
 from tests.gateway._http import SMALL, Corpus, gateway, http_corpus
+from tests.gateway._landing_granule import LONG_NAME, landing_gateway
 
-__all__ = ["http_corpus"]
+__all__ = ["http_corpus", "landing_gateway"]
 
 pytestmark = pytest.mark.browser
 
@@ -170,3 +177,90 @@ def test_landing_page_plot_and_cross_origin_chunk(browser: str, http_corpus: Cor
         "h5sidecar_http_requests_total", route="zarr", method="GET", status="200") >= 1
     state, data = seen["closed"]
     assert state == "error" and data["status"] == "0"  # the browser refused the answer (CORS)
+
+
+#: The heading's characters and where its lines break (the character before each break).
+_HEADING_BREAKS = """(() => {
+  const h = document.getElementById('granule');
+  const walker = document.createTreeWalker(h, NodeFilter.SHOW_TEXT);
+  const chars = [];
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (let i = 0; i < node.length; i++) {
+      const r = document.createRange();
+      r.setStart(node, i);
+      r.setEnd(node, i + 1);
+      chars.push([node.data[i], r.getBoundingClientRect().top]);
+    }
+  }
+  const breaks = [];
+  for (let i = 1; i < chars.length; i++) {
+    if (chars[i][1] > chars[i - 1][1] + 1) { breaks.push(chars[i - 1][0]); }
+  }
+  return {text: chars.map(c => c[0]).join(''), breaks,
+          overflows: h.scrollWidth > h.clientWidth};
+})()"""
+
+#: The granule's entry in the list: one line, cut with an ellipsis, whole in its title.
+_LISTED_NAME = """(() => {
+  const li = document.querySelector('#granules li');
+  const style = getComputedStyle(li);
+  return {title: li.querySelector('a').title, whiteSpace: style.whiteSpace,
+          textOverflow: style.textOverflow, cut: li.scrollWidth > li.clientWidth,
+          lines: Math.round(li.getBoundingClientRect().height / parseFloat(style.lineHeight))};
+})()"""
+
+
+def test_landing_page_as_a_newcomer_sees_it(browser: str, landing_gateway: Any,
+                                            tmp_path: Path) -> None:  # fmt: skip
+    url, path, _ = landing_gateway
+    query = {"granule": LONG_NAME, "variable": "HT"}
+
+    async def scenario(page: Page) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        # a laptop-sized window: the long name cannot fit on one line of the heading
+        await page.send("Emulation.setDeviceMetricsOverride", width=1000, height=1100,
+                        deviceScaleFactor=1, mobile=False)  # fmt: skip
+        await page.navigate(f"{url}/?{urlencode(query)}")
+        await page.until("document.getElementById('plot').complete")
+        out["plot"] = await page.eval("document.getElementById('plot').dataset.loaded")
+        out["snippet"] = await page.eval("document.getElementById('snippet').textContent")
+        out["dims"] = await page.eval(
+            "Object.fromEntries([...document.querySelectorAll('td.dims')].map(td =>"
+            " [td.parentElement.querySelector('a').textContent, td.textContent]))")
+        out["dimensions"] = await page.eval(
+            "[...document.querySelectorAll('#dimensions li')].map(li => li.textContent)")
+        out["headings"] = await page.eval(
+            "[...document.querySelectorAll('h3')].map(h => h.textContent)")
+        out["heading"] = await page.eval(_HEADING_BREAKS)
+        out["listed"] = await page.eval(_LISTED_NAME)
+        shot = await page.send("Page.captureScreenshot", format="png")
+        out["screenshot"] = base64.b64decode(shot["data"])
+        return out
+
+    seen = asyncio.run(drive(browser, scenario))
+
+    shot = tmp_path / "landing.png"
+    shot.write_bytes(seen["screenshot"])
+    with Image.open(shot) as im:
+        assert im.size == (1000, 1100)
+        pixels = np.asarray(im.convert("RGB"))
+    assert shot.stat().st_size > 20_000
+    # not blank: the header's colour, text, tables and the plot's colour map
+    assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 100
+    assert seen["plot"] == "true"
+    # the long name wraps between its parts in the heading, stays one line in the list
+    heading = seen["heading"]
+    assert heading["text"] == LONG_NAME and not heading["overflows"]
+    assert heading["breaks"] and set(heading["breaks"]) <= set("_-."), heading
+    listed = seen["listed"]
+    assert listed["title"] == LONG_NAME and listed["lines"] == 1 and listed["cut"], listed
+    assert (listed["whiteSpace"], listed["textOverflow"]) == ("nowrap", "ellipsis")
+    assert 'xr.open_datatree("' in seen["snippet"] and "xr.open_zarr(" in seen["snippet"]
+    with xr.open_dataset(path, engine="h5netcdf") as top, \
+            xr.open_dataset(path, engine="h5netcdf", group="Grid") as grid:  # fmt: skip
+        want = {n: f"({', '.join(v.dims)})" for ds in (top, grid) for n, v in ds.variables.items()}
+        lengths = {f"{p}{d}": n for p, ds in (("", top), ("Grid/", grid))
+                   for d, n in ds.sizes.items() if d not in ds.variables}  # fmt: skip
+    assert seen["dims"] == want
+    assert seen["dimensions"] == [f"{d}: length {n}" for d, n in lengths.items()]
+    assert "Skipped variables" not in seen["headings"]

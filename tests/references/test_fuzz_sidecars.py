@@ -87,7 +87,8 @@ def _plant(doc: dict[str, Any], zchanges: dict[str, Any], chunk: Any, source: An
 
 def _exercise(refs: Any) -> None:
     """What the gateway derives from a parsed sidecar, without any source I/O."""
-    from h5sidecar.gateway._landing import _window, describe
+    from h5sidecar.gateway._landing import describe
+    from h5sidecar.gateway._quicklook import _window
     from h5sidecar.read.zarr._keyspace import GranuleKeys
 
     for fmt in (2, 3):

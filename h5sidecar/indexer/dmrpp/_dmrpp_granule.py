@@ -33,7 +33,13 @@ from h5sidecar.indexer.dmrpp._dmrpp_variable import ArraySpec, UrlInfo, convert_
 from h5sidecar.indexer.dmrpp._filter_order import ReadRanges
 from h5sidecar.indexer.dmrpp._variable_type import Conversion
 from h5sidecar.indexer.dtypes._dtype_plan import ENUMS_KEY
-from h5sidecar.references import ArrayRefs, GranuleRefs, Skipped, SourceInfo
+from h5sidecar.references import (
+    DIMENSION_ONLY_REASON,
+    ArrayRefs,
+    GranuleRefs,
+    Skipped,
+    SourceInfo,
+)
 from h5sidecar.settings import IndexSettings
 
 __all__ = ["BUILD_DMRPP_ONLY", "DMRPP_KEY", "dmrpp_refs"]
@@ -48,7 +54,7 @@ _BUILD_FIELDS = ("build_dmrpp", "bes", "libdap", "created")
 #: Key of ``GranuleRefs.extra`` saying the references came from a DMR++ (and which).
 DMRPP_KEY = "from_dmrpp"
 _DIM_ONLY_REASON = (
-    "netCDF-4 dimension without a variable: HDF5 holds no values for it and netCDF readers "
+    f"{DIMENSION_ONLY_REASON}: HDF5 holds no values for it and netCDF readers "
     "hide it; its name is kept as a dimension name"
 )
 
