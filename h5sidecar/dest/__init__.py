@@ -58,6 +58,7 @@ _LAZY: dict[str, str] = {
     "scratch_db": "h5sidecar.dest._dest_walk",
     "sidecar_size": "h5sidecar.dest._sidecar_listing",
     "sidecar_stamp": "h5sidecar.dest._locations",
+    "scratch_folder": "h5sidecar.dest._record_store",
     "store_of": "h5sidecar.dest._record_store",
     "walk_dest": "h5sidecar.dest._dest_walk",
     "write_report_json": "h5sidecar.dest._report_io",
@@ -92,6 +93,7 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads
     from h5sidecar.dest._record_store import latest_rows as latest_rows
     from h5sidecar.dest._record_store import newest_part_mtime as newest_part_mtime
     from h5sidecar.dest._record_store import roots_of as roots_of
+    from h5sidecar.dest._record_store import scratch_folder as scratch_folder
     from h5sidecar.dest._record_store import store_of as store_of
     from h5sidecar.dest._record_view import RecordAllowList as RecordAllowList
     from h5sidecar.dest._record_view import RecordView as RecordView

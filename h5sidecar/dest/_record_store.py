@@ -60,7 +60,8 @@ from h5sidecar.errors import RecordBusyError
 from h5sidecar.settings import RecordSettings, from_env
 
 __all__ = ["COMPACT_PARTS", "MIRROR_PREFIX", "Mirror", "cached_record", "compact", "has_parts",
-           "latest_rows", "newest_part_mtime", "roots_of", "store_of", "sweep_stale_mirrors"]
+           "latest_rows", "newest_part_mtime", "roots_of", "scratch_folder", "store_of",
+           "sweep_stale_mirrors"]
 
 log = logging.getLogger("h5sidecar.workflows")
 
@@ -124,6 +125,14 @@ def sweep_stale_mirrors(tmp: str | None = None, *, older_than: float = STALE_MIR
     return removed
 
 
+def scratch_folder() -> str:
+    """A new private folder of this process under the temporary folder (a temporary mirror's,
+    a reader's own files): remove it when done; one left by a killed process is removed by
+    :func:`sweep_stale_mirrors` once stale."""
+    sweep_stale_mirrors()
+    return tempfile.mkdtemp(prefix=f"{MIRROR_PREFIX}{os.getpid()}-")
+
+
 class Mirror:
     """DEST's parts loaded into an SQLite database with the schema of a local record, read
     through :attr:`record`: the cache kept between runs (:mod:`._record_cache`, only the parts
@@ -176,8 +185,7 @@ class Mirror:
         return Record(path)
 
     def _temporary(self, fs: Any, root: str, paths: Sequence[str] | None) -> Record:
-        sweep_stale_mirrors()
-        self._dir = tempfile.mkdtemp(prefix=f"{MIRROR_PREFIX}{os.getpid()}-")
+        self._dir = scratch_folder()
         path = os.path.join(self._dir, "record.sqlite")
         try:
             db = sqlite3.connect(path, isolation_level=None)
@@ -213,8 +221,7 @@ class Mirror:
         """A private folder of this process for a reader's own files (removed by
         :meth:`close`, or swept once stale after a kill)."""
         if self._dir is None:
-            sweep_stale_mirrors()
-            self._dir = tempfile.mkdtemp(prefix=f"{MIRROR_PREFIX}{os.getpid()}-")
+            self._dir = scratch_folder()
         return self._dir
 
     def close(self) -> None:
@@ -232,22 +239,32 @@ class Mirror:
         self.close()
 
 
-def cached_record(fs: Any, root: str) -> str | None:
+def cached_record(fs: Any, root: str, settings: RecordSettings | None = None) -> str | None:
     """The record cache of the object-store DEST ``root``, refreshed now (one LIST, then only
     the parts it has not loaded): its path, for read-only queries as on a local record
     (:class:`~h5sidecar.dest._record_view.RecordView`: the gateway looks granules up there
-    instead of holding every source).  None when DEST has no parts, caching is off, or the
-    cache is unusable (a reader then loads a temporary copy, or lists DEST).
+    instead of holding every source).  None when DEST has no parts or ``settings`` (default:
+    ``from_env(RecordSettings)``) turn caching off.
 
     Raises
     ------
     RecordBusyError
         The cache stayed locked by another process (a long refresh).
+    OSError, sqlite3.DatabaseError
+        The cache cannot be made or read (no permission, a full disk, a damaged file), or the
+        store cannot be listed or read.  No temporary copy is loaded instead: the caller
+        chooses (the gateway keeps a private cache).
     """
-    if cache_file(fs, root) is None or not list_parts(fs, root):
+    settings = settings or from_env(RecordSettings)
+    path = cache_file(fs, root, settings)
+    if path is None or not list_parts(fs, root):
         return None
-    with Mirror(fs, root) as mirror:
-        return mirror.record.path if mirror.cached else None
+    db = open_cache(path, max_age_days=settings.record_cache_max_age_days)
+    try:
+        refresh(db, fs, root, path)
+    finally:
+        db.close()
+    return path
 
 
 #: The parts' columns as the mirror's SQL gives them.
