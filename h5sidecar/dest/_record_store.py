@@ -277,18 +277,19 @@ _COLUMN_SQL = {
 }
 
 
-def latest_rows(fs: Any, root: str, columns: Sequence[str]) -> pa.Table | None:
+def latest_rows(fs: Any, root: str, columns: Sequence[str],
+                settings: RecordSettings | None = None) -> pa.Table | None:
     """The newest row of every granule recorded in DEST's parts (tombstoned granules left out),
     with ``columns`` (of the parts' :data:`~._record_parts.SCHEMA`), sorted by URL, as one
     columnar table; None without parts.
 
-    Read from the record cache (only the parts it has not seen are read); without a cache,
-    from every part (:func:`._record_parts.latest_rows`).
+    Read from the record cache of ``settings`` (only the parts it has not seen are read);
+    without a cache, from every part (:func:`._record_parts.latest_rows`).
     """
-    if cache_file(fs, root) is None:
+    if cache_file(fs, root, settings) is None:
         return parts_latest_rows(fs, root, columns)
     schema = pa.schema([SCHEMA.field(c) for c in columns])
-    with Mirror(fs, root) as mirror:
+    with Mirror(fs, root, settings=settings) as mirror:
         db = mirror.record._db
         if db.execute("SELECT count(*) FROM parts").fetchone()[0] == 0:
             return None
@@ -302,18 +303,19 @@ def latest_rows(fs: Any, root: str, columns: Sequence[str]) -> pa.Table | None:
     return pa.Table.from_batches(batches, schema=schema)
 
 
-def roots_of(fs: Any, root: str) -> tuple[str, ...]:
-    """The source roots DEST's parts record, oldest first: from the record cache, else from
-    every part's footer (:func:`._record_parts.roots_of`)."""
-    if cache_file(fs, root) is None:
+def roots_of(fs: Any, root: str, settings: RecordSettings | None = None) -> tuple[str, ...]:
+    """The source roots DEST's parts record, oldest first: from the record cache of
+    ``settings``, else from every part's footer (:func:`._record_parts.roots_of`)."""
+    if cache_file(fs, root, settings) is None:
         return parts_roots_of(fs, root)
-    with Mirror(fs, root) as mirror:
+    with Mirror(fs, root, settings=settings) as mirror:
         return tuple(r for (r,) in mirror.record._db.execute(
             "SELECT root FROM roots ORDER BY seq"))
 
 
 # -- compacting ----------------------------------------------------------------------------------
-def compact(fs: Any, root: str, threshold: int | None = None) -> str | None:
+def compact(fs: Any, root: str, threshold: int | None = None,
+            settings: RecordSettings | None = None) -> str | None:
     """When DEST has more than ``threshold`` (:data:`COMPACT_PARTS`) parts, replace those listed now by one part holding
     the newest row of each granule (tombstones kept; rows keep their keys); returns its path.
 
@@ -324,7 +326,7 @@ def compact(fs: Any, root: str, threshold: int | None = None) -> str | None:
     if len(paths) <= (COMPACT_PARTS if threshold is None else threshold):
         return None
     try:
-        mirror = _mirror_of(fs, root, paths)
+        mirror = _mirror_of(fs, root, paths, settings)
     except FileNotFoundError:
         log.info("another run is compacting %s: left to it", parts_root(root))
         return None
@@ -352,11 +354,12 @@ def compact(fs: Any, root: str, threshold: int | None = None) -> str | None:
     return f"{parts_root(root)}/{key}.parquet"
 
 
-def _mirror_of(fs: Any, root: str, paths: Sequence[str]) -> Mirror:
+def _mirror_of(fs: Any, root: str, paths: Sequence[str],
+               settings: RecordSettings | None) -> Mirror:
     """A mirror of exactly the parts ``paths``: the record cache when, refreshed, it holds
     those parts and no other (nothing is read again), else a temporary one loaded from them."""
-    if cache_file(fs, root) is not None:
-        mirror = Mirror(fs, root)
+    if cache_file(fs, root, settings) is not None:
+        mirror = Mirror(fs, root, settings=settings)
         if mirror.cached:
             loaded = {n for (n,) in mirror.record._db.execute("SELECT name FROM parts")}
             if loaded == {p.rsplit("/", 1)[-1] for p in paths}:
