@@ -273,7 +273,43 @@ def build_parser() -> argparse.ArgumentParser:
     _storage_option_arg(p)
     _record_cache_arg(p)
     p.set_defaults(command="serve")
+    _cache_parsers(sub, verbose)
     return parser
+
+
+def _cache_parsers(sub: Any, verbose: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("cache", parents=[verbose], help="list or prune the record cache",
+                       description="The record cache keeps, on this machine, a local SQLite "
+                       "copy of the record of each object-store DEST read here (index, report, "
+                       "prune, catalog, serve), so that a later command reads only what was "
+                       "written since. One file per DEST; removing one costs only a full read "
+                       "of that record next time.")
+    p.set_defaults(command="cache")
+    cache = p.add_subparsers(title="actions", metavar="ACTION", dest="action", required=True)
+    q = cache.add_parser("list", parents=[verbose], help="show each cache file: its DEST, "
+                         "size and last use")
+    _cache_folder_arg(q)
+    q.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    q = cache.add_parser("prune", parents=[verbose], help="remove the cache files not used "
+                         "for some days")
+    _cache_folder_arg(q)
+    q.add_argument("--older-than", type=_non_negative_days, default=None, metavar="DAYS",
+                   help="remove the files not used for DAYS days (0: every file; default: "
+                   "H5SIDECAR_RECORD_CACHE_MAX_AGE_DAYS, else 30)")
+    q.add_argument("--json", action="store_true", help="print the files removed as JSON")
+
+
+def _cache_folder_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--record-cache", metavar="DIR", default=None,
+                   help="the cache folder (default: H5SIDECAR_RECORD_CACHE, else "
+                   "~/.cache/h5sidecar/records)")
+
+
+def _non_negative_days(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a number of days >= 0, got {text}")
+    return value
 
 
 def _positive(text: str) -> int:
