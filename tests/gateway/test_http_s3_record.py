@@ -123,6 +123,16 @@ def test_with_the_cache_off_the_gateway_keeps_a_private_one(
         assert httpx.get(f"{url}/healthz", timeout=30).status_code == 200
     assert not os.path.exists(private)  # removed when the gateway stops
 
+    # a cache folder that cannot be made (under a file): a private cache too, not a listing
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    index = DestIndex(dest, storage_options=opts,
+                      record_settings=RecordSettings(str(blocker / "records")))
+    snap = index.snapshot()
+    assert snap.record is not None and snap.sources == (f"s3://{s3_bucket}/in",)
+    assert index._private is not None and snap.record.locate(["G3.h5"]) is not None
+    index.close()
+
 
 def _fetched(s3: Any, path: str, tmp_path: Path) -> Path:
     out = tmp_path / "fetched" / path.rsplit("/", 1)[-1]
