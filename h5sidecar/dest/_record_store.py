@@ -250,16 +250,21 @@ def cached_record(fs: Any, root: str, settings: RecordSettings | None = None) ->
     ------
     RecordBusyError
         The cache stayed locked by another process (a long refresh).
-    OSError, sqlite3.DatabaseError
-        The cache cannot be made or read (no permission, a full disk, a damaged file), or the
-        store cannot be listed or read.  No temporary copy is loaded instead: the caller
-        chooses (the gateway keeps a private cache).
+    sqlite3.DatabaseError
+        The cache cannot be made, opened or written (no permission, a full disk, a damaged
+        file).  No temporary copy is loaded instead: the caller chooses (the gateway keeps a
+        private cache).
+    OSError
+        The store cannot be listed or read.
     """
     settings = settings or from_env(RecordSettings)
     path = cache_file(fs, root, settings)
     if path is None or not list_parts(fs, root):
         return None
-    db = open_cache(path, max_age_days=settings.record_cache_max_age_days)
+    try:
+        db = open_cache(path, max_age_days=settings.record_cache_max_age_days)
+    except OSError as exc:  # its folder cannot be made or written: as SQLite says of a file
+        raise sqlite3.OperationalError(f"unable to open the record cache {path}: {exc}") from exc
     try:
         refresh(db, fs, root, path)
     finally:

@@ -197,8 +197,8 @@ class DestIndex:
         try:
             try:
                 return cached_record(self.fs, self.root, self._record_settings)
-            except (OSError, sqlite3.DatabaseError) as exc:
-                if self._private is not None or isinstance(exc, RecordBusyError):
+            except sqlite3.DatabaseError as exc:  # the cache's own failure, not the store's
+                if self._private is not None:
                     raise
                 # the shared cache cannot be made or read (read-only or full disk, a damaged
                 # file): a private one, rather than holding every source in memory
