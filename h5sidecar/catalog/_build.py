@@ -30,6 +30,7 @@ from h5sidecar.catalog._item_db import DB_NAME, connect
 from h5sidecar.catalog._result import CatalogResult, ItemError, NoFootprint
 from h5sidecar.catalog._run import JSON_TREE_MAX_ITEMS, Run
 from h5sidecar.dest import list_indexed
+from h5sidecar.settings import RecordSettings
 
 __all__ = [
     "JSON_TREE_MAX_ITEMS", "CatalogResult", "ItemError", "NoFootprint", "build_catalog",
@@ -53,6 +54,7 @@ def build_catalog(
     json_tree: bool | None = None,
     geoparquet: bool = True,
     track_footprints: Literal["recorded", "read"] = "recorded",
+    record_settings: RecordSettings | None = None,
 ) -> CatalogResult:
     """Write (or update) a STAC catalog with one Item per granule indexed under DEST.
 
@@ -102,6 +104,9 @@ def build_catalog(
         Along-track granules (ICESat-2-like): located from what the indexer recorded, or their
         ACDD attributes (a box; no source read), or ``"read"``: every track's positions are
         read for a polygon that follows them (changing it rebuilds the collection's items).
+    record_settings : RecordSettings, optional
+        The record cache an object-store DEST's record is read through (default:
+        ``from_env(RecordSettings)``).
 
     Returns
     -------
@@ -121,7 +126,7 @@ def build_catalog(
     try:
         run = Run(db, root_dir, dest, gateway_url=gateway_url,
                    references_base_url=references_base_url, storage_options=storage_options,
-                   track_footprints=track_footprints)
+                   track_footprints=track_footprints, record_settings=record_settings)
         return run.build(collection_id=collection_id, title=title, description=description,
                          validate=validate, progress=progress, given=given,
                          json_tree=json_tree, geoparquet=geoparquet)

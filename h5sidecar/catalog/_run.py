@@ -36,6 +36,7 @@ from h5sidecar.catalog._validate import ShapeValidator, validate_document
 from h5sidecar.catalog.extent._bbox_union import union_bbox
 from h5sidecar.dest import GranuleInfo
 from h5sidecar.references import GranuleRefs
+from h5sidecar.settings import RecordSettings
 
 __all__ = ["JSON_TREE_MAX_ITEMS", "ROOT_ID", "Run"]
 
@@ -58,8 +59,10 @@ class Run:
     def __init__(self, db: sqlite3.Connection, root_dir: Path, dest: str, *,
                  gateway_url: str | None, references_base_url: str | None,
                  storage_options: Mapping[str, Any] | None,
-                 track_footprints: Literal["recorded", "read"] = "recorded") -> None:  # fmt: skip
+                 track_footprints: Literal["recorded", "read"] = "recorded",
+                 record_settings: RecordSettings | None = None) -> None:  # fmt: skip
         self.db, self.root_dir, self.dest = db, root_dir, dest
+        self.record_settings = record_settings
         self.gateway_url = gateway_url
         self.storage_options = storage_options
         self.catalogue = functools.partial(
@@ -90,7 +93,7 @@ class Run:
             removed += reset_dest(db, dest)  # what every item says changed: all are rebuilt
         synced = sync_dest(db, dest, collection_id or (prior[0] if prior else ""),
                            self.catalogue, storage_options=self.storage_options,
-                           progress=progress)  # fmt: skip
+                           progress=progress, record_settings=self.record_settings)  # fmt: skip
         if synced.listed == 0:
             raise SourceNotFoundError(
                 f"no sidecar under {dest}: index granules first (h5sidecar index SOURCE -o {dest})")

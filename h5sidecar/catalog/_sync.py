@@ -20,6 +20,7 @@ from h5sidecar.catalog._item_db import delete_rows, item_row, write_row
 from h5sidecar.catalog._result import ItemError
 from h5sidecar.dest import GranuleInfo, dest_fs, iter_sidecars, sidecar_size
 from h5sidecar.references import GranuleRefs, read_refs
+from h5sidecar.settings import RecordSettings
 
 __all__ = ["COMMIT_EVERY", "Synced", "sync_dest"]
 
@@ -59,16 +60,19 @@ def sync_dest(
     *,
     storage_options: Mapping[str, Any] | None = None,
     progress: Callable[[str, bool], None] | None = None,
+    record_settings: RecordSettings | None = None,
 ) -> Synced:
     """Update the rows of DEST (see module docs); ``catalogue(granule)`` returns the granule's
-    Item dict, an ``ItemError`` or a cube's ``GranuleRefs``.  New rows go to ``collection``."""
+    Item dict, an ``ItemError`` or a cube's ``GranuleRefs``.  New rows go to ``collection``.
+    ``record_settings``: the record cache of an object-store DEST (its failed granules)."""
     fs, _ = dest_fs(dest, storage_options)
     out = Synced()
     db.execute("CREATE TEMP TABLE IF NOT EXISTS seen (key INTEGER PRIMARY KEY)")
     db.execute("CREATE TEMP TABLE IF NOT EXISTS seen_out (sidecar TEXT PRIMARY KEY)")
     db.execute("DELETE FROM temp.seen")
     db.execute("DELETE FROM temp.seen_out")
-    for n, (g, ident) in enumerate(iter_sidecars(dest, storage_options=storage_options), 1):
+    listed = iter_sidecars(dest, storage_options=storage_options, record_settings=record_settings)
+    for n, (g, ident) in enumerate(listed, 1):
         out.listed = n
         row = db.execute("SELECT key, identity FROM items WHERE dest = ? AND sidecar = ?",
                          (dest, g.sidecar)).fetchone()  # fmt: skip

@@ -9,11 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from h5sidecar._version import __version__
 
-__all__ = ["build_parser", "storage_options"]
+if TYPE_CHECKING:
+    from h5sidecar.settings import RecordSettings
+
+__all__ = ["build_parser", "record_settings", "storage_options"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "*.hdf5 *.he5 *.nc *.nc4)")
     p.add_argument("--json", action="store_true", help="print the run report as JSON")
     _storage_option_arg(p)
+    _record_cache_arg(p)
     p.set_defaults(command="index")
 
     p = sub.add_parser("inspect", parents=[verbose], help="show what a sidecar holds",
@@ -154,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-geoparquet", dest="geoparquet", action="store_false",
                    help="do not write the collection's items.parquet (stac-geoparquet)")
     _storage_option_arg(p)
+    _record_cache_arg(p)
     p.set_defaults(command="catalog")
 
     p = sub.add_parser("cube", parents=[verbose], help="combine sidecars into one datacube",
@@ -203,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave younger temporaries alone (a running index owns them; 3600)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     _storage_option_arg(p)
+    _record_cache_arg(p)
     p.set_defaults(command="prune")
 
     p = sub.add_parser("report", parents=[verbose], help="show the run report of DEST",
@@ -213,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dest", help="folder or S3 prefix written by `h5sidecar index -o`")
     p.add_argument("--json", action="store_true", help="write the report document to stdout")
     _storage_option_arg(p)
+    _record_cache_arg(p)
     p.set_defaults(command="report")
 
     p = sub.add_parser("sample", parents=[verbose], help="write sample ATL03-like granules",
@@ -264,8 +271,45 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also serve this datacube (written by `h5sidecar cube`) as /zarr/NAME/, "
                    "... (repeatable; NAME defaults to the file name without .parq/.json)")
     _storage_option_arg(p)
+    _record_cache_arg(p)
     p.set_defaults(command="serve")
+    _cache_parsers(sub, verbose)
     return parser
+
+
+def _cache_parsers(sub: Any, verbose: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("cache", parents=[verbose], help="list or prune the record cache",
+                       description="The record cache keeps, on this machine, a local SQLite "
+                       "copy of the record of each object-store DEST read here (index, report, "
+                       "prune, catalog, serve), so that a later command reads only what was "
+                       "written since. One file per DEST; removing one costs only a full read "
+                       "of that record next time.")
+    p.set_defaults(command="cache")
+    cache = p.add_subparsers(title="actions", metavar="ACTION", dest="action", required=True)
+    q = cache.add_parser("list", parents=[verbose], help="show each cache file: its DEST, "
+                         "size and last use")
+    _cache_folder_arg(q)
+    q.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    q = cache.add_parser("prune", parents=[verbose], help="remove the cache files not used "
+                         "for some days")
+    _cache_folder_arg(q)
+    q.add_argument("--older-than", type=_non_negative_days, default=None, metavar="DAYS",
+                   help="remove the files not used for DAYS days (0: every file; default: "
+                   "H5SIDECAR_RECORD_CACHE_MAX_AGE_DAYS, else 30)")
+    q.add_argument("--json", action="store_true", help="print the files removed as JSON")
+
+
+def _cache_folder_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--record-cache", metavar="DIR", default=None,
+                   help="the cache folder (default: H5SIDECAR_RECORD_CACHE, else "
+                   "~/.cache/h5sidecar/records)")
+
+
+def _non_negative_days(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a number of days >= 0, got {text}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -296,6 +340,23 @@ def _storage_option_arg(p: argparse.ArgumentParser) -> None:
                    metavar="K=V", type=_key_value,
                    help="fsspec/s3fs option, repeatable; V is parsed as JSON when it can be "
                    "(anon=true); dotted keys nest (client_kwargs.region_name=us-west-2)")
+
+
+def _record_cache_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--record-cache", metavar="DIR|off", default=None,
+                   help="folder of the record cache of an object-store DEST (a local SQLite "
+                   "copy of its record, so that only what later runs wrote is read again; one "
+                   "file per DEST, see `h5sidecar cache list`), or 'off' (every read loads the "
+                   "whole record into a temporary copy; the gateway keeps a private one). "
+                   "Default: H5SIDECAR_RECORD_CACHE, else ~/.cache/h5sidecar/records")
+
+
+def record_settings(args: argparse.Namespace) -> RecordSettings:
+    """The record settings of a parse: ``--record-cache`` over ``H5SIDECAR_RECORD_*``."""
+    from h5sidecar.settings import RecordSettings, from_env
+
+    given = getattr(args, "record_cache", None)
+    return from_env(RecordSettings, record_cache="" if given == "off" else given)
 
 
 def _key_value(text: str) -> tuple[str, Any]:

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from h5sidecar.cli._args import storage_options
+from h5sidecar.cli._args import record_settings, storage_options
 from h5sidecar.cli._exit_codes import EXIT_FAILED, EXIT_OK
 from h5sidecar.cli._output import shape as _shape
 from h5sidecar.cli._output import size as _size
@@ -123,7 +123,7 @@ def cmd_catalog(args: argparse.Namespace, out: Console, err: Console) -> int:
             description=args.description, cubes=args.cube or None,
             progress=lambda name, ok: status.update(f"catalogued {name}"),
             json_tree=args.json_tree, geoparquet=args.geoparquet,
-            track_footprints=args.track_footprints,
+            track_footprints=args.track_footprints, record_settings=record_settings(args),
         )
     if args.pgstac:
         from h5sidecar.catalog import load_pgstac
@@ -191,7 +191,8 @@ def cmd_prune(args: argparse.Namespace, out: Console, err: Console) -> int:
     reasons = tuple(args.only) if args.only else ("orphaned", "other_format", "staging")
     with err.status(f"checking the sidecars under {args.dest}"):
         r = prune(args.dest, apply=args.apply, reasons=reasons, staging_age=args.staging_age,
-                  storage_options=storage_options(args.storage_options))
+                  storage_options=storage_options(args.storage_options),
+                  record_settings=record_settings(args))
     if args.json:
         out.print_json(data=r.to_dict())
         return EXIT_OK
@@ -276,5 +277,6 @@ def cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
         stac_api = StacApi(args.stac)
     serve(settings, args.dest, storage_options=storage_options(args.storage_options),
           read_settings=from_env(ReadSettings), stac_api=stac_api, cubes=args.cube or None,
+          record_settings=record_settings(args),
           log_level=("warning", "info", "debug")[min(args.verbose, 2)])
     return EXIT_OK

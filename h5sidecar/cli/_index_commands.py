@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markup import escape
 
-from h5sidecar.cli._args import storage_options
+from h5sidecar.cli._args import record_settings, storage_options
 from h5sidecar.cli._output import ProgressBar
 from h5sidecar.errors import ErrorKind
 
@@ -61,6 +61,7 @@ def cmd_index(args: argparse.Namespace, out: Console, err: Console) -> int:
             progress=bar,
             settings=from_env(IndexSettings, max_granule_seconds=args.max_granule_seconds),
             from_dmrpp=args.from_dmrpp,
+            record_settings=record_settings(args),
         )
     if args.json:
         # plain json: rich's pretty-printer took a minute and 1.3 GB for 10,000 granules
@@ -76,10 +77,8 @@ def cmd_report(args: argparse.Namespace, out: Console, err: Console) -> int:
     from h5sidecar.dest import report_stream, write_report_json
 
     # streamed from the record: what is held does not grow with the granules
-    with report_stream(args.dest, storage_options=storage_options(args.storage_options)) as (
-        header,
-        granules,
-    ):
+    with report_stream(args.dest, storage_options=storage_options(args.storage_options),
+                       record_settings=record_settings(args)) as (header, granules):
         if args.json:
             # the whole document, unformatted: `h5sidecar report DEST --json > report.json`
             ok = write_report_json(header, granules, sys.stdout)

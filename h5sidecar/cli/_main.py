@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from h5sidecar.cli._args import build_parser, storage_options
+from h5sidecar.cli._cache_commands import cmd_cache
 from h5sidecar.cli._commands import (
     cmd_catalog,
     cmd_cube,
@@ -74,4 +75,5 @@ _COMMANDS = {
     "sample": cmd_sample,
     "demo": cmd_demo,
     "serve": cmd_serve,
+    "cache": cmd_cache,
 }

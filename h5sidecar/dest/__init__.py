@@ -17,6 +17,7 @@ from h5sidecar._lazy import lazy_exports
 
 _LAZY: dict[str, str] = {
     # for h5sidecar's own layers (served by the front, not advertised in __all__):
+    "CacheFile": "h5sidecar.dest._record_cache_files",
     "DEFAULT_PATTERNS": "h5sidecar.dest._locations",
     "ErrorRecord": "h5sidecar.dest._report",
     "GranuleInfo": "h5sidecar.dest._sidecar_listing",
@@ -46,10 +47,12 @@ _LAZY: dict[str, str] = {
     "iter_sidecars": "h5sidecar.dest._sidecar_listing",
     "join_url": "h5sidecar.dest._locations",
     "latest_rows": "h5sidecar.dest._record_store",
+    "list_cache": "h5sidecar.dest._record_cache_files",
     "list_indexed": "h5sidecar.dest._sidecar_listing",
     "list_parts": "h5sidecar.dest._record_parts",
     "newest_part_mtime": "h5sidecar.dest._record_store",
     "open_record": "h5sidecar.dest._record_db",
+    "prune_cache_files": "h5sidecar.dest._record_cache_files",
     "read_report": "h5sidecar.dest._report_io",
     "record_path": "h5sidecar.dest._record_db",
     "report_stream": "h5sidecar.dest._report_io",
@@ -58,6 +61,7 @@ _LAZY: dict[str, str] = {
     "scratch_db": "h5sidecar.dest._dest_walk",
     "sidecar_size": "h5sidecar.dest._sidecar_listing",
     "sidecar_stamp": "h5sidecar.dest._locations",
+    "scratch_folder": "h5sidecar.dest._record_store",
     "store_of": "h5sidecar.dest._record_store",
     "walk_dest": "h5sidecar.dest._dest_walk",
     "write_report_json": "h5sidecar.dest._report_io",
@@ -81,6 +85,9 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads
     from h5sidecar.dest._locations import is_remote as is_remote
     from h5sidecar.dest._locations import join_url as join_url
     from h5sidecar.dest._locations import sidecar_stamp as sidecar_stamp
+    from h5sidecar.dest._record_cache_files import CacheFile as CacheFile
+    from h5sidecar.dest._record_cache_files import list_cache as list_cache
+    from h5sidecar.dest._record_cache_files import prune_cache_files as prune_cache_files
     from h5sidecar.dest._record_db import LOOKUP_BATCH as LOOKUP_BATCH
     from h5sidecar.dest._record_db import Record as Record
     from h5sidecar.dest._record_db import open_record as open_record
@@ -92,6 +99,7 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads
     from h5sidecar.dest._record_store import latest_rows as latest_rows
     from h5sidecar.dest._record_store import newest_part_mtime as newest_part_mtime
     from h5sidecar.dest._record_store import roots_of as roots_of
+    from h5sidecar.dest._record_store import scratch_folder as scratch_folder
     from h5sidecar.dest._record_store import store_of as store_of
     from h5sidecar.dest._record_view import RecordAllowList as RecordAllowList
     from h5sidecar.dest._record_view import RecordView as RecordView

@@ -57,8 +57,8 @@ from h5sidecar.dest._record_sql import SCHEMA_VERSION, busy, connect, insert_run
 from h5sidecar.dest._report import RunReport
 from h5sidecar.settings import RecordSettings, from_env
 
-__all__ = ["cache_file", "create_schema", "load_part", "number_runs", "open_cache",
-           "prune_cache", "refresh"]
+__all__ = ["CACHE_FILE_NAME", "cache_file", "create_schema", "load_part", "number_runs",
+           "open_cache", "prune_cache", "refresh"]
 log = logging.getLogger("h5sidecar.workflows")
 
 #: Version of the cache's layout, in its file names: a new layout starts new files.
@@ -79,6 +79,9 @@ CREATE TABLE headers (uid TEXT PRIMARY KEY, id INTEGER NOT NULL, key TEXT NOT NU
 CREATE TABLE parts (name TEXT PRIMARY KEY);
 CREATE TABLE covered (name TEXT PRIMARY KEY);
 """
+#: What a cache file is for (``dest``: DEST's URL), for ``h5sidecar cache list``; made on a
+#: refresh, so files of an earlier version get it on their next use.
+_ABOUT_SQL = "CREATE TABLE IF NOT EXISTS about (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 _ROW = ("url, name, sidecar, status, source, n_virtual, n_inlined, n_skipped, skipped, "
         "n_chunks, sidecar_bytes, seconds, error, run, updated, stamp, key, run_uid")
 _N = len(_ROW.split(","))
@@ -151,7 +154,7 @@ def open_cache(path: str, *, max_age_days: float = 0.0) -> sqlite3.Connection:
 
 
 #: Names of the cache's files (any layout version) and of a creation's leftovers.
-_CACHE_FILE = re.compile(r"v\d+-[0-9a-f]{32}\.sqlite(\.[0-9a-f]{32}\.tmp)?")
+CACHE_FILE_NAME = re.compile(r"v\d+-[0-9a-f]{32}\.sqlite(\.[0-9a-f]{32}\.tmp)?")
 
 
 def prune_cache(folder: str, max_age_days: float, *, now: float | None = None) -> list[str]:
@@ -166,7 +169,7 @@ def prune_cache(folder: str, max_age_days: float, *, now: float | None = None) -
     except OSError:  # no folder yet, or not readable: nothing to prune
         return removed
     for entry in entries:
-        if not _CACHE_FILE.fullmatch(entry.name):
+        if not CACHE_FILE_NAME.fullmatch(entry.name):
             continue
         try:  # a WAL written after the file's last touch is a later use
             last = max(os.stat(p).st_mtime for p in (entry.path, entry.path + "-wal")
@@ -191,6 +194,9 @@ def refresh(db: sqlite3.Connection, fs: Any, root: str, path: str) -> int:
     with busy(path):
         db.execute("BEGIN IMMEDIATE")
         try:
+            db.execute(_ABOUT_SQL)
+            db.execute("INSERT OR IGNORE INTO about VALUES ('dest', ?)",  # no write when known
+                       (fs.unstrip_protocol(root.rstrip("/")),))
             read = _refresh(db, fs, root)
         except BaseException:
             if db.in_transaction:

@@ -23,6 +23,7 @@ from h5sidecar.dest._record_db import Record
 from h5sidecar.dest._record_sql import COLUMNS, result_of
 from h5sidecar.dest._record_store import Mirror, compact, has_parts, store_of
 from h5sidecar.dest._report import GranuleResult, RunReport
+from h5sidecar.settings import RecordSettings
 
 __all__ = ["RemoteRecorder", "forget_remote", "remote_snapshot", "write_remote"]
 
@@ -44,13 +45,17 @@ class RemoteRecorder:
         The run's fields.
     read_json : callable
         Reads DEST's ``_report.json`` (migrated when present).
+    settings : RecordSettings, optional
+        The record cache (default: ``from_env(RecordSettings)``).
     """
 
     def __init__(self, dest: str, run: RunReport, storage_options: Mapping[str, Any] | None,
-                 read_json: ReadJson, content: Mapping[str, Any] | None = None) -> None:
+                 read_json: ReadJson, content: Mapping[str, Any] | None = None,
+                 settings: RecordSettings | None = None) -> None:
         self.fs, self.root = store_of(dest, storage_options)
+        self._settings = settings
         migrate(self.fs, self.root, read_json)
-        self.mirror = Mirror(self.fs, self.root)
+        self.mirror = Mirror(self.fs, self.root, settings=settings)
         try:
             # what this run listed or recorded, in a database of its own (the mirror is only
             # read: it may be the cache other readers share); on disk, as it may hold every URL
@@ -121,7 +126,7 @@ class RemoteRecorder:
         finally:
             self.mirror.close()
         try:
-            compact(self.fs, self.root)
+            compact(self.fs, self.root, settings=self._settings)
         except OSError as exc:  # the run is recorded; only reading it stays slower
             log.warning("could not compact the record of %s (%s): the next run tries again",
                         self.root, exc)
@@ -129,7 +134,8 @@ class RemoteRecorder:
 
 
 @contextlib.contextmanager
-def remote_snapshot(dest: str, storage_options: Mapping[str, Any] | None
+def remote_snapshot(dest: str, storage_options: Mapping[str, Any] | None,
+                    settings: RecordSettings | None = None,
                     ) -> Iterator[tuple[RunReport, Iterator[GranuleResult]] | None]:
     """The report of an object-store DEST in parts as :meth:`Record.snapshot` gives it (None
     when DEST has no parts: its report, if any, is ``_report.json``)."""
@@ -137,20 +143,20 @@ def remote_snapshot(dest: str, storage_options: Mapping[str, Any] | None
     if not has_parts(fs, root):
         yield None
         return
-    with Mirror(fs, root) as mirror, mirror.record.snapshot() as stream:
+    with Mirror(fs, root, settings=settings) as mirror, mirror.record.snapshot() as stream:
         yield stream
 
 
 def write_remote(report: RunReport, dest: str, storage_options: Mapping[str, Any] | None,
-                 read_json: ReadJson, merge: Callable[[RunReport | None], RunReport] | None
-                 ) -> tuple[str, RunReport]:
+                 read_json: ReadJson, merge: Callable[[RunReport | None], RunReport] | None,
+                 settings: RecordSettings | None = None) -> tuple[str, RunReport]:
     """Record a whole ``report`` as one run in one part: merged with the recorded granules by
     ``merge`` (their report in, the merged report out), or, without, replacing them (the
     others get tombstones).  Returns the part's path and the report as merged."""
     fs, root = store_of(dest, storage_options)
     migrate(fs, root, read_json)
     writer = PartsWriter(fs, root)
-    with Mirror(fs, root) as mirror:
+    with Mirror(fs, root, settings=settings) as mirror:
         try:
             recorded: RunReport | None = mirror.record.report()
         except FileNotFoundError:
@@ -170,13 +176,13 @@ def write_remote(report: RunReport, dest: str, storage_options: Mapping[str, Any
 
 
 def forget_remote(dest: str, sidecars: set[str], storage_options: Mapping[str, Any] | None,
-                  read_json: ReadJson) -> int:
+                  read_json: ReadJson, settings: RecordSettings | None = None) -> int:
     """Write tombstones for the granules whose sidecar is one of ``sidecars`` (normalised);
     returns how many."""
     fs, root = store_of(dest, storage_options)
     migrate(fs, root, read_json)
     writer = PartsWriter(fs, root)
-    with Mirror(fs, root) as mirror:
+    with Mirror(fs, root, settings=settings) as mirror:
         n = 0
         for url in _urls_of_sidecars(mirror.record, sidecars):
             writer.add(url)

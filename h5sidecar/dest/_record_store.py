@@ -60,7 +60,8 @@ from h5sidecar.errors import RecordBusyError
 from h5sidecar.settings import RecordSettings, from_env
 
 __all__ = ["COMPACT_PARTS", "MIRROR_PREFIX", "Mirror", "cached_record", "compact", "has_parts",
-           "latest_rows", "newest_part_mtime", "roots_of", "store_of", "sweep_stale_mirrors"]
+           "latest_rows", "newest_part_mtime", "roots_of", "scratch_folder", "store_of",
+           "sweep_stale_mirrors"]
 
 log = logging.getLogger("h5sidecar.workflows")
 
@@ -124,6 +125,14 @@ def sweep_stale_mirrors(tmp: str | None = None, *, older_than: float = STALE_MIR
     return removed
 
 
+def scratch_folder() -> str:
+    """A new private folder of this process under the temporary folder (a temporary mirror's,
+    a reader's own files): remove it when done; one left by a killed process is removed by
+    :func:`sweep_stale_mirrors` once stale."""
+    sweep_stale_mirrors()
+    return tempfile.mkdtemp(prefix=f"{MIRROR_PREFIX}{os.getpid()}-")
+
+
 class Mirror:
     """DEST's parts loaded into an SQLite database with the schema of a local record, read
     through :attr:`record`: the cache kept between runs (:mod:`._record_cache`, only the parts
@@ -176,8 +185,7 @@ class Mirror:
         return Record(path)
 
     def _temporary(self, fs: Any, root: str, paths: Sequence[str] | None) -> Record:
-        sweep_stale_mirrors()
-        self._dir = tempfile.mkdtemp(prefix=f"{MIRROR_PREFIX}{os.getpid()}-")
+        self._dir = scratch_folder()
         path = os.path.join(self._dir, "record.sqlite")
         try:
             db = sqlite3.connect(path, isolation_level=None)
@@ -213,8 +221,7 @@ class Mirror:
         """A private folder of this process for a reader's own files (removed by
         :meth:`close`, or swept once stale after a kill)."""
         if self._dir is None:
-            sweep_stale_mirrors()
-            self._dir = tempfile.mkdtemp(prefix=f"{MIRROR_PREFIX}{os.getpid()}-")
+            self._dir = scratch_folder()
         return self._dir
 
     def close(self) -> None:
@@ -232,22 +239,37 @@ class Mirror:
         self.close()
 
 
-def cached_record(fs: Any, root: str) -> str | None:
+def cached_record(fs: Any, root: str, settings: RecordSettings | None = None) -> str | None:
     """The record cache of the object-store DEST ``root``, refreshed now (one LIST, then only
     the parts it has not loaded): its path, for read-only queries as on a local record
     (:class:`~h5sidecar.dest._record_view.RecordView`: the gateway looks granules up there
-    instead of holding every source).  None when DEST has no parts, caching is off, or the
-    cache is unusable (a reader then loads a temporary copy, or lists DEST).
+    instead of holding every source).  None when DEST has no parts or ``settings`` (default:
+    ``from_env(RecordSettings)``) turn caching off.
 
     Raises
     ------
     RecordBusyError
         The cache stayed locked by another process (a long refresh).
+    sqlite3.DatabaseError
+        The cache cannot be made, opened or written (no permission, a full disk, a damaged
+        file).  No temporary copy is loaded instead: the caller chooses (the gateway keeps a
+        private cache).
+    OSError
+        The store cannot be listed or read.
     """
-    if cache_file(fs, root) is None or not list_parts(fs, root):
+    settings = settings or from_env(RecordSettings)
+    path = cache_file(fs, root, settings)
+    if path is None or not list_parts(fs, root):
         return None
-    with Mirror(fs, root) as mirror:
-        return mirror.record.path if mirror.cached else None
+    try:
+        db = open_cache(path, max_age_days=settings.record_cache_max_age_days)
+    except OSError as exc:  # its folder cannot be made or written: as SQLite says of a file
+        raise sqlite3.OperationalError(f"unable to open the record cache {path}: {exc}") from exc
+    try:
+        refresh(db, fs, root, path)
+    finally:
+        db.close()
+    return path
 
 
 #: The parts' columns as the mirror's SQL gives them.
@@ -260,18 +282,19 @@ _COLUMN_SQL = {
 }
 
 
-def latest_rows(fs: Any, root: str, columns: Sequence[str]) -> pa.Table | None:
+def latest_rows(fs: Any, root: str, columns: Sequence[str],
+                settings: RecordSettings | None = None) -> pa.Table | None:
     """The newest row of every granule recorded in DEST's parts (tombstoned granules left out),
     with ``columns`` (of the parts' :data:`~._record_parts.SCHEMA`), sorted by URL, as one
     columnar table; None without parts.
 
-    Read from the record cache (only the parts it has not seen are read); without a cache,
-    from every part (:func:`._record_parts.latest_rows`).
+    Read from the record cache of ``settings`` (only the parts it has not seen are read);
+    without a cache, from every part (:func:`._record_parts.latest_rows`).
     """
-    if cache_file(fs, root) is None:
+    if cache_file(fs, root, settings) is None:
         return parts_latest_rows(fs, root, columns)
     schema = pa.schema([SCHEMA.field(c) for c in columns])
-    with Mirror(fs, root) as mirror:
+    with Mirror(fs, root, settings=settings) as mirror:
         db = mirror.record._db
         if db.execute("SELECT count(*) FROM parts").fetchone()[0] == 0:
             return None
@@ -285,18 +308,19 @@ def latest_rows(fs: Any, root: str, columns: Sequence[str]) -> pa.Table | None:
     return pa.Table.from_batches(batches, schema=schema)
 
 
-def roots_of(fs: Any, root: str) -> tuple[str, ...]:
-    """The source roots DEST's parts record, oldest first: from the record cache, else from
-    every part's footer (:func:`._record_parts.roots_of`)."""
-    if cache_file(fs, root) is None:
+def roots_of(fs: Any, root: str, settings: RecordSettings | None = None) -> tuple[str, ...]:
+    """The source roots DEST's parts record, oldest first: from the record cache of
+    ``settings``, else from every part's footer (:func:`._record_parts.roots_of`)."""
+    if cache_file(fs, root, settings) is None:
         return parts_roots_of(fs, root)
-    with Mirror(fs, root) as mirror:
+    with Mirror(fs, root, settings=settings) as mirror:
         return tuple(r for (r,) in mirror.record._db.execute(
             "SELECT root FROM roots ORDER BY seq"))
 
 
 # -- compacting ----------------------------------------------------------------------------------
-def compact(fs: Any, root: str, threshold: int | None = None) -> str | None:
+def compact(fs: Any, root: str, threshold: int | None = None,
+            settings: RecordSettings | None = None) -> str | None:
     """When DEST has more than ``threshold`` (:data:`COMPACT_PARTS`) parts, replace those listed now by one part holding
     the newest row of each granule (tombstones kept; rows keep their keys); returns its path.
 
@@ -307,7 +331,7 @@ def compact(fs: Any, root: str, threshold: int | None = None) -> str | None:
     if len(paths) <= (COMPACT_PARTS if threshold is None else threshold):
         return None
     try:
-        mirror = _mirror_of(fs, root, paths)
+        mirror = _mirror_of(fs, root, paths, settings)
     except FileNotFoundError:
         log.info("another run is compacting %s: left to it", parts_root(root))
         return None
@@ -335,11 +359,12 @@ def compact(fs: Any, root: str, threshold: int | None = None) -> str | None:
     return f"{parts_root(root)}/{key}.parquet"
 
 
-def _mirror_of(fs: Any, root: str, paths: Sequence[str]) -> Mirror:
+def _mirror_of(fs: Any, root: str, paths: Sequence[str],
+               settings: RecordSettings | None) -> Mirror:
     """A mirror of exactly the parts ``paths``: the record cache when, refreshed, it holds
     those parts and no other (nothing is read again), else a temporary one loaded from them."""
-    if cache_file(fs, root) is not None:
-        mirror = Mirror(fs, root)
+    if cache_file(fs, root, settings) is not None:
+        mirror = Mirror(fs, root, settings=settings)
         if mirror.cached:
             loaded = {n for (n,) in mirror.record._db.execute("SELECT name FROM parts")}
             if loaded == {p.rsplit("/", 1)[-1] for p in paths}:

@@ -36,6 +36,7 @@ from h5sidecar.dest._record_remote import (
 )
 from h5sidecar.dest._report import GranuleResult, RunReport
 from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.settings import RecordSettings
 from h5sidecar.sources import normalize_url
 
 __all__ = [
@@ -91,11 +92,14 @@ class RunRecorder:
         Normalised DEST.
     run : RunReport
         The run's fields (its granules are ignored), recorded at once locally.
+    record_settings : RecordSettings, optional
+        The record cache of an object-store DEST (default: ``from_env(RecordSettings)``).
     """
 
     def __init__(self, dest: str, run: RunReport,
                  storage_options: Mapping[str, Any] | None = None, *,
-                 content: Mapping[str, Any] | None = None) -> None:
+                 content: Mapping[str, Any] | None = None,
+                 record_settings: RecordSettings | None = None) -> None:
         self.dest = dest
         self._storage_options = storage_options
         self._t0 = time.perf_counter() - run.seconds
@@ -106,7 +110,8 @@ class RunRecorder:
         self.confirmed = 0
         if self._record is None:
             self._remote = RemoteRecorder(dest, run, storage_options,
-                                          lambda: _json_or_none(dest, storage_options), content)
+                                          lambda: _json_or_none(dest, storage_options), content,
+                                          record_settings)
         else:
             try:
                 self._run = self._record.begin_run(run, content)
@@ -193,15 +198,18 @@ def write_report(
     *,
     storage_options: Mapping[str, Any] | None = None,
     merge: bool = True,
+    record_settings: RecordSettings | None = None,
 ) -> str:
     """Record ``report`` in DEST and return where: the record of a local DEST (one
     transaction), a new part of an object-store DEST's record (one PUT).
 
     With ``merge`` (the default) the granules already recorded that ``report`` does not name
     keep their entries (:func:`merge_reports`); without, ``report`` replaces them all.  A
-    malformed earlier ``_report.json`` is replaced (with a warning).
+    malformed earlier ``_report.json`` is replaced (with a warning).  ``record_settings``: the
+    record cache of an object-store DEST (default: ``from_env(RecordSettings)``).
     """
-    return write_merged_report(report, dest, storage_options=storage_options, merge=merge)[0]
+    return write_merged_report(report, dest, storage_options=storage_options, merge=merge,
+                               record_settings=record_settings)[0]
 
 
 def write_merged_report(
@@ -210,6 +218,7 @@ def write_merged_report(
     *,
     storage_options: Mapping[str, Any] | None = None,
     merge: bool = True,
+    record_settings: RecordSettings | None = None,
 ) -> tuple[str, RunReport]:
     """:func:`write_report`, also returning the report as written (merged, with orphans)."""
     dest = normalize_url(dest)
@@ -224,7 +233,8 @@ def write_merged_report(
             record.close()
     return write_remote(report, dest, storage_options,
                         lambda: _json_or_none(dest, storage_options),
-                        (lambda previous: merge_reports(previous, report)) if merge else None)
+                        (lambda previous: merge_reports(previous, report)) if merge else None,
+                        record_settings)
 
 
 def _open(dest: str) -> Record:
@@ -251,7 +261,8 @@ def _recorded(record: Record) -> RunReport | None:
 
 
 def forget_sidecars(report: RunReport | None, dest: str, sidecars: Iterable[str], *,
-                    storage_options: Mapping[str, Any] | None = None) -> None:
+                    storage_options: Mapping[str, Any] | None = None,
+                    record_settings: RecordSettings | None = None) -> None:
     """Remove the granules of ``sidecars`` (removed by prune) from DEST's report by sidecar:
     from a local DEST's record, with tombstones in a new part on an object store (``report``
     is not needed)."""
@@ -266,12 +277,15 @@ def forget_sidecars(report: RunReport | None, dest: str, sidecars: Iterable[str]
         return
     dest = normalize_url(dest)
     forget_remote(dest, {spelling for s in sidecars for spelling in (s, normalize_url(s))},
-                  storage_options, lambda: _json_or_none(dest, storage_options))
+                  storage_options, lambda: _json_or_none(dest, storage_options),
+                  record_settings)
 
 
-def read_report(dest: str, *, storage_options: Mapping[str, Any] | None = None) -> RunReport:
+def read_report(dest: str, *, storage_options: Mapping[str, Any] | None = None,
+                record_settings: RecordSettings | None = None) -> RunReport:
     """Read DEST's run report: from its record (a local DEST that has one, an object-store DEST
-    with parts), else from ``DEST/_report.json``.
+    with parts, through the record cache of ``record_settings``, default
+    ``from_env(RecordSettings)``), else from ``DEST/_report.json``.
 
     Raises
     ------
@@ -288,7 +302,7 @@ def read_report(dest: str, *, storage_options: Mapping[str, Any] | None = None) 
         finally:
             record.close()
     if is_remote(dest):
-        with remote_snapshot(dest, storage_options) as stream:
+        with remote_snapshot(dest, storage_options, record_settings) as stream:
             if stream is not None:
                 return replace(stream[0], granules=tuple(stream[1]), omitted={})
     try:
@@ -301,14 +315,15 @@ def read_report(dest: str, *, storage_options: Mapping[str, Any] | None = None) 
 
 
 @contextlib.contextmanager
-def report_stream(dest: str, *, storage_options: Mapping[str, Any] | None = None
+def report_stream(dest: str, *, storage_options: Mapping[str, Any] | None = None,
+                  record_settings: RecordSettings | None = None,
                   ) -> Iterator[tuple[RunReport, Iterator[GranuleResult]]]:
     """DEST's run report as a header (its fields, every granule counted in ``omitted``) and a
     stream of its granules by name: from a record one row at a time, so a reader of a million
     granules holds one (``h5sidecar report``), an object-store DEST's parts loaded first into a
     temporary database; from ``_report.json`` after reading it whole.
 
-    Raises as :func:`read_report`.
+    Raises as :func:`read_report`; ``record_settings`` as there.
     """
     dest = normalize_url(dest)
     if not is_remote(dest) and os.path.exists(record_path(dest)):
@@ -320,11 +335,11 @@ def report_stream(dest: str, *, storage_options: Mapping[str, Any] | None = None
             record.close()
         return
     if is_remote(dest):
-        with remote_snapshot(dest, storage_options) as stream:
+        with remote_snapshot(dest, storage_options, record_settings) as stream:
             if stream is not None:
                 yield stream
                 return
-    report = read_report(dest, storage_options=storage_options)
+    report = read_report(dest, storage_options=storage_options, record_settings=record_settings)
     yield replace(report, granules=(), omitted=report.counts), iter(report.granules)
 
 

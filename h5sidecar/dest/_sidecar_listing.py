@@ -29,6 +29,7 @@ from h5sidecar.dest._dest_walk import walk_sidecars
 from h5sidecar.dest._locations import RECORD_NAME, REPORT_NAME
 from h5sidecar.dest._record_parts import list_parts
 from h5sidecar.dest._record_store import latest_rows
+from h5sidecar.settings import RecordSettings
 
 __all__ = ["GranuleInfo", "iter_sidecars", "list_indexed", "sidecar_size"]
 
@@ -86,12 +87,12 @@ def _failed_in_record(path: str) -> set[str]:
         db.close()
 
 
-def _failed(fs: Any, root: str, remote: bool) -> set[str]:
+def _failed(fs: Any, root: str, remote: bool, settings: RecordSettings | None) -> set[str]:
     """Names of the granules the last run marks as failed (record, else report)."""
     if not remote and os.path.exists(f"{root}/{RECORD_NAME}"):
         return _failed_in_record(f"{root}/{RECORD_NAME}")
     if remote and list_parts(fs, root):  # an object-store record in parts
-        rows = latest_rows(fs, root, ["status", "name"])
+        rows = latest_rows(fs, root, ["status", "name"], settings)
         if rows is None:
             return set()
         return {n for st, n in zip(rows["status"].to_pylist(), rows["name"].to_pylist(),
@@ -213,18 +214,20 @@ def _identity(fs: Any, path: str, entry: Mapping[str, Any] | None) -> str:
 
 
 def iter_sidecars(
-    dest: str, *, storage_options: Mapping[str, Any] | None = None, identity: bool = True
+    dest: str, *, storage_options: Mapping[str, Any] | None = None, identity: bool = True,
+    record_settings: RecordSettings | None = None,
 ) -> Iterator[tuple[GranuleInfo, str]]:
     """The sidecars under DEST (local folder or ``s3://`` prefix) and their identities, streamed.
 
     Granules the last run marks as failed are left out; ``sidecar_bytes`` is -1 (sizing a
     Parquet sidecar walks its folder: :func:`sidecar_size` when needed); identities are ``""``
-    without ``identity``.
+    without ``identity``.  ``record_settings``: the record cache an object-store DEST's
+    failed granules are read through (default: ``from_env(RecordSettings)``).
     """
     fs, root = dest_fs(dest, storage_options)
     remote = "://" in dest
     prefix = dest.split("://", 1)[0] + "://" if remote else ""
-    failed = _failed(fs, root, remote)
+    failed = _failed(fs, root, remote, record_settings)
     for path, entry in _walk(fs, root):
         rel = posixpath.relpath(path, root)
         suffix = posixpath.splitext(rel)[1]

@@ -24,8 +24,13 @@ DEST but not recorded is still found by name (one ``stat``).  An object-store DE
 in parts is served the same way from the record cache on this machine (the parts loaded into
 SQLite, refreshed every ``refresh_seconds`` and on a miss: one LIST, then only new parts), not
 from a listing and a tuple of every source.  Other DESTs (a folder of sidecars without a
-record, a store without parts or with the cache off) are listed whole, every
-``refresh_seconds``: the listing is held as a sorted list, about 200 bytes per granule.
+record, a store without parts) are listed whole, every ``refresh_seconds``: the listing is
+held as a sorted list, about 200 bytes per granule.
+
+With the record cache turned off (``--record-cache off``) or unusable (a read-only or full
+disk), the gateway keeps a cache of its own in a private temporary folder, removed when it
+stops (or swept once stale after a kill): lookups and refreshes stay those of the cache (a
+refresh reads only the new parts), never a listing and a tuple of every source.
 """
 
 from __future__ import annotations
@@ -33,19 +38,23 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
+import shutil
+import sqlite3
 import threading
 import time
+import weakref
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
 
 from h5sidecar.credentials import fsspec_options
-from h5sidecar.dest import RecordView, cached_record, safe_name
+from h5sidecar.dest import RecordView, cached_record, safe_name, scratch_folder
 from h5sidecar.errors import RecordBusyError, SourceReadError
+from h5sidecar.gateway._dest_snapshot import DestSnapshot
 from h5sidecar.gateway._report_sources import REPORT_NAME, report_sources
+from h5sidecar.settings import RecordSettings, from_env
 
 __all__ = ["REPORT_NAME", "SIDECAR_SUFFIXES", "DestIndex", "DestSnapshot"]
 
@@ -58,48 +67,6 @@ RECORD_NAME = "_h5sidecar.sqlite"
 SIDECAR_SUFFIXES = (".parq", ".json")
 #: Folders below DEST visited when listing (sidecars of nested granule names live deeper).
 MAX_DEPTH = 8
-
-
-@dataclass(frozen=True, slots=True)
-class DestSnapshot:
-    """One listing of DEST.
-
-    Attributes
-    ----------
-    sidecars : dict
-        Granule name (``"ATL03_x.h5"``, ``"2019/ATL03_y.h5"``) -> sidecar URL.
-    cubes : dict
-        Cube name -> URL of its references (the cubes given to the gateway).
-    sources : tuple of str
-        Source URLs recorded in the report for granules indexed successfully.
-    report_found : bool
-        Whether DEST has a run report (its record, or ``_report.json``).
-    listed_at : float
-        ``time.monotonic()`` of the listing.
-    record : RecordView or None
-        The record granules are looked up in (``sidecars`` is then empty: DEST is not listed).
-    count : int or None
-        Granules served (for a record: as last counted, None before the first count).
-    names : tuple of str
-        The keys of ``sidecars``, sorted (for paging).
-    relist_on_miss : bool
-        Whether a granule missing from it may have come since (a listing, or an object-store
-        DEST's record cache), so that a miss is worth a refresh; a local record is current.
-    """
-
-    sidecars: Mapping[str, str]
-    sources: tuple[str, ...]
-    report_found: bool
-    listed_at: float
-    cubes: Mapping[str, str] = field(default_factory=dict)
-    record: RecordView | None = None
-    count: int | None = 0
-    names: tuple[str, ...] = ()
-    relist_on_miss: bool = True
-
-    def url_of(self, name: str) -> str | None:
-        """The references of ``name``: a cube's (cubes take precedence) or a granule's sidecar."""
-        return self.cubes.get(name) or self.sidecars.get(name)
 
 
 def _is_hidden(name: str) -> bool:
@@ -121,6 +88,9 @@ class DestIndex:
     cubes : mapping, optional
         Cube name -> URL of the cube's references (local path or ``s3://``), served beside the
         granules; a cube inside DEST is not listed as a granule too.
+    record_settings : RecordSettings, optional
+        The record cache of an object-store DEST (default: ``from_env(RecordSettings)``); with
+        the cache off, a private one is kept for the life of this object (see :meth:`close`).
     """
 
     def __init__(
@@ -130,7 +100,10 @@ class DestIndex:
         storage_options: Mapping[str, Any] | None = None,
         refresh_seconds: float = 30.0,
         cubes: Mapping[str, str] | None = None,
+        record_settings: RecordSettings | None = None,
     ) -> None:
+        self._record_settings = record_settings or from_env(RecordSettings)
+        self._private: str | None = None  # the folder of a private record cache, once made
         self._options = dict(storage_options or {})
         self._provider = self._options.get("credential_provider") is not None
         self._fs, root = fsspec.core.url_to_fs(dest, **fsspec_options(dest, storage_options))
@@ -218,9 +191,19 @@ class DestIndex:
                             record.recount(), relist_on_miss=relist_on_miss)  # fmt: skip
 
     def _cached_record(self) -> str | None:
-        """The record cache of an object-store DEST, refreshed (None: list DEST instead)."""
+        """The record cache of an object-store DEST, refreshed (None: no parts, list DEST)."""
+        if self._private is None and self._record_settings.cache_folder() is None:
+            self._use_private_cache("the record cache is off")
         try:
-            return cached_record(self.fs, self.root)
+            try:
+                return cached_record(self.fs, self.root, self._record_settings)
+            except sqlite3.DatabaseError as exc:  # the cache's own failure, not the store's
+                if self._private is not None:
+                    raise
+                # the shared cache cannot be made or read (read-only or full disk, a damaged
+                # file): a private one, rather than holding every source in memory
+                self._use_private_cache(f"the record cache is unusable ({exc})")
+                return cached_record(self.fs, self.root, self._record_settings)
         except RecordBusyError as exc:
             if self._record is None:
                 raise SourceReadError(f"the record cache of DEST {self.dest} is busy: "
@@ -229,8 +212,25 @@ class DestIndex:
             log.warning("the record cache of DEST %s is busy (%s): serving it as it was",
                         self.dest, exc)  # fmt: skip
             return self._record.path
-        except OSError as exc:  # the store cannot be listed or read
+        except (OSError, sqlite3.DatabaseError) as exc:  # the store cannot be listed or read
             raise SourceReadError(f"reading the record of {self.dest} failed: {exc}") from exc
+
+    def _use_private_cache(self, why: str) -> None:
+        """From now on, keep DEST's record cache in a private temporary folder (removed by
+        :meth:`close`, or when this object is collected or the process exits)."""
+        folder = self._private = scratch_folder()
+        weakref.finalize(self, shutil.rmtree, folder, True)
+        self._record_settings = RecordSettings(record_cache=folder, record_cache_max_age_days=0.0)
+        log.info("%s: DEST %s's record is kept in a private cache (%s) while serving", why,
+                 self.dest, folder)  # fmt: skip
+
+    def close(self) -> None:
+        """Remove the private record cache, if one was made (the gateway stops)."""
+        folder, self._private = self._private, None
+        if folder is not None:
+            self._record, self._snapshot = None, None
+            self._record_settings = RecordSettings(record_cache="")  # a new one if used again
+            shutil.rmtree(folder, ignore_errors=True)
 
     def probe(self, snapshot: DestSnapshot) -> None:
         """Raise unless DEST (and its record) can be read now; lists nothing."""

@@ -1,8 +1,8 @@
 """The sources the gateway may read of a DEST served from a listing: those its run report names.
 
-An object-store DEST's record in parts (when its record cache is off: otherwise the gateway
-looks each source up in the cache), or an earlier version's ``_report.json``: the source root
-of every run merged into it and the source of every granule indexed successfully, all held.
+An earlier version's ``_report.json`` (a DEST with a record, local or in parts, is served
+from that record, its sources looked up there): the source root of every run merged into it
+and the source of every granule indexed successfully, all held.
 """
 
 from __future__ import annotations
@@ -10,22 +10,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from h5sidecar.dest import latest_rows, list_parts, roots_of, source_roots
+from h5sidecar.dest import source_roots
 from h5sidecar.errors import InvalidReferenceError, SourceReadError
 
-__all__ = ["REPORT_NAME", "parts_sources", "report_sources"]
+__all__ = ["REPORT_NAME", "report_sources"]
 
 REPORT_NAME = "_report.json"
 
 
 def report_sources(fs: Any, root: str, dest: str) -> tuple[tuple[str, ...], bool]:
-    """The sources DEST's report allows, and whether DEST has a report."""
-    try:
-        parts = parts_sources(fs, root)
-    except OSError as exc:
-        raise SourceReadError(f"reading the record of {dest} failed: {exc}") from exc
-    if parts is not None:
-        return parts, True
+    """The sources DEST's ``_report.json`` allows, and whether DEST has one."""
     path = f"{root}/{REPORT_NAME}"
     try:
         raw = fs.cat_file(path)
@@ -52,19 +46,3 @@ def report_sources(fs: Any, root: str, dest: str) -> tuple[tuple[str, ...], bool
             "`h5sidecar index` into DEST, or pass the source prefixes with --allow"
         ) from exc
     return tuple(dict.fromkeys(sources)), True
-
-
-def parts_sources(fs: Any, root: str) -> tuple[str, ...] | None:
-    """The source roots and the sources of the granules indexed successfully that an
-    object-store DEST's record in parts holds (:mod:`h5sidecar.dest._record_parts`); None when
-    it has no parts."""
-    if not list_parts(fs, root):
-        return None
-    sources = list(roots_of(fs, root))
-    rows = latest_rows(fs, root, ["status", "source_url", "url"])
-    if rows is not None:
-        for status, src, url in zip(*(rows[c].to_pylist() for c in rows.column_names),
-                                    strict=True):
-            if status in ("ok", "up_to_date"):
-                sources.append(src or url)
-    return tuple(dict.fromkeys(sources))

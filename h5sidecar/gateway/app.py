@@ -47,7 +47,7 @@ from h5sidecar.gateway._reply import key_reply
 from h5sidecar.gateway._stac_routes import StacHandlers
 from h5sidecar.gateway.core import Gateway, View
 from h5sidecar.read import RechunkSpec
-from h5sidecar.settings import GatewaySettings, ReadSettings
+from h5sidecar.settings import GatewaySettings, ReadSettings, RecordSettings
 
 __all__ = ["create_app", "serve"]
 
@@ -200,6 +200,7 @@ def create_app(
     refresh_seconds: float = 30.0,
     stac_api: Any | None = None,
     cubes: Mapping[str, str] | Sequence[str] | None = None,
+    record_settings: RecordSettings | None = None,
 ) -> Starlette:
     """Build the gateway's ASGI app for the sidecars under ``dest``.
 
@@ -224,6 +225,8 @@ def create_app(
         (``/zarr/NAME/``, ...): name -> URL of the cube, or ``"[NAME=]PATH"`` strings (named
         after the file without ``.parq``/``.json`` by default).  Their member granules must
         be allowed sources (they are when the cube was built from DEST's granules).
+    record_settings : RecordSettings, optional
+        The record cache of an object-store DEST (default: ``from_env(RecordSettings)``).
 
     Returns
     -------
@@ -232,7 +235,7 @@ def create_app(
     """
     gateway = Gateway(settings, dest, storage_options=storage_options,
                       read_settings=read_settings, refresh_seconds=refresh_seconds,
-                      cubes=cubes)  # fmt: skip
+                      cubes=cubes, record_settings=record_settings)  # fmt: skip
     h = _Handlers(gateway, settings)
     key_methods = ["GET", "HEAD"]
     routes = [
@@ -303,12 +306,15 @@ def serve(
     log_level: str = "info",
     stac_api: Any | None = None,
     cubes: Mapping[str, str] | Sequence[str] | None = None,
+    record_settings: RecordSettings | None = None,
 ) -> None:
-    """Run the gateway with uvicorn on ``settings.host:settings.port`` until interrupted."""
+    """Run the gateway with uvicorn on ``settings.host:settings.port`` until interrupted
+    (the parameters are :func:`create_app`'s)."""
     import uvicorn
 
     app = create_app(settings, dest, storage_options=storage_options,
-                     read_settings=read_settings, stac_api=stac_api, cubes=cubes)  # fmt: skip
+                     read_settings=read_settings, stac_api=stac_api, cubes=cubes,
+                     record_settings=record_settings)  # fmt: skip
     # timeout_graceful_shutdown: on SIGTERM/SIGINT in-flight requests get shutdown_seconds,
     # then they are cancelled -- a request stuck on a stalled source cannot keep it alive.
     # limit_concurrency: connections beyond max_connections are answered 503 at once.
@@ -324,6 +330,7 @@ def serve(
         with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
             runner.run(_serve_then_drop_queued(server))
     finally:
+        app.state.gateway.close()  # its private record cache, if it made one
         close = getattr(stac_api, "close", None)  # a database backend's connections (pgstac)
         if close is not None:
             close()

@@ -53,7 +53,7 @@ from h5sidecar.gateway._shard import MAX_SHARD_FACTOR
 from h5sidecar.gateway._views import GranuleEntry, Resolved, View
 from h5sidecar.read import ByteLRU, cube_names, is_cube, load_refs, sidecar_identity
 from h5sidecar.references import GranuleRefs
-from h5sidecar.settings import GatewaySettings, ReadSettings
+from h5sidecar.settings import GatewaySettings, ReadSettings, RecordSettings
 from h5sidecar.sources import AllowList
 
 __all__ = ["MAX_SHARD_FACTOR", "Gateway", "Resolved", "View"]
@@ -89,6 +89,9 @@ class Gateway:
         ``"[NAME=]PATH"`` strings (named after the file by default; see
         :func:`h5sidecar.read._cube_view.cube_names`).  Their members must be readable under the
         allow-list, as every granule's source must.
+    record_settings : RecordSettings, optional
+        The record cache of an object-store DEST (default: ``from_env(RecordSettings)``; with
+        the cache off the gateway keeps a private one until :meth:`close`).
     """
 
     def __init__(
@@ -101,12 +104,14 @@ class Gateway:
         refresh_seconds: float = 30.0,
         revalidate_seconds: float = 10.0,
         cubes: Mapping[str, str] | Sequence[str] | None = None,
+        record_settings: RecordSettings | None = None,
     ) -> None:
         self.settings = settings
         self.storage_options = dict(storage_options or {})
         self.read_settings = read_settings if read_settings is not None else ReadSettings()
         self.dest = DestIndex(dest, storage_options=self.storage_options,
-                              refresh_seconds=refresh_seconds, cubes=cube_names(cubes))  # fmt: skip
+                              refresh_seconds=refresh_seconds, cubes=cube_names(cubes),
+                              record_settings=record_settings)  # fmt: skip
         self.revalidate_seconds = revalidate_seconds
         self.metrics = GatewayMetrics()
         budget = settings.cache_bytes
@@ -118,6 +123,10 @@ class Gateway:
         self._listing: asyncio.Future[DestSnapshot] | None = None
         self._loading: dict[str, asyncio.Future[GranuleEntry]] = {}
         self._health: tuple[float, str] = (-1e9, "")
+
+    def close(self) -> None:
+        """Release what DEST's view holds on disk (a private record cache)."""
+        self.dest.close()
 
     # -- DEST ------------------------------------------------------------------------------------
     @property

@@ -54,6 +54,7 @@ from h5sidecar.dest import (
 )
 from h5sidecar.errors import H5SidecarError, SourceNotFoundError
 from h5sidecar.read import load_refs
+from h5sidecar.settings import RecordSettings
 from h5sidecar.sources import normalize_url
 
 __all__ = ["PruneEntry", "PruneResult", "prune"]
@@ -116,6 +117,7 @@ def prune(
     staging_age: float = 3600.0,
     storage_options: Mapping[str, Any] | None = None,
     source_storage_options: Mapping[str, Any] | None = None,
+    record_settings: RecordSettings | None = None,
 ) -> PruneResult:
     """Find orphaned sidecars, sidecars in a format no longer used, and staging leftovers.
 
@@ -131,6 +133,9 @@ def prune(
         Temporaries younger than this (seconds) are left alone: a running ``index`` owns them.
     storage_options, source_storage_options : mapping, optional
         fsspec options for DEST, and for the sources (default: DEST's).
+    record_settings : RecordSettings, optional
+        The record cache an object-store DEST's record is read through (default:
+        ``from_env(RecordSettings)``).
 
     Raises
     ------
@@ -148,15 +153,16 @@ def prune(
         raise SourceNotFoundError(f"{dest} does not exist: pass the DEST of h5sidecar index")
     if not apply:  # a dry run removes nothing: it need not wait for a running index
         return _prune(fs, dest, root, False, reasons, staging_age, storage_options,
-                      source_storage_options)  # fmt: skip
+                      source_storage_options, record_settings)  # fmt: skip
     with dest_lock(dest, exclusive=True, holder="prune --apply"):
         return _prune(fs, dest, root, True, reasons, staging_age, storage_options,
-                      source_storage_options)  # fmt: skip
+                      source_storage_options, record_settings)  # fmt: skip
 
 
 def _prune(fs: Any, dest: str, root: str, apply: bool, reasons: tuple[str, ...],
            staging_age: float, storage_options: Mapping[str, Any] | None,
-           source_storage_options: Mapping[str, Any] | None) -> PruneResult:  # fmt: skip
+           source_storage_options: Mapping[str, Any] | None,
+           record_settings: RecordSettings | None) -> PruneResult:  # fmt: skip
     """:func:`prune` once DEST is known to exist (and, to apply, locked)."""
     prefix = dest.split("://", 1)[0] + "://" if is_remote(dest) else ""
     # read before the report: a sidecar committed after this moment is not removed
@@ -172,20 +178,21 @@ def _prune(fs: Any, dest: str, root: str, apply: bool, reasons: tuple[str, ...],
             stem, suffix = posixpath.splitext(posixpath.relpath(path, root))
             sidecars.add(stem, _SUFFIXES[suffix], prefix + path)
         entries, recorded = _decide(fs, dest, prefix, sidecars, temporaries, reasons,
-                                    staging_age, storage_options, source_storage_options)
+                                    staging_age, storage_options, source_storage_options,
+                                    record_settings)
         checked = len(sidecars)
     if apply:
         entries = [_remove(fs, e, prefix, decided_at) for e in entries]
         if recorded.exists:
-            _drop_from_report(recorded.report, dest, entries, storage_options)
+            _drop_from_report(recorded.report, dest, entries, storage_options, record_settings)
     return PruneResult(dest, tuple(entries), apply, checked)
 
 
 def _decide(fs: Any, dest: str, prefix: str, sidecars: StagedSidecars,
             temporaries: list[tuple[str, float | None]], reasons: tuple[str, ...],
             staging_age: float, storage_options: Mapping[str, Any] | None,
-            source_storage_options: Mapping[str, Any] | None
-            ) -> tuple[list[PruneEntry], _Recorded]:
+            source_storage_options: Mapping[str, Any] | None,
+            record_settings: RecordSettings | None) -> tuple[list[PruneEntry], _Recorded]:
     """What is to go among the ``sidecars`` and ``temporaries`` found, with what DEST's
     report says of them (read after the walk)."""
     entries: list[PruneEntry] = []
@@ -198,7 +205,7 @@ def _decide(fs: Any, dest: str, prefix: str, sidecars: StagedSidecars,
                                           f"interrupted write, {age / 3600:.1f} h old"))
     other: list[PruneEntry] = []
     orphans: list[PruneEntry] = []
-    with _recorded(dest, storage_options) as recorded:
+    with _recorded(dest, storage_options, record_settings) as recorded:
         # a batch of names at a time: what is held is one batch, and what was found
         for batch in sidecars.batches():
             by_name = recorded.lookup([name for name, _ in batch])
@@ -228,13 +235,14 @@ class _Recorded:
 
 
 @contextlib.contextmanager
-def _recorded(dest: str, storage_options: Mapping[str, Any] | None) -> Iterator[_Recorded]:
+def _recorded(dest: str, storage_options: Mapping[str, Any] | None,
+              record_settings: RecordSettings | None) -> Iterator[_Recorded]:
     """DEST's report, queried by name: a local record in batches from one read snapshot (its
     granules are never all held), an object store's parts the same way once loaded into a
     temporary database, else ``_report.json``, read whole."""
     fs, root = store_of(dest, storage_options) if is_remote(dest) else (None, "")
     if fs is not None and has_parts(fs, root):
-        with Mirror(fs, root) as mirror, mirror.record.reading():
+        with Mirror(fs, root, settings=record_settings) as mirror, mirror.record.reading():
             yield _Recorded(mirror.record.by_names, exists=True)
         return
     if not is_remote(dest) and os.path.exists(record_path(dest)):
@@ -245,14 +253,15 @@ def _recorded(dest: str, storage_options: Mapping[str, Any] | None) -> Iterator[
         finally:
             record.close()
         return
-    report = _report(dest, storage_options)
+    report = _report(dest, storage_options, record_settings)
     by_name = {g.name: g for g in report.granules} if report else {}
     yield _Recorded(lambda names: by_name, exists=report is not None, report=report)
 
 
-def _report(dest: str, storage_options: Mapping[str, Any] | None) -> RunReport | None:
+def _report(dest: str, storage_options: Mapping[str, Any] | None,
+            record_settings: RecordSettings | None) -> RunReport | None:
     try:
-        return read_report(dest, storage_options=storage_options)
+        return read_report(dest, storage_options=storage_options, record_settings=record_settings)
     except FileNotFoundError:
         return None
 
@@ -346,7 +355,9 @@ def _remove(fs: Any, e: PruneEntry, prefix: str, decided_at: float) -> PruneEntr
 
 
 def _drop_from_report(report: RunReport | None, dest: str, entries: list[PruneEntry],
-                      storage_options: Mapping[str, Any] | None) -> None:
+                      storage_options: Mapping[str, Any] | None,
+                      record_settings: RecordSettings | None) -> None:
     gone = [e.path for e in entries if e.removed and e.reason != "staging"]
     if gone:
-        forget_sidecars(report, dest, gone, storage_options=storage_options)
+        forget_sidecars(report, dest, gone, storage_options=storage_options,
+                        record_settings=record_settings)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from h5sidecar.settings import GatewaySettings, ReadSettings
+from h5sidecar.settings import GatewaySettings, ReadSettings, RecordSettings
 from tests._granules import write_small_granule
 from tests.conftest import free_port
 
@@ -114,14 +114,20 @@ def running(app: Any, port: int | None = None) -> Iterator[str]:
 @contextmanager
 def gateway(dest: str, options: Mapping[str, Any] | None = None, *,
             read_settings: ReadSettings | None = None, cubes: Any = None,
+            record_settings: RecordSettings | None = None,
             **settings: Any) -> Iterator[tuple[str, Any]]:  # fmt: skip
-    """``create_app`` over ``dest`` (and ``cubes``), running: yields ``(base URL, app)``."""
+    """``create_app`` over ``dest`` (and ``cubes``), running: yields ``(base URL, app)``;
+    closed at the end as ``serve`` closes it."""
     from h5sidecar.gateway.app import create_app
 
     app = create_app(GatewaySettings(**settings), dest, storage_options=options,
-                     read_settings=read_settings, cubes=cubes)  # fmt: skip
-    with running(app) as url:
-        yield url, app
+                     read_settings=read_settings, cubes=cubes,
+                     record_settings=record_settings)  # fmt: skip
+    try:
+        with running(app) as url:
+            yield url, app
+    finally:
+        app.state.gateway.close()
 
 
 @pytest.fixture(scope="session")

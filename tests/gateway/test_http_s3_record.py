@@ -5,6 +5,9 @@ is allowed by a lookup, and one indexed after the gateway started is found on it
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -12,14 +15,15 @@ from typing import Any
 import h5py
 import httpx
 import numpy as np
-import pytest
 
 from h5sidecar.gateway._dest import DestIndex
 from h5sidecar.gateway.core import MISS_REFRESH_SECONDS
+from h5sidecar.settings import RecordSettings
 from h5sidecar.workflows import index_many
 from tests.gateway._http import gateway
 from tests.gateway.test_http_record import all_pages
 from tests.workflows.conftest import write_granule
+from tests.workflows.test_record_cache import PARTS, _Reads, reads  # noqa: F401 (a fixture)
 
 
 def _chunk_equals_h5py(url: str, name: str, local: Path) -> None:
@@ -32,7 +36,7 @@ def _chunk_equals_h5py(url: str, name: str, local: Path) -> None:
 
 def test_an_s3_dest_is_served_from_its_record_cache(
         tmp_path: Path, s3: Any, s3_bucket: str, s3_storage_options: dict[str, Any],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        ) -> None:
     local = {f"G{i}.h5": write_granule(tmp_path / f"G{i}.h5", seed=i, n=1500) for i in range(4)}
     for name in ("G0.h5", "G1.h5"):
         s3.put(str(local[name]), f"{s3_bucket}/in/{name}")
@@ -65,8 +69,77 @@ def test_an_s3_dest_is_served_from_its_record_cache(
         _chunk_equals_h5py(url, "G3.h5", local["G3.h5"])
         assert httpx.get(f"{url}/healthz", timeout=30).status_code == 200
 
-    # without a cache the DEST is listed and every source held, as before
-    monkeypatch.setenv("H5SIDECAR_RECORD_CACHE", "")
-    snap = DestIndex(dest, storage_options=opts).snapshot()
-    assert snap.record is None and sorted(snap.sidecars) == ["G0.h5", "G1.h5", "G2.h5", "G3.h5"]
-    assert f"s3://{s3_bucket}/elsewhere/G2.h5" in snap.sources
+
+
+def test_with_the_cache_off_the_gateway_keeps_a_private_one(
+        tmp_path: Path, s3: Any, s3_bucket: str, s3_storage_options: dict[str, Any],
+        reads: _Reads) -> None:  # noqa: F811 (the fixture imported above)
+    """``--record-cache off``: the gateway still looks sources up in SQLite (a cache of its
+    own, removed when it stops), never listing DEST or holding every source; a refresh reads
+    only the parts written since."""
+    local = {f"G{i}.h5": write_granule(tmp_path / f"G{i}.h5", seed=i, n=1500) for i in range(4)}
+    for name in ("G0.h5", "G1.h5"):
+        s3.put(str(local[name]), f"{s3_bucket}/in/{name}")
+    s3.put(str(local["G2.h5"]), f"{s3_bucket}/elsewhere/G2.h5")  # under no run's root
+    dest, opts = f"s3://{s3_bucket}/out", s3_storage_options
+    assert index_many(f"s3://{s3_bucket}/in", dest, storage_options=opts, executor="serial").ok
+    assert index_many([f"s3://{s3_bucket}/elsewhere/G2.h5"], dest, storage_options=opts,
+                      executor="serial").ok  # fmt: skip
+    # a sidecar of a source DEST's record does not hold, in another DEST
+    assert index_many([f"s3://{s3_bucket}/elsewhere/G2.h5"], f"s3://{s3_bucket}/stray",
+                      storage_options=opts, executor="serial").ok  # fmt: skip
+    s3.put(str(local["G3.h5"]), f"{s3_bucket}/late/G3.h5")
+    off = RecordSettings(record_cache="")
+
+    with gateway(dest, opts, record_settings=off) as (url, app):
+        index = app.state.gateway.dest
+        snap = index.snapshot()
+        assert snap.record is not None and snap.sidecars == {}  # not listed
+        assert snap.sources == (f"s3://{s3_bucket}/in",)  # the roots, not every source
+        private = index._private
+        assert private is not None and os.path.isdir(private)
+        names, _ = all_pages(httpx.Client(timeout=30), f"{url}/api/granules?limit=2")
+        assert names == ["G0.h5", "G1.h5", "G2.h5"]
+        for name in names:  # allowed: G2.h5's source by its row in the private cache
+            _chunk_equals_h5py(url, name, local[name])
+        # refused: G1.h5's sidecar replaced by one reading a source the record does not hold
+        s3.rm(f"{s3_bucket}/out/G1.h5.parq", recursive=True)
+        s3.put(str(_fetched(s3, f"{s3_bucket}/stray/G2.h5.parq", tmp_path)),
+               f"{s3_bucket}/out/G1.h5.parq", recursive=True)  # fmt: skip
+        app.state.gateway._entries.clear()  # as after the revalidation interval
+        r = httpx.get(f"{url}/zarr/G1.h5/gt1l/heights/quality/0", timeout=30)
+        assert r.status_code == 403 and r.json()["error"] == "forbidden_source", r.text
+        assert httpx.get(f"{url}/zarr/G3.h5/.zgroup", timeout=30).status_code == 404
+        missed = time.monotonic()
+        # added later: found on a miss, the refresh reading only the part written since
+        assert index_many([f"s3://{s3_bucket}/late/G3.h5"], dest, storage_options=opts,
+                          executor="serial").ok  # fmt: skip
+        with contextlib.closing(sqlite3.connect(snap.record.path)) as db:
+            new = _part_names(s3, s3_bucket) - {n for (n,) in db.execute("SELECT name FROM parts")}
+        time.sleep(max(0.0, missed + MISS_REFRESH_SECONDS + 0.1 - time.monotonic()))
+        reads.clear()
+        _chunk_equals_h5py(url, "G3.h5", local["G3.h5"])
+        assert new and reads.parts() == new
+        assert httpx.get(f"{url}/healthz", timeout=30).status_code == 200
+    assert not os.path.exists(private)  # removed when the gateway stops
+
+    # a cache folder that cannot be made (under a file): a private cache too, not a listing
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    index = DestIndex(dest, storage_options=opts,
+                      record_settings=RecordSettings(str(blocker / "records")))
+    snap = index.snapshot()
+    assert snap.record is not None and snap.sources == (f"s3://{s3_bucket}/in",)
+    assert index._private is not None and snap.record.locate(["G3.h5"]) is not None
+    index.close()
+
+
+def _fetched(s3: Any, path: str, tmp_path: Path) -> Path:
+    out = tmp_path / "fetched" / path.rsplit("/", 1)[-1]
+    s3.get(path, str(out), recursive=True)
+    return out
+
+
+def _part_names(s3: Any, bucket: str) -> set[str]:
+    s3.invalidate_cache()
+    return {p.rsplit("/", 1)[-1] for p in s3.ls(f"{bucket}/out/{PARTS}")}

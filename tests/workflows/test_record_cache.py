@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from h5sidecar.dest import _record_cache, _record_store
+from h5sidecar.dest import RecordView, _record_cache, _record_store
 from h5sidecar.workflows import index_many, read_report, write_report
 from tests.workflows.conftest import assert_matches_h5py, write_granule
 from tests.workflows.test_record_parts import _history, _synthetic
@@ -181,7 +181,6 @@ def test_an_unusable_cache_folder_costs_a_full_load_not_the_run(
 def test_the_gateway_and_the_catalog_read_the_newest_rows_from_the_cache(
         s3, s3_bucket: str, s3_storage_options, reads: _Reads) -> None:
     from h5sidecar.dest import _record_parts
-    from h5sidecar.gateway._report_sources import parts_sources
 
     dest = f"s3://{s3_bucket}/out"
     _history(400, s3_bucket, dest, s3_storage_options)
@@ -191,8 +190,12 @@ def test_the_gateway_and_the_catalog_read_the_newest_rows_from_the_cache(
     assert from_cache is not None and from_cache == _record_parts.latest_rows(fs, root, columns)
     assert from_cache.num_rows == 399
     reads.clear()
-    sources = parts_sources(fs, root)
-    assert sources is not None and len(sources) == 1 + 398  # the root, the good granules
+    path = _record_store.cached_record(fs, root)
+    assert path is not None
+    view = RecordView(path, dest)  # what the gateway reads: the roots, a lookup per source
+    assert view.roots() == (f"s3://{s3_bucket}/elsewhere",) and view.count() == 398
+    assert view.is_source(f"s3://{s3_bucket}/old/g00000.h5")
+    assert not view.is_source(f"s3://{s3_bucket}/old/g00001.h5")  # failed since
     assert reads.parts() == set()  # nothing written since: no part read again
 
 

@@ -31,7 +31,7 @@ from h5sidecar.dest import (
 )
 from h5sidecar.indexer import FromDmrpp
 from h5sidecar.references import SourceInfo
-from h5sidecar.settings import IndexSettings
+from h5sidecar.settings import IndexSettings, RecordSettings
 from h5sidecar.sources import normalize_url
 from h5sidecar.workflows.index._executors import ExecutorSpec, Task, default_workers, run_tasks
 from h5sidecar.workflows.index._index_one import IndexOptions, SidecarFormat, index_one
@@ -76,6 +76,7 @@ def index_many(
     workers: int | None = None,
     progress: ProgressSink | None = None,
     from_dmrpp: FromDmrpp = "never",
+    record_settings: RecordSettings | None = None,
 ) -> RunReport:
     """Index every granule under ``source`` into one sidecar each under ``dest``.
 
@@ -113,6 +114,9 @@ def index_many(
     from_dmrpp : "auto", "only" or "never"
         Index each granule from the DMR++ document beside it (``GRANULE.dmrpp``): ``auto``
         where one exists, else from the HDF5; ``only`` fails granules without one.
+    record_settings : RecordSettings, optional
+        The record cache an object-store DEST's record is read through (default:
+        ``from_env(RecordSettings)``).
 
     Returns
     -------
@@ -159,13 +163,14 @@ def index_many(
         for url in not_regular:
             log.warning("skipped %s: not a regular file (a FIFO, socket or device)", url)
         return _index_listed(listing, source, dest, format, options, patterns, executor,
-                             workers, progress, not_regular, started, t0)
+                             workers, progress, not_regular, started, t0, record_settings)
 
 
 def _index_listed(listing: StagedListing, source: str | Iterable[str], dest: str,
                   format: SidecarFormat, options: IndexOptions, patterns: Sequence[str],
                   executor: ExecutorSpec, workers: int | None, progress: ProgressSink | None,
-                  not_regular: list[str], started: datetime, t0: float) -> RunReport:
+                  not_regular: list[str], started: datetime, t0: float,
+                  record_settings: RecordSettings | None) -> RunReport:
     """:func:`index_many` once its sources are listed."""
     storage_options = options.storage_options
     force = options.force
@@ -213,7 +218,8 @@ def _index_listed(listing: StagedListing, source: str | Iterable[str], dest: str
     # a shared lock: a prune --apply waits until this run's report names its sidecars
     with dest_lock(dest, exclusive=False, holder="index"):
         recorder = RunRecorder(dest, run, storage_options,
-                               content=content_of(options.settings, format, options.from_dmrpp))
+                               content=content_of(options.settings, format, options.from_dmrpp),
+                               record_settings=record_settings)
         if progress is not None:
             progress.start(len(listing))
         held = HeldResults(keep_all=False)
