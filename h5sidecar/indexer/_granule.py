@@ -257,7 +257,8 @@ def index_open_granule(
                         arr, checksums=manifest_checksums(arr.manifest, reader.read_many)
                     )
                 arrays[entry.path] = arr
-                _describe_type(entry, described)
+                if entry.path not in ctx.numbers:
+                    _describe_type(entry, described)
                 if entry.alias_of is None and summarise:
                     add_summary(entry.path, entry.dset, arr.meta.attrs, summaries, lookup)
             except Skip as skip:

@@ -43,7 +43,11 @@ def longitude_arc(lon: np.ndarray) -> tuple[float, float]:
     ``(-180, 180)`` when the values are spread evenly around the globe (no gap wider than twice
     the median spacing); west > east when the arc crosses the antimeridian.
     """
-    u = np.unique(lon)
+    s = np.sort(np.ravel(lon))  # np.unique's own steps, without its general-case overhead
+    if not s.size or np.isnan(s[-1]):  # (NaNs, sorted last, are collapsed by np.unique)
+        u = np.unique(lon)
+    else:
+        u = s[np.concatenate(([True], s[1:] != s[:-1]))]
     if u.size == 1:
         return float(u[0]), float(u[0])
     gaps = np.diff(np.r_[u, u[0] + 360.0])
@@ -116,8 +120,18 @@ def summarise(dset: Any, attrs: Mapping[str, Any],
     if values.ndim == 1 and values.size > 2:
         out["ends"] = [_json_float(values[0]), _json_float(values[-1])]
     if kind == "lon" and finite.size:
-        out["lon_arc"] = list(longitude_arc(((finite + 180.0) % 360.0) - 180.0))
+        out["lon_arc"] = list(longitude_arc(_wrapped(finite)))
     return out
+
+
+def _wrapped(lon: np.ndarray) -> np.ndarray:
+    """``((lon + 180) % 360) - 180``, the remainder skipped when it cannot change a value
+    (every ``lon + 180`` in [0, 360), as with longitudes in [-180, 180): the usual case; the
+    remainder is most of the summary's arithmetic on a long longitude array)."""
+    shifted = lon + 180.0
+    if not shifted.size or shifted.min() < 0.0 or shifted.max() >= 360.0:
+        shifted %= 360.0
+    return shifted - 180.0
 
 
 def _json_float(v: Any) -> float | None:

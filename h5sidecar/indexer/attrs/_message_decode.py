@@ -126,28 +126,51 @@ def decode_attribute(body: bytes, heaps: GlobalHeaps) -> Decoded:
         if version not in (1, 2, 3):
             raise Unsupported(f"attribute message version {version}")
         sizes = _SIZES.unpack_from(body, 2)  # of the name, the datatype, the dataspace
-        padded = tuple((n + 7) & ~7 for n in sizes) if version == 1 else sizes
-        pos = 9 if version == 3 else 8
-        name = _name(body[pos : pos + sizes[0]])
-    except (BadStructure, IndexError, struct.error) as exc:
+    except (IndexError, struct.error) as exc:
         raise Unsupported(f"attribute message: {exc}") from exc
-    if version > 1 and body[1] & 0x03:  # shared datatype or dataspace: a pointer elsewhere
+    if version == 1:
+        stop = 8 + sum((n + 7) & ~7 for n in sizes)
+    else:
+        stop = (9 if version == 3 else 8) + sizes[0] + sizes[1] + sizes[2]
+    # everything before the value (name, datatype, dataspace) repeats from one object to the
+    # next (every array's ``units``, ``long_name``, ...): parsed once per distinct prefix
+    name, htype, shape = _head(body[:stop], heaps.layout.offset_size, heaps.layout.length_size)
+    if htype is None:
         return Decoded(name, None, None, body)
+    if shape is None:
+        return Decoded(name, h5py.Empty(htype.dtype), htype.dtype)
     try:
-        pos += padded[0]
-        htype = _datatype(body[pos : pos + sizes[1]], heaps.layout.offset_size)
-        pos += padded[1]
-        shape = _dataspace(body[pos : pos + sizes[2]], heaps.layout.length_size)
-        pos += padded[2]
-        if shape is None:
-            return Decoded(name, h5py.Empty(htype.dtype), htype.dtype)
         nbytes = math.prod(shape) * htype.size
-        if pos + nbytes > len(body):
+        if stop + nbytes > len(body):
             raise Unsupported("attribute data shorter than its dataspace")
-        value = _value(htype, shape, body[pos : pos + nbytes], heaps)
+        value = _value(htype, shape, body[stop : stop + nbytes], heaps)
     except (Unsupported, BadStructure, IndexError, ValueError, UnicodeDecodeError):
         return Decoded(name, None, None, body)
     return Decoded(name, value, htype.dtype)
+
+
+@functools.lru_cache(maxsize=4096)
+def _head(
+    prefix: bytes, offset_size: int, length_size: int
+) -> tuple[str | bytes, _Type | None, tuple[int, ...] | None]:
+    """(name, datatype, shape) of an attribute message whose bytes before the value are
+    ``prefix``; the datatype is ``None`` when it or the dataspace is not decoded here (shared,
+    or a type this module leaves to h5py)."""
+    version = prefix[0]
+    sizes = _SIZES.unpack_from(prefix, 2)
+    padded = tuple((n + 7) & ~7 for n in sizes) if version == 1 else sizes
+    pos = 9 if version == 3 else 8
+    name = _name(prefix[pos : pos + sizes[0]])
+    if version > 1 and prefix[1] & 0x03:  # shared datatype or dataspace: a pointer elsewhere
+        return name, None, None
+    try:
+        pos += padded[0]
+        htype = _datatype(prefix[pos : pos + sizes[1]], offset_size)
+        pos += padded[1]
+        shape = _dataspace(prefix[pos : pos + sizes[2]], length_size)
+    except (Unsupported, BadStructure, IndexError, ValueError, UnicodeDecodeError):
+        return name, None, None
+    return name, htype, shape
 
 
 def object_addresses(body: bytes, heaps: GlobalHeaps) -> list[list[int]]:
@@ -297,15 +320,24 @@ def _to_nullpad(data: bytes, size: int, pad: int) -> bytes:
     return b"".join(out)
 
 
+#: offset size -> the struct of a variable-length element (length, heap address, index)
+_VLEN = {4: struct.Struct("<III"), 8: struct.Struct("<IQI")}
+
+
 def _vlen(data: bytes, pos: int, heaps: GlobalHeaps) -> str:
     """One variable-length string as h5py gives it: read as a C string (up to its first NUL)
     and decoded as UTF-8 with surrogate escapes, whatever its character set."""
     o = heaps.layout.offset_size
-    length = int.from_bytes(data[pos : pos + 4], "little")
+    element = _VLEN.get(o)
+    if element is not None and pos + element.size <= len(data):
+        length, addr, index = element.unpack_from(data, pos)
+    else:  # another offset size, or a short element (read as the slices give it)
+        length = int.from_bytes(data[pos : pos + 4], "little")
+        addr = int.from_bytes(data[pos + 4 : pos + 4 + o], "little")
+        index = int.from_bytes(data[pos + 4 + o : pos + 8 + o], "little")
     if length == 0:
         return ""
-    addr = int.from_bytes(data[pos + 4 : pos + 4 + o], "little")
-    raw = heaps.object(addr, int.from_bytes(data[pos + 4 + o : pos + 8 + o], "little"))
+    raw = heaps.object(addr, index)
     if len(raw) < length:
         raise Unsupported("variable-length string longer than its heap object")
     return raw[:length].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")

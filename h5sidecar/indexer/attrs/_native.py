@@ -121,6 +121,8 @@ class NativeAttrs:
         self._last: tuple[h5py.HLObject, list[Decoded] | None] | None = None
         # id(obj) -> (obj, H5Oget_info), seeded with the walk's (see Hierarchy.infos)
         self._infos: dict[int, tuple[h5py.HLObject, Any]] = infos if infos is not None else {}
+        # object header address -> its DIMENSION_LIST's targets, see dimension_list
+        self._dimension_lists: dict[int, list[list[tuple[int, int]]] | None] = {}
 
     def read(self, obj: h5py.HLObject) -> list[Decoded] | None:
         """The attributes of ``obj`` in the order h5py iterates them (by creation order when
@@ -174,10 +176,19 @@ class NativeAttrs:
     def dimension_list(self, obj: h5py.HLObject) -> list[list[tuple[int, int]]] | None:
         """The :data:`~._walk.ObjectKey` of every object ``obj``'s ``DIMENSION_LIST`` points
         at, per axis (``[]`` when it has none; ``None``: read it through h5py).  A null
-        reference gives address 0, which no object has."""
+        reference gives address 0, which no object has.
+
+        Decoded once per object: the dimension namer asks twice per array (whether any axis
+        has a scale, then which), in different passes."""
         decoded = self.read(obj)
         if decoded is None:
             return None
+        addr = self._info(obj).addr
+        if addr not in self._dimension_lists:
+            self._dimension_lists[addr] = self._dimension_list(decoded)
+        return self._dimension_lists[addr]
+
+    def _dimension_list(self, decoded: list[Decoded]) -> list[list[tuple[int, int]]] | None:
         for d in decoded:
             if d.name == "DIMENSION_LIST":
                 if d.value is not None or not d.body:

@@ -66,11 +66,6 @@ def _parent(path: str) -> str:
     return path.rpartition("/")[0]
 
 
-def _related(a: str, b: str) -> bool:
-    """True when group ``a`` is ``b``, or an ancestor or descendant of it."""
-    return a == b or not a or not b or b.startswith(a + "/") or a.startswith(b + "/")
-
-
 def _attr(dset: h5py.Dataset, name: str) -> Any:
     try:
         return dset.attrs.get(name)
@@ -146,7 +141,9 @@ class DimensionNamer:
         self.is_scale = self.scales.is_scale
         self.scale_names = self.scales.names
         self._real = set(self.scale_names.values())
-        self._sizes: dict[str, list[tuple[str, int]]] = {}
+        # name -> size -> (groups that claimed it with that size, those and their ancestors)
+        self._sizes: dict[str, dict[int, tuple[set[str], set[str]]]] = {}
+        self._lineage: dict[str, tuple[str, ...]] = {}  # group -> it and its ancestors
         self._groups: dict[str, _GroupDims] = {}
         self._phony: dict[tuple[str, int, int], str] = {}
         self._counter: int | None = None  # fallback names: numbered after h5netcdf's
@@ -272,16 +269,36 @@ class DimensionNamer:
                 out[i] = text.strip("\0 ")
 
     # -- rules ---------------------------------------------------------------------------------
+    def _lineage_of(self, group: str) -> tuple[str, ...]:
+        """``group`` and its ancestors, the root (``""``) first."""
+        found = self._lineage.get(group)
+        if found is None:
+            parts = group.split("/") if group else []
+            found = ("", *("/".join(parts[: i + 1]) for i in range(len(parts))))
+            self._lineage[group] = found
+        return found
+
     def _fits(self, name: str, size: int, group: str) -> bool:
-        seen = self._sizes.get(name, [])
-        if all(s == size for _, s in seen):  # the usual case: no group to compare with
+        """No group related to ``group`` (it, an ancestor or a descendant) claimed ``name``
+        with another size.  Looked up in sets, not compared group by group: a name claimed in
+        hundreds of groups with different sizes (phony names, the beams' ``delta_time``) made
+        ~17,000 comparisons a file."""
+        seen = self._sizes.get(name)
+        if not seen or (len(seen) == 1 and size in seen):  # the usual case
             return True
-        return all(s == size for g, s in seen if _related(g, group))
+        lineage = self._lineage_of(group)
+        for other, (claimed, covered) in seen.items():
+            # a descendant (or the group itself) claimed it: the group is in ``covered``;
+            # an ancestor (or the root) did: one of the lineage is in ``claimed``
+            if other != size and (group in covered or not claimed.isdisjoint(lineage)):
+                return False
+        return True
 
     def _claim(self, name: str, size: int, group: str) -> None:
-        seen = self._sizes.setdefault(name, [])
-        if (group, size) not in seen:
-            seen.append((group, size))
+        claimed, covered = self._sizes.setdefault(name, {}).setdefault(size, (set(), set()))
+        if group not in claimed:
+            claimed.add(group)
+            covered.update(self._lineage_of(group))
 
     def _phony_name(self, group: str, size: int, repeat: int) -> str:
         """A fallback name, unique per (group, length, repeat), after all of h5netcdf's."""

@@ -18,6 +18,7 @@ Anything else raises :class:`~h5sidecar.indexer._failures.Skip` with a reason.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from dataclasses import dataclass, field
@@ -69,6 +70,9 @@ class DtypePlan:
         granule's extras, where plain readers do not show them as attributes).
     note : str
         Why values were transformed ("" for plain raw variables).
+    number : bool
+        The file type is an HDF5 integer or float: neither an enumeration nor a reference, so
+        the granule's extras have nothing to say about it (see :func:`enum_mapping`).
     """
 
     mode: Mode
@@ -77,6 +81,7 @@ class DtypePlan:
     extra_shape: tuple[int, ...] = ()
     attrs: dict[str, Any] = field(default_factory=dict)
     note: str = ""
+    number: bool = False
 
 
 # -- the file type's quirks ------------------------------------------------------------------------
@@ -314,7 +319,8 @@ def plan_dtype(dset: h5py.Dataset) -> DtypePlan:
     key = tid.encode()
     plan = _NUMBER_PLANS.get(key)
     if plan is None:
-        plan = _plan(dset, tid)  # a Skip raised here is not cached: asked again next time
+        # a Skip raised here is not cached: asked again next time
+        plan = dataclasses.replace(_plan(dset, tid), number=True)
         if len(_NUMBER_PLANS) >= _NUMBER_PLANS_MAX:
             _NUMBER_PLANS.clear()
         _NUMBER_PLANS[key] = plan

@@ -130,3 +130,29 @@ def test_summaries_take_the_attributes_already_decoded(tmp_path: Path,
         assert (summary["lat"]["min"], summary["lat"]["max"]) == (lat.min(), lat.max())
         assert summary["lat"]["finite"] == lat.size
         assert summary["time"]["ends"] == [f["time"][0], f["time"][-1]]
+
+
+@pytest.mark.parametrize("lon", [
+    np.array([-180.0, 179.99999999999997, -0.0, 0.0, 1e-300, -1e-300, 5.0]),
+    np.linspace(-180.0, 180.0, 1001)[:-1],   # in range: the remainder is skipped
+    np.linspace(-200.0, 400.0, 997),         # out of range: it is not
+    np.array([42.0]),
+], ids=["edges", "in-range", "out-of-range", "one"])
+def test_longitude_arcs_are_the_plain_computations(lon: np.ndarray) -> None:
+    """The summary's shortcuts (no remainder for longitudes already in range, np.unique's
+    steps without its general case) give exactly what the plain expressions give."""
+    from h5sidecar.indexer import longitude_arc
+    from h5sidecar.indexer._summary import _wrapped
+
+    plain = ((lon + 180.0) % 360.0) - 180.0
+    wrapped = _wrapped(lon)
+    assert wrapped.tobytes() == plain.tobytes()  # signed zeros included
+    u = np.unique(plain)
+    if u.size == 1:
+        want = (float(u[0]), float(u[0]))
+    else:
+        gaps = np.diff(np.r_[u, u[0] + 360.0])
+        i = int(np.argmax(gaps))
+        want = ((-180.0, 180.0) if gaps[i] <= 2 * float(np.median(gaps))
+                else (float(u[(i + 1) % u.size]), float(u[i])))  # fmt: skip
+    assert longitude_arc(wrapped) == want

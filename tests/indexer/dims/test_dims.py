@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import h5py
@@ -265,4 +266,68 @@ def test_hdf5_is_asked_once_per_object_and_only_about_scale_markers(
     arrays = [f"/g{g}/v{v}".encode() for g in range(2) for v in range(3)]
     assert all(infos[a] == 1 for a in arrays) and infos[b"/g0"] == infos[b"/g1"] == 1
     assert _dims(refs) == {"x": ("x",), **{a.decode()[1:]: ("x",) for a in arrays}}
+    assert_refs_match_h5py(refs, path)
+
+
+def test_each_dimension_list_decoded_once(make_h5, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The namer asks for an array's ``DIMENSION_LIST`` twice (whether any axis has a scale,
+    then which names it): its references are decoded from the bytes once per array, and the
+    names are h5netcdf's."""
+    import h5sidecar.indexer.attrs._native as native_module
+
+    def build(f: h5py.File) -> None:
+        x = f.create_dataset("x", data=np.arange(4.0))
+        x.make_scale("x")
+        for g in range(2):
+            for v in range(3):
+                d = f.create_dataset(f"g{g}/v{v}", data=np.ones((4, 2)) * v)
+                d.dims[0].attach_scale(x)  # the second axis stays phony
+        f.create_dataset("g0/plain", data=np.ones(7))  # no DIMENSION_LIST at all
+
+    path = make_h5(build, libver="latest")
+    decoded: list[bytes] = []
+    object_addresses = native_module.object_addresses
+
+    def counting(body: bytes, heaps: object) -> list[list[int]]:
+        decoded.append(body)
+        return object_addresses(body, heaps)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(native_module, "object_addresses", counting)
+    refs = index_granule(str(path))
+    monkeypatch.undo()
+    assert len(decoded) == 6  # one per array with a DIMENSION_LIST (twice each before)
+    dims = _dims(refs)
+    assert all(dims[f"g{g}/v{v}"][0] == "x" for g in range(2) for v in range(3))
+    assert dims["g0/v0"][1] == dims["g0/v2"][1] != dims["g1/v0"][1]  # per group, as h5netcdf
+    assert_refs_match_h5py(refs, path)
+
+
+def test_number_arrays_not_asked_for_enumerations(make_h5, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Integer and float arrays are known from their dtype plan to be neither enumerations nor
+    references: h5py is not asked to map their type again (it was, per array); enumerations
+    and references are still described in the extras."""
+    import h5sidecar.indexer._granule as granule_module
+    from h5sidecar.indexer.dtypes._dtype_plan import ENUMS_KEY, REFERENCES_KEY
+
+    def build(f: h5py.File) -> None:
+        f.create_dataset("i", data=np.arange(3, dtype="i2"))
+        f.create_dataset("f", data=np.arange(3, dtype=">f8"))
+        f.create_dataset("e", data=np.array([0, 1, 0], "u1"),
+                         dtype=h5py.enum_dtype({"off": 0, "on": 1}, basetype="u1"))  # fmt: skip
+        f.create_dataset("r", data=[f["i"].ref], dtype=h5py.ref_dtype)
+
+    path = make_h5(build)
+    described: list[str] = []
+    describe = granule_module._describe_type
+
+    def spy(entry: Any, out: dict[str, Any]) -> None:
+        described.append(entry.path)
+        describe(entry, out)
+
+    monkeypatch.setattr(granule_module, "_describe_type", spy)
+    refs = index_granule(str(path))
+    monkeypatch.undo()
+    assert sorted(described) == ["e", "r"]
+    assert refs.extra[ENUMS_KEY] == {"e": {"off": 0, "on": 1}}
+    assert refs.extra[REFERENCES_KEY] == ["r"]
     assert_refs_match_h5py(refs, path)
