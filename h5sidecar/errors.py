@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import importlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -30,6 +31,7 @@ __all__ = [
     "InvalidDmrppError",
     "InvalidReferenceError",
     "InvalidRequestError",
+    "MissingExtraError",
     "NotHDF5Error",
     "NotIndexedError",
     "RecordBusyError",
@@ -40,6 +42,7 @@ __all__ = [
     "StaleReferenceError",
     "UnsupportedFeatureError",
     "did_you_mean",
+    "require_extra",
 ]
 
 
@@ -108,6 +111,8 @@ class ErrorKind(enum.StrEnum):
     RECORD_BUSY = "record_busy"
     # -- a DMR++ document that cannot be used (``InvalidDmrppError``) ---------------------------
     INVALID_DMRPP = "invalid_dmrpp"
+    # -- an optional dependency is not installed (``MissingExtraError``) -----------------------
+    MISSING_EXTRA = "missing_extra"
 
 
 class H5SidecarError(Exception):
@@ -287,3 +292,50 @@ class RecordBusyError(H5SidecarError, OSError):
     record and what to do; nothing was half-written."""
 
     kind = ErrorKind.RECORD_BUSY
+
+
+class MissingExtraError(H5SidecarError, ImportError):
+    """A feature needs an optional dependency that is not installed.
+
+    The message names the package(s) and the extra that installs them
+    (``pip install "h5sidecar[gateway]"``); the command line prints it on one line, exit 2.
+    ``ImportError`` stays a base so code that guarded the import keeps catching it.
+    """
+
+    kind = ErrorKind.MISSING_EXTRA
+
+
+def require_extra(extra: str, *modules: str, feature: str) -> None:
+    """Import ``modules`` or raise :class:`MissingExtraError` naming ``extra``.
+
+    Called where a command or public function starts, before any work, so a base install
+    says what to install instead of failing midway with a bare ``ModuleNotFoundError``.
+
+    Parameters
+    ----------
+    extra : str
+        The optional-dependency group of ``pyproject.toml`` that installs ``modules``
+        (``"gateway"``, ``"catalog"``, ``"dask"``, ...).
+    *modules : str
+        Importable names the feature needs (``"starlette"``, ``"distributed"``).
+    feature : str
+        What needs them, as the user asked for it (``"h5sidecar serve"``).
+
+    Raises
+    ------
+    MissingExtraError
+        When any of ``modules`` does not import.
+    """
+    missing: list[str] = []
+    cause: ImportError | None = None
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:  # not installed, or installed without its own dependencies
+            missing.append(name)
+            cause = cause or exc
+    if missing:
+        raise MissingExtraError(
+            f"{feature} needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'}"
+            f' not installed: pip install "h5sidecar[{extra}]"'
+        ) from cause

@@ -114,7 +114,10 @@ def cmd_dmrpp_check(args: argparse.Namespace, out: Console, err: Console) -> int
 
 def cmd_catalog(args: argparse.Namespace, out: Console, err: Console) -> int:
     from h5sidecar.catalog import build_catalog
+    from h5sidecar.errors import require_extra
 
+    if args.pgstac:  # before the catalog is written, not after
+        require_extra("pgstac", "pypgstac", "psycopg", feature="catalog --pgstac")
     with err.status("cataloguing granules") as status:
         result = build_catalog(
             args.dest, args.stacdir, gateway_url=args.gateway_url,
@@ -253,14 +256,15 @@ def cmd_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from h5sidecar.errors import require_extra
+
+    require_extra("gateway", "starlette", "uvicorn", feature="h5sidecar serve")
     from h5sidecar.gateway.app import serve
     from h5sidecar.settings import GatewaySettings, ReadSettings, from_env
 
     cors = () if args.no_cors else tuple(args.cors) or None
     settings = from_env(GatewaySettings, host=args.host, port=args.port, token=args.token,
                         allow=tuple(args.allow) or None, cors_origins=cors)
-    err.print(f"serving [bold]{args.dest}[/] on http://{settings.host}:{settings.port}/ "
-              f"(token {'required' if settings.token else 'off'}; Ctrl-C stops)")
     stac_api: Any = None
     if args.stac_backend:
         from h5sidecar.catalog import PgStacApi, backend_dsn
@@ -274,6 +278,8 @@ def cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
         from h5sidecar.catalog import StacApi
 
         stac_api = StacApi(args.stac)
+    err.print(f"serving [bold]{args.dest}[/] on http://{settings.host}:{settings.port}/ "
+              f"(token {'required' if settings.token else 'off'}; Ctrl-C stops)")
     serve(settings, args.dest, storage_options=storage_options(args.storage_options),
           read_settings=from_env(ReadSettings), stac_api=stac_api, cubes=args.cube or None,
           log_level=("warning", "info", "debug")[min(args.verbose, 2)])

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from h5sidecar.errors import InvalidRequestError, SourceNotFoundError
+from h5sidecar.errors import InvalidRequestError, SourceNotFoundError, require_extra
 from h5sidecar.examples.grid_cells import _merge, _shape, bin_cells
 from h5sidecar.references import GranuleRefs, read_refs
 
@@ -309,6 +309,7 @@ def plot_grid(ds: Any, path: str | Path | None = None, *, title: str | None = No
     bytes
         The PNG image.
     """
+    require_extra("gateway", "matplotlib", feature="plot_grid")
     # the object-oriented API draws without pyplot's global state or a GUI backend
     from matplotlib.figure import Figure
 
