@@ -40,6 +40,7 @@ __all__ = [
     "SourceAuthError",
     "SourceReadError",
     "StaleReferenceError",
+    "UnguardedMainError",
     "UnsupportedFeatureError",
     "did_you_mean",
     "require_extra",
@@ -113,6 +114,8 @@ class ErrorKind(enum.StrEnum):
     INVALID_DMRPP = "invalid_dmrpp"
     # -- an optional dependency is not installed (``MissingExtraError``) -----------------------
     MISSING_EXTRA = "missing_extra"
+    # -- worker processes would re-run an unguarded script (``UnguardedMainError``) ------------
+    UNGUARDED_MAIN = "unguarded_main"
 
 
 class H5SidecarError(Exception):
@@ -303,6 +306,15 @@ class MissingExtraError(H5SidecarError, ImportError):
     """
 
     kind = ErrorKind.MISSING_EXTRA
+
+
+class UnguardedMainError(H5SidecarError, RuntimeError):
+    """Worker processes would run the user's script again: ``index_many`` was called at the top
+    level of a script, outside ``if __name__ == "__main__":``.  Worker processes start by
+    importing the script (spawn and forkserver start methods), so each would start a batch of
+    its own.  Raised before any worker starts; the message names the script and the line."""
+
+    kind = ErrorKind.UNGUARDED_MAIN
 
 
 def require_extra(extra: str, *modules: str, feature: str) -> None:

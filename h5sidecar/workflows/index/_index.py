@@ -36,6 +36,7 @@ from h5sidecar.sources import normalize_url
 from h5sidecar.workflows.index._executors import ExecutorSpec, Task, default_workers, run_tasks
 from h5sidecar.workflows.index._index_one import IndexOptions, SidecarFormat, index_one
 from h5sidecar.workflows.index._listed_current import mark_current, split_current
+from h5sidecar.workflows.index._main_guard import refuse_unguarded_main
 from h5sidecar.workflows.index._up_to_date import (
     LeftoverSweep,
     content_of,
@@ -131,7 +132,12 @@ def index_many(
         When ``dest`` is an existing local file.
     KeyboardInterrupt
         After writing a report of the granules finished so far (``complete: false``).
+    UnguardedMainError
+        With worker processes, when called at the top level of a script outside ``if __name__
+        == "__main__":`` (each worker would import the script and run it again).
     """
+    if executor == "process":  # before any worker starts, or anything is written
+        refuse_unguarded_main("index_many")
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     dest = normalize_url(dest)
