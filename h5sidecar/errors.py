@@ -119,9 +119,20 @@ class ErrorKind(enum.StrEnum):
 
 
 class H5SidecarError(Exception):
-    """Base class of every error h5sidecar raises on purpose."""
+    """Base class of every error h5sidecar raises on purpose.
+
+    ``hint``, when set on an instance, is what to do about this case in particular; run reports
+    show it instead of the hint of the error's kind (a netCDF-3 file is a ``not_hdf5`` error,
+    but re-staging it, the kind's advice, does not help).
+    """
 
     kind: ErrorKind = ErrorKind.ERROR
+    hint: str | None = None
+
+    def with_hint(self, hint: str) -> H5SidecarError:
+        """This error with ``hint`` (``raise NotHDF5Error(...).with_hint(...)``)."""
+        self.hint = hint
+        return self
 
 
 class UnsupportedFeatureError(H5SidecarError, NotImplementedError):

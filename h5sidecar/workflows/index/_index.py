@@ -130,6 +130,8 @@ def index_many(
         When ``source`` matches no granule.
     NotADirectoryError
         When ``dest`` is an existing local file.
+    OSError
+        When a local ``dest`` cannot be created ("cannot create DEST ...").
     KeyboardInterrupt
         After writing a report of the granules finished so far (``complete: false``).
     UnguardedMainError
@@ -164,8 +166,20 @@ def index_many(
                         exclude=[dest], not_regular=not_regular) as listing:
         for url in not_regular:
             log.warning("skipped %s: not a regular file (a FIFO, socket or device)", url)
+        if not is_remote(dest):
+            _create_dest(dest)
         return _index_listed(listing, source, dest, format, options, patterns, executor,
                              workers, progress, not_regular, started, t0)
+
+
+def _create_dest(dest: str) -> None:
+    """Create a local DEST (and its parents) once the source is known to hold granules: a DEST
+    that cannot be created is bad input, said once, not a failure of each granule."""
+    try:
+        os.makedirs(dest, exist_ok=True)
+    except OSError as exc:
+        raise type(exc)(f"cannot create DEST {dest}: {exc.strerror or exc}; pass a folder that "
+                        "can be created and written to") from exc
 
 
 def _index_listed(listing: StagedListing, source: str | Iterable[str], dest: str,

@@ -46,7 +46,7 @@ def _run_script(text: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess[
     script.write_text(text.format(src=str(src), dest=str(dest)))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=240, env=env, cwd=tmp_path)
+                          timeout=240, env=env, cwd=tmp_path, check=False)
     return done, dest
 
 
