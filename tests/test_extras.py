@@ -64,6 +64,33 @@ def test_a_missing_extra_is_named(blocked: tuple[str, ...], extra: str, args: tu
     _assert_names_extra(_run_blocked(blocked, _paths(args, tmp_path)), extra)
 
 
+def test_dask_chunks_without_dask_name_the_extra(tmp_path: Path) -> None:
+    """``open_dataset(..., chunks={})`` on a base install names [dask]; the default (no Dask:
+    lazy NumPy arrays) reads what h5py reads."""
+    from h5sidecar.workflows import index_many
+    from tests.workflows.conftest import write_granule
+
+    granule = write_granule(tmp_path / "src" / "g.h5")
+    assert index_many(str(granule.parent), str(tmp_path / "dest"), executor="serial").ok
+    code = f"""
+import sys; sys.modules["dask"] = None
+import h5py, numpy as np, h5sidecar
+from h5sidecar.errors import MissingExtraError
+sidecar = {str(tmp_path / "dest" / "g.h5.parq")!r}
+try:
+    h5sidecar.open_dataset(sidecar, group="gt1l/heights", chunks={{}})
+except MissingExtraError as exc:
+    print(exc)
+ds = h5sidecar.open_dataset(sidecar, group="gt1l/heights", mask_and_scale=False)
+with h5py.File({str(granule)!r}) as f:
+    np.testing.assert_array_equal(ds["h_ph"].values, f["gt1l/heights/h_ph"][()])
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert 'pip install "h5sidecar[dask]"' in done.stdout, done.stdout
+
+
 def test_require_extra_names_the_missing_modules() -> None:
     require_extra("dask", "json", feature="nothing")  # present: no error
     with pytest.raises(MissingExtraError) as err:

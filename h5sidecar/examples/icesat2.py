@@ -251,6 +251,7 @@ def gridded_mean_height(
     SourceNotFoundError
         No sidecar, or no beam group holding ``variables``.
     """
+    require_extra("dask", "dask", feature="gridded_mean_height")
     import dask
 
     if not grid > 0 or not np.isfinite(grid):
