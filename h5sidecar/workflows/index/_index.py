@@ -25,6 +25,7 @@ from h5sidecar.dest import (
     Record,
     RunRecorder,
     RunReport,
+    create_local_dest,
     dest_lock,
     is_remote,
     join_url,
@@ -166,20 +167,10 @@ def index_many(
                         exclude=[dest], not_regular=not_regular) as listing:
         for url in not_regular:
             log.warning("skipped %s: not a regular file (a FIFO, socket or device)", url)
-        if not is_remote(dest):
-            _create_dest(dest)
+        if not is_remote(dest):  # once the source is known to hold granules
+            create_local_dest(dest)
         return _index_listed(listing, source, dest, format, options, patterns, executor,
                              workers, progress, not_regular, started, t0)
-
-
-def _create_dest(dest: str) -> None:
-    """Create a local DEST (and its parents) once the source is known to hold granules: a DEST
-    that cannot be created is bad input, said once, not a failure of each granule."""
-    try:
-        os.makedirs(dest, exist_ok=True)
-    except OSError as exc:
-        raise type(exc)(f"cannot create DEST {dest}: {exc.strerror or exc}; pass a folder that "
-                        "can be created and written to") from exc
 
 
 def _index_listed(listing: StagedListing, source: str | Iterable[str], dest: str,
