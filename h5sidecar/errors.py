@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import importlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -30,6 +31,7 @@ __all__ = [
     "InvalidDmrppError",
     "InvalidReferenceError",
     "InvalidRequestError",
+    "MissingExtraError",
     "NotHDF5Error",
     "NotIndexedError",
     "RecordBusyError",
@@ -38,8 +40,10 @@ __all__ = [
     "SourceAuthError",
     "SourceReadError",
     "StaleReferenceError",
+    "UnguardedMainError",
     "UnsupportedFeatureError",
     "did_you_mean",
+    "require_extra",
 ]
 
 
@@ -108,12 +112,27 @@ class ErrorKind(enum.StrEnum):
     RECORD_BUSY = "record_busy"
     # -- a DMR++ document that cannot be used (``InvalidDmrppError``) ---------------------------
     INVALID_DMRPP = "invalid_dmrpp"
+    # -- an optional dependency is not installed (``MissingExtraError``) -----------------------
+    MISSING_EXTRA = "missing_extra"
+    # -- worker processes would re-run an unguarded script (``UnguardedMainError``) ------------
+    UNGUARDED_MAIN = "unguarded_main"
 
 
 class H5SidecarError(Exception):
-    """Base class of every error h5sidecar raises on purpose."""
+    """Base class of every error h5sidecar raises on purpose.
+
+    ``hint``, when set on an instance, is what to do about this case in particular; run reports
+    show it instead of the hint of the error's kind (a netCDF-3 file is a ``not_hdf5`` error,
+    but re-staging it, the kind's advice, does not help).
+    """
 
     kind: ErrorKind = ErrorKind.ERROR
+    hint: str | None = None
+
+    def with_hint(self, hint: str) -> H5SidecarError:
+        """This error with ``hint`` (``raise NotHDF5Error(...).with_hint(...)``)."""
+        self.hint = hint
+        return self
 
 
 class UnsupportedFeatureError(H5SidecarError, NotImplementedError):
@@ -287,3 +306,59 @@ class RecordBusyError(H5SidecarError, OSError):
     record and what to do; nothing was half-written."""
 
     kind = ErrorKind.RECORD_BUSY
+
+
+class MissingExtraError(H5SidecarError, ImportError):
+    """A feature needs an optional dependency that is not installed.
+
+    The message names the package(s) and the extra that installs them
+    (``pip install "h5sidecar[gateway]"``); the command line prints it on one line, exit 2.
+    ``ImportError`` stays a base so code that guarded the import keeps catching it.
+    """
+
+    kind = ErrorKind.MISSING_EXTRA
+
+
+class UnguardedMainError(H5SidecarError, RuntimeError):
+    """Worker processes would run the user's script again: ``index_many`` was called at the top
+    level of a script, outside ``if __name__ == "__main__":``.  Worker processes start by
+    importing the script (spawn and forkserver start methods), so each would start a batch of
+    its own.  Raised before any worker starts; the message names the script and the line."""
+
+    kind = ErrorKind.UNGUARDED_MAIN
+
+
+def require_extra(extra: str, *modules: str, feature: str) -> None:
+    """Import ``modules`` or raise :class:`MissingExtraError` naming ``extra``.
+
+    Called where a command or public function starts, before any work, so a base install
+    says what to install instead of failing midway with a bare ``ModuleNotFoundError``.
+
+    Parameters
+    ----------
+    extra : str
+        The optional-dependency group of ``pyproject.toml`` that installs ``modules``
+        (``"gateway"``, ``"catalog"``, ``"dask"``, ...).
+    *modules : str
+        Importable names the feature needs (``"starlette"``, ``"distributed"``).
+    feature : str
+        What needs them, as the user asked for it (``"h5sidecar serve"``).
+
+    Raises
+    ------
+    MissingExtraError
+        When any of ``modules`` does not import.
+    """
+    missing: list[str] = []
+    cause: ImportError | None = None
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:  # not installed, or installed without its own dependencies
+            missing.append(name)
+            cause = cause or exc
+    if missing:
+        raise MissingExtraError(
+            f"{feature} needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'}"
+            f' not installed: pip install "h5sidecar[{extra}]"'
+        ) from cause

@@ -161,6 +161,10 @@ def test_demo_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "values through the sidecar vs h5py" in out and "NO" not in out
     assert len(list((outdir / "sidecars").glob("*.parq"))) == 2
     assert (outdir / "sidecars" / "_h5sidecar.sqlite").is_file()
+    assert "indexed 2 granule(s):" in out
+    assert main(["demo", str(outdir)]) == 0  # again: nothing to index
+    out = capsys.readouterr().out
+    assert "indexed nothing, 2 up to date:" in out and "NO" not in out
 
 
 def test_entry_point_subprocess(tmp_path: Path) -> None:

@@ -72,6 +72,8 @@ PINNED = [
     "source_auth",
     "record_busy",
     "invalid_dmrpp",
+    "missing_extra",
+    "unguarded_main",
 ]
 
 

@@ -30,6 +30,7 @@ from h5sidecar.catalog._item_db import DB_NAME, connect
 from h5sidecar.catalog._result import CatalogResult, ItemError, NoFootprint
 from h5sidecar.catalog._run import JSON_TREE_MAX_ITEMS, Run
 from h5sidecar.dest import list_indexed
+from h5sidecar.errors import require_extra
 from h5sidecar.settings import RecordSettings
 
 __all__ = [
@@ -119,6 +120,7 @@ def build_catalog(
     STACValidationError
         When ``validate`` and a document does not validate (a bug: please report it).
     """
+    require_extra("catalog", "pystac", "jsonschema", "shapely", feature="a STAC catalog (h5sidecar catalog)")
     root_dir = Path(stacdir).resolve()
     root_dir.mkdir(parents=True, exist_ok=True)
     given = given_cubes(cubes, storage_options)

@@ -91,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "chunks, bytes, codecs), the skipped ones with reasons, and the source.")
     p.add_argument("ref", help="a .parq or .json sidecar (local or s3://)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    _all_rows_arg(p)
     _storage_option_arg(p)
     p.set_defaults(command="inspect")
 
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="chunks checked per variable (0 or 'all': every chunk; default 3)")
     p.add_argument("--seed", type=int, default=0, help="seed of the chunk sample (default 0)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _all_rows_arg(p)
     _storage_option_arg(p)
     p.set_defaults(command="verify")
 
@@ -225,11 +227,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sample", parents=[verbose], help="write sample ATL03-like granules",
                        description="Write small synthetic ATL03-like HDF5 granules (and "
                        "optionally a netCDF-4 file) to OUTDIR.")
-    p.add_argument("outdir")
-    p.add_argument("--granules", type=_positive, default=2)
+    p.add_argument("outdir", help="folder to write the samples into (created if missing)")
+    p.add_argument("--granules", type=_positive, default=2,
+                   help="ATL03-like granules to write (default 2)")
     p.add_argument("--photons", type=_positive, default=None,
-                   help="photons per beam (default: the generator's small default)")
-    p.add_argument("--seed", type=int, default=0)
+                   help="photons per granule, over its six beams (default 200,000: ~10 MB)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the first granule; each granule gets its own track, time and "
+                   "values (default 0)")
     p.add_argument("--netcdf", action="store_true", help="also write a netCDF-4 sample")
     p.add_argument("--collection", action="store_true",
                    help="write a collection of daily gridded netCDF-4 granules instead (the "
@@ -241,7 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", parents=[verbose], help="sample -> index -> open -> compare",
                        description="Write sample granules into OUTDIR, index them, open one "
                        "with xarray through its sidecar and compare values with h5py.")
-    p.add_argument("outdir", nargs="?", default="demo-output")
+    p.add_argument("outdir", nargs="?", default="demo-output",
+                   help="folder for the granules and their sidecars (default demo-output); a "
+                   "second run finds them up to date")
     p.set_defaults(command="demo")
 
     p = sub.add_parser("serve", parents=[verbose], help="serve sidecars as Zarr over HTTP",
@@ -333,6 +340,13 @@ def _sample(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError("must be 0 (all), 'all' or a positive number")
     return value
+
+
+def _all_rows_arg(p: argparse.ArgumentParser) -> None:
+    # the threshold is cli._summaries.SUMMARY_ABOVE; not imported: --help loads no table code
+    p.add_argument("--all", action="store_true",
+                   help="a row for every variable (default above 50 variables: one row per "
+                   "top-level group, and each variable with a problem)")
 
 
 def _storage_option_arg(p: argparse.ArgumentParser) -> None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
+import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -15,6 +18,7 @@ from h5sidecar.cli._args import record_settings, storage_options
 from h5sidecar.cli._exit_codes import EXIT_FAILED, EXIT_OK
 from h5sidecar.cli._output import shape as _shape
 from h5sidecar.cli._output import size as _size
+from h5sidecar.cli._summaries import SUMMARY_ABOVE, inspect_summary, verify_summary
 
 log = logging.getLogger("h5sidecar")
 
@@ -34,6 +38,10 @@ def cmd_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
     c = s.counts
     out.print(f"{s.n_groups} group(s); variables: {c['virtual']} virtual, {c['inlined']} "
               f"inlined, {c['skipped']} skipped")
+    if not args.all and c["virtual"] + c["inlined"] > SUMMARY_ABOVE:
+        out.print(inspect_summary(s.variables))
+        _print_skipped(s.variables, out)
+        return EXIT_OK
     table = Table(show_lines=False, header_style="bold")
     numeric = {"stored", "inline", "missing", "bytes"}
     for col in ("path", "status", "shape", "dtype", "chunks", "stored", "inline", "missing",
@@ -47,7 +55,12 @@ def cmd_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
                       str(v.n_stored), str(v.n_inline), str(v.n_missing),
                       _size(v.stored_bytes + v.inline_bytes), ",".join(v.codecs) or "-")
     out.print(table)
-    skipped = [v for v in s.variables if v.status == "skipped"]
+    _print_skipped(s.variables, out)
+    return EXIT_OK
+
+
+def _print_skipped(variables: Any, out: Console) -> None:
+    skipped = [v for v in variables if v.status == "skipped"]
     if skipped:
         t = Table(title="skipped variables", header_style="bold")
         t.add_column("path")
@@ -55,7 +68,6 @@ def cmd_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
         for v in skipped:
             t.add_row(v.path, v.note)
         out.print(t)
-    return EXIT_OK
 
 
 def cmd_verify(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -69,20 +81,26 @@ def cmd_verify(args: argparse.Namespace, out: Console, err: Console) -> int:
     if r.source_changed:
         out.print(f"[red]source changed since indexing[/]: recorded {r.recorded.to_dict()}, "
                   f"now {r.current.to_dict()}: re-index it (h5sidecar index ... )")
-    table = Table(header_style="bold")
+    bad = [v for v in r.variables if v.status in ("different", "error")]
+    short = not args.all and len(r.variables) > SUMMARY_ABOVE
+    if short:
+        out.print(verify_summary(r.variables))
+    table = Table(header_style="bold", title="variables with problems" if short else None)
     for col in ("path", "result", "chunks", "checksums", "detail"):
         table.add_column(col)
     style = {"ok": "green", "different": "red", "error": "red", "skipped": "yellow"}
-    for v in r.variables:
+    for v in bad if short else r.variables:
         sums = f"{v.checksums_checked - v.checksums_failed}/{v.checksums_checked}" \
             if v.checksums_checked else "-"
         table.add_row(v.path, f"[{style[v.status]}]{v.status}[/]",
                       f"{v.chunks_checked}/{v.chunks_total}", sums, v.message)
-    out.print(table)
-    bad = [v for v in r.variables if v.status in ("different", "error")]
+    if bad or not short:
+        out.print(table)
     if r.reader == "h5sidecar":
         out.print("read through h5sidecar's reader: a compact sidecar (plain fsspec/kerchunk "
                   "cannot read it)")
+    for note in r.not_checked:
+        out.print(f"[yellow]not checked[/]: {escape(note)}")
     verdict = "[green]OK[/]" if r.ok else "[red]DIFFERENCES FOUND[/]"
     out.print(f"{verdict}: {len(r.variables)} variable(s), {len(bad)} with problems")
     return EXIT_OK if r.ok else EXIT_FAILED
@@ -114,7 +132,10 @@ def cmd_dmrpp_check(args: argparse.Namespace, out: Console, err: Console) -> int
 
 def cmd_catalog(args: argparse.Namespace, out: Console, err: Console) -> int:
     from h5sidecar.catalog import build_catalog
+    from h5sidecar.errors import require_extra
 
+    if args.pgstac:  # before the catalog is written, not after
+        require_extra("pgstac", "pypgstac", "psycopg", feature="catalog --pgstac")
     with err.status("cataloguing granules") as status:
         result = build_catalog(
             args.dest, args.stacdir, gateway_url=args.gateway_url,
@@ -174,7 +195,7 @@ def cmd_cube(args: argparse.Namespace, out: Console, err: Console) -> int:
     for col in ("cube", "granules", args.concat_dim, "first", "last"):
         table.add_column(col)
     for c in r.cubes:
-        table.add_row(c.path, str(len(c.granules)), str(c.length), str(c.first), str(c.last))
+        table.add_row(c.path, str(len(c.granules)), str(c.length), *c.bounds)
     out.print(table)
     if r.action in ("appended", "rebuilt"):
         out.print(f"{r.action}: {len(r.added)} granule(s) added, {len(r.replaced)} replaced, "
@@ -201,7 +222,8 @@ def cmd_prune(args: argparse.Namespace, out: Console, err: Console) -> int:
         did = "kept" if r.applied and not e.removed else verb
         out.print(f"{did} [bold]{escape(e.reason)}[/] {escape(e.path)}: {escape(e.detail)}")
     done = [e for e in r.entries if e.removed or not r.applied]
-    out.print(f"{len(done)} of {r.sidecars_checked} sidecar(s) and temporaries {verb}"
+    out.print(f"{len(done)} of {r.sidecars_checked} sidecar(s) and temporaries "
+              f"{'removed' if r.applied else 'would be removed'}"
               + ("" if r.applied or not r.entries else "; run again with --apply to remove them"))
     return EXIT_OK
 
@@ -230,8 +252,11 @@ def cmd_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
     with err.status("running the demo: sample granules -> index -> open -> compare"):
         d = run_demo(args.outdir)
     out.rule("[bold]h5sidecar demo")
-    out.print(f"indexed {len(d.report.granules)} granule(s) from {d.granule_dir} into "
-              f"{d.sidecar_dir} in {d.report.seconds:.1f} s")
+    counts = d.report.counts
+    done = f"indexed {counts['ok']} granule(s)" if counts["ok"] else "indexed nothing"
+    done += f", {counts['up_to_date']} up to date" if counts["up_to_date"] else ""
+    done += f", {counts['failed']} failed" if counts["failed"] else ""
+    out.print(f"{done}: {d.granule_dir} -> {d.sidecar_dir} in {d.report.seconds:.1f} s")
     table = Table(header_style="bold")
     for col in ("granule", "status", "source", "sidecar", "virtual", "inlined", "skipped"):
         table.add_column(col)
@@ -249,19 +274,29 @@ def cmd_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
         t.add_row(c.variable, c.sidecar_values, c.h5py_values,
                   "[green]yes[/]" if c.equal else "[red]NO[/]")
     out.print(t)
-    out.print(f"next: h5sidecar inspect {d.example_sidecar}")
+    out.print(f"next: {_this_command()} inspect {d.example_sidecar}")
     return EXIT_OK if d.ok else EXIT_FAILED
 
 
+def _this_command() -> str:
+    """How to run ``h5sidecar`` again from a new shell: ``h5sidecar`` when it is on PATH, else
+    the script beside this Python (a venv not activated), else ``python -m h5sidecar.cli``."""
+    if shutil.which("h5sidecar"):
+        return "h5sidecar"
+    script = Path(sys.executable).parent / "h5sidecar"
+    return str(script) if script.is_file() else f"{sys.executable} -m h5sidecar.cli"
+
+
 def cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from h5sidecar.errors import require_extra
+
+    require_extra("gateway", "starlette", "uvicorn", feature="h5sidecar serve")
     from h5sidecar.gateway.app import serve
     from h5sidecar.settings import GatewaySettings, ReadSettings, from_env
 
     cors = () if args.no_cors else tuple(args.cors) or None
     settings = from_env(GatewaySettings, host=args.host, port=args.port, token=args.token,
                         allow=tuple(args.allow) or None, cors_origins=cors)
-    err.print(f"serving [bold]{args.dest}[/] on http://{settings.host}:{settings.port}/ "
-              f"(token {'required' if settings.token else 'off'}; Ctrl-C stops)")
     stac_api: Any = None
     if args.stac_backend:
         from h5sidecar.catalog import PgStacApi, backend_dsn
@@ -275,6 +310,8 @@ def cmd_serve(args: argparse.Namespace, out: Console, err: Console) -> int:
         from h5sidecar.catalog import StacApi
 
         stac_api = StacApi(args.stac)
+    err.print(f"serving [bold]{args.dest}[/] on http://{settings.host}:{settings.port}/ "
+              f"(token {'required' if settings.token else 'off'}; Ctrl-C stops)")
     serve(settings, args.dest, storage_options=storage_options(args.storage_options),
           read_settings=from_env(ReadSettings), stac_api=stac_api, cubes=args.cube or None,
           record_settings=record_settings(args),

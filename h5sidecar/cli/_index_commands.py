@@ -162,9 +162,11 @@ def _executor(args: argparse.Namespace, err: Console) -> Iterator[tuple[Any, int
     if not args.dask:
         yield ("serial" if args.serial else "process"), args.workers
         return
-    import distributed  # noqa: F401 - its import sets its loggers' levels; ours come after
-
+    from h5sidecar.errors import require_extra
     from h5sidecar.workflows import dask_executor
+
+    # also imports distributed, whose import sets its loggers' levels: ours come after
+    require_extra("dask", "dask", "distributed", feature="index --dask")
 
     # Dask logs every worker start and stop at INFO: keep them for -vv
     logging.getLogger("distributed").setLevel(logging.DEBUG if args.verbose > 1 else

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from rich.console import Console
+from rich.markup import escape
 
 from h5sidecar.cli._args import build_parser, storage_options
 from h5sidecar.cli._cache_commands import cmd_cache
@@ -59,7 +60,9 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
         # bad input or an unusable destination (missing, not a folder, not writable): say
         # what, without a traceback (-vv logs one)
         log.debug("command failed", exc_info=True)
-        err.print(f"[red]error:[/] {exc}")
+        # escaped: 'pip install "h5sidecar[gateway]"' would otherwise lose its [gateway] to
+        # rich's markup
+        err.print(f"[red]error:[/] {escape(str(exc))}")
         return EXIT_USAGE
 
 

@@ -35,6 +35,7 @@ _LAZY: dict[str, str] = {
     "StagedSidecars": "h5sidecar.dest._dest_walk",
     "URL_LIST_OPTION": "h5sidecar.dest._report",
     "cached_record": "h5sidecar.dest._record_store",
+    "create_local_dest": "h5sidecar.dest._locations",
     "dest_fs": "h5sidecar.dest._sidecar_listing",
     "dest_lock": "h5sidecar.dest._dest_lock",
     "entry_mtime": "h5sidecar.dest._dest_walk",
@@ -81,6 +82,7 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads
     from h5sidecar.dest._locations import RECORD_NAME as RECORD_NAME
     from h5sidecar.dest._locations import REPORT_NAME as REPORT_NAME
     from h5sidecar.dest._locations import SIDECAR_SUFFIX as SIDECAR_SUFFIX
+    from h5sidecar.dest._locations import create_local_dest as create_local_dest
     from h5sidecar.dest._locations import filesystem as filesystem
     from h5sidecar.dest._locations import is_remote as is_remote
     from h5sidecar.dest._locations import join_url as join_url

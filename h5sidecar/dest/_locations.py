@@ -21,6 +21,7 @@ __all__ = [
     "RECORD_NAME",
     "REPORT_NAME",
     "SIDECAR_SUFFIX",
+    "create_local_dest",
     "filesystem",
     "is_remote",
     "join_url",
@@ -78,3 +79,14 @@ def sidecar_stamp(sidecar: str) -> str | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def create_local_dest(dest: str) -> None:
+    """Create the local folder ``dest`` (and its parents), or raise the ``OSError`` of the
+    same type saying "cannot create DEST ...": a DEST that cannot be created is bad input, said
+    once, not a failure of each granule."""
+    try:
+        os.makedirs(dest, exist_ok=True)
+    except OSError as exc:
+        raise type(exc)(f"cannot create DEST {dest}: {exc.strerror or exc}; pass a folder that "
+                        "can be created and written to") from exc

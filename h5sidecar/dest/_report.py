@@ -94,13 +94,14 @@ class ErrorRecord:
 
 
 def error_record(exc: BaseException, *, kind: str | None = None) -> ErrorRecord:
-    """An :class:`ErrorRecord` for an exception (its ``kind`` code picks the hint)."""
+    """An :class:`ErrorRecord` for an exception (its own ``hint``, else its ``kind`` code's)."""
     if kind is None:
         kind = exc.kind if isinstance(exc, H5SidecarError) else ErrorKind.OS_ERROR
+    own = exc.hint if isinstance(exc, H5SidecarError) else None
     return ErrorRecord(
         kind=kind,
         message=str(exc) or type(exc).__name__,
-        hint=_HINTS.get(kind, _HINTS[ErrorKind.BUG]),
+        hint=own or _HINTS.get(kind, _HINTS[ErrorKind.BUG]),
         type=type(exc).__name__,
     )
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from h5sidecar.errors import InvalidRequestError, SourceNotFoundError
+from h5sidecar.errors import InvalidRequestError, SourceNotFoundError, require_extra
 from h5sidecar.examples.grid_cells import _merge, _shape, bin_cells
 from h5sidecar.references import GranuleRefs, read_refs
 
@@ -251,6 +251,7 @@ def gridded_mean_height(
     SourceNotFoundError
         No sidecar, or no beam group holding ``variables``.
     """
+    require_extra("dask", "dask", feature="gridded_mean_height")
     import dask
 
     if not grid > 0 or not np.isfinite(grid):
@@ -309,6 +310,7 @@ def plot_grid(ds: Any, path: str | Path | None = None, *, title: str | None = No
     bytes
         The PNG image.
     """
+    require_extra("gateway", "matplotlib", feature="plot_grid")
     # the object-oriented API draws without pyplot's global state or a GUI backend
     from matplotlib.figure import Figure
 

@@ -6,4 +6,10 @@ runs; it reads through :mod:`h5sidecar.read` and knows nothing of HDF5.
 
 from __future__ import annotations
 
+from h5sidecar.errors import require_extra
+
+# every module here builds on starlette: a base install learns which extra to add on the first
+# import of the gateway, not from a ModuleNotFoundError deep in app.py
+require_extra("gateway", "starlette", feature="the HTTP gateway (h5sidecar serve)")
+
 __all__: list[str] = []

@@ -31,7 +31,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from h5sidecar._version import __version__
-from h5sidecar.errors import ErrorKind, H5SidecarError, NotIndexedError
+from h5sidecar.errors import ErrorKind, H5SidecarError, NotIndexedError, require_extra
 from h5sidecar.gateway._http_rules import (
     Admission,
     BadRequestError,
@@ -310,6 +310,7 @@ def serve(
 ) -> None:
     """Run the gateway with uvicorn on ``settings.host:settings.port`` until interrupted
     (the parameters are :func:`create_app`'s)."""
+    require_extra("gateway", "uvicorn", feature="h5sidecar serve")
     import uvicorn
 
     app = create_app(settings, dest, storage_options=storage_options,

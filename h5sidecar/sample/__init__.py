@@ -42,7 +42,7 @@ def write_sample_granules(outdir: str | Path, *, granules: int = 2, photons: int
     granules : int
         Number of granules.
     photons : int
-        Photons per granule (see :func:`write_atl03_like`).
+        Photons per granule, over its six beams (see :func:`write_atl03_like`).
     seed : int
         Seed of the first granule.
 

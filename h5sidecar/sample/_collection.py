@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from h5sidecar.errors import require_extra
+
 __all__ = ["PACKING", "REPACKED", "TIME_UNITS", "write_daily_collection", "write_daily_granule"]
 
 TIME_UNITS = "days since 2020-01-01 00:00:00"
@@ -54,7 +56,8 @@ def write_daily_granule(path: str | Path, day: date, *, nlat: int = 8, nlon: int
     -------
     Path
     """
-    import netCDF4  # optional dependency (h5sidecar[all])
+    require_extra("netcdf", "netCDF4", feature="writing netCDF-4 samples")
+    import netCDF4  # optional (h5sidecar[netcdf]): imported here to keep import cheap
 
     path = Path(path)
     offset = (day - EPOCH).days

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from h5sidecar.errors import require_extra
+
 TIME_STEPS, TIME_CHUNK = 25, 10  # unlimited time with a partial edge chunk (25 = 2*10 + 5)
 NLAT, NLON = 90, 180
 
@@ -37,7 +39,8 @@ def write_netcdf_like(path: str | Path, *, seed: int = 0) -> Path:
     Path
         ``path``.
     """
-    import netCDF4  # optional dependency (h5sidecar[all]); imported here to keep import cheap
+    require_extra("netcdf", "netCDF4", feature="writing netCDF-4 samples")
+    import netCDF4  # optional (h5sidecar[netcdf]): imported here to keep import cheap
 
     path = Path(path)
     rng = np.random.default_rng(seed)

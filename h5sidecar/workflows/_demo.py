@@ -86,7 +86,7 @@ def write_samples(
     outdir : str or Path
     granules : int
     photons : int, optional
-        Photons per granule (the generator's default when None).
+        Photons per granule, over its six beams (the generator's default when None).
     seed : int
     netcdf : bool
         Also write ``sample_netcdf4.nc``.
@@ -114,7 +114,7 @@ def run_demo(
     outdir : str or Path
         Output folder (created).
     granules, photons : int
-        Sample size.
+        Sample size: granules, and photons per granule over its six beams.
     workers : int
         Worker processes used for indexing.
     """

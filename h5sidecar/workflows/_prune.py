@@ -52,7 +52,7 @@ from h5sidecar.dest import (
     store_of,
     walk_dest,
 )
-from h5sidecar.errors import H5SidecarError, SourceNotFoundError
+from h5sidecar.errors import H5SidecarError, InvalidRequestError, SourceNotFoundError
 from h5sidecar.read import load_refs
 from h5sidecar.settings import RecordSettings
 from h5sidecar.sources import normalize_url
@@ -141,6 +141,8 @@ def prune(
     ------
     SourceNotFoundError
         DEST does not exist.
+    InvalidRequestError
+        DEST holds no sidecar, temporary or record: it is not a DEST.
     """
     unknown = set(reasons) - set(REASONS)
     if unknown:
@@ -151,12 +153,31 @@ def prune(
     root = dest.split("://", 1)[-1].rstrip("/") if is_remote(dest) else dest.rstrip("/")
     if not fs.exists(root):
         raise SourceNotFoundError(f"{dest} does not exist: pass the DEST of h5sidecar index")
+    _refuse_not_a_dest(fs, dest, root, storage_options)  # before a lock file is written there
     if not apply:  # a dry run removes nothing: it need not wait for a running index
         return _prune(fs, dest, root, False, reasons, staging_age, storage_options,
                       source_storage_options, record_settings)  # fmt: skip
     with dest_lock(dest, exclusive=True, holder="prune --apply"):
         return _prune(fs, dest, root, True, reasons, staging_age, storage_options,
                       source_storage_options, record_settings)  # fmt: skip
+
+
+def _refuse_not_a_dest(fs: Any, dest: str, root: str,
+                       storage_options: Mapping[str, Any] | None) -> None:
+    """Raise :class:`InvalidRequestError` when ``dest`` holds neither a record of ``h5sidecar
+    index``, nor a sidecar, nor a temporary (a folder of granules, given by mistake)."""
+    if is_remote(dest):
+        store, where = store_of(dest, storage_options)
+        if has_parts(store, where):
+            return
+    elif os.path.exists(record_path(dest)):
+        return
+    if fs.exists(f"{root}/{REPORT_NAME}") or next(iter(walk_dest(fs, root, is_remote(dest))),
+                                                     None) is not None:
+        return
+    raise InvalidRequestError(
+        f"{dest} is not a DEST: it holds no sidecars and no record of `h5sidecar index`; pass "
+        "the folder (or prefix) given to `h5sidecar index -o`")
 
 
 def _prune(fs: Any, dest: str, root: str, apply: bool, reasons: tuple[str, ...],

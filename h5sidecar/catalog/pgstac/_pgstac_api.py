@@ -35,7 +35,7 @@ from h5sidecar.catalog.search._static_api import (
     landing_links,
     next_link,
 )
-from h5sidecar.errors import InvalidRequestError, NotIndexedError, SourceReadError
+from h5sidecar.errors import InvalidRequestError, NotIndexedError, SourceReadError, require_extra
 
 __all__ = ["NO_FOOTPRINT", "PgStacApi", "backend_dsn", "pgstac_search_body"]
 
@@ -105,6 +105,8 @@ class PgStacApi:
 
     def __init__(self, dsn: str, *, pool_size: int = 4, timeout: float = 30.0,
                  context: str = "on") -> None:  # fmt: skip
+        require_extra("pgstac", "psycopg", "psycopg_pool",
+                      feature="a STAC API over pgstac (serve --stac-backend)")
         from psycopg_pool import ConnectionPool, PoolTimeout
 
         if context not in ("on", "auto", "off"):

@@ -19,7 +19,7 @@ from typing import Any
 from h5sidecar.catalog._item_db import DB_NAME, connect, iter_docs
 from h5sidecar.catalog._result import NoFootprint
 from h5sidecar.catalog.pgstac._pgstac_api import NO_FOOTPRINT, _unlinked, _unreachable
-from h5sidecar.errors import NotIndexedError
+from h5sidecar.errors import NotIndexedError, require_extra
 
 __all__ = ["BATCH", "PgstacLoad", "load_pgstac"]
 
@@ -118,6 +118,7 @@ def load_pgstac(
     NotIndexedError
         No ``catalog.json`` in ``stacdir``, or a named collection is not in it.
     """
+    require_extra("pgstac", "pypgstac", "psycopg", feature="loading pgstac (h5sidecar catalog --pgstac)")
     from pypgstac.db import PgstacDB
     from pypgstac.load import Loader, Methods
 

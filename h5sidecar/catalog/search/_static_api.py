@@ -29,7 +29,7 @@ from urllib.parse import quote, urlencode
 from h5sidecar.catalog._item_db import DB_NAME, SCHEMA, load_tree
 from h5sidecar.catalog.search._item_query import COUNT_LIMIT, find_item, search_page
 from h5sidecar.catalog.search._params import SearchParams, parse_search
-from h5sidecar.errors import NotIndexedError
+from h5sidecar.errors import NotIndexedError, require_extra
 
 __all__ = ["CONFORMANCE", "StacApi", "search_items"]
 
@@ -151,6 +151,7 @@ class StacApi:
     """
 
     def __init__(self, stacdir: str | Path, *, count_limit: int = COUNT_LIMIT) -> None:
+        require_extra("catalog", "shapely", feature="the STAC API (serve --stac)")
         self.count_limit = count_limit
         self.root_dir = Path(stacdir).resolve()
         root_file = self.root_dir / "catalog.json"

@@ -79,14 +79,17 @@ def find_superblock(view: View, size: int) -> tuple[Layout, list[Hint]]:
     if head in (b"CDF\x01", b"CDF\x02", b"CDF\x05"):
         raise NotHDF5Error(
             "this is a netCDF-3 (classic or 64-bit offset) file, not HDF5/netCDF-4: h5sidecar "
-            "indexes HDF5 and netCDF-4 files only; leave it out with --pattern (kerchunk's "
-            "NetCDF3ToZarr references netCDF-3 files)"
+            "indexes HDF5 and netCDF-4 files only (kerchunk's NetCDF3ToZarr references "
+            "netCDF-3 files)"
+        ).with_hint(
+            "a netCDF-3 file, which h5sidecar does not index: leave it out (index --pattern "
+            "GLOB, or patterns= of index_many); kerchunk's NetCDF3ToZarr references it"
         )
     if head[:2] == b"\x1f\x8b":
         raise NotHDF5Error(
             "this is a gzip-compressed file, not HDF5: HDF5 chunks cannot be read by byte range "
             "inside a .gz; store the file uncompressed (gunzip it) and index that"
-        )
+        ).with_hint("a gzip-compressed file: gunzip it and index the uncompressed file")
     raise NotHDF5Error(
         f"no HDF5 signature at offset 0, 512, 1024, ... of this {size}-byte object: it is not an "
         "HDF5/netCDF-4 file (check the URL, or whether the object is truncated or corrupt)"

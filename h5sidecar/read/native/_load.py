@@ -131,10 +131,10 @@ def read_arrays(
     for path, key in wanted.items():
         arr = reader.refs.arrays.get(path)
         if arr is None:
-            raise KeyError(
-                f"no array {path!r} in the sidecar of {reader.refs.source.url}; "
-                + did_you_mean(path, reader.refs.arrays)
-            )
+            # the sidecar the user passed, when known: the source's name is not what they typed
+            where = reader.sidecar or f"the sidecar of {reader.refs.source.url}"
+            raise KeyError(f"no array {path!r} in {where}; "
+                           + did_you_mean(path, reader.refs.arrays))
         key = () if key is None else key if isinstance(key, tuple) else (key,)
         full = (*key, *(slice(None),) * (len(arr.meta.shape) - len(key)))
         if reader.native.supports(path):

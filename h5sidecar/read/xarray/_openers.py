@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from h5sidecar.errors import IncompatibleGranulesError
+from h5sidecar.errors import IncompatibleGranulesError, require_extra
 from h5sidecar.read._sidecar_open import load_refs
 from h5sidecar.read.xarray._zarr_data_store import is_cf_time
 from h5sidecar.read.zarr.store import SidecarStore
@@ -38,6 +38,16 @@ def _default_chunks() -> dict[str, int] | None:
     except ImportError:
         return None
     return {}
+
+
+def _chunks(chunks: Any) -> Any:
+    """The default chunks for ``...``; any other chunking than ``None`` needs Dask, said so
+    (xarray's own error, "unrecognized chunk manager dask", names no package to install)."""
+    if chunks is ...:
+        return _default_chunks()
+    if chunks is not None:
+        require_extra("dask", "dask", feature="chunks= (Dask arrays; chunks=None reads without)")
+    return chunks
 
 
 def open_dataset(ref: Any, group: str | None = None, *, chunks: Any = ..., **kwargs: Any) -> Any:
@@ -62,7 +72,7 @@ def open_dataset(ref: Any, group: str | None = None, *, chunks: Any = ..., **kwa
     """
     import xarray as xr
 
-    chunks = _default_chunks() if chunks is ... else chunks
+    chunks = _chunks(chunks)
     return xr.open_dataset(ref, engine="h5sidecar", group=group, chunks=chunks, **kwargs)
 
 
@@ -78,7 +88,7 @@ def open_datatree(ref: Any, *, chunks: Any = ..., **kwargs: Any) -> Any:
 
     from h5sidecar.read.xarray import _datatree_direct
 
-    chunks = _default_chunks() if chunks is ... else chunks
+    chunks = _chunks(chunks)
     indexes = kwargs.get("create_default_indexes", True) is not False
     if chunks is None and _datatree_direct.AVAILABLE and _datatree_direct.DIRECT_OPTIONS.issuperset(kwargs):
         return _datatree_direct.open_tree_direct(ref, _prefetch_indexes=indexes, **kwargs)

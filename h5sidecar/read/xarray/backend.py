@@ -19,6 +19,7 @@ from typing import Any
 
 from xarray.backends import BackendEntrypoint
 
+from h5sidecar._docs import docs_page
 from h5sidecar.read.xarray._datatree import build_datatree, open_groups
 from h5sidecar.read.xarray._zarr_data_store import (
     DEFAULT_CHUNK_BYTES,
@@ -60,8 +61,8 @@ class H5SidecarBackend(BackendEntrypoint):
     """xarray backend for h5sidecar sidecars (``engine="h5sidecar"``)."""
 
     description = "Open HDF5/netCDF4 granules through h5sidecar sidecars (kerchunk JSON/Parquet)"
-    # documentation: the project README, section "Reading: xarray, zarr, fsspec"
-    url = "README.md#reading-xarray-zarr-fsspec"
+    # shown by xr.backends.list_engines() and in xarray's errors: an absolute URL a user can open
+    url = docs_page("how-to/xarray/")
     open_dataset_parameters = (
         "filename_or_obj",
         "drop_variables",

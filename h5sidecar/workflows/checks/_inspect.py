@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from h5sidecar.dest import filesystem, is_remote
+from h5sidecar.dest import RECORD_NAME, filesystem, is_remote, iter_sidecars
+from h5sidecar.errors import InvalidRequestError
 from h5sidecar.references import (
     ArrayRefs,
     GranuleRefs,
@@ -17,6 +19,9 @@ from h5sidecar.references import (
     read_refs,
 )
 from h5sidecar.sources import normalize_url
+
+#: Sidecars named when a DEST folder is given where one sidecar is expected.
+_LISTED = 3
 
 __all__ = ["SidecarSummary", "VariableSummary", "inspect_refs", "summarize"]
 
@@ -158,6 +163,8 @@ def inspect_refs(ref: str, *, storage_options: Mapping[str, Any] | None = None) 
     if not fs.exists(path):
         raise FileNotFoundError(f"no sidecar at {ref}: check the path (h5sidecar index writes them)")
     is_dir = fs.isdir(path)
+    if is_dir:
+        refuse_dest_folder(ref, storage_options)
     refs = read_refs(ref, storage_options=dict(storage_options) if storage_options else None)
     size = int(fs.du(path, total=True)) if is_dir else int(fs.size(path))
     summary = summarize(refs, ref=ref, format="parquet" if is_dir else "json", sidecar_bytes=size)
@@ -165,6 +172,25 @@ def inspect_refs(ref: str, *, storage_options: Mapping[str, Any] | None = None) 
         return summary
     opts = dict(storage_options) if storage_options else None
     return dataclasses.replace(summary, layout=read_layout(ref, storage_options=opts))
+
+
+def refuse_dest_folder(ref: str, storage_options: Mapping[str, Any] | None = None) -> None:
+    """Raise :class:`InvalidRequestError` naming a few sidecars when ``ref`` is a folder of
+    sidecars (a DEST) rather than one sidecar: the first thing a newcomer tries after ``index``.
+    """
+    fs = filesystem(ref, storage_options)
+    path = ref.split("://", 1)[1] if is_remote(ref) else ref
+    if fs.exists(f"{path.rstrip('/')}/.zmetadata"):  # a Parquet sidecar
+        return
+    listed = itertools.islice(iter_sidecars(ref, storage_options=storage_options,
+                                            identity=False), _LISTED + 1)
+    names = [info.sidecar for info, _ in listed]
+    if not names and not fs.exists(f"{path.rstrip('/')}/{RECORD_NAME}"):
+        return  # neither: the reader's own message says what is missing
+    more = " ..." if len(names) > _LISTED else ""
+    raise InvalidRequestError(
+        f"{ref} is an index folder (a DEST), not a sidecar: pass one of its sidecars"
+        + (f", e.g. {', '.join(names[:_LISTED])}{more}" if names else " (it holds none yet)"))
 
 
 def summarize(

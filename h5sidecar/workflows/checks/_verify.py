@@ -45,6 +45,7 @@ from h5sidecar.references import (
 from h5sidecar.sources import normalize_url
 from h5sidecar.workflows.checks._cfcheck import decoded_differences
 from h5sidecar.workflows.checks._dimcheck import sidecar_dimension_differences
+from h5sidecar.workflows.checks._inspect import refuse_dest_folder
 from h5sidecar.workflows.checks._plain_parquet import NullKeepingReferenceMapper
 from h5sidecar.workflows.checks._verify_array import (
     VariableCheck,
@@ -71,6 +72,8 @@ class VerifyReport:
     reader : "fsspec" or "h5sidecar"
         What decoded the chunks: plain fsspec ``reference://`` + zarr, or h5sidecar's store
         (compact Parquet sidecars, which plain tools cannot read).
+    not_checked : tuple of str
+        Checks that did not run and why (the CF-decoded values and dimensions need h5netcdf).
     """
 
     ref: str
@@ -78,6 +81,7 @@ class VerifyReport:
     current: SourceInfo
     variables: tuple[VariableCheck, ...]
     reader: Literal["fsspec", "h5sidecar"] = "fsspec"
+    not_checked: tuple[str, ...] = ()
 
     @property
     def source_changed(self) -> bool:
@@ -100,6 +104,7 @@ class VerifyReport:
             "recorded": self.recorded.to_dict(),
             "current": self.current.to_dict(),
             "variables": [v.to_dict() for v in self.variables],
+            "not_checked": list(self.not_checked),
         }
 
 
@@ -132,6 +137,8 @@ def verify_refs(
     """
     ref = normalize_url(ref)
     opts = dict(storage_options) if storage_options else None
+    if filesystem(ref, opts).isdir(ref.split("://", 1)[1] if is_remote(ref) else ref):
+        refuse_dest_folder(ref, opts)
     refs = read_refs(ref, storage_options=opts)
     src = refs.source.url
     current = _current_identity(src, ref, opts)
@@ -162,7 +169,21 @@ def verify_refs(
         current=current,
         variables=tuple(checks),
         reader="h5sidecar" if compact else "fsspec",
+        not_checked=() if _has_h5netcdf() else (_NO_H5NETCDF,),
     )
+
+
+#: Why checks 4 and 5 did not run (said by ``verify``, not silently left out).
+_NO_H5NETCDF = ('CF-decoded values and dimensions were not compared with xarray + h5netcdf: '
+                'h5netcdf is not installed (pip install "h5sidecar[netcdf]")')
+
+
+def _has_h5netcdf() -> bool:
+    try:
+        import h5netcdf  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _decoded_check(
@@ -175,9 +196,7 @@ def _decoded_check(
 ) -> dict[str, str]:
     """Check 4: CF-decoded values through plain xarray equal xarray + h5netcdf's on the source
     (the same chunks as check 2).  Skipped when h5netcdf is not installed."""
-    try:
-        import h5netcdf  # noqa: F401
-    except ImportError:
+    if not _has_h5netcdf():
         return {}
     regions = {
         path: [chunk_region(refs.arrays[path], index) for index in indices]
@@ -201,9 +220,7 @@ def _dimension_check(
 ) -> dict[str, str]:
     """Check 5: dimension names and coordinates through plain xarray equal xarray + h5netcdf's
     on the source.  Skipped when h5netcdf is not installed."""
-    try:
-        import h5netcdf  # noqa: F401
-    except ImportError:
+    if not _has_h5netcdf():
         return {}
     with contextlib.ExitStack() as stack:
         source: Any = src

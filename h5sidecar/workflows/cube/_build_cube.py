@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from h5sidecar.errors import InvalidRequestError
+from h5sidecar.errors import InvalidRequestError, require_extra
 from h5sidecar.references import gc_paused
 from h5sidecar.workflows.cube._cube_build import CubePart, CubeResult, _build, cube_paths
 
@@ -95,6 +95,8 @@ def build_cube(
     InvalidRequestError
         No sidecars, an unknown group/variable, or no coordinate variable ``concat_dim``.
     """
+    if format == "icechunk":
+        require_extra("icechunk", "icechunk", feature="a cube in Icechunk (cube --format icechunk)")
     if on_mismatch not in ("raise", "split"):
         raise InvalidRequestError(f"on_mismatch must be 'raise' or 'split', not {on_mismatch!r}")
     if format not in ("parquet", "json", "icechunk"):

@@ -52,6 +52,7 @@ from h5sidecar.workflows.cube._cube_time import (
     check_not_fill,
     normalize_times,
     time_attrs,
+    time_of,
 )
 
 __all__ = ["append_cube"]
@@ -288,7 +289,7 @@ def append_cube(
 def _summary(p: Part) -> CubePart:
     return CubePart(path=p.path, granules=tuple(m.url for m in p.members),
                     length=int(p.coordinate.size), first=p.coordinate[0].item(),
-                    last=p.coordinate[-1].item())
+                    last=p.coordinate[-1].item(), **time_of(p.coord_attrs))
 
 
 def _pieces(p: Part, dim: str) -> tuple[list[GranuleRefs], list[str], list[np.ndarray],
@@ -363,4 +364,4 @@ def _write_part(p: Part, dim: str, format: str, opts: Mapping[str, Any]) -> Cube
                storage_options=dict(opts) or None)
     return CubePart(path=p.path, granules=tuple(m.url for m in cube.members),
                     length=int(coordinate.size), first=coordinate[0].item(),
-                    last=coordinate[-1].item())
+                    last=coordinate[-1].item(), **time_of(p.coord_attrs))

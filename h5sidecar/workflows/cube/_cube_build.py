@@ -31,6 +31,8 @@ from h5sidecar.workflows.cube._cube_time import (
     check_not_fill,
     normalize_times,
     time_attrs,
+    time_labels,
+    time_of,
 )
 
 __all__ = ["CubePart", "CubeResult", "cube_paths", "write_cube"]
@@ -54,6 +56,8 @@ class CubePart:
         Length of the concatenated dimension.
     first, last : Any
         First and last raw values of the concatenated coordinate.
+    units, calendar : str or None
+        The coordinate's CF ``units`` and ``calendar`` attributes (None without them).
     """
 
     path: str
@@ -61,6 +65,15 @@ class CubePart:
     length: int
     first: Any
     last: Any
+    units: str | None = None
+    calendar: str | None = None
+
+    @property
+    def bounds(self) -> tuple[str, str]:
+        """``(first, last)`` as ISO 8601 dates when the coordinate holds CF times, else as
+        numbers."""
+        first, last = time_labels([self.first, self.last], self.units, self.calendar)
+        return first, last
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,8 +300,11 @@ def _scan_and_write(
         del pieces, enc.pieces[:], record, members, refs, by_piece  # in the cube: freed before the write
         path = write_cube(cube, target, format, opts)
         del cube
+        # the cube's coordinate attributes: normalized ones, else its first granule's
+        attrs = found.coord_attrs or enc.first.arrays[coord].meta.attrs
         written.append(CubePart(path=path, granules=names, length=int(coordinate.size),
-                                first=coordinate[0].item(), last=coordinate[-1].item()))
+                                first=coordinate[0].item(), last=coordinate[-1].item(),
+                                **time_of(attrs)))
         named.append(names)
     added = named[0] if len(named) == 1 else tuple(u for n in named for u in n)
     return CubeResult(cubes=tuple(written), concat_dim=concat_dim, variables=tuple(paths),

@@ -39,6 +39,27 @@ def time_attrs(attrs: Mapping[str, Any]) -> tuple[str, str]:
     return units, str(attrs.get("calendar", "standard"))
 
 
+def time_of(attrs: Mapping[str, Any]) -> dict[str, str | None]:
+    """``units`` and ``calendar`` of a coordinate's attributes (for ``CubePart``)."""
+    units, calendar = attrs.get("units"), attrs.get("calendar")
+    return {"units": units if isinstance(units, str) else None,
+            "calendar": calendar if isinstance(calendar, str) else None}
+
+
+def time_labels(values: Sequence[Any], units: str | None, calendar: str | None) -> list[str]:
+    """``values`` of a concat coordinate as ISO 8601 dates when ``units`` are CF time units
+    (``"days since 2000-01-01"``), else as they are: what a person reads a cube's range by."""
+    if not isinstance(units, str) or " since " not in units:
+        return [str(v) for v in values]
+    try:
+        dates = _decode(np.asarray(values), units, calendar or "standard")
+    except (ValueError, TypeError, OverflowError):  # units xarray cannot decode: raw numbers
+        return [str(v) for v in values]
+    if dates.dtype.kind == "M":
+        return [str(np.datetime_as_string(d, unit="s")) for d in dates]
+    return [d.isoformat() for d in dates]  # cftime dates of a non-standard calendar
+
+
 def _decode(values: np.ndarray, units: str, calendar: str) -> np.ndarray:
     from xarray.coding.times import decode_cf_datetime
 

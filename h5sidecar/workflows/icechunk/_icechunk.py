@@ -34,7 +34,12 @@ from urllib.parse import quote
 
 import numpy as np
 
-from h5sidecar.errors import ErrorKind, InvalidReferenceError, UnsupportedFeatureError
+from h5sidecar.errors import (
+    ErrorKind,
+    InvalidReferenceError,
+    UnsupportedFeatureError,
+    require_extra,
+)
 from h5sidecar.references import GranuleRefs, Skipped, SourceInfo
 from h5sidecar.sources import normalize_url
 from h5sidecar.workflows.icechunk._icechunk_repo import container_prefixes, open_repository
@@ -104,6 +109,7 @@ def write_icechunk(
         When a source has no identity (no ETag and no modification time) or a reference falls
         outside the configured containers.
     """
+    require_extra("icechunk", "icechunk", feature="write_icechunk")
     identities = _identities(refs, sources, storage_options)
     prefixes = container_prefixes(identities)
     repository = open_repository(repo, prefixes, storage_options)

@@ -20,6 +20,7 @@ import numpy as np
 from h5sidecar.errors import IncompatibleGranulesError
 from h5sidecar.references import GranuleRefs, SourceInfo, concat_refs
 from h5sidecar.workflows.cube._cube_assemble import CUBE_KEY, cube_record
+from h5sidecar.workflows.cube._cube_time import time_of
 from h5sidecar.workflows.icechunk._icechunk import _chunk_key, _identities, _set_virtual
 from h5sidecar.workflows.icechunk._icechunk_repo import (
     container_prefixes,
@@ -112,7 +113,7 @@ def append_icechunk(p: Part, dim: str, opts: Mapping[str, Any]) -> CubePart:
     session.commit(message, metadata=metadata)
     return CubePart(path=p.path, granules=tuple(m.url for m in members),
                     length=int(coordinate.size), first=coordinate[0].item(),
-                    last=coordinate[-1].item())
+                    last=coordinate[-1].item(), **time_of(p.coord_attrs))
 
 
 def _replaced_coordinate(p: Part) -> np.ndarray:

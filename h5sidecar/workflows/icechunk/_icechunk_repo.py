@@ -14,6 +14,7 @@ import posixpath
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from h5sidecar.errors import require_extra
 from h5sidecar.sources import normalize_url
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ def open_icechunk(
     >>> repo = open_icechunk("cube.icechunk")                                 # doctest: +SKIP
     >>> ds = xr.open_zarr(repo.readonly_session("main").store, consolidated=False)  # doctest: +SKIP
     """
+    require_extra("icechunk", "icechunk", feature="open_icechunk")
     import icechunk as ic
 
     storage = _storage(repo, storage_options)

@@ -39,7 +39,7 @@ from dataclasses import is_dataclass, replace
 from typing import Any
 
 from h5sidecar.dest import ErrorRecord, GranuleResult, error_record
-from h5sidecar.errors import ErrorKind
+from h5sidecar.errors import ErrorKind, require_extra
 
 __all__ = [
     "TRANSIENT_KINDS",
@@ -224,6 +224,7 @@ def dask_client(address: str, *, log_level: int | None = None) -> Iterator[Any]:
     ValueError
         For ``local:`` with a count that is not a positive integer.
     """
+    require_extra("dask", "dask", "distributed", feature="a Dask cluster (index --dask)")
     import dask
     from dask.system import CPU_COUNT
     from distributed import Client, LocalCluster

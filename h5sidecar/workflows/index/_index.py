@@ -25,6 +25,7 @@ from h5sidecar.dest import (
     Record,
     RunRecorder,
     RunReport,
+    create_local_dest,
     dest_lock,
     is_remote,
     join_url,
@@ -36,6 +37,7 @@ from h5sidecar.sources import normalize_url
 from h5sidecar.workflows.index._executors import ExecutorSpec, Task, default_workers, run_tasks
 from h5sidecar.workflows.index._index_one import IndexOptions, SidecarFormat, index_one
 from h5sidecar.workflows.index._listed_current import mark_current, split_current
+from h5sidecar.workflows.index._main_guard import refuse_unguarded_main
 from h5sidecar.workflows.index._up_to_date import (
     LeftoverSweep,
     content_of,
@@ -133,9 +135,16 @@ def index_many(
         When ``source`` matches no granule.
     NotADirectoryError
         When ``dest`` is an existing local file.
+    OSError
+        When a local ``dest`` cannot be created ("cannot create DEST ...").
     KeyboardInterrupt
         After writing a report of the granules finished so far (``complete: false``).
+    UnguardedMainError
+        With worker processes, when called at the top level of a script outside ``if __name__
+        == "__main__":`` (each worker would import the script and run it again).
     """
+    if executor == "process":  # before any worker starts, or anything is written
+        refuse_unguarded_main("index_many")
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     dest = normalize_url(dest)
@@ -162,6 +171,8 @@ def index_many(
                         exclude=[dest], not_regular=not_regular) as listing:
         for url in not_regular:
             log.warning("skipped %s: not a regular file (a FIFO, socket or device)", url)
+        if not is_remote(dest):  # once the source is known to hold granules
+            create_local_dest(dest)
         return _index_listed(listing, source, dest, format, options, patterns, executor,
                              workers, progress, not_regular, started, t0, record_settings)
 

@@ -227,7 +227,8 @@ def _nothing_found(
     what = f"no granules found under {source!r} matching {list(patterns)}"
     if "*" in patterns:
         return f"{what}: the folder holds no regular files (check the path)"
-    return f"{what}: pass --pattern (e.g. --pattern '*') to select other file names"
+    return (f"{what}: select other file names with --pattern (e.g. --pattern '*'; from Python, "
+            "patterns=('*',))")
 
 
 def identity_from_info(url: str, info: Mapping[str, Any]) -> SourceInfo:
