@@ -23,7 +23,7 @@ from numcodecs.checksum32 import jenkins_lookup3
 from h5sidecar.indexer.crawl._dense_hints import _btree2_widths
 from h5sidecar.indexer.crawl._hint_records import BadStructure, Layout, u
 
-__all__ = ["NotNative", "RawAttribute", "attribute_messages"]
+__all__ = ["NotNative", "RawAttribute", "attribute_messages", "object_messages"]
 
 View = Callable[[int, int], bytes]
 
@@ -87,7 +87,9 @@ def attribute_messages(addr: int, view: View, layout: Layout) -> tuple[list[RawA
         raise NotNative(str(exc)) from exc
 
 
-def _messages(start: int, view: View, layout: Layout) -> tuple[list[RawAttribute], bool]:
+def _first_chunk(start: int, view: View, layout: Layout) -> tuple[bytes, bytes, int, bool]:
+    """(the header's first bytes, its first chunk's messages, its flags, whether it tracks
+    attributes' creation order) of the object header at absolute offset ``start``."""
     head = view(start, min(start + 64, layout.size))
     if head[:4] == b"OHDR":
         if head[4] != 2:
@@ -104,6 +106,43 @@ def _messages(start: int, view: View, layout: Layout) -> tuple[list[RawAttribute
         chunks = [view(start + 16, start + 16 + u(head, 8, 4))]
     else:
         raise NotNative(f"no object header at {start}")
+    return head, chunks[0], flags, tracked
+
+
+def object_messages(
+    addr: int, view: View, layout: Layout, wanted: frozenset[int]
+) -> list[tuple[int, int, bytes]]:
+    """(type, flags, body) of the messages of types ``wanted`` of the object whose header is
+    at file address ``addr``, continuation chunks followed, in storage order.
+
+    Raises
+    ------
+    NotNative
+        A header not understood (as :func:`attribute_messages`).
+    """
+    try:
+        head, first, flags, _ = _first_chunk(layout.base + addr, view, layout)
+        chunks = [first]
+        found: list[tuple[int, int, bytes]] = []
+        i = 0
+        while i < len(chunks):
+            if len(chunks) > _MAX_CHUNKS:
+                raise NotNative("too many continuation chunks")
+            for mtype, mflags, _, body in _chunk_messages(chunks[i], head[0] == 1, flags,
+                                                          wanted | {_CONTINUATION}):  # fmt: skip
+                if mtype == _CONTINUATION:
+                    chunks.append(_continuation(body, head[0] == 1, view, layout))
+                elif mtype in wanted:
+                    found.append((mtype, mflags, body))
+            i += 1
+        return found
+    except (BadStructure, IndexError, ValueError) as exc:
+        raise NotNative(str(exc)) from exc
+
+
+def _messages(start: int, view: View, layout: Layout) -> tuple[list[RawAttribute], bool]:
+    head, first, flags, tracked = _first_chunk(start, view, layout)
+    chunks = [first]
     found: list[RawAttribute] = []
     info: bytes | None = None
     i = 0
@@ -135,9 +174,10 @@ _V1, _V2, _V2_TRACKED = struct.Struct("<HHB"), struct.Struct("<BHB"), struct.Str
 _WANTED = frozenset({_ATTRIBUTE, _ATTRIBUTE_INFO, _CONTINUATION})
 
 
-def _chunk_messages(data: bytes, v1: bool, flags: int) -> list[tuple[int, int, int, bytes]]:
-    """(type, flags, creation order, body) of each attribute, attribute info and continuation
-    message of one header chunk."""
+def _chunk_messages(data: bytes, v1: bool, flags: int, wanted: frozenset[int] = _WANTED
+                    ) -> list[tuple[int, int, int, bytes]]:  # fmt: skip
+    """(type, flags, creation order, body) of each message of one header chunk whose type is
+    ``wanted`` (by default attribute, attribute info and continuation messages)."""
     out = []
     pos = 0
     end = len(data)
@@ -145,7 +185,7 @@ def _chunk_messages(data: bytes, v1: bool, flags: int) -> list[tuple[int, int, i
         unpack = _V1.unpack_from
         while pos + 8 <= end:
             mtype, size, mflags = unpack(data, pos)
-            if mtype in _WANTED:
+            if mtype in wanted:
                 out.append((mtype, mflags, 0, data[pos + 8 : pos + 8 + size]))
             pos += 8 + size
         return out
@@ -161,7 +201,7 @@ def _chunk_messages(data: bytes, v1: bool, flags: int) -> list[tuple[int, int, i
         stop = pos + header + size
         if stop > end:
             raise NotNative("a message runs past the end of its chunk")
-        if mtype in _WANTED:
+        if mtype in wanted:
             out.append((mtype, mflags, order, data[pos + header : stop]))
         pos = stop
     return out
