@@ -46,18 +46,28 @@ _BUILTIN_NAMES = {1: b"deflate", 2: b"shuffle", 3: b"fletcher32", 4: b"szip", 5:
                   6: b"scaleoffset"}  # fmt: skip
 #: h5py's ``get_filter`` reads at most this many client values and name bytes.
 _MAX_CD, _MAX_NAME = 16, 255
+#: Layout message (version 4+) flag: partial edge chunks stored without the filters.
+_DONT_FILTER_PARTIAL = 0x01
 _FILTER_V1 = struct.Struct("<HHHH")
 
 
 class NativeCreation:
     """The creation properties of one dataset, from its header messages (see the module
-    docstring for what is decoded and what is asked of ``dset``'s own property list)."""
+    docstring for what is decoded and what is asked of ``dset``'s own property list).
 
-    def __init__(self, dset: h5py.Dataset, layout: int, chunk: tuple[int, ...] | None,
+    Attributes
+    ----------
+    chunk_options : int or None
+        ``H5Pget_chunk_opts`` of a chunked dataset when known from its layout message (0: a
+        version 3 message, which cannot record any, or a later one without the "do not
+        filter partial edge chunks" flag); ``None`` otherwise (ask HDF5).
+    """
+
+    def __init__(self, dset: h5py.Dataset, layout: tuple[int, tuple[int, ...] | None, int | None],
                  filters: list[tuple[int, int, tuple[int, ...], bytes]],
                  fill: bytes | None, fill_type: np.dtype | None) -> None:  # fmt: skip
         self._dset = dset
-        self._layout, self._chunk, self._filters = layout, chunk, filters
+        (self._layout, self._chunk, self.chunk_options), self._filters = layout, filters
         self._fill, self._fill_type = fill, fill_type
         self._plist: Any = None
 
@@ -124,20 +134,22 @@ def creation_messages(dset: h5py.Dataset, addr: int, view: View, layout: Layout)
     if _LAYOUT not in by_type or _DATATYPE not in by_type:
         raise NotNative("no layout or datatype message")
     try:
-        kind, chunk = _layout(by_type[_LAYOUT], layout)
+        storage = _layout(by_type[_LAYOUT], layout)
         filters = _pipeline(by_type[_PIPELINE]) if _PIPELINE in by_type else []
         fill, fill_type = _fill(by_type, by_type[_DATATYPE])
     except (IndexError, ValueError, struct.error) as exc:
         raise NotNative(str(exc)) from exc
-    return NativeCreation(dset, kind, chunk, filters, fill, fill_type)
+    return NativeCreation(dset, storage, filters, fill, fill_type)
 
 
-def _layout(body: bytes, layout: Layout) -> tuple[int, tuple[int, ...] | None]:
+def _layout(body: bytes, layout: Layout) -> tuple[int, tuple[int, ...] | None, int | None]:
+    """(layout class, chunk shape, chunk options) of a layout message."""
     version, cls = body[0], body[1]
     if version not in (3, 4, 5) or cls not in _LAYOUTS:
         raise NotNative(f"layout message version {version}, class {cls}")
     if cls != 2:
-        return _LAYOUTS[cls], None
+        return _LAYOUTS[cls], None, None
+    options: int | None = 0
     if version == 3:  # rank + 1 dimensions of 4 bytes after the index address, the last
         ndims = body[2]  # being the element size
         at = 3 + layout.offset_size
@@ -145,12 +157,14 @@ def _layout(body: bytes, layout: Layout) -> tuple[int, tuple[int, ...] | None]:
     else:  # flags, rank + 1, bytes per dimension, then the dimensions (version 5, of HDF5
         # 2.0, has version 4's fields: only how its chunk index sizes chunks differs)
         ndims, width = body[3], body[4]
+        if body[2] & _DONT_FILTER_PARTIAL:  # HDF5 says which option bit that is
+            options = None
         if not 1 <= width <= 8:
             raise NotNative(f"chunk dimensions of {width} bytes")
         dims = [u(body, 5 + width * i, width) for i in range(ndims)]
     if ndims < 2:
         raise NotNative("a chunked layout without dimensions")
-    return h5py.h5d.CHUNKED, tuple(dims[:-1])
+    return h5py.h5d.CHUNKED, tuple(dims[:-1]), options
 
 
 def _pipeline(body: bytes) -> list[tuple[int, int, tuple[int, ...], bytes]]:

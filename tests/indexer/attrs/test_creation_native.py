@@ -15,6 +15,7 @@ import h5py
 import numpy as np
 import pytest
 
+from h5sidecar._compat.h5py import chunk_opts
 from h5sidecar.indexer import index_granule, open_source
 from h5sidecar.indexer.attrs._creation_messages import NativeCreation, creation_messages
 from h5sidecar.indexer.attrs._messages import NotNative
@@ -55,6 +56,8 @@ def _check(native: NativeCreation, dset: h5py.Dataset) -> None:
     for i in range(want.get_nfilters()):
         assert native.get_filter(i) == want.get_filter(i), where
     assert native.get_external_count() == want.get_external_count(), where
+    if native.get_layout() == h5py.h5d.CHUNKED and native.chunk_options is not None:
+        assert native.chunk_options == chunk_opts(want), where
     try:
         dtype = dset.dtype
     except TypeError:  # a type h5py does not map (the conformance tests pin which)
@@ -133,9 +136,8 @@ def test_index_uses_native_creation(make_h5: Callable[..., Path],
 
     monkeypatch.setattr(NativeCreation, "__getattr__", counting)
     native_refs = index_granule(str(path))
-    # HDF5's list only for what is not decoded: the chunk options of filtered partial edge
-    # chunks (its id, for a ctypes call) and the fill value of the bytes dataset
-    assert set(copied) == {"id", "get_fill_value"}, copied
+    # HDF5's list only for what is not decoded: the fill value of the bytes dataset
+    assert set(copied) == {"get_fill_value"}, copied
     monkeypatch.setattr(NativeAttrs, "attach_creation", lambda self, dset: False)
     plain = index_granule(str(path))
     docs = []
