@@ -285,6 +285,16 @@ def _node(
         _node(u(data, pos, o), u(data, pos + o, nrec_width), depth - 1, tree, out)
 
 
+#: A fractal heap header's doubling table fields by (offset size, length size): table width,
+#: starting block size, maximum direct block size, maximum heap size (bits), starting rows
+#: (skipped), root block address, rows in the root indirect block.
+_DOUBLING_TABLE = {
+    (o, ln): struct.Struct(f"<H{lf}{lf}H2x{of}H")
+    for o, of in ((4, "I"), (8, "Q"))
+    for ln, lf in ((4, "I"), (8, "Q"))
+}
+
+
 class _Heap:
     """A fractal heap's managed objects: in its root direct block, or in the direct blocks of
     its root indirect block (a nested indirect block is not read here)."""
@@ -300,9 +310,15 @@ class _Heap:
         _checked(data, "fractal heap header")
         self.view, self.layout = view, layout
         self.checksummed = bool(data[9] & 0x02)
-        self.width, self.start_size = u(data, table, 2), u(data, table + 2, ln)
-        max_direct, heap_bits = u(data, table + 2 + ln, ln), u(data, table + 2 + 2 * ln, 2)
-        self.root, self.rows = u(data, table + 6 + 2 * ln, o), u(data, table + 6 + 2 * ln + o, 2)
+        doubling = _DOUBLING_TABLE.get((o, ln))
+        if doubling is not None and len(data) >= table + doubling.size:  # one struct per heap
+            (self.width, self.start_size, max_direct, heap_bits, self.root,
+             self.rows) = doubling.unpack_from(data, table)  # fmt: skip
+        else:
+            self.width, self.start_size = u(data, table, 2), u(data, table + 2, ln)
+            max_direct, heap_bits = u(data, table + 2 + ln, ln), u(data, table + 2 + 2 * ln, 2)
+            self.root = u(data, table + 6 + 2 * ln, o)
+            self.rows = u(data, table + 6 + 2 * ln + o, 2)
         self.offset_bytes = (heap_bits + 7) // 8
         # a heap ID is read as one integer: a byte of version and type, then the offset and
         # the length fields
