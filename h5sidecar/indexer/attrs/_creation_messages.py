@@ -30,13 +30,12 @@ from typing import Any
 import h5py
 import numpy as np
 
-from h5sidecar.indexer.attrs._messages import NotNative, View, object_messages
+from h5sidecar.indexer.attrs._messages import CREATION_TYPES, NotNative, View, object_messages
 from h5sidecar.indexer.crawl._hint_records import Layout, u
 
-__all__ = ["NativeCreation", "creation_messages"]
+__all__ = ["NativeCreation", "creation_messages", "decode_creation"]
 
 _DATATYPE, _OLD_FILL, _FILL, _EXTERNAL, _LAYOUT, _PIPELINE = 0x03, 0x04, 0x05, 0x07, 0x08, 0x0B
-_WANTED = frozenset({_DATATYPE, _OLD_FILL, _FILL, _EXTERNAL, _LAYOUT, _PIPELINE})
 #: Layout classes of layout messages version 3 and 4, as h5py's constants.
 _LAYOUTS = {0: h5py.h5d.COMPACT, 1: h5py.h5d.CONTIGUOUS, 2: h5py.h5d.CHUNKED,
             3: h5py.h5d.VIRTUAL}  # fmt: skip
@@ -122,8 +121,21 @@ def creation_messages(dset: h5py.Dataset, addr: int, view: View, layout: Layout)
     NotNative
         When any of them is not decoded here: read the dataset's property list from HDF5.
     """
+    return decode_creation(dset, object_messages(addr, view, layout, CREATION_TYPES), layout)
+
+
+def decode_creation(dset: h5py.Dataset, messages: list[tuple[int, int, bytes]],
+                    layout: Layout) -> NativeCreation:  # fmt: skip
+    """The creation properties of ``dset`` from the ``(type, flags, body)`` of its header's
+    :data:`~._messages.CREATION_TYPES` messages (all of them, in storage order).
+
+    Raises
+    ------
+    NotNative
+        As :func:`creation_messages`.
+    """
     by_type: dict[int, bytes] = {}
-    for mtype, mflags, body in object_messages(addr, view, layout, _WANTED):
+    for mtype, mflags, body in messages:
         if mflags & 0x02:
             raise NotNative(f"shared message of type {mtype}")
         if mtype in by_type:

@@ -23,7 +23,7 @@ from numcodecs.checksum32 import jenkins_lookup3
 from h5sidecar.indexer.crawl._dense_hints import _btree2_widths
 from h5sidecar.indexer.crawl._hint_records import BadStructure, Layout, u
 
-__all__ = ["NotNative", "RawAttribute", "attribute_messages", "object_messages"]
+__all__ = ["CREATION_TYPES", "NotNative", "RawAttribute", "attribute_messages", "object_messages"]
 
 View = Callable[[int, int], bytes]
 
@@ -57,7 +57,9 @@ def _checked(data: bytes, what: str) -> bytes:
     return data[:-4]
 
 
-def attribute_messages(addr: int, view: View, layout: Layout) -> tuple[list[RawAttribute], bool]:
+def attribute_messages(addr: int, view: View, layout: Layout,
+                       creation: list[tuple[int, int, bytes]] | None = None,
+                       ) -> tuple[list[RawAttribute], bool]:  # fmt: skip
     """The attribute messages of the object whose header is at file address ``addr``.
 
     Parameters
@@ -68,6 +70,10 @@ def attribute_messages(addr: int, view: View, layout: Layout) -> tuple[list[RawA
         ``view(start, stop) -> bytes`` of the file, absolute offsets.
     layout : Layout
         The superblock's address arithmetic.
+    creation : list, optional
+        Filled with the ``(type, flags, body)`` of the header's :data:`CREATION_TYPES`
+        messages once the whole header has been walked (the same walk, and checksums, serve
+        a dataset's creation properties).
 
     Returns
     -------
@@ -82,7 +88,7 @@ def attribute_messages(addr: int, view: View, layout: Layout) -> tuple[list[RawA
         Anything not understood: read the object's attributes through h5py.
     """
     try:
-        return _messages(layout.base + addr, view, layout)
+        return _messages(layout.base + addr, view, layout, creation)
     except (BadStructure, IndexError, ValueError) as exc:
         raise NotNative(str(exc)) from exc
 
@@ -140,16 +146,19 @@ def object_messages(
         raise NotNative(str(exc)) from exc
 
 
-def _messages(start: int, view: View, layout: Layout) -> tuple[list[RawAttribute], bool]:
+def _messages(start: int, view: View, layout: Layout,
+              creation: list[tuple[int, int, bytes]] | None) -> tuple[list[RawAttribute], bool]:  # fmt: skip
     head, first, flags, tracked = _first_chunk(start, view, layout)
     chunks = [first]
     found: list[RawAttribute] = []
+    others: list[tuple[int, int, bytes]] = []
     info: bytes | None = None
+    wanted = _WANTED if creation is None else _WANTED_WITH_CREATION
     i = 0
     while i < len(chunks):  # continuation chunks are appended as they are found
         if len(chunks) > _MAX_CHUNKS:
             raise NotNative("too many continuation chunks")
-        for mtype, mflags, order, body in _chunk_messages(chunks[i], head[0] == 1, flags):
+        for mtype, mflags, order, body in _chunk_messages(chunks[i], head[0] == 1, flags, wanted):
             if mtype in (_ATTRIBUTE, _ATTRIBUTE_INFO) and mflags & 0x02:
                 raise NotNative("shared attribute message")
             if mtype == _ATTRIBUTE:
@@ -158,7 +167,11 @@ def _messages(start: int, view: View, layout: Layout) -> tuple[list[RawAttribute
                 info = body
             elif mtype == _CONTINUATION:
                 chunks.append(_continuation(body, head[0] == 1, view, layout))
+            else:
+                others.append((mtype, mflags, body))
         i += 1
+    if creation is not None:  # the header is whole: its creation messages are all there
+        creation.extend(others)
     if info is not None:
         dense = _dense(info, view, layout)
         if dense is not None:
@@ -172,6 +185,10 @@ _V1, _V2, _V2_TRACKED = struct.Struct("<HHB"), struct.Struct("<BHB"), struct.Str
 #: The message types whose bodies are wanted; the others (a dataset's datatype, layout,
 #: filters, ...) are stepped over without copying them out.
 _WANTED = frozenset({_ATTRIBUTE, _ATTRIBUTE_INFO, _CONTINUATION})
+#: A dataset's datatype, fill value (old and new), external storage, layout and filter
+#: pipeline messages: what its creation properties are read from.
+CREATION_TYPES = frozenset({0x03, 0x04, 0x05, 0x07, 0x08, 0x0B})
+_WANTED_WITH_CREATION = _WANTED | CREATION_TYPES
 
 
 def _chunk_messages(data: bytes, v1: bool, flags: int, wanted: frozenset[int] = _WANTED

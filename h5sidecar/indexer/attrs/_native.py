@@ -20,7 +20,7 @@ import h5py
 import numpy as np
 
 from h5sidecar._compat.h5py import set_creation_plist
-from h5sidecar.indexer.attrs._creation_messages import creation_messages
+from h5sidecar.indexer.attrs._creation_messages import creation_messages, decode_creation
 from h5sidecar.indexer.attrs._message_decode import (
     Decoded,
     GlobalHeaps,
@@ -156,8 +156,16 @@ class NativeAttrs:
         info = self._info(dset)
         if info.fileno != self.fileno:
             return False
+        messages: list[tuple[int, int, bytes]] = []
+        if info.addr not in self._read:  # one walk of the header for attributes and these
+            found, final = self._parse(info, messages)
+            if final:
+                self._keep(info.addr, found)
         try:
-            plist = creation_messages(dset, info.addr, self.view, self.layout)
+            if messages:
+                plist = decode_creation(dset, messages, self.layout)
+            else:  # attributes read before, or a header their reading gave up on
+                plist = creation_messages(dset, info.addr, self.view, self.layout)
         except NotNative:
             self.creation_fallbacks += 1
             return False
@@ -218,10 +226,12 @@ class NativeAttrs:
                 return [[(self.fileno, addr) for addr in axis] for axis in addresses]
         return []
 
-    def _parse(self, info: Any) -> tuple[list[Decoded] | None, bool]:
-        """The decoded attributes (``None``: h5py's to read) and whether that is final."""
+    def _parse(self, info: Any, creation: list[tuple[int, int, bytes]] | None = None
+               ) -> tuple[list[Decoded] | None, bool]:  # fmt: skip
+        """The decoded attributes (``None``: h5py's to read) and whether that is final
+        (``creation``: see :func:`._messages.attribute_messages`)."""
         try:
-            messages, tracked = attribute_messages(info.addr, self.view, self.layout)
+            messages, tracked = attribute_messages(info.addr, self.view, self.layout, creation)
             if len(messages) != info.num_attrs:
                 raise NotNative(f"{len(messages)} attribute messages, HDF5 counts {info.num_attrs}")
             decoded = [decode_attribute(m.body, self.heaps) for m in messages]
