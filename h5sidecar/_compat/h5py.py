@@ -1,11 +1,13 @@
 """h5py's private names, and calls into the HDF5 library h5py is linked to.
 
-Four uses; :data:`CHECKED` runs from the floor ``pyproject.toml`` declares to the newest
+Five uses; :data:`CHECKED` runs from the floor ``pyproject.toml`` declares to the newest
 release they were checked on (3.16, with ``tests/test_compat.py``):
 
 - :func:`creation_plist`: h5py's cached creation property list of a ``Dataset``
   (``Dataset._dcpl``).  Public alternative, same result, ~15 us slower per call:
   ``dset.id.get_create_plist()`` (a fresh copy), used outside :data:`CHECKED` or when absent.
+  :func:`set_creation_plist` puts the indexer's own (decoded from the dataset's header) in
+  that cache; outside :data:`CHECKED` it does nothing and HDF5's list is used.
 - :func:`hdf5_library`: the libhdf5 h5py loaded, found through h5py's bundled libraries or,
   for a system-linked h5py, the process's memory map (``/proc/self/maps``), opened with ctypes
   for what h5py does not wrap (``H5Dget_chunk_index_type``, ``H5Pget_chunk_opts``).  No public
@@ -39,6 +41,7 @@ __all__ = [
     "h5py_lock",
     "hdf5_library",
     "open_member",
+    "set_creation_plist",
 ]
 
 #: The h5py versions these uses are known to work on (checked: 3.16).
@@ -61,6 +64,17 @@ def creation_plist(dset: h5py.Dataset) -> Any:
     if _HAS_DCPL:
         return dset._dcpl
     return dset.id.get_create_plist()
+
+
+def set_creation_plist(dset: h5py.Dataset, plist: Any) -> bool:
+    """Make ``plist`` (an object answering as a creation property list) the one h5py's own
+    properties (``chunks``, ``fillvalue``, ...) and :func:`creation_plist` use for ``dset``,
+    in place of the copy h5py would ask HDF5 for; ``False`` (nothing done) outside
+    :data:`CHECKED`."""
+    if not _HAS_DCPL:
+        return False
+    dset.__dict__["_dcpl"] = plist  # where h5py's cached_property keeps its copy
+    return True
 
 
 def open_member(group: h5py.Group, name: bytes, readonly: bool) -> h5py.HLObject:

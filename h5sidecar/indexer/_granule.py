@@ -204,6 +204,12 @@ def index_open_granule(
         return opened[url]
 
     native = _native_attrs(granule, hierarchy.infos)
+    if native is not None:
+        # before the dimension namer asks for the first layout: every later creation property
+        # (layout, chunks, filters, fill value) comes from the header bytes where decoded
+        for entry in hierarchy.datasets:
+            if entry.alias_of is None:
+                native.attach_creation(entry.dset)
     lookup = native.lookup if native is not None else None
     dimension_list = native.dimension_list if native is not None else None
     ctx = IndexContext(

@@ -23,7 +23,7 @@ from numcodecs.checksum32 import jenkins_lookup3
 from h5sidecar.indexer.crawl._dense_hints import _btree2_widths
 from h5sidecar.indexer.crawl._hint_records import BadStructure, Layout, u
 
-__all__ = ["NotNative", "RawAttribute", "attribute_messages"]
+__all__ = ["CREATION_TYPES", "NotNative", "RawAttribute", "attribute_messages", "object_messages"]
 
 View = Callable[[int, int], bytes]
 
@@ -57,7 +57,9 @@ def _checked(data: bytes, what: str) -> bytes:
     return data[:-4]
 
 
-def attribute_messages(addr: int, view: View, layout: Layout) -> tuple[list[RawAttribute], bool]:
+def attribute_messages(addr: int, view: View, layout: Layout,
+                       creation: list[tuple[int, int, bytes]] | None = None,
+                       ) -> tuple[list[RawAttribute], bool]:  # fmt: skip
     """The attribute messages of the object whose header is at file address ``addr``.
 
     Parameters
@@ -68,6 +70,10 @@ def attribute_messages(addr: int, view: View, layout: Layout) -> tuple[list[RawA
         ``view(start, stop) -> bytes`` of the file, absolute offsets.
     layout : Layout
         The superblock's address arithmetic.
+    creation : list, optional
+        Filled with the ``(type, flags, body)`` of the header's :data:`CREATION_TYPES`
+        messages once the whole header has been walked (the same walk, and checksums, serve
+        a dataset's creation properties).
 
     Returns
     -------
@@ -82,12 +88,14 @@ def attribute_messages(addr: int, view: View, layout: Layout) -> tuple[list[RawA
         Anything not understood: read the object's attributes through h5py.
     """
     try:
-        return _messages(layout.base + addr, view, layout)
+        return _messages(layout.base + addr, view, layout, creation)
     except (BadStructure, IndexError, ValueError) as exc:
         raise NotNative(str(exc)) from exc
 
 
-def _messages(start: int, view: View, layout: Layout) -> tuple[list[RawAttribute], bool]:
+def _first_chunk(start: int, view: View, layout: Layout) -> tuple[bytes, bytes, int, bool]:
+    """(the header's first bytes, its first chunk's messages, its flags, whether it tracks
+    attributes' creation order) of the object header at absolute offset ``start``."""
     head = view(start, min(start + 64, layout.size))
     if head[:4] == b"OHDR":
         if head[4] != 2:
@@ -104,13 +112,53 @@ def _messages(start: int, view: View, layout: Layout) -> tuple[list[RawAttribute
         chunks = [view(start + 16, start + 16 + u(head, 8, 4))]
     else:
         raise NotNative(f"no object header at {start}")
+    return head, chunks[0], flags, tracked
+
+
+def object_messages(
+    addr: int, view: View, layout: Layout, wanted: frozenset[int]
+) -> list[tuple[int, int, bytes]]:
+    """(type, flags, body) of the messages of types ``wanted`` of the object whose header is
+    at file address ``addr``, continuation chunks followed, in storage order.
+
+    Raises
+    ------
+    NotNative
+        A header not understood (as :func:`attribute_messages`).
+    """
+    try:
+        head, first, flags, _ = _first_chunk(layout.base + addr, view, layout)
+        chunks = [first]
+        found: list[tuple[int, int, bytes]] = []
+        i = 0
+        while i < len(chunks):
+            if len(chunks) > _MAX_CHUNKS:
+                raise NotNative("too many continuation chunks")
+            for mtype, mflags, _, body in _chunk_messages(chunks[i], head[0] == 1, flags,
+                                                          wanted | {_CONTINUATION}):  # fmt: skip
+                if mtype == _CONTINUATION:
+                    chunks.append(_continuation(body, head[0] == 1, view, layout))
+                elif mtype in wanted:
+                    found.append((mtype, mflags, body))
+            i += 1
+        return found
+    except (BadStructure, IndexError, ValueError) as exc:
+        raise NotNative(str(exc)) from exc
+
+
+def _messages(start: int, view: View, layout: Layout,
+              creation: list[tuple[int, int, bytes]] | None) -> tuple[list[RawAttribute], bool]:  # fmt: skip
+    head, first, flags, tracked = _first_chunk(start, view, layout)
+    chunks = [first]
     found: list[RawAttribute] = []
+    others: list[tuple[int, int, bytes]] = []
     info: bytes | None = None
+    wanted = _WANTED if creation is None else _WANTED_WITH_CREATION
     i = 0
     while i < len(chunks):  # continuation chunks are appended as they are found
         if len(chunks) > _MAX_CHUNKS:
             raise NotNative("too many continuation chunks")
-        for mtype, mflags, order, body in _chunk_messages(chunks[i], head[0] == 1, flags):
+        for mtype, mflags, order, body in _chunk_messages(chunks[i], head[0] == 1, flags, wanted):
             if mtype in (_ATTRIBUTE, _ATTRIBUTE_INFO) and mflags & 0x02:
                 raise NotNative("shared attribute message")
             if mtype == _ATTRIBUTE:
@@ -119,7 +167,11 @@ def _messages(start: int, view: View, layout: Layout) -> tuple[list[RawAttribute
                 info = body
             elif mtype == _CONTINUATION:
                 chunks.append(_continuation(body, head[0] == 1, view, layout))
+            else:
+                others.append((mtype, mflags, body))
         i += 1
+    if creation is not None:  # the header is whole: its creation messages are all there
+        creation.extend(others)
     if info is not None:
         dense = _dense(info, view, layout)
         if dense is not None:
@@ -133,11 +185,16 @@ _V1, _V2, _V2_TRACKED = struct.Struct("<HHB"), struct.Struct("<BHB"), struct.Str
 #: The message types whose bodies are wanted; the others (a dataset's datatype, layout,
 #: filters, ...) are stepped over without copying them out.
 _WANTED = frozenset({_ATTRIBUTE, _ATTRIBUTE_INFO, _CONTINUATION})
+#: A dataset's datatype, fill value (old and new), external storage, layout and filter
+#: pipeline messages: what its creation properties are read from.
+CREATION_TYPES = frozenset({0x03, 0x04, 0x05, 0x07, 0x08, 0x0B})
+_WANTED_WITH_CREATION = _WANTED | CREATION_TYPES
 
 
-def _chunk_messages(data: bytes, v1: bool, flags: int) -> list[tuple[int, int, int, bytes]]:
-    """(type, flags, creation order, body) of each attribute, attribute info and continuation
-    message of one header chunk."""
+def _chunk_messages(data: bytes, v1: bool, flags: int, wanted: frozenset[int] = _WANTED
+                    ) -> list[tuple[int, int, int, bytes]]:  # fmt: skip
+    """(type, flags, creation order, body) of each message of one header chunk whose type is
+    ``wanted`` (by default attribute, attribute info and continuation messages)."""
     out = []
     pos = 0
     end = len(data)
@@ -145,7 +202,7 @@ def _chunk_messages(data: bytes, v1: bool, flags: int) -> list[tuple[int, int, i
         unpack = _V1.unpack_from
         while pos + 8 <= end:
             mtype, size, mflags = unpack(data, pos)
-            if mtype in _WANTED:
+            if mtype in wanted:
                 out.append((mtype, mflags, 0, data[pos + 8 : pos + 8 + size]))
             pos += 8 + size
         return out
@@ -161,7 +218,7 @@ def _chunk_messages(data: bytes, v1: bool, flags: int) -> list[tuple[int, int, i
         stop = pos + header + size
         if stop > end:
             raise NotNative("a message runs past the end of its chunk")
-        if mtype in _WANTED:
+        if mtype in wanted:
             out.append((mtype, mflags, order, data[pos + header : stop]))
         pos = stop
     return out
@@ -245,6 +302,16 @@ def _node(
         _node(u(data, pos, o), u(data, pos + o, nrec_width), depth - 1, tree, out)
 
 
+#: A fractal heap header's doubling table fields by (offset size, length size): table width,
+#: starting block size, maximum direct block size, maximum heap size (bits), starting rows
+#: (skipped), root block address, rows in the root indirect block.
+_DOUBLING_TABLE = {
+    (o, ln): struct.Struct(f"<H{lf}{lf}H2x{of}H")
+    for o, of in ((4, "I"), (8, "Q"))
+    for ln, lf in ((4, "I"), (8, "Q"))
+}
+
+
 class _Heap:
     """A fractal heap's managed objects: in its root direct block, or in the direct blocks of
     its root indirect block (a nested indirect block is not read here)."""
@@ -260,9 +327,15 @@ class _Heap:
         _checked(data, "fractal heap header")
         self.view, self.layout = view, layout
         self.checksummed = bool(data[9] & 0x02)
-        self.width, self.start_size = u(data, table, 2), u(data, table + 2, ln)
-        max_direct, heap_bits = u(data, table + 2 + ln, ln), u(data, table + 2 + 2 * ln, 2)
-        self.root, self.rows = u(data, table + 6 + 2 * ln, o), u(data, table + 6 + 2 * ln + o, 2)
+        doubling = _DOUBLING_TABLE.get((o, ln))
+        if doubling is not None and len(data) >= table + doubling.size:  # one struct per heap
+            (self.width, self.start_size, max_direct, heap_bits, self.root,
+             self.rows) = doubling.unpack_from(data, table)  # fmt: skip
+        else:
+            self.width, self.start_size = u(data, table, 2), u(data, table + 2, ln)
+            max_direct, heap_bits = u(data, table + 2 + ln, ln), u(data, table + 2 + 2 * ln, 2)
+            self.root = u(data, table + 6 + 2 * ln, o)
+            self.rows = u(data, table + 6 + 2 * ln + o, 2)
         self.offset_bytes = (heap_bits + 7) // 8
         # a heap ID is read as one integer: a byte of version and type, then the offset and
         # the length fields

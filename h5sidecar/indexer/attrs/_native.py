@@ -19,6 +19,8 @@ from typing import Any
 import h5py
 import numpy as np
 
+from h5sidecar._compat.h5py import set_creation_plist
+from h5sidecar.indexer.attrs._creation_messages import creation_messages, decode_creation
 from h5sidecar.indexer.attrs._message_decode import (
     Decoded,
     GlobalHeaps,
@@ -98,6 +100,8 @@ class NativeAttrs:
     ----------
     served, fallbacks : int
         Objects whose attribute messages were read here / left to h5py (tests check both).
+    creation_fallbacks : int
+        Datasets whose creation properties were left to HDF5 (:meth:`attach_creation`).
     """
 
     def __init__(self, h5: h5py.File, fileobj: RangedFile, keep_bytes: int = 32 << 20,
@@ -112,7 +116,7 @@ class NativeAttrs:
         self.layout, _ = find_superblock(self.view, fileobj.size)
         self.fileno = int(h5py.h5o.get_info(h5.id).fileno)
         self.heaps = GlobalHeaps(self.view, self.layout)
-        self.served = self.fallbacks = 0
+        self.served = self.fallbacks = self.creation_fallbacks = 0
         # the objects read last, up to ``keep_bytes`` of attribute messages (what their
         # values take, roughly): the dimension namer looks at every array's attributes before
         # the arrays are indexed, in another order
@@ -144,6 +148,28 @@ class NativeAttrs:
             self._keep(info.addr, found)
         self._last = (obj, found)
         return found
+
+    def attach_creation(self, dset: h5py.Dataset) -> bool:
+        """Give ``dset`` creation properties decoded from its header bytes (see
+        :mod:`._creation_messages`), so no property list is copied out of HDF5 for it;
+        ``False`` when they are left to HDF5."""
+        info = self._info(dset)
+        if info.fileno != self.fileno:
+            return False
+        messages: list[tuple[int, int, bytes]] = []
+        if info.addr not in self._read:  # one walk of the header for attributes and these
+            found, final = self._parse(info, messages)
+            if final:
+                self._keep(info.addr, found)
+        try:
+            if messages:
+                plist = decode_creation(dset, messages, self.layout)
+            else:  # attributes read before, or a header their reading gave up on
+                plist = creation_messages(dset, info.addr, self.view, self.layout)
+        except NotNative:
+            self.creation_fallbacks += 1
+            return False
+        return set_creation_plist(dset, plist)
 
     def _info(self, obj: h5py.HLObject) -> Any:
         """``H5Oget_info`` of ``obj``, asked once per object (the namer and the indexer ask
@@ -200,10 +226,12 @@ class NativeAttrs:
                 return [[(self.fileno, addr) for addr in axis] for axis in addresses]
         return []
 
-    def _parse(self, info: Any) -> tuple[list[Decoded] | None, bool]:
-        """The decoded attributes (``None``: h5py's to read) and whether that is final."""
+    def _parse(self, info: Any, creation: list[tuple[int, int, bytes]] | None = None
+               ) -> tuple[list[Decoded] | None, bool]:  # fmt: skip
+        """The decoded attributes (``None``: h5py's to read) and whether that is final
+        (``creation``: see :func:`._messages.attribute_messages`)."""
         try:
-            messages, tracked = attribute_messages(info.addr, self.view, self.layout)
+            messages, tracked = attribute_messages(info.addr, self.view, self.layout, creation)
             if len(messages) != info.num_attrs:
                 raise NotNative(f"{len(messages)} attribute messages, HDF5 counts {info.num_attrs}")
             decoded = [decode_attribute(m.body, self.heaps) for m in messages]

@@ -18,6 +18,7 @@ from numcodecs.compat import ensure_bytes
 from h5sidecar._compat.h5py import chunk_opts, hdf5_library
 from h5sidecar.errors import UnsupportedFeatureError
 from h5sidecar.indexer._failures import dcpl
+from h5sidecar.indexer.attrs._creation_messages import NativeCreation
 from h5sidecar.indexer.filters._mappers import Config, per_filter_codecs
 
 __all__ = [
@@ -66,7 +67,10 @@ def partial_edge_chunks_unfiltered(dset: h5py.Dataset) -> bool:
             "cannot find the HDF5 library h5py loaded, needed to read chunk options; "
             "install h5py from its wheels"
         )
-    opts = chunk_opts(plist)
+    # known from the layout message when read natively: no property list copied for it
+    opts = getattr(plist, "chunk_options", None) if isinstance(plist, NativeCreation) else None
+    if opts is None:
+        opts = chunk_opts(plist)
     if opts is None:
         raise UnsupportedFeatureError(
             f"cannot read the chunk options of {dset.name!r} (H5Pget_chunk_opts failed)"
