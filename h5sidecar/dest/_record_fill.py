@@ -9,7 +9,7 @@ that: the file is private until complete (no journal, no sync until its end), ro
 upserted without asking ``gone`` (tombstones are applied once at the end,
 :func:`._record_cache.settle`), run ids are looked up in a dict, and the secondary indexes
 are built once over the loaded rows (a sort) instead of row by row.  Measured at 1,000,000
-recorded granules on a local folder: 23.6 s before, 11.7 s after (benchmarks/README.md).
+recorded granules: about half the time of a refresh from empty (benchmarks/README.md).
 
 Guarantees kept: the file is complete before it appears under the cache's name (``os.link``,
 which fails when a concurrent first reader linked its own first: that one is used, ours
