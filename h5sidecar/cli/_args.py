@@ -196,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --normalize-time, the new cube's time units (default: the first "
                    "sidecar's), e.g. 'hours since 2020-01-01'")
     _storage_option_arg(p)
+    _record_cache_arg(p)
     p.set_defaults(command="cube")
 
     p = sub.add_parser("prune", parents=[verbose], help="list (or remove) sidecars no one needs",

@@ -20,8 +20,8 @@ SQLite's indexes (the local record's queries, :class:`~h5sidecar.dest._record_db
 after reading each part once on this machine.  Measured at 100,000 recorded granules
 (benchmarks/README.md, s3record): a run touching one granule reads the one part written since
 (8.5 KB) instead of every part (0.57 MB), and opening the record takes 0.01-0.05 s and +3 MB
-of RSS instead of 0.7-5 s and +120 MB; the first fill on a machine costs up to twice a
-temporary load (it is written with a WAL and synced), once.
+of RSS instead of 0.7-5 s and +120 MB.  The first fill on a machine is a bulk load into a
+private file linked into place once complete (:mod:`._record_fill`), once.
 
 The database is a cache: removing it costs one full load.  Its folder is
 :class:`~h5sidecar.settings.RecordSettings`'s ``record_cache`` (``$H5SIDECAR_RECORD_CACHE``;
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -57,8 +58,8 @@ from h5sidecar.dest._record_sql import SCHEMA_VERSION, busy, connect, insert_run
 from h5sidecar.dest._report import RunReport
 from h5sidecar.settings import RecordSettings, from_env
 
-__all__ = ["CACHE_FILE_NAME", "cache_file", "create_schema", "load_part", "number_runs",
-           "open_cache", "prune_cache", "refresh"]
+__all__ = ["ABOUT_SQL", "CACHE_FILE_NAME", "cache_file", "create_schema", "load_listed",
+           "load_part", "number_runs", "open_cache", "prune_cache", "refresh", "settle"]
 log = logging.getLogger("h5sidecar.workflows")
 
 #: Version of the cache's layout, in its file names: a new layout starts new files.
@@ -81,7 +82,7 @@ CREATE TABLE covered (name TEXT PRIMARY KEY);
 """
 #: What a cache file is for (``dest``: DEST's URL), for ``h5sidecar cache list``; made on a
 #: refresh, so files of an earlier version get it on their next use.
-_ABOUT_SQL = "CREATE TABLE IF NOT EXISTS about (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+ABOUT_SQL = "CREATE TABLE IF NOT EXISTS about (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 _ROW = ("url, name, sidecar, status, source, n_virtual, n_inlined, n_skipped, skipped, "
         "n_chunks, sidecar_bytes, seconds, error, run, updated, stamp, key, run_uid")
 _N = len(_ROW.split(","))
@@ -92,6 +93,13 @@ _VALUES = ", ".join("coalesce((SELECT id FROM headers WHERE uid = ?18), 0)" if i
 _UPSERT = (
     f"INSERT INTO granules ({_ROW}) SELECT {_VALUES} "
     "WHERE NOT EXISTS (SELECT 1 FROM gone WHERE gone.url = ?1 AND gone.key >= ?17) "
+    "ON CONFLICT(url) DO UPDATE SET "
+    + ", ".join(f"{c.strip()} = excluded.{c.strip()}" for c in _ROW.split(",")[1:])
+    + " WHERE excluded.key > granules.key"
+)
+#: The same without the tombstone check nor the header lookup, for a bulk fill (run id given).
+_BULK_UPSERT = (
+    f"INSERT INTO granules ({_ROW}) VALUES ({', '.join(f'?{i}' for i in range(1, _N + 1))}) "
     "ON CONFLICT(url) DO UPDATE SET "
     + ", ".join(f"{c.strip()} = excluded.{c.strip()}" for c in _ROW.split(",")[1:])
     + " WHERE excluded.key > granules.key"
@@ -194,10 +202,10 @@ def refresh(db: sqlite3.Connection, fs: Any, root: str, path: str) -> int:
     with busy(path):
         db.execute("BEGIN IMMEDIATE")
         try:
-            db.execute(_ABOUT_SQL)
+            db.execute(ABOUT_SQL)
             db.execute("INSERT OR IGNORE INTO about VALUES ('dest', ?)",  # no write when known
                        (fs.unstrip_protocol(root.rstrip("/")),))
-            read = _refresh(db, fs, root)
+            read = load_listed(db, fs, root)
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
@@ -206,7 +214,9 @@ def refresh(db: sqlite3.Connection, fs: Any, root: str, path: str) -> int:
     return read
 
 
-def _refresh(db: sqlite3.Connection, fs: Any, root: str) -> int:
+def load_listed(db: sqlite3.Connection, fs: Any, root: str, *, bulk: bool = False) -> int:
+    """Load the parts of DEST listed now that ``db`` has not loaded (in the caller's
+    transaction); returns how many parts' rows were read.  ``bulk``: see :func:`load_part`."""
     read = 0
     for _ in range(_RELISTS):
         listed = {p.rsplit("/", 1)[-1]: p for p in list_parts(fs, root)}
@@ -214,7 +224,7 @@ def _refresh(db: sqlite3.Connection, fs: Any, root: str) -> int:
         missed = False
         for name in sorted(listed.keys() - known):
             try:
-                read += _take(db, fs, listed[name], name, known)
+                read += _take(db, fs, listed[name], name, known, bulk)
             except FileNotFoundError:
                 missed = True  # compacted meanwhile: the compacted part is listed next time
         covered = {n for (n,) in db.execute("SELECT name FROM covered")}
@@ -234,7 +244,8 @@ def _refresh(db: sqlite3.Connection, fs: Any, root: str) -> int:
                             "(compactions running): read again")
 
 
-def _take(db: sqlite3.Connection, fs: Any, path: str, name: str, known: set[str]) -> int:
+def _take(db: sqlite3.Connection, fs: Any, path: str, name: str, known: set[str],
+          bulk: bool) -> int:
     """Load the part at ``path`` unless it is a compaction of parts all loaded already (then
     only its footer is read); returns 1 when its rows were read."""
     with open_part(fs, path) as pf:
@@ -242,7 +253,7 @@ def _take(db: sqlite3.Connection, fs: Any, path: str, name: str, known: set[str]
         covers = [str(c) for c in meta.get("covers", ())]
         rows = not covers or not set(covers) <= known
         if rows:
-            load_part(db, meta, pf.iter_batches(BATCH))
+            load_part(db, meta, pf.iter_batches(BATCH), bulk=bulk)
     db.execute("INSERT OR IGNORE INTO parts VALUES (?)", (name,))
     db.executemany("INSERT OR IGNORE INTO covered VALUES (?)", [(c,) for c in covers])
     known.add(name)
@@ -255,8 +266,13 @@ def _reset(db: sqlite3.Connection) -> None:
 
 
 def load_part(db: sqlite3.Connection, meta: Mapping[str, Any],
-              batches: Iterable[pa.RecordBatch]) -> None:
-    """Load one part's run headers and rows into the mirror ``db`` (newest row wins)."""
+              batches: Iterable[pa.RecordBatch], *, bulk: bool = False) -> None:
+    """Load one part's run headers and rows into the mirror ``db`` (newest row wins).
+
+    ``bulk``: ``db`` is being filled from nothing (:mod:`._record_fill`): rows are upserted
+    without asking ``gone`` and tombstones only recorded; :func:`settle` then removes the rows
+    a tombstone as new or newer outranks (the same end state, for any order of the parts).
+    """
     for h in meta.get("runs", ()):
         found = db.execute("SELECT key FROM headers WHERE uid = ?", (h["uid"],)).fetchone()
         if found is None:
@@ -266,21 +282,36 @@ def load_part(db: sqlite3.Connection, meta: Mapping[str, Any],
         elif h["key"] > found[0]:
             db.execute("UPDATE headers SET key = ?, doc = ? WHERE uid = ?",
                        (h["key"], json.dumps(h), h["uid"]))
+    # a run's header id, looked up here once rather than by a subquery per row
+    ids = dict(db.execute("SELECT uid, id FROM headers")) if bulk else {}
     for batch in batches:
         # column lists zipped into tuples: a third of the time of one dict per row
         c = {name: batch.column(name).to_pylist() for name in batch.schema.names}
         dead = c["deleted"]
+        n = len(dead)
         if any(dead):
             tombs = [(u, k, r) for u, k, r, d in zip(c["url"], c["key"], c["run"], dead,
                                                         strict=True) if d]
             db.executemany(_TOMB, tombs)
-            db.executemany(_UNTOMB, [t[:2] for t in tombs])
-        n = len(dead)
-        rows = zip(c["url"], c["name"], c["sidecar"], c["status"], c["source"], c["n_virtual"],
-                   c["n_inlined"], c["n_skipped"], c["skipped"], c["n_chunks"],
-                   c["sidecar_bytes"], c["seconds"], c["error"], [0] * n, [0.0] * n,
-                   [None] * n, c["key"], c["run"], dead, strict=True)
-        db.executemany(_UPSERT, (r[:-1] for r in rows if not r[-1]))
+            if not bulk:
+                db.executemany(_UNTOMB, [t[:2] for t in tombs])
+        live = [c[k] for k in ("url", "name", "sidecar", "status", "source", "n_virtual",
+                               "n_inlined", "n_skipped", "skipped", "n_chunks",
+                               "sidecar_bytes", "seconds", "error")]
+        # bulk: the run's id given; else looked up by the statement
+        run = [ids.get(u, 0) for u in c["run"]] if bulk else [0] * n
+        columns = [*live, run, [0.0] * n, [None] * n, c["key"], c["run"]]
+        rows: Iterable[tuple[Any, ...]] = zip(*columns, strict=True)
+        if any(dead):
+            rows = itertools.compress(rows, [not d for d in dead])
+        db.executemany(_BULK_UPSERT if bulk else _UPSERT, rows)
+
+
+def settle(db: sqlite3.Connection) -> None:
+    """End a bulk fill (:func:`load_part` with ``bulk``): remove the rows outranked by a
+    tombstone as new or newer (what a refresh never inserts)."""
+    db.execute("DELETE FROM granules WHERE url IN (SELECT gone.url FROM gone JOIN granules g "
+               "ON g.url = gone.url WHERE gone.key >= g.key)")
 
 
 def number_runs(db: sqlite3.Connection) -> None:

@@ -40,10 +40,10 @@ from h5sidecar.dest._record_cache import (
     create_schema,
     load_part,
     number_runs,
-    open_cache,
     refresh,
 )
 from h5sidecar.dest._record_db import Record
+from h5sidecar.dest._record_fill import bulk_fill, open_filled
 from h5sidecar.dest._record_parts import (
     META_KEY,
     SCHEMA,
@@ -177,9 +177,9 @@ class Mirror:
         self.record = self._temporary(fs, root, paths)
 
     def _cached(self, fs: Any, root: str, path: str) -> Record:
-        db = open_cache(path, max_age_days=self._max_age_days)
+        db, filled = open_filled(path, fs, root, max_age_days=self._max_age_days)
         try:
-            self.read = refresh(db, fs, root, path)
+            self.read = filled + refresh(db, fs, root, path)
         finally:
             db.close()
         return Record(path)
@@ -194,18 +194,20 @@ class Mirror:
                 db.execute("PRAGMA journal_mode = OFF")
                 db.execute("PRAGMA synchronous = OFF")
                 create_schema(db)
-                db.execute("BEGIN")
-                for _, meta, batches in self._parts(fs, root, paths):
-                    load_part(db, meta, batches)
-                    self.read += 1
-                number_runs(db)
-                db.execute("COMMIT")
+                bulk_fill(db, lambda: self._load(db, fs, root, paths))
             finally:
                 db.close()
             return Record(path)
         except BaseException:
             shutil.rmtree(self._dir, ignore_errors=True)
             raise
+
+    def _load(self, db: sqlite3.Connection, fs: Any, root: str,
+              paths: Sequence[str] | None) -> None:
+        for _, meta, batches in self._parts(fs, root, paths):
+            load_part(db, meta, batches, bulk=True)
+            self.read += 1
+        number_runs(db)
 
     @staticmethod
     def _parts(fs: Any, root: str, paths: Sequence[str] | None
@@ -261,10 +263,8 @@ def cached_record(fs: Any, root: str, settings: RecordSettings | None = None) ->
     path = cache_file(fs, root, settings)
     if path is None or not list_parts(fs, root):
         return None
-    try:
-        db = open_cache(path, max_age_days=settings.record_cache_max_age_days)
-    except OSError as exc:  # its folder cannot be made or written: as SQLite says of a file
-        raise sqlite3.OperationalError(f"unable to open the record cache {path}: {exc}") from exc
+    # a folder that cannot be made or written fails as SQLite says of a file
+    db, _ = open_filled(path, fs, root, max_age_days=settings.record_cache_max_age_days)
     try:
         refresh(db, fs, root, path)
     finally:

@@ -42,8 +42,9 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from h5sidecar.dest import RecordAllowList
-from h5sidecar.errors import H5SidecarError, NotIndexedError, SourceReadError
+from h5sidecar.errors import H5SidecarError, NotIndexedError
 from h5sidecar.gateway._dest import DestIndex, DestSnapshot
+from h5sidecar.gateway._entry_load import load_entry
 from h5sidecar.gateway._http_rules import Admission, BadRequestError, etag_of
 from h5sidecar.gateway._metrics import GatewayMetrics
 from h5sidecar.gateway._reads import UpstreamReads
@@ -51,8 +52,7 @@ from h5sidecar.gateway._rechunk_view import rechunk_document
 from h5sidecar.gateway._resolve_chunk import chunk_resolved
 from h5sidecar.gateway._shard import MAX_SHARD_FACTOR
 from h5sidecar.gateway._views import GranuleEntry, Resolved, View
-from h5sidecar.read import ByteLRU, cube_names, is_cube, load_refs, sidecar_identity
-from h5sidecar.references import GranuleRefs
+from h5sidecar.read import ByteLRU, cube_names
 from h5sidecar.settings import GatewaySettings, ReadSettings, RecordSettings
 from h5sidecar.sources import AllowList
 
@@ -259,51 +259,10 @@ class Gateway:
         if located is None:
             raise NotIndexedError(f"granule {name!r} is no longer indexed under DEST")
         url, source = located
-        try:
-            identity = await asyncio.to_thread(sidecar_identity, url, self.storage_options)
-            if cached is not None and cached.identity == identity:
-                cached.checked_at = time.monotonic()
-                return cached
-            refs: GranuleRefs = await asyncio.to_thread(
-                load_refs, url, self.storage_options, cache=None
-            )
-        except NotIndexedError as exc:
-            if name not in snap.cubes:
-                raise
-            raise NotIndexedError(
-                f"the cube {name!r} ({url}) is not kerchunk JSON or Parquet references ({exc}); "
-                "serve a cube written by `h5sidecar cube --format parquet|json` (an Icechunk "
-                "repository is read with icechunk itself)"
-            ) from exc
-        except H5SidecarError:
-            raise
-        except OSError as exc:  # the store holding DEST failed (network, permissions)
-            raise SourceReadError(
-                f"reading the sidecar of {name!r} failed: {exc}. Check that DEST is reachable "
-                "with the gateway's storage options and credentials, then retry."
-            ) from exc
-        if name in snap.cubes and not is_cube(refs):
-            raise NotIndexedError(
-                f"{url}, given as the cube {name!r}, is one granule's sidecar, not a cube: "
-                "build a cube with `h5sidecar cube DEST -o CUBE`, or serve the granule from DEST"
-            )
-        read = self.read_settings
-        if is_cube(refs):
-            # the fetcher allows exactly the cube's members (and companion files beside them);
-            # _fetch checks the gateway's allow-list first, as for granules
-            read = dataclasses.replace(read, allowed_prefixes=())
-        elif self._allow.prefixes or source:
-            # the granule's recorded source is allowed even outside the runs' roots
-            extra = (source,) if source else ()
-            read = dataclasses.replace(read, allowed_prefixes=(*self._allow.prefixes, *extra))
-        entry = await asyncio.to_thread(
-            GranuleEntry, name, url, identity, refs, read, self.storage_options
-        )
-        if entry.nbytes > self._entries.max_bytes:
-            # served, but parsed again for every request: say how to fix it
-            log.warning("the sidecar of %s (~%d bytes parsed) does not fit the sidecar cache "
-                        "(%d bytes, half of H5SIDECAR_CACHE_BYTES): raise the cache", name,
-                        entry.nbytes, self._entries.max_bytes)  # fmt: skip
+        entry = await load_entry(name, url, source, cached, is_cube_name=name in snap.cubes,
+                                 read=self.read_settings, allowed=self._allow.prefixes,
+                                 storage_options=self.storage_options,
+                                 max_bytes=self._entries.max_bytes)  # fmt: skip
         self._entries.put(name, entry)
         return entry
 

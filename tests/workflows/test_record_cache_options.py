@@ -1,5 +1,5 @@
 """``--record-cache DIR|off`` (and the functions' ``record_settings``): every command that reads
-an object-store DEST's record (index, report, prune, catalog, serve) keeps its cache where it
+an object-store DEST's record (index, report, prune, catalog, cube, serve) keeps its cache where it
 is told, over ``$H5SIDECAR_RECORD_CACHE``, or keeps none."""
 
 from __future__ import annotations
@@ -36,12 +36,13 @@ def _files(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.glob("*.sqlite")) if folder.exists() else []
 
 
-@pytest.mark.parametrize("command", ["index", "report", "prune", "catalog", "serve"])
+@pytest.mark.parametrize("command", ["index", "report", "prune", "catalog", "serve", "cube"])
 def test_every_command_reading_a_record_takes_the_option(command: str,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("H5SIDECAR_RECORD_CACHE", "/from/env")
     monkeypatch.setenv("H5SIDECAR_RECORD_CACHE_MAX_AGE_DAYS", "3")
-    extra = {"index": ["SRC", "-o", "s3://b/d"], "catalog": ["s3://b/d", "-o", "stac"]}
+    extra = {"index": ["SRC", "-o", "s3://b/d"], "catalog": ["s3://b/d", "-o", "stac"],
+             "cube": ["s3://b/d", "-o", "c.parq"]}
     base = [command, *extra.get(command, ["s3://b/d"])]
     assert record_settings(build_parser().parse_args(base)) == RecordSettings("/from/env", 3.0)
     given = build_parser().parse_args([*base, "--record-cache", "/given"])

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from h5sidecar.errors import InvalidRequestError, require_extra
 from h5sidecar.references import gc_paused
+from h5sidecar.settings import RecordSettings
 from h5sidecar.workflows.cube._cube_build import CubePart, CubeResult, _build, cube_paths
 
 __all__ = ["CubePart", "CubeResult", "build_cube", "cube_paths"]
@@ -36,6 +37,7 @@ def build_cube(
     on_out_of_order: Literal["raise", "rebuild"] = "raise",
     normalize_time: bool = False,
     time_units: str | None = None,
+    record_settings: RecordSettings | None = None,
 ) -> CubeResult:
     """Combine granules' sidecars into one datacube reference set along ``concat_dim``.
 
@@ -81,6 +83,9 @@ def build_cube(
         refused (see :mod:`h5sidecar.workflows.cube._cube_time`).
     time_units : str, optional
         The cube's time units with ``normalize_time`` (a new cube only).
+    record_settings : RecordSettings, optional
+        The record cache an object-store DEST's record (which granules failed) is read
+        through (default: ``from_env(RecordSettings)``).
 
     Returns
     -------
@@ -112,6 +117,7 @@ def build_cube(
     kw: dict[str, Any] = {
         "concat_dim": concat_dim, "format": format, "on_mismatch": on_mismatch, "opts": opts,
         "normalize_time": normalize_time, "time_units": time_units,
+        "record_settings": record_settings,
     }  # fmt: skip
     # a build allocates a few containers per granule and array, freed by reference counting;
     # collections meanwhile would scan the whole heap of the caller's process again and again

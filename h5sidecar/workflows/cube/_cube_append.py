@@ -22,6 +22,7 @@ import numpy as np
 
 from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError
 from h5sidecar.references import GranuleRefs, read_refs, slice_refs, write_refs
+from h5sidecar.settings import RecordSettings
 from h5sidecar.workflows.cube._cube_assemble import (
     COORD_READERS,
     assemble,
@@ -221,6 +222,7 @@ def append_cube(
     time_units: str | None,
     opts: dict[str, Any],
     rebuild: Callable[[str], CubeResult],
+    record_settings: RecordSettings | None = None,
 ) -> CubeResult:
     """``build_cube(..., mode="append")`` (see the module docstring and :func:`build_cube`)."""
     paths = existing_parts(out, format, opts)
@@ -231,7 +233,7 @@ def append_cube(
         raise InvalidRequestError(
             f"the cube's time units are {parts[0].coord_attrs.get('units')!r}; an append keeps "
             f"them (time_units={time_units!r} applies to a new cube)")
-    items = _sidecar_list(sidecars, opts)
+    items = _sidecar_list(sidecars, opts, record_settings)
     out_paths = {p.rstrip("/") for p in paths}
     todo, unchanged, seen = _classify(items, parts, out_paths, opts)
     loaded = [(r, s, x) for (r, s), x in zip(load_granules(todo, opts), todo, strict=True)

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError
 from h5sidecar.references import GranuleRefs, MemberTable, write_refs
+from h5sidecar.settings import RecordSettings
 from h5sidecar.workflows.cube._cube_assemble import assemble, cube_record
 from h5sidecar.workflows.cube._cube_batches import Interleaved, Scan, scan
 from h5sidecar.workflows.cube._cube_checks import encodings
@@ -117,11 +118,12 @@ def cube_paths(out: str, n: int) -> list[str]:
 def _sidecar_list(
     sidecars: str | os.PathLike[str] | Sequence[Any],
     storage_options: Mapping[str, Any] | None,
+    record_settings: RecordSettings | None = None,
 ) -> Sequence[Any]:
     if isinstance(sidecars, GranuleRefs):
         return [sidecars]
     if isinstance(sidecars, str | os.PathLike):
-        found = list_sidecars(sidecars, storage_options)
+        found = list_sidecars(sidecars, storage_options, record_settings)
         if not len(found):
             raise InvalidRequestError(
                 f"no sidecars under {os.fspath(sidecars)}; index the granules first "
@@ -218,8 +220,9 @@ def _build(
     sidecars: Any, out: str, *, concat_dim: str, group: str | None,
     variables: Sequence[str] | None, format: str, on_mismatch: str, opts: dict[str, Any],
     normalize_time: bool, time_units: str | None, action: str = "built",
+    record_settings: RecordSettings | None = None,
 ) -> CubeResult:
-    items = _sidecar_list(sidecars, opts)
+    items = _sidecar_list(sidecars, opts, record_settings)
 
     def select(first: GranuleRefs) -> tuple[list[str], str, list[str]]:
         paths, coord = _selection(first, concat_dim, group, variables)

@@ -18,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from h5sidecar.settings import RecordSettings
+
 __all__ = ["SidecarPaths", "list_sidecars"]
 
 #: Paths turned into Python strings (or into Arrow) at a time.
@@ -65,14 +67,16 @@ class SidecarPaths(Sequence[str]):
         return SidecarPaths(self.arrow.take(pa.array(np.asarray(order, np.int64))))
 
 
-def list_sidecars(dest: str | os.PathLike[str],
-                  storage_options: Mapping[str, Any] | None) -> SidecarPaths:
+def list_sidecars(dest: str | os.PathLike[str], storage_options: Mapping[str, Any] | None,
+                  record_settings: RecordSettings | None = None) -> SidecarPaths:
     """The sidecars under DEST (as :func:`~h5sidecar.dest.list_indexed` finds them: granules
     marked failed left out), sorted by granule name, as :class:`SidecarPaths`.
 
     The listing is streamed (:func:`~h5sidecar.dest.iter_sidecars`) into Arrow columns of
     :data:`_SLICE` names and paths at a time, and sorted there: Arrow orders strings by their
-    UTF-8 bytes, which is Python's order of ``str`` (by code point).
+    UTF-8 bytes, which is Python's order of ``str`` (by code point).  ``record_settings``: the
+    record cache an object-store DEST's failed granules are read through (default:
+    ``from_env(RecordSettings)``).
     """
     from h5sidecar.dest import iter_sidecars
 
@@ -88,7 +92,7 @@ def list_sidecars(dest: str | os.PathLike[str],
         batch_paths.clear()
 
     for info, _ in iter_sidecars(os.fspath(dest), storage_options=storage_options,
-                                 identity=False):
+                                 identity=False, record_settings=record_settings):
         batch_names.append(info.name)
         batch_paths.append(info.sidecar)
         if len(batch_names) >= _SLICE:

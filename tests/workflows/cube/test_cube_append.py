@@ -16,6 +16,7 @@ from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError, Sta
 from h5sidecar.references import read_refs
 from h5sidecar.sample import write_daily_collection, write_daily_granule
 from h5sidecar.sample._collection import REPACKED
+from h5sidecar.settings import RecordSettings
 from h5sidecar.workflows import build_cube, index_many
 from h5sidecar.workflows.cube._cube_assemble import read_record
 from tests.workflows.cube.test_cube import _assert_raw_matches_h5py, _assert_same, _reference
@@ -183,7 +184,10 @@ def test_append_on_s3(tmp_path: Path, s3, s3_bucket: str, s3_storage_options) ->
         assert all(g.status in ("ok", "up_to_date") for g in report.granules)
 
     upload_and_index(files[:2])
-    build_cube(dest, out, storage_options=s3_storage_options)
+    cache = tmp_path / "cache"  # DEST's record (its failed granules) read through this cache
+    build_cube(dest, out, storage_options=s3_storage_options,
+               record_settings=RecordSettings(str(cache)))
+    assert len(list(cache.glob("*.sqlite"))) == 1
     upload_and_index(files[2:])
     result = build_cube(dest, out, storage_options=s3_storage_options, mode="append")
     assert result.action == "appended" and result.sidecars_read == 1 and result.unchanged == 2
