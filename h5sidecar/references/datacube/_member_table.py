@@ -148,6 +148,18 @@ class MemberTable(Sequence[SourceInfo]):
             tables = [t.select(list(_FIELDS)) for t in tables]
         return cls(pa.concat_tables(tables))
 
+    def sharing_urls(self, urls: pa.Array) -> MemberTable:
+        """This table with ``urls`` as its URL column when they are its URLs, else itself: a
+        build's members and its URL table then hold every URL once, not twice."""
+        table = self.table
+        if len(urls) != table.num_rows or not table.column("url").equals(
+                pa.chunked_array([urls], pa.string())):
+            return self
+        at = table.column_names.index("url")
+        out = MemberTable(table.set_column(at, "url", pa.chunked_array([urls], pa.string())))
+        out._unique = self._unique
+        return out
+
     @property
     def urls(self) -> pa.ChunkedArray:
         """Every member's URL."""
