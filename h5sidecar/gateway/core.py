@@ -347,7 +347,7 @@ class Gateway:
     def _allow(self, allow: AllowList) -> None:
         self.reads.allow = allow
 
-    def check_sources(self, urls: tuple[str, ...]) -> None:
+    def check_sources(self, urls: Sequence[str]) -> None:
         """Raise :class:`~h5sidecar.errors.ForbiddenSourceError` unless every URL is allowed."""
         for url in urls:
             self._allow.check(url)

@@ -37,11 +37,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
 
 import numpy as np
+import pyarrow as pa
 
 from h5sidecar.errors import ErrorKind, InvalidReferenceError
 from h5sidecar.references._model import GranuleRefs, SkipKind, Skipped, SourceInfo
 from h5sidecar.references._zmeta import KEEP
 from h5sidecar.references.datacube._member_table import MemberTable
+from h5sidecar.references.datacube._url_column import UrlColumn
 from h5sidecar.references.parquet_sidecar._members_file import (
     MEMBERS_KEY,
     lazy_members,
@@ -115,11 +117,14 @@ class _MembersUrls:
     def __init__(self, members: Sequence[SourceInfo] | MemberTable) -> None:
         self.members = members
         # by id, the tuple kept with its answer (its id is not reused by another meanwhile)
-        self.seen: dict[int, tuple[tuple[str, ...], bool]] = {}
+        self.seen: dict[int, tuple[Sequence[str], bool]] = {}
 
-    def __call__(self, urls: tuple[str, ...]) -> bool:
+    def __call__(self, urls: Sequence[str]) -> bool:
         if not urls or len(urls) != len(self.members):
             return False
+        if isinstance(urls, UrlColumn) and isinstance(self.members, MemberTable):
+            # a built cube's URL column: compared in Arrow (often the members' column itself)
+            return self.members.urls.equals(pa.chunked_array([urls.arrow]))
         if id(urls) not in self.seen:
             self.seen[id(urls)] = (urls, all(
                 list(urls[i:i + MEMBERS_SLICE]) == self._slice(i)

@@ -17,7 +17,7 @@ asks for one (:meth:`ChunkManifest.iter_refs`, meant for debugging and small arr
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
@@ -61,7 +61,8 @@ class ChunkManifest:
 
     __slots__ = ("_codes", "_inline", "_lengths", "_offsets", "_urls")
 
-    _urls: tuple[str, ...]
+    #: a tuple, or a datacube's URL column (:class:`~h5sidecar.references.UrlColumn`)
+    _urls: Sequence[str]
     _codes: np.ndarray
     _offsets: np.ndarray
     _lengths: np.ndarray
@@ -75,7 +76,7 @@ class ChunkManifest:
     def from_arrays(
         cls,
         *,
-        urls: tuple[str, ...] | list[str],
+        urls: Sequence[str],
         codes: np.ndarray,
         offsets: np.ndarray,
         lengths: np.ndarray,
@@ -120,7 +121,7 @@ class ChunkManifest:
     def from_checked(
         cls,
         *,
-        urls: tuple[str, ...],
+        urls: Sequence[str],
         codes: np.ndarray,
         offsets: np.ndarray,
         lengths: np.ndarray,
@@ -157,8 +158,9 @@ class ChunkManifest:
 
     # -- accessors ----------------------------------------------------------------------------
     @property
-    def urls(self) -> tuple[str, ...]:
-        """The distinct source URLs chunks point into (usually exactly one: the granule)."""
+    def urls(self) -> Sequence[str]:
+        """The distinct source URLs chunks point into (usually exactly one: the granule; a
+        tuple, or a built datacube's :class:`~h5sidecar.references.UrlColumn`)."""
         return self._urls
 
     @property

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
@@ -124,7 +124,7 @@ class ArrayRefs:
         return None
 
     @property
-    def urls(self) -> tuple[str, ...]:
+    def urls(self) -> Sequence[str]:
         """The URLs the manifest references (lazy arrays answer without loading it)."""
         return self.manifest.urls
 

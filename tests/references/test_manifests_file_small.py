@@ -151,7 +151,7 @@ def _with_urls(g: GranuleRefs, urls: dict[str, tuple[str, ...]]) -> GranuleRefs:
 def test_url_dictionary_without_a_mapping_is_the_same_file(g: GranuleRefs) -> None:
     """A first URL tuple that lists no URL twice is the dictionary's start as it is (no
     ``str -> int`` mapping of a cube's every member): the bytes are those of the mapping."""
-    with mock.patch.object(bulk, "_distinct", lambda urls: False):  # always the mapping
+    with mock.patch.object(bulk, "distinct_urls", lambda urls: False):  # always the mapping
         want = encode_manifests(g)
     assert encode_manifests(g) == want
 
@@ -164,7 +164,7 @@ def test_url_dictionary_of_shared_repeated_and_overlapping_url_tuples() -> None:
              {"s": ("s3://b/0.h5",), "g/v": shared}]
     for urls in cases:
         refs = _with_urls(g, urls)
-        with mock.patch.object(bulk, "_distinct", lambda urls: False):
+        with mock.patch.object(bulk, "distinct_urls", lambda urls: False):
             want = encode_manifests(refs)
         data = encode_manifests(refs)
         assert data == want

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._source_info import SourceInfo
+from h5sidecar.references.datacube._url_column import repeated_url
 
 __all__ = ["MemberTable"]
 
@@ -148,6 +149,18 @@ class MemberTable(Sequence[SourceInfo]):
             tables = [t.select(list(_FIELDS)) for t in tables]
         return cls(pa.concat_tables(tables))
 
+    def sharing_urls(self, urls: pa.Array) -> MemberTable:
+        """This table with ``urls`` as its URL column when they are its URLs, else itself: a
+        build's members and its URL table then hold every URL once, not twice."""
+        table = self.table
+        if len(urls) != table.num_rows or not table.column("url").equals(
+                pa.chunked_array([urls], pa.string())):
+            return self
+        at = table.column_names.index("url")
+        out = MemberTable(table.set_column(at, "url", pa.chunked_array([urls], pa.string())))
+        out._unique = self._unique
+        return out
+
     @property
     def urls(self) -> pa.ChunkedArray:
         """Every member's URL."""
@@ -156,20 +169,16 @@ class MemberTable(Sequence[SourceInfo]):
     def duplicate_url(self) -> str | None:
         """A URL listed more than once, or None (each URL must be one member).
 
-        Found by sorting (neighbours equal), not by hashing: Arrow's hash of a million URLs
-        held ~500 bytes a member at a cube build's peak, its sort ~140.  The answer None is
-        kept (a table is immutable): a build checks its members once.
+        Found by sorting, and not even that when the URLs are in order
+        (:func:`~h5sidecar.references.datacube._url_column.repeated_url`).  The answer None
+        is kept (a table is immutable): a build checks its members once.
         """
         if self._unique:
             return None
-        urls = self.urls.combine_chunks()
-        if len(urls) > 1:
-            ordered = urls.take(pc.array_sort_indices(urls))
-            same = pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1))
-            if pc.any(same).as_py():
-                return str(ordered[pc.index(same, True).as_py()].as_py())
-        self._unique = True
-        return None
+        urls = self.urls
+        twice = repeated_url(urls.chunk(0) if urls.num_chunks == 1 else urls.combine_chunks())
+        self._unique = twice is None
+        return twice
 
     def row_of(self, url: str) -> int | None:
         """The row of the member recorded at ``url`` (exactly as recorded), or None.

@@ -22,9 +22,8 @@ decoding is what the record files avoid).
 from __future__ import annotations
 
 import io
-import itertools
 import math
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +34,7 @@ from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._assemble import ChunkColumns
 from h5sidecar.references._manifest import INLINE, MISSING, ChunkManifest
 from h5sidecar.references._model import GranuleRefs
+from h5sidecar.references.datacube._url_column import arrow_urls, distinct_urls
 from h5sidecar.references.parquet_sidecar._manifests_file_small import (
     SMALL_ROWS,
     SmallBulkColumns,
@@ -47,14 +47,6 @@ __all__ = ["MANIFESTS_FILE", "BulkColumns", "decode_manifests", "encode_manifest
 MANIFESTS_FILE = ".h5sidecar/manifests.parq"
 
 
-def _distinct(urls: tuple[str, ...]) -> bool:
-    """Whether ``urls`` lists no URL twice (found by sorting: 8 bytes a URL, no hash table)."""
-    if len(urls) < 2:
-        return True
-    ordered = sorted(urls)
-    return all(a != b for a, b in itertools.pairwise(ordered))
-
-
 class _UrlCodes:
     """Each URL's code in the file's URL dictionary (first appearance first), by URL tuple.
 
@@ -64,17 +56,17 @@ class _UrlCodes:
     """
 
     def __init__(self) -> None:
-        self.table: list[str] | tuple[str, ...] = []
+        self.table: Sequence[str] = []
         self._index: dict[str, int] | None = {}
         # by tuple id, the tuple kept with its codes (its id is not reused while this runs)
-        self._coded: dict[int, tuple[tuple[str, ...], np.ndarray]] = {}
+        self._coded: dict[int, tuple[Sequence[str], np.ndarray]] = {}
 
-    def __call__(self, urls: tuple[str, ...]) -> np.ndarray:
+    def __call__(self, urls: Sequence[str]) -> np.ndarray:
         if id(urls) in self._coded:
             return self._coded[id(urls)][1]
         if not urls:
             codes = np.zeros(1, np.int32)
-        elif not self.table and _distinct(urls):
+        elif not self.table and distinct_urls(urls):
             self.table, self._index = urls, None
             codes = np.arange(len(urls), dtype=np.int32)
         else:
@@ -111,7 +103,7 @@ def encode_manifests(refs: GranuleRefs) -> bytes:
             kept.append((i, arr.manifest, keep, url_codes_of(arr.manifest.urls)))
     # the URL dictionary complete before the first chunk: every chunk of ``url`` shares it
     # (chunks with other dictionaries would make the writer store the column plain)
-    dicts = pa.array(list(refs.arrays), pa.string()), pa.array(url_codes_of.table, pa.string())
+    dicts = pa.array(list(refs.arrays), pa.string()), arrow_urls(url_codes_of.table)
     chunks = [_array_rows(i, m, keep, local, *dicts) for i, m, keep, local in kept]
     del kept
     if not chunks:

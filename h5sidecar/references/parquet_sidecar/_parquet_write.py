@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,7 @@ from h5sidecar.references._extras import EXTRAS_KEY, build_extras
 from h5sidecar.references._manifest import INLINE, ChunkManifest
 from h5sidecar.references._model import ArrayRefs, GranuleRefs
 from h5sidecar.references.datacube._member_table import MemberTable
+from h5sidecar.references.datacube._url_column import arrow_urls
 from h5sidecar.references.json_sidecar._kerchunk_json import json_default
 from h5sidecar.references.parquet_sidecar._kerchunk_parquet import (
     CHECKSUMS_FILE,
@@ -153,12 +154,12 @@ class _UrlDicts:
     million members)."""
 
     def __init__(self) -> None:
-        self._last: tuple[tuple[str, ...], pa.Array] | None = None
+        self._last: tuple[Sequence[str], pa.Array] | None = None
 
-    def __call__(self, urls: tuple[str, ...]) -> pa.Array:
+    def __call__(self, urls: Sequence[str]) -> pa.Array:
         if self._last is None or self._last[0] is not urls:
             self._last = None  # the previous one freed before the next is made
-            self._last = (urls, pa.array(urls, type=pa.string()))
+            self._last = (urls, arrow_urls(urls))  # a cube's URL column: itself, no copy
         return self._last[1]
 
 

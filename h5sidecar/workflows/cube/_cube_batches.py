@@ -53,8 +53,9 @@ class Piece:
     #: when the pass has a staging folder (see :mod:`._cube_staging`)
     refs: GranuleRefs | StagedRefs
     members: MemberTable  # their source identities
-    #: their names (source URLs) in one Arrow column: a Python string each, made amid a batch's
-    #: transient objects and held to the end, kept the interpreter's memory from being reused
+    #: their names (source URLs) in one Arrow column (a Python string each, made amid a batch's
+    #: transient objects and held to the end, kept the interpreter's memory from being reused),
+    #: the members' URL column itself when equal
     names: pa.Array
     stamps: np.ndarray  # each one's sidecar stamp (bytes; b"" for references given as such)
     coordinate: np.ndarray  # their coordinate values joined
@@ -204,15 +205,25 @@ def _fold(
                             p.skipped, p.extra, p.members) for p in (parts[i] for i in g)]
         joined = concat_refs(bare, concat_dim, names=[names[i] for i in g])
         compact = _compact(joined, {names[i]: names[i] for i in g})
+        members = MemberTable.of(joined.members)
         enc.pieces.append(Piece(
             refs=compact if staging is None else staging.stage(compact, concat_dim),
-            members=MemberTable.of(joined.members),
-            names=pa.array([names[i] for i in g], pa.string()),
+            members=members, names=_names(members, [names[i] for i in g]),
             stamps=np.array([_stamp(stamps[i]) for i in g], dtype=np.bytes_),
             coordinate=np.concatenate([values[i] for i in g]),
             lengths=np.array([values[i].size for i in g], dtype=np.int64),
             items=np.array([index[i] for i in g], dtype=np.int64),
         ))  # fmt: skip
+
+
+def _names(members: MemberTable, names: list[str]) -> pa.Array:
+    """``names`` in Arrow: the members' URL column itself when it lists them (each granule
+    its own source, the usual case), not a second copy of every URL held to the end."""
+    out = pa.array(names, pa.string())
+    urls = members.urls
+    if urls.num_chunks == 1 and urls.chunk(0).equals(out):
+        return urls.chunk(0)
+    return out
 
 
 def _stamp(stamp: tuple[str, str] | None) -> bytes:

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError
-from h5sidecar.references import GranuleRefs, MemberTable, write_refs
+from h5sidecar.references import GranuleRefs, MemberTable, UrlColumn, write_refs
 from h5sidecar.settings import RecordSettings
 from h5sidecar.workflows.cube._cube_assemble import assemble, cube_record
 from h5sidecar.workflows.cube._cube_batches import Interleaved, Scan, scan
@@ -41,6 +41,7 @@ __all__ = ["CubePart", "CubeResult", "cube_paths", "write_cube"]
 #: Dimension coordinates other than the concat one (``lat``, ``lon``) up to this size are read
 #: from every granule, compared, and held inline in the cube (opening then reads no source).
 SHARED_COORD_BYTES = 8 * 2**20
+_NO_NAMES = pa.array([], pa.string())
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +52,9 @@ class CubePart:
     ----------
     path : str
         Where it was written.
-    granules : tuple of str
-        Its granules' source URLs, in concatenation (coordinate) order.
+    granules : sequence of str
+        Its granules' source URLs, in concatenation (coordinate) order (a tuple, or for a
+        built Parquet cube its URL column: :class:`~h5sidecar.references.UrlColumn`).
     length : int
         Length of the concatenated dimension.
     first, last : Any
@@ -62,7 +64,7 @@ class CubePart:
     """
 
     path: str
-    granules: tuple[str, ...]
+    granules: Sequence[str]
     length: int
     first: Any
     last: Any
@@ -88,7 +90,7 @@ class CubeResult:
     #: ``"up_to_date"`` (an append with nothing new: nothing was written).
     action: str = "built"
     #: Source URLs of the granules added, and of the members replaced (their source changed).
-    added: tuple[str, ...] = ()
+    added: Sequence[str] = ()
     replaced: tuple[str, ...] = ()
     #: Append only: sidecars loaded (new or changed ones), and members recognized as unchanged
     #: from their sidecar's stamp alone (one stat/HEAD each, nothing read).
@@ -257,19 +259,22 @@ def _scan_and_write(
     ordered = sorted(found.encodings, key=lambda e: min(p.coordinate[0] for p in e.pieces))
     targets = cube_paths(out, len(ordered))
     written: list[CubePart] = []
-    named: list[tuple[str, ...]] = []  # each cube's members' URLs
+    named: list[Sequence[str]] = []  # each cube's members' URLs
     ignore = {coord: NORMALIZED_FIELDS} if normalize_time else {}
     for target, enc in zip(targets, ordered, strict=True):
         pieces = enc.ordered()
-        # one string a member, in one tuple: the cube's URL table, its part's granules and the
-        # result's ``added`` (one cube) are this tuple, not copies of it (8 bytes a member each)
-        names = tuple(pa.concat_arrays([p.names for p in pieces]).to_pylist())
         ends = np.cumsum([len(p.names) for p in pieces]).tolist()
-        by_piece = [names[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
         members = MemberTable.concat([p.members for p in pieces])
+        urls = pa.concat_arrays([p.names for p in pieces])  # every member's URL, one copy
         for p in pieces:  # in ``members`` now (Arrow memory is freed at once, not collected)
-            p.members = MemberTable.of(())
-        _check_members(members)
+            p.members, p.names = MemberTable.of(()), _NO_NAMES
+        # the members' URL column ``urls`` itself when equal (one copy held, not two)
+        shared = members.sharing_urls(urls)
+        _check_members(shared)  # so ``urls`` are unique when they are the members' URLs
+        names = _url_table(urls, shared is not members, format)
+        members = shared
+        del shared
+        by_piece = [names[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
         stamps = np.concatenate([p.stamps for p in pieces])
         where = np.concatenate([p.items for p in pieces])
         lengths = np.concatenate([p.lengths for p in pieces])
@@ -312,6 +317,19 @@ def _scan_and_write(
     added = named[0] if len(named) == 1 else tuple(u for n in named for u in n)
     return CubeResult(cubes=tuple(written), concat_dim=concat_dim, variables=tuple(paths),
                       action=action, added=added)
+
+
+def _url_table(urls: pa.Array, distinct: bool, format: str) -> Sequence[str]:
+    """The members' URLs in one sequence: the cube's URL table, its part's granules and the
+    result's ``added`` (one cube) are it, not copies of it.
+
+    For a Parquet cube, the Arrow column itself (:class:`~h5sidecar.references.UrlColumn`,
+    whose writers take it as it is: no Python string a member, ~110 bytes each at the write);
+    a JSON cube's or Icechunk commit's writers go chunk by chunk, so theirs is a tuple of str.
+    """
+    if format != "parquet":
+        return tuple(urls.to_pylist())
+    return UrlColumn(urls, distinct=True if distinct else None)
 
 
 def _check_members(members: MemberTable) -> None:

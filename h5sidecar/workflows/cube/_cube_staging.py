@@ -33,6 +33,7 @@ from h5sidecar.references import (
     ArrayRefs,
     ChunkManifest,
     GranuleRefs,
+    UrlColumn,
     check_shared_meta,
     concat_meta,
 )
@@ -183,7 +184,7 @@ class _Grid:
         if self.note is None:
             self.note = arr.note
 
-    def refs(self, path: str, table: tuple[str, ...]) -> ArrayRefs:
+    def refs(self, path: str, table: Sequence[str]) -> ArrayRefs:
         """The joined array; its URLs ``table`` (shared), compacted when some are unused."""
         used = np.unique(self.codes[self.codes >= 0])
         urls, codes = table, self.codes
@@ -191,7 +192,8 @@ class _Grid:
             remap = np.full(len(table) or 1, -1, np.int32)
             remap[used] = np.arange(used.size, dtype=np.int32)
             codes = np.where(codes >= 0, remap[np.clip(codes, 0, None)], codes)
-            urls = tuple(table[i] for i in used.tolist())
+            urls = (table.take(used) if isinstance(table, UrlColumn)
+                    else tuple(table[i] for i in used.tolist()))
         manifest = ChunkManifest.from_checked(urls=urls, codes=codes, offsets=self.offsets,
                                               lengths=self.lengths, inline=self.inline)
         return ArrayRefs(path=path, meta=self.meta, manifest=manifest, status=self.status,
@@ -199,7 +201,7 @@ class _Grid:
 
 
 def join_staged(pieces: Sequence[StagedRefs], names: Sequence[Sequence[str]],
-                dim: str, *, order: tuple[str, ...] | None = None) -> GranuleRefs:
+                dim: str, *, order: Sequence[str] | None = None) -> GranuleRefs:
     """The pieces concatenated along ``dim`` (as :func:`~h5sidecar.references.concat_refs`
     of their references, without members), reading one piece's file at a time.
 
@@ -227,7 +229,7 @@ def join_staged(pieces: Sequence[StagedRefs], names: Sequence[Sequence[str]],
                             or [0], np.int32)  # fmt: skip
             grids[path].put(arr, urls)
         start += len(members)
-    table: tuple[str, ...] = (order if order is not None and not others
+    table: Sequence[str] = (order if order is not None and not others
                               else (*(u for n in names for u in n), *others))
     arrays: dict[str, Any] = {}
     for path in first.order:

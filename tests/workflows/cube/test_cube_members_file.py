@@ -118,8 +118,8 @@ def test_a_damaged_members_file_is_refused_when_needed(tmp_path: Path, damage: s
 
 def test_a_build_copies_neither_its_members_nor_their_urls(tmp_path: Path, monkeypatch) -> None:
     """A build's members stay in its pieces' columns (joined, they were held twice at the
-    write) and their URLs are one tuple: the cube's granules and the result's ``added`` are
-    it, not copies; the cube reads as the granules do."""
+    write) and their URLs are one sequence: the cube's granules and the result's ``added``
+    are it, not copies; the cube reads as the granules do."""
     from h5sidecar.references import MemberTable
     from h5sidecar.workflows.cube import _cube_batches
 
@@ -136,6 +136,52 @@ def test_a_build_copies_neither_its_members_nor_their_urls(tmp_path: Path, monke
     with xr.open_dataset(tmp_path / "cube.parq", engine="h5sidecar", chunks=None) as ds:
         _assert_same(ds, _reference(files))
     _assert_raw_matches_h5py(str(tmp_path / "cube.parq"), files)
+
+
+def test_a_parquet_build_holds_its_members_urls_once_in_arrow(tmp_path: Path,
+                                                              monkeypatch) -> None:
+    """The cube's arrays share one URL table, which is the members' URL column itself (a
+    tuple of a Python string a member was ~110 bytes each at the write, and the writers made
+    it into Arrow again); the cube written is the one a tuple of the same URLs gives."""
+    import shutil
+    from dataclasses import replace
+
+    from h5sidecar.references import ChunkManifest, UrlColumn, write_refs
+    from h5sidecar.workflows.cube import _cube_batches, _cube_build
+
+    files = _days(tmp_path / "nc", 0, 6)
+    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
+    monkeypatch.setattr(_cube_batches, "BATCH", 2)
+    written: list[GranuleRefs] = []
+    write = _cube_build.write_cube
+    monkeypatch.setattr(_cube_build, "write_cube",
+                        lambda cube, *a: written.append(cube) or write(cube, *a))
+    result = build_cube(str(sidecars), str(tmp_path / "cube.parq"))
+    (cube,) = written
+    urls = {id(cube.arrays[p].manifest.urls) for p in ("tas", "pr")}
+    assert len(urls) == 1 and cube.arrays["tas"].manifest.urls is result.added
+    assert isinstance(result.added, UrlColumn) and result.added == tuple(map(str, files))
+    members = cube.members.urls  # type: ignore[union-attr]
+    assert members.num_chunks == 1  # one copy of the URLs, the members' and the arrays'
+    assert members.chunk(0).buffers()[2].address == result.added.arrow.buffers()[2].address
+    # the same bytes as the cube's references with a tuple of str
+    arrays = {p: a if not isinstance(a.manifest.urls, UrlColumn) else replace(
+        a, manifest=ChunkManifest.from_checked(
+            urls=tuple(a.manifest.urls), codes=a.manifest.codes, offsets=a.manifest.offsets,
+            lengths=a.manifest.lengths, inline=a.manifest.inline))
+        for p, a in cube.arrays.items()}
+    as_tuple = GranuleRefs(cube.source, cube.groups, arrays, cube.skipped, cube.extra,
+                           cube.members)
+    write_refs(as_tuple, str(tmp_path / "tuple.parq"), format="parquet")
+    got, want = tmp_path / "cube.parq", tmp_path / "tuple.parq"
+    names = sorted(p.relative_to(want) for p in want.rglob("*") if p.is_file())
+    assert names == sorted(p.relative_to(got) for p in got.rglob("*") if p.is_file())
+    for rel in names:
+        assert (got / rel).read_bytes() == (want / rel).read_bytes(), rel
+    shutil.rmtree(want)
+    with xr.open_dataset(got, engine="h5sidecar", chunks=None) as ds:
+        _assert_same(ds, _reference(files))
+    _assert_raw_matches_h5py(str(got), files)
 
 
 def test_the_members_file_of_chunked_members_is_that_of_the_joined_ones(monkeypatch) -> None:
