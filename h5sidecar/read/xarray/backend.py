@@ -60,8 +60,8 @@ class H5SidecarBackend(BackendEntrypoint):
     """xarray backend for h5sidecar sidecars (``engine="h5sidecar"``)."""
 
     description = "Open HDF5/netCDF4 granules through h5sidecar sidecars (kerchunk JSON/Parquet)"
-    # documentation: the project README, section "Reading: xarray, zarr, fsspec"
-    url = "README.md#reading-xarray-zarr-fsspec"
+    # the documentation site's page docs/how-to/xarray.md (pyproject's Documentation URL)
+    url = "https://h5sidecar.readthedocs.io/en/latest/how-to/xarray/"
     open_dataset_parameters = (
         "filename_or_obj",
         "drop_variables",
