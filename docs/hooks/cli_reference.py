@@ -46,8 +46,8 @@ def _option_rows(parser: argparse.ArgumentParser) -> list[str]:
         else:
             choices = ""
         default = action.default
-        shown = "" if default in (None, False, argparse.SUPPRESS) or action.nargs == 0 and \
-            default is False else f"`{default}`"
+        # identity, not equality: a default of 0 is shown, False (a flag's) is not
+        shown = "" if any(default is v for v in (None, False, argparse.SUPPRESS)) else f"`{default}`"
         if action.required:
             shown = "required"
         help_text = (action.help or "") % {"default": default, "prog": parser.prog} \
