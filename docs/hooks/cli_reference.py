@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import textwrap
 from typing import Any
 
 _MARKER = re.compile(r"^<!-- cli-options: ([\w-]+) -->$", re.MULTILINE)
@@ -57,7 +58,9 @@ def _option_rows(parser: argparse.ArgumentParser) -> list[str]:
 
 
 def _block(parser: argparse.ArgumentParser) -> str:
-    usage = parser.format_usage().removeprefix("usage: ").strip()
+    # argparse indents continuation lines under the text after "usage: ", which is dropped here
+    usage = textwrap.dedent(" " * len("usage: ") + parser.format_usage().removeprefix("usage: "))
+    usage = usage.strip()
     lines = ['??? info "Usage and every option (generated from the parser)"', "",
              "    ```text", *("    " + u for u in usage.splitlines()), "    ```", ""]
     if parser.description:
