@@ -16,7 +16,9 @@ A block that cannot run here is marked in the page, just above it, with the reas
     <!-- skip: next "needs a Dask cluster" -->
 
 (Sybil's skip directive; a skip without a reason is refused below).  A command line whose
-comment starts with ``refused`` is expected to exit non-zero.
+comment starts with ``refused`` is expected to exit non-zero.  A ``python`` block with an
+``if __name__ == "__main__":`` guard is saved as a script and run in a new interpreter, as the
+reader would run it (its worker processes then import that script, as theirs will).
 
 Sybil was chosen over pytest-examples (each block on its own, no shared namespace, no skip
 with a reason) and phmdoctest (generates test files to collect): it runs a page's blocks in one
@@ -43,7 +45,7 @@ from typing import Any
 import pytest
 from sybil import Document, Example, Sybil
 from sybil.example import NotEvaluated
-from sybil.parsers.markdown import CodeBlockParser, PythonCodeBlockParser, SkipParser
+from sybil.parsers.markdown import CodeBlockParser, SkipParser
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -107,7 +109,27 @@ def _run_shell(example: Example) -> None:
                                  f"{done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
 
 
-_SYBIL = Sybil(parsers=[PythonCodeBlockParser(), CodeBlockParser("bash", _run_shell),
+def _run_script(example: Example) -> None:
+    """A block with a ``__main__`` guard, saved as a script and run as the reader would."""
+    script = Path(example.namespace["__cwd__"]) / f"example_{example.line}.py"
+    script.write_text(str(example.parsed))
+    env = {**os.environ, **example.namespace["__env__"]}
+    done = subprocess.run([sys.executable, script.name], cwd=script.parent, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, f"{example.path}:{example.line}\n{done.stdout}\n{done.stderr}"
+
+
+def _run_python(example: Example) -> None:
+    """A ``python`` block in the page's namespace, or as a script when it is written as one."""
+    if '__name__ == "__main__"' in str(example.parsed):
+        _run_script(example)
+        return
+    # padded so that a traceback names the page's line numbers
+    code = compile("\n" * example.line + str(example.parsed), str(example.path), "exec")
+    exec(code, example.namespace)  # noqa: S102 - the page's own example, as Sybil runs them
+
+
+_SYBIL = Sybil(parsers=[CodeBlockParser("python", _run_python), CodeBlockParser("bash", _run_shell),
                               SkipParser()])
 
 
