@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-upstream lint bench clean
+.PHONY: setup demo test test-upstream lint bench docs clean
 
 # The demo needs only the package itself; the tests need every extra and test tool.
 $(PY):
@@ -41,6 +41,14 @@ test-upstream:
 	$(UPSTREAM)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider \
 		tests/test_compat.py tests/read tests/references tests/test_reader_matrix.py $(PYTEST_ARGS)
 
+# The documentation site (mkdocs.yml, docs/): warnings are errors, as on Read the Docs.
+$(VENV)/.installed-docs: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e ".[docs]"
+	touch $@
+
+docs: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
 lint: setup
 	$(PY) -m ruff check h5sidecar tests benchmarks
 	$(PY) -m mypy h5sidecar
@@ -49,4 +57,4 @@ bench: setup
 	$(PY) benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) $(UPSTREAM) demo-output .pytest_cache
+	rm -rf $(VENV) $(UPSTREAM) demo-output .pytest_cache site

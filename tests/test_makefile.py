@@ -34,3 +34,14 @@ def test_test_installs_the_test_extra(tmp_path: Path) -> None:
     steps = _dry_run("test", tmp_path / "venv")
     assert 'pip install -q -e ".[test]"' in steps
     assert "pytest" in steps
+
+
+def test_docs_builds_the_site_with_warnings_as_errors(tmp_path: Path) -> None:
+    steps = _dry_run("docs", tmp_path / "venv")
+    assert 'pip install -q -e ".[docs]"' in steps
+    assert "mkdocs build --strict" in steps
+
+
+def test_ci_builds_the_docs_after_the_tests() -> None:
+    commands = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert commands.index("make test") < commands.index("make docs")

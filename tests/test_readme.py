@@ -1,4 +1,7 @@
-"""What the README tells users to import exists and is public (no private modules as API)."""
+"""What the README and the documentation tell users to import exists and is public.
+
+(No private modules as API.)  The examples themselves run in tests/test_doc_examples.py.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +12,16 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 _FROM = re.compile(r"^\s*from (h5sidecar[\w.]*) import \(?([\w, \n]+?)\)?\s*$", re.MULTILINE)
 _IMPORT = re.compile(r"^\s*import (h5sidecar[\w.]*)", re.MULTILINE)
 
 
 def _code_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+    return [block for page in PAGES
+            for block in re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.DOTALL)]
 
 
 def _imports() -> list[tuple[str, tuple[str, ...]]]:

@@ -129,7 +129,8 @@ class H5SidecarBackend(BackendEntrypoint):
         native : bool
             Read data with h5sidecar's batch reader (default; coalesced fetches, chunks decoded
             in parallel threads) rather than zarr's per-chunk reader.
-        Other parameters are xarray's CF decoding options.
+        mask_and_scale, decode_times, concat_characters, decode_coords, use_cftime, decode_timedelta
+            xarray's CF decoding options.
         """
         return open_group_dataset(
             filename_or_obj,
