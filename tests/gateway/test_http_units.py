@@ -361,6 +361,8 @@ _STATUSES = {
     "corrupt": 422, "source_read": 502, "chunk_decode": 502, "no_credentials": 502, "error": 500,
     "limit_exceeded": 500, "timeout": 500, "invalid_stac": 500, "source_auth": 502,
     "record_busy": 503,
+    # a server without an extra, or a script run wrongly, is the operator's fault: 500
+    "missing_extra": 500, "unguarded_main": 500,
 }
 
 
