@@ -6,6 +6,7 @@ on every ranged GET, so tests keep the objects they upload small.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -122,6 +123,13 @@ def s3_bucket(s3) -> str:  # type: ignore[no-untyped-def]
     name = f"test-{uuid.uuid4().hex[:12]}"
     s3.mkdir(name)
     return name
+
+
+def corpus_hdf5_names() -> list[str]:
+    """Names of the corpus's HDF5 files in ``MANIFEST.json`` ([] when the corpus is absent)."""
+    path = CORPUS / "MANIFEST.json"
+    files = json.loads(path.read_text())["files"] if path.exists() else []
+    return [e["name"] for e in files if e["hdf5"]]
 
 
 @pytest.fixture(scope="session")

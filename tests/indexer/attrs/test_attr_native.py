@@ -24,7 +24,7 @@ from h5sidecar.indexer.attrs._native import NativeAttrs
 from h5sidecar.indexer.attrs._netcdf_types import netcdf_view, type_spec
 from h5sidecar.indexer.attrs._zarr_attrs import read_attrs
 from h5sidecar.references import typed_value
-from tests.conftest import CORPUS
+from tests.conftest import corpus_hdf5_names
 
 Builder = Callable[[h5py.File], Any]
 
@@ -337,18 +337,11 @@ def test_index_granule_same_attributes(make_h5: Callable[..., Path]) -> None:
 
 
 # -- the corpus -----------------------------------------------------------------------------------
-def _corpus_files() -> list[str]:
-    manifest = CORPUS / "MANIFEST.json"
-    if not manifest.exists():
-        return []
-    return [e["name"] for e in json.loads(manifest.read_text())["files"] if e["hdf5"]]
-
-
 @pytest.mark.corpus
 def test_corpus_attributes_equal_h5py(corpus_dir: Path) -> None:
     """Every attribute of every object of every corpus file; the native path must serve most."""
     totals: Counter[str] = Counter()
-    for name in _corpus_files():
+    for name in corpus_hdf5_names():
         path = corpus_dir / "files" / name
         try:
             h5py.File(path, "r").close()

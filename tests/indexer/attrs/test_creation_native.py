@@ -21,7 +21,7 @@ from h5sidecar.indexer.attrs._creation_messages import NativeCreation, creation_
 from h5sidecar.indexer.attrs._messages import NotNative
 from h5sidecar.indexer.attrs._native import NativeAttrs
 from h5sidecar.references import write_json
-from tests.conftest import CORPUS
+from tests.conftest import corpus_hdf5_names
 
 
 def _datasets(f: h5py.File) -> list[h5py.Dataset]:
@@ -157,19 +157,12 @@ def _strip(doc: Any) -> Any:
     return doc
 
 
-def _corpus_files() -> list[str]:
-    manifest = CORPUS / "MANIFEST.json"
-    if not manifest.exists():
-        return []
-    return [e["name"] for e in json.loads(manifest.read_text())["files"] if e["hdf5"]]
-
-
 @pytest.mark.corpus
 def test_corpus_creation_equals_hdf5(corpus_dir: Path) -> None:
     """Every dataset of every corpus file: the decoded properties equal HDF5's; most are
     decoded."""
     totals: Counter[str] = Counter()
-    for name in _corpus_files():
+    for name in corpus_hdf5_names():
         path = corpus_dir / "files" / name
         try:
             h5py.File(path, "r").close()

@@ -23,7 +23,7 @@ from h5sidecar.read.xarray._lazy_array import SidecarArray
 from h5sidecar.read.xarray._refs_data_store import RefsGroupStore, group_members
 from h5sidecar.read.xarray._zarr_data_store import open_data_store, open_zarr_store
 from h5sidecar.references import GranuleRefs, write_parquet
-from tests.conftest import CORPUS
+from tests.conftest import corpus_hdf5_names
 
 DECODINGS = ({}, {"mask_and_scale": False, "decode_times": False})
 
@@ -138,15 +138,9 @@ def _check_granule(refs: GranuleRefs, tmp_path: Path) -> int:
     return opened
 
 
-def _corpus_files() -> list[str]:
-    path = CORPUS / "MANIFEST.json"
-    files = json.loads(path.read_text())["files"] if path.exists() else []
-    return [e["name"] for e in files if e["hdf5"]]
-
-
 @pytest.mark.corpus
 @pytest.mark.xdist_group("corpus")
-@pytest.mark.parametrize("name", _corpus_files())
+@pytest.mark.parametrize("name", corpus_hdf5_names())
 def test_same_datasets_as_zarr_store_on_the_corpus(name: str, corpus_dir: Path,
                                                    tmp_path: Path) -> None:
     refs = index_granule(str(corpus_dir / "files" / name))
