@@ -32,7 +32,8 @@ from h5sidecar.read.xarray._dataset_build import store_dataset
 from h5sidecar.read.xarray._zarr_data_store import open_data_store, open_zarr_store
 from h5sidecar.references import GranuleRefs, write_parquet, write_refs
 from tests._granules import refs_for
-from tests.read.xarray.test_refs_open import _corpus_files, _encoding, _typed, assert_same_dataset
+from tests.conftest import corpus_hdf5_names
+from tests.read.xarray.test_refs_open import _encoding, _typed, assert_same_dataset
 
 #: what xarray passes the engine for ``decode_cf=False``, the default, and mixed options
 RAW = {"mask_and_scale": False, "decode_times": False, "concat_characters": False,
@@ -95,7 +96,7 @@ def _check_store(store: SidecarStore, native: bool = True) -> int:
 
 @pytest.mark.corpus
 @pytest.mark.xdist_group("corpus")
-@pytest.mark.parametrize("name", _corpus_files())
+@pytest.mark.parametrize("name", corpus_hdf5_names())
 def test_group_datasets_equal_xarrays_on_the_corpus(name: str, corpus_dir: Path,
                                                     tmp_path: Path) -> None:
     refs = index_granule(str(corpus_dir / "files" / name))
