@@ -185,7 +185,7 @@ def dmrpp_refs(
     sizes = _dimension_sizes(doc)
     phony = _Phony(doc)
     enums = doc.enumerations()
-    ctx = Conversion(enums, byte_order, read)
+    ctx = Conversion(enums, byte_order, read, settings.materialize_limit)
     groups: dict[str, dict[str, Any]] = {}
     attribute_dtypes: dict[str, dict[str, str]] = {}
     left_out: dict[str, dict[str, str]] = {}
