@@ -39,7 +39,7 @@ BUILDERS = {**MIXES, **MORE}
 #: readers of :func:`tests.test_reader_matrix.opener`, and those defined here (:func:`_opener`)
 READERS = (
     "zarr-json", "zarr-parquet", "zarr-dmrpp", "h5sidecar", "h5sidecar-json", "h5sidecar-dask",
-    "datatree", "load", "store", "fsspec", "gateway-v2", "gateway-v3",
+    "datatree", "load", "store", "fsspec", "gateway-v2", "gateway-v3", "gateway-sharded",
 )  # fmt: skip
 
 #: h5sidecar's engine and its openers give attributes' values and types exactly
@@ -55,9 +55,11 @@ EXPECTED: dict[tuple[str, str], dict[str, str]] = {
     ("load", "enum_compound.nc"): {"/comp": "absent", "/scomp": "absent"},
     # the v3 views leave out structured types with big-endian fields (reader-matrix.md)
     ("gateway-v3", "enum_compound.nc"): {"/comp": "absent", "/scomp": "absent"},
+    ("gateway-sharded", "enum_compound.nc"): {"/comp": "absent", "/scomp": "absent"},
     # xarray decodes a Zarr v3 _FillValue attribute of a string array with no string rule
     # ("Failed to decode fill_value. Unsupported dtype StringDType()"): upstream
     ("gateway-v3", "string_fills.nc"): {"/vlen/vfill": "Failed to decode fill_value"},
+    ("gateway-sharded", "string_fills.nc"): {"/vlen/vfill": "Failed to decode fill_value"},
     # h5netcdf gives /g/u2 (3 values, on the root's scale "time") the group's own dimension
     # "time" of length 4 and reads a fourth value the file does not hold; every reader gives
     # h5py's 3 values (test_raw_values_equal_h5py)
@@ -213,6 +215,30 @@ def test_raw_values_equal_h5py(mixes: Mixes, name: str) -> None:
             w = np.asarray(want).dtype
             if w.kind in "biufc":
                 assert values.dtype == w.newbyteorder("="), f"{path}: {values.dtype} != {w}"
+
+
+@pytest.mark.parametrize("via", ["json", "parquet", "dmrpp", "gateway-v2"])
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_raw_values_through_zarr_equal_h5py(mixes: Mixes, name: str, via: str) -> None:
+    """zarr-python with no h5sidecar reader (fsspec ``reference://`` over each sidecar, the
+    gateway's Zarr v2 view over HTTP) reads h5py's raw values, compounds field by field."""
+    import zarr
+
+    from tests.indexer._compare import assert_values_equal, h5_dataset, h5_read, open_plain
+
+    if via == "gateway-v2":
+        group = zarr.open_group(f"{mixes.gateway_url()}/zarr/{name}/", mode="r", zarr_format=2)
+    else:
+        fo = mixes.dmrpp_dest / f"{name}.json" if via == "dmrpp" else mixes.sidecar(name, via)
+        group = open_plain(str(fo))
+    left_out = mixes.dmrpp_skipped[name] if via == "dmrpp" else set()
+    with h5py.File(mixes.src / name, "r") as h5, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for path in mixes.refs(name).arrays:
+            if path in left_out:
+                continue
+            dset = h5_dataset(h5, "/".join(unquote(part) for part in path.split("/")))
+            assert_values_equal(group[path][...], h5_read(dset), dset, f"{path} ({via})")
 
 
 @pytest.mark.parametrize("fmt", ["json", "parquet"])
