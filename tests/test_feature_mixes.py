@@ -320,3 +320,38 @@ def test_sidecars_that_keep_never_written_chunks_missing(mixes: Mixes, name: str
     assert same_values(got, want), (got, want)
     with xr.open_dataset(sidecar, engine="h5sidecar") as ds:
         assert same_values(ds[name].values, want)
+
+
+@pytest.mark.xfail(strict=True, reason="a variable shorter than its unlimited netCDF dimension "
+                   "keeps its HDF5 extent under a phony name; netCDF readers (h5netcdf, netCDF-C) "
+                   "show the dimension's length, the records never written as fill values")
+@pytest.mark.parametrize("reader", ["h5sidecar", "zarr-json"])
+def test_variable_shorter_than_its_unlimited_dimension(tmp_path: Path, reader: str) -> None:
+    """``t`` has 3 records (``t`` and ``label`` wrote them), ``val(t, n)`` only 2: h5netcdf
+    shows ``val`` as (3, 4), its third record the fill value (NaN once masked)."""
+    import netCDF4
+
+    from h5sidecar import index_granule, write_json, write_parquet
+
+    path = tmp_path / "short.nc"
+    with netCDF4.Dataset(path, "w") as f:
+        f.createDimension("t", None)
+        f.createDimension("n", 4)
+        f.createVariable("t", "f8", ("t",))[:3] = [0.0, 1.0, 2.0]
+        val = f.createVariable("val", "u2", ("t", "n"), fill_value=np.uint16(65535),
+                               chunksizes=(2, 3))  # fmt: skip
+        val[:2, :] = np.arange(8).reshape(2, 4)
+    refs = index_granule(str(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pair = open_truth(path, "")
+        assert pair is not None and pair[0]["val"].shape == (3, 4)
+        if reader == "h5sidecar":
+            ds = xr.open_dataset(write_parquet(refs, tmp_path / "s.parq"), engine="h5sidecar")
+        else:
+            so = {"fo": str(write_json(refs, tmp_path / "s.json")), "remote_protocol": "file"}
+            ds = xr.open_dataset("reference://", engine="zarr",
+                                 backend_kwargs={"storage_options": so})  # fmt: skip
+        tally = Tally()
+        compare_group(lambda: ds, pair, "", tally, {"n"})
+    assert not tally.differ + tally.refused, tally.differ + tally.refused
