@@ -1,7 +1,7 @@
 """More feature mixes (see :mod:`tests._feature_mixes`): never-written chunks under every
 filter, packing attributes of unusual types, time units and calendars xarray decodes or
 refuses, never-written chunks of strings, enums, booleans and complex numbers, dimension scales
-shared across groups under one name.
+shared across groups under one name, netCDF-4 user types and groups on unlimited dimensions.
 """
 
 from __future__ import annotations
@@ -152,8 +152,62 @@ def scales_across_groups(p: Path) -> None:
         q.attrs["coordinates"] = "lat missing_var"
 
 
+def netcdf_user_types(p: Path) -> None:
+    """netCDF-4 enum (fill 255) and compound types; in groups, an unlimited dimension shared
+    by strings, packed unsigned values with never-written chunks, a 360_day time and chars."""
+    import netCDF4
+
+    with netCDF4.Dataset(p, "w") as f:
+        f.createDimension("n", 4)
+        et = f.createEnumType(np.uint8, "cloud_t", {"clear": 0, "cloudy": 1, "missing": 255})
+        v = f.createVariable("cloud", et, ("n",), fill_value=255)
+        v[:] = np.array([0, 1, 255, 1], "u1")
+        ct = f.createCompoundType(np.dtype([("a", "<i4"), ("b", "<f8")]), "pair_t")
+        c = f.createVariable("pair", ct, ("n",))
+        arr = np.zeros(4, np.dtype([("a", "<i4"), ("b", "<f8")]))
+        arr["a"], arr["b"] = [1, 2, 3, 4], [0.5, 1.5, np.nan, 2]
+        c[:] = arr
+        g = f.createGroup("grp")
+        g.createDimension("t", None)
+        s = g.createVariable("label", str, ("t",))
+        s[0], s[1], s[2] = "first", "\u00df", ""
+        u = g.createVariable("val", "u2", ("t", "n"), fill_value=np.uint16(65535),
+                             chunksizes=(2, 3))  # fmt: skip
+        u[:3, :2] = np.arange(6).reshape(3, 2)  # chunk (1, 1) never written
+        u.scale_factor = np.float32(0.5)
+        tt = g.createVariable("t", "f8", ("t",))
+        tt.units, tt.calendar = "days since 2000-01-01", "360_day"
+        tt[:3] = [0, 1, 2]
+        h = g.createGroup("deeper")
+        h.createVariable("x", "i8", ("t",))[:3] = [1, 2, 3]
+        h.createVariable("ch", "S1", ("n",))[:] = np.array([b"a", b"b", b"", b"d"], "S1")
+
+
+def h5netcdf_groups(p: Path) -> None:
+    """h5netcdf: a NaN-filled variable partly written along an unlimited dimension, ``_Unsigned``
+    bytes with a fill of -128, a subgroup on the root's unlimited dimension, complex values."""
+    import h5netcdf
+
+    with h5netcdf.File(p, "w") as f:
+        f.dimensions = {"x": 3, "t": None}
+        f.resize_dimension("t", 5)
+        v = f.create_variable("v", ("t", "x"), "f8", chunks=(2, 2), fillvalue=np.nan)
+        v[:3, :] = 1.0
+        w = f.create_variable("w", ("x",), "i1", fillvalue=np.int8(-128))
+        w.attrs["_Unsigned"] = "true"
+        w[:] = np.array([-128, 0, 127], "i1")
+        g = f.create_group("sub")
+        g.dimensions = {"y": 2}
+        z = g.create_variable("z", ("t", "y"), "f4", chunks=(3, 1))
+        z[:] = np.arange(10, dtype="f4").reshape(5, 2)
+        g.create_variable("y", ("y",), "i4")[:] = [10, 20]
+        q = g.create_variable("q", ("x", "y"), "c16")
+        q[:] = (np.arange(6) + 1j).reshape(3, 2)
+
+
 #: file name -> builder
 BUILDERS: dict[str, Callable[[Path], None]] = {
     f"{fn.__name__}.nc": fn
-    for fn in (filter_holes, packing_types, time_units, typed_holes, scales_across_groups)
+    for fn in (filter_holes, packing_types, time_units, typed_holes, scales_across_groups,
+               netcdf_user_types, h5netcdf_groups)
 }
