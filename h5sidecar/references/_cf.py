@@ -13,7 +13,9 @@ ignores ``fill_value`` for masking and decodes a ``_FillValue`` *attribute* writ
 floats.  So the sidecars follow these rules (the same as kerchunk's for ``fill_value``):
 
 1. ``.zarray`` ``fill_value`` is the CF ``_FillValue`` cast to the array's dtype when the
-   attribute exists, else ``null`` (nothing is masked: h5netcdf masks nothing either).
+   attribute exists, else ``null`` (nothing is masked: h5netcdf masks nothing either).  A
+   byte-string (``|S``) variable whose ``_FillValue`` is text also gets ``null``: xarray +
+   h5netcdf compares the bytes with that text and masks nothing.
 2. ``.zattrs`` ``_FillValue`` is kept, encoded as xarray encodes it for Zarr (floats as base64
    of ``<f8``, complex as two such strings, integers as integers).  Zarr v2 readers mask with
    ``fill_value`` (rule 1, the same value); Zarr v3 readers (VirtualiZarr, Icechunk, the
@@ -127,6 +129,10 @@ def cf_fill_value(attrs: Any, dtype: np.dtype, storage_fill: Any) -> Any:
         return None
     if dtype.fields is not None:
         return storage_fill
+    if dtype.kind == "S" and isinstance(attrs["_FillValue"], str):
+        # h5netcdf gives a byte-string variable's _FillValue as text, which xarray compares
+        # with the bytes values and so masks nothing; a v2 fill_value (bytes) would mask
+        return None
     value = fill_json(decode_fill_attr(attrs["_FillValue"], dtype), dtype)
     return storage_fill if value is None else value
 

@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 
 from h5sidecar.indexer.dmrpp._dmrpp_document import DmrAttribute
-from h5sidecar.references import json_float
 
 __all__ = ["ATOMIC", "attribute_value", "numpy_dtype"]
 
@@ -64,7 +63,9 @@ def attribute_value(attr: DmrAttribute) -> tuple[Any, str | None]:
     elif dt is not None and dt.kind in "iuf":
         parsed = np.array([_number(v, dt) for v in attr.values], dtype=dt)
         if dt.kind == "f":
-            values = [json_float(float(x)) for x in parsed]
+            # plain floats, NaN and infinities included, as attributes read from HDF5 are
+            # (Zarr's "NaN" spelling is for fill_value; an attribute "NaN" is text)
+            values = [float(x) for x in parsed]
         else:
             values = [int(x) for x in parsed]
         spec = dt.newbyteorder("<").str if dt.itemsize > 1 else dt.str

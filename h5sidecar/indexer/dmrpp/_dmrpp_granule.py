@@ -6,8 +6,9 @@ What build_dmrpp adds that the HDF5 file does not hold is left out: the ``origna
 characters in a name, so arrays and groups keep the file's names), the root's
 ``build_dmrpp_metadata`` container (kept in the provenance instead), and the bookkeeping
 attributes of HDF5 dimension scales and netCDF-4 that netCDF readers hide.  Axes the document
-leaves anonymous get the ``phony_dim_<n>`` names h5netcdf shows (numbered per group, root
-first, each array's k-th axis of a length taking the k-th name of that length).
+leaves anonymous get the ``phony_dim_<n>`` names h5netcdf shows (numbered per group, on from
+the parent group's numbers, each array's k-th axis of a length taking the k-th name of that
+length).
 """
 
 from __future__ import annotations
@@ -114,8 +115,10 @@ class _Phony:
 
     def __init__(self, doc: DmrppDocument) -> None:
         self._pools: dict[str, dict[int, list[str]]] = {}
-        n = 0
+        ends: dict[str, int] = {}  # group path -> the number after its last phony name
         for group in doc.root.walk():  # parents first: a group numbers on from its ancestors'
+            # (not its siblings': h5netcdf gives /a and /b the same first number)
+            n = ends[group.path.rpartition("/")[0]] if group.path else 0
             needed: Counter[int] = Counter()
             for var in sorted(group.variables, key=lambda v: v.name.encode()):
                 needed |= Counter(d.size for d in var.dims if d.name is None)
@@ -124,6 +127,7 @@ class _Phony:
                 pools[size] = [PHONY.format(n + k) for k in range(count)]
                 n += count
             self._pools[group.path] = pools
+            ends[group.path] = n
 
     def names(self, var: DmrVariable, group: str, sizes: Mapping[str, int]) -> tuple[str, ...]:
         seen: Counter[int] = Counter()
@@ -185,7 +189,7 @@ def dmrpp_refs(
     sizes = _dimension_sizes(doc)
     phony = _Phony(doc)
     enums = doc.enumerations()
-    ctx = Conversion(enums, byte_order, read)
+    ctx = Conversion(enums, byte_order, read, settings.materialize_limit)
     groups: dict[str, dict[str, Any]] = {}
     attribute_dtypes: dict[str, dict[str, str]] = {}
     left_out: dict[str, dict[str, str]] = {}

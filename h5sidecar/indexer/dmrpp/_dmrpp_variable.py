@@ -23,6 +23,7 @@ from h5sidecar.indexer._values import fill_value_json
 from h5sidecar.indexer.dmrpp._dmrpp_document import DRIFT, DmrChunks, DmrVariable
 from h5sidecar.indexer.dmrpp._filter_order import ReadRanges, settle_pipeline
 from h5sidecar.indexer.dmrpp._variable_type import Conversion, VariableType, variable_type
+from h5sidecar.indexer.layout._fillchunks import materialize_missing
 from h5sidecar.references import INLINE, MISSING, ArrayMeta, ArrayRefs, ChunkManifest
 
 __all__ = ["ArraySpec", "UrlInfo", "convert_variable"]
@@ -289,5 +290,17 @@ def convert_variable(var: DmrVariable, spec: ArraySpec, ctx: Conversion,
         _check_raw_sizes(manifest, chunk_shape, dt)
     meta = ArrayMeta(spec.shape, chunk_shape, typ.zarr, fill, filters, None, spec.dimension_names,
                      spec.attrs)  # fmt: skip
-    return ArrayRefs(spec.path, meta, manifest, "virtual",
-                     _join(note, filter_note, layout_note, spec.note))  # fmt: skip
+    arr = ArrayRefs(spec.path, meta, manifest, "virtual",
+                    _join(note, filter_note, layout_note, spec.note))  # fmt: skip
+    # chunks the document lists no location for were never written: as when indexing the
+    # HDF5 file, they are stored in the sidecar where a Zarr reader would read them as
+    # anything but the fill value (a v2 fill_value that is not the _FillValue would be masked)
+    return materialize_missing(arr, _fill_bytes(fill, meta.numpy_dtype), ctx.materialize_limit)
+
+
+def _fill_bytes(fill: Any, dt: np.dtype) -> bytes | None:
+    """One element of the storage fill value (``fill`` in Zarr v2 JSON form) as raw bytes."""
+    if fill is None or dt.kind not in "biufc":
+        return None
+    value = complex(*(float(x) for x in fill)) if dt.kind == "c" else fill
+    return np.array(float(value) if isinstance(value, str) else value, dtype=dt).tobytes()

@@ -9,7 +9,7 @@ sizes prove it; a ``Structure`` needs member offsets, or chunks to check packed 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ from h5sidecar.indexer.dmrpp._dap_types import numpy_dtype
 from h5sidecar.indexer.dmrpp._dmrpp_document import DmrVariable
 from h5sidecar.indexer.dmrpp._filter_order import ReadRanges
 from h5sidecar.indexer.dmrpp._structure import needs_byte_order, structure_dtype
+from h5sidecar.settings import IndexSettings
 
 __all__ = ["Conversion", "Enumerations", "VariableType", "variable_type"]
 
@@ -41,11 +42,15 @@ class Conversion:
     read : callable or None
         Reads byte ranges of the data files, to check what the document cannot be trusted
         with (the order of a fletcher32 filter among others); ``None`` reads nothing.
+    materialize_limit : int
+        Most bytes of never-written chunks to store in the sidecar per variable
+        (:attr:`~h5sidecar.settings.IndexSettings.materialize_limit`).
     """
 
     enums: Enumerations
     byte_order: str | None = None
     read: ReadRanges | None = None
+    materialize_limit: int = field(default_factory=lambda: IndexSettings().materialize_limit)
 
 
 def _byte_order(var: DmrVariable, ctx: Conversion) -> str:

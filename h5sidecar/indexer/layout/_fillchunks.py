@@ -54,7 +54,9 @@ def materialize_missing(arr: ArrayRefs, fill_raw: bytes | None, limit: int) -> A
     """
     manifest = arr.manifest
     meta = arr.meta
-    if not manifest.n_missing or isinstance(meta.dtype, list) or meta.numpy_dtype.kind in "OV":
+    # structured and opaque types too: xarray's Zarr v2 backend takes a fill_value that is not
+    # null for a _FillValue and fails to open the group on a structured one (unhashable)
+    if not manifest.n_missing or meta.numpy_dtype.kind == "O":
         return arr
     persisted = cf_fill_value(meta.attrs, meta.numpy_dtype, meta.fill_value)
     if reads_as_storage_fill(persisted, meta.fill_value, meta.numpy_dtype):

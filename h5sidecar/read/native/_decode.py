@@ -184,7 +184,8 @@ def _fill(zarray: Mapping[str, Any], dtype: np.dtype) -> Any:
     fill = v2_fill_value(zarray)
     if fill is None:
         return np.zeros((), dtype=dtype)[()]
-    return np.asarray(fill).astype(dtype) if dtype.fields is None else np.asarray(fill, dtype)
+    # a scalar, as above: a 0-d array would be taken for a decoded chunk and indexed
+    return (np.asarray(fill).astype(dtype) if dtype.fields is None else np.asarray(fill, dtype))[()]
 
 
 @dataclass(frozen=True, slots=True, eq=False)

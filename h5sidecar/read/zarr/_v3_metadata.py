@@ -196,6 +196,10 @@ def _attributes(meta: ArrayMeta) -> dict[str, Any]:
     xarray's encoding, as in the sidecar's ``.zattrs`` (see :mod:`h5sidecar.references._cf`)."""
     attrs = meta.zattrs()
     attrs.pop("_ARRAY_DIMENSIONS", None)
+    if meta.numpy_dtype.kind in "SV":
+        # xarray decodes a v3 _FillValue only for numbers, booleans and text, and refuses to
+        # open the whole group otherwise; xarray + h5netcdf masks no byte strings either
+        attrs.pop("_FillValue", None)
     return attrs
 
 

@@ -220,7 +220,7 @@ def _array_findings(path: str, doc: ArrayRefs, hdf5: ArrayRefs) -> list[DmrppFin
         out.append(DmrppFinding(path, "filters", _both(_filters(hdf5, levels),
                                                        _filters(doc, levels))))  # fmt: skip
     # a fill value is read only where a chunk is missing (elsewhere neither reader uses it)
-    missing = doc.manifest.n_missing or hdf5.manifest.n_missing
+    missing = _fills_chunks(doc) or _fills_chunks(hdf5)
     if missing and _fill(a.fill_value) != _fill(b.fill_value):
         out.append(DmrppFinding(path, "fill value", _both(b.fill_value, a.fill_value)))
     if doc.status == "inlined" or hdf5.status == "inlined":
@@ -232,6 +232,13 @@ def _array_findings(path: str, doc: ArrayRefs, hdf5: ArrayRefs) -> list[DmrppFin
     if detail:
         out.append(DmrppFinding(path, "chunks", detail))
     return out
+
+
+def _fills_chunks(arr: ArrayRefs) -> bool:
+    """Chunks of ``arr`` are the fill value: missing, or stored in the sidecar full of it (the
+    only chunks both indexers hold inline in an array whose others are byte ranges)."""
+    manifest = arr.manifest
+    return bool(manifest.n_missing or (arr.status == "virtual" and manifest.n_inline))
 
 
 def _text_held_as_text(doc: ArrayRefs, hdf5: ArrayRefs) -> bool:
