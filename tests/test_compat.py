@@ -227,6 +227,21 @@ def test_validate_array_v3_metadata_accepts_zarrs_own_and_refuses_garbage() -> N
         c_zarr.validate_array_v3_metadata({**doc, "shape": "four"})
 
 
+def test_numcodecs_codec_bases_are_zarrs_own(recwarn: pytest.WarningsRecorder) -> None:
+    """A subclass named ``x`` is the v3 codec ``numcodecs.x``, as zarr's own wrappers are."""
+    import zarr.codecs.numcodecs as zn
+
+    assert issubclass(zn.Zlib, c_zarr.NumcodecsBytesBytesCodec)
+    assert issubclass(zn.Delta, c_zarr.NumcodecsArrayArrayCodec)
+
+    class Zlib(c_zarr.NumcodecsBytesBytesCodec, codec_name="zlib"):
+        pass
+
+    assert Zlib.codec_name == "numcodecs.zlib"
+    codec = Zlib(level=1)  # zarr warns that numcodecs codecs are not in the v3 spec
+    assert codec.to_dict() == {"name": "numcodecs.zlib", "configuration": {"level": 1}}
+
+
 # -- h5py and libhdf5 -----------------------------------------------------------------------------
 def test_creation_plist_is_h5pys_cached_copy(tmp_path: Path) -> None:
     with h5py.File(tmp_path / "a.h5", "w") as f:
