@@ -19,7 +19,8 @@ Four uses; :data:`CHECKED` is the range ``pyproject.toml`` allows (checked on 3.
   ``_NumcodecsBytesBytesCodec`` and ``_NumcodecsArrayArrayCodec``): a subclass declared with
   ``codec_name="x"`` is the v3 codec ``numcodecs.x``.  The HDF5 filter codecs
   (:mod:`h5sidecar.codecs`) and :func:`h5sidecar.read.register_numcodecs_v3` derive from them.
-  Public alternative: none short of writing each wrapper's ``Codec`` protocol by hand.
+  Public alternative: none short of writing each wrapper's ``Codec`` protocol by hand
+  (checked on zarr 3.1.6).
 
 Public names serve everything else: ``zarr.abc.buffer`` (``Buffer``, ``BufferPrototype``),
 ``zarr.buffer.default_buffer_prototype``, ``zarr.dtype.data_type_registry``.
