@@ -242,3 +242,114 @@ def test_module_names_are_unique() -> None:
             seen.setdefault(path.stem.lstrip("_"), []).append(str(path.relative_to(PACKAGE)))
     dupes = {k: v for k, v in seen.items() if len(v) > 1}
     assert not dupes, f"modules sharing a name: {dupes}"
+
+
+#: ``xarray.core.indexing``'s names that xarray documents for backends ("How to add a new
+#: backend"; ``BackendArray.async_getitem`` uses the async adapter): the one part of
+#: ``xarray.core`` used outside ``h5sidecar/_compat/``.
+XARRAY_BACKEND_INDEXING = {
+    "explicit_indexing_adapter",
+    "async_explicit_indexing_adapter",
+    "IndexingSupport",
+    "LazilyIndexedArray",
+    "ExplicitIndexer",
+    "BasicIndexer",
+    "OuterIndexer",
+    "VectorizedIndexer",
+}
+#: Underscored names of the standard library that its documentation names as API.
+DOCUMENTED_UNDERSCORED = {"os._exit", "sys._getframe"}
+
+
+def _is_private(part: str) -> bool:
+    return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
+
+
+def _private_uses(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """``(line, what)`` of each use of another library's private API in a module: an import
+    of an underscored module or name, of ``zarr.core`` or of ``xarray.core`` (but for the
+    backend indexing names), and an underscored attribute read on an imported library's
+    module or name (``xr.Dataset._construct_direct``)."""
+    bound: dict[str, str] = {}  # local name -> the library path it is bound to
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                # ``import a.b`` binds ``a``; ``import a.b as c`` binds ``c`` to ``a.b``
+                local = alias.asname or alias.name.split(".")[0]
+                bound[local] = alias.name if alias.asname else local
+                if _private_path(alias.name):
+                    yield node.lineno, f"import {alias.name}"
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                path = f"{node.module}.{alias.name}"
+                bound[alias.asname or alias.name] = path
+                if _private_path(path):
+                    yield node.lineno, f"from {node.module} import {alias.name}"
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        chain = [node.attr]
+        value = node.value
+        while isinstance(value, ast.Attribute):
+            chain.append(value.attr)
+            value = value.value
+        if not isinstance(value, ast.Name) or value.id not in bound:
+            continue
+        path = ".".join([bound[value.id], *reversed(chain)])
+        if path.split(".")[0] != "h5sidecar" and _private_path(path):
+            yield node.lineno, path
+
+
+def _private_path(path: str) -> bool:
+    parts = path.split(".")
+    if parts[0] in ("h5sidecar", "__future__") or path in DOCUMENTED_UNDERSCORED:
+        return False
+    if any(_is_private(p) for p in parts):
+        return True
+    if parts[:2] == ["zarr", "core"]:
+        return True
+    if parts[:2] == ["xarray", "core"]:
+        return not (parts[:3] == ["xarray", "core", "indexing"]
+                    and (len(parts) == 3 or parts[3] in XARRAY_BACKEND_INDEXING))
+    return False
+
+
+def test_other_libraries_private_apis_only_in_compat() -> None:
+    """DESIGN rule 15: another library's private API (underscored modules and names,
+    ``zarr.core``, ``xarray.core`` but for its documented backend indexing names) is used in
+    ``h5sidecar/_compat/<library>.py`` only, where each use is named, version-gated and
+    tested (``tests/test_compat.py``)."""
+    problems = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if _layer(_module_of(path)) == "_compat":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        problems += [f"{path.relative_to(PACKAGE.parent)}:{line}: {what}"
+                     for line, what in sorted(set(_private_uses(tree)))]
+    assert not problems, "private APIs of other libraries outside _compat/:\n" + "\n".join(
+        problems)
+
+
+def test_the_private_api_check_sees_each_kind_of_use() -> None:
+    code = (
+        "import xarray as xr\n"
+        "import zarr.core.metadata\n"
+        "from zarr.codecs.numcodecs import _NumcodecsBytesBytesCodec\n"
+        "from xarray.core import indexing\n"
+        "from xarray.core.variable import calculate_dimensions\n"
+        "import os, sys\n"
+        "xr.Dataset._construct_direct\n"
+        "indexing.decompose_indexer\n"
+        "indexing.LazilyIndexedArray\n"
+        "os._exit\n"
+        "sys._getframe\n"
+        "self._private\n"
+    )
+    found = {what for _, what in _private_uses(ast.parse(code))}
+    assert found == {
+        "import zarr.core.metadata",
+        "from zarr.codecs.numcodecs import _NumcodecsBytesBytesCodec",
+        "from xarray.core.variable import calculate_dimensions",
+        "xarray.Dataset._construct_direct",
+        "xarray.core.indexing.decompose_indexer",
+    }

@@ -137,6 +137,30 @@ def test_protect_variables_wraps_as_xarrays_openers() -> None:
     assert type(c_xarray.variable_data(ds2["v"].variable)) is indexing.CopyOnWriteArray
 
 
+@pytest.mark.parametrize("key", [(slice(1, 7, 2), 3), (slice(None), slice(2, 3)), (4, -1)])
+def test_split_basic_key_reads_what_explicit_indexing_adapter_reads(key: tuple) -> None:
+    values = np.arange(40).reshape(10, 4)
+    basic = indexing.BasicIndexer(key)
+    raw, in_memory = c_xarray.split_basic_key(basic, values.shape)
+    assert isinstance(raw, indexing.BasicIndexer)
+    got = c_xarray.apply_in_memory_key(values[raw.tuple], in_memory)
+    want = indexing.explicit_indexing_adapter(basic, values.shape, indexing.IndexingSupport.BASIC,
+                                              values.__getitem__)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, values[key])
+
+
+def test_calculate_dimensions_and_explicitly_indexed_are_what_the_constructor_sees() -> None:
+    variables = {"v": xr.Variable(("x", "y"), np.ones((3, 2))), "x": xr.Variable(("x",), [1, 2, 3])}
+    assert c_xarray.calculate_dimensions(variables) == dict(xr.Dataset(variables).sizes)
+    with pytest.raises(ValueError):
+        c_xarray.calculate_dimensions({**variables, "w": xr.Variable(("x",), [1, 2])})
+    var, _ = _wrapped(np.arange(4))
+    assert c_xarray.is_explicitly_indexed(c_xarray.variable_data(var))
+    assert c_xarray.is_explicitly_indexed(c_xarray.cached_lazy_array(var))
+    assert not c_xarray.is_explicitly_indexed(np.arange(4))
+
+
 def test_zarr_store_adapter_passes_every_variable_through_its_hook(tmp_path: Path) -> None:
     import zarr
 
@@ -225,6 +249,21 @@ def test_validate_array_v3_metadata_accepts_zarrs_own_and_refuses_garbage() -> N
     c_zarr.validate_array_v3_metadata(doc)
     with pytest.raises((ValueError, TypeError, KeyError)):
         c_zarr.validate_array_v3_metadata({**doc, "shape": "four"})
+
+
+def test_numcodecs_codec_bases_are_zarrs_own(recwarn: pytest.WarningsRecorder) -> None:
+    """A subclass named ``x`` is the v3 codec ``numcodecs.x``, as zarr's own wrappers are."""
+    import zarr.codecs.numcodecs as zn
+
+    assert issubclass(zn.Zlib, c_zarr.NumcodecsBytesBytesCodec)
+    assert issubclass(zn.Delta, c_zarr.NumcodecsArrayArrayCodec)
+
+    class Zlib(c_zarr.NumcodecsBytesBytesCodec, codec_name="zlib"):
+        pass
+
+    assert Zlib.codec_name == "numcodecs.zlib"
+    codec = Zlib(level=1)  # zarr warns that numcodecs codecs are not in the v3 spec
+    assert codec.to_dict() == {"name": "numcodecs.zlib", "configuration": {"level": 1}}
 
 
 # -- h5py and libhdf5 -----------------------------------------------------------------------------

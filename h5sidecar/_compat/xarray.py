@@ -24,6 +24,14 @@ Without one:
 - :class:`ZarrStoreAdapter` is xarray's public ``ZarrStore`` with a named hook,
   :meth:`~ZarrStoreAdapter.adapt_variable`, on its undocumented ``open_store_variable``;
   subclasses also override ``get_attrs`` and read ``zarr_group`` (undocumented too).
+- :func:`split_basic_key` and :func:`apply_in_memory_key`: what
+  ``explicit_indexing_adapter`` does with a key for a backend of basic indexing, in two steps
+  (``indexing.decompose_indexer``, ``indexing.apply_indexer`` over ``as_indexable``), so the
+  batch loader reads many variables' backend keys in one batch (checked on xarray 2026.9.0).
+- :func:`calculate_dimensions` (``xarray.core.variable.calculate_dimensions``, what the Dataset
+  constructor computes) and :func:`is_explicitly_indexed`
+  (``indexing.ExplicitlyIndexedNDArrayMixin``: xarray's lazy array wrappers), for the
+  direct Dataset builder (checked on xarray 2026.9.0).
 - :func:`protect_variables` wraps a Dataset's lazy variables as xarray's
   ``_protect_dataset_variables_inplace`` does (``CopyOnWriteArray``, ``MemoryCachedArray``).
 - :data:`ZARR_DIMENSION_KEY` and :class:`ZarrArrayWrapper` are ``xarray.backends.zarr``
@@ -33,7 +41,7 @@ Without one:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 import numpy as np
@@ -42,6 +50,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from xarray.backends.zarr import DIMENSION_KEY, ZarrArrayWrapper, ZarrStore
 from xarray.core import indexing
+from xarray.core import variable as xr_variable
 from xarray.core.utils import FrozenDict
 from xarray.core.variable import Variable
 
@@ -53,12 +62,16 @@ __all__ = [
     "FrozenDict",
     "ZarrArrayWrapper",
     "ZarrStoreAdapter",
+    "apply_in_memory_key",
     "cached_lazy_array",
+    "calculate_dimensions",
+    "is_explicitly_indexed",
     "is_in_memory_or_cached",
     "construct_dataset",
     "normalize_source_path",
     "protect_variables",
     "set_loaded_data",
+    "split_basic_key",
     "variable_data",
 ]
 
@@ -83,6 +96,11 @@ _MISSING = [
         ("ZarrStore.open_store_variable", hasattr(ZarrStore, "open_store_variable")),
         ("MemoryCachedArray.array", "array" in indexing.MemoryCachedArray.__slots__),
         ("indexing._wrap_numpy_scalars", hasattr(indexing, "_wrap_numpy_scalars")),
+        ("indexing.decompose_indexer", hasattr(indexing, "decompose_indexer")),
+        ("indexing.apply_indexer", hasattr(indexing, "apply_indexer")),
+        ("indexing.ExplicitlyIndexedNDArrayMixin",
+         hasattr(indexing, "ExplicitlyIndexedNDArrayMixin")),
+        ("variable.calculate_dimensions", hasattr(xr_variable, "calculate_dimensions")),
     ) if not ok
 ]
 if _MISSING:  # pragma: no cover - present in every xarray of CHECKED
@@ -145,6 +163,31 @@ def is_in_memory_or_cached(var: Variable) -> bool:
     """True when ``var`` holds a NumPy array, or is wrapped lazily without Dask (a
     ``MemoryCachedArray`` or ``LazilyIndexedArray``): then it has no chunks."""
     return type(var._data) in (indexing.MemoryCachedArray, indexing.LazilyIndexedArray, np.ndarray)
+
+
+def split_basic_key(key: indexing.ExplicitIndexer, shape: tuple[int, ...]) -> tuple[Any, Any]:
+    """``(backend key, in-memory key)``: ``key`` split as ``explicit_indexing_adapter`` splits
+    it for a backend of basic indexing; the backend reads the first (a ``BasicIndexer``), then
+    :func:`apply_in_memory_key` applies the second to what it read."""
+    return indexing.decompose_indexer(key, shape, indexing.IndexingSupport.BASIC)  # type: ignore[no-any-return]
+
+
+def apply_in_memory_key(values: Any, key: Any) -> Any:
+    """``values`` (what the backend read) indexed by the in-memory key of
+    :func:`split_basic_key`, as ``explicit_indexing_adapter`` indexes them."""
+    return indexing.apply_indexer(indexing.as_indexable(values), key)
+
+
+def calculate_dimensions(variables: Mapping[Any, Variable]) -> dict[Hashable, int]:
+    """The dimensions of a Dataset of ``variables``, as its constructor computes them
+    (``ValueError`` when two variables give one dimension two sizes)."""
+    return xr_variable.calculate_dimensions(variables)
+
+
+def is_explicitly_indexed(data: Any) -> bool:
+    """Whether ``data`` is one of xarray's explicitly indexed array wrappers (a backend's lazy
+    array and the wrappers xarray puts around it), which ``decode_cf_variable`` re-wraps."""
+    return isinstance(data, indexing.ExplicitlyIndexedNDArrayMixin)
 
 
 class ZarrStoreAdapter(ZarrStore):

@@ -8,7 +8,7 @@ and no import.  HDF5 filters work on serialized chunk bytes: all are bytes-to-by
 
 from __future__ import annotations
 
-from zarr.codecs.numcodecs import _NumcodecsBytesBytesCodec
+from h5sidecar._compat.zarr import NumcodecsBytesBytesCodec
 
 __all__ = [
     "Bitshuffle",
@@ -23,37 +23,37 @@ __all__ = [
 ]
 
 
-class Szip(_NumcodecsBytesBytesCodec, codec_name="h5sidecar.szip"):
+class Szip(NumcodecsBytesBytesCodec, codec_name="h5sidecar.szip"):
     """HDF5 szip (filter 4)."""
 
 
-class Nbit(_NumcodecsBytesBytesCodec, codec_name="h5sidecar.nbit"):
+class Nbit(NumcodecsBytesBytesCodec, codec_name="h5sidecar.nbit"):
     """HDF5 N-bit (filter 5)."""
 
 
-class ScaleOffset(_NumcodecsBytesBytesCodec, codec_name="h5sidecar.scaleoffset"):
+class ScaleOffset(NumcodecsBytesBytesCodec, codec_name="h5sidecar.scaleoffset"):
     """HDF5 scale-offset (filter 6)."""
 
 
-class LZF(_NumcodecsBytesBytesCodec, codec_name="h5sidecar.lzf"):
+class LZF(NumcodecsBytesBytesCodec, codec_name="h5sidecar.lzf"):
     """LZF (filter 32000)."""
 
 
-class LZ4(_NumcodecsBytesBytesCodec, codec_name="h5sidecar.lz4"):
+class LZ4(NumcodecsBytesBytesCodec, codec_name="h5sidecar.lz4"):
     """LZ4 with HDF5 block framing (filter 32004)."""
 
 
-class Bitshuffle(_NumcodecsBytesBytesCodec, codec_name="h5sidecar.bitshuffle"):
+class Bitshuffle(NumcodecsBytesBytesCodec, codec_name="h5sidecar.bitshuffle"):
     """bitshuffle + LZ4/Zstd (filter 32008)."""
 
 
-class ZFP(_NumcodecsBytesBytesCodec, codec_name="h5sidecar.zfp"):
+class ZFP(NumcodecsBytesBytesCodec, codec_name="h5sidecar.zfp"):
     """H5Z-ZFP (filter 32013)."""
 
 
-class Blosc2(_NumcodecsBytesBytesCodec, codec_name="h5sidecar.blosc2"):
+class Blosc2(NumcodecsBytesBytesCodec, codec_name="h5sidecar.blosc2"):
     """Blosc2 contiguous frames (filter 32026)."""
 
 
-class FilterPlugin(_NumcodecsBytesBytesCodec, codec_name="h5sidecar.hdf5filter"):
+class FilterPlugin(NumcodecsBytesBytesCodec, codec_name="h5sidecar.hdf5filter"):
     """Any filter the local HDF5 library decodes."""

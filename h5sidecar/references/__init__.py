@@ -17,7 +17,7 @@ from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._cf import cf_fill_value as cf_fill_value
 from h5sidecar.references._cf import json_float as json_float
 from h5sidecar.references._cf import reads_as_storage_fill as reads_as_storage_fill
-from h5sidecar.references._extras import EXTRAS_KEY as EXTRAS_KEY
+from h5sidecar.references._extras_versions import EXTRAS_KEY as EXTRAS_KEY
 from h5sidecar.references._io import (
     SidecarFormat,
     SidecarLayout,

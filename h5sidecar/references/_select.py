@@ -25,7 +25,8 @@ from typing import Any
 
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._assemble import build_metas
-from h5sidecar.references._extras import EXTRAS_KEY, parse_extras, select_extras
+from h5sidecar.references._extras import parse_extras, select_extras
+from h5sidecar.references._extras_versions import EXTRAS_KEY
 from h5sidecar.references._model import GranuleRefs
 from h5sidecar.references._zmeta import split_metadata
 from h5sidecar.references.json_sidecar._json_lazy import decode_json_lazy, lazy_from_kerchunk

@@ -4,7 +4,7 @@ the messages of its object header, instead of a creation property list copied ou
 HDF5 builds a dataset's creation property list from these same messages when the dataset is
 opened; ``DatasetID.get_create_plist()`` then copies that list and h5py frees it later: ~25 us
 a dataset with the fill value's conversion, ~3-4% of indexing a granule of ~1,000 variables
-whose header bytes the attribute reader has already read (:mod:`._messages`).
+whose header bytes the attribute reader has already read (:mod:`._object_header`).
 
 :class:`NativeCreation` answers the calls the indexer and h5py's ``Dataset.chunks`` make
 (``get_layout``, ``get_chunk``, ``get_nfilters``, ``get_filter``, ``get_external_count``,
@@ -30,7 +30,12 @@ from typing import Any
 import h5py
 import numpy as np
 
-from h5sidecar.indexer.attrs._messages import CREATION_TYPES, NotNative, View, object_messages
+from h5sidecar.indexer.attrs._object_header import (
+    CREATION_TYPES,
+    NotNative,
+    View,
+    object_messages,
+)
 from h5sidecar.indexer.crawl._hint_records import Layout, u
 
 __all__ = ["NativeCreation", "creation_messages", "decode_creation"]
@@ -127,7 +132,7 @@ def creation_messages(dset: h5py.Dataset, addr: int, view: View, layout: Layout)
 def decode_creation(dset: h5py.Dataset, messages: list[tuple[int, int, bytes]],
                     layout: Layout) -> NativeCreation:  # fmt: skip
     """The creation properties of ``dset`` from the ``(type, flags, body)`` of its header's
-    :data:`~._messages.CREATION_TYPES` messages (all of them, in storage order).
+    :data:`~._object_header.CREATION_TYPES` messages (all of them, in storage order).
 
     Raises
     ------

@@ -4,8 +4,9 @@ Reading attributes through h5py costs ~35 us each (an ``H5Aopen``, a Python obje
 type query), which made attributes ~40% of indexing a granule of ~1,000 variables with ~11
 attributes each.  The attribute messages are a few hundred bytes of the object header HDF5 has
 just read (or of its dense storage: a fractal heap indexed by a version-2 B-tree), so this module
-finds them in those bytes, in the order h5py iterates them, and
-:mod:`h5sidecar.indexer.attrs._message_decode` decodes their values.
+finds them in those bytes (the header walk is :mod:`h5sidecar.indexer.attrs._object_header`'s),
+in the order h5py iterates them, and :mod:`h5sidecar.indexer.attrs._message_decode` decodes
+their values.
 
 Only what is fully understood is served: any other structure (shared messages, huge or filtered
 heap objects, nested indirect blocks, a checksum mismatch, anything odd) raises
@@ -15,31 +16,33 @@ heap objects, nested indirect blocks, a checksum mismatch, anything odd) raises
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from numcodecs.checksum32 import jenkins_lookup3
 
+from h5sidecar.indexer.attrs._object_header import (
+    CONTINUATION,
+    CREATION_TYPES,
+    MAX_CHUNKS,
+    NotNative,
+    View,
+    checked,
+    chunk_messages,
+    continuation_chunk,
+    first_chunk,
+)
 from h5sidecar.indexer.crawl._dense_hints import _btree2_widths
 from h5sidecar.indexer.crawl._hint_records import BadStructure, Layout, u
 
-__all__ = ["CREATION_TYPES", "NotNative", "RawAttribute", "attribute_messages", "object_messages"]
-
-View = Callable[[int, int], bytes]
+__all__ = ["RawAttribute", "attribute_messages"]
 
 #: Object header message types read here.
-_ATTRIBUTE, _ATTRIBUTE_INFO, _CONTINUATION = 0x0C, 0x15, 0x10
+_ATTRIBUTE, _ATTRIBUTE_INFO = 0x0C, 0x15
 #: Version-2 B-tree type of the name index of dense attributes; its records' size.
 _ATTR_NAME_INDEX, _ATTR_RECORD = 8, 17
 #: A name index record: heap ID (read as one little-endian integer), message flags, creation
 #: order, name hash.
 _RECORD = struct.Struct("<QBI4x")
-#: More continuation chunks or heap blocks than this is a corrupt (looping) header.
-_MAX_CHUNKS = 1024
-
-
-class NotNative(Exception):  # a signal, not an error: read this object through h5py
-    """The object's attribute storage holds something this module does not read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,13 +51,6 @@ class RawAttribute:
 
     body: bytes
     order: int
-
-
-def _checked(data: bytes, what: str) -> bytes:
-    """``data`` without its trailing Jenkins lookup3 checksum, which must match."""
-    if len(data) < 4 or jenkins_lookup3(data[:-4], 0) != u(data, len(data) - 4, 4):
-        raise NotNative(f"{what}: checksum mismatch")
-    return data[:-4]
 
 
 def attribute_messages(addr: int, view: View, layout: Layout,
@@ -93,62 +89,9 @@ def attribute_messages(addr: int, view: View, layout: Layout,
         raise NotNative(str(exc)) from exc
 
 
-def _first_chunk(start: int, view: View, layout: Layout) -> tuple[bytes, bytes, int, bool]:
-    """(the header's first bytes, its first chunk's messages, its flags, whether it tracks
-    attributes' creation order) of the object header at absolute offset ``start``."""
-    head = view(start, min(start + 64, layout.size))
-    if head[:4] == b"OHDR":
-        if head[4] != 2:
-            raise NotNative(f"object header version {head[4]}")
-        flags = head[5]
-        pos = 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
-        width = 1 << (flags & 0x03)
-        size = u(head, pos, width)
-        first = _checked(view(start, start + pos + width + size + 4), "object header")
-        chunks = [first[pos + width :]]
-        tracked = bool(flags & 0x04)
-    elif len(head) >= 16 and head[0] == 1:
-        flags, tracked = 0, False
-        chunks = [view(start + 16, start + 16 + u(head, 8, 4))]
-    else:
-        raise NotNative(f"no object header at {start}")
-    return head, chunks[0], flags, tracked
-
-
-def object_messages(
-    addr: int, view: View, layout: Layout, wanted: frozenset[int]
-) -> list[tuple[int, int, bytes]]:
-    """(type, flags, body) of the messages of types ``wanted`` of the object whose header is
-    at file address ``addr``, continuation chunks followed, in storage order.
-
-    Raises
-    ------
-    NotNative
-        A header not understood (as :func:`attribute_messages`).
-    """
-    try:
-        head, first, flags, _ = _first_chunk(layout.base + addr, view, layout)
-        chunks = [first]
-        found: list[tuple[int, int, bytes]] = []
-        i = 0
-        while i < len(chunks):
-            if len(chunks) > _MAX_CHUNKS:
-                raise NotNative("too many continuation chunks")
-            for mtype, mflags, _, body in _chunk_messages(chunks[i], head[0] == 1, flags,
-                                                          wanted | {_CONTINUATION}):  # fmt: skip
-                if mtype == _CONTINUATION:
-                    chunks.append(_continuation(body, head[0] == 1, view, layout))
-                elif mtype in wanted:
-                    found.append((mtype, mflags, body))
-            i += 1
-        return found
-    except (BadStructure, IndexError, ValueError) as exc:
-        raise NotNative(str(exc)) from exc
-
-
 def _messages(start: int, view: View, layout: Layout,
               creation: list[tuple[int, int, bytes]] | None) -> tuple[list[RawAttribute], bool]:  # fmt: skip
-    head, first, flags, tracked = _first_chunk(start, view, layout)
+    head, first, flags, tracked = first_chunk(start, view, layout)
     chunks = [first]
     found: list[RawAttribute] = []
     others: list[tuple[int, int, bytes]] = []
@@ -156,17 +99,17 @@ def _messages(start: int, view: View, layout: Layout,
     wanted = _WANTED if creation is None else _WANTED_WITH_CREATION
     i = 0
     while i < len(chunks):  # continuation chunks are appended as they are found
-        if len(chunks) > _MAX_CHUNKS:
+        if len(chunks) > MAX_CHUNKS:
             raise NotNative("too many continuation chunks")
-        for mtype, mflags, order, body in _chunk_messages(chunks[i], head[0] == 1, flags, wanted):
+        for mtype, mflags, order, body in chunk_messages(chunks[i], head[0] == 1, flags, wanted):
             if mtype in (_ATTRIBUTE, _ATTRIBUTE_INFO) and mflags & 0x02:
                 raise NotNative("shared attribute message")
             if mtype == _ATTRIBUTE:
                 found.append(RawAttribute(body, order))
             elif mtype == _ATTRIBUTE_INFO:
                 info = body
-            elif mtype == _CONTINUATION:
-                chunks.append(_continuation(body, head[0] == 1, view, layout))
+            elif mtype == CONTINUATION:
+                chunks.append(continuation_chunk(body, head[0] == 1, view, layout))
             else:
                 others.append((mtype, mflags, body))
         i += 1
@@ -181,61 +124,10 @@ def _messages(start: int, view: View, layout: Layout,
     return found, tracked
 
 
-_V1, _V2, _V2_TRACKED = struct.Struct("<HHB"), struct.Struct("<BHB"), struct.Struct("<BHBH")
-#: The message types whose bodies are wanted; the others (a dataset's datatype, layout,
-#: filters, ...) are stepped over without copying them out.
-_WANTED = frozenset({_ATTRIBUTE, _ATTRIBUTE_INFO, _CONTINUATION})
-#: A dataset's datatype, fill value (old and new), external storage, layout and filter
-#: pipeline messages: what its creation properties are read from.
-CREATION_TYPES = frozenset({0x03, 0x04, 0x05, 0x07, 0x08, 0x0B})
+#: The attribute reader's message types; a dataset's creation messages are collected on the
+#: same walk when asked for.
+_WANTED = frozenset({_ATTRIBUTE, _ATTRIBUTE_INFO, CONTINUATION})
 _WANTED_WITH_CREATION = _WANTED | CREATION_TYPES
-
-
-def _chunk_messages(data: bytes, v1: bool, flags: int, wanted: frozenset[int] = _WANTED
-                    ) -> list[tuple[int, int, int, bytes]]:  # fmt: skip
-    """(type, flags, creation order, body) of each message of one header chunk whose type is
-    ``wanted`` (by default attribute, attribute info and continuation messages)."""
-    out = []
-    pos = 0
-    end = len(data)
-    if v1:
-        unpack = _V1.unpack_from
-        while pos + 8 <= end:
-            mtype, size, mflags = unpack(data, pos)
-            if mtype in wanted:
-                out.append((mtype, mflags, 0, data[pos + 8 : pos + 8 + size]))
-            pos += 8 + size
-        return out
-    tracked = flags & 0x04
-    header = 6 if tracked else 4
-    unpack = (_V2_TRACKED if tracked else _V2).unpack_from
-    order = 0
-    while pos + header <= end:  # a gap shorter than a message header may end a chunk
-        if tracked:
-            mtype, size, mflags, order = unpack(data, pos)
-        else:
-            mtype, size, mflags = unpack(data, pos)
-        stop = pos + header + size
-        if stop > end:
-            raise NotNative("a message runs past the end of its chunk")
-        if mtype in wanted:
-            out.append((mtype, mflags, order, data[pos + header : stop]))
-        pos = stop
-    return out
-
-
-def _continuation(body: bytes, v1: bool, view: View, layout: Layout) -> bytes:
-    o = layout.offset_size
-    start = layout.base + u(body, 0, o)
-    length = u(body, o, layout.length_size)
-    if not 0 < length <= layout.size - start:
-        raise NotNative("continuation chunk outside the file")
-    data = view(start, start + length)
-    if v1:
-        return data
-    if data[:4] != b"OCHK":
-        raise NotNative(f"no OCHK at {start}")
-    return _checked(data, "continuation chunk")[4:]
 
 
 # -- dense storage: a fractal heap indexed by name in a version-2 B-tree -----------------------
@@ -259,7 +151,7 @@ def _dense(info: bytes, view: View, layout: Layout) -> list[RawAttribute] | None
 def _name_index(start: int, view: View, layout: Layout) -> list[tuple[int, int]]:
     """(heap ID, creation order) of every record of the attribute name index."""
     o = layout.offset_size
-    data = _checked(view(start, start + 22 + o + layout.length_size), "B-tree header")
+    data = checked(view(start, start + 22 + o + layout.length_size), "B-tree header")
     if data[:4] != b"BTHD" or data[5] != _ATTR_NAME_INDEX:
         raise NotNative(f"no attribute name index at {start}")
     node_size, record_size, depth = u(data, 6, 4), u(data, 10, 2), u(data, 12, 2)
@@ -292,12 +184,12 @@ def _node(
             raise NotNative("shared attribute message in dense storage")
         out.append((heap_id, order))
     if depth == 0:
-        _checked(data[: end + 4], "B-tree leaf")
+        checked(data[: end + 4], "B-tree leaf")
         return
     o = layout.offset_size
     nrec_width, widths = _btree2_widths(node_size, _ATTR_RECORD, depth, o)
     pointer = o + nrec_width + (widths[depth - 1] if depth > 1 else 0)
-    _checked(data[: end + (nrec + 1) * pointer + 4], "B-tree internal node")
+    checked(data[: end + (nrec + 1) * pointer + 4], "B-tree internal node")
     for pos in range(end, end + (nrec + 1) * pointer, pointer):
         _node(u(data, pos, o), u(data, pos + o, nrec_width), depth - 1, tree, out)
 
@@ -324,7 +216,7 @@ class _Heap:
             raise NotNative(f"no fractal heap at {start}")
         if u(data, 7, 2):
             raise NotNative("filtered fractal heap")
-        _checked(data, "fractal heap header")
+        checked(data, "fractal heap header")
         self.view, self.layout = view, layout
         self.checksummed = bool(data[9] & 0x02)
         doubling = _DOUBLING_TABLE.get((o, ln))
@@ -391,7 +283,7 @@ class _Heap:
             data = self.view(start, start + head + self.rows * self.width * o + 4)
             if data[:4] != b"FHIB":
                 raise NotNative(f"no indirect block at {start}")
-            _checked(data, "fractal heap indirect block")
+            checked(data, "fractal heap indirect block")
             count = self.rows * self.width
             self._blocks = [u(data, head + i * o, o) for i in range(count)]
         return self._blocks

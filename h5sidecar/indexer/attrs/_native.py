@@ -28,7 +28,8 @@ from h5sidecar.indexer.attrs._message_decode import (
     decode_attribute,
     object_addresses,
 )
-from h5sidecar.indexer.attrs._messages import NotNative, attribute_messages
+from h5sidecar.indexer.attrs._messages import attribute_messages
+from h5sidecar.indexer.attrs._object_header import NotNative
 from h5sidecar.indexer.crawl._hints import BadStructure, find_superblock
 from h5sidecar.sources import LocalRangedFile, RangedFile, RemoteRangedFile
 

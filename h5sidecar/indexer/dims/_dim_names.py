@@ -18,8 +18,9 @@ Sources, in order of preference for each dimension:
    numbers them when it opens that group.
 
 xarray (and its DataTree) require that one name never has two sizes in a group and its
-ancestors/descendants.  A candidate breaking that rule falls through to a fallback phony name
-(numbered after every name above, unique per (group, length, k-th repeat)).  The names the file
+ancestors/descendants (:mod:`._name_claims` keeps the sizes given).  A candidate breaking that
+rule falls through to a fallback phony name (numbered after every name above, unique per
+(group, length, k-th repeat)).  The names the file
 gives are settled for the whole file before any is handed out, groups nearer the root first
 (link order within a depth): when a subgroup's dimension shadows an ancestor's of another
 length, the subgroup's axes fall back, and the ancestor keeps the name h5netcdf shows for it
@@ -41,6 +42,7 @@ import numpy as np
 
 from h5sidecar.indexer._failures import H5PY_ERRORS, reraise_io_failure
 from h5sidecar.indexer._walk import DatasetEntry, Hierarchy, ObjectKey
+from h5sidecar.indexer.dims._name_claims import NameClaims
 from h5sidecar.indexer.dims._scales import Scales, is_dimension_scale
 
 __all__ = ["DimensionNamer", "is_dimension_scale", "is_netcdf_dimension_only"]
@@ -141,9 +143,7 @@ class DimensionNamer:
         self.is_scale = self.scales.is_scale
         self.scale_names = self.scales.names
         self._real = set(self.scale_names.values())
-        # name -> size -> (groups that claimed it with that size, those and their ancestors)
-        self._sizes: dict[str, dict[int, tuple[set[str], set[str]]]] = {}
-        self._lineage: dict[str, tuple[str, ...]] = {}  # group -> it and its ancestors
+        self._claims = NameClaims()  # xarray's rule: one size per name in related groups
         self._groups: dict[str, _GroupDims] = {}
         self._phony: dict[tuple[str, int, int], str] = {}
         self._counter: int | None = None  # fallback names: numbered after h5netcdf's
@@ -269,37 +269,6 @@ class DimensionNamer:
                 out[i] = text.strip("\0 ")
 
     # -- rules ---------------------------------------------------------------------------------
-    def _lineage_of(self, group: str) -> tuple[str, ...]:
-        """``group`` and its ancestors, the root (``""``) first."""
-        found = self._lineage.get(group)
-        if found is None:
-            parts = group.split("/") if group else []
-            found = ("", *("/".join(parts[: i + 1]) for i in range(len(parts))))
-            self._lineage[group] = found
-        return found
-
-    def _fits(self, name: str, size: int, group: str) -> bool:
-        """No group related to ``group`` (it, an ancestor or a descendant) claimed ``name``
-        with another size.  Looked up in sets, not compared group by group: a name claimed in
-        hundreds of groups with different sizes (phony names, the beams' ``delta_time``) made
-        ~17,000 comparisons a file."""
-        seen = self._sizes.get(name)
-        if not seen or (len(seen) == 1 and size in seen):  # the usual case
-            return True
-        lineage = self._lineage_of(group)
-        for other, (claimed, covered) in seen.items():
-            # a descendant (or the group itself) claimed it: the group is in ``covered``;
-            # an ancestor (or the root) did: one of the lineage is in ``claimed``
-            if other != size and (group in covered or not claimed.isdisjoint(lineage)):
-                return False
-        return True
-
-    def _claim(self, name: str, size: int, group: str) -> None:
-        claimed, covered = self._sizes.setdefault(name, {}).setdefault(size, (set(), set()))
-        if group not in claimed:
-            claimed.add(group)
-            covered.update(self._lineage_of(group))
-
     def _phony_name(self, group: str, size: int, repeat: int) -> str:
         """A fallback name, unique per (group, length, repeat), after all of h5netcdf's."""
         if self._counter is None:
@@ -341,8 +310,8 @@ class DimensionNamer:
         for i, (cand, size) in enumerate(zip(candidates, shape, strict=True)):
             if cand is None:
                 continue
-            if self._fits(cand, size, group):
-                self._claim(cand, size, group)
+            if self._claims.fits(cand, size, group):
+                self._claims.claim(cand, size, group)
             else:
                 notes.append(
                     f"dimension {i} is not named {cand!r}: that name has another size here"
@@ -405,6 +374,6 @@ class DimensionNamer:
                 while cand in names:  # a phony name equal to a real one used above
                     k = repeats[size] = repeats[size] + 1
                     cand = self._phony_name(group, size, k)
-                self._claim(cand, size, group)
+                self._claims.claim(cand, size, group)
             names.append(cand)
         return tuple(names), "; ".join(notes)

@@ -313,7 +313,7 @@ def _direct_reads(variables: list[Any]) -> dict[int, tuple[Any, Any, Any, Any]]:
     engine opens them (:func:`h5sidecar._compat.xarray.cached_lazy_array`)."""
     from xarray.core import indexing as ix
 
-    from h5sidecar._compat.xarray import cached_lazy_array
+    from h5sidecar._compat.xarray import cached_lazy_array, split_basic_key
     from h5sidecar.read.xarray._lazy_array import SidecarArray
 
     out = {}
@@ -324,8 +324,7 @@ def _direct_reads(variables: list[Any]) -> dict[int, tuple[Any, Any, Any, Any]]:
         if not isinstance(lazy.key, ix.BasicIndexer):
             continue
         # what xarray's explicit_indexing_adapter does with the key, split in two
-        raw, in_memory = ix.decompose_indexer(lazy.key, lazy.array.shape,
-                                              ix.IndexingSupport.BASIC)
+        raw, in_memory = split_basic_key(lazy.key, lazy.array.shape)
         out[id(v)] = (v, lazy.array, raw, in_memory)
     return out
 
@@ -341,16 +340,14 @@ def _by_reader(direct: Mapping[int, tuple[Any, Any, Any, Any]]) -> list[tuple[An
 async def _read_direct(reader: Any, entries: list[tuple[Any, Any, Any, Any]]) -> None:
     """Load ``entries`` (see :func:`_direct_reads`) in one batch and set each variable's data
     exactly as ``Variable.load_async`` would (the shared in-memory cache included)."""
-    from xarray.core import indexing as ix
-
-    from h5sidecar._compat.xarray import set_loaded_data
+    from h5sidecar._compat.xarray import apply_in_memory_key, set_loaded_data
 
     # every variable is asked for: reading ahead would only decode arrays twice
     with reader.opening():
         arrays = await reader.read([(sarr.path, raw.tuple) for _, sarr, raw, _ in entries])
     for (v, _, _, in_memory), result in zip(entries, arrays, strict=True):
         if in_memory.tuple:
-            result = ix.apply_indexer(ix.as_indexable(result), in_memory)
+            result = apply_in_memory_key(result, in_memory)
         set_loaded_data(v, result)
 
 

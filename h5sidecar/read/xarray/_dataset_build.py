@@ -26,12 +26,15 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
-from xarray import conventions
-from xarray.core import indexing
-from xarray.core.dataset import Dataset
-from xarray.core.variable import Variable, calculate_dimensions
+from xarray import Dataset, Variable, conventions
 
-from h5sidecar._compat.xarray import CONSTRUCT_DIRECT, construct_dataset, variable_data
+from h5sidecar._compat.xarray import (
+    CONSTRUCT_DIRECT,
+    calculate_dimensions,
+    construct_dataset,
+    is_explicitly_indexed,
+    variable_data,
+)
 
 __all__ = ["DIRECT", "store_dataset"]
 
@@ -51,7 +54,7 @@ def _undecoded(name: Hashable, var: Variable) -> Variable:
         var.dtype.kind in _PLAIN_KINDS
         and var.dtype.isnative
         and "dtype" not in var.attrs  # BooleanCoder's marker
-        and isinstance(data, indexing.ExplicitlyIndexedNDArrayMixin)
+        and is_explicitly_indexed(data)
     ):
         encoding = dict(var.encoding)
         encoding.setdefault("dtype", var.dtype)
@@ -92,7 +95,7 @@ def store_dataset(
         "use_cftime": use_cftime, "decode_timedelta": decode_timedelta,
     }
     if not DIRECT:
-        from xarray.backends.store import StoreBackendEntrypoint
+        from xarray.backends import StoreBackendEntrypoint
 
         return StoreBackendEntrypoint().open_dataset(  # type: ignore[no-any-return]
             store, drop_variables=drop_variables, **decoders)

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
-from xarray.backends.common import BackendArray
+from xarray.backends import BackendArray
 from xarray.core import indexing
 
 from h5sidecar.read.native._batch_reader import NativeReader, out_dtype

@@ -27,9 +27,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from xarray.backends.common import AbstractDataStore
+from xarray import Variable
+from xarray.backends import AbstractDataStore
 from xarray.core import indexing
-from xarray.core.variable import Variable
 
 from h5sidecar._compat.xarray import ZARR_DIMENSION_KEY as DIMENSION_KEY
 from h5sidecar._compat.xarray import FrozenDict, ZarrArrayWrapper

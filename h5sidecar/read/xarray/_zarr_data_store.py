@@ -34,8 +34,8 @@ import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from xarray import Variable
 from xarray.core import indexing
-from xarray.core.variable import Variable
 
 from h5sidecar._compat.xarray import ZarrStoreAdapter, variable_data
 from h5sidecar.errors import NotIndexedError, did_you_mean

@@ -301,8 +301,9 @@ def register_numcodecs_v3(codec_ids: Mapping[str, Any] | set[str] | list[str]) -
     >>> from h5sidecar.read import register_numcodecs_v3
     >>> register_numcodecs_v3(["imagecodecs_lerc"])                   # doctest: +SKIP
     """
-    from zarr.codecs.numcodecs import _NumcodecsArrayArrayCodec, _NumcodecsBytesBytesCodec
     from zarr.registry import get_codec_class, register_codec
+
+    from h5sidecar._compat.zarr import NumcodecsArrayArrayCodec, NumcodecsBytesBytesCodec
 
     for codec_id in codec_ids:
         name = f"numcodecs.{codec_id}"
@@ -314,9 +315,9 @@ def register_numcodecs_v3(codec_ids: Mapping[str, Any] | set[str] | list[str]) -
         except KeyError:
             pass
         base = (
-            _NumcodecsArrayArrayCodec
+            NumcodecsArrayArrayCodec
             if codec_id in ARRAY_ARRAY_CODECS
-            else _NumcodecsBytesBytesCodec
+            else NumcodecsBytesBytesCodec
         )
         cls = type(
             f"V3_{codec_id.replace('.', '_').replace('-', '_')}",

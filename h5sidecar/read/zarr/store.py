@@ -13,9 +13,9 @@ little-endian, silently wrong), fixed-length byte strings and structured types (
 numcodecs codec and warns on every array opened).  ``zarr_format=3`` serves the synthesized v3
 view (same chunk keys) for clients that want it.
 
-Reads are batched: concurrent ``get`` calls issued by zarr in the same event-loop turn are sent
-to the fetcher as one batch, and ``get_partial_values`` is always one batch, so neighbouring
-chunks coalesce into few requests.
+Reads are batched (:mod:`._key_reads`): concurrent ``get`` calls issued by zarr in the same
+event-loop turn are sent to the fetcher as one batch, and ``get_partial_values`` is always one
+batch, so neighbouring chunks coalesce into few requests.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ from zarr.abc.store import ByteRequest, Store
 from h5sidecar.credentials import scrub_credentials
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.read._byte_lru import ByteLRU
-from h5sidecar.read._granule_fetch import ReadBatcher, refs_equal
+from h5sidecar.read._granule_fetch import refs_equal
 from h5sidecar.read._granule_reader import GranuleReader
 from h5sidecar.read._shared_caches import CHUNKS
 from h5sidecar.read._sidecar_open import load_refs
 from h5sidecar.read.native._batch_reader import NativeReader
-from h5sidecar.read.zarr._byte_windows import byte_window
-from h5sidecar.read.zarr._keyspace import ChunkRef, GranuleKeys, ZarrFormat
+from h5sidecar.read.zarr._key_reads import KeyReads
+from h5sidecar.read.zarr._keyspace import GranuleKeys, ZarrFormat
 from h5sidecar.references import GranuleRefs
 from h5sidecar.settings import ReadSettings
 
@@ -121,8 +121,7 @@ class SidecarStore(Store):
         self.zarr_format: ZarrFormat = zarr_format
         self._batch_reads = batch_reads
         self.fetcher = reader.fetcher
-        self._batcher = ReadBatcher(self.fetcher.fetch) if batch_reads else None
-        self._counts = {"inline_chunks": 0, "missing_chunks": 0, "metadata_reads": 0}
+        self._reads = KeyReads(reader, zarr_format, batch_reads)
         self._root: Any = None
         reader.zarr_stores.setdefault(zarr_format, self)
 
@@ -285,54 +284,17 @@ class SidecarStore(Store):
         """Counters: the fetcher's (requests, bytes fetched/used, over-read ratio, retries,
         cache hits, freshness checks) plus chunks served inline / as fill value and metadata
         documents served."""
-        return {**self.fetcher.stats.snapshot(), **self._counts}
+        return {**self.fetcher.stats.snapshot(), **self._reads.counts}
 
     # -- reads -----------------------------------------------------------------------------------
-    def _note(self, key: str, value: object) -> None:
-        if key in self.keyspace.documents:
-            self._counts["metadata_reads"] += 1
-        elif value is None:
-            if self.keyspace.split_chunk_key(key) is not None:
-                self._counts["missing_chunks"] += 1
-        elif isinstance(value, bytes):
-            self._counts["inline_chunks"] += 1
-
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
         """The value of ``key`` (``None`` for absent keys and unstored chunks)."""
         if not self._is_open:
             await self._open()
-        await self.keyspace.load_manifests([key])
-        ref = self.keyspace.resolve(key)
-        self._note(key, ref)
-        if ref is None:
-            return None
-        if isinstance(ref, bytes):
-            start, stop = byte_window(len(ref), byte_range)
-            return prototype.buffer.from_bytes(ref[start:stop])
-        url, offset, length = ref
-        start, stop = byte_window(length, byte_range)
-        if stop == start:
-            return prototype.buffer.from_bytes(b"")
-        whole = start == 0 and stop == length
-        if whole and self.reader.chunk_cache is not None:
-            cached = self.reader.chunk_cache.get(self._cache_key(ref))
-            if cached is not None:
-                await self.fetcher.revalidate([url])  # the source must still be the indexed one
-                self.fetcher.stats.record_cache_hit(len(cached))
-                return prototype.buffer.from_bytes(cached)
-        request = (url, offset + start, stop - start)
-        if self._batcher is not None:
-            data = await self._batcher.read(request)
-        else:
-            (data,) = await self.fetcher.fetch([request])
-        if whole and self.reader.chunk_cache is not None:
-            self.reader.chunk_cache.put(self._cache_key(ref), bytes(data))
-        return prototype.buffer.from_bytes(data)
-
-    def _cache_key(self, ref: ChunkRef) -> tuple[Any, ...]:
-        return self.reader.cache_key(ref)
+        data = await self._reads.read(key, byte_range)
+        return None if data is None else prototype.buffer.from_bytes(data)
 
     async def get_partial_values(
         self,
@@ -340,31 +302,8 @@ class SidecarStore(Store):
         key_ranges: Iterable[tuple[str, ByteRequest | None]],
     ) -> list[Buffer | None]:
         """Values of many ``(key, byte_range)`` pairs, fetched in ONE batch (ranges coalesce)."""
-        key_ranges = list(key_ranges)
-        await self.keyspace.load_manifests([k for k, _ in key_ranges])
-        out: list[Buffer | None] = [None] * len(key_ranges)
-        requests: list[ChunkRef] = []
-        where: list[int] = []
-        for i, (key, byte_range) in enumerate(key_ranges):
-            ref = self.keyspace.resolve(key)
-            self._note(key, ref)
-            if ref is None:
-                continue
-            if isinstance(ref, bytes):
-                start, stop = byte_window(len(ref), byte_range)
-                out[i] = prototype.buffer.from_bytes(ref[start:stop])
-                continue
-            url, offset, length = ref
-            start, stop = byte_window(length, byte_range)
-            if stop == start:
-                out[i] = prototype.buffer.from_bytes(b"")
-                continue
-            requests.append((url, offset + start, stop - start))
-            where.append(i)
-        if requests:
-            for i, data in zip(where, await self.fetcher.fetch(requests), strict=True):
-                out[i] = prototype.buffer.from_bytes(data)
-        return out
+        values = await self._reads.read_many(list(key_ranges))
+        return [None if data is None else prototype.buffer.from_bytes(data) for data in values]
 
     async def exists(self, key: str) -> bool:
         """True when ``key`` has a value (unstored chunks do not exist)."""

@@ -34,7 +34,8 @@ import ujson
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._assemble import ChunkColumns, assemble, build_metas
-from h5sidecar.references._extras import EXTRAS_KEY, Extras, build_extras, parse_extras
+from h5sidecar.references._extras import Extras, build_extras, parse_extras
+from h5sidecar.references._extras_versions import EXTRAS_KEY
 from h5sidecar.references._keys import chunk_names, ints_as_text, parse_chunk_names
 from h5sidecar.references._model import ArrayRefs, GranuleRefs
 from h5sidecar.references._zmeta import ZarrNodes, split_metadata

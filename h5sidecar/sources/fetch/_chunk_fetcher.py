@@ -7,9 +7,10 @@
    ``max_range_bytes`` and ranges past the end of a source's recorded size
    (:mod:`._request_checks`);
 2. coalesces the ranges with :func:`~._plan.plan_reads`;
-3. issues the plan's requests concurrently, at most ``max_concurrency`` at a time per fetcher
-   (and, in a lane of their own, ``max_small_concurrency`` requests of at most 64 KiB), through
-   one connection pool per bucket/host (obstore) or ``os.pread`` in threads;
+3. issues the plan's requests concurrently (:mod:`._source_requests`), at most
+   ``max_concurrency`` at a time per fetcher (and, in a lane of their own,
+   ``max_small_concurrency`` requests of at most 64 KiB), through one connection pool per
+   bucket/host (obstore) or ``os.pread`` in threads;
 4. retries throttling, 5xx, resets, timeouts and short bodies with exponential backoff and full
    jitter (the package's one retry policy, :mod:`._retry`), and raises
    :class:`~h5sidecar.errors.SourceReadError` when retries run out;
@@ -24,16 +25,12 @@ There is one async core (:meth:`ChunkFetcher.fetch`) and one sync bridge
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
-import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from h5sidecar.credentials import scrub_credentials
-from h5sidecar.errors import SourceReadError
 from h5sidecar.references import MemberTable, SourceInfo
 from h5sidecar.settings import ReadSettings
 from h5sidecar.sources._allow import AllowList, MemberAllowList, MemberSourceIndex, SourceIndex
@@ -41,23 +38,10 @@ from h5sidecar.sources._stats import FetchStats
 from h5sidecar.sources.fetch._freshness import FreshnessGuard
 from h5sidecar.sources.fetch._plan import ReadPlan, plan_coded, plan_reads
 from h5sidecar.sources.fetch._request_checks import check_plan, check_read_settings
-from h5sidecar.sources.fetch._retry import retrying
-from h5sidecar.sources.stores._backends import (
-    LocalReader,
-    ObjectStoreReader,
-    ObservedIdentity,
-    SourceGoneError,
-    TransientReadError,
-)
-from h5sidecar.sources.stores._urls import SourceLocation, parse_url
-from h5sidecar.sources.web._http_store import HttpReader
+from h5sidecar.sources.fetch._source_requests import SourceRequests
+from h5sidecar.sources.stores._urls import parse_url
 
 __all__ = ["ChunkFetcher"]
-
-log = logging.getLogger("h5sidecar.fetch")
-
-#: Requests of at most this many bytes wait in the small lane (``max_small_concurrency``).
-SMALL_REQUEST_BYTES = 64 * 2**10
 
 
 class ChunkFetcher:
@@ -136,12 +120,8 @@ class ChunkFetcher:
                 prefixes, lazy=self.lazy_allow_list or not self.settings.allowed_prefixes)
             self._known = SourceIndex(self.sources)
         self._fresh = FreshnessGuard(self.settings, self._known, self.stats)
-        self._local = LocalReader()
-        self._remote = ObjectStoreReader(self.storage_options)
-        self._http = HttpReader(self.storage_options)
-        self._semaphores: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, tuple[asyncio.Semaphore, asyncio.Semaphore]]
-        self._semaphores = weakref.WeakKeyDictionary()
+        self._requests = SourceRequests(self.settings, self.storage_options, self._fresh,
+                                        self.stats)  # fmt: skip
 
     # -- pickling: no credentials, no live clients ---------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -237,7 +217,7 @@ class ChunkFetcher:
             return []
         locations = [self.allow_list.check(u) for u in plan.urls]
         jobs = [
-            self._get(locations[int(plan.span_url[s])], start, stop)
+            self._requests.get(locations[int(plan.span_url[s])], start, stop)
             for s, start, stop in zip(
                 plan.request_span.tolist(),
                 plan.request_start.tolist(),
@@ -254,76 +234,6 @@ class ChunkFetcher:
     def _size_of(self, url: str) -> int:
         info = self._known.get(parse_url(url, untrusted=True).url)
         return -1 if info is None else info.size
-
-    def _semaphore(self, nbytes: int) -> asyncio.Semaphore:
-        """The lane a request of ``nbytes`` waits in: small requests are bound by latency, not
-        bandwidth, so they have a wider lane of their own (``max_small_concurrency``)."""
-        # asyncio primitives belong to one loop; zarr's loop and fsspec's loop each get theirs.
-        loop = asyncio.get_running_loop()
-        lanes = self._semaphores.get(loop)
-        if lanes is None:
-            lanes = self._semaphores[loop] = (
-                asyncio.Semaphore(self.settings.max_concurrency),
-                asyncio.Semaphore(self.settings.max_small_concurrency))
-        return lanes[nbytes <= SMALL_REQUEST_BYTES]
-
-    async def _get(self, loc: SourceLocation, start: int, stop: int) -> Any:
-        reader = self._reader(loc)
-
-        async def once() -> Any:
-            t0 = time.perf_counter()
-            async with self._semaphore(stop - start):
-                data, seen = await self._timed(reader.read(loc, start, stop), loc)
-            # identity first: a replaced, shorter object is stale, not a flaky network
-            self._fresh.check(loc, seen)
-            if len(data) != stop - start:
-                raise TransientReadError(f"short read: got {len(data)} of {stop - start} bytes")
-            log.debug("GET %s [%d, %d) %d bytes in %.1f ms", loc.url, start, stop,
-                      len(data), 1e3 * (time.perf_counter() - t0))  # fmt: skip
-            return data
-
-        def count(exc: Exception, attempt: int) -> None:
-            log.debug("GET %s [%d, %d) attempt %d failed: %s", loc.url, start, stop,
-                      attempt + 1, exc)  # fmt: skip
-            self.stats.add(retries=1)
-
-        try:
-            data = await retrying(once, retries=self.settings.retries,
-                                  backoff=self.settings.backoff, retry_if=_transient,
-                                  on_retry=count)  # fmt: skip
-        except TransientReadError as last:
-            log.debug("GET %s [%d, %d) attempt %d failed: %s", loc.url, start, stop,
-                      self.settings.retries + 1, last)  # fmt: skip
-            raise SourceReadError(
-                f"reading bytes [{start}, {stop}) of {loc.url} failed "
-                f"{self.settings.retries + 1} times; last error: {last}. The store may be "
-                "throttling or unreachable: retry later, lower H5SIDECAR_MAX_CONCURRENCY and "
-                "H5SIDECAR_MAX_SMALL_CONCURRENCY, or raise "
-                "H5SIDECAR_RETRIES / H5SIDECAR_BACKOFF.",
-                url=loc.url,
-            ) from last
-        except SourceGoneError as exc:
-            raise self._fresh.stale(loc, str(exc)) from exc
-        self.stats.add(requests=1, bytes_fetched=len(data))
-        return data
-
-    def _reader(self, loc: SourceLocation) -> LocalReader | ObjectStoreReader | HttpReader:
-        if loc.kind == "local":
-            return self._local
-        return self._http if loc.kind == "http" else self._remote
-
-    async def _timed(self, aw: Any, loc: SourceLocation) -> Any:
-        """``await aw`` within ``settings.request_timeout`` (a timeout is a transient failure)."""
-        try:
-            # a deadline on this task, not wait_for's extra task per request (3.11), a cost
-            # every one of thousands of small requests paid
-            async with asyncio.timeout(self.settings.request_timeout):
-                return await aw
-        except TimeoutError as exc:
-            raise TransientReadError(
-                f"no answer from {loc.url} within request_timeout="
-                f"{self.settings.request_timeout} s"
-            ) from exc
 
     async def revalidate(self, urls: Iterable[str]) -> None:
         """Confirm that the sources ``urls`` are still the objects their sidecar describes,
@@ -347,33 +257,7 @@ class ChunkFetcher:
             return
         due = self._fresh.due(urls, self.allow_list)
         if due:
-            await _gather_or_cancel([self._stat(loc) for loc in due])
-
-    async def _stat(self, loc: SourceLocation) -> None:
-        reader = self._reader(loc)
-
-        async def once() -> ObservedIdentity:
-            async with self._semaphore(0):  # a HEAD/stat is a small request
-                return await self._timed(reader.stat(loc), loc)  # type: ignore[no-any-return]
-
-        try:
-            seen = await retrying(once, retries=self.settings.retries,
-                                  backoff=self.settings.backoff, retry_if=_transient,
-                                  on_retry=lambda exc, n: self.stats.add(retries=1))  # fmt: skip
-        except TransientReadError as exc:
-            raise SourceReadError(
-                f"checking {loc.url} failed {self.settings.retries + 1} times; last "
-                f"error: {exc}. Retry later.",
-                url=loc.url,
-            ) from exc
-        except SourceGoneError as exc:
-            raise self._fresh.stale(loc, str(exc)) from exc
-        self.stats.add(revalidations=1)
-        self._fresh.check(loc, seen)
-
-def _transient(exc: Exception) -> bool:
-    """Whether a failed attempt is worth another (throttling, 5xx, reset, timeout, short read)."""
-    return isinstance(exc, TransientReadError)
+            await _gather_or_cancel([self._requests.stat(loc) for loc in due])
 
 
 async def _gather_or_cancel(jobs: list[Any]) -> list[Any]:

@@ -36,13 +36,10 @@ from h5sidecar.settings import IndexSettings, RecordSettings
 from h5sidecar.sources import normalize_url
 from h5sidecar.workflows.index._executors import ExecutorSpec, Task, default_workers, run_tasks
 from h5sidecar.workflows.index._index_one import IndexOptions, SidecarFormat, index_one
+from h5sidecar.workflows.index._leftover_sweep import LeftoverSweep
 from h5sidecar.workflows.index._listed_current import mark_current, split_current
 from h5sidecar.workflows.index._main_guard import refuse_unguarded_main
-from h5sidecar.workflows.index._up_to_date import (
-    LeftoverSweep,
-    content_of,
-    precheck,
-)
+from h5sidecar.workflows.index._up_to_date import content_of, precheck
 from h5sidecar.workflows.listing._listed_granule import Granule
 from h5sidecar.workflows.listing._listing import stage_granules
 from h5sidecar.workflows.listing._staged_listing import StagedListing

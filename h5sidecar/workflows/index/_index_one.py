@@ -18,7 +18,8 @@ from h5sidecar.errors import ErrorKind, H5SidecarError
 from h5sidecar.indexer import FromDmrpp, index_source
 from h5sidecar.references import GranuleRefs, SidecarFormat, SourceInfo, write_refs
 from h5sidecar.settings import IndexSettings
-from h5sidecar.workflows.index._up_to_date import check_up_to_date, sidecar_bytes, sweep_leftovers
+from h5sidecar.workflows.index._leftover_sweep import sweep_leftovers
+from h5sidecar.workflows.index._up_to_date import check_up_to_date, sidecar_bytes
 
 __all__ = ["IndexOptions", "SidecarFormat", "index_one"]
 

@@ -18,8 +18,8 @@ import pytest
 from h5sidecar._compat.h5py import chunk_opts
 from h5sidecar.indexer import index_granule, open_source
 from h5sidecar.indexer.attrs._creation_messages import NativeCreation, creation_messages
-from h5sidecar.indexer.attrs._messages import NotNative
 from h5sidecar.indexer.attrs._native import NativeAttrs
+from h5sidecar.indexer.attrs._object_header import NotNative
 from h5sidecar.references import write_json
 from tests.conftest import corpus_hdf5_names
 

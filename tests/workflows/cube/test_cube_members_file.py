@@ -13,7 +13,8 @@ import xarray as xr
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.read._cube_view import cube_summary, is_cube, source_key
 from h5sidecar.references import GranuleRefs, read_refs
-from h5sidecar.references._extras import build_extras, unpack
+from h5sidecar.references._extras import build_extras
+from h5sidecar.references._extras_versions import unpack
 from h5sidecar.references.parquet_sidecar._members_file import MEMBERS_FILE, _Loader
 from h5sidecar.workflows import build_cube
 from h5sidecar.workflows.cube._cube_assemble import read_record

@@ -12,7 +12,7 @@ import xarray as xr
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.read import load_refs
 from h5sidecar.references import read_refs
-from h5sidecar.references._extras import PACKED_FIELDS, unpack
+from h5sidecar.references._extras_versions import PACKED_FIELDS, unpack
 from h5sidecar.workflows import build_cube
 from h5sidecar.workflows.cube._cube_assemble import read_record
 from tests.workflows.cube.test_cube import _assert_raw_matches_h5py, _assert_same, _reference
@@ -109,7 +109,7 @@ def test_members_are_packed_a_slice_at_a_time(monkeypatch) -> None:
     were ~1 GB at the write of a million-member cube (3.5 times the text here; now 2)."""
     import tracemalloc
 
-    from h5sidecar.references import GranuleRefs, SourceInfo, _extras
+    from h5sidecar.references import GranuleRefs, SourceInfo, _extras, _extras_versions
 
     n = 40_000
     members = tuple(SourceInfo(url=f"/data/collection/granule_{i:07d}.nc", size=52_000 + i,
@@ -118,7 +118,7 @@ def test_members_are_packed_a_slice_at_a_time(monkeypatch) -> None:
                     for i in range(n))
     refs = GranuleRefs(members[0], {}, {}, extra={"cube": {"lengths": [1] * n}},
                        members=members)
-    monkeypatch.setattr(_extras, "MEMBERS_SLICE", 1000, raising=False)
+    monkeypatch.setattr(_extras_versions, "MEMBERS_SLICE", 1000, raising=False)
     tracemalloc.start()
     try:
         packed = _extras.build_extras(refs, checksums="file")
