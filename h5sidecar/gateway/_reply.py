@@ -18,6 +18,7 @@ from h5sidecar.errors import H5SidecarError
 from h5sidecar.gateway._http_rules import (
     RangeNotSatisfiableError,
     SaturatedError,
+    WarmingError,
     parse_range,
     status_for,
 )
@@ -106,7 +107,7 @@ def error_reply(exc: H5SidecarError) -> Reply:
     headers: dict[str, str] = {}
     if isinstance(exc, RangeNotSatisfiableError):
         headers["Content-Range"] = f"bytes */{exc.size}"
-    if isinstance(exc, SaturatedError):
+    if isinstance(exc, SaturatedError | WarmingError):
         headers["Retry-After"] = str(exc.retry_after)
     if status >= 500:
         log.warning("%s: %s", type(exc).__name__, exc)

@@ -88,14 +88,15 @@ def _build_corpus(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @contextmanager
-def running(app: Any, port: int | None = None) -> Iterator[str]:
+def running(app: Any, port: int | None = None, *, lifespan: str = "off") -> Iterator[str]:
     """Run an ASGI app with uvicorn in a thread on ``port`` (a free one by default) of
-    127.0.0.1; yield its URL."""
+    127.0.0.1; yield its URL.  ``lifespan="on"``: the app's startup runs as under ``serve``
+    (the gateway starts loading DEST before the first request)."""
     import uvicorn
 
     port = free_port() if port is None else port
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                            lifespan="off", access_log=False)  # fmt: skip
+                            lifespan=lifespan, access_log=False)  # fmt: skip
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
     thread.start()
@@ -190,3 +191,17 @@ def wait_healthy(proc: Any, url: str, log: Path, timeout: float = 60.0) -> None:
             pass
         assert time.monotonic() < deadline, "the server did not come up"
         time.sleep(0.1)
+
+
+def wait_status(url: str, wanted: str = "ok", timeout: float = 60.0) -> Any:
+    """``/healthz`` of the gateway at ``url`` once its status is ``wanted`` (the gateway loads
+    DEST in a thread as it starts: "warming" until then)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        r = httpx.get(f"{url}/healthz", timeout=30)
+        if r.json()["status"] == wanted:
+            return r
+        assert time.monotonic() < deadline, r.json()
+        time.sleep(0.05)
