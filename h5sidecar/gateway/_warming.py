@@ -4,9 +4,9 @@ An object-store DEST whose record cache on this machine is empty (the first comm
 ``--record-cache off``) is served only once its record is loaded into SQLite: about 12-25 s at
 1,000,000 recorded granules, which no request should wait for.  So the gateway listens at
 once, the first look runs in a thread of its own (never on the event loop), and until it is
-taken a request that needs DEST's record waits a moment (:data:`WAIT_SECONDS`: a small DEST
-is loaded by then, and answered as before), then is answered 503 with ``Retry-After``, never
-404: a granule not known yet may exist.  ``/healthz`` answers at once meanwhile ("warming",
+taken a request that needs DEST's record is answered 503 with ``Retry-After``, never 404 (a
+granule not known yet may exist); in the first moments of a load (:data:`WAIT_SECONDS`) it
+waits instead, so that a small DEST, loaded by then, is answered as before.  ``/healthz`` answers at once meanwhile ("warming",
 with the parts and rows loaded so far).  A failed first look (an unreadable or damaged record,
 no permission) is reported as "degraded" with its reason and tried again after a backoff,
 not on every request.  Later refreshes are not this class's business: they read only the
@@ -39,7 +39,7 @@ __all__ = ["Warming"]
 
 log = logging.getLogger("h5sidecar.gateway")
 
-#: Seconds a request waits for the first look at DEST before it is answered 503.
+#: Seconds from the start of a load during which a request waits for it rather than get 503.
 WAIT_SECONDS = 2.0
 #: ``Retry-After`` (seconds) of a request answered 503 while the record loads.
 RETRY_AFTER = 5
@@ -61,7 +61,8 @@ class Warming:
     Attributes
     ----------
     wait_seconds : float
-        How long a request waits for the first snapshot before :class:`WarmingError`.
+        For how long after a load starts a request waits for it rather than get
+        :class:`WarmingError`.
     first_backoff : float
         Seconds before a failed first snapshot is tried again (doubled after each failure, at
         most :data:`MAX_BACKOFF`).
@@ -78,6 +79,7 @@ class Warming:
         self._error = ""  # why the last attempt failed ("": none did)
         self._failures = 0
         self._next_try = 0.0  # time.monotonic() before which a failed look is not retried
+        self._began = 0.0  # time.monotonic() when the current (or last) attempt began
 
     def start(self) -> None:
         """Take the first snapshot in a thread, unless it is taken, being taken, or failed
@@ -87,6 +89,7 @@ class Warming:
                 return
             if self._failures == 0:
                 self._since = time.time()
+            self._began = time.monotonic()
             self._thread = threading.Thread(target=self._take, name="h5sidecar-warming",
                                             daemon=True)  # fmt: skip
             self._thread.start()
@@ -120,7 +123,8 @@ class Warming:
         return self._snap
 
     async def first(self) -> DestSnapshot:
-        """The first snapshot, waiting at most :attr:`wait_seconds` for it (started if need be).
+        """The first snapshot (its load started if need be), waited for only in the first
+        :attr:`wait_seconds` of a load.
 
         Raises
         ------
@@ -130,7 +134,7 @@ class Warming:
             Taking it failed; it is tried again after ``Retry-After``.
         """
         self.start()
-        deadline = time.monotonic() + self.wait_seconds
+        deadline = self._began + self.wait_seconds
         while self._snap is None and self._running() and time.monotonic() < deadline:
             await asyncio.sleep(_POLL)  # the event loop serves others meanwhile
         if self._snap is not None:
