@@ -109,6 +109,6 @@ def error_reply(exc: H5SidecarError) -> Reply:
         headers["Content-Range"] = f"bytes */{exc.size}"
     if isinstance(exc, SaturatedError | WarmingError):
         headers["Retry-After"] = str(exc.retry_after)
-    if status >= 500:
+    if status >= 500 and not isinstance(exc, WarmingError):  # the warm-up logs its own state
         log.warning("%s: %s", type(exc).__name__, exc)
     return Reply(status, headers, payload={"error": exc.kind, "message": str(exc)})
