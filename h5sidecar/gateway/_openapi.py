@@ -94,7 +94,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                 ],
                 "responses": {"200": {"description": "HTML page.",
                                       "content": {"text/html": {"schema": {"type": "string"}}}},
-                              "401": _ERROR},
+                              "401": _ERROR, "503": _ERROR},
             }},
             "/healthz": {"get": {
                 "summary": "Readiness (no token needed): 503 while DEST or its record cannot "
@@ -139,7 +139,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                         "next": {"type": ["string", "null"],
                                  "description": "URL of the next page; null on the last."},
                     }, "required": ["granules", "cubes", "count", "next"]}}}},
-                    "400": _ERROR, "401": _ERROR}}},
+                    "400": _ERROR, "401": _ERROR, "503": _ERROR}}},
             "/api/granules/{granule}": {"get": {
                 "summary": "Groups, variables (with dimension names), skipped variables and "
                            "dimensions without a variable of one granule or cube (kind, "
