@@ -177,15 +177,17 @@ def raw_get(url: str, path: bytes, headers: Mapping[str, str] | None = None) -> 
 
 
 def wait_healthy(proc: Any, url: str, log: Path, timeout: float = 60.0) -> None:
-    """Wait until the ``h5sidecar serve`` process ``proc`` answers ``/healthz`` at ``url``
-    (its output, in ``log``, is the failure message when it exits or never comes up)."""
+    """Wait until the ``h5sidecar serve`` process ``proc`` answers ``/healthz`` at ``url`` with
+    "ok" (not "warming": DEST loaded); its output, in ``log``, is the failure message when it
+    exits or never comes up."""
     import httpx
 
     deadline = time.monotonic() + timeout
     while True:
         assert proc.poll() is None, log.read_text()
         try:
-            if httpx.get(f"{url}/healthz").status_code == 200:
+            r = httpx.get(f"{url}/healthz")
+            if r.status_code == 200 and r.json()["status"] == "ok":
                 return
         except httpx.TransportError:
             pass
