@@ -6,10 +6,10 @@ An object-store DEST whose record cache on this machine is empty (the first comm
 once, the first look runs in a thread of its own (never on the event loop), and until it is
 taken a request that needs DEST's record is answered 503 with ``Retry-After``, never 404 (a
 granule not known yet may exist); in the first moments of a load (:data:`WAIT_SECONDS`) it
-waits instead, so that a small DEST, loaded by then, is answered as before.  ``/healthz`` answers at once meanwhile ("warming",
-with the parts and rows loaded so far).  A failed first look (an unreadable or damaged record,
-no permission) is reported as "degraded" with its reason and tried again after a backoff,
-not on every request.  Later refreshes are not this class's business: they read only the
+waits instead, so that a small DEST, loaded by then, is answered as before.  ``/healthz``
+answers at once meanwhile ("warming", with the parts and rows loaded so far).  A failed first
+look (an unreadable or damaged record, no permission) is reported as "degraded" with its
+reason and tried again after a backoff, not on every request.  Later refreshes are not this class's business: they read only the
 parts written since (a fraction of a second at 1,000,000 granules) and never answer 503.
 
 Why a granule is not served from its sidecar before the record is loaded (its path in DEST is
@@ -18,7 +18,7 @@ each recorded granule's own source), and a sidecar is untrusted (see the securit
 Before the record is loaded the gateway knows neither, nor whether the record still holds the
 granule (a sidecar left behind by a pruned granule, or written by anyone who may write to
 DEST, is not served on an object store); answering from the sidecar would serve what the
-gateway refuses once warm.  A local DEST never warms: its record is read in place.
+gateway refuses once warm.  A local DEST is ready at once: its record is read in place.
 """
 
 from __future__ import annotations
