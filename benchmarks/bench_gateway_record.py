@@ -12,7 +12,13 @@ imports, and how many allowed sources it holds:
 - ``cold``: the shared cache, empty (the first command on this machine);
 - ``warm``: the shared cache, filled by an earlier command (what an index run leaves).
 
-    python -m benchmarks.bench_gateway_record --n 100000 1000000 --work /tmp/gwrecord
+With ``--serve``, the same three modes through ``h5sidecar serve`` itself (a fresh process,
+timed from its launch): when ``/healthz`` first answers, when it says "ok", how long a
+granule request takes meanwhile (503 while warming), and the first lookup of a granule once
+served (``/api/granules/NAME``, whose sidecar is a real one); the longest ``/healthz`` answer
+while warming; the server's peak RSS.
+
+    python -m benchmarks.bench_gateway_record --n 100000 1000000 --work /tmp/gwrecord [--serve]
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -66,6 +73,84 @@ def make_dest(data: Path, n: int, options: dict[str, Any]) -> None:
                                    pc.replace_substring(copy.column(c), "old/g", f"o{k}/g"))
         pq.write_table(copy, str(parts / f"{part_key()}.parquet"), compression="zstd",
                        row_group_size=20_000)
+
+
+#: The granule given a real sidecar in DEST (the others' rows name sidecars never written).
+NAMED = "old/g0000001.h5"
+
+
+def add_sidecar(data: Path) -> None:
+    """A real sidecar for :data:`NAMED` (of a small HDF5 file), where its row says it is."""
+    import h5py
+    import numpy as np
+
+    from h5sidecar.workflows import index_many
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "g0000001.h5"
+        with h5py.File(src, "w") as f:
+            f.create_dataset("x", data=np.arange(1000, dtype="f4"), chunks=(100,))
+        index_many(str(src), f"{tmp}/dest", format="parquet", executor="serial",
+                   record_settings=_off())  # fmt: skip
+        shutil.copytree(f"{tmp}/dest/g0000001.h5.parq", data / "b" / "dest" / f"{NAMED}.parq")
+
+
+def serve_child(endpoint: str, cache: str) -> dict[str, Any]:
+    """``h5sidecar serve`` over DEST, timed from its launch (see the module's docstring)."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "h5sidecar.cli", "serve", "s3://b/dest", "--port", str(port),
+           "--record-cache", cache or "off", "--storage-option", f"endpoint_url={endpoint}",
+           "--storage-option", "key=x", "--storage-option", "secret=y"]  # fmt: skip
+    with tempfile.TemporaryFile() as log:  # not a pipe: nobody reads it while the server runs
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            return _watch(proc, f"http://127.0.0.1:{port}", t0, log)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+
+def _watch(proc: Any, base: str, t0: float, log: Any) -> dict[str, Any]:
+    import httpx
+
+    out: dict[str, Any] = {}
+    asked = 0.0
+    with httpx.Client(timeout=120) as client:
+        while "ok" not in out:
+            if proc.poll() is not None:
+                log.seek(0)
+                raise RuntimeError(log.read().decode()[-2000:])
+            t = time.perf_counter()
+            try:
+                status = client.get(f"{base}/healthz").json()["status"]
+            except httpx.TransportError:
+                time.sleep(0.02)
+                continue
+            if status == "warming":  # how long /healthz takes while the record loads
+                out["healthz_max"] = round(max(out.get("healthz_max", 0.0),
+                                               time.perf_counter() - t), 3)  # fmt: skip
+            now = round(time.perf_counter() - t0, 2)
+            out.setdefault("healthz", now)
+            out.setdefault(status, now)
+            # a granule asked for while warming: at first (the load's first 2 s, when a
+            # request waits for it), and later (the last one, answered 503 at once)
+            later = "granule_503" in out and now - out["warming"] > 2.5 and now - asked > 0.5
+            if status == "warming" and ("granule_503" not in out or later):
+                asked = now
+                t = time.perf_counter()
+                r = client.get(f"{base}/api/granules/{NAMED}")
+                took = (r.status_code, round(time.perf_counter() - t, 3))
+                out["granule_503_later" if later else "granule_503"] = took
+            time.sleep(0.02)
+        t = time.perf_counter()
+        r = client.get(f"{base}/api/granules/{NAMED}")
+        assert r.status_code == 200, r.text
+        out["lookup"] = round(time.perf_counter() - t, 3)
+    with open(f"/proc/{proc.pid}/status") as f:
+        out["peak_mb"] = next(int(line.split()[1]) for line in f
+                              if line.startswith("VmHWM")) // 1024  # fmt: skip
+    return out
 
 
 def _off() -> Any:
@@ -116,8 +201,9 @@ def _run_child(endpoint: str, cache: str) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def run_size(n: int, work: Path) -> dict[str, Any]:
-    """The three modes at ``n`` granules (DEST as made again before ``off`` and ``cold``)."""
+def run_size(n: int, work: Path, *, serve: bool = False) -> dict[str, Any]:
+    """The three modes at ``n`` granules (DEST as made again before ``off`` and ``cold``);
+    ``serve``: through ``h5sidecar serve`` (:func:`serve_child`)."""
     data, pristine = work / f"n{n}", work / f"n{n}-pristine"
     if not pristine.exists():
         (pristine / "b").mkdir(parents=True)
@@ -126,6 +212,7 @@ def run_size(n: int, work: Path) -> dict[str, Any]:
             make_dest(pristine, n, {"endpoint_url": url, "key": "x", "secret": "y"})
         finally:
             stop()
+        add_sidecar(pristine)
     out = {}
     port = free_port()  # one endpoint URL: the cache file is named by DEST's storage options
     for mode in ("off", "cold", "warm"):
@@ -135,7 +222,8 @@ def run_size(n: int, work: Path) -> dict[str, Any]:
             shutil.rmtree(work / "cache", ignore_errors=True)
         url, stop = start_server(data, port=port)
         try:
-            out[mode] = _run_child(url, "" if mode == "off" else str(work / "cache"))
+            cache = "" if mode == "off" else str(work / "cache")
+            out[mode] = serve_child(url, cache) if serve else _run_child(url, cache)
         finally:
             stop()
     return out
@@ -145,6 +233,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--n", type=int, nargs="+", default=[100_000])
     p.add_argument("--work", type=Path, default=Path("/tmp/bench_gateway_record"))
+    p.add_argument("--serve", action="store_true",
+                   help="time `h5sidecar serve` itself: /healthz, 'ok', a lookup")
     p.add_argument("--child", nargs=2, metavar=("ENDPOINT", "CACHE"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -152,6 +242,11 @@ def main() -> None:
         return
     args.work.mkdir(parents=True, exist_ok=True)
     for n in args.n:
+        if args.serve:
+            for mode, r in run_size(n, args.work, serve=True).items():
+                print(f"{n:>8} {mode:<5} {json.dumps(r)}  (load {os.getloadavg()[0]:.1f})",
+                      flush=True)  # fmt: skip
+            continue
         for mode, r in run_size(n, args.work).items():
             steps = "  ".join(f"{s} {r[s]['seconds']} s +{r[s]['rss_added_mb']} MB "
                               f"({r[s]['sources']} sources)"

@@ -116,6 +116,9 @@ class ErrorKind(enum.StrEnum):
     MISSING_EXTRA = "missing_extra"
     # -- worker processes would re-run an unguarded script (``UnguardedMainError``) ------------
     UNGUARDED_MAIN = "unguarded_main"
+    # -- the gateway is loading DEST's record, or loading it failed (gateway's HTTP errors) --
+    WARMING = "warming"
+    RECORD_UNAVAILABLE = "record_unavailable"
 
 
 class H5SidecarError(Exception):

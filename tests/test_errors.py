@@ -74,6 +74,8 @@ PINNED = [
     "invalid_dmrpp",
     "missing_extra",
     "unguarded_main",
+    "warming",
+    "record_unavailable",
 ]
 
 

@@ -20,6 +20,7 @@ _LAZY: dict[str, str] = {
     "CacheFile": "h5sidecar.dest._record_cache_files",
     "DEFAULT_PATTERNS": "h5sidecar.dest._locations",
     "ErrorRecord": "h5sidecar.dest._report",
+    "FillProgress": "h5sidecar.dest._record_cache",
     "GranuleInfo": "h5sidecar.dest._sidecar_listing",
     "GranuleResult": "h5sidecar.dest._report",
     "LOOKUP_BATCH": "h5sidecar.dest._record_db",
@@ -87,6 +88,7 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads
     from h5sidecar.dest._locations import is_remote as is_remote
     from h5sidecar.dest._locations import join_url as join_url
     from h5sidecar.dest._locations import sidecar_stamp as sidecar_stamp
+    from h5sidecar.dest._record_cache import FillProgress as FillProgress
     from h5sidecar.dest._record_cache_files import CacheFile as CacheFile
     from h5sidecar.dest._record_cache_files import list_cache as list_cache
     from h5sidecar.dest._record_cache_files import prune_cache_files as prune_cache_files

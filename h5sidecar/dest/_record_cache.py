@@ -47,7 +47,8 @@ import re
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -56,9 +57,10 @@ from h5sidecar.dest._record_parts import list_parts, open_part, part_meta, parts
 from h5sidecar.dest._record_sql import SCHEMA as RECORD_SCHEMA
 from h5sidecar.dest._record_sql import SCHEMA_VERSION, busy, connect, insert_run
 from h5sidecar.dest._report import RunReport
+from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.settings import RecordSettings, from_env
 
-__all__ = ["ABOUT_SQL", "CACHE_FILE_NAME", "cache_file", "create_schema", "load_listed",
+__all__ = ["ABOUT_SQL", "CACHE_FILE_NAME", "FillProgress", "cache_file", "create_schema", "load_listed",
            "load_part", "number_runs", "open_cache", "prune_cache", "refresh", "settle"]
 log = logging.getLogger("h5sidecar.workflows")
 
@@ -107,6 +109,39 @@ _BULK_UPSERT = (
 _TOMB = ("INSERT INTO gone (url, key, run_uid) VALUES (?1, ?2, ?3) ON CONFLICT(url) DO UPDATE "
          "SET key = excluded.key, run_uid = excluded.run_uid WHERE excluded.key > gone.key")
 _UNTOMB = "DELETE FROM granules WHERE url = ?1 AND key < ?2"
+
+
+@dataclass
+class FillProgress:
+    """How far a first fill of the record cache got, updated by the thread that fills it and
+    read by others meanwhile (the gateway's ``/healthz`` while it warms up).
+
+    Attributes
+    ----------
+    parts, parts_done, rows : int
+        Parts of DEST to load (None: not listed yet), parts loaded and rows read so far.
+    started : float or None
+        When the fill began (``time.time()``; None: no fill has run).
+    on_part : callable or None
+        Called with this object in the filling thread after each part (a progress report;
+        the gateway's tests hold a fill there to see it warming).
+    """
+
+    parts: int | None = None
+    parts_done: int = 0
+    rows: int = 0
+    started: float | None = None
+    on_part: Callable[[FillProgress], None] | None = None
+
+    def begin(self) -> None:
+        """A fill starts: count from nothing."""
+        self.parts, self.parts_done, self.rows, self.started = None, 0, 0, time.time()
+
+    def counted(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """``batches``, their rows added to :attr:`rows` as they are read."""
+        for batch in batches:
+            yield batch
+            self.rows += batch.num_rows
 
 
 def cache_file(fs: Any, root: str, settings: RecordSettings | None = None) -> str | None:
@@ -214,19 +249,28 @@ def refresh(db: sqlite3.Connection, fs: Any, root: str, path: str) -> int:
     return read
 
 
-def load_listed(db: sqlite3.Connection, fs: Any, root: str, *, bulk: bool = False) -> int:
+def load_listed(db: sqlite3.Connection, fs: Any, root: str, *, bulk: bool = False,
+                progress: FillProgress | None = None) -> int:
     """Load the parts of DEST listed now that ``db`` has not loaded (in the caller's
-    transaction); returns how many parts' rows were read.  ``bulk``: see :func:`load_part`."""
+    transaction); returns how many parts' rows were read.  ``bulk``: see :func:`load_part`;
+    ``progress``: counted there as parts and rows are read."""
     read = 0
     for _ in range(_RELISTS):
         listed = {p.rsplit("/", 1)[-1]: p for p in list_parts(fs, root)}
         known = {n for (n,) in db.execute("SELECT name FROM parts")}
         missed = False
-        for name in sorted(listed.keys() - known):
+        todo = sorted(listed.keys() - known)
+        if progress is not None:
+            progress.parts = progress.parts_done + len(todo)
+        for name in todo:
             try:
-                read += _take(db, fs, listed[name], name, known, bulk)
+                read += _take(db, fs, listed[name], name, known, bulk, progress)
             except FileNotFoundError:
                 missed = True  # compacted meanwhile: the compacted part is listed next time
+            if progress is not None:
+                progress.parts_done += 1
+                if progress.on_part is not None:
+                    progress.on_part(progress)
         covered = {n for (n,) in db.execute("SELECT name FROM covered")}
         vanished = known - listed.keys()
         if vanished - covered:
@@ -245,15 +289,21 @@ def load_listed(db: sqlite3.Connection, fs: Any, root: str, *, bulk: bool = Fals
 
 
 def _take(db: sqlite3.Connection, fs: Any, path: str, name: str, known: set[str],
-          bulk: bool) -> int:
+          bulk: bool, progress: FillProgress | None = None) -> int:
     """Load the part at ``path`` unless it is a compaction of parts all loaded already (then
     only its footer is read); returns 1 when its rows were read."""
-    with open_part(fs, path) as pf:
-        meta = part_meta(pf)
-        covers = [str(c) for c in meta.get("covers", ())]
-        rows = not covers or not set(covers) <= known
-        if rows:
-            load_part(db, meta, pf.iter_batches(BATCH), bulk=bulk)
+    try:
+        with open_part(fs, path) as pf:
+            meta = part_meta(pf)
+            covers = [str(c) for c in meta.get("covers", ())]
+            rows = not covers or not set(covers) <= known
+            if rows:
+                batches = pf.iter_batches(BATCH)
+                load_part(db, meta, batches if progress is None else progress.counted(batches),
+                          bulk=bulk)  # fmt: skip
+    except pa.ArrowInvalid as exc:  # not Parquet, truncated: say which part
+        raise InvalidReferenceError(f"the record part {path} cannot be read ({exc}): restore "
+                                    "it, or remove it") from exc  # fmt: skip
     db.execute("INSERT OR IGNORE INTO parts VALUES (?)", (name,))
     db.executemany("INSERT OR IGNORE INTO covered VALUES (?)", [(c,) for c in covers])
     known.add(name)

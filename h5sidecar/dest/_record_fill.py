@@ -29,6 +29,7 @@ from typing import Any
 
 from h5sidecar.dest._record_cache import (
     ABOUT_SQL,
+    FillProgress,
     create_schema,
     load_listed,
     open_cache,
@@ -45,14 +46,17 @@ __all__ = ["bulk_fill", "open_filled"]
 _FILL_CACHE_KIB = 16_384
 
 
-def open_filled(path: str, fs: Any, root: str, *, max_age_days: float = 0.0
-                ) -> tuple[sqlite3.Connection, int]:  # fmt: skip
+def open_filled(path: str, fs: Any, root: str, *, max_age_days: float = 0.0,
+                progress: FillProgress | None = None) -> tuple[sqlite3.Connection, int]:
     """The cache database at ``path`` (see :func:`._record_cache.open_cache`); when missing,
     first made from every part of DEST ``root`` listed now (a bulk fill into a private file,
-    linked into place once complete).  The caller still refreshes it (parts written
-    meanwhile).  Returns it and how many parts' rows were read to fill it."""
+    linked into place once complete; ``progress`` says how far it got meanwhile).  The caller
+    still refreshes it (parts written meanwhile).  Returns it and how many parts' rows were
+    read to fill it."""
     if os.path.exists(path):
         return open_cache(path, max_age_days=max_age_days), 0
+    if progress is not None:
+        progress.begin()
     if max_age_days > 0:
         prune_cache(os.path.dirname(path), max_age_days)
     with _local(path):
@@ -70,7 +74,8 @@ def open_filled(path: str, fs: Any, root: str, *, max_age_days: float = 0.0
             db.execute(ABOUT_SQL)
             db.execute("INSERT INTO about VALUES ('dest', ?)",
                        (fs.unstrip_protocol(root.rstrip("/")),))
-            bulk_fill(db, lambda: read.append(load_listed(db, fs, root, bulk=True)))
+            bulk_fill(db, lambda: read.append(load_listed(db, fs, root, bulk=True,
+                                                          progress=progress)))
             db.execute("PRAGMA journal_mode = WAL")  # readers read while one refreshes
         finally:
             db.close()

@@ -36,6 +36,7 @@ from h5sidecar.dest._dest_walk import entry_mtime
 from h5sidecar.dest._locations import filesystem
 from h5sidecar.dest._record_cache import (
     BATCH,
+    FillProgress,
     cache_file,
     create_schema,
     load_part,
@@ -241,12 +242,14 @@ class Mirror:
         self.close()
 
 
-def cached_record(fs: Any, root: str, settings: RecordSettings | None = None) -> str | None:
+def cached_record(fs: Any, root: str, settings: RecordSettings | None = None, *,
+                  progress: FillProgress | None = None) -> str | None:
     """The record cache of the object-store DEST ``root``, refreshed now (one LIST, then only
     the parts it has not loaded): its path, for read-only queries as on a local record
     (:class:`~h5sidecar.dest._record_view.RecordView`: the gateway looks granules up there
     instead of holding every source).  None when DEST has no parts or ``settings`` (default:
-    ``from_env(RecordSettings)``) turn caching off.
+    ``from_env(RecordSettings)``) turn caching off.  ``progress``: how far a first fill (an
+    empty cache) got, counted as it goes.
 
     Raises
     ------
@@ -264,7 +267,8 @@ def cached_record(fs: Any, root: str, settings: RecordSettings | None = None) ->
     if path is None or not list_parts(fs, root):
         return None
     # a folder that cannot be made or written fails as SQLite says of a file
-    db, _ = open_filled(path, fs, root, max_age_days=settings.record_cache_max_age_days)
+    db, _ = open_filled(path, fs, root, max_age_days=settings.record_cache_max_age_days,
+                        progress=progress)  # fmt: skip
     try:
         refresh(db, fs, root, path)
     finally:

@@ -50,7 +50,7 @@ from typing import Any
 import fsspec
 
 from h5sidecar.credentials import fsspec_options
-from h5sidecar.dest import RecordView, cached_record, safe_name, scratch_folder
+from h5sidecar.dest import FillProgress, RecordView, cached_record, safe_name, scratch_folder
 from h5sidecar.errors import RecordBusyError, SourceReadError
 from h5sidecar.gateway._dest_snapshot import DestSnapshot
 from h5sidecar.gateway._report_sources import REPORT_NAME, report_sources
@@ -116,6 +116,9 @@ class DestIndex:
         self._snapshot: DestSnapshot | None = None
         self._record: RecordView | None = None
         self._seen = False
+        #: How far the first fill of DEST's record cache got (an object-store DEST whose cache
+        #: was empty): what the gateway says while it warms up.
+        self.fill = FillProgress()
 
     @property
     def counted(self) -> int | None:
@@ -194,16 +197,20 @@ class DestIndex:
         """The record cache of an object-store DEST, refreshed (None: no parts, list DEST)."""
         if self._private is None and self._record_settings.cache_folder() is None:
             self._use_private_cache("the record cache is off")
+        # only the first fill is counted: a refresh is quick, and the gateway serves meanwhile
+        progress = self.fill if self._record is None else None
         try:
             try:
-                return cached_record(self.fs, self.root, self._record_settings)
+                return cached_record(self.fs, self.root, self._record_settings,
+                                     progress=progress)  # fmt: skip
             except sqlite3.DatabaseError as exc:  # the cache's own failure, not the store's
                 if self._private is not None:
                     raise
                 # the shared cache cannot be made or read (read-only or full disk, a damaged
                 # file): a private one, rather than holding every source in memory
                 self._use_private_cache(f"the record cache is unusable ({exc})")
-                return cached_record(self.fs, self.root, self._record_settings)
+                return cached_record(self.fs, self.root, self._record_settings,
+                                     progress=progress)  # fmt: skip
         except RecordBusyError as exc:
             if self._record is None:
                 raise SourceReadError(f"the record cache of DEST {self.dest} is busy: "
@@ -212,7 +219,8 @@ class DestIndex:
             log.warning("the record cache of DEST %s is busy (%s): serving it as it was",
                         self.dest, exc)  # fmt: skip
             return self._record.path
-        except (OSError, sqlite3.DatabaseError) as exc:  # the store cannot be listed or read
+        except (OSError, sqlite3.DatabaseError, ValueError) as exc:  # the store cannot be
+            # listed or read, or a part is damaged (Arrow's errors are ValueErrors)
             raise SourceReadError(f"reading the record of {self.dest} failed: {exc}") from exc
 
     def _use_private_cache(self, why: str) -> None:

@@ -41,6 +41,8 @@ __all__ = [
     "RangeNotSatisfiableError",
     "ResponseTooLargeError",
     "SaturatedError",
+    "RecordUnavailableError",
+    "WarmingError",
     "check_request_path",
     "etag_of",
     "parse_range",
@@ -86,6 +88,24 @@ class SaturatedError(H5SidecarError, OSError):
         self.retry_after = retry_after
 
 
+class WarmingError(H5SidecarError, OSError):
+    """The gateway is loading DEST's record (its first fill on this machine) and cannot say
+    yet whether a granule exists; retry after ``retry_after`` seconds."""
+
+    kind = ErrorKind.WARMING
+
+    def __init__(self, message: str, *, retry_after: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class RecordUnavailableError(WarmingError):
+    """Loading DEST's record failed (unreadable, damaged, no permission); it is tried again
+    in ``retry_after`` seconds, and the message says why it failed."""
+
+    kind = ErrorKind.RECORD_UNAVAILABLE
+
+
 #: HTTP status of every error class the gateway answers with, in one table: the first class
 #: an error is an instance of wins, so a subclass comes before its bases.  The error classes
 #: know nothing of HTTP; this table is the only place statuses are chosen.
@@ -95,6 +115,8 @@ STATUS: dict[type[H5SidecarError], int] = {
     RangeNotSatisfiableError: 416,
     ResponseTooLargeError: 413,
     SaturatedError: 503,
+    RecordUnavailableError: 503,  # loading the record failed; tried again after Retry-After
+    WarmingError: 503,  # the record is loading: ask again after Retry-After
     RecordBusyError: 503,  # another process holds DEST's record: a moment later it may not
     NotIndexedError: 404,
     SourceNotFoundError: 404,

@@ -22,8 +22,20 @@ def _param(name: str, where: str, description: str, *, required: bool = True,
 
 
 _HEALTH = {"type": "object", "properties": {
-    "status": {"type": "string", "enum": ["ok", "degraded"]},
+    "status": {"type": "string", "enum": ["ok", "warming", "degraded"]},
     "reason": {"type": "string", "description": "Why it cannot serve (degraded only)."},
+    "retry_after": {"type": "integer", "description": "Seconds before loading DEST's record "
+                    "is tried again (degraded by a failed load only)."},
+    "message": {"type": "string", "description": "What it loads (warming only)."},
+    "since": {"type": "string", "format": "date-time",
+              "description": "When loading DEST's record began (warming only)."},
+    "seconds": {"type": "number", "description": "Seconds since then (warming only)."},
+    "parts": {"type": ["integer", "null"], "description": "Parts of the record to load "
+              "(warming over an empty record cache only; null until listed)."},
+    "parts_done": {"type": "integer", "description": "Parts loaded so far (idem)."},
+    "rows": {"type": "integer", "description": "Granules' rows loaded so far (idem)."},
+    "last_error": {"type": "string", "description": "Why the previous load failed "
+                   "(warming again after a failure only)."},
     "version": {"type": "string"}}, "required": ["status", "version"]}  # fmt: skip
 _GRANULE = _param("granule", "path", "Granule name under DEST, or cube name (as listed by "
                   "/api/granules).")
@@ -82,14 +94,17 @@ def openapi_document(version: str) -> dict[str, Any]:
                 ],
                 "responses": {"200": {"description": "HTML page.",
                                       "content": {"text/html": {"schema": {"type": "string"}}}},
-                              "401": _ERROR},
+                              "401": _ERROR, "503": _ERROR},
             }},
             "/healthz": {"get": {
                 "summary": "Readiness (no token needed): 503 while DEST or its record cannot "
-                           "be read (gone, corrupt), with the reason.",
+                           "be read (gone, corrupt), with the reason; 200 'warming' while "
+                           "the gateway loads DEST's record as it starts (its other routes "
+                           "answer 503 with Retry-After meanwhile).",
                 "responses": {
-                    "200": {"description": "Serving.", "content": {"application/json": {
-                        "schema": _HEALTH}}},
+                    "200": {"description": "Serving ('ok'), or loading DEST's record "
+                                           "('warming').",
+                            "content": {"application/json": {"schema": _HEALTH}}},
                     "503": {"description": "Degraded: cannot serve now.",
                             "content": {"application/json": {"schema": _HEALTH}}},
                 }}},
@@ -124,7 +139,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                         "next": {"type": ["string", "null"],
                                  "description": "URL of the next page; null on the last."},
                     }, "required": ["granules", "cubes", "count", "next"]}}}},
-                    "400": _ERROR, "401": _ERROR}}},
+                    "400": _ERROR, "401": _ERROR, "503": _ERROR}}},
             "/api/granules/{granule}": {"get": {
                 "summary": "Groups, variables (with dimension names), skipped variables and "
                            "dimensions without a variable of one granule or cube (kind, "

@@ -18,6 +18,7 @@ from h5sidecar.errors import H5SidecarError
 from h5sidecar.gateway._http_rules import (
     RangeNotSatisfiableError,
     SaturatedError,
+    WarmingError,
     parse_range,
     status_for,
 )
@@ -106,8 +107,8 @@ def error_reply(exc: H5SidecarError) -> Reply:
     headers: dict[str, str] = {}
     if isinstance(exc, RangeNotSatisfiableError):
         headers["Content-Range"] = f"bytes */{exc.size}"
-    if isinstance(exc, SaturatedError):
+    if isinstance(exc, SaturatedError | WarmingError):
         headers["Retry-After"] = str(exc.retry_after)
-    if status >= 500:
+    if status >= 500 and not isinstance(exc, WarmingError):  # the warm-up logs its own state
         log.warning("%s: %s", type(exc).__name__, exc)
     return Reply(status, headers, payload={"error": exc.kind, "message": str(exc)})

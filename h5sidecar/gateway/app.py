@@ -15,9 +15,10 @@ Build the app with :func:`create_app` (no module-level app or settings exist); r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -173,12 +174,12 @@ class _Handlers:
 
     async def healthz(self, request: Request) -> Response:
         # 503 when DEST cannot be served: load balancers and Kubernetes readiness probes take
-        # any status outside 200-399 as "send no traffic here", and read no body
-        reason = await self.gw.health()
-        if reason:
-            return JSONResponse({"status": "degraded", "reason": reason, "version": __version__},
-                                503, headers={"Cache-Control": "no-store"})  # fmt: skip
-        return JSONResponse({"status": "ok", "version": __version__},
+        # any status outside 200-399 as "send no traffic here", and read no body.  "warming"
+        # is 200: the gateway is up and loads DEST's record (a liveness probe must not kill it
+        # for that); its requests answer 503 + Retry-After meanwhile
+        body = await self.gw.health()
+        return JSONResponse({**body, "version": __version__},
+                            503 if body["status"] == "degraded" else 200,
                             headers={"Cache-Control": "no-store"})  # fmt: skip
 
     async def metrics(self, request: Request) -> Response:
@@ -290,7 +291,12 @@ def create_app(
         return JSONResponse({"error": ErrorKind.INTERNAL, "message": "internal error (logged by "
                              "the gateway); please report it"}, 500)  # fmt: skip
 
-    app = Starlette(routes=routes, middleware=middleware,
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        gateway.start()  # load DEST's record in a thread while the server starts listening
+        yield
+
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
                     exception_handlers={H5SidecarError: on_error, HTTPException: on_error,
                                         Exception: on_error})  # fmt: skip
     app.state.gateway = gateway

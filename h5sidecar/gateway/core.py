@@ -52,6 +52,7 @@ from h5sidecar.gateway._rechunk_view import rechunk_document
 from h5sidecar.gateway._resolve_chunk import chunk_resolved
 from h5sidecar.gateway._shard import MAX_SHARD_FACTOR
 from h5sidecar.gateway._views import GranuleEntry, Resolved, View
+from h5sidecar.gateway._warming import Warming
 from h5sidecar.read import ByteLRU, cube_names
 from h5sidecar.settings import GatewaySettings, ReadSettings, RecordSettings
 from h5sidecar.sources import AllowList
@@ -123,6 +124,12 @@ class Gateway:
         self._listing: asyncio.Future[DestSnapshot] | None = None
         self._loading: dict[str, asyncio.Future[GranuleEntry]] = {}
         self._health: tuple[float, str] = (-1e9, "")
+        self.warming = Warming(self.dest)  # the first look at DEST, in a thread
+
+    def start(self) -> None:
+        """Start the first look at DEST in a thread (the app does as it starts): requests
+        answered meanwhile get 503 and ``Retry-After`` rather than waiting for it."""
+        self.warming.start()
 
     def close(self) -> None:
         """Release what DEST's view holds on disk (a private record cache)."""
@@ -138,6 +145,11 @@ class Gateway:
         """The listing of DEST, refreshed in a thread when older than ``max_age``."""
         limit = self.dest.refresh_seconds if max_age is None else max_age
         snap = self._snap
+        if snap is None:  # the first look is the warm-up's (WarmingError until it is taken)
+            snap = await self.warming.first()
+            if self._snap is None:
+                self._install(snap)
+            snap = self._snap
         if snap is not None and time.monotonic() - snap.listed_at <= limit:
             return snap
         if self._listing is None:  # single flight: one listing for all waiting requests
@@ -220,12 +232,21 @@ class Gateway:
             raise NotIndexedError(f"no granule or cube {name!r} is served (see /api/granules)")
         return name
 
-    async def health(self) -> str:
-        """Why the gateway cannot serve now (DEST or its record gone or unreadable), or ``""``.
+    async def health(self) -> dict[str, Any]:
+        """``/healthz``'s answer: ``{"status": "ok"}``; ``"warming"`` while the first look at
+        DEST is taken (with its progress, see :class:`~h5sidecar.gateway._warming.Warming`);
+        ``"degraded"`` with the ``reason`` it cannot serve now (DEST or its record gone,
+        unreadable or damaged).  Never waits for the warm-up.
 
         Probes DEST (at most once a second, in a thread): a removed or corrupt record is seen
         at once, not at the next refresh; DEST is not listed again for it.
         """
+        if self._snap is None and (warming := self.warming.health()) is not None:
+            return warming
+        reason = await self._probe()
+        return {"status": "degraded", "reason": reason} if reason else {"status": "ok"}
+
+    async def _probe(self) -> str:
         now = time.monotonic()
         if now - self._health[0] >= 1.0:
             try:

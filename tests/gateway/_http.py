@@ -88,14 +88,15 @@ def _build_corpus(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @contextmanager
-def running(app: Any, port: int | None = None) -> Iterator[str]:
+def running(app: Any, port: int | None = None, *, lifespan: str = "off") -> Iterator[str]:
     """Run an ASGI app with uvicorn in a thread on ``port`` (a free one by default) of
-    127.0.0.1; yield its URL."""
+    127.0.0.1; yield its URL.  ``lifespan="on"``: the app's startup runs as under ``serve``
+    (the gateway starts loading DEST before the first request)."""
     import uvicorn
 
     port = free_port() if port is None else port
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                            lifespan="off", access_log=False)  # fmt: skip
+                            lifespan=lifespan, access_log=False)  # fmt: skip
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
     thread.start()
@@ -176,17 +177,33 @@ def raw_get(url: str, path: bytes, headers: Mapping[str, str] | None = None) -> 
 
 
 def wait_healthy(proc: Any, url: str, log: Path, timeout: float = 60.0) -> None:
-    """Wait until the ``h5sidecar serve`` process ``proc`` answers ``/healthz`` at ``url``
-    (its output, in ``log``, is the failure message when it exits or never comes up)."""
+    """Wait until the ``h5sidecar serve`` process ``proc`` answers ``/healthz`` at ``url`` with
+    "ok" (not "warming": DEST loaded); its output, in ``log``, is the failure message when it
+    exits or never comes up."""
     import httpx
 
     deadline = time.monotonic() + timeout
     while True:
         assert proc.poll() is None, log.read_text()
         try:
-            if httpx.get(f"{url}/healthz").status_code == 200:
+            r = httpx.get(f"{url}/healthz")
+            if r.status_code == 200 and r.json()["status"] == "ok":
                 return
         except httpx.TransportError:
             pass
         assert time.monotonic() < deadline, "the server did not come up"
         time.sleep(0.1)
+
+
+def wait_status(url: str, wanted: str = "ok", timeout: float = 60.0) -> Any:
+    """``/healthz`` of the gateway at ``url`` once its status is ``wanted`` (the gateway loads
+    DEST in a thread as it starts: "warming" until then)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        r = httpx.get(f"{url}/healthz", timeout=30)
+        if r.json()["status"] == wanted:
+            return r
+        assert time.monotonic() < deadline, r.json()
+        time.sleep(0.05)

@@ -22,7 +22,7 @@ import pytest
 import zarr
 
 from tests._granules import write_small_granule
-from tests.gateway._http import SMALL, gateway, http
+from tests.gateway._http import SMALL, gateway, http, wait_status
 
 __all__ = ["http"]  # fixtures used below
 
@@ -169,7 +169,7 @@ def test_healthz_is_degraded_when_the_record_cannot_be_read(recorded, http: http
     record = dest / RECORD
     saved = dest.parent / "saved.sqlite"
     with gateway(str(dest)) as (url, _):
-        assert http.get(f"{url}/healthz").json()["status"] == "ok"
+        assert wait_status(url).json()["status"] == "ok"
         assert_h_ph(url, SMALL, source)
         shutil.copy(record, saved)
         for broken in ("removed", "corrupt"):

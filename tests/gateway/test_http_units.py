@@ -363,6 +363,8 @@ _STATUSES = {
     "record_busy": 503,
     # a server without an extra, or a script run wrongly, is the operator's fault: 500
     "missing_extra": 500, "unguarded_main": 500,
+    # DEST's record is loading (the gateway warms up) or its loading failed: retry later
+    "warming": 503, "record_unavailable": 503,
 }
 
 
