@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -41,6 +42,7 @@ from h5sidecar.references.parquet_sidecar._manifests_file_small import (
     array_names,
     decode_small,
 )
+from h5sidecar.references.parquet_sidecar._manifests_pieces import PIECE_ROWS, write_pieces
 
 __all__ = ["MANIFESTS_FILE", "BulkColumns", "decode_manifests", "encode_manifests"]
 
@@ -92,7 +94,9 @@ def encode_manifests(refs: GranuleRefs) -> bytes:
 
     Each array's rows are one Arrow chunk of every column, written as one table: the file is
     the one their concatenation gives, but no column is copied whole (a cube of a million
-    members has two or three million rows, ~30 bytes a row a copy).
+    members has two or three million rows, ~30 bytes a row a copy).  A file of more than
+    :data:`~h5sidecar.references.parquet_sidecar._manifests_pieces.PIECE_ROWS` rows is
+    written in row groups of that many, each with the URL dictionary of its own rows.
     """
     url_codes_of = _UrlCodes()
     kept = []
@@ -111,15 +115,17 @@ def encode_manifests(refs: GranuleRefs) -> bytes:
     table = pa.table({k: pa.chunked_array([c[k] for c in chunks]) for k in chunks[0]})
     del chunks
     buf = io.BytesIO()
-    pq.write_table(
-        table,
-        buf,
-        compression="zstd",
-        compression_level=3,
-        use_dictionary=["array", "url"],
-        column_encoding={"chunk": "DELTA_BINARY_PACKED", "offset": "DELTA_BINARY_PACKED"},
-        store_schema=False,
-    )
+    options: dict[str, Any] = {
+        "compression": "zstd",
+        "compression_level": 3,
+        "use_dictionary": ["array", "url"],
+        "column_encoding": {"chunk": "DELTA_BINARY_PACKED", "offset": "DELTA_BINARY_PACKED"},
+        "store_schema": False,
+    }
+    if table.num_rows > PIECE_ROWS:  # a cube's: row groups, each on its own URLs
+        write_pieces(table, buf, PIECE_ROWS, **options)
+    else:  # one row group on the one dictionary (every granule's file, as before)
+        pq.write_table(table, buf, **options)
     return buf.getvalue()
 
 
