@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 
 from h5sidecar.references import GranuleRefs, read_refs, write_parquet
 from h5sidecar.references.parquet_sidecar import _manifests_file as bulk
+from h5sidecar.references.parquet_sidecar import _manifests_pieces
 from h5sidecar.references.parquet_sidecar._manifests_file import (
     MANIFESTS_FILE,
     decode_manifests,
@@ -66,9 +67,9 @@ def test_pieces_read_as_one_row_group_does(g: GranuleRefs) -> None:
     """Inline, missing and stored chunks of several URLs cut into pieces of 3 rows: the same
     manifests through the manifests file as with one row group (the file written before) and
     as through the record files."""
-    with mock.patch.object(bulk, "PIECE_ROWS", 3):
+    with mock.patch.object(_manifests_pieces, "PIECE_ROWS", 3):
         files = _files(g, record_size=4)
-    with mock.patch.object(bulk, "PIECE_ROWS", 10**9):
+    with mock.patch.object(_manifests_pieces, "PIECE_ROWS", 10**9):
         whole = encode_manifests(g)
     assert pq.read_metadata(io.BytesIO(whole)).num_row_groups <= 1
     metas = {p: a.meta for p, a in g.arrays.items()}

@@ -18,6 +18,7 @@ cube's second array repeats the first's URLs: its bytes under zstd grow by littl
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import BinaryIO
 
 import numpy as np
@@ -25,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-__all__ = ["PIECE_ROWS", "write_pieces"]
+__all__ = ["PIECE_ROWS", "pieces", "write_pieces"]
 
 #: Rows of one row group of a manifests file written in pieces (larger files only).
 PIECE_ROWS = 1 << 16
@@ -39,12 +40,18 @@ def write_pieces(table: pa.Table, sink: BinaryIO, rows: int = PIECE_ROWS, **opti
     ``options`` are :class:`pyarrow.parquet.ParquetWriter`'s (compression, encodings, ...).
     """
     with pq.ParquetWriter(sink, table.schema, **options) as out:  # type: ignore[arg-type]
-        for start in range(0, table.num_rows, rows):
-            piece = table.slice(start, rows)
-            at = piece.schema.get_field_index("url")
-            piece = piece.set_column(at, "url", _own_dictionary(piece.column("url")))
+        for piece in pieces(table, rows):
             out.write_table(piece, rows)
             del piece  # its dictionary freed before the next piece's is made
+
+
+def pieces(table: pa.Table, rows: int = PIECE_ROWS) -> Iterator[pa.Table]:
+    """``table`` cut into tables of ``rows`` rows, each ``url`` chunk on its own rows' URLs
+    (the ``url`` chunks of ``table`` share one dictionary)."""
+    for start in range(0, table.num_rows, rows):
+        piece = table.slice(start, rows)
+        at = piece.schema.get_field_index("url")
+        yield piece.set_column(at, "url", _own_dictionary(piece.column("url")))
 
 
 def _own_dictionary(col: pa.ChunkedArray) -> pa.DictionaryArray:

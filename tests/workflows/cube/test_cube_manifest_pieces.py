@@ -11,7 +11,7 @@ from unittest import mock
 import pyarrow.parquet as pq
 
 from h5sidecar.references import MANIFESTS_FILE
-from h5sidecar.references.parquet_sidecar import _manifests_file as bulk
+from h5sidecar.references.parquet_sidecar import _manifests_pieces
 from h5sidecar.workflows import build_cube
 from tests.workflows.cube.test_cube import _assert_raw_matches_h5py
 from tests.workflows.cube.test_cube_append import _days, _index, _read_everywhere
@@ -32,7 +32,7 @@ def test_cube_in_pieces_reads_like_the_files_and_an_old_cube_takes_an_append(
     _read_everywhere(str(cube), old)
     new = _days(tmp_path / "nc", 4, 5)
     _index(tmp_path / "nc", sidecars)
-    with mock.patch.object(bulk, "PIECE_ROWS", 4):  # a large cube's layout, on a small one
+    with mock.patch.object(_manifests_pieces, "PIECE_ROWS", 4):  # a large cube's layout, on a small one
         result = build_cube(str(sidecars), str(cube), mode="append")
     assert result.action == "appended" and len(result.added) == 5
     assert _row_groups(cube) > 1
