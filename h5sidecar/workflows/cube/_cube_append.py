@@ -125,7 +125,7 @@ def _classify(
 
 
 def _place(g: Granule, parts: list[Part], dim: str, on_mismatch: str,
-           normalize: bool) -> Part | None:
+           normalize: bool, member_of: Mapping[str, Part]) -> Part | None:
     """The part ``g`` goes to (its member's, or the first with its encoding); None: a new part.
 
     The coordinate's ``units`` are compared apart (:func:`_values`); with ``normalize``, so are
@@ -140,7 +140,7 @@ def _place(g: Granule, parts: list[Part], dim: str, on_mismatch: str,
                 for k, e in enc.items()}
 
     enc = comparable(encodings(g.refs, parts[0].paths, dim))
-    home = [p for p in parts if any(m.url == url for m in p.members)]
+    home = [member_of[url]] if url in member_of else []
     candidates = home or parts
     for p in candidates:
         if enc == comparable(p.record["encoding"]):
@@ -242,11 +242,14 @@ def append_cube(
     todo, unchanged, seen = _classify(items, parts, out_paths, opts)
     loaded = [(r, s, x) for (r, s), x in zip(load_granules(todo, opts), todo, strict=True)
               if not r.members]  # cubes among the sidecars are not granules
-    members = {m.url for p in parts for m in p.members}
+    # each member's part, once: looked up per new granule (a scan of every member for each
+    # was 1,000 x 99,000 URL comparisons, ~7 s of an append of 1,000)
+    member_of = {m.url: p for p in parts for m in p.members}
+    members = member_of.keys()
     grans = [Granule(_subset(r, parts[0].paths, r.source.url), x, s) for r, s, x in loaded]
     orphans: list[Granule] = []
     for g in grans:
-        home = _place(g, parts, concat_dim, on_mismatch, normalize_time)
+        home = _place(g, parts, concat_dim, on_mismatch, normalize_time, member_of)
         if home is None:
             orphans.append(g)
         elif g.refs.source.url in members:
