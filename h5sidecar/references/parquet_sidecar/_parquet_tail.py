@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +69,11 @@ from h5sidecar.references.parquet_sidecar._parquet_write import (
 __all__ = ["tail_refusal", "write_parquet_tail"]
 
 
-def tail_refusal(path: str | os.PathLike[str]) -> str:
+def tail_refusal(path: str | os.PathLike[str], concatenated: Collection[str] = ()) -> str:
     """Why the cube at ``path`` cannot take a tail append ('' when it can): it must be a local
-    kerchunk-layout cube with a members file, a manifests file and no checksums file."""
+    kerchunk-layout cube with a members file, a manifests file and no checksums file, whose
+    ``concatenated`` arrays each list the members as their URLs (``"urls": "members"``: the
+    new members' URLs then need no entry)."""
     root = Path(path)
     if not (root / ZMETADATA).is_file():
         return "the cube is not a local Parquet directory"
@@ -83,6 +85,10 @@ def tail_refusal(path: str | os.PathLike[str]) -> str:
         return "the cube's members are packed in its .zmetadata (a cube written before)"
     if (root / CHECKSUMS_FILE).exists():
         return "the cube holds chunk checksums"
+    arrays = unpack(block).get("arrays", {})
+    listed = [a for a in concatenated if arrays.get(a, {}).get("urls") != "members"]
+    if listed:
+        return f"{listed[0]}'s chunk URLs are not the members' (some members lack its chunks)"
     return ""
 
 

@@ -49,7 +49,7 @@ def why_not_tail(p: Part, dim: str) -> str:
     root = _root(p)
     if any(g.stamp is not None and not g.stamp[0].startswith(root) for g in p.new):
         return f"new sidecars are not under the cube's sidecar folder {root}"
-    return tail_refusal(p.path)
+    return tail_refusal(p.path, [a for a in p.refs.arrays if a not in held])
 
 
 def append_tail(p: Part, dim: str, opts: Mapping[str, Any]) -> CubePart:
