@@ -140,3 +140,20 @@ def test_tail_append_to_a_cube_with_one_member_per_record(tmp_path: Path, days: 
     assert {r for r in ("tas/refs.0.parq", "pr/refs.0.parq") if before[r] != after[r]} == set()
     assert "tas/refs.1.parq" in after
     _read_everywhere(str(cube), old + new)
+
+
+def test_tail_refused_when_an_array_lists_its_own_urls(tmp_path: Path) -> None:
+    """An array whose extras list its URLs (not "members") would miss the new members' URLs:
+    such a cube is rewritten whole."""
+    from h5sidecar.references import tail_refusal
+    from h5sidecar.references._extras import pack, unpack
+
+    _, _, cube = _cube_of(tmp_path, 2)
+    assert tail_refusal(cube, ["tas", "pr"]) == ""
+    zmeta = json.loads((cube / ".zmetadata").read_bytes())
+    rest = {k: zmeta["h5sidecar"].pop(k) for k in ("members_file", "manifests")}
+    block = unpack(zmeta["h5sidecar"])
+    block["arrays"]["tas"]["urls"] = [0]
+    zmeta["h5sidecar"] = {**pack(block), **rest}
+    (cube / ".zmetadata").write_text(json.dumps(zmeta))
+    assert tail_refusal(cube, ["tas", "pr"]).startswith("tas's chunk URLs are not the members'")
