@@ -199,8 +199,11 @@ def cmd_cube(args: argparse.Namespace, out: Console, err: Console) -> int:
         table.add_row(c.path, str(len(c.granules)), str(c.length), *c.bounds)
     out.print(table)
     if r.action in ("appended", "rebuilt"):
+        how = {"tail": "; tail: only the new members' files written",
+               "rewritten": f"; rewritten whole: {r.why_rewritten}",
+               "commit": "; one Icechunk commit of the new references"}.get(r.written, "")
         out.print(f"{r.action}: {len(r.added)} granule(s) added, {len(r.replaced)} replaced, "
-                  f"{r.unchanged} unchanged ({r.sidecars_read} sidecar(s) read)")
+                  f"{r.unchanged} unchanged ({r.sidecars_read} sidecar(s) read{escape(how)})")
     if len(r.cubes) > 1:
         out.print(f"[yellow]split into {len(r.cubes)} cubes:[/] the granules encode variables "
                   "differently (run without --on-mismatch split to see how)")

@@ -64,8 +64,13 @@ def write_local_file(path: Path, chunks: Iterable[bytes]) -> None:
         raise
 
 
-def write_local_dir(path: Path, files: Iterable[tuple[str, bytes]]) -> None:
+def write_local_dir(path: Path, files: Iterable[tuple[str, bytes]], links: Iterable[str] = ()
+                    ) -> None:
     """Write ``(relative path, bytes)`` pairs as directory ``path``, swapped in whole.
+
+    ``links``: files of the existing ``path`` the new directory keeps as they are (hard-linked
+    into it, not copied: an append to a cube writes only what changed, and the swap still
+    shows readers the old directory or the new one).
 
     Raises ``FileExistsError`` when ``path`` exists and is not a Parquet sidecar.
     """
@@ -75,6 +80,9 @@ def write_local_dir(path: Path, files: Iterable[tuple[str, bytes]]) -> None:
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     try:
         follow_umask(tmp, directory=True)  # mkdtemp's 0700 would hide the sidecar from the group
+        for rel in links:
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.link(path / rel, tmp / rel)
         written = []
         for rel, data in files:
             target = tmp / rel

@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +36,7 @@ from h5sidecar.references._assemble import ChunkColumns
 from h5sidecar.references._manifest import INLINE, MISSING, ChunkManifest
 from h5sidecar.references._model import GranuleRefs
 from h5sidecar.references.datacube._url_column import arrow_urls, distinct_urls
+from h5sidecar.references.parquet_sidecar import _manifests_pieces
 from h5sidecar.references.parquet_sidecar._manifests_file_small import (
     SMALL_ROWS,
     SmallBulkColumns,
@@ -42,7 +44,14 @@ from h5sidecar.references.parquet_sidecar._manifests_file_small import (
     decode_small,
 )
 
-__all__ = ["MANIFESTS_FILE", "BulkColumns", "decode_manifests", "encode_manifests"]
+__all__ = [
+    "MANIFESTS_FILE",
+    "WRITE_OPTIONS",
+    "BulkColumns",
+    "decode_manifests",
+    "encode_manifests",
+    "manifests_table",
+]
 
 MANIFESTS_FILE = ".h5sidecar/manifests.parq"
 
@@ -87,45 +96,62 @@ class _UrlCodes:
         return codes
 
 
+#: How the file is written (Parquet options): dictionary-encoded names, delta-coded numbers.
+WRITE_OPTIONS: dict[str, Any] = {
+    "compression": "zstd",
+    "compression_level": 3,
+    "use_dictionary": ["array", "url"],
+    "column_encoding": {"chunk": "DELTA_BINARY_PACKED", "offset": "DELTA_BINARY_PACKED"},
+    "store_schema": False,
+}
+
+
 def encode_manifests(refs: GranuleRefs) -> bytes:
     """The bytes of :data:`MANIFESTS_FILE` for ``refs`` (loads every manifest).
 
     Each array's rows are one Arrow chunk of every column, written as one table: the file is
     the one their concatenation gives, but no column is copied whole (a cube of a million
-    members has two or three million rows, ~30 bytes a row a copy).
+    members has two or three million rows, ~30 bytes a row a copy).  A file of more than
+    :data:`~h5sidecar.references.parquet_sidecar._manifests_pieces.PIECE_ROWS` rows is
+    written in row groups of that many, each with the URL dictionary of its own rows.
     """
+    table = manifests_table(refs)
+    buf = io.BytesIO()
+    rows = _manifests_pieces.PIECE_ROWS
+    if table.num_rows > rows:  # a cube's: row groups, each on its own URLs
+        _manifests_pieces.write_pieces(table, buf, rows, **WRITE_OPTIONS)
+    else:  # one row group on the one dictionary (every granule's file, as before)
+        pq.write_table(table, buf, **WRITE_OPTIONS)
+    return buf.getvalue()
+
+
+def manifests_table(refs: GranuleRefs, starts: Mapping[str, int] | None = None) -> pa.Table:
+    """The file's rows of every array of ``refs`` (missing chunks left out), one Arrow chunk
+    an array; ``starts``: array path -> the chunk number of its manifest's first chunk (an
+    append's tail; 0 for arrays not named)."""
     url_codes_of = _UrlCodes()
     kept = []
-    for i, arr in enumerate(refs.arrays.values()):
+    for i, (path, arr) in enumerate(refs.arrays.items()):
         codes = arr.manifest.codes.reshape(-1)
         keep = np.flatnonzero((codes >= 0) | (codes == INLINE))  # not the missing ones
         if keep.size:
-            kept.append((i, arr.manifest, keep, url_codes_of(arr.manifest.urls)))
+            kept.append((i, arr.manifest, keep, url_codes_of(arr.manifest.urls),
+                         (starts or {}).get(path, 0)))
     # the URL dictionary complete before the first chunk: every chunk of ``url`` shares it
     # (chunks with other dictionaries would make the writer store the column plain)
     dicts = pa.array(list(refs.arrays), pa.string()), arrow_urls(url_codes_of.table)
-    chunks = [_array_rows(i, m, keep, local, *dicts) for i, m, keep, local in kept]
+    chunks = [_array_rows(i, m, keep, local, *dicts, start) for i, m, keep, local, start in kept]
     del kept
     if not chunks:
         chunks = [_array_rows(0, None, np.zeros(0, np.int64), np.zeros(0, np.int32), *dicts)]
     table = pa.table({k: pa.chunked_array([c[k] for c in chunks]) for k in chunks[0]})
     del chunks
-    buf = io.BytesIO()
-    pq.write_table(
-        table,
-        buf,
-        compression="zstd",
-        compression_level=3,
-        use_dictionary=["array", "url"],
-        column_encoding={"chunk": "DELTA_BINARY_PACKED", "offset": "DELTA_BINARY_PACKED"},
-        store_schema=False,
-    )
-    return buf.getvalue()
+    return table
 
 
 def _array_rows(
     i: int, m: ChunkManifest | None, keep: np.ndarray, local: np.ndarray,
-    array_dict: pa.Array, url_dict: pa.Array,
+    array_dict: pa.Array, url_dict: pa.Array, start: int = 0,
 ) -> dict[str, pa.Array]:
     """The file's rows of array number ``i`` (its chunks ``keep`` of ``m``; ``local``: its URL
     codes in ``url_dict``), one Arrow array a column, on numpy's buffers where Arrow allows."""
@@ -146,7 +172,7 @@ def _array_rows(
     return {
         "array": pa.DictionaryArray.from_arrays(pa.array(np.full(keep.size, i, np.int32)),
                                                 array_dict),
-        "chunk": pa.array(keep),
+        "chunk": pa.array(keep + start if start else keep),
         "url": pa.DictionaryArray.from_arrays(
             pa.array(url, pa.int32(), mask=~stored if inline else None), url_dict),
         "offset": pa.array(offsets),

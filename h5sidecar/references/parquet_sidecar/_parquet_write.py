@@ -57,7 +57,15 @@ from h5sidecar.references.parquet_sidecar._members_file import (
     encode_members,
 )
 
-__all__ = ["DEFAULT_RECORD_SIZE", "ENCODINGS", "encode_parquet"]
+__all__ = [
+    "DEFAULT_RECORD_SIZE",
+    "ENCODINGS",
+    "RECORD_FIELDS",
+    "UrlDicts",
+    "encode_parquet",
+    "record_tables",
+    "smallest_file",
+]
 
 #: Chunks per record file (kerchunk's ``refs_to_dataframe`` default).
 DEFAULT_RECORD_SIZE = 100_000
@@ -67,7 +75,7 @@ ENCODINGS: tuple[tuple[tuple[str, ...], int], ...] = (
     (("path",), 9),
     (("path", "size"), 9),
 )
-_SCHEMA_FIELDS = (
+RECORD_FIELDS = (
     pa.field("offset", pa.int64(), nullable=False),
     pa.field("size", pa.int64(), nullable=False),
     pa.field("raw", pa.binary()),
@@ -91,11 +99,11 @@ def encode_parquet(
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     compact = layout == "compact"
-    url_dicts = _UrlDicts()
+    url_dicts = UrlDicts()
     for path, arr in () if compact else refs.arrays.items():
         m = arr.manifest  # (a lazy sidecar's: loaded once)
-        for record, table in _record_tables(m, record_size, url_dicts(m.urls)):
-            data = _smallest(table)
+        for record, table in record_tables(m, record_size, url_dicts(m.urls)):
+            data = smallest_file(table)
             del table  # not held while the next record is built
             yield record_path(path, record), data
     del url_dicts
@@ -126,7 +134,7 @@ def encode_parquet(
     yield ZMETADATA, text.encode("utf-8")
 
 
-def _smallest(table: pa.Table) -> bytes:
+def smallest_file(table: pa.Table) -> bytes:
     """The smallest of the :data:`ENCODINGS` of a record table."""
     candidates = (_parquet_bytes(table, d, lvl, ["offset", "size"]) for d, lvl in ENCODINGS)
     return min(candidates, key=len)
@@ -148,7 +156,7 @@ def _parquet_bytes(
     return buf.getvalue()
 
 
-class _UrlDicts:
+class UrlDicts:
     """Each URL tuple as an Arrow string array, the last one kept: a cube's arrays share one
     tuple of every member's URL, made into Arrow once (not once an array, ~60 MB each at a
     million members)."""
@@ -163,20 +171,26 @@ class _UrlDicts:
         return self._last[1]
 
 
-def _record_tables(
-    m: ChunkManifest, record_size: int, url_dict: pa.Array
+def record_tables(
+    m: ChunkManifest, record_size: int, url_dict: pa.Array, start: int = 0
 ) -> Iterator[tuple[int, pa.Table]]:
     """One table per record of ``m`` holding at least one stored or inline chunk
-    (``url_dict``: its URLs as Arrow strings)."""
+    (``url_dict``: its URLs as Arrow strings).
+
+    ``start``: the array's chunk number of ``m``'s first chunk (an append's tail: records are
+    numbered, and cut, as the whole array's); the first record's table then holds only the
+    rows from ``start`` on, and is yielded even when all its chunks are missing.
+    """
     codes = m.codes.reshape(-1)
     offsets = m.offsets.reshape(-1)
     lengths = m.lengths.reshape(-1)
-    for record in range(math.ceil(codes.size / record_size)):
-        sl = slice(record * record_size, (record + 1) * record_size)
+    first = start // record_size
+    for record in range(first, math.ceil((start + codes.size) / record_size)):
+        sl = slice(max(record * record_size - start, 0), (record + 1) * record_size - start)
         rc = codes[sl]
         stored = rc >= 0
         inline = rc == INLINE
-        if not (stored.any() or inline.any()):
+        if not (stored.any() or inline.any() or (record == first and start % record_size)):
             continue
         path = pa.DictionaryArray.from_arrays(
             pa.array(np.where(stored, rc, 0), type=pa.int32(), mask=~stored), url_dict
@@ -186,9 +200,9 @@ def _record_tables(
                 path,
                 pa.array(np.where(stored, offsets[sl], 0).astype(np.int64)),
                 pa.array(np.where(stored, lengths[sl], 0).astype(np.int64)),
-                _raw_column(m.inline, record * record_size, np.flatnonzero(inline), rc.size),
+                _raw_column(m.inline, sl.start, np.flatnonzero(inline), rc.size),
             ],
-            schema=pa.schema([pa.field("path", path.type), *_SCHEMA_FIELDS]),
+            schema=pa.schema([pa.field("path", path.type), *RECORD_FIELDS]),
         )
         yield record, table
         del path, table  # freed by the caller before the next record's columns are made

@@ -96,6 +96,11 @@ class CubeResult:
     #: from their sidecar's stamp alone (one stat/HEAD each, nothing read).
     sidecars_read: int = 0
     unchanged: int = 0
+    #: How an append wrote the cube: ``"tail"`` (a Parquet cube: only the new members' files
+    #: and the last partial ones), ``"rewritten"`` (whole; :attr:`why_rewritten` says why),
+    #: ``"commit"`` (Icechunk: one commit of the new references); ``""`` for anything else.
+    written: str = ""
+    why_rewritten: str = ""
 
     @property
     def path(self) -> str:

@@ -4,6 +4,7 @@ re-read; every value read from the appended cube equals xarray + h5netcdf on the
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import shutil
 from pathlib import Path
@@ -13,7 +14,7 @@ import xarray as xr
 
 from h5sidecar.cli import main
 from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError, StaleReferenceError
-from h5sidecar.references import read_refs
+from h5sidecar.references import MANIFESTS_FILE, read_refs
 from h5sidecar.sample import write_daily_collection, write_daily_granule
 from h5sidecar.sample._collection import REPACKED
 from h5sidecar.settings import RecordSettings
@@ -74,6 +75,7 @@ def test_append_reads_only_the_new_granules(tmp_path: Path, fmt: str) -> None:
     result = build_cube(str(sidecars), out, format=fmt, mode="append")
     assert result.action == "appended" and result.added == tuple(str(f) for f in new)
     assert result.sidecars_read == 2 and result.unchanged == 3 and result.replaced == ()
+    assert result.written == ("tail" if fmt == "parquet" else "rewritten")
     assert result.cubes[0].length == 5 and result.cubes[0].path == out
     shutil.move(tmp_path / "away", tmp_path / "nc")
     files = old + new
@@ -103,6 +105,7 @@ def test_changed_member_is_replaced_never_served_stale(tmp_path: Path) -> None:
     _index(tmp_path / "nc", sidecars)
     result = build_cube(str(sidecars), out, mode="append")
     assert result.action == "appended" and result.replaced == (str(files[1]),)
+    assert (result.written, result.why_rewritten) == ("rewritten", "members were replaced")
     assert result.added == () and result.sidecars_read == 1
     refs = read_refs(out)
     assert refs.members[1] == read_refs(sidecars / "tas_20200102.nc.parq").source
@@ -168,7 +171,8 @@ def test_cli_append(tmp_path: Path, capsys) -> None:
     files = _days(tmp_path / "nc", 0, 3)
     _index(tmp_path / "nc", sidecars)
     assert main(["cube", str(sidecars), "-o", str(out), "--format", "json", "--append"]) == 0
-    assert "1 granule(s) added" in capsys.readouterr().out
+    said = " ".join(capsys.readouterr().out.split())
+    assert "1 granule(s) added" in said and "rewritten whole: a JSON cube is one document" in said
     _read_everywhere(str(out), files)
 
 
@@ -272,7 +276,9 @@ def _tree(path: Path) -> dict[str, bytes]:
 def test_append_loads_only_the_new_sidecars_and_equals_a_build(tmp_path: Path,
                                                                monkeypatch) -> None:
     """An append loads the new granules' sidecars only (the members' are recognised by their
-    stamps) and writes the cube a build of every sidecar writes, byte for byte."""
+    stamps) and writes the cube a build of every sidecar writes, byte for byte but for the
+    manifests file (a tail append writes the new rows after the old ones: the same manifests,
+    rows in another order) and its size in ``.zmetadata``."""
     from h5sidecar.read import _sidecar_open as _cache
 
     _days(tmp_path / "nc", 0, 3)
@@ -291,5 +297,15 @@ def test_append_loads_only_the_new_sidecars_and_equals_a_build(tmp_path: Path,
     assert sorted(loaded) == sorted(str(sidecars / f"{f.name}.parq") for f in new)
     whole = build_cube(str(sidecars), str(tmp_path / "whole.parq"))
     assert whole.cubes[0].granules == result.cubes[0].granules
-    assert _tree(out) == _tree(tmp_path / "whole.parq")
+    assert result.written == "tail"
+    got, want = _tree(out), _tree(tmp_path / "whole.parq")
+    bulk = {p: t.pop(MANIFESTS_FILE) for p, t in (("got", got), ("want", want))}
+    zmeta = {p: json.loads(t.pop(".zmetadata")) for p, t in (("got", got), ("want", want))}
+    assert got == want  # every record file and the members file
+    for z in zmeta.values():
+        z["h5sidecar"]["manifests"].pop("bytes")
+    assert zmeta["got"] == zmeta["want"]
+    refs = {p: read_refs(str(tmp_path / p), lazy=False) for p in ("appended.parq", "whole.parq")}
+    assert refs["appended.parq"] == refs["whole.parq"]
+    assert bulk["got"] != bulk["want"]  # (the rows' order: say so if this ever changes)
     _read_everywhere(str(out), sorted((tmp_path / "nc").glob("*.nc")))

@@ -1,0 +1,227 @@
+"""Appending to a local Parquet cube by writing only its tail.
+
+A cube whose new members go after the old ones along a dimension that is each concatenated
+array's first axis keeps every old chunk's number (C order: the new chunks' numbers follow the
+old ones), so kerchunk's record files of the old chunks stay as they are but the last, partial
+one of each array.  :func:`write_parquet_tail` writes:
+
+- each concatenated array's records from its last partial one on (that one's old rows read
+  back and the new ones after them; the bytes a whole write gives);
+- the arrays given whole (the concat coordinate, held inline: one chunk of every value),
+  their record files anew;
+- the members file (old members and new), the manifests file (the old row groups copied but
+  for the arrays given whole, then the tail's rows in pieces:
+  :mod:`~h5sidecar.references.parquet_sidecar._manifests_pieces`) and ``.zmetadata`` (the old
+  one with the arrays' new shapes and the new files' entries);
+
+into a new directory where every other file of the cube is hard-linked, then swapped in
+(:func:`~h5sidecar.references._atomic_local.write_local_dir`): a reader sees the old cube or
+the new one, and a process killed before the swap leaves the old cube as it was.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Collection, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import ujson
+
+from h5sidecar.references._atomic_local import OURS, write_local_dir
+from h5sidecar.references._extras import EXTRAS_KEY, pack, unpack
+from h5sidecar.references._model import GranuleRefs
+from h5sidecar.references.datacube._member_table import MemberTable
+from h5sidecar.references.json_sidecar._kerchunk_json import json_default
+from h5sidecar.references.parquet_sidecar import _manifests_pieces
+from h5sidecar.references.parquet_sidecar._kerchunk_parquet import (
+    CHECKSUMS_FILE,
+    MANIFESTS_KEY,
+    ZMETADATA,
+    bulk_file,
+    decode_zmetadata,
+    read_table,
+    record_path,
+    sidecar_layout,
+)
+from h5sidecar.references.parquet_sidecar._manifests_file import (
+    MANIFESTS_FILE,
+    WRITE_OPTIONS,
+    manifests_table,
+)
+from h5sidecar.references.parquet_sidecar._members_file import (
+    MEMBERS_FILE,
+    MEMBERS_KEY,
+    encode_members,
+    members_entry,
+)
+from h5sidecar.references.parquet_sidecar._parquet_write import (
+    RECORD_FIELDS,
+    UrlDicts,
+    record_tables,
+    smallest_file,
+)
+
+__all__ = ["tail_refusal", "write_parquet_tail"]
+
+
+def tail_refusal(path: str | os.PathLike[str], concatenated: Collection[str] = ()) -> str:
+    """Why the cube at ``path`` cannot take a tail append ('' when it can): it must be a local
+    kerchunk-layout cube with a members file, a manifests file and no checksums file, whose
+    ``concatenated`` arrays each list the members as their URLs (``"urls": "members"``: the
+    new members' URLs then need no entry)."""
+    root = Path(path)
+    if not (root / ZMETADATA).is_file():
+        return "the cube is not a local Parquet directory"
+    zmeta = decode_zmetadata((root / ZMETADATA).read_bytes())
+    block = zmeta.get(EXTRAS_KEY)
+    if sidecar_layout(zmeta) != "kerchunk" or bulk_file(zmeta) is None:
+        return "the cube has no manifests file or is not in the kerchunk layout"
+    if not isinstance(block, dict) or members_entry(block) is None:
+        return "the cube's members are packed in its .zmetadata (a cube written before)"
+    if (root / CHECKSUMS_FILE).exists():
+        return "the cube holds chunk checksums"
+    arrays = unpack(block).get("arrays", {})
+    listed = [a for a in concatenated if arrays.get(a, {}).get("urls") != "members"]
+    if listed:
+        return f"{listed[0]}'s chunk URLs are not the members' (some members lack its chunks)"
+    return ""
+
+
+def write_parquet_tail(
+    path: str | os.PathLike[str],
+    tail: GranuleRefs,
+    *,
+    starts: Mapping[str, int],
+    lengths: Mapping[str, int],
+    members: MemberTable,
+    extra: Mapping[str, Any],
+) -> list[str]:
+    """Append ``tail`` to the local Parquet cube at ``path`` (see the module docstring).
+
+    Parameters
+    ----------
+    tail
+        The arrays written: those in ``starts`` hold the new members' chunks only; any other
+        is given whole (its old record files and manifests-file rows are replaced).
+    starts
+        Array path -> the number of chunks it had (its first new chunk's number).
+    lengths
+        Array path -> its new length along its first axis (the arrays in ``starts``).
+    members
+        Every member, old and new, with their per-member columns.
+    extra
+        The cube's new ``extra`` block.
+
+    Returns
+    -------
+    list of str
+        The files written (relative paths); every other file was kept as it was.
+    """
+    root = Path(path)
+    zmeta = decode_zmetadata((root / ZMETADATA).read_bytes())
+    rs = int(zmeta["record_size"])
+    block = unpack(zmeta[EXTRAS_KEY])
+    files: dict[str, bytes] = {}
+    url_dicts = UrlDicts()
+    for a, arr in tail.arrays.items():
+        m = arr.manifest
+        start = starts.get(a, 0)
+        for record, table in record_tables(m, rs, url_dicts(m.urls), start):
+            if record == start // rs and start % rs:
+                table = pa.concat_tables(
+                    [_old_rows(root, record_path(a, record), start % rs, table.schema), table]
+                ).combine_chunks()
+            files[record_path(a, record)] = smallest_file(table)
+            del table
+    del url_dicts
+    files[MEMBERS_FILE], members_file = encode_members(members)
+    bulk = _appended_manifests((root / MANIFESTS_FILE).read_bytes(), tail, starts)
+    files[MANIFESTS_FILE] = bulk
+    block["extra"] = dict(extra)
+    metadata = zmeta["metadata"]
+    new_meta = tail.zmetadata()
+    for a in tail.arrays:
+        if a in starts:
+            metadata[f"{a}/.zarray"]["shape"][0] = int(lengths[a])
+        else:
+            metadata[f"{a}/.zarray"] = new_meta[f"{a}/.zarray"]
+    # the files' entries after the packed block, as a whole write orders them
+    packed = pack({k: v for k, v in block.items() if k not in (MEMBERS_KEY, MANIFESTS_KEY)})
+    packed[MEMBERS_KEY] = members_file
+    packed[MANIFESTS_KEY] = {"file": MANIFESTS_FILE, "bytes": len(bulk)}
+    zmeta[EXTRAS_KEY] = packed
+    text = ujson.dumps(zmeta, escape_forward_slashes=False, ensure_ascii=False,
+                       default=json_default)
+    files[ZMETADATA] = text.encode("utf-8")
+    whole = {a for a in tail.arrays if a not in starts}
+    keep = [rel for rel in _files(root) if rel not in files
+            and rel.rpartition("/refs.")[0] not in whole]  # a whole array's old records go
+    write_local_dir(root, files.items(), links=keep)
+    return list(files)
+
+
+def _files(root: Path) -> Iterator[str]:
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            rel = os.path.relpath(os.path.join(dirpath, n), root).replace(os.sep, "/")
+            if OURS.fullmatch(rel):
+                yield rel
+
+
+def _old_rows(root: Path, rel: str, n: int, schema: pa.Schema) -> pa.Table:
+    """The first ``n`` rows of the record file ``rel`` (all missing when it is absent: a
+    record whose chunks were all missing has no file)."""
+    target = root / rel
+    if not target.exists():
+        return pa.table({"path": pa.nulls(n, pa.string()),
+                         "offset": pa.array([0] * n, pa.int64()),
+                         "size": pa.array([0] * n, pa.int64()),
+                         "raw": pa.nulls(n, pa.binary())}).cast(schema)
+    table = read_table(rel, target.read_bytes()).slice(0, n)
+    if "raw" not in table.column_names:
+        table = table.append_column("raw", pa.nulls(table.num_rows, pa.binary()))
+    path = table.column("path")
+    if pa.types.is_dictionary(path.type):
+        table = table.set_column(0, "path", pc.cast(path, pa.string()))
+    return table.select([f.name for f in (schema.field("path"), *RECORD_FIELDS)]).cast(schema)
+
+
+def _appended_manifests(old: bytes, tail: GranuleRefs, starts: Mapping[str, int]) -> bytes:
+    """The manifests file ``old`` with ``tail``'s rows after its own (the rows of the arrays
+    ``tail`` gives whole left out of ``old``'s), cut again into row groups of
+    :data:`~h5sidecar.references.parquet_sidecar._manifests_pieces.PIECE_ROWS` rows (daily
+    appends make no row group a day): at most two row groups' rows are held at once."""
+    new = manifests_table(tail, starts)
+    size = _manifests_pieces.PIECE_ROWS
+    whole = pa.array([a for a in tail.arrays if a not in starts], pa.string())
+    f = pq.ParquetFile(pa.BufferReader(old), read_dictionary=["array", "url"])
+    buf = io.BytesIO()
+    pending: list[pa.Table] = []
+    with pq.ParquetWriter(buf, new.schema, **WRITE_OPTIONS) as out:
+
+        def flush(last: bool) -> None:
+            rows = sum(t.num_rows for t in pending)
+            if not rows or (rows < size and not last):
+                return
+            joined = pa.concat_tables(pending).unify_dictionaries()
+            pending.clear()
+            for piece in _manifests_pieces.pieces(joined, size):
+                if piece.num_rows < size and not last:
+                    pending.append(piece)  # the rest goes with the next rows
+                else:
+                    out.write_table(piece, size)
+
+        for i in range(f.metadata.num_row_groups):
+            group = f.read_row_group(i, use_threads=False)
+            names = pc.cast(group.column("array"), pa.string())
+            group = group.filter(pc.invert(pc.is_in(names, value_set=whole)))
+            pending.append(group.select(new.schema.names).cast(new.schema))
+            flush(last=False)
+        pending.append(new)
+        flush(last=True)
+    return buf.getvalue()
