@@ -263,7 +263,7 @@ class GatewaySettings:
     host, port : str, int
         Where to listen.
     token : str or None
-        Bearer token required on every route but ``/healthz`` when set.
+        Bearer token required on every route but ``/healthz`` and ``/readyz`` when set.
     cors_origins : tuple of str
         Origins allowed by CORS (``*`` for any).
     allow : tuple of str

@@ -265,7 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also allow reading sources under PREFIX (repeatable; default: only the "
                    "sources listed in DEST's run report)")
     p.add_argument("--token", default=None,
-                   help="require 'Authorization: Bearer TOKEN' on every route but /healthz")
+                   help="require 'Authorization: Bearer TOKEN' on every route but /healthz and "
+                        "/readyz")
     p.add_argument("--cors", action="append", default=[], metavar="ORIGIN",
                    help="allow this browser origin (repeatable; default '*')")
     p.add_argument("--no-cors", action="store_true", help="send no CORS headers")

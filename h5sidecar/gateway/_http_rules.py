@@ -43,6 +43,7 @@ __all__ = [
     "SaturatedError",
     "RecordUnavailableError",
     "WarmingError",
+    "accepts_html",
     "check_request_path",
     "etag_of",
     "parse_range",
@@ -223,6 +224,21 @@ def check_request_path(raw_path: str, path: str, *, max_length: int) -> None:
 _DIGITS = re.compile(r"[0-9]+")
 #: Any position at least this large lies past the end of every value served.
 _HUGE = 2**63
+
+
+def accepts_html(accept: str) -> bool:
+    """Whether an ``Accept`` header asks for HTML (a browser's ``text/html,...`` does, unless
+    ``q=0``); ``*/*`` alone does not: curl and scripts get JSON."""
+    for item in accept.split(","):
+        media, *params = (part.strip() for part in item.split(";"))
+        if media.lower() != "text/html":
+            continue
+        q = next((v for k, _, v in (p.partition("=") for p in params) if k.lower() == "q"), "1")
+        try:
+            return float(q) > 0
+        except ValueError:  # a malformed weight still names HTML
+            return True
+    return False
 
 
 def _position(digits: str) -> int:

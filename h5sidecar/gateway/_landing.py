@@ -22,7 +22,7 @@ import numpy as np
 from h5sidecar.read import cube_summary, is_cube
 from h5sidecar.references import MISSING, ArrayRefs, GranuleRefs, chunk_key
 
-__all__ = ["describe", "render_page"]
+__all__ = ["describe", "render_page", "render_waiting"]
 
 #: Granule names listed on the page at most.
 MAX_LISTED = 2000
@@ -291,10 +291,31 @@ def render_page(
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         "<meta name=viewport content=\"width=device-width, initial-scale=1\">"
         "<title>h5sidecar gateway</title><link rel=stylesheet href=\"/static/landing.css\">"
-        "<script defer src=\"/static/landing.js\"></script></head><body>"
-        "<header><h1>h5sidecar gateway</h1><p>Every indexed granule as a Zarr store: "
-        "<code>/zarr/{granule}/</code> (v2), <code>/zarr3/{granule}/</code> (v3), "
-        "<code>/zarr3-shard/{K}/{granule}/</code> (v3, K chunks per shard). "
-        "<a href=\"/openapi.json\">API</a> · <a href=\"/metrics\">metrics</a></p></header>"
+        f"<script defer src=\"/static/landing.js\"></script></head><body>{_HEADER}"
         f"{''.join(body)}</body></html>"
+    )
+
+
+_HEADER = (
+    "<header><h1>h5sidecar gateway</h1><p>Every indexed granule as a Zarr store: "
+    "<code>/zarr/{granule}/</code> (v2), <code>/zarr3/{granule}/</code> (v3), "
+    "<code>/zarr3-shard/{K}/{granule}/</code> (v3, K chunks per shard). "
+    "<a href=\"/openapi.json\">API</a> · <a href=\"/metrics\">metrics</a> · "
+    "<a href=\"/readyz\">ready?</a></p></header>"
+)
+
+
+def render_waiting(message: str, refresh: int) -> str:
+    """The page a browser gets instead of the landing page while the gateway cannot serve it
+    (DEST's record is loading, or its load failed and is tried again): ``message`` (it names
+    DEST: escaped), and the page reloads itself after ``refresh`` seconds (a meta refresh: the
+    Content-Security-Policy allows no inline script)."""
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f"<meta http-equiv=\"refresh\" content=\"{int(refresh)}\">"
+        "<meta name=viewport content=\"width=device-width, initial-scale=1\">"
+        "<title>h5sidecar gateway: not ready yet</title>"
+        f"<link rel=stylesheet href=\"/static/landing.css\"></head><body class=waiting>{_HEADER}"
+        f"<main><h2>Not ready yet</h2><p class=error id=waiting>{_e(message)}</p>"
+        f"<p>This page reloads itself every {int(refresh)} s.</p></main></body></html>"
     )

@@ -32,7 +32,9 @@ METHODS = ("GET", "HEAD", "OPTIONS")
 POST_PATHS = ("/stac/search",)
 #: Route families used as the ``route`` label of metrics (bounded cardinality).
 ROUTES = ("zarr", "zarr3", "zarr3-shard", "zarr-rechunk", "zarr3-rechunk", "api",
-          "quicklook.png", "static", "healthz", "metrics", "openapi.json", "stac")  # fmt: skip
+          "quicklook.png", "static", "healthz", "readyz", "metrics", "openapi.json", "stac")  # fmt: skip
+#: Paths answered without the token: probes (Kubernetes, load balancers) send none.
+OPEN_PATHS = ("/healthz", "/readyz")
 
 
 def _route_label(path: str) -> str:
@@ -130,7 +132,7 @@ class Guard:
                                max_length=self.settings.max_key_length)  # fmt: skip
         except BadRequestError as exc:
             return error_response(exc)
-        if self._token is not None and scope["path"] != "/healthz":
+        if self._token is not None and scope["path"] not in OPEN_PATHS:
             headers = dict(scope.get("headers") or [])
             scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
             if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self._token):

@@ -11,6 +11,12 @@ _KEY_ERRORS = {
     code: _ERROR for code in ("400", "401", "403", "404", "409", "413", "414", "416", "422",
                               "502", "503")
 }
+_ERROR_CONTENT = {"application/json": {"schema": {
+    "type": "object",
+    "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
+    "required": ["error", "message"],
+}}}
+_HTML = {"text/html": {"schema": {"type": "string"}}}
 _BYTES = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
           "application/json": {"schema": {"type": "object"}}}  # fmt: skip
 
@@ -92,20 +98,34 @@ def openapi_document(version: str) -> dict[str, Any]:
                     _param("cursor", "query", "Next page of the search (from its link).",
                            required=False),
                 ],
-                "responses": {"200": {"description": "HTML page.",
-                                      "content": {"text/html": {"schema": {"type": "string"}}}},
-                              "401": _ERROR, "503": _ERROR},
+                "responses": {"200": {"description": "HTML page.", "content": _HTML},
+                              "401": _ERROR,
+                              "503": {"description": "Not ready yet (DEST's record loading, or "
+                                      "its load failed): a page that reloads itself after "
+                                      "Retry-After when the client accepts text/html, else "
+                                      "the JSON error.",
+                                      "content": {**_ERROR_CONTENT, **_HTML}}},
             }},
             "/healthz": {"get": {
-                "summary": "Readiness (no token needed): 503 while DEST or its record cannot "
-                           "be read (gone, corrupt), with the reason; 200 'warming' while "
-                           "the gateway loads DEST's record as it starts (its other routes "
-                           "answer 503 with Retry-After meanwhile).",
+                "summary": "Liveness (no token needed): 200 while the gateway runs, 'warming' "
+                           "included (it loads DEST's record as it starts; its other routes "
+                           "answer 503 with Retry-After meanwhile); 503 'degraded' while DEST "
+                           "or its record cannot be read (gone, corrupt), with the reason.",
                 "responses": {
                     "200": {"description": "Serving ('ok'), or loading DEST's record "
                                            "('warming').",
                             "content": {"application/json": {"schema": _HEALTH}}},
                     "503": {"description": "Degraded: cannot serve now.",
+                            "content": {"application/json": {"schema": _HEALTH}}},
+                }}},
+            "/readyz": {"get": {
+                "summary": "Readiness (no token needed): 200 only when the gateway serves "
+                           "('ok'); 503 with Retry-After while it loads DEST's record "
+                           "('warming') or cannot read it ('degraded'). Same body as /healthz.",
+                "responses": {
+                    "200": {"description": "Serving ('ok').",
+                            "content": {"application/json": {"schema": _HEALTH}}},
+                    "503": {"description": "Not serving: 'warming' or 'degraded'.",
                             "content": {"application/json": {"schema": _HEALTH}}},
                 }}},
             "/metrics": {"get": {"summary": "Prometheus metrics.",
@@ -168,11 +188,7 @@ def openapi_document(version: str) -> dict[str, Any]:
         "components": {
             "responses": {"Error": {
                 "description": "An error: what happened and what to do.",
-                "content": {"application/json": {"schema": {
-                    "type": "object",
-                    "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
-                    "required": ["error", "message"],
-                }}},
+                "content": _ERROR_CONTENT,
             }},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },

@@ -37,15 +37,18 @@ from h5sidecar.gateway._http_rules import (
     Admission,
     BadRequestError,
     SaturatedError,
+    WarmingError,
+    accepts_html,
     decode_cursor,
     encode_cursor,
 )
-from h5sidecar.gateway._landing import describe, render_page
+from h5sidecar.gateway._landing import describe, render_page, render_waiting
 from h5sidecar.gateway._middleware import METHODS, Guard, Metrics, as_response, error_response
 from h5sidecar.gateway._openapi import openapi_document
 from h5sidecar.gateway._quicklook import preview, render_png
 from h5sidecar.gateway._reply import key_reply
 from h5sidecar.gateway._stac_routes import StacHandlers
+from h5sidecar.gateway._warming import RETRY_AFTER
 from h5sidecar.gateway.core import Gateway, View
 from h5sidecar.read import RechunkSpec
 from h5sidecar.settings import GatewaySettings, ReadSettings, RecordSettings
@@ -57,6 +60,9 @@ log = logging.getLogger("h5sidecar.gateway")
 STATIC = Path(__file__).with_name("static")
 #: Names per page of ``/api/granules`` (default, most) and of the landing page's search.
 PAGE_LIMIT, MAX_PAGE_LIMIT, LANDING_LIMIT = 1000, 10_000, 100
+#: The landing page's Content-Security-Policy: no inline script or style.
+CSP = ("default-src 'self'; img-src 'self' data:; connect-src 'self' http: https:; "
+       "style-src 'self'; script-src 'self'; frame-ancestors 'none'")  # fmt: skip
 
 
 # -- handlers --------------------------------------------------------------------------------------
@@ -121,6 +127,18 @@ class _Handlers:
         return names, str(request.url.include_query_params(cursor=encode_cursor(names[-1])))
 
     async def landing(self, request: Request) -> Response:
+        try:
+            return await self._landing(request)
+        except WarmingError as exc:  # DEST's record is loading, or its load failed
+            if not accepts_html(request.headers.get("accept", "")):
+                raise
+            # a browser gets a page that says so and reloads itself, not a JSON error
+            return HTMLResponse(render_waiting(str(exc), exc.retry_after), 503,
+                                headers={"Retry-After": str(exc.retry_after),
+                                         "Content-Security-Policy": CSP,
+                                         "Cache-Control": "no-store"})  # fmt: skip
+
+    async def _landing(self, request: Request) -> Response:
         (granules, more), cubes = await self._page(request, LANDING_LIMIT), await self.gw.cubes()
         first = cubes[0] if cubes else (granules[0] if granules else None)
         name = request.query_params.get("granule") or first
@@ -140,9 +158,7 @@ class _Handlers:
                            count=self.gw.count(snap),
                            query=request.query_params.get("q", ""),
                            more=more and "/?" + more.partition("?")[2])  # fmt: skip
-        csp = ("default-src 'self'; img-src 'self' data:; connect-src 'self' http: https:; "
-               "style-src 'self'; script-src 'self'; frame-ancestors 'none'")  # fmt: skip
-        return HTMLResponse(page, headers={"Content-Security-Policy": csp,
+        return HTMLResponse(page, headers={"Content-Security-Policy": CSP,
                                            "Cache-Control": "no-cache"})  # fmt: skip
 
     async def granules(self, request: Request) -> Response:
@@ -173,14 +189,22 @@ class _Handlers:
                         headers={"Cache-Control": self._cache_control(300)})  # fmt: skip
 
     async def healthz(self, request: Request) -> Response:
-        # 503 when DEST cannot be served: load balancers and Kubernetes readiness probes take
-        # any status outside 200-399 as "send no traffic here", and read no body.  "warming"
-        # is 200: the gateway is up and loads DEST's record (a liveness probe must not kill it
-        # for that); its requests answer 503 + Retry-After meanwhile
+        # liveness: "warming" is 200 (a liveness probe must not restart the gateway while it
+        # loads DEST's record: the load would start over); "degraded" is 503
+        return await self._health(ready=False)
+
+    async def readyz(self, request: Request) -> Response:
+        # readiness: load balancers and readiness probes read only the status, so "warming"
+        # is 503 here (its requests would get 503 + Retry-After)
+        return await self._health(ready=True)
+
+    async def _health(self, *, ready: bool) -> Response:
         body = await self.gw.health()
-        return JSONResponse({**body, "version": __version__},
-                            503 if body["status"] == "degraded" else 200,
-                            headers={"Cache-Control": "no-store"})  # fmt: skip
+        up = body["status"] == "ok" or (body["status"] == "warming" and not ready)
+        headers = {"Cache-Control": "no-store"}
+        if not up:
+            headers["Retry-After"] = str(body.get("retry_after", RETRY_AFTER))
+        return JSONResponse({**body, "version": __version__}, 200 if up else 503, headers=headers)
 
     async def metrics(self, request: Request) -> Response:
         self.gw.cache_stats()  # refresh the cache gauges
@@ -242,6 +266,7 @@ def create_app(
     routes = [
         Route("/", h.landing, methods=key_methods),
         Route("/healthz", h.healthz, methods=key_methods),
+        Route("/readyz", h.readyz, methods=key_methods),
         Route("/metrics", h.metrics, methods=key_methods),
         Route("/openapi.json", h.openapi, methods=key_methods),
         Route("/api/granules", h.granules, methods=key_methods),

@@ -195,10 +195,14 @@ def test_healthz_is_degraded_when_dest_is_gone(recorded, http: httpx.Client) -> 
     dest, _ = recorded
     with gateway(str(dest)) as (url, _):
         assert http.get(f"{url}/healthz").status_code == 200
+        assert http.get(f"{url}/readyz").status_code == 200  # a local DEST is ready at once
         shutil.rmtree(dest)
         time.sleep(1.1)
         r = http.get(f"{url}/healthz")
         assert r.status_code == 503 and r.json()["status"] == "degraded"
+        r = http.get(f"{url}/readyz")  # readiness too, with when to ask again
+        assert r.status_code == 503 and r.json()["status"] == "degraded", r.text
+        assert int(r.headers["Retry-After"]) >= 1
 
 
 def test_record_allows_a_recorded_source_outside_the_roots(recorded) -> None:

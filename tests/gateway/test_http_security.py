@@ -177,7 +177,8 @@ def test_token_and_no_credentials_anywhere(
     seen: list[httpx.Response] = []
     caplog.set_level(logging.DEBUG)
     with gateway(str(dest), options, token=TOKEN) as (url, _):
-        assert http.get(f"{url}/healthz").status_code == 200
+        for probe in ("/healthz", "/readyz"):  # probes send no token
+            assert http.get(url + probe).status_code == 200, probe
         for path in ("/", "/metrics", "/openapi.json", "/api/granules", f"/zarr/{SMALL}/{CHUNK}",
                      f"/zarr3/{SMALL}/zarr.json", "/static/landing.js"):  # fmt: skip
             for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
