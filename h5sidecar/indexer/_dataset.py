@@ -25,7 +25,7 @@ from h5sidecar.indexer.filters._mask import describe_mask, effective_masks, pick
 from h5sidecar.indexer.layout._chunk_table import ChunkTable, chunked_table, contiguous_table
 from h5sidecar.indexer.layout._external import external_segments, external_table
 from h5sidecar.indexer.layout._fillchunks import materialize_missing
-from h5sidecar.indexer.layout._past_extent import extend_table
+from h5sidecar.indexer.layout._past_extent import extend_table, extended_note
 from h5sidecar.indexer.layout._refcheck import check_references
 from h5sidecar.indexer.vds._table import vds_extent, vds_table
 from h5sidecar.references import (
@@ -326,7 +326,8 @@ def index_dataset(entry: DatasetEntry, ctx: IndexContext) -> ArrayRefs:
         meta = ArrayMeta(
             shape, chunks, plan.zarr_dtype, fill_json, mat.filters, None, dim_names, all_attrs
         )
-        note = _join(why, mat.note, plan.note, dim_note, attrs.note())
+        longer = extended_note(extent, hshape) if extent != hshape else ""
+        note = _join(why, mat.note, longer, plan.note, dim_note, attrs.note())
         arr = ArrayRefs(entry.path, meta, manifest, "inlined", note)
         return materialize_missing(arr, fill_raw, ctx.settings.materialize_limit)
     if layout == h5py.h5d.VIRTUAL:

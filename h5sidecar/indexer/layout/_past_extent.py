@@ -19,7 +19,16 @@ from h5sidecar.indexer.dtypes._dtype_plan import DtypePlan
 from h5sidecar.indexer.layout._chunk_table import ChunkTable
 from h5sidecar.references import INLINE
 
-__all__ = ["extend_table"]
+__all__ = ["extend_table", "extended_note"]
+
+
+def extended_note(shape: tuple[int, ...], extent: tuple[int, ...]) -> str:
+    """The array's note when it is shown at ``shape``, longer than HDF5's ``extent``."""
+    return (
+        f"shown at its unlimited dimension's length {list(shape)}, past HDF5's extent "
+        f"{list(extent)}, as netCDF readers show it: the records HDF5 does not hold read as "
+        "the fill value"
+    )
 
 
 def _cut_by_extent(
@@ -70,9 +79,9 @@ def extend_table(
     out.offsets[inside] = table.offsets
     out.lengths[inside] = table.lengths
     out.masks[inside] = table.masks
-    for flat, data in table.inline.items():
-        index = np.unravel_index(flat, table.grid) if table.grid else ()
-        out.inline[int(np.ravel_multi_index(index, out.grid)) if out.grid else 0] = data
+    for flat, data in table.inline.items():  # flat positions of HDF5's grid, on the longer one
+        moved = np.ravel_multi_index(np.unravel_index(flat, table.grid), out.grid)
+        out.inline[int(moved)] = data
     cut = np.argwhere(_cut_by_extent(table.grid, table.chunks, extent, shape) & (table.codes >= 0))
     indices = [tuple(int(i) for i in ix) for ix in cut]
     encoded = materialize_chunks(dset, indices, table.chunks, plan.extra_shape, plan.np_dtype,
@@ -81,11 +90,7 @@ def extend_table(
         out.codes[index] = INLINE
         out.lengths[index] = len(data)
         out.inline[int(np.ravel_multi_index(index, out.grid))] = data
-    notes = [
-        f"shown at its unlimited dimension's length {list(shape)}, past HDF5's extent "
-        f"{list(extent)}, as netCDF readers show it: the records HDF5 does not hold read as the "
-        "fill value"
-    ]
+    notes = [extended_note(shape, extent)]
     if encoded:
         notes.append(
             f"{len(encoded)} chunk(s) the extent cuts were decoded and re-encoded in the sidecar "
