@@ -205,9 +205,43 @@ def h5netcdf_groups(p: Path) -> None:
         q[:] = (np.arange(6) + 1j).reshape(3, 2)
 
 
+def short_records(p: Path) -> None:
+    """Variables shorter than their unlimited dimension (netCDF readers pad them with the fill
+    value): ``val`` written for 2 of 3 records, a chunk the extent cuts holding values past it
+    (plain and zlib), a subgroup's variable on the root's dimension written for fewer records
+    and one deeper written for more (the dimension, ``t`` included, is as long as it)."""
+    import zlib
+
+    import netCDF4
+    from numcodecs import Shuffle
+
+    with netCDF4.Dataset(p, "w") as f:
+        f.createDimension("t", None)
+        f.createDimension("n", 4)
+        f.createVariable("t", "f8", ("t",))[:3] = [0.0, 1.0, 2.0]
+        val = f.createVariable("val", "u2", ("t", "n"), fill_value=np.uint16(65535),
+                               chunksizes=(2, 3))  # fmt: skip
+        val[:2, :] = np.arange(8).reshape(2, 4)
+        for name, z in (("stale", False), ("stale_z", True)):
+            v = f.createVariable(name, "i4", ("t", "n"), fill_value=np.int32(-1), zlib=z,
+                                 chunksizes=(2, 3))  # fmt: skip
+            v[:1, :] = [[1, 2, 3, 4]]
+        g = f.createGroup("g")
+        g.createVariable("gv", "f4", ("t",), fill_value=np.float32(-9.5))[:1] = [7.0]
+        g.createGroup("deeper").createVariable("long", "i2", ("t",))[:5] = np.arange(5)
+    with h5py.File(p, "r+") as h5:  # bytes past the extent that are not the fill value
+        for name, z in (("stale", False), ("stale_z", True)):
+            for j in (0, 1):
+                block = np.full((2, 3), 777 + j, "<i4")
+                block[0, : 4 - 3 * j] = np.arange(1, 5)[3 * j : 3 * j + 3]
+                raw = block.tobytes()  # netCDF's zlib=True is shuffle, then deflate
+                raw = zlib.compress(Shuffle(4).encode(raw)) if z else raw
+                h5[name].id.write_direct_chunk((0, 3 * j), raw)
+
+
 #: file name -> builder
 BUILDERS: dict[str, Callable[[Path], None]] = {
     f"{fn.__name__}.nc": fn
     for fn in (filter_holes, packing_types, time_units, typed_holes, scales_across_groups,
-               netcdf_user_types, h5netcdf_groups)
+               netcdf_user_types, h5netcdf_groups, short_records)
 }

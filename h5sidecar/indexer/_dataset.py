@@ -25,6 +25,7 @@ from h5sidecar.indexer.filters._mask import describe_mask, effective_masks, pick
 from h5sidecar.indexer.layout._chunk_table import ChunkTable, chunked_table, contiguous_table
 from h5sidecar.indexer.layout._external import external_segments, external_table
 from h5sidecar.indexer.layout._fillchunks import materialize_missing
+from h5sidecar.indexer.layout._past_extent import extend_table, extended_note
 from h5sidecar.indexer.layout._refcheck import check_references
 from h5sidecar.indexer.vds._table import vds_extent, vds_table
 from h5sidecar.references import (
@@ -61,6 +62,8 @@ class IndexContext:
     #: paths of the arrays whose file type is a plain integer or float (``DtypePlan.number``):
     #: no enumeration or reference to describe, without mapping the type again (~25 us each)
     numbers: set[str] = dataclasses.field(default_factory=set)
+    #: array path -> HDF5's extent, of the arrays shown longer (on an unlimited dimension)
+    extended: dict[str, list[int]] = dataclasses.field(default_factory=dict)
 
 
 def _join(*parts: str) -> str:
@@ -287,7 +290,12 @@ def index_dataset(entry: DatasetEntry, ctx: IndexContext) -> ArrayRefs:
                 f"virtual dataset of values HDF5 must convert ({plan.note})",
             )
         hshape = vds_extent(dset, ctx.url, ctx.open_h5)
-    shape = hshape + plan.extra_shape
+        extent = hshape
+    else:  # longer than HDF5's extent on an unlimited netCDF dimension (_unlimited_dims)
+        extent = ctx.dims.shape_of(entry)
+    if extent != hshape:
+        ctx.extended[entry.path] = list(hshape)
+    shape = extent + plan.extra_shape
     attrs = read_attrs(dset, ctx.deref, is_scale=is_scale, native=ctx.native_attrs)
     # the CF attributes' types keep the readers' CF rules (native byte order)
     types = {k: v for k, v in attrs.types.items() if k not in plan.attrs}
@@ -318,7 +326,8 @@ def index_dataset(entry: DatasetEntry, ctx: IndexContext) -> ArrayRefs:
         meta = ArrayMeta(
             shape, chunks, plan.zarr_dtype, fill_json, mat.filters, None, dim_names, all_attrs
         )
-        note = _join(why, mat.note, plan.note, dim_note, attrs.note())
+        longer = extended_note(extent, hshape) if extent != hshape else ""
+        note = _join(why, mat.note, longer, plan.note, dim_note, attrs.note())
         arr = ArrayRefs(entry.path, meta, manifest, "inlined", note)
         return materialize_missing(arr, fill_raw, ctx.settings.materialize_limit)
     if layout == h5py.h5d.VIRTUAL:
@@ -326,6 +335,8 @@ def index_dataset(entry: DatasetEntry, ctx: IndexContext) -> ArrayRefs:
         zarr_dtype = plan.zarr_dtype if source_dtype is None else source_dtype.str
     else:
         table, pipeline = _table(dset, plan, hshape, ctx)
+        if extent != hshape:
+            table = extend_table(dset, table, extent, plan, pipeline, fill_raw)
         zarr_dtype = plan.zarr_dtype
     _inline_small(table, ctx.settings.inline_threshold, ctx)
     manifest = _manifest(table, len(plan.extra_shape))

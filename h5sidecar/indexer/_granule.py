@@ -37,7 +37,11 @@ from h5sidecar.references import DIMENSION_ONLY_REASON, ArrayRefs, GranuleRefs, 
 from h5sidecar.settings import IndexSettings
 from h5sidecar.sources import RangedFile, RangeReader, RemoteRangedFile
 
-__all__ = ["BENIGN_KINDS", "index_open_granule", "skip_loses_data"]
+__all__ = ["BENIGN_KINDS", "EXTENDED_KEY", "index_open_granule", "skip_loses_data"]
+
+#: extras key: array path -> HDF5's extent, of the arrays shown at the length of their
+#: unlimited dimensions, longer than HDF5 holds them (see ``dims._unlimited_dims``)
+EXTENDED_KEY = "extended_past_hdf5_extent"
 
 log = logging.getLogger("h5sidecar.indexer")
 
@@ -287,6 +291,8 @@ def index_open_granule(
         extra["names_escaped"] = escaped  # see _walk.escape_name
     if ctx.attribute_dtypes:
         extra["attribute_dtypes"] = ctx.attribute_dtypes
+    if ctx.extended:
+        extra[EXTENDED_KEY] = ctx.extended
     if summaries:
         extra[SUMMARY_KEY] = summaries
     return GranuleRefs(granule.identity, groups, arrays, tuple(skipped), extra)

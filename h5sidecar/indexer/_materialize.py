@@ -203,7 +203,12 @@ def materialize_variable(
             f"sidecar, above materialize_limit={limit}; raise the limit to include it",
         )
     values, filters, note = _decoded_values(dset, plan, deref)
-    values = values.reshape(shape)
+    extent = tuple(dset.shape or ())
+    values = values.reshape(extent + shape[len(extent) :])
+    if values.shape != shape:  # shown longer than HDF5's extent: padded as netCDF readers pad
+        padded = _blank(shape, values.dtype, fill)
+        padded[tuple(slice(0, s) for s in values.shape)] = values
+        values = padded
     grid = tuple(-(-s // c) for s, c in zip(shape, chunks, strict=True))
     codes = np.full(grid, INLINE, dtype=np.int32)
     inline: dict[int, bytes] = {}

@@ -44,6 +44,7 @@ from h5sidecar.indexer._failures import H5PY_ERRORS, reraise_io_failure
 from h5sidecar.indexer._walk import DatasetEntry, Hierarchy, ObjectKey
 from h5sidecar.indexer.dims._name_claims import NameClaims
 from h5sidecar.indexer.dims._scales import Scales, is_dimension_scale
+from h5sidecar.indexer.dims._unlimited_dims import UnlimitedLengths
 
 __all__ = ["DimensionNamer", "is_dimension_scale", "is_netcdf_dimension_only"]
 
@@ -112,8 +113,9 @@ class DimensionNamer:
         Maps an object reference to the referenced object's :data:`ObjectKey` (``None`` when
         it cannot be resolved).
     shape_of : callable, optional
-        The shape of a dataset as h5netcdf sees it (a virtual dataset's extent worked out from
-        its sources); ``dset.shape`` when not given.
+        A dataset's own shape (a virtual dataset's extent worked out from its sources);
+        ``dset.shape`` when not given.  The namer shows it as h5netcdf does
+        (``shape_of``: axes on an unlimited dimension at its length).
     lookup : callable, optional
         ``lookup(dset, name) -> (known, value)``: an attribute's value (``None``: absent) when
         ``known`` without asking HDF5 (see :meth:`~._attr_native.NativeAttrs.lookup`); looking
@@ -135,13 +137,16 @@ class DimensionNamer:
         self._key_of = key_of
         self._lookup = lookup
         self._dimension_list = dimension_list
-        self._shape_of = shape_of or (lambda entry: tuple(entry.dset.shape or ()))
         self._entries = {e.path: e for e in hierarchy.datasets}
         self._members = hierarchy.members
         self._dimids: dict[str, dict[int, str]] = {}  # per group, see _dimid_names
         self.scales = Scales(hierarchy, lookup)
         self.is_scale = self.scales.is_scale
         self.scale_names = self.scales.names
+        base = shape_of or (lambda entry: tuple(entry.dset.shape or ()))
+        unlimited = UnlimitedLengths(hierarchy.datasets, self.scale_names, base, self.axis_scales)
+        #: a dataset's shape as h5netcdf shows it (see :class:`UnlimitedLengths`)
+        self.shape_of = unlimited.shape
         self._real = set(self.scale_names.values())
         self._claims = NameClaims()  # xarray's rule: one size per name in related groups
         self._groups: dict[str, _GroupDims] = {}
@@ -178,7 +183,7 @@ class DimensionNamer:
         needed: Counter[int] = Counter()
         for path in self._members.get(group, []):
             entry = self._entries.get(path)
-            shape = self._shape_of(entry) if entry is not None else ()
+            shape = self.shape_of(entry) if entry is not None else ()
             if entry is None or not shape:
                 continue
             if self.is_scale(entry):
@@ -208,27 +213,29 @@ class DimensionNamer:
         return _unscaled(dset, rank)
 
     # -- candidates from the file ---------------------------------------------------------------
-    def _from_dimension_list(self, dset: h5py.Dataset, rank: int) -> list[str | None]:
-        out: list[str | None] = [None] * rank
+    def axis_scales(self, dset: h5py.Dataset, rank: int) -> list[ObjectKey | None]:
+        """The key of the dimension scale naming each axis of ``dset`` (``None``: none)."""
+        out: list[ObjectKey | None] = [None] * rank
         keys = self._dimension_list(dset) if self._dimension_list is not None else None
         if keys is not None:
             for i, axis in enumerate(keys[:rank]):
-                for target in axis[::-1]:  # the last scale names the axis, as below
-                    if target in self.scale_names:
-                        out[i] = self.scale_names[target]
-                        break
+                # several scales on one axis: the last one names it, as in netCDF-C and h5netcdf
+                out[i] = next((t for t in axis[::-1] if t in self.scale_names), None)
             return out
         value = self._attr(dset, "DIMENSION_LIST")
         if value is None:
             return out
         for i, refs in enumerate(np.asarray(value, dtype=object).reshape(-1)[:rank]):
-            # several scales on one axis: the last one names it, as in netCDF-C and h5netcdf
             for ref in np.atleast_1d(np.asarray(refs, dtype=object)).reshape(-1)[::-1]:
                 key = self._key_of(ref) if isinstance(ref, h5py.Reference) and ref else None
                 if key is not None and key in self.scale_names:
-                    out[i] = self.scale_names[key]
+                    out[i] = key
                     break
         return out
+
+    def _from_dimension_list(self, dset: h5py.Dataset, rank: int) -> list[str | None]:
+        return [self.scale_names.get(k) if k is not None else None
+                for k in self.axis_scales(dset, rank)]  # fmt: skip
 
     def _dimid_names(self, group: str) -> dict[int, str]:
         """netCDF-4 dimension id -> name, as h5netcdf maps them in ``group``: it registers a
@@ -333,7 +340,7 @@ class DimensionNamer:
         for entry in by_depth:
             if self.dimension_only(entry):
                 continue
-            shape = self._shape_of(entry)
+            shape = self.shape_of(entry)
             settled[entry.path] = (shape, *self._file_names(entry, shape))
         return settled
 
