@@ -113,8 +113,9 @@ class H5SidecarBackend(BackendEntrypoint):
 
         Parameters
         ----------
-        filename_or_obj : str, path-like, GranuleRefs or SidecarStore
-            The sidecar (local path or URL such as ``s3://bucket/x.h5.parq``).
+        filename_or_obj : str, path-like, dict, GranuleRefs or SidecarStore
+            The sidecar (local path or URL such as ``s3://bucket/x.h5.parq``), or a JSON
+            sidecar's parsed content.
         group : str, optional
             Group path (``"gt1l/heights"``); the root group by default.
         storage_options : mapping, optional
