@@ -43,7 +43,9 @@ def test_cli_reference_shows_every_command_and_option() -> None:
     hook = _hook("cli_reference")
     text = hook.on_page_markdown((DOCS / "reference" / "cli.md").read_text(), _page(hook._PAGE))
     assert "<!-- cli-options:" not in text
-    for name, parser in {"h5sidecar": build_parser(), **hook._subcommands(build_parser())}.items():
+    parsers = {"h5sidecar": build_parser(), **hook.commands(build_parser())}
+    assert {"cache list", "cache prune"} <= set(parsers)  # nested subcommands too
+    for name, parser in parsers.items():
         for action in parser._actions:
             for option in action.option_strings:
                 if option in ("-h", "--help"):  # every command has it; the page says it once
@@ -51,8 +53,11 @@ def test_cli_reference_shows_every_command_and_option() -> None:
                 assert f"`{option}" in text, (name, option)
 
 
-def test_cli_reference_refuses_a_command_without_its_section() -> None:
+@pytest.mark.parametrize("command", ["prune", "cache prune"])
+def test_cli_reference_refuses_a_command_without_its_section(command: str) -> None:
     hook = _hook("cli_reference")
-    text = (DOCS / "reference" / "cli.md").read_text().replace("<!-- cli-options: prune -->", "")
-    with pytest.raises(ValueError, match="prune"):
-        hook.on_page_markdown(text, _page(hook._PAGE))
+    marker = f"<!-- cli-options: {command} -->"
+    text = (DOCS / "reference" / "cli.md").read_text()
+    assert marker in text
+    with pytest.raises(ValueError, match=command):
+        hook.on_page_markdown(text.replace(marker, ""), _page(hook._PAGE))

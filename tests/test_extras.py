@@ -91,6 +91,40 @@ with h5py.File({str(granule)!r}) as f:
     assert 'pip install "h5sidecar[dask]"' in done.stdout, done.stdout
 
 
+def test_xarrays_own_chunks_without_dask_name_the_extra(tmp_path: Path) -> None:
+    """``xr.open_dataset/open_datatree/open_groups(..., engine="h5sidecar", chunks={})`` on an
+    install without Dask raise MissingExtraError naming [dask] (not xarray's "unrecognized
+    chunk manager"); ``chunks=None`` reads what h5py reads."""
+    from h5sidecar.workflows import index_many
+    from tests.workflows.conftest import write_granule
+
+    granule = write_granule(tmp_path / "src" / "g.h5")
+    assert index_many(str(granule.parent), str(tmp_path / "dest"), executor="serial").ok
+    code = f"""
+import sys; sys.modules["dask"] = None
+import h5py, numpy as np, xarray as xr
+from h5sidecar.errors import MissingExtraError
+sidecar = {str(tmp_path / "dest" / "g.h5.parq")!r}
+for opener, kw in ((xr.open_dataset, {{"group": "gt1l/heights"}}), (xr.open_datatree, {{}}),
+                   (xr.open_groups, {{}})):
+    for chunks in ({{}}, "auto", {{"photon": 10}}):
+        try:
+            opener(sidecar, engine="h5sidecar", chunks=chunks, **kw)
+        except MissingExtraError as exc:
+            print(exc)
+ds = xr.open_dataset(sidecar, engine="h5sidecar", group="gt1l/heights", chunks=None,
+                     mask_and_scale=False)
+tree = xr.open_datatree(sidecar, engine="h5sidecar", mask_and_scale=False)
+with h5py.File({str(granule)!r}) as f:
+    np.testing.assert_array_equal(ds["h_ph"].values, f["gt1l/heights/h_ph"][()])
+    np.testing.assert_array_equal(tree["gt1l/heights"]["h_ph"].values, f["gt1l/heights/h_ph"][()])
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count('pip install "h5sidecar[dask]"') == 9, done.stdout
+
+
 def test_require_extra_names_the_missing_modules() -> None:
     require_extra("dask", "json", feature="nothing")  # present: no error
     with pytest.raises(MissingExtraError) as err:

@@ -1,7 +1,8 @@
 """mkdocs hook: the command-line reference generated from ``h5sidecar.cli``'s parser.
 
 ``reference/cli.md`` holds a ``<!-- cli-options: COMMAND -->`` marker in each command's
-section (``h5sidecar`` for the global options); the hook replaces it with that command's usage,
+section (``h5sidecar`` for the global options; ``cache list`` for a nested subcommand, one
+marker per level); the hook replaces it with that command's usage,
 description and every option with its help and default, read from the parser at build time, so
 the page cannot drift from the CLI.  A command without a marker, or a marker naming no command,
 fails the build: a new command needs its section.
@@ -14,7 +15,7 @@ import re
 import textwrap
 from typing import Any
 
-_MARKER = re.compile(r"^<!-- cli-options: ([\w-]+) -->$", re.MULTILINE)
+_MARKER = re.compile(r"^<!-- cli-options: ([\w-]+(?: [\w-]+)*) -->$", re.MULTILINE)
 _PAGE = "reference/cli.md"
 
 
@@ -23,6 +24,15 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
         if isinstance(action, argparse._SubParsersAction):
             return dict(action.choices)
     return {}
+
+
+def commands(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, argparse.ArgumentParser]:
+    """Every subcommand at every depth, keyed by its words (``"cache"``, ``"cache list"``)."""
+    found: dict[str, argparse.ArgumentParser] = {}
+    for name, sub in _subcommands(parser).items():
+        found[prefix + name] = sub
+        found.update(commands(sub, f"{prefix}{name} "))
+    return found
 
 
 def _cell(text: str) -> str:
@@ -77,7 +87,7 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
     from h5sidecar.cli import build_parser
 
     root = build_parser()
-    parsers = {"h5sidecar": root, **_subcommands(root)}
+    parsers = {"h5sidecar": root, **commands(root)}
     marked = _MARKER.findall(markdown)
     unknown = sorted(set(marked) - set(parsers))
     missing = sorted(set(parsers) - set(marked))

@@ -34,6 +34,10 @@ Without one:
   direct Dataset builder (checked on xarray 2026.9.0).
 - :func:`protect_variables` wraps a Dataset's lazy variables as xarray's
   ``_protect_dataset_variables_inplace`` does (``CopyOnWriteArray``, ``MemoryCachedArray``).
+- :func:`requested_chunks` reads the ``chunks`` argument of the ``xarray.open_dataset`` /
+  ``open_datatree`` / ``open_groups`` call running the engine (xarray keeps it from
+  engines) from that call's frame, only to name the extra when Dask is missing; outside
+  :data:`CHECKED`, or when no such frame is found, it answers None (xarray's own error then).
 - :data:`ZARR_DIMENSION_KEY` and :class:`ZarrArrayWrapper` are ``xarray.backends.zarr``
   names outside ``xarray.backends``' public list; :class:`FrozenDict` is
   ``xarray.core.utils.FrozenDict`` (what data stores return).
@@ -41,7 +45,9 @@ Without one:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Hashable, Mapping
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -70,6 +76,7 @@ __all__ = [
     "construct_dataset",
     "normalize_source_path",
     "protect_variables",
+    "requested_chunks",
     "set_loaded_data",
     "split_basic_key",
     "variable_data",
@@ -211,3 +218,26 @@ def protect_variables(ds: xr.Dataset, cache: bool) -> None:
             if cache:
                 data = indexing.MemoryCachedArray(data)
             variable.data = data
+
+
+#: xarray's openers whose ``chunks`` argument :func:`requested_chunks` reads.
+_OPENERS = frozenset({"open_dataset", "open_datatree", "open_groups"})
+
+
+def requested_chunks(max_depth: int = 12) -> Any:
+    """The ``chunks`` given to the ``xarray.backends.api`` opener that called the engine, or
+    None (not given, no such call within ``max_depth`` frames, xarray outside CHECKED, or a
+    chunk manager other than Dask asked for with ``chunked_array_type``).
+    """
+    if not IN_CHECKED:  # pragma: no cover - the newest release is tested
+        return None
+    frame: FrameType | None = sys._getframe(1)
+    for _ in range(max_depth):
+        if frame is None:
+            return None
+        if (frame.f_code.co_name in _OPENERS
+                and frame.f_globals.get("__name__") == "xarray.backends.api"):  # fmt: skip
+            manager = frame.f_locals.get("chunked_array_type")
+            return frame.f_locals.get("chunks") if manager in (None, "dask") else None
+        frame = frame.f_back
+    return None

@@ -7,14 +7,13 @@ Item.  Each cube ``NAME`` gives up to two assets:
     The cube's kerchunk references (JSON: ``application/json``, roles ``references``, ``index``,
     ``datacube``; Parquet directory: ``application/vnd.apache.parquet``, roles ``references``,
     ``kerchunk-parquet``, ``datacube``), with the xarray Assets extension's open options:
-    ``xarray:open_kwargs`` ``{"engine": "kerchunk", "chunks": {}}`` and
-    ``xarray:storage_options`` ``{"remote_protocol": ...}`` (the protocol of the member
-    granules), so ``xr.open_dataset(href, **open_kwargs, storage_options=storage_options)``
-    reads it with kerchunk's engine, as xpystac does for JSON references.
+    ``xarray:open_kwargs`` ``{"engine": "h5sidecar"}`` and ``xarray:storage_options`` ``{}``,
+    so ``xr.open_dataset(href, **open_kwargs, storage_options=storage_options)`` reads it
+    with the engine the base install registers (which checks every member's identity).
 ``NAME-zarr``
     With a gateway URL: ``URL/zarr/NAME/``, the cube as the gateway's Zarr v2 store
     (``application/vnd+zarr``, roles ``data``, ``zarr``, ``datacube``;
-    ``xarray:open_kwargs`` ``{"engine": "zarr", "consolidated": true, "chunks": {}}``).
+    ``xarray:open_kwargs`` ``{"engine": "zarr", "consolidated": true}``).
 
 :func:`h5sidecar.open_item` opens either from the Collection.
 """
@@ -27,8 +26,10 @@ from h5sidecar.catalog._item import (
     JSON_MEDIA_TYPE,
     PARQUET_MEDIA_TYPE,
     REFERENCE_ROLES,
+    REFERENCES_OPEN_KWARGS,
     XARRAY_EXTENSION,
     ZARR_MEDIA_TYPE,
+    ZARR_OPEN_KWARGS,
 )
 from h5sidecar.read import cube_summary
 from h5sidecar.references import GranuleRefs
@@ -42,12 +43,6 @@ CUBE_ROLE = "datacube"
 def zarr_asset_key(name: str) -> str:
     """Key of the gateway asset of cube ``name``."""
     return f"{name}-zarr"
-
-
-def _remote_protocol(refs: GranuleRefs) -> str:
-    """The fsspec protocol of the members (kerchunk's engine needs it to read their chunks)."""
-    protocols = {m.url.split("://", 1)[0] if "://" in m.url else "file" for m in refs.members}
-    return protocols.pop() if len(protocols) == 1 else "file"
 
 
 def cube_assets(
@@ -85,8 +80,8 @@ def cube_assets(
             f"{'JSON v1' if fmt == 'json' else 'Parquet'})",
             "roles": [*REFERENCE_ROLES[fmt], CUBE_ROLE],
             "file:size": int(size),
-            "xarray:open_kwargs": {"engine": "kerchunk", "chunks": {}},
-            "xarray:storage_options": {"remote_protocol": _remote_protocol(refs)},
+            "xarray:open_kwargs": dict(REFERENCES_OPEN_KWARGS),
+            "xarray:storage_options": {},
         }
     }
     if gateway_url:
@@ -95,6 +90,6 @@ def cube_assets(
             "type": ZARR_MEDIA_TYPE,
             "title": f"Datacube {name}: {what} (Zarr v2 store served by the h5sidecar gateway)",
             "roles": ["data", "zarr", CUBE_ROLE],
-            "xarray:open_kwargs": {"engine": "zarr", "consolidated": True, "chunks": {}},
+            "xarray:open_kwargs": dict(ZARR_OPEN_KWARGS),
         }
     return assets

@@ -39,7 +39,9 @@ __all__ = [
     "XARRAY_EXTENSION",
     "HDF5_MEDIA_TYPE",
     "PARQUET_MEDIA_TYPE",
+    "REFERENCES_OPEN_KWARGS",
     "ZARR_MEDIA_TYPE",
+    "ZARR_OPEN_KWARGS",
     "build_item",
     "item_id",
 ]
@@ -54,6 +56,14 @@ ZARR_MEDIA_TYPE = "application/vnd+zarr"
 REFERENCE_ROLES = {"json": ["references", "index"], "parquet": ["references", "kerchunk-parquet"]}
 #: Roles of a compact Parquet sidecar: no ``kerchunk-parquet`` (plain tools cannot read it).
 COMPACT_ROLES = ["references", "h5sidecar-compact"]
+#: xarray-assets open options of a sidecar or cube: our engine, which the base install registers
+#: and which reads JSON, kerchunk Parquet and compact Parquet alike (kerchunk's engine is not
+#: installed by any extra; ``chunks={}`` would need Dask).  No storage options: where the
+#: object store is, and its credentials, are the reader's (``xr.open_dataset(href, **open_kwargs,
+#: storage_options={**asset_options, "endpoint_url": ...})``).
+REFERENCES_OPEN_KWARGS: dict[str, Any] = {"engine": "h5sidecar"}
+#: xarray-assets open options of the gateway's Zarr v2 store (no ``chunks``: Dask is an extra).
+ZARR_OPEN_KWARGS: dict[str, Any] = {"engine": "zarr", "consolidated": True}
 
 #: Global attributes copied into ``h5sidecar:attributes`` are scalars no longer than this.
 _MAX_ATTR_CHARS = 300
@@ -137,9 +147,8 @@ def _assets(
             "roles": list(REFERENCE_ROLES[info.format]),
             "file:size": int(info.sidecar_bytes),
             # xarray-assets: xr.open_dataset(href, **open_kwargs, storage_options=...) reads it
-            # with kerchunk's engine; remote_protocol says where the chunks are
-            "xarray:open_kwargs": {"engine": "kerchunk", "chunks": {}},
-            "xarray:storage_options": {"remote_protocol": _protocol(refs.source.url)},
+            "xarray:open_kwargs": dict(REFERENCES_OPEN_KWARGS),
+            "xarray:storage_options": {},
         },
     }
     if info.format == "parquet" and info.layout == "compact":
@@ -154,13 +163,9 @@ def _assets(
             "type": ZARR_MEDIA_TYPE,
             "title": "Zarr v2 store served by the h5sidecar gateway",
             "roles": ["data", "zarr"],
-            "xarray:open_kwargs": {"engine": "zarr", "consolidated": True, "chunks": {}},
+            "xarray:open_kwargs": dict(ZARR_OPEN_KWARGS),
         }
     return assets
-
-
-def _protocol(url: str) -> str:
-    return url.split("://", 1)[0] if "://" in url else "file"
 
 
 def build_item(

@@ -72,7 +72,8 @@ class Run:
         self.references_base_url = references_base_url
         settings: dict[str, Any] = {"gateway_url": gateway_url,
                                     "references_base_url": references_base_url,
-                                    "item_format": 1}  # fmt: skip
+                                    "item_format": 2}  # fmt: skip
+        # item_format 2: assets open with engine="h5sidecar" (a catalog of 1 is rebuilt)
         if track_footprints != "recorded":  # (only then: the runs of before keep their items)
             settings["track_footprints"] = track_footprints
         self.settings = json.dumps(settings, sort_keys=True)

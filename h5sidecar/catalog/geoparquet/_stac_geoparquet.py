@@ -6,7 +6,7 @@ One row per item: ``type``, ``stac_version``, ``stac_extensions``, ``id``, ``geo
 column; ``datetime``, ``start_datetime``, ``end_datetime`` and ``created`` are timestamps (UTC,
 microseconds).  ``h5sidecar:attributes`` (the granule's global attributes, which differ in
 names and types between products) and the assets' ``xarray:open_kwargs`` and
-``xarray:storage_options`` (free-form maps; ``{"chunks": {}}`` has no Parquet form) are kept as
+``xarray:storage_options`` (free-form maps; an empty one, ``{}``, has no Parquet form) are kept as
 JSON text.  The file metadata holds GeoParquet's
 ``geo`` key and the ``stac-geoparquet`` key with the collection document.
 
@@ -30,7 +30,7 @@ ROW_GROUP = 5000
 STAC_GEOPARQUET_VERSION = "1.1.0"
 _TIMES = ("datetime", "start_datetime", "end_datetime", "created")
 _AS_JSON = ("h5sidecar:attributes",)
-#: Free-form keyword maps of the xarray-assets extension (``{"chunks": {}}``: Parquet has no
+#: Free-form keyword maps of the xarray-assets extension (``{}``: Parquet has no
 #: empty struct, and ``null`` would mean something else to xarray).
 _ASSET_JSON = ("xarray:open_kwargs", "xarray:storage_options")
 

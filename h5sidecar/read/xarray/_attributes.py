@@ -14,10 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from h5sidecar.errors import require_extra
 from h5sidecar.references import ArrayMeta, nonfinite, typed_value
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES", "aligned_chunks", "cf_attributes", "group_attributes", "is_cf_time",
+    "require_dask",
 ]  # fmt: skip
 
 #: Target decoded size of one Dask chunk when aligning to source chunks.
@@ -102,3 +104,10 @@ def group_attributes(attrs: Mapping[str, Any], hints: Mapping[str, str] | None =
 def is_cf_time(attrs: Mapping[str, Any]) -> bool:
     """Whether attributes describe a CF time variable (``units`` of the form ``"<u> since <t>"``)."""
     return isinstance(attrs.get("units"), str) and " since " in attrs["units"]
+
+
+def require_dask(chunks: Any) -> None:
+    """Any other chunking than ``None`` needs Dask, said so (xarray's own error,
+    "unrecognized chunk manager dask", names no package to install)."""
+    if chunks is not None:
+        require_extra("dask", "dask", feature="chunks= (Dask arrays; chunks=None reads without)")

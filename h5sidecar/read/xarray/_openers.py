@@ -18,8 +18,9 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from h5sidecar.errors import IncompatibleGranulesError, require_extra
+from h5sidecar.errors import IncompatibleGranulesError
 from h5sidecar.read._sidecar_open import load_refs
+from h5sidecar.read.xarray._attributes import require_dask
 from h5sidecar.read.xarray._zarr_data_store import is_cf_time
 from h5sidecar.read.zarr.store import SidecarStore
 from h5sidecar.references import GranuleRefs
@@ -41,12 +42,10 @@ def _default_chunks() -> dict[str, int] | None:
 
 
 def _chunks(chunks: Any) -> Any:
-    """The default chunks for ``...``; any other chunking than ``None`` needs Dask, said so
-    (xarray's own error, "unrecognized chunk manager dask", names no package to install)."""
+    """The default chunks for ``...``; other chunks checked by :func:`require_dask`."""
     if chunks is ...:
         return _default_chunks()
-    if chunks is not None:
-        require_extra("dask", "dask", feature="chunks= (Dask arrays; chunks=None reads without)")
+    require_dask(chunks)
     return chunks
 
 

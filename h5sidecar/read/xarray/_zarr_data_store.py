@@ -52,7 +52,7 @@ from h5sidecar.read.xarray._dataset_build import store_dataset
 from h5sidecar.read.xarray._lazy_array import SidecarArray
 from h5sidecar.read.xarray._refs_data_store import RefsGroupStore, group_members
 from h5sidecar.read.zarr.store import SidecarStore
-from h5sidecar.references import GranuleRefs
+from h5sidecar.references import GranuleRefs, from_kerchunk
 from h5sidecar.settings import ReadSettings
 
 __all__ = [
@@ -198,10 +198,13 @@ def open_reader(
     (a store's view, and the reader it wraps, are the caller's)."""
     if isinstance(filename_or_obj, GranuleReader | SidecarStore):
         return filename_or_obj
+    if isinstance(filename_or_obj, Mapping):
+        # a JSON sidecar already parsed: what xpystac passes for a references asset
+        filename_or_obj = from_kerchunk(filename_or_obj)
     if not isinstance(filename_or_obj, GranuleRefs | str | os.PathLike):
         raise TypeError(
-            "engine='h5sidecar' opens a sidecar path/URL (x.h5.parq, x.h5.json), GranuleRefs "
-            f"or SidecarStore, not {type(filename_or_obj).__name__}"
+            "engine='h5sidecar' opens a sidecar path/URL (x.h5.parq, x.h5.json), its parsed "
+            f"JSON, GranuleRefs or SidecarStore, not {type(filename_or_obj).__name__}"
         )
     return GranuleReader.open(
         filename_or_obj,

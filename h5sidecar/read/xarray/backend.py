@@ -13,13 +13,16 @@ Data is read by the native batch reader, not by zarr, except for arrays of Pytho
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from xarray.backends import BackendEntrypoint
 
+from h5sidecar._compat.xarray import requested_chunks
 from h5sidecar._docs import docs_page
+from h5sidecar.read.xarray._attributes import require_dask
 from h5sidecar.read.xarray._datatree import build_datatree, open_groups
 from h5sidecar.read.xarray._zarr_data_store import (
     DEFAULT_CHUNK_BYTES,
@@ -55,6 +58,14 @@ def _looks_like_sidecar(path: str) -> bool:
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
             # the extras block is written after the refs: search from the end
             return m.rfind(b"," + marker + b":") >= 0
+
+
+def _dask_for_xarrays_chunks() -> None:
+    """xarray chunks what an engine returns after it returns, and without Dask its error
+    ("unrecognized chunk manager dask") names nothing to install: name the extra first (only
+    when Dask is missing: reading xarray's frame is needless otherwise)."""
+    if importlib.util.find_spec("dask") is None:
+        require_dask(requested_chunks())
 
 
 class H5SidecarBackend(BackendEntrypoint):
@@ -113,8 +124,9 @@ class H5SidecarBackend(BackendEntrypoint):
 
         Parameters
         ----------
-        filename_or_obj : str, path-like, GranuleRefs or SidecarStore
-            The sidecar (local path or URL such as ``s3://bucket/x.h5.parq``).
+        filename_or_obj : str, path-like, dict, GranuleRefs or SidecarStore
+            The sidecar (local path or URL such as ``s3://bucket/x.h5.parq``), or a JSON
+            sidecar's parsed content.
         group : str, optional
             Group path (``"gt1l/heights"``); the root group by default.
         storage_options : mapping, optional
@@ -132,6 +144,7 @@ class H5SidecarBackend(BackendEntrypoint):
         mask_and_scale, decode_times, concat_characters, decode_coords, use_cftime, decode_timedelta
             xarray's CF decoding options.
         """
+        _dask_for_xarrays_chunks()
         return open_group_dataset(
             filename_or_obj,
             drop_variables=drop_variables,
@@ -153,10 +166,12 @@ class H5SidecarBackend(BackendEntrypoint):
         self, filename_or_obj: Any, *, group: str | None = None, **kwargs: Any
     ) -> dict[str, Any]:
         """Every group (below ``group``) as a Dataset, keyed ``"/"``, ``"/gt1l"``, ..."""
+        _dask_for_xarrays_chunks()
         return open_groups(filename_or_obj, group=group, **kwargs)
 
     def open_datatree(  # type: ignore[override]
         self, filename_or_obj: Any, *, group: str | None = None, **kwargs: Any
     ) -> Any:
         """Every group as one DataTree (dimension-name clashes resolved, see open_datatree)."""
+        _dask_for_xarrays_chunks()
         return build_datatree(filename_or_obj, group=group, **kwargs)

@@ -14,12 +14,13 @@ variable, shared with the test suite's reader matrix:
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import numpy as np
 
-__all__ = ["DecodedVerdict", "decoded_verdict", "open_truth", "same_values"]
+__all__ = ["DecodedVerdict", "OpenedGroups", "decoded_verdict", "open_truth", "same_values"]
 
 DecodedVerdict = Literal["equal", "widened", "differ"]
 
@@ -37,7 +38,10 @@ def open_truth(source: Any, group: str) -> tuple[Any, Any] | None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             raw = xr.open_dataset(source, decode_cf=False, **kw)
-            decoded = xr.open_dataset(source, **kw)
+            # decoded from the raw variables, as open_dataset decodes them: one h5netcdf open
+            # per group, not two (an open computes every variable's shape, which for unlimited
+            # dimensions h5netcdf derives from all variables attached to them)
+            decoded = xr.decode_cf(raw)
     except Exception:  # noqa: BLE001 - h5netcdf's own refusals are not ours to judge
         return None
     wide = raw.copy()
@@ -56,6 +60,70 @@ def open_truth(source: Any, group: str) -> tuple[Any, Any] | None:
     except Exception:  # noqa: BLE001
         wide = decoded
     return decoded, wide
+
+
+#: Why :class:`OpenedGroups` exists: opening is the main cost of verify's checks 4 and 5.
+#: h5netcdf computes every variable's shape when a group is opened, and the size of an
+#: unlimited dimension from every variable attached to it (ATL03: ~140 groups of ~20
+#: variables), and an open on an object store reads the group's metadata again.
+
+
+class OpenedGroups:
+    """Groups of ``source`` (h5netcdf) and ``store`` (plain xarray, Zarr v2), opened on first use.
+
+    Parameters
+    ----------
+    store : zarr store
+        The sidecar as plain kerchunk consumers open it (consolidated Zarr v2).
+    source : path or binary file object
+        The HDF5 source.
+    """
+
+    def __init__(self, store: Any, source: Any) -> None:
+        self._store, self._source = store, source
+        self._truths: dict[str, Any] = {}
+        self._plain: dict[str, Any] = {}
+
+    def truth(self, group: str) -> tuple[Any, Any] | None:
+        """:func:`~h5sidecar.workflows.checks._cfcheck.open_truth` of ``group``, once."""
+        if group not in self._truths:
+            self._truths[group] = open_truth(self._source, group)
+        return self._truths[group]
+
+    def plain(self, group: str) -> Any:
+        """``group`` through plain xarray on the store, once (its refusal raised each time)."""
+        import xarray as xr
+
+        if group not in self._plain:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self._plain[group] = xr.open_dataset(
+                        self._store, engine="zarr", group=group or None, consolidated=True,
+                        zarr_format=2)  # fmt: skip
+            except Exception as exc:  # noqa: BLE001 - the checks report it per variable
+                self._plain[group] = exc
+        found = self._plain[group]
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    def close(self) -> None:
+        """Close every dataset opened."""
+        for pair in self._truths.values():
+            for ds in pair or ():
+                ds.close()
+        for ds in self._plain.values():
+            if not isinstance(ds, Exception):
+                ds.close()
+        self._truths.clear()
+        self._plain.clear()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _as_text(a: np.ndarray, resolve: Any = None) -> list[str]:
@@ -146,6 +214,7 @@ def decoded_differences(
     groups: list[str],
     regions: dict[str, list[tuple[slice, ...]]],
     resolve: Any = None,
+    opened: Any = None,
 ) -> dict[str, str]:
     """Variables whose CF-decoded values through ``store`` differ from xarray + h5netcdf.
 
@@ -162,17 +231,27 @@ def decoded_differences(
         not compared.
     resolve : callable, optional
         h5py object reference -> target path (see :func:`same_values`).
+    opened : OpenedGroups, optional
+        Groups already opened on ``store`` and ``source``, shared with the dimension check
+        (:class:`OpenedGroups`); by default opened here.
 
     Returns
     -------
     dict
         Array path -> what differs (``widened`` float32 packing is not a difference).
     """
-    import xarray as xr
+    with contextlib.ExitStack() as stack:
+        if opened is None:
+            opened = stack.enter_context(OpenedGroups(store, source))
+        return _decoded_differences(opened, groups, regions, resolve)
 
+
+def _decoded_differences(
+    opened: Any, groups: list[str], regions: dict[str, list[tuple[slice, ...]]], resolve: Any
+) -> dict[str, str]:
     out: dict[str, str] = {}
     for group in groups:
-        truth = open_truth(source, group)
+        truth = opened.truth(group)
         if truth is None:
             continue
         want, wide = truth
@@ -181,10 +260,7 @@ def decoded_differences(
         if not names:
             continue
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                got = xr.open_dataset(store, engine="zarr", group=group or None,
-                                      consolidated=True, zarr_format=2)  # fmt: skip
+            got = opened.plain(group)
         except Exception as exc:  # noqa: BLE001 - reported per variable, as verify does
             for n in names:
                 out[f"{prefix}{n}"] = f"plain xarray cannot open group /{group}: {exc}"

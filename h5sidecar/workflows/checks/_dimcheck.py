@@ -18,9 +18,10 @@ index status of the variable that names it.
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Mapping
 from typing import Any
+
+from h5sidecar.workflows.checks._cfcheck import OpenedGroups
 
 __all__ = [
     "dimension_differences",
@@ -115,7 +116,9 @@ def dimension_differences(
     return out
 
 
-def sidecar_dimension_differences(store: Any, source: Any, groups: list[str]) -> dict[str, str]:
+def sidecar_dimension_differences(
+    store: Any, source: Any, groups: list[str], opened: Any = None
+) -> dict[str, str]:
     """Arrays whose dimensions or coordinates through plain xarray on ``store`` differ from
     xarray + h5netcdf on ``source`` (see the module docstring).
 
@@ -127,30 +130,27 @@ def sidecar_dimension_differences(store: Any, source: Any, groups: list[str]) ->
         The HDF5 source, opened with h5netcdf.
     groups : list of str
         Group paths (``""`` for the root), ancestors before descendants.
+    opened : OpenedGroups, optional
+        Groups already opened on ``store`` and ``source``, shared with the decoded-value check
+        (:class:`~h5sidecar.workflows.checks._cfcheck.OpenedGroups`); by default opened here.
 
     Returns
     -------
     dict
         Array path -> what differs.
     """
-    import xarray as xr
-
     truths: dict[str, Any] = {}
     out: dict[str, str] = {}
-    with contextlib.ExitStack() as opened, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with contextlib.ExitStack() as stack:
+        if opened is None:
+            opened = stack.enter_context(OpenedGroups(store, source))
         for group in groups:
-            try:
-                truths[group] = opened.enter_context(xr.open_dataset(
-                    source, engine="h5netcdf", group=group or None, phony_dims="access"
-                ))  # fmt: skip
-            except Exception:  # noqa: BLE001 - h5netcdf's own refusals are not ours to judge
-                truths[group] = None
+            truth = opened.truth(group)
+            truths[group] = None if truth is None else truth[0]
+            if truth is None:
                 continue
             try:
-                got = opened.enter_context(xr.open_dataset(
-                    store, engine="zarr", group=group or None, consolidated=True, zarr_format=2
-                ))  # fmt: skip
+                got = opened.plain(group)
             except Exception as exc:  # noqa: BLE001 - reported per variable, as verify does
                 prefix = f"{group}/" if group else ""
                 for name in truths[group].variables:

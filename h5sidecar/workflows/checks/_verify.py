@@ -26,7 +26,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import fsspec
 import h5py
 import hdf5plugin  # noqa: F401  (registers HDF5 filter plugins for the h5py side)
 import numpy as np
@@ -43,7 +42,7 @@ from h5sidecar.references import (
     read_refs,
 )
 from h5sidecar.sources import normalize_url
-from h5sidecar.workflows.checks._cfcheck import decoded_differences
+from h5sidecar.workflows.checks._cfcheck import OpenedGroups, decoded_differences
 from h5sidecar.workflows.checks._dimcheck import sidecar_dimension_differences
 from h5sidecar.workflows.checks._inspect import refuse_dest_folder
 from h5sidecar.workflows.checks._plain_parquet import NullKeepingReferenceMapper
@@ -152,13 +151,14 @@ def verify_refs(
         chosen[arr.path] = choose_chunks(arr, sample, rng)
         return chosen[arr.path]
 
-    with _open_h5(src, opts) as h5:
+    with _open_source(src, opts) as source, h5py.File(source, "r") as h5, \
+            OpenedGroups(group.store, source) as opened:  # fmt: skip
         checks = [
             check_array(arr, group, h5, pick, ref, opts, current)
             for arr in refs.arrays.values()
         ]
-        decoded = _decoded_check(refs, group, src, opts, chosen, h5)
-    dims = _dimension_check(refs, group, src, opts)
+        decoded = _decoded_check(refs, opened, chosen, h5)
+        dims = _dimension_check(refs, group, opened)
     checks = [_with_decoded(c, decoded.get(c.path) or dims.get(c.path)) for c in checks]
     checks += [
         VariableCheck(s.path, "skipped", message=f"{s.kind}: {s.reason}") for s in refs.skipped
@@ -188,9 +188,7 @@ def _has_h5netcdf() -> bool:
 
 def _decoded_check(
     refs: GranuleRefs,
-    group: zarr.Group,
-    src: str,
-    opts: dict[str, Any] | None,
+    opened: OpenedGroups,
     chosen: dict[str, list[tuple[int, ...]]],
     h5: h5py.File,
 ) -> dict[str, str]:
@@ -208,25 +206,33 @@ def _decoded_check(
     def resolve(r: Any) -> str:
         return h5[r].name if isinstance(r, h5py.Reference) and r else str(r)
 
-    with contextlib.ExitStack() as stack:
-        source: Any = src
-        if is_remote(src):
-            source = stack.enter_context(fsspec.open(src, "rb", **(opts or {})))
-        return decoded_differences(group.store, source, list(refs.groups), regions, resolve)
+    return decoded_differences(None, None, list(refs.groups), regions, resolve, opened=opened)
 
 
-def _dimension_check(
-    refs: GranuleRefs, group: zarr.Group, src: str, opts: dict[str, Any] | None
-) -> dict[str, str]:
+def _dimension_check(refs: GranuleRefs, group: zarr.Group, opened: OpenedGroups) -> dict[str, str]:
     """Check 5: dimension names and coordinates through plain xarray equal xarray + h5netcdf's
     on the source.  Skipped when h5netcdf is not installed."""
     if not _has_h5netcdf():
         return {}
-    with contextlib.ExitStack() as stack:
-        source: Any = src
-        if is_remote(src):
-            source = stack.enter_context(fsspec.open(src, "rb", **(opts or {})))
-        return sidecar_dimension_differences(group.store, source, list(refs.groups))
+    return sidecar_dimension_differences(group.store, None, list(refs.groups), opened=opened)
+
+
+#: Blocks of a remote source kept for checks 2-5 (h5py reads each variable's chunks, h5netcdf
+#: opens each group): its metadata is read once, not once per variable and group, where the
+#: default read-ahead cache re-read it on every backward seek (at most 64 x 2 MiB held).
+_SOURCE_CACHE = {"cache_type": "blockcache", "block_size": 2 * 2**20,
+                 "cache_options": {"maxblocks": 64}}  # fmt: skip
+
+
+@contextlib.contextmanager
+def _open_source(url: str, opts: dict[str, Any] | None) -> Iterator[Any]:
+    """The source for h5py and h5netcdf: a local path as is, a remote object as one file
+    (they read it in turn: each read seeks first)."""
+    if not is_remote(url):
+        yield url
+        return
+    with filesystem(url, opts).open(url, "rb", **_SOURCE_CACHE) as raw:
+        yield raw
 
 
 def _with_decoded(check: VariableCheck, problem: str | None) -> VariableCheck:
@@ -258,6 +264,7 @@ def _open_plain(ref: str, refs: GranuleRefs, opts: dict[str, Any] | None) -> zar
         # engine (fastparquet) is not a dependency, and its pyarrow engine under pandas >= 3
         # reads a missing chunk as a NaN URL and fails (see _plain_parquet)
         fo = NullKeepingReferenceMapper(ref, fs=ref_fs)
+        fo.prefetch(refs.arrays)
     so: dict[str, Any] = {"fo": fo, "remote_protocol": remote, "remote_options": remote_options}
     if is_remote(ref):
         so["target_options"] = dict(opts or {})
@@ -274,12 +281,3 @@ def _open_own(refs: GranuleRefs, opts: dict[str, Any] | None) -> zarr.Group:
     return zarr.open_group(store, mode="r", zarr_format=2)
 
 
-@contextlib.contextmanager
-def _open_h5(url: str, opts: dict[str, Any] | None) -> Iterator[h5py.File]:
-    """h5py on the source: a local path directly, a remote object through fsspec."""
-    if not is_remote(url):
-        with h5py.File(url, "r") as f:
-            yield f
-        return
-    with fsspec.open(url, "rb", **(opts or {})) as raw, h5py.File(raw, "r") as f:
-        yield f

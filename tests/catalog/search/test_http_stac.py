@@ -105,25 +105,30 @@ def test_xpystac_opens_the_gateway_zarr_asset(stac_gateway: str, indexed: Indexe
 
 
 def test_xpystac_opens_a_json_references_asset_over_http(indexed: Indexed, tmp_path: Path) -> None:
-    """A flat CF file: xpystac reads kerchunk JSON with kerchunk's engine, which opens the store
-    without consolidated metadata -- and zarr 3.1 then lists no arrays in *nested* groups, so
-    ``h5sidecar.open_item`` is the way into the groups of an ATL03 granule."""
+    """xpystac fetches a JSON references asset and hands the parsed JSON to the asset's engine
+    (``h5sidecar``), which also opens the nested groups of an ATL03 granule."""
     import pystac
 
     from h5sidecar.workflows import index_many
 
     dest = tmp_path / "dest"
-    assert index_many(str(indexed.netcdf), str(dest), format="json", executor="serial").ok
+    for path in (indexed.netcdf, indexed.atl03[0]):
+        assert index_many(str(path), str(dest), format="json", executor="serial").ok
     with _static_server(dest) as base:
         res = build_catalog(str(dest), tmp_path / "stac", references_base_url=base)
-        item = pystac.Item.from_file(res.items[0])
-        asset = item.assets["references"]
+        items = {Path(p).parent.name: pystac.Item.from_file(p) for p in res.items}
+        asset = items["gridded_sample"].assets["references"]
         assert asset.href == f"{base}/{indexed.netcdf.name}.json"
         assert asset.roles == ["references", "index"] and asset.media_type == "application/json"
         ds = xr.open_dataset(asset, engine="stac", mask_and_scale=False, decode_times=False)
         with h5py.File(indexed.netcdf) as f:
             for name in ("tas", "pr", "orog", "time", "lat"):
                 np.testing.assert_array_equal(ds[name].values, f[name][:])
+        asset = items[indexed.atl03[0].stem].assets["references"]
+        ds = xr.open_dataset(asset, engine="stac", group="gt1l/heights", mask_and_scale=False)
+        with h5py.File(indexed.atl03[0]) as f:
+            for name in ("h_ph", "lat_ph", "quality_ph"):
+                np.testing.assert_array_equal(ds[name].values, f[f"gt1l/heights/{name}"][:])
 
 
 def test_stac_http_errors(stac_gateway: str, indexed: Indexed) -> None:
