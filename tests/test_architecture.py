@@ -353,3 +353,34 @@ def test_the_private_api_check_sees_each_kind_of_use() -> None:
         "xarray.Dataset._construct_direct",
         "xarray.core.indexing.decompose_indexer",
     }
+
+
+#: Packages whose modules import each of the project's names from the module that defines it.
+FROM_THE_SOURCE = ("references/parquet_sidecar", "workflows/cube")
+
+
+def _passed_on(module: str) -> set[str]:
+    """The names ``module`` (a module of h5sidecar, not a front) binds by importing them."""
+    path = PACKAGE.joinpath(*module.split(".")[1:]).with_suffix(".py")
+    body = ast.parse(path.read_text(), str(path)).body  # module level: what it binds
+    return {a.asname or a.name for n in body if isinstance(n, ast.ImportFrom) for a in n.names}
+
+
+def test_listed_packages_import_names_from_where_they_are_defined() -> None:
+    """A module of :data:`FROM_THE_SOURCE` imports a name from the module that defines it, not
+    from a sibling module that only passes it on (its import then outlives the name's move)."""
+    problems = []
+    for package in FROM_THE_SOURCE:
+        for path in sorted((PACKAGE / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                        and node.module.startswith("h5sidecar.")):
+                    continue
+                source = PACKAGE.joinpath(*node.module.split(".")[1:]).with_suffix(".py")
+                if not source.is_file():  # a front passes names on by design
+                    continue
+                passed = _passed_on(node.module)
+                problems += [f"{path.relative_to(PACKAGE.parent)}: {a.name} from {node.module}"
+                             for a in node.names if a.name in passed]
+    assert not problems, "names imported from a module that only passes them on:\n" + "\n".join(
+        problems)
