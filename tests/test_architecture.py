@@ -267,9 +267,9 @@ def _is_private(part: str) -> bool:
 
 def _private_uses(tree: ast.AST) -> Iterator[tuple[int, str]]:
     """``(line, what)`` of each use of another library's private API in a module: an import
-    of an underscored module or name, of ``zarr.core`` or of ``xarray.core`` (but for the
-    backend indexing names), and an underscored attribute read on an imported library's
-    module or name (``xr.Dataset._construct_direct``)."""
+    of an underscored module or name, of ``zarr.core``, ``xarray.coding`` or ``xarray.core``
+    (but for the backend indexing names), and an underscored attribute read on an imported
+    library's module or name (``xr.Dataset._construct_direct``)."""
     bound: dict[str, str] = {}  # local name -> the library path it is bound to
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -285,8 +285,10 @@ def _private_uses(tree: ast.AST) -> Iterator[tuple[int, str]]:
                 bound[alias.asname or alias.name] = path
                 if _private_path(path):
                     yield node.lineno, f"from {node.module} import {alias.name}"
+    # the outermost attribute of a chain only (``xr.coding.times.f`` once, not per prefix)
+    inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Attribute):
+        if not isinstance(node, ast.Attribute) or id(node) in inner:
             continue
         chain = [node.attr]
         value = node.value
@@ -306,7 +308,7 @@ def _private_path(path: str) -> bool:
         return False
     if any(_is_private(p) for p in parts):
         return True
-    if parts[:2] == ["zarr", "core"]:
+    if parts[:2] in (["zarr", "core"], ["xarray", "coding"]):  # public: xarray.coders
         return True
     if parts[:2] == ["xarray", "core"]:
         return not (parts[:3] == ["xarray", "core", "indexing"]
@@ -316,9 +318,9 @@ def _private_path(path: str) -> bool:
 
 def test_other_libraries_private_apis_only_in_compat() -> None:
     """DESIGN rule 15: another library's private API (underscored modules and names,
-    ``zarr.core``, ``xarray.core`` but for its documented backend indexing names) is used in
-    ``h5sidecar/_compat/<library>.py`` only, where each use is named, version-gated and
-    tested (``tests/test_compat.py``)."""
+    ``zarr.core``, ``xarray.coding``, ``xarray.core`` but for its documented backend indexing
+    names) is used in ``h5sidecar/_compat/<library>.py`` only, where each use is named,
+    version-gated and tested (``tests/test_compat.py``)."""
     problems = []
     for path in sorted(PACKAGE.rglob("*.py")):
         if _layer(_module_of(path)) == "_compat":
@@ -337,8 +339,11 @@ def test_the_private_api_check_sees_each_kind_of_use() -> None:
         "from zarr.codecs.numcodecs import _NumcodecsBytesBytesCodec\n"
         "from xarray.core import indexing\n"
         "from xarray.core.variable import calculate_dimensions\n"
+        "from xarray.coding.times import decode_cf_datetime\n"
         "import os, sys\n"
         "xr.Dataset._construct_direct\n"
+        "xr.coding.times.encode_cf_datetime\n"
+        "xr.coders.CFDatetimeCoder\n"
         "indexing.decompose_indexer\n"
         "indexing.LazilyIndexedArray\n"
         "os._exit\n"
@@ -350,6 +355,8 @@ def test_the_private_api_check_sees_each_kind_of_use() -> None:
         "import zarr.core.metadata",
         "from zarr.codecs.numcodecs import _NumcodecsBytesBytesCodec",
         "from xarray.core.variable import calculate_dimensions",
+        "from xarray.coding.times import decode_cf_datetime",
+        "xarray.coding.times.encode_cf_datetime",
         "xarray.Dataset._construct_direct",
         "xarray.core.indexing.decompose_indexer",
     }
