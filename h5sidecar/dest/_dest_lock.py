@@ -82,7 +82,10 @@ def file_lock(path: str, *, exclusive: bool, waiting: str) -> Iterator[None]:
     if fcntl is None:
         yield
         return
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except PermissionError:  # another user's lock file: flock needs no write access
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
         try:

@@ -11,6 +11,7 @@ one of its split parts' (``cube-0.parq``, ...).  The lock makes this safe: a wri
 cube that is alive holds it, so every such leftover is a dead one's.  A part's leftovers are
 left alone while that part's own lock is held (someone writing ``cube-1.parq`` as a cube of
 its own), and an ``.old`` directory while the cube itself is missing (it then is the only copy).
+Where there is no ``flock`` (Windows) nothing is removed.
 
 The lock file's name is hidden (DEST's walk, the gateway and prune skip ``.`` names) and stays
 after the run, as DEST's does (removing it would race the next writer's ``open``).  An object
@@ -28,7 +29,7 @@ from collections.abc import Iterator
 
 from h5sidecar.dest import file_lock, is_remote
 
-try:  # POSIX only: elsewhere a part's lock is not checked before its leftovers go
+try:  # POSIX only: elsewhere nothing tells a live writer's leftovers from a dead one's
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
@@ -57,6 +58,8 @@ def writing_cube(out: str) -> Iterator[None]:
 
 
 def _sweep(folder: str, name: str) -> None:
+    if fcntl is None:  # no lock held: a live writer's staging would look like a dead one's
+        return
     stem, ext = os.path.splitext(name)
     if ext not in (".parq", ".json"):  # the names cube_paths gives the parts
         stem, ext = name, ""
@@ -82,10 +85,8 @@ def _sweep(folder: str, name: str) -> None:
 
 def _held(lock: str) -> bool:
     """Whether another process holds the lock file ``lock`` (False when it does not exist)."""
-    if fcntl is None:
-        return False
     try:
-        fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
+        fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return False
     try:
