@@ -267,9 +267,9 @@ def _is_private(part: str) -> bool:
 
 def _private_uses(tree: ast.AST) -> Iterator[tuple[int, str]]:
     """``(line, what)`` of each use of another library's private API in a module: an import
-    of an underscored module or name, of ``zarr.core`` or of ``xarray.core`` (but for the
-    backend indexing names), and an underscored attribute read on an imported library's
-    module or name (``xr.Dataset._construct_direct``)."""
+    of an underscored module or name, of ``zarr.core``, ``xarray.coding`` or ``xarray.core``
+    (but for the backend indexing names), and an underscored attribute read on an imported
+    library's module or name (``xr.Dataset._construct_direct``)."""
     bound: dict[str, str] = {}  # local name -> the library path it is bound to
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -285,8 +285,10 @@ def _private_uses(tree: ast.AST) -> Iterator[tuple[int, str]]:
                 bound[alias.asname or alias.name] = path
                 if _private_path(path):
                     yield node.lineno, f"from {node.module} import {alias.name}"
+    # the outermost attribute of a chain only (``xr.coding.times.f`` once, not per prefix)
+    inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Attribute):
+        if not isinstance(node, ast.Attribute) or id(node) in inner:
             continue
         chain = [node.attr]
         value = node.value
@@ -306,7 +308,7 @@ def _private_path(path: str) -> bool:
         return False
     if any(_is_private(p) for p in parts):
         return True
-    if parts[:2] == ["zarr", "core"]:
+    if parts[:2] in (["zarr", "core"], ["xarray", "coding"]):  # public: xarray.coders
         return True
     if parts[:2] == ["xarray", "core"]:
         return not (parts[:3] == ["xarray", "core", "indexing"]
@@ -316,9 +318,9 @@ def _private_path(path: str) -> bool:
 
 def test_other_libraries_private_apis_only_in_compat() -> None:
     """DESIGN rule 15: another library's private API (underscored modules and names,
-    ``zarr.core``, ``xarray.core`` but for its documented backend indexing names) is used in
-    ``h5sidecar/_compat/<library>.py`` only, where each use is named, version-gated and
-    tested (``tests/test_compat.py``)."""
+    ``zarr.core``, ``xarray.coding``, ``xarray.core`` but for its documented backend indexing
+    names) is used in ``h5sidecar/_compat/<library>.py`` only, where each use is named,
+    version-gated and tested (``tests/test_compat.py``)."""
     problems = []
     for path in sorted(PACKAGE.rglob("*.py")):
         if _layer(_module_of(path)) == "_compat":
@@ -337,8 +339,11 @@ def test_the_private_api_check_sees_each_kind_of_use() -> None:
         "from zarr.codecs.numcodecs import _NumcodecsBytesBytesCodec\n"
         "from xarray.core import indexing\n"
         "from xarray.core.variable import calculate_dimensions\n"
+        "from xarray.coding.times import decode_cf_datetime\n"
         "import os, sys\n"
         "xr.Dataset._construct_direct\n"
+        "xr.coding.times.encode_cf_datetime\n"
+        "xr.coders.CFDatetimeCoder\n"
         "indexing.decompose_indexer\n"
         "indexing.LazilyIndexedArray\n"
         "os._exit\n"
@@ -350,6 +355,39 @@ def test_the_private_api_check_sees_each_kind_of_use() -> None:
         "import zarr.core.metadata",
         "from zarr.codecs.numcodecs import _NumcodecsBytesBytesCodec",
         "from xarray.core.variable import calculate_dimensions",
+        "from xarray.coding.times import decode_cf_datetime",
+        "xarray.coding.times.encode_cf_datetime",
         "xarray.Dataset._construct_direct",
         "xarray.core.indexing.decompose_indexer",
     }
+
+
+#: Packages whose modules import each of the project's names from the module that defines it.
+FROM_THE_SOURCE = ("references/parquet_sidecar", "workflows/cube")
+
+
+def _passed_on(module: str) -> set[str]:
+    """The names ``module`` (a module of h5sidecar, not a front) binds by importing them."""
+    path = PACKAGE.joinpath(*module.split(".")[1:]).with_suffix(".py")
+    body = ast.parse(path.read_text(), str(path)).body  # module level: what it binds
+    return {a.asname or a.name for n in body if isinstance(n, ast.ImportFrom) for a in n.names}
+
+
+def test_listed_packages_import_names_from_where_they_are_defined() -> None:
+    """A module of :data:`FROM_THE_SOURCE` imports a name from the module that defines it, not
+    from a sibling module that only passes it on (its import then outlives the name's move)."""
+    problems = []
+    for package in FROM_THE_SOURCE:
+        for path in sorted((PACKAGE / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                        and node.module.startswith("h5sidecar.")):
+                    continue
+                source = PACKAGE.joinpath(*node.module.split(".")[1:]).with_suffix(".py")
+                if not source.is_file():  # a front passes names on by design
+                    continue
+                passed = _passed_on(node.module)
+                problems += [f"{path.relative_to(PACKAGE.parent)}: {a.name} from {node.module}"
+                             for a in node.names if a.name in passed]
+    assert not problems, "names imported from a module that only passes them on:\n" + "\n".join(
+        problems)

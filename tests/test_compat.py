@@ -12,6 +12,7 @@ import ctypes
 import os
 import threading
 import time
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -159,6 +160,28 @@ def test_calculate_dimensions_and_explicitly_indexed_are_what_the_constructor_se
     assert c_xarray.is_explicitly_indexed(c_xarray.variable_data(var))
     assert c_xarray.is_explicitly_indexed(c_xarray.cached_lazy_array(var))
     assert not c_xarray.is_explicitly_indexed(np.arange(4))
+
+
+@pytest.mark.parametrize(("units", "calendar"), [("days since 2000-01-01", "standard"),
+                                                  ("hours since 1999-12-31 12:00", "noleap")])
+def test_cf_datetime_converters_decode_as_decode_cf_and_encode_exactly_or_warn(
+    units: str, calendar: str
+) -> None:
+    raw = np.array([0, 36, 59 * 24], "i4")
+    dates = c_xarray.decode_cf_datetime(raw, units, calendar)
+    public = xr.decode_cf(xr.Dataset({"t": ("t", raw, {"units": units, "calendar": calendar})}))
+    np.testing.assert_array_equal(dates, public["t"].values)  # as open_dataset decodes them
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # units that hold the dates: no warning, those units
+        num, got_units, got_calendar = c_xarray.encode_cf_datetime(dates, units, calendar,
+                                                                   np.dtype("i4"))
+    assert got_calendar == calendar and num.dtype.kind == "i"
+    np.testing.assert_array_equal(c_xarray.decode_cf_datetime(num, got_units, calendar), dates)
+    coarse = "days since 1999-01-01 06:00"  # every date a fraction of a day after it
+    with pytest.warns(UserWarning):  # what _cube_time reads as "not exact"
+        num, got_units, _ = c_xarray.encode_cf_datetime(dates, coarse, calendar, np.dtype("i4"))
+    assert got_units != coarse
+    np.testing.assert_array_equal(c_xarray.decode_cf_datetime(num, got_units, calendar), dates)
 
 
 def test_zarr_store_adapter_passes_every_variable_through_its_hook(tmp_path: Path) -> None:

@@ -41,6 +41,12 @@ Without one:
 - :data:`ZARR_DIMENSION_KEY` and :class:`ZarrArrayWrapper` are ``xarray.backends.zarr``
   names outside ``xarray.backends``' public list; :class:`FrozenDict` is
   ``xarray.core.utils.FrozenDict`` (what data stores return).
+- :func:`decode_cf_datetime` and :func:`encode_cf_datetime` are
+  ``xarray.coding.times``' converters between CF time numbers and dates (a cube's time
+  labels and its ``normalize_time``; checked on xarray 2026.9.0): the numbers as
+  ``xr.open_dataset`` decodes them, and encoded in the units asked or, with a warning, in
+  others (the public ``xr.coders.CFDatetimeCoder`` wraps them in Variables and is newer than
+  the floor).
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ import xarray as xr
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from xarray.backends.zarr import DIMENSION_KEY, ZarrArrayWrapper, ZarrStore
+from xarray.coding import times as xr_times
 from xarray.core import indexing
 from xarray.core import variable as xr_variable
 from xarray.core.utils import FrozenDict
@@ -74,6 +81,8 @@ __all__ = [
     "is_explicitly_indexed",
     "is_in_memory_or_cached",
     "construct_dataset",
+    "decode_cf_datetime",
+    "encode_cf_datetime",
     "normalize_source_path",
     "protect_variables",
     "requested_chunks",
@@ -108,6 +117,8 @@ _MISSING = [
         ("indexing.ExplicitlyIndexedNDArrayMixin",
          hasattr(indexing, "ExplicitlyIndexedNDArrayMixin")),
         ("variable.calculate_dimensions", hasattr(xr_variable, "calculate_dimensions")),
+        ("coding.times.decode_cf_datetime", hasattr(xr_times, "decode_cf_datetime")),
+        ("coding.times.encode_cf_datetime", hasattr(xr_times, "encode_cf_datetime")),
     ) if not ok
 ]
 if _MISSING:  # pragma: no cover - present in every xarray of CHECKED
@@ -195,6 +206,21 @@ def is_explicitly_indexed(data: Any) -> bool:
     """Whether ``data`` is one of xarray's explicitly indexed array wrappers (a backend's lazy
     array and the wrappers xarray puts around it), which ``decode_cf_variable`` re-wraps."""
     return isinstance(data, indexing.ExplicitlyIndexedNDArrayMixin)
+
+
+def decode_cf_datetime(values: np.ndarray, units: str, calendar: str) -> np.ndarray:
+    """``values`` in CF ``units`` as dates: ``datetime64`` values, or cftime dates for a
+    calendar (or range) NumPy cannot hold; as ``xr.open_dataset`` decodes a time variable."""
+    return np.asarray(xr_times.decode_cf_datetime(values, units, calendar))
+
+
+def encode_cf_datetime(dates: np.ndarray, units: str, calendar: str, dtype: np.dtype
+                       ) -> tuple[np.ndarray, str, str]:
+    """``(numbers, units, calendar)`` of ``dates``: in ``units`` as ``dtype`` when they hold
+    the dates exactly, else in units that do, and a ``UserWarning`` says so."""
+    num, out_units, out_calendar = xr_times.encode_cf_datetime(dates, units, calendar,
+                                                               dtype=dtype)
+    return np.asarray(num), out_units, out_calendar
 
 
 class ZarrStoreAdapter(ZarrStore):

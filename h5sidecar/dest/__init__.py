@@ -42,6 +42,7 @@ _LAZY: dict[str, str] = {
     "entry_mtime": "h5sidecar.dest._dest_walk",
     "error_record": "h5sidecar.dest._report",
     "source_roots": "h5sidecar.dest._report",
+    "file_lock": "h5sidecar.dest._dest_lock",
     "filesystem": "h5sidecar.dest._locations",
     "forget_sidecars": "h5sidecar.dest._report_io",
     "has_parts": "h5sidecar.dest._record_store",
@@ -75,6 +76,7 @@ __all__: list[str] = []
 
 if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads on first use
     from h5sidecar.dest._dest_lock import dest_lock as dest_lock
+    from h5sidecar.dest._dest_lock import file_lock as file_lock
     from h5sidecar.dest._dest_walk import StagedSidecars as StagedSidecars
     from h5sidecar.dest._dest_walk import entry_mtime as entry_mtime
     from h5sidecar.dest._dest_walk import scratch_db as scratch_db

@@ -30,7 +30,7 @@ try:  # POSIX only: elsewhere the mtime guard alone protects a DEST
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LOCK_NAME", "dest_lock"]
+__all__ = ["LOCK_NAME", "dest_lock", "file_lock"]
 
 log = logging.getLogger("h5sidecar.workflows")
 
@@ -53,18 +53,45 @@ def dest_lock(dest: str, *, exclusive: bool, holder: str) -> Iterator[None]:
     holder : str
         What this run is, for the warning (``"prune --apply"``, ``"index"``).
     """
-    if is_remote(dest) or fcntl is None:
+    if is_remote(dest):
         yield
         return
     os.makedirs(dest, exist_ok=True)
-    fd = os.open(os.path.join(dest, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    other = "another run uses it" if exclusive else "a prune --apply is cleaning it"
+    with file_lock(os.path.join(dest, LOCK_NAME), exclusive=exclusive,
+                   waiting=f"{holder} waits for {dest}: {other}"):
+        yield
+
+
+@contextlib.contextmanager
+def file_lock(path: str, *, exclusive: bool, waiting: str) -> Iterator[None]:
+    """Hold a ``flock`` on the local file ``path`` (created when missing, never removed).
+
+    Waits, after logging ``waiting`` once, while another process holds it in a conflicting
+    mode.  No-op where ``fcntl`` is missing.
+
+    Parameters
+    ----------
+    path : str
+        The lock file; its folder must exist.
+    exclusive : bool
+        Exclusive or shared.
+    waiting : str
+        The warning logged when the lock is held elsewhere (who waits, and for what).
+    """
+    if fcntl is None:
+        yield
+        return
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except PermissionError:  # another user's lock file: flock needs no write access
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
         try:
             fcntl.flock(fd, mode | fcntl.LOCK_NB)
         except BlockingIOError:
-            other = "another run uses it" if exclusive else "a prune --apply is cleaning it"
-            log.warning("%s waits for %s: %s (%s/%s)", holder, dest, other, dest, LOCK_NAME)
+            log.warning("%s (%s)", waiting, path)
             fcntl.flock(fd, mode)
         yield
     finally:

@@ -38,7 +38,8 @@ import ujson
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._assemble import ChunkColumns, assemble, build_metas
-from h5sidecar.references._extras import EXTRAS_KEY, parse_extras
+from h5sidecar.references._extras import parse_extras
+from h5sidecar.references._extras_versions import EXTRAS_KEY
 from h5sidecar.references._model import GranuleRefs
 from h5sidecar.references._zmeta import split_metadata
 from h5sidecar.references.parquet_sidecar._manifests_file import (

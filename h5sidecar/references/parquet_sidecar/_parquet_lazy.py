@@ -30,12 +30,12 @@ from h5sidecar.references._assemble import (
 from h5sidecar.references._assemble import _check_within_source as check_within_source
 from h5sidecar.references._assemble import _checksums as array_checksums
 from h5sidecar.references._extras import (
-    EXTRAS_KEY,
     ArrayExtras,
     Extras,
     parse_extras,
     select_extras,
 )
+from h5sidecar.references._extras_versions import EXTRAS_KEY
 from h5sidecar.references._lazy_refs import LazyArrayRefs
 from h5sidecar.references._manifest import ChunkManifest
 from h5sidecar.references._model import GranuleRefs

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 import ujson
 
 from h5sidecar.references._atomic_local import OURS, write_local_dir
-from h5sidecar.references._extras import EXTRAS_KEY, pack, unpack
+from h5sidecar.references._extras_versions import EXTRAS_KEY, pack, unpack
 from h5sidecar.references._model import GranuleRefs
 from h5sidecar.references.datacube._member_table import MemberTable
 from h5sidecar.references.json_sidecar._kerchunk_json import json_default

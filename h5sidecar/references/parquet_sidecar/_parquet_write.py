@@ -35,7 +35,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import ujson
 
-from h5sidecar.references._extras import EXTRAS_KEY, build_extras
+from h5sidecar.references._extras import build_extras
+from h5sidecar.references._extras_versions import EXTRAS_KEY
 from h5sidecar.references._manifest import INLINE, ChunkManifest
 from h5sidecar.references._model import ArrayRefs, GranuleRefs
 from h5sidecar.references.datacube._member_table import MemberTable

@@ -19,6 +19,7 @@ from h5sidecar.errors import InvalidRequestError, require_extra
 from h5sidecar.references import gc_paused
 from h5sidecar.settings import RecordSettings
 from h5sidecar.workflows.cube._cube_build import CubePart, CubeResult, _build, cube_paths
+from h5sidecar.workflows.cube._cube_lock import writing_cube
 
 __all__ = ["CubePart", "CubeResult", "build_cube", "cube_paths"]
 
@@ -122,7 +123,8 @@ def build_cube(
     # a build allocates a few containers per granule and array, freed by reference counting;
     # collections meanwhile would scan the whole heap of the caller's process again and again
     # (0.3-0.5 s of a 1000-granule build beside a million live objects)
-    with gc_paused():
+    # one writer of a local cube at a time; a killed one's leftovers removed (see _cube_lock)
+    with gc_paused(), writing_cube(os.fspath(out)):
         if mode == "append":
             from h5sidecar.workflows.cube._cube_append import append_cube
 

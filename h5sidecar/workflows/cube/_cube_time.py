@@ -61,20 +61,19 @@ def time_labels(values: Sequence[Any], units: str | None, calendar: str | None) 
 
 
 def _decode(values: np.ndarray, units: str, calendar: str) -> np.ndarray:
-    from xarray.coding.times import decode_cf_datetime
+    from h5sidecar._compat.xarray import decode_cf_datetime  # xarray loads on first use
 
-    return np.asarray(decode_cf_datetime(values, units, calendar))
+    return decode_cf_datetime(values, units, calendar)
 
 
 def _encode(dates: np.ndarray, units: str, calendar: str, dtype: np.dtype) -> np.ndarray | None:
     """``dates`` in ``units`` as ``dtype``, or None when that would not be exact."""
-    from xarray.coding.times import encode_cf_datetime
+    from h5sidecar._compat.xarray import encode_cf_datetime
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         # xarray warns and switches units when the requested ones cannot hold the values
         num, _, _ = encode_cf_datetime(dates, units, calendar, dtype=dtype)
-    num = np.asarray(num)
     if caught:  # xarray gave other units (it respells equal ones: the decoding below decides)
         return None
     if dtype.kind in "iu" and num.dtype.kind == "f" and not np.array_equal(num, np.round(num)):
