@@ -42,6 +42,8 @@ __all__ = ["BENIGN_KINDS", "EXTENDED_KEY", "index_open_granule", "skip_loses_dat
 #: extras key: array path -> HDF5's extent, of the arrays shown at the length of their
 #: unlimited dimensions, longer than HDF5 holds them (see ``dims._unlimited_dims``)
 EXTENDED_KEY = "extended_past_hdf5_extent"
+#: datasets on an unlimited dimension kept at their HDF5 extent, and why (``dims._unlimited_dims``)
+KEPT_KEY = "kept_hdf5_extent"
 
 log = logging.getLogger("h5sidecar.indexer")
 
@@ -293,6 +295,8 @@ def index_open_granule(
         extra["attribute_dtypes"] = ctx.attribute_dtypes
     if ctx.extended:
         extra[EXTENDED_KEY] = ctx.extended
+    if ctx.dims.kept_extent:
+        extra[KEPT_KEY] = dict(ctx.dims.kept_extent)
     if summaries:
         extra[SUMMARY_KEY] = summaries
     return GranuleRefs(granule.identity, groups, arrays, tuple(skipped), extra)

@@ -147,6 +147,8 @@ class DimensionNamer:
         unlimited = UnlimitedLengths(hierarchy.datasets, self.scale_names, base, self.axis_scales)
         #: a dataset's shape as h5netcdf shows it (see :class:`UnlimitedLengths`)
         self.shape_of = unlimited.shape
+        #: datasets kept at their HDF5 extent, and why (see :class:`UnlimitedLengths`)
+        self.kept_extent = unlimited.kept
         self._real = set(self.scale_names.values())
         self._claims = NameClaims()  # xarray's rule: one size per name in related groups
         self._groups: dict[str, _GroupDims] = {}

@@ -10,7 +10,12 @@ scale of an axis, as h5netcdf names it), the inverse of the scale's ``REFERENCE_
 h5netcdf reads, without dereferencing every entry of it.
 
 Only chunked and compact datasets are shown longer: their missing records can be referenced as
-never-written chunks or decoded into the sidecar.  A contiguous dataset keeps its extent.
+never-written chunks or decoded into the sidecar.  A contiguous dataset keeps its extent.  So
+does a dataset that would gain more than :data:`MAX_ADDED_CHUNKS` chunks: one corrupt extent
+(a flipped bit in a dataspace: 4,278,190,083 records where 3 are stored) would otherwise
+lengthen every variable on its dimension to billions of fill records, each never-written chunk
+held in the sidecar; such a dataset is listed in :attr:`UnlimitedLengths.kept` with the reason,
+and the granule's extras say so (``kept_hdf5_extent``).
 """
 
 from __future__ import annotations
@@ -18,11 +23,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import h5py
+import numpy as np
 
 from h5sidecar.indexer._failures import H5PY_ERRORS, dcpl, reraise_io_failure
 from h5sidecar.indexer._walk import DatasetEntry, ObjectKey
 
-__all__ = ["UnlimitedLengths"]
+__all__ = ["MAX_ADDED_CHUNKS", "UnlimitedLengths"]
+
+#: most chunks a dataset may gain by being shown at its unlimited dimension's length
+MAX_ADDED_CHUNKS = 10_000
 
 #: layouts whose datasets are shown at their dimensions' length (see the module docstring)
 _EXTENSIBLE = (h5py.h5d.CHUNKED, h5py.h5d.COMPACT)
@@ -72,6 +81,8 @@ class UnlimitedLengths:
         self._axis_scales = axis_scales
         self._lengths: dict[ObjectKey, int] | None = None  # unlimited scale -> its length
         self._axes: dict[str, list[ObjectKey | None]] = {}
+        #: path -> why the dataset keeps its HDF5 extent (see :data:`MAX_ADDED_CHUNKS`)
+        self.kept: dict[str, str] = {}
 
     def _scale_axes(self, entry: DatasetEntry, rank: int) -> list[ObjectKey | None]:
         """The scale of each axis; a scale's own first axis is its dimension."""
@@ -108,4 +119,25 @@ class UnlimitedLengths:
         axes = self._scale_axes(entry, len(shape))
         longer = tuple(max(s, lengths.get(k, 0)) if k is not None else s
                        for s, k in zip(shape, axes, strict=True))  # fmt: skip
-        return longer if longer != shape and _extensible(entry.dset) else shape
+        if longer == shape or not _extensible(entry.dset):
+            return shape
+        added = _added_chunks(entry.dset, shape, longer)
+        if added > MAX_ADDED_CHUNKS:
+            self.kept[entry.path] = (
+                f"kept at its HDF5 extent {list(shape)}: shown at its unlimited dimension's "
+                f"length {list(longer)} it would gain {added:,} chunks of fill values (more "
+                f"than {MAX_ADDED_CHUNKS:,}); h5netcdf shows it at that length"
+            )
+            return shape
+        return longer
+
+
+def _added_chunks(dset: h5py.Dataset, shape: tuple[int, ...], longer: tuple[int, ...]) -> int:
+    """Chunks ``dset`` gains shown at ``longer`` (a compact dataset is one chunk)."""
+    chunks = tuple(dset.chunks or ()) or tuple(max(n, 1) for n in longer)
+
+    def grid(extent: tuple[int, ...]) -> int:
+        return int(np.prod([-(-n // c) for n, c in zip(extent, chunks, strict=False)],
+                           dtype=np.float64))  # fmt: skip
+
+    return grid(longer) - grid(shape)

@@ -44,3 +44,32 @@ def test_decoded_and_compact_variables_padded_contiguous_kept(tmp_path: Path) ->
     # contiguous: its HDF5 extent, under a phony name (netCDF-C shows 3 values)
     assert got["contig"].tolist() == [0.0, 1.0]
     assert refs.arrays["contig"].meta.dimension_names[0].startswith("phony_dim_")
+
+
+def test_a_far_longer_claim_keeps_the_extent_and_says_why(tmp_path: Path) -> None:
+    """One dataset far longer than the others on its unlimited dimension (a corrupt extent looks
+    so: a bit flipped in a dataspace claimed 4,278,190,083 records where 3 were stored) does
+    not lengthen the others past MAX_ADDED_CHUNKS chunks each: they keep HDF5's extent, their
+    values equal h5py's, and the extras say which and why."""
+    from h5sidecar.indexer.dims._unlimited_dims import MAX_ADDED_CHUNKS
+
+    path = tmp_path / "far.h5"
+    far = MAX_ADDED_CHUNKS * 20 + 5  # 2 * MAX_ADDED_CHUNKS + 1 chunks of 10
+    with h5py.File(path, "w") as h5:
+        t = h5.create_dataset("t", data=np.arange(3.0), maxshape=(None,), chunks=(10,))
+        t.make_scale("t")
+        near = h5.create_dataset("near", data=np.arange(2, dtype="i4"), maxshape=(None,),
+                                 chunks=(10,), fillvalue=-1)  # fmt: skip
+        big = h5.create_dataset("big", shape=(far,), dtype="i4", maxshape=(None,), chunks=(10,))
+        big[far - 1] = 9
+        for d in (near, big):
+            d.dims[0].attach_scale(t)
+    refs = index_granule(str(path))
+    kept = refs.extra["kept_hdf5_extent"]
+    assert set(kept) == {"t", "near"}, kept
+    assert "would gain" in kept["near"] and f"{MAX_ADDED_CHUNKS:,}" in kept["near"]
+    assert refs.arrays["near"].meta.shape == (2,) and refs.arrays["t"].meta.shape == (3,)
+    got = read_arrays(write_parquet(refs, tmp_path / "f.parq"), ["t", "near"])
+    with h5py.File(path, "r") as h5:
+        np.testing.assert_array_equal(got["near"], h5["near"][()])
+        np.testing.assert_array_equal(got["t"], h5["t"][()])
