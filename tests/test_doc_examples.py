@@ -15,6 +15,9 @@ A block that cannot run here is marked in the page, just above it, with the reas
 
     <!-- skip: next "needs a Dask cluster" -->
 
+or, where what it needs may be missing at run time, with the condition that skips it
+(``<!-- skip: next if(port_taken, reason="127.0.0.1:9000 is taken") -->``, the condition a name
+that an invisible block above set)
 (Sybil's skip directive; a skip without a reason is refused below).  A command line whose
 comment starts with ``refused`` is expected to exit non-zero.  A ``python`` block with an
 ``if __name__ == "__main__":`` guard is saved as a script and run in a new interpreter, as the
@@ -151,7 +154,8 @@ def test_every_skip_names_its_reason() -> None:
     for page in PAGES:
         for m in _SKIP.finditer(page.read_text()):
             if m.group(1) != "end":
-                assert re.fullmatch(r'\s*"[^"]+"\s*', m.group(2)), (page, m.group(0))
+                assert re.fullmatch(r'\s*("[^"]+"|if\(.+, reason="[^"]+"\))\s*', m.group(2)), (
+                    page, m.group(0))
 
 
 def test_most_pages_with_code_run_something() -> None:
