@@ -195,7 +195,8 @@ def test_healthz_is_degraded_when_dest_is_gone(recorded, http: httpx.Client) -> 
     dest, _ = recorded
     with gateway(str(dest)) as (url, _):
         assert http.get(f"{url}/healthz").status_code == 200
-        assert http.get(f"{url}/readyz").status_code == 200  # a local DEST is ready at once
+        wait_status(url)  # DEST loaded in its thread (quick for a local DEST, but not instant)
+        assert http.get(f"{url}/readyz").status_code == 200
         shutil.rmtree(dest)
         time.sleep(1.1)
         r = http.get(f"{url}/healthz")

@@ -18,7 +18,17 @@ import s3fs
 from h5sidecar.references import GranuleRefs, SourceInfo, read_refs, write_json
 from h5sidecar.workflows import index_many
 from tests.faultproxy import FaultProxy
-from tests.gateway._http import ATL03, SMALL, Corpus, gateway, http, http_corpus, raw_get, served
+from tests.gateway._http import (
+    ATL03,
+    SMALL,
+    Corpus,
+    gateway,
+    http,
+    http_corpus,
+    raw_get,
+    served,
+    wait_status,
+)
 
 __all__ = ["http", "http_corpus", "served"]
 
@@ -177,6 +187,7 @@ def test_token_and_no_credentials_anywhere(
     seen: list[httpx.Response] = []
     caplog.set_level(logging.DEBUG)
     with gateway(str(dest), options, token=TOKEN) as (url, _):
+        wait_status(url)  # DEST loaded in its thread: /readyz is 200 only then
         for probe in ("/healthz", "/readyz"):  # probes send no token
             assert http.get(url + probe).status_code == 200, probe
         for path in ("/", "/metrics", "/openapi.json", "/api/granules", f"/zarr/{SMALL}/{CHUNK}",
