@@ -44,7 +44,7 @@ from h5sidecar.indexer._failures import H5PY_ERRORS, reraise_io_failure
 from h5sidecar.indexer._walk import DatasetEntry, Hierarchy, ObjectKey
 from h5sidecar.indexer.dims._name_claims import NameClaims
 from h5sidecar.indexer.dims._scales import Scales, is_dimension_scale
-from h5sidecar.indexer.dims._unlimited_dims import UnlimitedLengths
+from h5sidecar.indexer.dims._unlimited_dims import UnlimitedLengths, unlimited_first_axis
 
 __all__ = ["DimensionNamer", "is_dimension_scale", "is_netcdf_dimension_only"]
 
@@ -89,14 +89,6 @@ def _unscaled(dset: h5py.Dataset, rank: int) -> bool:
     """True when no axis of ``dset`` has a dimension scale attached (h5netcdf: "unlabeled")."""
     try:
         return all(h5py.h5ds.get_num_scales(dset.id, i) == 0 for i in range(rank))
-    except H5PY_ERRORS as exc:
-        reraise_io_failure(exc)
-        return False
-
-
-def _unlimited(dset: h5py.Dataset) -> bool:
-    try:
-        return bool(dset.maxshape) and dset.maxshape[0] is None
     except H5PY_ERRORS as exc:
         reraise_io_failure(exc)
         return False
@@ -190,7 +182,7 @@ class DimensionNamer:
                 continue
             if self.is_scale(entry):
                 real.append((path.rpartition("/")[2], shape[0]))
-                if not _unlimited(entry.dset):
+                if not unlimited_first_axis(entry.dset):
                     labeled[shape[0]] += 1
             elif self._unscaled(entry.dset, len(shape)):
                 needed |= Counter(shape)

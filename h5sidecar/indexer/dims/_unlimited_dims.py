@@ -28,7 +28,7 @@ import numpy as np
 from h5sidecar.indexer._failures import H5PY_ERRORS, dcpl, reraise_io_failure
 from h5sidecar.indexer._walk import DatasetEntry, ObjectKey
 
-__all__ = ["MAX_ADDED_CHUNKS", "UnlimitedLengths"]
+__all__ = ["MAX_ADDED_CHUNKS", "UnlimitedLengths", "unlimited_first_axis"]
 
 #: most chunks a dataset may gain by being shown at its unlimited dimension's length
 MAX_ADDED_CHUNKS = 10_000
@@ -37,12 +37,15 @@ MAX_ADDED_CHUNKS = 10_000
 _EXTENSIBLE = (h5py.h5d.CHUNKED, h5py.h5d.COMPACT)
 
 
-def _unlimited_scale(dset: h5py.Dataset) -> bool:
+def unlimited_first_axis(dset: h5py.Dataset, *, only_axis: bool = False) -> bool:
+    """Whether ``dset``'s first axis is unlimited (``only_axis``: and it has no other axis, as
+    an unlimited dimension's scale); False when HDF5 cannot say."""
     try:
-        return tuple(dset.maxshape or ()) == (None,)
+        maxshape = tuple(dset.maxshape or ())
     except H5PY_ERRORS as exc:
         reraise_io_failure(exc)
         return False
+    return bool(maxshape) and maxshape[0] is None and (not only_axis or len(maxshape) == 1)
 
 
 def _extensible(dset: h5py.Dataset) -> bool:
@@ -96,7 +99,7 @@ class UnlimitedLengths:
     def _compute(self) -> dict[ObjectKey, int]:
         lengths: dict[ObjectKey, int] = {}
         for entry in self._entries:
-            if entry.key in self._scales and _unlimited_scale(entry.dset):
+            if entry.key in self._scales and unlimited_first_axis(entry.dset, only_axis=True):
                 shape = self._base(entry)
                 lengths[entry.key] = max(lengths.get(entry.key, 0), shape[0] if shape else 0)
         if not lengths:  # the usual case: no unlimited dimension, nothing else to read
