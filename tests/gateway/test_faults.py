@@ -25,7 +25,7 @@ import pytest
 import h5sidecar
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references import read_refs, write_json
-from tests.gateway._http import gateway, raw_get
+from tests.gateway._http import gateway, raw_get, wait_status
 from tests.references._h5refs import edit_zarray
 
 VAR = "values"
@@ -370,6 +370,7 @@ def test_requests_queue_up_to_max_pending_behind_a_hung_source(stalled_s3) -> No
     read = ReadSettings(request_timeout=0.4, retries=0, backoff=0.0)
     with gateway(str(dest), options, read_settings=read, allow=(f"s3://{bucket}/",),
                  max_upstream=8, max_per_granule=2, max_pending=6) as (url, _app):  # fmt: skip
+        wait_status(url)  # DEST loaded: requests are not held together by the warm-up
         got = _timed_get_many(url, [f"/zarr/a.h5/{VAR}/{i % 4}" for i in range(11)], timeout=30)
     statuses = sorted(status for status, _, _ in got)
     # 2 read + 6 queued (each reaching the source in turn: 502 after its request_timeout),
