@@ -2,8 +2,10 @@
 
 Sybil parses each page: its ``python`` blocks run in one namespace per page, in order (a page
 reads like a session: later blocks use what earlier ones made), and its ``bash`` blocks run one
-command line at a time with ``h5sidecar`` on PATH (``h5sidecar serve`` in the background, on
-127.0.0.1:8000, until the next page).  Each page runs in a folder of its own that holds what
+command line at a time with ``h5sidecar`` on PATH (``h5sidecar serve`` in the background
+until the next page).  The pages name the gateway's default address, 127.0.0.1:8000; the
+examples run against a free port of this process instead (:func:`_local`), so that another
+test's server on 8000 never takes a page's place.  Each page runs in a folder of its own that holds what
 the examples name: ``ATL03_x.h5`` with ``ATL03_x.h5.parq``, ``out/ATL03_x.h5.parq`` and
 ``x.h5.json``, ``granule.h5``; and ``s3://bucket/...`` is the local moto server
 (``AWS_ENDPOINT_URL``), holding ``ATL03_x.h5`` (also as
@@ -58,6 +60,21 @@ GRANULE = "ATL03_20190329130645_00010301_006_01.h5"
 
 
 _SERVERS: list[subprocess.Popen[bytes]] = []
+_PORT: list[int] = []
+
+
+def _port() -> int:
+    """A free port of 127.0.0.1, chosen once per test process, where the pages' gateways run."""
+    if not _PORT:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            _PORT.append(s.getsockname()[1])
+    return _PORT[0]
+
+
+def _local(text: str) -> str:
+    """``text`` with the gateway's default address (127.0.0.1:8000) moved to :func:`_port`."""
+    return re.sub(r"(?<=127\.0\.0\.1:)8000\b|(?<=--port )8000\b", str(_port()), text)
 
 
 def _stop_servers() -> None:
@@ -76,9 +93,12 @@ def _serve(command: str, cwd: str, env: dict[str, str]) -> None:
     import httpx
 
     _stop_servers()
+    port = _port()
+    if not re.search(r"--port \d+", command):
+        command += f" --port {port}"
     with socket.socket() as s:
-        if s.connect_ex(("127.0.0.1", 8000)) == 0:
-            pytest.skip("127.0.0.1:8000 is taken by another process")
+        if s.connect_ex(("127.0.0.1", port)) == 0:
+            pytest.skip(f"127.0.0.1:{port} is taken by another process")
     server = subprocess.Popen(["bash", "-c", "exec " + command], cwd=cwd, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _SERVERS.append(server)
@@ -86,18 +106,18 @@ def _serve(command: str, cwd: str, env: dict[str, str]) -> None:
     while time.monotonic() < deadline:
         assert server.poll() is None, f"`{command}` exited {server.returncode}"
         try:
-            if httpx.get("http://127.0.0.1:8000/healthz", timeout=2).status_code == 200:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
                 return
         except httpx.TransportError:
             pass
         time.sleep(0.2)
-    raise AssertionError(f"`{command}` did not answer on 127.0.0.1:8000 within 60 s")
+    raise AssertionError(f"`{command}` was not ready on 127.0.0.1:{port} within 60 s")
 
 
 def _run_shell(example: Example) -> None:
     """Each command line of a ``bash`` block, in the page's folder, ``h5sidecar`` on PATH."""
     env = {**os.environ, **example.namespace["__env__"]}
-    for line in str(example.parsed).splitlines():
+    for line in _local(str(example.parsed)).splitlines():
         command = line.split(" #")[0].strip()
         if not command or command.startswith("#"):
             continue
@@ -115,7 +135,7 @@ def _run_shell(example: Example) -> None:
 def _run_script(example: Example) -> None:
     """A block with a ``__main__`` guard, saved as a script and run as the reader would."""
     script = Path(example.namespace["__cwd__"]) / f"example_{example.line}.py"
-    script.write_text(str(example.parsed))
+    script.write_text(_local(str(example.parsed)))
     env = {**os.environ, **example.namespace["__env__"]}
     done = subprocess.run([sys.executable, script.name], cwd=script.parent, env=env,
                           capture_output=True, text=True, timeout=300, check=False)
@@ -128,7 +148,7 @@ def _run_python(example: Example) -> None:
         _run_script(example)
         return
     # padded so that a traceback names the page's line numbers
-    code = compile("\n" * example.line + str(example.parsed), str(example.path), "exec")
+    code = compile("\n" * example.line + _local(str(example.parsed)), str(example.path), "exec")
     exec(code, example.namespace)  # noqa: S102 - the page's own example, as Sybil runs them
 
 
