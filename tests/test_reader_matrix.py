@@ -22,6 +22,11 @@ Readers:
 * ``icechunk``: the VirtualiZarr dataset written to a local Icechunk repository and read back;
 * ``xpystac``: ``xr.open_dataset(asset, engine="stac")`` on the ``zarr`` asset the catalog
   writes for the granule (the gateway's v2 view, trailing ``/`` included).
+
+Through the readers that make a request per chunk (``gateway-v2``, ``gateway-v3``, ``xpystac``)
+a variable of more than 1,000 chunks is compared on whole chunks: its first two, last two and a
+spread between (:func:`tests._matrix.chunk_sample`); every chunk of it is compared through the
+other readers, the sharded view over HTTP included.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import pytest
 import xarray as xr
 
 from h5sidecar.workflows.checks._dimcheck import outer_lengths
-from tests._matrix import Tally, compare_group, iter_truth, reference_resolver
+from tests._matrix import HTTP_CHUNKS, Tally, compare_group, iter_truth, reference_resolver
 from tests.conftest import CORPUS
 
 pytestmark = [pytest.mark.corpus, pytest.mark.filterwarnings("ignore")]
@@ -52,6 +57,11 @@ READERS = (
     "gateway-v2", "gateway-v3", "gateway-sharded",
     "virtualizarr-json", "virtualizarr-parquet", "icechunk", "xpystac",
 )  # fmt: skip
+
+#: Readers that fetch each chunk with an HTTP request of its own: a variable of more than
+#: :data:`~tests._matrix.HTTP_CHUNKS` chunks is compared on a sample of whole chunks through them
+#: (every chunk through the others, the sharded view included).
+PER_CHUNK_HTTP = ("gateway-v2", "gateway-v3", "xpystac")
 
 #: reader -> how its attributes must equal h5netcdf's (see tests/_attrs_equal.py): h5sidecar's
 #: engine exactly (value and type), every other reader in the JSON form ``.zattrs`` holds.
@@ -235,7 +245,8 @@ def test_reader_matrix(name: str, indexed: Indexed, tmp_path: Path) -> None:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     compare_group(lambda g=group, o=open_group: o(g), pair, f"{name}:/{group}",
-                                  local, names, resolve, lengths, ATTRS.get(reader))  # fmt: skip
+                                  local, names, resolve, lengths, ATTRS.get(reader),
+                                  HTTP_CHUNKS if reader in PER_CHUNK_HTTP else None)  # fmt: skip
             tally = TALLIES.setdefault(reader, Tally())
             for k, v in local.counts.items():
                 tally.counts[k] += v
