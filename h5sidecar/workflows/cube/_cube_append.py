@@ -84,7 +84,7 @@ def _load_part(path: str, format: str, opts: Mapping[str, Any], concat_dim: str)
         refs = read_refs(path, storage_options=dict(opts) or None)
         # a Parquet cube's members and per-member record stay Arrow columns: an append looks
         # up the few members it places, it makes no object per member
-        members = _table(refs.members)
+        members = refs.members
         record = read_record(refs.extra, path, members, lists=False)
         coords = read_arrays(refs, [record["coord"], *record["shared"]])  # inline: no source
         attrs = refs.arrays[record["coord"]].meta.attrs
