@@ -13,24 +13,29 @@ are loaded, and only their coordinates read.  The existing cube's own references
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError
-from h5sidecar.references import GranuleRefs, read_refs, slice_refs, write_refs
+from h5sidecar.references import (
+    GranuleRefs,
+    MemberTable,
+    SourceInfo,
+    read_refs,
+    slice_refs,
+    write_refs,
+)
 from h5sidecar.settings import RecordSettings
 from h5sidecar.workflows.cube._cube_assemble import (
-    COORD_READERS,
     assemble,
     cube_record,
     load_granules,
     read_coords,
     read_record,
-    sidecar_stamp,
 )
 from h5sidecar.workflows.cube._cube_build import (
     CubePart,
@@ -45,6 +50,7 @@ from h5sidecar.workflows.cube._cube_checks import (
     encoding_diff,
     encodings,
 )
+from h5sidecar.workflows.cube._cube_classify import classify, member_rows
 from h5sidecar.workflows.cube._cube_columns import as_columns
 from h5sidecar.workflows.cube._cube_parts import Granule, Part, existing_parts, part_path
 from h5sidecar.workflows.cube._cube_tail import append_tail, why_not_tail
@@ -64,6 +70,7 @@ _JSON_WHOLE = ("a JSON cube is one document (a Parquet or Icechunk cube's append
 
 
 def _load_part(path: str, format: str, opts: Mapping[str, Any], concat_dim: str) -> Part:
+    members: Sequence[SourceInfo]
     if format == "icechunk":
         from h5sidecar.workflows.icechunk._icechunk_append import load_state
 
@@ -75,53 +82,21 @@ def _load_part(path: str, format: str, opts: Mapping[str, Any], concat_dim: str)
         from h5sidecar.read import read_arrays
 
         refs = read_refs(path, storage_options=dict(opts) or None)
-        record = read_record(refs.extra, path, refs.members)
-        members = tuple(refs.members)
+        # a Parquet cube's members and per-member record stay Arrow columns: an append looks
+        # up the few members it places, it makes no object per member
+        members = refs.members
+        record = read_record(refs.extra, path, members, lists=False)
         coords = read_arrays(refs, [record["coord"], *record["shared"]])  # inline: no source
         attrs = refs.arrays[record["coord"]].meta.attrs
     if record["concat_dim"] != concat_dim:
         raise InvalidRequestError(
             f"{path} is concatenated along {record['concat_dim']!r}, not {concat_dim!r}")
-    return Part(path, record, tuple(members), coords[record["coord"]],
+    return Part(path, record, _table(members), coords[record["coord"]],
                 {c: coords[c] for c in record["shared"]}, attrs, refs)
 
 
-def _classify(
-    items: Sequence[Any], parts: list[Part], out_paths: set[str], opts: Mapping[str, Any]
-) -> tuple[list[Any], int, set[str]]:
-    """Items to load (new or changed), how many members are unchanged, and the URLs seen.
-
-    Each sidecar costs one stat/HEAD (or, when not recorded or changed, one small read of its
-    extras); they run in threads, as object-store round trips dominate.
-    """
-    from h5sidecar.workflows.index._up_to_date import read_recorded
-
-    by_url = {m.url: m for p in parts for m in p.members}
-    known = {s[0]: (u, s[1]) for p in parts for u, s in p.record["sidecars"].items()}
-
-    def one(x: Any) -> tuple[str, str | None]:
-        """("unchanged", url) / ("load", None) / ("skip", None)."""
-        if isinstance(x, GranuleRefs):
-            if by_url.get(x.source.url) == x.source:
-                return "unchanged", x.source.url
-            return ("skip", None) if x.members else ("load", None)
-        path = os.fspath(x)
-        if path.rstrip("/") in out_paths:
-            return "skip", None
-        url, stamp = known.get(path, (None, None))
-        if url is not None and sidecar_stamp(path, opts) == stamp:
-            return "unchanged", url  # the member's sidecar is the one the cube was made from
-        rec = read_recorded(path, storage_options=opts)
-        member = None if rec is None else by_url.get(rec.source.url)
-        if rec is not None and member is not None and member.same_object(rec.source):
-            return "unchanged", rec.source.url
-        return "load", None
-
-    with ThreadPoolExecutor(COORD_READERS) as pool:
-        verdicts = list(pool.map(one, items))
-    todo = [x for x, (v, _) in zip(items, verdicts, strict=True) if v == "load"]
-    seen = {u for v, u in verdicts if v == "unchanged" and u is not None}
-    return todo, sum(v == "unchanged" for v, _ in verdicts), seen
+def _table(members: Sequence[SourceInfo]) -> MemberTable:
+    return members if isinstance(members, MemberTable) else MemberTable.of(members)
 
 
 def _place(g: Granule, parts: list[Part], dim: str, on_mismatch: str,
@@ -187,14 +162,15 @@ def _values(g: Granule, p: Part, coord_attrs: Mapping[str, Any], value: np.ndarr
 def _out_of_order(p: Part) -> str:
     """Why ``p``'s new or replacing granules do not fit its coordinate ('' when they do)."""
     coord, starts = p.record["coord"], p.starts
-    for k, m in enumerate(p.members):
-        g = p.replaced.get(m.url)
-        if g is None:
-            continue
+    # the replaced members' rows, in cube order (looked up, not a scan of every member)
+    urls = list(p.replaced)
+    rows = [where[1] for where in member_rows([p], urls) if where is not None]
+    for k, url in sorted(zip(rows, urls, strict=True)):
+        g = p.replaced[url]
         lo = p.coordinate[starts[k] - 1] if k else None
         hi = p.coordinate[starts[k + 1]] if k + 1 < len(p.members) else None
         if (lo is not None and g.values[0] <= lo) or (hi is not None and g.values[-1] >= hi):
-            return (f"{m.url} changed and now spans {coord} {g.values[0].item()!r}.."
+            return (f"{url} changed and now spans {coord} {g.values[0].item()!r}.."
                     f"{g.values[-1].item()!r}, outside its place in {p.path} (between "
                     f"{_item(lo)!r} and {_item(hi)!r})")
     if p.new:
@@ -239,20 +215,22 @@ def append_cube(
             f"them (time_units={time_units!r} applies to a new cube)")
     items = _sidecar_list(sidecars, opts, record_settings)
     out_paths = {p.rstrip("/") for p in paths}
-    todo, unchanged, seen = _classify(items, parts, out_paths, opts)
+    found = classify(items, parts, out_paths, opts)
+    todo = found.todo
     loaded = [(r, s, x) for (r, s), x in zip(load_granules(todo, opts), todo, strict=True)
               if not r.members]  # cubes among the sidecars are not granules
-    # each member's part, once: looked up per new granule (a scan of every member for each
-    # was 1,000 x 99,000 URL comparisons, ~7 s of an append of 1,000)
-    member_of = {m.url: p for p in parts for m in p.members}
-    members = member_of.keys()
     grans = [Granule(_subset(r, parts[0].paths, r.source.url), x, s) for r, s, x in loaded]
+    # the part of each loaded granule that is a member, looked up in Arrow: a mapping of
+    # every member was an object per member (a scan of them was 1,000 x 99,000 comparisons)
+    member_of = {g.refs.source.url: parts[where[0]] for g, where in zip(
+        grans, member_rows(parts, [g.refs.source.url for g in grans]), strict=True)
+        if where is not None}
     orphans: list[Granule] = []
     for g in grans:
         home = _place(g, parts, concat_dim, on_mismatch, normalize_time, member_of)
         if home is None:
             orphans.append(g)
-        elif g.refs.source.url in members:
+        elif g.refs.source.url in member_of:
             home.replaced[g.refs.source.url] = g
         else:
             home.new.append(g)
@@ -266,11 +244,11 @@ def append_cube(
         p.new.sort(key=lambda g: g.values[0])
         why = _out_of_order(p)
         if why and on_out_of_order == "rebuild":
-            missing = members - seen - {g.refs.source.url for g in grans}
-            if missing:
+            missing = _missing(parts, found.seen, [g.refs.source.url for g in grans])
+            if len(missing):
                 raise InvalidRequestError(
                     f"{why}; rebuilding needs every member's sidecar, and {len(missing)} are not "
-                    f"among the sidecars given (e.g. {min(missing)}): pass the DEST")
+                    f"among the sidecars given (e.g. {pc.min(missing).as_py()}): pass the DEST")
             return rebuild("rebuilt")
         if why:
             raise IncompatibleGranulesError(
@@ -292,9 +270,16 @@ def append_cube(
     return CubeResult(
         cubes=tuple(written), concat_dim=concat_dim, variables=tuple(parts[0].paths),
         action="appended" if added or replaced else "up_to_date", added=added,
-        replaced=replaced, sidecars_read=len(todo), unchanged=unchanged,
+        replaced=replaced, sidecars_read=len(todo), unchanged=found.unchanged,
         written=_how(format, whys), why_rewritten=next((w for w in whys if w), ""),
     )  # fmt: skip
+
+
+def _missing(parts: list[Part], seen: pa.ChunkedArray, loaded: list[str]) -> pa.Array:
+    """The members' URLs (distinct) neither seen unchanged nor loaded again."""
+    urls = pa.chunked_array([p.members.urls for p in parts]).combine_chunks()
+    known = pa.concat_arrays([seen.combine_chunks(), pa.array(loaded, pa.string())])
+    return pc.unique(urls.filter(pc.invert(pc.is_in(urls, value_set=known))))
 
 
 def _how(format: str, whys: list[str]) -> str:
@@ -306,7 +291,7 @@ def _how(format: str, whys: list[str]) -> str:
 
 
 def _summary(p: Part) -> CubePart:
-    return CubePart(path=p.path, granules=tuple(m.url for m in p.members),
+    return CubePart(path=p.path, granules=tuple(p.members.urls.to_pylist()),
                     length=int(p.coordinate.size), first=p.coordinate[0].item(),
                     last=p.coordinate[-1].item(), **time_of(p.coord_attrs))
 
@@ -321,16 +306,18 @@ def _pieces(p: Part, dim: str) -> tuple[list[GranuleRefs], list[str], list[np.nd
                        {k: a for k, a in p.refs.arrays.items() if k not in held},
                        p.refs.skipped, p.refs.extra, p.refs.members)  # fmt: skip
     pieces, names, values, lengths = [], [], [], []
-    sidecars = {u: list(s) for u, s in record["sidecars"].items()}
+    sidecars = p.sidecar_map()  # the O(members) path by design: the cube is rewritten whole
+    urls = p.members.urls.to_pylist()
+    member_lengths = p.lengths.tolist()
 
     def keep(a: int, b: int) -> None:  # members a..b-1, unchanged
         if a < b:
             whole = a == 0 and b == len(p.members)
             pieces.append(bare if whole else slice_refs(bare, dim, int(starts[a]), int(starts[b]),
-                                                        p.members[a:b]))  # fmt: skip
-            names.append(f"{p.members[b - 1].url} (in {p.path})")
+                                                        tuple(p.members[a:b])))  # fmt: skip
+            names.append(f"{urls[b - 1]} (in {p.path})")
             values.append(p.coordinate[starts[a]:starts[b]])
-            lengths.extend(record["lengths"][a:b])
+            lengths.extend(member_lengths[a:b])
 
     def add(g: Granule) -> None:
         url = g.refs.source.url
@@ -344,10 +331,10 @@ def _pieces(p: Part, dim: str) -> tuple[list[GranuleRefs], list[str], list[np.nd
             sidecars.pop(url, None)
 
     a = 0
-    for k, m in enumerate(p.members):
-        if m.url in p.replaced:
+    for k, url in enumerate(urls):
+        if url in p.replaced:
             keep(a, k)
-            add(p.replaced[m.url])
+            add(p.replaced[url])
             a = k + 1
     keep(a, len(p.members))
     for g in p.new:
@@ -371,13 +358,13 @@ def _write_part(p: Part, dim: str, format: str, opts: Mapping[str, Any],
     record = {**p.record, **cube_record(
         concat_dim=dim, coord=p.record["coord"], shared=p.record["shared"], lengths=lengths,
         encoding=p.record["encoding"], sidecars=sidecars,
-        order=[*(m.url for m in p.members), *(g.refs.source.url for g in p.new)],
+        order=[*p.members.urls.to_pylist(), *(g.refs.source.url for g in p.new)],
         normalized=bool(p.record.get("normalized_time")))}  # fmt: skip
     coordinate = np.concatenate(values).astype(p.coordinate.dtype, copy=False)
     held = [p.record["coord"], *p.record["shared"]]
     table = None
     if format == "parquet":  # its per-member lists as member columns (see _cube_columns)
-        order = [*(m.url for m in p.members), *(g.refs.source.url for g in p.new)]
+        order = [*p.members.urls.to_pylist(), *(g.refs.source.url for g in p.new)]
         by_url = {m.url: m for m in p.members}
         by_url.update({g.refs.source.url: g.refs.source
                        for g in [*p.new, *p.replaced.values()]})

@@ -276,21 +276,31 @@ def cube_record(
 
 
 def read_record(
-    extra: Mapping[str, Any], where: str, members: Sequence[SourceInfo]
+    extra: Mapping[str, Any], where: str, members: Sequence[SourceInfo], *,
+    lists: bool = True,
 ) -> dict[str, Any]:
     """The cube record of ``extra``, its ``sidecars`` as a mapping member URL ->
-    ``[path, stamp]``; refuses a cube that lacks what an append needs."""
-    from h5sidecar.workflows.cube._cube_columns import with_lists
+    ``[path, stamp]``; refuses a cube that lacks what an append needs.
+
+    ``lists=False``: a record whose per-member lists are member columns (a Parquet cube's) is
+    given as it is, its columns checked: no object per member is made.
+    """
+    from h5sidecar.workflows.cube._cube_columns import check_columns, with_lists
 
     record = extra.get(CUBE_KEY)
-    if isinstance(record, Mapping):  # a Parquet cube's per-member lists are member columns
+    needed: tuple[str, ...] = _NEEDED
+    if isinstance(record, Mapping) and not lists and check_columns(record, members, where):
+        needed = tuple(k for k in _NEEDED if k != "lengths")  # a member column
+    elif isinstance(record, Mapping):  # a Parquet cube's per-member lists are member columns
         record = with_lists(record, members, where)
-    if not isinstance(record, Mapping) or any(k not in record for k in _NEEDED):
+    if not isinstance(record, Mapping) or any(k not in record for k in needed):
         raise InvalidRequestError(
             f"{where} holds no append record (not a cube, or one built by an older h5sidecar); "
             "build it once without append (mode='build'), then append to it"
         )
     out = dict(record)
+    if needed is not _NEEDED:
+        return out
     block = record["sidecars"]
     try:
         root, paths, stamps = block["root"], block["paths"], block["stamps"]

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references import MemberTable, SourceInfo
 
-__all__ = ["COLUMNS", "as_columns", "columns_record", "with_lists"]
+__all__ = ["COLUMNS", "as_columns", "check_columns", "columns_record", "with_lists"]
 
 #: The record's marker of per-member lists held as member columns.
 COLUMNS = "columns"
@@ -74,6 +74,22 @@ def as_columns(record: Mapping[str, Any], members: Sequence[SourceInfo]
         stamps = np.zeros(len(table), dtype="S1")
     return columns_record(record, table, np.asarray(record["lengths"], np.int64), paths,
                           stamps)
+
+
+def check_columns(record: Mapping[str, Any], members: Sequence[SourceInfo], where: str
+                  ) -> bool:
+    """Whether ``record`` holds its per-member lists as columns of ``members`` (refused when
+    it says so and they are missing, or its sidecar root is malformed)."""
+    if record.get("per_member") != COLUMNS:
+        return False
+    if not isinstance(members, MemberTable) or any(
+            members.column(c) is None for c in (_LENGTH, _SIDECAR, _STAMP)):
+        raise InvalidReferenceError(
+            f"{where}: its record's per-member columns are missing; build the cube again")
+    sidecars = record.get("sidecars")
+    if not isinstance(sidecars, Mapping) or not isinstance(sidecars.get("root"), str):
+        raise InvalidReferenceError(f"{where}: malformed cube record; build the cube again")
+    return True
 
 
 def with_lists(record: Mapping[str, Any], members: Sequence[SourceInfo], where: str

@@ -12,21 +12,31 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from h5sidecar.errors import InvalidRequestError
-from h5sidecar.references import GranuleRefs, SourceInfo
+from h5sidecar.references import GranuleRefs, MemberTable
 from h5sidecar.workflows.cube._cube_build import cube_paths
+from h5sidecar.workflows.cube._cube_columns import COLUMNS
 
 __all__ = ["Granule", "Part", "existing_parts", "part_path"]
 
 
 @dataclass
 class Part:
-    """One existing cube: where it is, its record, members and inline coordinates."""
+    """One existing cube: where it is, its record, members and inline coordinates.
+
+    A Parquet cube's record holds no per-member lists (``per_member: "columns"``): its
+    members' lengths and sidecars are columns of ``members``, read through :attr:`lengths`,
+    :meth:`sidecar_columns` and (the rewrite of a whole cube only) :meth:`sidecar_map`.
+    Other cubes' records hold them as lists (``record["lengths"]``, ``record["sidecars"]``
+    as a mapping member URL -> ``[path, stamp]``).
+    """
 
     path: str
     record: dict[str, Any]
-    members: tuple[SourceInfo, ...]
+    members: MemberTable
     coordinate: np.ndarray
     shared: dict[str, np.ndarray]
     coord_attrs: Mapping[str, Any]
@@ -39,8 +49,45 @@ class Part:
         return list(self.record["encoding"])
 
     @property
+    def in_columns(self) -> bool:
+        """Whether the per-member lists are member columns (a Parquet cube's record)."""
+        return self.record.get("per_member") == COLUMNS
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Each member's length along the concat dimension."""
+        if not self.in_columns:
+            return np.asarray(self.record["lengths"], np.int64)
+        column = self.members.column("length")
+        assert column is not None  # checked by read_record
+        return column.to_numpy()
+
+    @property
     def starts(self) -> np.ndarray:
-        return np.concatenate([[0], np.cumsum(self.record["lengths"])]).astype(int)
+        return np.concatenate([[0], np.cumsum(self.lengths)]).astype(int)
+
+    def sidecar_columns(self) -> tuple[pa.Array, pa.Array, pa.Array]:
+        """Member URLs, their sidecars' full paths and recorded stamps, aligned (null: a
+        member given as references); for a Parquet cube straight from its member columns."""
+        block = self.record["sidecars"]
+        if self.in_columns:
+            rel, stamps = self.members.column("sidecar"), self.members.column("stamp")
+            assert rel is not None and stamps is not None  # checked by read_record
+            full = pc.binary_join_element_wise(pa.scalar(block["root"], pa.string()), rel, "")
+            return (self.members.urls.combine_chunks(), full.combine_chunks(),
+                    stamps.combine_chunks())
+        # a JSON or Icechunk cube's record: URL -> [path, stamp] (lists held already)
+        return (pa.array(list(block), pa.string()),
+                pa.array([s[0] for s in block.values()], pa.string()),
+                pa.array([s[1] for s in block.values()], pa.string()))
+
+    def sidecar_map(self) -> dict[str, list[str]]:
+        """Member URL -> ``[sidecar path, stamp]`` of every member with a sidecar (O(members)
+        objects: for the rewrite of a whole cube)."""
+        if not self.in_columns:
+            return {u: list(s) for u, s in self.record["sidecars"].items()}
+        urls, full, stamps = (c.to_pylist() for c in self.sidecar_columns())
+        return {u: [q, s] for u, q, s in zip(urls, full, stamps, strict=True) if q is not None}
 
 
 @dataclass
