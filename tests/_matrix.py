@@ -102,13 +102,13 @@ def _windows(v: xr.DataArray) -> list[dict[str, slice]]:
     return [{dim: slice(0, w)}, {dim: slice(n // 2, n // 2 + w)}, {dim: slice(max(n - w, 0), n)}]
 
 
-#: Through the readers that fetch every chunk with a request of its own (the gateway's v2 and v3
-#: views, and xpystac on the v2 view), a variable of more than this many chunks is compared on
-#: whole chunks along its axis of most chunks: the first two, the last two and an even spread
-#: between, up to about this many chunks in all.  Its every chunk is compared through the other
-#: readers, the gateway's sharded view included (a request a shard).  10,000-chunk arrays of one
-#: element a chunk took ~4 minutes a file through those three readers otherwise.
-HTTP_CHUNKS = 1000
+#: Through every reader but the three a user reads a sidecar with directly (plain Zarr on the
+#: JSON and on the Parquet references, and h5sidecar's engine), a variable of more than this many
+#: chunks is compared on whole chunks along its axis of most chunks: the first two, the last two
+#: and an even spread between, up to about this many chunks in all.  Its every chunk is compared
+#: through those three.  Two corpus files hold arrays of 10,000 one-element chunks: read whole
+#: through all twelve readers they took ~8 minutes of the suite's CPU (~4 of them over HTTP).
+SAMPLE_CHUNKS = 1000
 
 
 def chunk_sample(got: xr.DataArray, max_chunks: int) -> dict[str, np.ndarray] | None:

@@ -166,7 +166,7 @@ def _examples() -> list[Any]:
         rel = page.relative_to(ROOT).as_posix()
         for i, example in enumerate(_parse(page)):
             params.append(pytest.param(rel, i, id=f"{rel}:{example.line}",
-                                       marks=pytest.mark.xdist_group("doc-examples")))
+                                       marks=pytest.mark.xdist_group(f"doc-{rel}")))
     return params
 
 
@@ -259,7 +259,8 @@ def test_example_runs(rel: str, index: int, doc_world: Path, s3_endpoint: str,
     document, examples, done = _document(rel, doc_world, tmp_path_factory, s3_endpoint)
     monkeypatch.chdir(document.namespace["__cwd__"])
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
-    # the examples before this one, in order (xdist keeps a page's examples in one worker)
+    # the examples before this one, in order (one xdist group per page keeps a page's examples in
+    # one worker; a page split across workers would replay its earlier examples in each)
     while done[0] < index:
         # a failure there is reported by that example's own test
         with contextlib.suppress(Exception):

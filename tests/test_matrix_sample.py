@@ -1,5 +1,5 @@
 """The reader matrix's chunk sample (:func:`tests._matrix.chunk_sample`) keeps every edge chunk
-and bounds what a per-chunk HTTP reader fetches."""
+and bounds what the sampled readers read."""
 
 from __future__ import annotations
 

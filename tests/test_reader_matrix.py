@@ -43,7 +43,7 @@ import pytest
 import xarray as xr
 
 from h5sidecar.workflows.checks._dimcheck import outer_lengths
-from tests._matrix import HTTP_CHUNKS, Tally, compare_group, iter_truth, reference_resolver
+from tests._matrix import SAMPLE_CHUNKS, Tally, compare_group, iter_truth, reference_resolver
 from tests.conftest import CORPUS
 
 pytestmark = [pytest.mark.corpus, pytest.mark.filterwarnings("ignore")]
@@ -58,10 +58,28 @@ READERS = (
     "virtualizarr-json", "virtualizarr-parquet", "icechunk", "xpystac",
 )  # fmt: skip
 
-#: Readers that fetch each chunk with an HTTP request of its own: a variable of more than
-#: :data:`~tests._matrix.HTTP_CHUNKS` chunks is compared on a sample of whole chunks through them
-#: (every chunk through the others, the sharded view included).
-PER_CHUNK_HTTP = ("gateway-v2", "gateway-v3", "xpystac")
+#: Readers through which every chunk of every variable is compared: a variable of more than
+#: :data:`~tests._matrix.SAMPLE_CHUNKS` chunks is compared on a sample of whole chunks (its edges
+#: and an even spread) through the others.
+EVERY_CHUNK = ("zarr-json", "zarr-parquet", "h5sidecar")
+
+#: Files of thousands of one-element chunks, with their readers split over this many tests so
+#: that xdist runs them side by side (through all twelve readers one took ~4 minutes).
+SPLIT = {"jamesmudd__jhdf/hdf5/chunked_v4_datasets.hdf5": 4,
+         "jamesmudd__jhdf/hdf5/fixed_array_paged_datasets.hdf5": 2}  # fmt: skip
+
+
+def _cases() -> list[Any]:
+    """``(file, readers)``: every reader of a file in one test, or split as :data:`SPLIT` says."""
+    cases = []
+    for name in FILES:
+        parts = SPLIT.get(name, 1)
+        for i in range(parts):
+            readers = READERS[i::parts]
+            cases.append(pytest.param(name, readers, id=name if parts == 1 else
+                                      f"{name}-{'+'.join(readers)}"))  # fmt: skip
+    return cases
+
 
 #: reader -> how its attributes must equal h5netcdf's (see tests/_attrs_equal.py): h5sidecar's
 #: engine exactly (value and type), every other reader in the JSON form ``.zattrs`` holds.
@@ -219,9 +237,11 @@ def opener(reader: str, ix: Indexed, name: str, tmp: Path) -> Callable[[str], xr
 
 # -- the matrix -----------------------------------------------------------------------------------
 @pytest.mark.timeout(900)  # 12 readers; files of thousands of tiny chunks take minutes over HTTP
-@pytest.mark.parametrize("name", FILES)
-def test_reader_matrix(name: str, indexed: Indexed, tmp_path: Path) -> None:
-    """Every reader, every group and variable of one file (the truth is opened once)."""
+@pytest.mark.parametrize(("name", "readers"), _cases())
+def test_reader_matrix(name: str, readers: tuple[str, ...], indexed: Indexed,
+                       tmp_path: Path) -> None:
+    """Every reader (or a share of them: :data:`SPLIT`), every group and variable of one file
+    (the truth is opened once)."""
     path = CORPUS / "files" / name
     if not indexed.sidecar(name, "json").exists():
         pytest.fail(f"{name} was not indexed (see DEST/_report.json)")
@@ -231,7 +251,7 @@ def test_reader_matrix(name: str, indexed: Indexed, tmp_path: Path) -> None:
     differ: list[str] = []
     with h5py.File(path, "r") as h5:
         resolve = reference_resolver(h5)
-        for reader in READERS:
+        for reader in readers:
             local = Tally()
             open_group = opener(reader, indexed, name, tmp_path / reader)
             for group, pair in truths:
@@ -246,7 +266,7 @@ def test_reader_matrix(name: str, indexed: Indexed, tmp_path: Path) -> None:
                     warnings.simplefilter("ignore")
                     compare_group(lambda g=group, o=open_group: o(g), pair, f"{name}:/{group}",
                                   local, names, resolve, lengths, ATTRS.get(reader),
-                                  HTTP_CHUNKS if reader in PER_CHUNK_HTTP else None)  # fmt: skip
+                                  None if reader in EVERY_CHUNK else SAMPLE_CHUNKS)  # fmt: skip
             tally = TALLIES.setdefault(reader, Tally())
             for k, v in local.counts.items():
                 tally.counts[k] += v

@@ -33,7 +33,7 @@ from h5sidecar.workflows import (
 from h5sidecar.workflows.index._dask import WORKER_MMAP_THRESHOLD, _decode_env, _worker_environ
 
 #: the cluster checks run in one test: a LocalCluster per xdist worker would be too many
-#: processes for two cores (xdist 3.8's xdist_group grouping does not work with pytest 9)
+#: processes for two cores
 
 BEAMS = ("gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r")
 PHOTONS = 12_000
