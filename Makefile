@@ -3,9 +3,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
-# xdist workers: the tests wait on servers and child processes about half the time, so four
-# keep two cores busy
-WORKERS ?= 4
+# xdist workers: the tests wait on servers and child processes about half the time, so three
+# keep two cores busy (four duplicate more per-worker setup than they gain)
+WORKERS ?= 3
 
 .PHONY: setup demo test test-upstream lint bench docs clean
 
@@ -31,7 +31,7 @@ test: setup
 	bash scripts/ensure-test-tools.sh
 	$(PY) -m ruff check h5sidecar tests benchmarks
 	$(PY) -m mypy h5sidecar
-	$(PY) -m pytest -n $(WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 # The newest releases of the libraries whose private APIs h5sidecar/_compat uses, in a venv of
 # their own, against the tests of those uses and of the readers (README: Quick start).
