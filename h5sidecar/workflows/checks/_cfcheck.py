@@ -83,6 +83,7 @@ class OpenedGroups:
         self._store, self._source = store, source
         self._truths: dict[str, Any] = {}
         self._plain: dict[str, Any] = {}
+        self._all_tried = False
 
     def truth(self, group: str) -> tuple[Any, Any] | None:
         """:func:`~h5sidecar.workflows.checks._cfcheck.open_truth` of ``group``, once."""
@@ -94,6 +95,9 @@ class OpenedGroups:
         """``group`` through plain xarray on the store, once (its refusal raised each time)."""
         import xarray as xr
 
+        if not self._all_tried:
+            self._all_tried = True
+            self._open_all()
         if group not in self._plain:
             try:
                 with warnings.catch_warnings():
@@ -107,6 +111,23 @@ class OpenedGroups:
         if isinstance(found, Exception):
             raise found
         return found
+
+    def _open_all(self) -> None:
+        """Every group of the store in one pass (``xr.open_groups``): the consolidated metadata
+        is parsed once, where an ``open_dataset`` per group parses all of it again each time
+        (ATL03: 140 groups, 0.75 s against 14 s).  A store some group of which plain xarray
+        refuses is opened group by group instead, so the refusal is reported where it is."""
+        import xarray as xr
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                found = xr.open_groups(self._store, engine="zarr", consolidated=True,
+                                       zarr_format=2)  # fmt: skip
+        except Exception:  # noqa: BLE001 - each group is opened (and refused) on its own
+            return
+        for path, ds in found.items():
+            self._plain[path.strip("/")] = ds
 
     def close(self) -> None:
         """Close every dataset opened."""
@@ -255,6 +276,7 @@ def _decoded_differences(
         if truth is None:
             continue
         want, wide = truth
+        widened = wide is not want  # else one read of the source per region, not two
         prefix = f"{group}/" if group else ""
         names = [n for n in want.variables if f"{prefix}{n}" in regions]
         if not names:
@@ -270,20 +292,23 @@ def _decoded_differences(
             if n not in got.variables:
                 out[path] = "plain xarray does not show this variable"
                 continue
-            problem = _compare_regions(got[n], want[n], wide[n], regions[path], resolve)
+            problem = _compare_regions(got[n], want[n], wide[n] if widened else None,
+                                       regions[path], resolve)  # fmt: skip
             if problem:
                 out[path] = problem
     return out
 
 
 def _compare_regions(
-    got: Any, want: Any, wide: Any, regions: list[tuple[slice, ...]], resolve: Any
+    got: Any, want: Any, wide: Any | None, regions: list[tuple[slice, ...]], resolve: Any
 ) -> str:
-    """What differs in ``regions`` (positional: phony dimension names may differ), or ""."""
+    """What differs in ``regions`` (positional: phony dimension names may differ), or "".
+    ``wide`` is None when the group has no float32 packing to widen."""
     for region in regions:
         try:
             w = want.isel(dict(zip(want.dims, region, strict=False))).values
-            wv = wide.isel(dict(zip(wide.dims, region, strict=False))).values
+            wv = None if wide is None else wide.isel(dict(zip(wide.dims, region,
+                                                                 strict=False))).values
         except Exception:  # noqa: BLE001 - h5netcdf cannot read it: nothing to compare with
             return ""
         try:
