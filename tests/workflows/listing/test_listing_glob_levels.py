@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from h5sidecar.workflows.listing._listing import list_granules
+from tests.conftest import moto_seed
 from tests.faultproxy import FaultProxy
 from tests.workflows.listing.test_listing_globs import _globbed
 
@@ -32,7 +33,8 @@ def test_a_glob_of_several_levels_lists_only_the_matching_folders(
     keys[f"{b}/a/2020/d/g0.h5"] = b"x"
     # what the glob leaves out: 1,200 keys under a/2019/other/ (two pages of a full listing)
     keys.update({f"{b}/a/2019/other/{i // 100}/o{i:04d}.h5": b"x" for i in range(1_200)})
-    s3.pipe(keys)
+    moto_seed(keys)
+    s3.invalidate_cache()
     opts = {**s3_storage_options, "endpoint_url": proxy.url}
     for glob, folders in (("a/*/c/*.h5", ("2019", "2020", "x21")),
                           ("a/20[12]?/c/g[01].h5", ("2019", "2020"))):  # fmt: skip

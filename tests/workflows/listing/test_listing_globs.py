@@ -20,6 +20,7 @@ from h5sidecar.sources.stores._urls import normalize_url
 from h5sidecar.workflows import index_many
 from h5sidecar.workflows.listing import _listing_walk
 from h5sidecar.workflows.listing._listing import _glob_root, identity_from_info, list_granules
+from tests.conftest import moto_seed
 from tests.workflows.conftest import assert_matches_h5py, observe_calls, write_granule
 
 #: Globs of every form over the trees below: ``*``, ``?``, ``[ab]``, ``[!a]``, ``**``, nested
@@ -70,7 +71,8 @@ def test_s3_globs_listed_page_by_page_as_glob_lists_them(
     s3, s3_bucket: str, s3_storage_options, monkeypatch: pytest.MonkeyPatch,
     whole_listings: list[str],
 ) -> None:
-    s3.pipe(_keys(s3_bucket, 300))
+    moto_seed(_keys(s3_bucket, 300))
+    s3.invalidate_cache()
     s3.invalidate_cache()
     listed: list[str] = []
     real = _listing_walk._iter_objects

@@ -3,6 +3,8 @@ s3fs's ``find``/``glob`` list, without holding every object, whatever their numb
 
 from __future__ import annotations
 
+import contextlib
+import json
 import posixpath
 import socket
 import subprocess
@@ -19,7 +21,7 @@ import s3fs
 from h5sidecar.workflows import index_many
 from h5sidecar.workflows.listing import _listing_walk, _staged_listing
 from h5sidecar.workflows.listing._listing import identity_from_info, list_granules, stage_granules
-from tests.conftest import free_port
+from tests.conftest import free_port, moto_seed
 from tests.workflows.conftest import assert_matches_h5py, observe_calls, write_granule
 
 
@@ -53,7 +55,7 @@ def test_s3_prefix_listed_page_by_page_as_find_lists_it(
     s3, s3_bucket: str, s3_storage_options, monkeypatch: pytest.MonkeyPatch,
     no_find: list[str],
 ) -> None:
-    s3.pipe(_keys(s3_bucket, 3_000))
+    moto_seed(_keys(s3_bucket, 3_000))
     s3.invalidate_cache()
     expected = _as_find_lists(s3, {
         p: i for p, i in s3.find(f"{s3_bucket}/in", detail=True).items()
@@ -101,15 +103,38 @@ def test_s3_prefix_indexed_from_a_paged_listing(
         assert_matches_h5py(g.sidecar, local, s3_storage_options, remote_protocol="s3")
 
 
-@pytest.fixture
-def moto_process() -> Iterator[dict[str, object]]:
-    """Storage options of a moto server in a process of its own on 127.0.0.1 (the session's
-    runs in this process's threads, where what it allocates per request is traced too)."""
+#: A moto server in a process of its own (the session's runs in this process's threads, where
+#: what it allocates per request would be traced too), seeded before it serves with the objects
+#: of a JSON file (``"bucket/key"`` -> size; see :func:`tests.conftest.moto_seed`).
+_MOTO_SEEDED = (
+    "import json, sys, time\n"
+    "from moto.core import DEFAULT_ACCOUNT_ID\n"
+    "from moto.s3.models import s3_backends\n"
+    "from moto.server import ThreadedMotoServer\n"
+    "backend = s3_backends[DEFAULT_ACCOUNT_ID]['aws']\n"
+    "sizes = json.loads(open(sys.argv[2]).read())\n"
+    "for bucket in sorted({p.split('/', 1)[0] for p in sizes}):\n"
+    "    backend.create_bucket(bucket, 'us-east-1')\n"
+    "for path, size in sizes.items():\n"
+    "    bucket, key = path.split('/', 1)\n"
+    "    backend.put_object(bucket, key, b'x' * size)\n"
+    "ThreadedMotoServer(ip_address='127.0.0.1', port=int(sys.argv[1]), verbose=False).start()\n"
+    "while True:\n"
+    "    time.sleep(3600)\n"
+)
+
+
+@contextlib.contextmanager
+def _moto_process(objects: dict[str, bytes], tmp: Path) -> Iterator[dict[str, object]]:
+    """Storage options of a moto server in a process of its own on 127.0.0.1, holding
+    ``objects``."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
-                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seed = tmp / "seed.json"
+    seed.write_text(json.dumps({k: len(v) for k, v in objects.items()}))
+    proc = subprocess.Popen([sys.executable, "-c", _MOTO_SEEDED, str(port), str(seed)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -137,18 +162,17 @@ def _staging_peak(prefix: str, storage_options: dict[str, object]) -> int:
 
 @pytest.mark.slow
 def test_s3_listing_memory_does_not_grow_with_objects(
-    moto_process: dict[str, object], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the staging writes 10,000 rows at a time (~5 MB held at most): smaller here, so that
     # what is measured is the listing's pages
     monkeypatch.setattr(_staged_listing, "BATCH", 500)
-    fs = s3fs.S3FileSystem(skip_instance_cache=True, **moto_process)  # type: ignore[arg-type]
-    fs.mkdir("bucket")
     small, large = 2_000, 6_000  # both over one page (a single page is ~1.5 MB less)
-    fs.pipe({k.replace("/in/", "/small/"): v for k, v in _keys("bucket", small).items()})
-    fs.pipe(_keys("bucket", large))
-    _staging_peak("s3://bucket/small", moto_process)  # imports, connections
-    peaks = [_staging_peak(f"s3://bucket/{p}", moto_process) for p in ("small", "in")]
+    objects = {k.replace("/in/", "/small/"): v for k, v in _keys("bucket", small).items()}
+    objects.update(_keys("bucket", large))
+    with _moto_process(objects, tmp_path) as options:
+        _staging_peak("s3://bucket/small", options)  # imports, connections
+        peaks = [_staging_peak(f"s3://bucket/{p}", options) for p in ("small", "in")]
     # held whole (s3fs's find), 4,000 more objects cost ~1 KB each (~4 MB); a page at a time,
     # nothing grows but noise (~0.2 MB measured)
     assert peaks[1] - peaks[0] < 1_000_000, peaks
