@@ -158,13 +158,17 @@ def test_every_extra_named_exists() -> None:
 @pytest.fixture(scope="session")
 def base_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A virtual environment with ``pip install -e <this checkout>``: no extras.  pip's cache
-    makes it quick after the first run."""
+    makes it quick after the first run.  This environment's pip installs into it, without
+    compiling every module it unpacks (most are never imported here; the commands below write
+    the bytecode of those that are, once)."""
     venv = tmp_path_factory.mktemp("base-venv") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=300)  # fmt: skip
     python = venv / "bin" / "python"
     root = Path(__file__).parents[1]
-    done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                           "-e", str(root)], capture_output=True, text=True, timeout=900, check=False)
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+                           "--disable-pip-version-check", "--no-compile", "-e", str(root)],
+                          capture_output=True, text=True, timeout=900, check=False)  # fmt: skip
     if done.returncode:
         pytest.fail(f"pip install -e {root} failed:\n{done.stderr[-3000:]}")
     return python
@@ -177,8 +181,9 @@ def test_the_base_install_names_each_extra(base_venv: Path, tmp_path: Path) -> N
     assert check.returncode != 0, "the base install holds an extra's package"
     for _, extra, args in CASES:
         command = [str(base_venv), *h5sidecar_command(*_paths(args, tmp_path))[1:]]
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False,
-                                env={**os.environ, "COLUMNS": "200"})
+                                env={**env, "COLUMNS": "200"})  # fmt: skip
         # a base install misses every extra: the first one a command needs is named
         if args[0] == "serve" and extra != "gateway":
             extra = "gateway"
