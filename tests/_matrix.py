@@ -84,9 +84,28 @@ def groups_of(path: Path) -> list[str]:
     return out
 
 
+#: Truth variables up to this many bytes are read once, when the truth is opened: a test
+#: compares them through several readers (the matrix: twelve), and h5netcdf computes every
+#: unlimited dimension's size again on each read (ATL03-like groups: ~7 ms a read).
+LOAD_LIMIT = 2**26
+
+
 def truth(path: Path, group: str) -> tuple[xr.Dataset, xr.Dataset] | None:
-    """(decoded as h5netcdf decodes, decoded with float64 packing attributes), or None."""
-    return open_truth(path, group)
+    """(decoded as h5netcdf decodes, decoded with float64 packing attributes), or None; the
+    second is the first itself when the group has nothing to widen."""
+    pair = open_truth(path, group)
+    if pair is None:
+        return None
+    for ds in {id(d): d for d in pair}.values():
+        for v in ds.variables.values():
+            if v.nbytes <= LOAD_LIMIT:
+                try:
+                    v.load()
+                except MemoryError:
+                    raise
+                except Exception:  # noqa: BLE001, S110 - judged where it is compared
+                    pass
+    return pair
 
 
 #: Variables larger than this are compared on three windows (head, middle, tail) of their
@@ -115,8 +134,8 @@ SAMPLE_CHUNKS = 250
 def chunk_sample(got: xr.DataArray, max_chunks: int) -> dict[str, np.ndarray] | None:
     """Whole chunks of ``got`` to compare when it has more than ``max_chunks`` (None: all)."""
     chunks = got.encoding.get("chunks")
-    if not got.dims or not chunks or len(chunks) != got.ndim:
-        return None
+    if not got.dims or not chunks or len(chunks) != got.ndim or got.size > WHOLE_LIMIT:
+        return None  # (a variable over WHOLE_LIMIT is compared on its windows, whatever its chunks)
     grid = [-(-n // c) for n, c in zip(got.shape, chunks, strict=True)]
     if math.prod(grid) <= max_chunks:
         return None
@@ -174,6 +193,7 @@ def compare_group(open_group: Callable[[], xr.Dataset], truth_pair: tuple[xr.Dat
     (``lengths``: see :func:`structure_problem`), and with ``attrs`` the attributes that differ
     from h5netcdf's (:func:`attributes_differ`); ``max_chunks``: see :func:`verdict`."""
     want, wide = truth_pair
+    widened = wide is not want  # else each variable's truth is read once per reader, not twice
     try:
         ds = open_group()
     except Exception as exc:  # noqa: BLE001 - a refusal is a verdict
@@ -188,7 +208,8 @@ def compare_group(open_group: Callable[[], xr.Dataset], truth_pair: tuple[xr.Dat
             tally.add("refused" if name in skipped else "differ", f"{at}: absent")
             continue
         try:
-            v = verdict(ds[name], want[name], wide[name] if name in wide.variables else None,
+            v = verdict(ds[name], want[name],
+                        wide[name] if widened and name in wide.variables else None,
                         resolve, max_chunks)  # fmt: skip
         except Exception as exc:  # noqa: BLE001
             tally.add("refused", f"{at}: {type(exc).__name__}: {str(exc)[:120]}")

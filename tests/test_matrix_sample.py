@@ -44,3 +44,17 @@ def test_a_difference_in_a_sampled_chunk_is_found() -> None:
     got[199, 4, 9] += 1  # the last chunk, always sampled
     assert verdict(got, want, None, max_chunks=1000) == "differ"
     assert verdict(want.copy(), want, None, max_chunks=1000) == "equal"
+
+
+def test_a_variable_over_the_whole_limit_keeps_its_windows() -> None:
+    """A sample of whole chunks of a huge variable would be huge itself (250 chunks of 2**21
+    elements: ~4 GB of row numbers): it is compared on its three windows instead."""
+    import dask.array as da
+
+    from tests._matrix import WHOLE_LIMIT, _windows
+
+    n = 2**31 + 100
+    v = xr.DataArray(da.zeros(n, dtype="u1", chunks=2**21), dims=["d0"])
+    v.encoding["chunks"] = (2**21,)
+    assert n > WHOLE_LIMIT and chunk_sample(v, 250) is None
+    assert [w["d0"].stop - w["d0"].start for w in _windows(v)] == [4096, 4096, 4096]

@@ -28,6 +28,8 @@ from h5sidecar.references.parquet_sidecar._parquet_lazy import ParquetManifests
 from h5sidecar.sample import write_atl03_like
 from tests.faultproxy import FaultProxy
 
+#: one worker: the module's granule on S3 is made once, not once per worker
+pytestmark = pytest.mark.xdist_group("lazy")
 NO_DATA_AT_OPEN = {"create_default_indexes": False, "decode_times": False}
 VAR = "gt1l/heights/h_ph"
 OTHER = "gt2r/heights/signal_conf_ph"

@@ -16,6 +16,8 @@ from h5sidecar.examples.icesat2 import granule_cells
 from h5sidecar.workflows import index_many
 from tests.faultproxy import FaultProxy
 
+#: one worker: the module's granule on S3 is made once, not once per worker
+pytestmark = pytest.mark.xdist_group("analysis")
 BEAMS = ("gt1l", "gt1r", "gt2l", "gt2r", "gt3l", "gt3r")
 
 
