@@ -111,13 +111,11 @@ _MOTO_SEEDED = (
     "from moto.core import DEFAULT_ACCOUNT_ID\n"
     "from moto.s3.models import s3_backends\n"
     "from moto.server import ThreadedMotoServer\n"
-    "backend = s3_backends[DEFAULT_ACCOUNT_ID]['aws']\n"
+    "from tests.conftest import moto_seed\n"
     "sizes = json.loads(open(sys.argv[2]).read())\n"
     "for bucket in sorted({p.split('/', 1)[0] for p in sizes}):\n"
-    "    backend.create_bucket(bucket, 'us-east-1')\n"
-    "for path, size in sizes.items():\n"
-    "    bucket, key = path.split('/', 1)\n"
-    "    backend.put_object(bucket, key, b'x' * size)\n"
+    "    s3_backends[DEFAULT_ACCOUNT_ID]['aws'].create_bucket(bucket, 'us-east-1')\n"
+    "moto_seed({path: b'x' * size for path, size in sizes.items()})\n"
     "ThreadedMotoServer(ip_address='127.0.0.1', port=int(sys.argv[1]), verbose=False).start()\n"
     "while True:\n"
     "    time.sleep(3600)\n"
@@ -132,7 +130,8 @@ def _moto_process(objects: dict[str, bytes], tmp: Path) -> Iterator[dict[str, ob
     seed = tmp / "seed.json"
     seed.write_text(json.dumps({k: len(v) for k, v in objects.items()}))
     proc = subprocess.Popen([sys.executable, "-c", _MOTO_SEEDED, str(port), str(seed)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=Path(__file__).resolve().parents[3],  # imports tests.conftest
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         deadline = time.monotonic() + 60
         while True:
