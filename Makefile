@@ -31,7 +31,7 @@ test: setup
 	bash scripts/ensure-test-tools.sh
 	$(PY) -m ruff check h5sidecar tests benchmarks
 	$(PY) -m mypy h5sidecar
-	$(PY) -m pytest -n $(WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 # The newest releases of the libraries whose private APIs h5sidecar/_compat uses, in a venv of
 # their own, against the tests of those uses and of the readers (README: Quick start).
