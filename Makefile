@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 # keep two cores busy (four duplicate more per-worker setup than they gain)
 WORKERS ?= 3
 
-.PHONY: setup demo test test-upstream lint bench docs clean
+.PHONY: setup demo test test-upstream lint bench docs docs-setup clean
 
 # The demo needs only the package itself; the tests need every extra and test tool.
 $(PY):
@@ -48,6 +48,8 @@ test-upstream:
 $(VENV)/.installed-docs: pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e ".[docs]"
 	touch $@
+
+docs-setup: $(VENV)/.installed-docs
 
 docs: $(VENV)/.installed-docs
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
