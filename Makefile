@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 # keep two cores busy (four duplicate more per-worker setup than they gain)
 WORKERS ?= 3
 
-.PHONY: setup demo test test-upstream lint bench docs clean
+.PHONY: setup demo test test-upstream lint bench docs docs-setup clean
 
 # The demo needs only the package itself; the tests need every extra and test tool.
 $(PY):
@@ -31,7 +31,7 @@ test: setup
 	bash scripts/ensure-test-tools.sh
 	$(PY) -m ruff check h5sidecar tests benchmarks
 	$(PY) -m mypy h5sidecar
-	$(PY) -m pytest -n $(WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 # The newest releases of the libraries whose private APIs h5sidecar/_compat uses, in a venv of
 # their own, against the tests of those uses and of the readers (README: Quick start).
@@ -48,6 +48,8 @@ test-upstream:
 $(VENV)/.installed-docs: pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e ".[docs]"
 	touch $@
+
+docs-setup: $(VENV)/.installed-docs
 
 docs: $(VENV)/.installed-docs
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site

@@ -41,6 +41,46 @@ S3_CREDENTIALS = {
 }
 
 
+#: An xdist group of at least this many tests is one of the long ones (the corpus conformance
+#: files, the catalog's modules): see :func:`pytest_collection_modifyitems`.
+BIG_GROUP = 40
+
+
+def _group(item: pytest.Item) -> str | None:
+    mark = item.get_closest_marker("xdist_group")
+    if mark is None:
+        return None
+    return str(mark.kwargs.get("name", mark.args[0] if mark.args else "default"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest work first, so that a parallel run never waits at its end on one long test
+    that started late: the big xdist groups, largest first (one worker runs each whole), then the
+    tests marked ``slow``, then the other groups (a documentation page, a module sharing one S3 granule),
+    then the rest, each in collection order.
+
+    pytest-xdist keeps this order under ``--dist loadgroup --no-loadscope-reorder`` (the
+    Makefile's): a work unit (a group, or a test of none) is sent when a worker is nearly idle,
+    in the order of its first test.  Its default order, by the number of tests in a unit, sends
+    the tests of no group in collection order after every group, so a two-minute test at the
+    end of the collection started in the run's last minutes."""
+    groups = [_group(item) for item in items]
+    sizes: dict[str, int] = {}
+    for g in groups:
+        if g is not None:
+            sizes[g] = sizes.get(g, 0) + 1
+
+    def rank(pair: tuple[pytest.Item, str | None]) -> tuple[int, int]:
+        item, g = pair
+        if g is not None and sizes[g] >= BIG_GROUP:
+            return 0, -sizes[g]
+        if item.get_closest_marker("slow") is not None:
+            return 1, 0
+        return (2 if g is not None else 3), 0
+
+    items[:] = [item for item, _ in sorted(zip(items, groups, strict=True), key=rank)]
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -61,6 +101,14 @@ def moto_seed(objects: dict[str, bytes]) -> None:
     for path, data in objects.items():
         bucket, key = path.split("/", 1)
         backend.put_object(bucket, key, data)
+
+
+def moto_seed_tree(folder: Path, prefix: str) -> None:
+    """Every file under ``folder`` put into moto's store as ``prefix/<its relative path>`` (see
+    :func:`moto_seed`): a sidecar written locally, then published as it would be on S3, for the
+    tests that read it (a kerchunk-layout sidecar is ~900 PUTs over HTTP, ~9 ms each)."""
+    moto_seed({f"{prefix}/{p.relative_to(folder).as_posix()}": p.read_bytes()
+               for p in sorted(folder.rglob("*")) if p.is_file()})
 
 
 @pytest.fixture(scope="session", autouse=True)

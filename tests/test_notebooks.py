@@ -43,6 +43,7 @@ def test_notebooks_are_stored_without_outputs() -> None:
                 assert cell.outputs == [] and cell.execution_count is None, name
 
 
+@pytest.mark.slow
 def test_notebooks_run_in_order(example_bucket: str, tmp_path: Path, s3_endpoint: str,
                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """One test for all four: they build on each other (index, then open, map, catalogue), so

@@ -77,7 +77,8 @@ def _cases() -> list[Any]:
         for i in range(parts):
             readers = READERS[i::parts]
             cases.append(pytest.param(name, readers, id=name if parts == 1 else
-                                      f"{name}-{'+'.join(readers)}"))  # fmt: skip
+                                      f"{name}-{'+'.join(readers)}",
+                                      marks=[pytest.mark.slow] if parts > 1 else []))  # fmt: skip
     return cases
 
 

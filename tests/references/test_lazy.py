@@ -52,9 +52,15 @@ def local_refs(granule: Path) -> GranuleRefs:
 
 
 @pytest.fixture(scope="module")
-def published(granule: Path, s3_endpoint: str) -> dict[str, Any]:
-    """The granule and its Parquet sidecar on the moto server (written once per module)."""
+def published(granule: Path, s3_endpoint: str,
+              tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The granule and its Parquet sidecar on the moto server (written once per module).
+
+    The sidecars (~900 objects each) are written locally and put straight into moto's store
+    (:func:`tests.conftest.moto_seed_tree`): what this module tests is how they are read."""
     import s3fs
+
+    from tests.conftest import moto_seed_tree
 
     options = {"endpoint_url": s3_endpoint}  # credentials: the environment s3_endpoint set up
     fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
@@ -63,9 +69,13 @@ def published(granule: Path, s3_endpoint: str) -> dict[str, Any]:
     url = f"s3://{bucket}/{granule.name}"
     fs.put(str(granule), url)
     refs = index_granule(url, storage_options=options)
-    sidecar = write_parquet(refs, f"{url}.parq", storage_options=options)
+    local = tmp_path_factory.mktemp("lazy-sidecars")
+    write_parquet(refs, str(local / "full"))
     # the same sidecar without the all-arrays manifests file (kerchunk's layout alone)
-    plain = write_parquet(refs, f"{url}.plain.parq", storage_options=options, manifests_file=False)
+    write_parquet(refs, str(local / "plain"), manifests_file=False)
+    sidecar, plain = f"{url}.parq", f"{url}.plain.parq"
+    moto_seed_tree(local / "full", sidecar.removeprefix("s3://"))
+    moto_seed_tree(local / "plain", plain.removeprefix("s3://"))
     return {
         "refs": refs,
         "sidecar": sidecar,

@@ -148,10 +148,12 @@ def test_same_datasets_as_zarr_store_on_the_corpus(name: str, corpus_dir: Path,
     assert opened or not refs.arrays
 
 
+@pytest.mark.slow
 def test_same_datasets_as_zarr_store_on_atl03(atl03_refs: GranuleRefs, tmp_path: Path) -> None:
     assert _check_granule(atl03_refs, tmp_path) >= 2 * 130
 
 
+@pytest.mark.slow
 def test_tree_values_equal_h5py_and_h5netcdf(atl03_refs: GranuleRefs, atl03_h5: Path) -> None:
     tree = h5sidecar.open_datatree(SidecarStore(atl03_refs), chunks=None)
     h5sidecar.load(tree)

@@ -104,6 +104,7 @@ def test_group_datasets_equal_xarrays_on_the_corpus(name: str, corpus_dir: Path,
     assert _check_store(store) or not refs.arrays
 
 
+@pytest.mark.slow
 def test_group_datasets_equal_xarrays_on_atl03(atl03_refs: GranuleRefs, tmp_path: Path) -> None:
     store = SidecarStore(write_parquet(atl03_refs, tmp_path / "refs.parq"))
     assert _check_store(store) >= len(DECODINGS) * 130

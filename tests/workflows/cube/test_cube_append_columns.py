@@ -34,6 +34,7 @@ def _count_sourceinfo(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return made
 
 
+@pytest.mark.slow
 def test_append_makes_no_sourceinfo_per_member(tmp_path: Path, monkeypatch) -> None:
     old = _days(tmp_path / "nc", 0, MEMBERS)
     sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")

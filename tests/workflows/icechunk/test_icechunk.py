@@ -132,6 +132,7 @@ def test_netcdf_sample_round_trips_raw_and_decoded(tmp_path: Path) -> None:
     assert set(repo.config.virtual_chunk_containers) == {f"{(tmp_path / 'src').as_uri()}/"}
 
 
+@pytest.mark.slow
 def test_atl03_sample_round_trips(tmp_path: Path) -> None:
     (tmp_path / "src").mkdir()
     src = write_atl03_like(tmp_path / "src" / "atl03.h5", photons=3000)

@@ -283,6 +283,7 @@ def test_worker_environ_keeps_a_configured_mmap_threshold() -> None:
         assert dask.config.get(key)["MALLOC_TRIM_THRESHOLD_"] == 65536
 
 
+@pytest.mark.slow
 def test_on_a_local_cluster(cluster: Any, bucket_granules: tuple[str, dict[str, Path]],
                             indexed_on_cluster: Any, s3_endpoint: str, tmp_path: Path,
                             capsys: Any) -> None:
