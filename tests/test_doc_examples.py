@@ -160,14 +160,32 @@ def _parse(page: Path) -> Document:
     return _SYBIL.parse(page)
 
 
+#: The pages whose examples take longest (a minute or more in all, most of it one example that
+#: indexes or checks over the S3 server), longest first: marked ``slow`` and collected first,
+#: so that they start first (tests/conftest.py), not late in a parallel run.
+LONG_PAGES = ("docs/how-to/index-from-python.md", "docs/how-to/dask.md", "docs/how-to/stac.md",
+              "docs/getting-started.md", "docs/how-to/gateway.md",
+              "docs/explanation/sidecar-format.md")  # fmt: skip
+
+
+def _longest_first(page: Path) -> int:
+    rel = page.relative_to(ROOT).as_posix()
+    return LONG_PAGES.index(rel) if rel in LONG_PAGES else len(LONG_PAGES)
+
+
 def _examples() -> list[Any]:
     params = []
-    for page in PAGES:
+    for page in sorted(PAGES, key=_longest_first):
         rel = page.relative_to(ROOT).as_posix()
+        marks = [pytest.mark.xdist_group(f"doc-{rel}"),
+                 *([pytest.mark.slow] if rel in LONG_PAGES else [])]
         for i, example in enumerate(_parse(page)):
-            params.append(pytest.param(rel, i, id=f"{rel}:{example.line}",
-                                       marks=pytest.mark.xdist_group(f"doc-{rel}")))
+            params.append(pytest.param(rel, i, id=f"{rel}:{example.line}", marks=marks))
     return params
+
+
+def test_the_long_pages_exist() -> None:
+    assert {p.relative_to(ROOT).as_posix() for p in PAGES} >= set(LONG_PAGES)
 
 
 def test_every_skip_names_its_reason() -> None:
