@@ -394,7 +394,8 @@ def test_the_queue_wait_is_bounded_by_queue_timeout(stalled_s3) -> None:
         got = _timed_get_many(url, [f"/zarr/a.h5/{VAR}/{i % 4}" for i in range(5)], timeout=30)
     assert sorted(s for s, _, _ in got) == [502] + [503] * 4, got
     waited = [t for status, t, _ in got if status == 503]
-    assert all(1.0 <= t < 3.0 for t in waited), got  # the queue timeout, not request_timeout
+    # the queue timeout (1 s), not request_timeout (4 s); a loaded machine adds ~2 s of its own
+    assert all(1.0 <= t < read.request_timeout for t in waited), got
     assert all(after == "2" for status, _, after in got if status == 503), got
 
 
