@@ -7,6 +7,8 @@ child process, from the repository root so that the code measured is this checko
 
 - ``index no-op``: ``index SRC -o DEST`` with every sidecar up to date;
 - ``report --json``, ``prune`` (dry run), ``cube`` (into a folder beside DEST);
+- ``cube --append`` with nothing new (DEST's record asked what changed since the cube), and
+  ``cube --append --recheck`` (DEST listed, every member's sidecar stamp compared);
 - ``catalog``, then ``catalog no-op`` (the same again, nothing changed);
 - ``serve``: ``serve DEST [--stac STAC]`` until ``/healthz`` answers (startup), then one
   ``/api/granules`` page, one ``/api/granules/{name}`` lookup and a STAC bbox+datetime search
@@ -54,8 +56,8 @@ CAP_SECONDS = 600.0
 SEARCHES = 20
 #: A bbox+datetime search that matches the first days of the synthetic collection.
 SEARCH = "bbox=-180,-90,180,90&datetime=2020-01-01T00:00:00Z/2020-01-10T00:00:00Z&limit=10"
-OPS = ("index no-op", "report --json", "prune", "cube", "catalog", "catalog no-op", "serve",
-       "index 1%")
+OPS = ("index no-op", "report --json", "prune", "cube", "cube --append",
+       "cube --append --recheck", "catalog", "catalog no-op", "serve", "index 1%")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -235,6 +237,11 @@ def run_size(n: int, args: argparse.Namespace, over: dict[str, int]) -> dict[str
         "prune": lambda: run_measured(data.cli("prune", str(dest), "--json"), args.cap),
         "cube": lambda: run_measured(data.cli("cube", str(dest), "-o",
                                               str(work / "cube.parq")), args.cap),
+        "cube --append": lambda: run_measured(data.cli(
+            "cube", str(dest), "-o", str(work / "cube.parq"), "--append"), args.cap),
+        "cube --append --recheck": lambda: run_measured(data.cli(
+            "cube", str(dest), "-o", str(work / "cube.parq"), "--append", "--recheck"),
+            args.cap),
         "catalog": lambda: run_measured(data.cli("catalog", str(dest), "-o", str(stac)),
                                         args.cap),
         "catalog no-op": lambda: run_measured(data.cli("catalog", str(dest), "-o", str(stac)),
@@ -252,6 +259,9 @@ def run_size(n: int, args: argparse.Namespace, over: dict[str, int]) -> dict[str
             continue
         if op in over:
             results[op] = {"status": f"skipped: over cap at {over[op]}"}
+            continue
+        if op.startswith("cube --append") and results.get("cube", {}).get("status") != "ok":
+            results[op] = {"status": "skipped: no cube"}
             continue
         if op == "catalog no-op" and not catalog_ok():
             results[op] = {"status": "skipped: no catalog"}

@@ -189,6 +189,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--on-out-of-order", choices=["raise", "rebuild"], default="raise",
                    help="with --append, a granule that does not follow the cube: refuse "
                    "(default) or rebuild the cube from all of DEST")
+    p.add_argument("--recheck", action="store_true",
+                   help="with --append, list DEST and compare every member's sidecar, instead "
+                   "of asking DEST's record what was indexed since the cube was written (finds "
+                   "sidecars rewritten behind the record's back)")
     p.add_argument("--normalize-time", action="store_true",
                    help="accept granules whose concat coordinate has other time units: hold "
                    "its times in one units (exactly, else refused)")

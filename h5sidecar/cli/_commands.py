@@ -187,7 +187,7 @@ def cmd_cube(args: argparse.Namespace, out: Console, err: Console) -> int:
                        mode="append" if args.append else "build",
                        on_out_of_order=args.on_out_of_order,
                        normalize_time=args.normalize_time, time_units=args.time_units,
-                       record_settings=record_settings(args))
+                       record_settings=record_settings(args), recheck=args.recheck)
     if r.action == "up_to_date":
         out.print(f"nothing new: the cube is up to date ({r.unchanged} granule(s) unchanged, "
                   "nothing written)")

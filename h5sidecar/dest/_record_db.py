@@ -31,6 +31,12 @@ damaged since by something else.  A re-run does not rewrite the rows
 of granules it found up to date (it counts them, ``runs.confirmed``): a no-op run writes no
 granule row.  Schema version 2 added those three columns; a version-1 record is upgraded in
 place on first open (two ``ALTER TABLE``, no row rewritten).
+
+Schema version 3 numbers the rows: each row written takes the next number of a counter
+(``seqs``) that only grows, so "what was written since" is one indexed query
+(:meth:`Record.mark`, :meth:`Record.changed_since`): how ``cube --append`` finds the granules
+indexed since the cube was written without listing DEST.  A version-2 record is upgraded in
+place (one column, one index and the counter; older rows are numbered 0).
 """
 
 from __future__ import annotations
@@ -214,6 +220,23 @@ class Record:
                                         part):
                 out[row[1]] = result_of(row)
         return out
+
+    def mark(self) -> int | None:
+        """Where the record's row counter stands: every row written later is numbered above it
+        (:meth:`changed_since`); None for a record older than schema version 3 (opened
+        read-only, so not upgraded), which numbers no rows."""
+        try:
+            return int(self._db.execute("SELECT last FROM seqs").fetchone()[0])
+        except sqlite3.OperationalError:
+            return None
+
+    def changed_since(self, mark: int) -> Iterator[tuple[str, str]]:
+        """``(name, sidecar)`` of the granules whose row was written after :meth:`mark` gave
+        ``mark`` (indexed, re-indexed or imported since), but those marked failed, by name;
+        one indexed query (a run that touched one granule: one row)."""
+        yield from self._db.execute(
+            "SELECT name, sidecar FROM granules WHERE seq > ? AND status != 'failed' "
+            "ORDER BY name, url", (mark,))
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Record]:

@@ -35,7 +35,7 @@ __all__ = [
 
 log = logging.getLogger("h5sidecar.workflows")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 60_000
 
 SCHEMA = """
@@ -52,10 +52,13 @@ CREATE TABLE granules (
     source TEXT, n_virtual INTEGER NOT NULL, n_inlined INTEGER NOT NULL,
     n_skipped INTEGER NOT NULL, skipped TEXT NOT NULL, n_chunks INTEGER NOT NULL,
     sidecar_bytes INTEGER NOT NULL, seconds TEXT NOT NULL, error TEXT,
-    run INTEGER NOT NULL, updated REAL NOT NULL, stamp TEXT
+    run INTEGER NOT NULL, updated REAL NOT NULL, stamp TEXT, seq INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX granules_by_name ON granules (name, url);
 CREATE INDEX granules_by_sidecar ON granules (sidecar);
+CREATE INDEX granules_by_seq ON granules (seq);
+CREATE TABLE seqs (last INTEGER NOT NULL);
+INSERT INTO seqs VALUES (0);
 """
 
 #: From each version to the next (``user_version`` is set by :func:`upgrade`).
@@ -63,6 +66,9 @@ UPGRADES = {
     1: "ALTER TABLE runs ADD COLUMN content TEXT; "
        "ALTER TABLE runs ADD COLUMN confirmed INTEGER NOT NULL DEFAULT 0; "
        "ALTER TABLE granules ADD COLUMN stamp TEXT;",
+    2: "ALTER TABLE granules ADD COLUMN seq INTEGER NOT NULL DEFAULT 0; "
+       "CREATE INDEX granules_by_seq ON granules (seq); "
+       "CREATE TABLE seqs (last INTEGER NOT NULL); INSERT INTO seqs VALUES (0);",
 }
 
 COLUMNS = ("url, name, sidecar, status, source, n_virtual, n_inlined, n_skipped, skipped, "
@@ -134,14 +140,24 @@ def insert_run(db: sqlite3.Connection, report: RunReport, *, complete: bool) -> 
 
 def upsert(db: sqlite3.Connection, run: int, results: Iterable[GranuleResult],
             stamp: str | None = None) -> None:
+    """Write ``results``' rows (inside the caller's write transaction).
+
+    Each row gets the next ``seq`` of the record's counter (``seqs``, never reset, not even
+    when rows are deleted): writers take turns (``BEGIN IMMEDIATE``), so a reader that saw the
+    counter at M has seen every row numbered up to M, and every row written after it is
+    numbered above M (:meth:`~h5sidecar.dest.Record.changed_since`).
+    """
+    results = list(results)
     now = time.time()
+    base = db.execute("SELECT last FROM seqs").fetchone()[0]
+    db.execute("UPDATE seqs SET last = ?", (base + len(results),))
     db.executemany(
-        f"INSERT OR REPLACE INTO granules ({COLUMNS}, run, updated, stamp) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        f"INSERT OR REPLACE INTO granules ({COLUMNS}, run, updated, stamp, seq) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [(g.url, g.name, g.sidecar, g.status, _dumps(g.source), g.n_virtual, g.n_inlined,
           g.n_skipped, json.dumps([dict(s) for s in g.skipped]), g.n_chunks, g.sidecar_bytes,
           json.dumps(dict(g.seconds)), None if g.error is None else json.dumps(g.error.to_dict()),
-          run, now, stamp) for g in results])
+          run, now, stamp, base + k) for k, g in enumerate(results, start=1)])
 
 
 def _dumps(value: Any) -> str | None:

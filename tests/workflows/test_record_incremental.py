@@ -150,7 +150,10 @@ def test_a_version_1_record_is_upgraded_in_place(tmp_path: Path,
     files = _granules(src, 3)
     first = index_many(str(src), str(dest), format="json", executor="serial")
     db = sqlite3.connect(dest / RECORD)  # what version 1 wrote: no content, confirmed, stamp
-    for table, column in (("runs", "content"), ("runs", "confirmed"), ("granules", "stamp")):
+    db.execute("DROP INDEX granules_by_seq")  # nor what version 3 added: seq, seqs
+    db.execute("DROP TABLE seqs")
+    for table, column in (("runs", "content"), ("runs", "confirmed"), ("granules", "stamp"),
+                          ("granules", "seq")):
         db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     db.execute("PRAGMA user_version = 1")
     db.commit()
@@ -164,7 +167,7 @@ def test_a_version_1_record_is_upgraded_in_place(tmp_path: Path,
     third = index_many(str(src), str(dest), format="json", executor="serial")
     assert third.counts["up_to_date"] == 3 and sidecar_reads == [] and _rows(dest) == before
     db = sqlite3.connect(dest / RECORD)
-    assert db.execute("PRAGMA user_version").fetchone() == (2,)
+    assert db.execute("PRAGMA user_version").fetchone() == (_record_sql.SCHEMA_VERSION,)
     db.close()
     assert_matches_h5py(str(dest / "G02.h5.json"), files[2])
 

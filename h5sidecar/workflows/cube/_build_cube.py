@@ -39,6 +39,7 @@ def build_cube(
     normalize_time: bool = False,
     time_units: str | None = None,
     record_settings: RecordSettings | None = None,
+    recheck: bool = False,
 ) -> CubeResult:
     """Combine granules' sidecars into one datacube reference set along ``concat_dim``.
 
@@ -87,6 +88,13 @@ def build_cube(
     record_settings : RecordSettings, optional
         The record cache an object-store DEST's record (which granules failed) is read
         through (default: ``from_env(RecordSettings)``).
+    recheck : bool
+        Append only.  A cube built or appended from a local DEST keeps where DEST's record
+        stood then, and the next append loads only the sidecars the record shows indexed
+        since (one query: no listing of DEST, no stat of the members' sidecars; see
+        :mod:`h5sidecar.workflows.cube._cube_mark`).  ``recheck=True`` lists DEST and compares
+        every member's sidecar stamp instead, which also finds sidecars rewritten behind the
+        record's back (by hand, by another tool).
 
     Returns
     -------
@@ -129,7 +137,7 @@ def build_cube(
             from h5sidecar.workflows.cube._cube_append import append_cube
 
             return append_cube(
-                sidecars, os.fspath(out), on_out_of_order=on_out_of_order,
+                sidecars, os.fspath(out), on_out_of_order=on_out_of_order, recheck=recheck,
                 rebuild=lambda action: _build(sidecars, os.fspath(out), group=group,
                                               variables=variables, action=action, **kw),
                 **kw,

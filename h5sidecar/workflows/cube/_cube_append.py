@@ -13,6 +13,7 @@ are loaded, and only their coordinates read.  The existing cube's own references
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -31,6 +32,7 @@ from h5sidecar.references import (
 )
 from h5sidecar.settings import RecordSettings
 from h5sidecar.workflows.cube._cube_assemble import (
+    CUBE_KEY,
     assemble,
     cube_record,
     load_granules,
@@ -52,6 +54,14 @@ from h5sidecar.workflows.cube._cube_checks import (
 )
 from h5sidecar.workflows.cube._cube_classify import classify, member_rows
 from h5sidecar.workflows.cube._cube_columns import as_columns
+from h5sidecar.workflows.cube._cube_mark import (
+    MARK_KEY,
+    MemberUrls,
+    changed_sidecars,
+    dest_mark,
+    marked,
+    since,
+)
 from h5sidecar.workflows.cube._cube_parts import Granule, Part, existing_parts, part_path
 from h5sidecar.workflows.cube._cube_tail import append_tail, why_not_tail
 from h5sidecar.workflows.cube._cube_time import (
@@ -69,7 +79,9 @@ _JSON_WHOLE = ("a JSON cube is one document (a Parquet or Icechunk cube's append
                "what is new)")
 
 
-def _load_part(path: str, format: str, opts: Mapping[str, Any], concat_dim: str) -> Part:
+def _load_part(path: str, format: str, opts: Mapping[str, Any], concat_dim: str,
+               head: GranuleRefs | None = None) -> Part:
+    """The cube at ``path`` (``head``: its references, already read lazily)."""
     members: Sequence[SourceInfo]
     if format == "icechunk":
         from h5sidecar.workflows.icechunk._icechunk_append import load_state
@@ -81,7 +93,7 @@ def _load_part(path: str, format: str, opts: Mapping[str, Any], concat_dim: str)
     else:
         from h5sidecar.read import read_arrays
 
-        refs = read_refs(path, storage_options=dict(opts) or None)
+        refs = head or read_refs(path, storage_options=dict(opts) or None)
         # a Parquet cube's members and per-member record stay Arrow columns: an append looks
         # up the few members it places, it makes no object per member
         members = refs.members
@@ -203,17 +215,31 @@ def append_cube(
     opts: dict[str, Any],
     rebuild: Callable[[str], CubeResult],
     record_settings: RecordSettings | None = None,
+    recheck: bool = False,
 ) -> CubeResult:
     """``build_cube(..., mode="append")`` (see the module docstring and :func:`build_cube`)."""
     paths = existing_parts(out, format, opts)
     if not paths:
         return rebuild("built")  # nothing to append to yet: the first build
-    parts = [_load_part(p, format, opts, concat_dim) for p in paths]
-    if time_units is not None and any(p.coord_attrs.get("units") != time_units for p in parts):
-        raise InvalidRequestError(
-            f"the cube's time units are {parts[0].coord_attrs.get('units')!r}; an append keeps "
-            f"them (time_units={time_units!r} applies to a new cube)")
-    items = _sidecar_list(sidecars, opts, record_settings)
+    mark = dest_mark(sidecars)  # before anything of DEST is read (see _cube_mark)
+    start: int | None = None
+    items: Sequence[Any] | None = None
+    heads: list[GranuleRefs | None] = [None] * len(paths)
+    if mark is not None and not recheck and format != "icechunk":
+        # the cubes' records (a Parquet cube's .zmetadata: its members are not read yet)
+        records = [read_refs(p, storage_options=dict(opts) or None) for p in paths]
+        heads = list(records)
+        start = since([h.extra.get(CUBE_KEY) or {} for h in records], mark)
+        if start is not None:  # what DEST's record wrote since the cubes were
+            items = changed_sidecars(os.fspath(sidecars), start)
+            done = _nothing_new(records, paths, concat_dim, time_units) if not items else None
+            if done is not None:
+                return done
+    parts = [_load_part(p, format, opts, concat_dim, h) for p, h in zip(paths, heads, strict=True)]
+    for p in parts:
+        _check_units(p.coord_attrs, time_units)
+    if items is None:  # every sidecar of DEST, listed
+        items = _sidecar_list(sidecars, opts, record_settings)
     out_paths = {p.rstrip("/") for p in paths}
     found = classify(items, parts, out_paths, opts)
     todo = found.todo
@@ -243,6 +269,13 @@ def append_cube(
     for p in parts:
         p.new.sort(key=lambda g: g.values[0])
         why = _out_of_order(p)
+        if why and on_out_of_order == "rebuild" and start is not None:
+            # whether every member's sidecar is still there takes the whole listing
+            return append_cube(
+                sidecars, out, concat_dim=concat_dim, format=format, on_mismatch=on_mismatch,
+                on_out_of_order=on_out_of_order, normalize_time=normalize_time,
+                time_units=time_units, opts=opts, rebuild=rebuild,
+                record_settings=record_settings, recheck=True)  # fmt: skip
         if why and on_out_of_order == "rebuild":
             missing = _missing(parts, found.seen, [g.refs.source.url for g in grans])
             if len(missing):
@@ -255,14 +288,14 @@ def append_cube(
                 f"{why}. Pass on_out_of_order='rebuild' (--on-out-of-order rebuild) to rebuild "
                 "the cube from all sidecars, or leave the granule out")
     whys: list[str] = []  # why each part written was rewritten whole ('' for a tail)
-    written = [_write_part(p, concat_dim, format, opts, whys) if p.new or p.replaced
+    written = [_write_part(p, concat_dim, format, opts, whys, mark) if p.new or p.replaced
                else _summary(p) for p in parts]
     if orphans:  # split: granules of another encoding start new cubes after the existing ones
         variables = [q.rpartition("/")[2] for q in parts[0].paths]
         group = coord.rpartition("/")[0] or None
         res = _build([g.item for g in orphans], part_path(out, len(parts)), concat_dim=concat_dim,
                      group=group, variables=variables, format=format, on_mismatch="split",
-                     opts=opts, normalize_time=normalize_time, time_units=time_units)
+                     opts=opts, normalize_time=normalize_time, time_units=time_units, mark=mark)
         written.extend(res.cubes)
     added = tuple(g.refs.source.url for p in parts for g in p.new) + tuple(
         g.refs.source.url for g in orphans)
@@ -270,9 +303,43 @@ def append_cube(
     return CubeResult(
         cubes=tuple(written), concat_dim=concat_dim, variables=tuple(parts[0].paths),
         action="appended" if added or replaced else "up_to_date", added=added,
-        replaced=replaced, sidecars_read=len(todo), unchanged=found.unchanged,
+        replaced=replaced, sidecars_read=len(todo),
+        # from the record's mark: every member but those replaced (none was stat-ed)
+        unchanged=found.unchanged if start is None else sum(
+            len(p.members) - len(p.replaced) for p in parts),
         written=_how(format, whys), why_rewritten=next((w for w in whys if w), ""),
     )  # fmt: skip
+
+
+def _check_units(attrs: Mapping[str, Any], time_units: str | None) -> None:
+    if time_units is not None and attrs.get("units") != time_units:
+        raise InvalidRequestError(
+            f"the cube's time units are {attrs.get('units')!r}; an append keeps them "
+            f"(time_units={time_units!r} applies to a new cube)")
+
+
+def _nothing_new(heads: list[GranuleRefs], paths: list[str], concat_dim: str,
+                 time_units: str | None) -> CubeResult | None:
+    """The result of an append that DEST's record says has nothing to add, from the cubes'
+    records alone (None when one lacks what that takes: then the cubes are loaded)."""
+    cubes = []
+    for head, path in zip(heads, paths, strict=True):
+        record = head.extra[CUBE_KEY]
+        span, coord = record[MARK_KEY].get("span"), record.get("coord")
+        if span is None or coord not in head.arrays or "encoding" not in record:
+            return None
+        if record.get("concat_dim") != concat_dim:
+            raise InvalidRequestError(
+                f"{path} is concatenated along {record.get('concat_dim')!r}, not "
+                f"{concat_dim!r}")
+        meta = head.arrays[coord].meta
+        _check_units(meta.attrs, time_units)
+        cubes.append(CubePart(path=path, granules=MemberUrls(head.members),
+                              length=int(meta.shape[0]), first=span[0], last=span[1],
+                              **time_of(meta.attrs)))
+    return CubeResult(cubes=tuple(cubes), concat_dim=concat_dim,
+                      variables=tuple(heads[0].extra[CUBE_KEY]["encoding"]),
+                      action="up_to_date", unchanged=sum(len(h.members) for h in heads))
 
 
 def _missing(parts: list[Part], seen: pa.ChunkedArray, loaded: list[str]) -> pa.Array:
@@ -343,13 +410,18 @@ def _pieces(p: Part, dim: str) -> tuple[list[GranuleRefs], list[str], list[np.nd
 
 
 def _write_part(p: Part, dim: str, format: str, opts: Mapping[str, Any],
-                whys: list[str]) -> CubePart:
+                whys: list[str], mark: Mapping[str, Any] | None) -> CubePart:
+    """Write ``p`` with its new and replaced members, and ``mark`` (None: none) in its
+    record; an Icechunk commit keeps the mark it had (an older one: safe, see _cube_mark)."""
     if format == "icechunk":
         from h5sidecar.workflows.icechunk._icechunk_append import append_icechunk
 
         whys.append("")
         return append_icechunk(p, dim, opts)
     assert p.refs is not None
+    p.record.pop(MARK_KEY, None)
+    if mark is not None:
+        p.record[MARK_KEY] = dict(mark)
     why = (_JSON_WHOLE if format == "json" else why_not_tail(p, dim))
     whys.append(why)
     if not why:  # only the new members' files and each array's last partial record
@@ -369,6 +441,7 @@ def _write_part(p: Part, dim: str, format: str, opts: Mapping[str, Any],
         by_url.update({g.refs.source.url: g.refs.source
                        for g in [*p.new, *p.replaced.values()]})
         record, table = as_columns(record, [by_url[u] for u in order])
+    marked(record, p.record.get(MARK_KEY), coordinate)  # DEST's record mark (see _cube_mark)
     cube = assemble(pieces, names, paths=list(p.refs.arrays), coord=p.record["coord"],
                     coordinate=coordinate, templates={c: p.refs.arrays[c] for c in held},
                     shared_values=p.shared, concat_dim=dim, record=record, members=table)

@@ -25,6 +25,7 @@ from h5sidecar.workflows.cube._cube_batches import Interleaved, Scan, scan
 from h5sidecar.workflows.cube._cube_checks import encodings
 from h5sidecar.workflows.cube._cube_columns import columns_record
 from h5sidecar.workflows.cube._cube_listing import SidecarPaths, list_sidecars
+from h5sidecar.workflows.cube._cube_mark import dest_mark, marked
 from h5sidecar.workflows.cube._cube_staging import StagedRefs, Staging, join_staged
 from h5sidecar.workflows.cube._cube_time import (
     NORMALIZED_FIELDS,
@@ -54,7 +55,8 @@ class CubePart:
         Where it was written.
     granules : sequence of str
         Its granules' source URLs, in concatenation (coordinate) order (a tuple, or for a
-        built Parquet cube its URL column: :class:`~h5sidecar.references.UrlColumn`).
+        built Parquet cube its URL column: :class:`~h5sidecar.references.UrlColumn`; for an
+        append that found nothing new, a view that reads the members when first used).
     length : int
         Length of the concatenated dimension.
     first, last : Any
@@ -93,7 +95,8 @@ class CubeResult:
     added: Sequence[str] = ()
     replaced: tuple[str, ...] = ()
     #: Append only: sidecars loaded (new or changed ones), and members recognized as unchanged
-    #: from their sidecar's stamp alone (one stat/HEAD each, nothing read).
+    #: from their sidecar's stamp alone (one stat/HEAD each, nothing read) or, when DEST's
+    #: record said what changed (see :mod:`._cube_mark`), every member not replaced.
     sidecars_read: int = 0
     unchanged: int = 0
     #: How an append wrote the cube: ``"tail"`` (a Parquet cube: only the new members' files
@@ -227,8 +230,12 @@ def _build(
     sidecars: Any, out: str, *, concat_dim: str, group: str | None,
     variables: Sequence[str] | None, format: str, on_mismatch: str, opts: dict[str, Any],
     normalize_time: bool, time_units: str | None, action: str = "built",
-    record_settings: RecordSettings | None = None,
+    record_settings: RecordSettings | None = None, mark: dict[str, Any] | None = None,
 ) -> CubeResult:
+    """Build the cube(s); ``mark``: DEST's record mark to keep in them (default: taken from
+    ``sidecars`` when it is a local DEST, before it is listed; see :mod:`._cube_mark`)."""
+    if mark is None:
+        mark = dest_mark(sidecars)
     items = _sidecar_list(sidecars, opts, record_settings)
 
     def select(first: GranuleRefs) -> tuple[list[str], str, list[str]]:
@@ -245,13 +252,13 @@ def _build(
     with Staging(out) as staging:
         return _scan_and_write(items, run, out, concat_dim=concat_dim, format=format,
                                opts=opts, normalize_time=normalize_time, action=action,
-                               time_units=time_units)
+                               time_units=time_units, mark=mark)
 
 
 def _scan_and_write(
     items: Sequence[Any], run: Callable[[Sequence[Any], str | None], Scan], out: str, *,
     concat_dim: str, format: str, opts: dict[str, Any], normalize_time: bool, action: str,
-    time_units: str | None = None,
+    time_units: str | None = None, mark: Mapping[str, Any] | None = None,
 ) -> CubeResult:
     try:
         # cubes written into DEST (by an earlier run) are not granules of the next one
@@ -300,6 +307,7 @@ def _scan_and_write(
             record, members = columns_record(record, members, lengths, sidecar_paths, stamps)
         del stamps, where, sidecar_paths, lengths
         coordinate = np.concatenate([p.coordinate for p in pieces])
+        marked(record, mark, coordinate)
         # named by their last granule: a piece's partial last chunk is what concat refuses
         refs: list[Any] = [p.refs for p in pieces]
         if all(isinstance(r, StagedRefs) for r in refs):  # joined a piece at a time

@@ -24,6 +24,7 @@ from h5sidecar.references import MemberTable, inline_array, tail_refusal, write_
 from h5sidecar.workflows.cube._cube_assemble import CUBE_KEY, _resized, assemble, cube_record
 from h5sidecar.workflows.cube._cube_build import CubePart
 from h5sidecar.workflows.cube._cube_columns import as_columns
+from h5sidecar.workflows.cube._cube_mark import MARK_KEY, marked
 from h5sidecar.workflows.cube._cube_parts import Part
 from h5sidecar.workflows.cube._cube_time import time_of
 
@@ -85,6 +86,7 @@ def append_tail(p: Part, dim: str, opts: Mapping[str, Any]) -> CubePart:
         [before, table.table.select(before.column_names).cast(before.schema)]))
     cube = dict(p.refs.extra[CUBE_KEY])
     cube.update(granules=len(members), h5sidecar=__version__)
+    marked(cube, p.record.get(MARK_KEY), coordinate)  # DEST's record mark (see _cube_mark)
     write_parquet_tail(p.path, tail, starts=starts, lengths=lengths, members=members,
                        extra={**p.refs.extra, CUBE_KEY: cube})
     return CubePart(path=p.path, granules=tuple(members.urls.to_pylist()),

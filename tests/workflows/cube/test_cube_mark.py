@@ -1,0 +1,180 @@
+"""An append asks DEST's record what was indexed since the cube was written (the cube keeps the
+record's mark): it neither lists DEST nor stats the members' sidecars, and with nothing new it
+reads neither the members nor the manifests.  Every value read from the appended cube equals
+xarray + h5netcdf and h5py on the files."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from h5sidecar.cli import main
+from h5sidecar.dest import RECORD_NAME, open_record
+from h5sidecar.references import read_refs
+from h5sidecar.references.parquet_sidecar._members_file import _Loader
+from h5sidecar.sample import write_daily_granule
+from h5sidecar.workflows import build_cube
+from h5sidecar.workflows.cube import _cube_classify, _cube_listing
+from h5sidecar.workflows.cube._cube_mark import MARK_KEY
+from tests.workflows.cube.test_cube import _assert_raw_matches_h5py
+from tests.workflows.cube.test_cube_append import START, _days, _index, _read_everywhere
+
+
+def _watch(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
+    """Count DEST listings, member-stamp comparisons and member-file reads."""
+    seen: dict[str, list[int]] = {"listed": [], "stamped": [], "members": []}
+    listing, stamps, load = (_cube_listing.list_sidecars, _cube_classify._same_stamps,
+                             _Loader.__call__)
+    monkeypatch.setattr(_cube_listing, "list_sidecars",
+                        lambda *a, **k: seen["listed"].append(1) or listing(*a, **k))
+    monkeypatch.setattr("h5sidecar.workflows.cube._cube_build.list_sidecars",
+                        lambda *a, **k: seen["listed"].append(1) or listing(*a, **k))
+    monkeypatch.setattr(_cube_classify, "_same_stamps",
+                        lambda paths, rec: seen["stamped"].append(len(paths)) or stamps(paths, rec))
+    monkeypatch.setattr(_Loader, "__call__", lambda self: seen["members"].append(1) or load(self))
+    return seen
+
+
+def _mark(cube: Path) -> dict:
+    return dict(read_refs(str(cube)).extra["cube"][MARK_KEY])
+
+
+def test_an_append_asks_the_record_not_the_folder(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    files = _days(tmp_path / "nc", 0, 3)
+    dest = _index(tmp_path / "nc", tmp_path / "dest")
+    cube = tmp_path / "cube.parq"
+    built = build_cube(str(dest), str(cube))
+    assert _mark(cube) == {"record": str((dest / RECORD_NAME).resolve()), "seq": 3,
+                           "span": [built.cubes[0].first, built.cubes[0].last]}
+
+    seen = _watch(monkeypatch)
+    again = build_cube(str(dest), str(cube), mode="append")
+    assert again.action == "up_to_date" and again.unchanged == 3 and again.sidecars_read == 0
+    # nothing listed, stat-ed or read of the members: the cube's .zmetadata and one query
+    assert seen == {"listed": [], "stamped": [], "members": []}
+    part = again.cubes[0]
+    assert (part.length, part.first, part.last) == (3, built.cubes[0].first,
+                                                     built.cubes[0].last)
+    assert list(part.granules) == [str(f) for f in files] and len(part.granules) == 3
+
+    new = _days(tmp_path / "nc", 3, 2)
+    _index(tmp_path / "nc", dest)
+    result = build_cube(str(dest), str(cube), mode="append")
+    assert result.action == "appended" and result.added == tuple(str(f) for f in new)
+    assert result.written == "tail" and result.sidecars_read == 2 and result.unchanged == 3
+    assert seen["listed"] == [] and seen["stamped"] == []  # the two rows alone were asked
+    assert _mark(cube)["seq"] == 5 and _mark(cube)["span"] == [result.cubes[0].first,
+                                                               result.cubes[0].last]
+    monkeypatch.undo()
+    _read_everywhere(str(cube), [*files, *new])
+    _assert_raw_matches_h5py(str(cube), [*files, *new])
+    # what the record-led append wrote is what a build of every sidecar writes
+    whole = build_cube(str(dest), str(tmp_path / "whole.parq"))
+    assert read_refs(str(cube), lazy=False) == read_refs(str(tmp_path / "whole.parq"), lazy=False)
+    assert whole.cubes[0].granules == result.cubes[0].granules
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "json"])
+def test_a_reindexed_member_is_found_from_its_row(tmp_path: Path, fmt: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    files = _days(tmp_path / "nc", 0, 3)
+    dest = _index(tmp_path / "nc", tmp_path / "dest")
+    cube = tmp_path / f"cube.{'parq' if fmt == 'parquet' else 'json'}"
+    build_cube(str(dest), str(cube), format=fmt)
+    write_daily_granule(files[1], START + dt.timedelta(days=1), seed=7)  # re-processed
+    _index(tmp_path / "nc", dest)
+    seen = _watch(monkeypatch)
+    result = build_cube(str(dest), str(cube), format=fmt, mode="append")
+    assert result.replaced == (str(files[1]),) and result.sidecars_read == 1
+    # the re-indexed member's sidecar alone was stat-ed (not every member's)
+    assert seen["listed"] == [] and sum(seen["stamped"]) == 1
+    assert _mark(cube)["seq"] == 4
+    monkeypatch.undo()
+    _read_everywhere(str(cube), files)
+    _assert_raw_matches_h5py(str(cube), files)
+
+
+def test_recheck_finds_a_sidecar_changed_behind_the_record(tmp_path: Path, capsys) -> None:
+    """A sidecar replaced by hand (here: copied from another DEST) is no row of the record:
+    the record-led append does not see it, ``--recheck`` does, by its stamp."""
+    files = _days(tmp_path / "nc", 0, 3)
+    dest = _index(tmp_path / "nc", tmp_path / "dest")
+    cube = tmp_path / "cube.parq"
+    build_cube(str(dest), str(cube))
+    write_daily_granule(files[2], START + dt.timedelta(days=2), seed=11)
+    other = _index(tmp_path / "nc", tmp_path / "other")
+    name = f"{files[2].name}.parq"
+    shutil.rmtree(dest / name)
+    shutil.copytree(other / name, dest / name)
+    assert main(["cube", str(dest), "-o", str(cube), "--append"]) == 0
+    assert "nothing new" in capsys.readouterr().out
+    assert main(["cube", str(dest), "-o", str(cube), "--append", "--recheck"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "1 replaced" in said, said
+    _read_everywhere(str(cube), files)
+    _assert_raw_matches_h5py(str(cube), files)
+
+
+def test_a_cube_from_a_list_or_another_dest_lists_dest(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cube whose record holds no mark of this DEST's record (built from a list of
+    sidecars; or the DEST was moved) is appended to by listing DEST, as before."""
+    files = _days(tmp_path / "nc", 0, 2)
+    dest = _index(tmp_path / "nc", tmp_path / "dest")
+    cube = tmp_path / "cube.parq"
+    build_cube([str(dest / f"{f.name}.parq") for f in files], str(cube))
+    assert MARK_KEY not in read_refs(str(cube)).extra["cube"]
+    new = _days(tmp_path / "nc", 2, 1)
+    _index(tmp_path / "nc", dest)
+    seen = _watch(monkeypatch)
+    result = build_cube(str(dest), str(cube), mode="append")
+    assert result.added == (str(new[0]),) and seen["listed"] == [1]
+    assert _mark(cube)["seq"] == 3  # marked now: the next append asks the record
+    moved = tmp_path / "moved"
+    shutil.copytree(dest, moved)
+    seen["listed"].clear()
+    assert build_cube(str(moved), str(cube), mode="append").action == "up_to_date"
+    assert seen["listed"] == [1]  # another record: listed
+    monkeypatch.undo()
+    _read_everywhere(str(cube), [*files, *new])
+
+
+def test_the_record_counter_only_grows_and_old_records_are_upgraded(tmp_path: Path) -> None:
+    files = _days(tmp_path / "nc", 0, 2)
+    dest = _index(tmp_path / "nc", tmp_path / "dest")
+    record = open_record(str(dest), create=False)
+    try:
+        assert record.mark() == 2
+        assert [s for _, s in record.changed_since(1)] == [str(dest / f"{files[1].name}.parq")]
+        record.drop([str(dest / f"{files[1].name}.parq")])  # a pruned granule
+        assert record.mark() == 2 and list(record.changed_since(1)) == []
+    finally:
+        record.close()
+    _index(tmp_path / "nc", dest)  # re-indexed: numbered after everything before
+    record = open_record(str(dest), create=False)
+    try:
+        assert record.mark() == 3
+        assert [s for _, s in record.changed_since(2)] == [str(dest / f"{files[1].name}.parq")]
+    finally:
+        record.close()
+    # a version-2 record (no numbers) is upgraded on first open; its rows are numbered 0
+    db = sqlite3.connect(dest / RECORD_NAME)
+    db.execute("DROP INDEX granules_by_seq")
+    db.execute("DROP TABLE seqs")
+    db.execute("ALTER TABLE granules DROP COLUMN seq")
+    db.execute("PRAGMA user_version = 2")
+    db.commit()
+    db.close()
+    cube = tmp_path / "cube.parq"
+    build_cube(str(dest), str(cube))
+    assert _mark(cube)["seq"] == 0
+    new = _days(tmp_path / "nc", 2, 1)
+    _index(tmp_path / "nc", dest)
+    result = build_cube(str(dest), str(cube), mode="append")
+    assert result.added == (str(new[0]),) and result.sidecars_read == 1
+    _read_everywhere(str(cube), [*files, *new])
