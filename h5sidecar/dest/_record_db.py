@@ -221,18 +221,20 @@ class Record:
                 out[row[1]] = result_of(row)
         return out
 
-    def mark(self) -> int | None:
-        """Where the record's row counter stands: every row written later is numbered above it
-        (:meth:`changed_since`); None for a record older than schema version 3 (opened
-        read-only, so not upgraded), which numbers no rows."""
+    def mark(self) -> tuple[str, int] | None:
+        """Which record this is (a random id made with the file: a DEST removed and indexed
+        anew has another) and where its row counter stands: every row written later is
+        numbered above it (:meth:`changed_since`); None for a record older than schema
+        version 3 (opened read-only, so not upgraded), which numbers no rows."""
         try:
-            return int(self._db.execute("SELECT last FROM seqs").fetchone()[0])
+            uid, last = self._db.execute("SELECT uid, last FROM seqs").fetchone()
         except sqlite3.OperationalError:
             return None
+        return str(uid), int(last)
 
     def changed_since(self, mark: int) -> Iterator[tuple[str, str]]:
         """``(name, sidecar)`` of the granules whose row was written after :meth:`mark` gave
-        ``mark`` (indexed, re-indexed or imported since), but those marked failed, by name;
+        the counter ``mark`` (indexed, re-indexed or imported since), but those marked failed, by name;
         one indexed query (a run that touched one granule: one row)."""
         yield from self._db.execute(
             "SELECT name, sidecar FROM granules WHERE seq > ? AND status != 'failed' "

@@ -57,8 +57,8 @@ CREATE TABLE granules (
 CREATE INDEX granules_by_name ON granules (name, url);
 CREATE INDEX granules_by_sidecar ON granules (sidecar);
 CREATE INDEX granules_by_seq ON granules (seq);
-CREATE TABLE seqs (last INTEGER NOT NULL);
-INSERT INTO seqs VALUES (0);
+CREATE TABLE seqs (last INTEGER NOT NULL, uid TEXT NOT NULL);
+INSERT INTO seqs VALUES (0, lower(hex(randomblob(16))));
 """
 
 #: From each version to the next (``user_version`` is set by :func:`upgrade`).
@@ -68,7 +68,8 @@ UPGRADES = {
        "ALTER TABLE granules ADD COLUMN stamp TEXT;",
     2: "ALTER TABLE granules ADD COLUMN seq INTEGER NOT NULL DEFAULT 0; "
        "CREATE INDEX granules_by_seq ON granules (seq); "
-       "CREATE TABLE seqs (last INTEGER NOT NULL); INSERT INTO seqs VALUES (0);",
+       "CREATE TABLE seqs (last INTEGER NOT NULL, uid TEXT NOT NULL); "
+       "INSERT INTO seqs VALUES (0, lower(hex(randomblob(16))));",
 }
 
 COLUMNS = ("url, name, sidecar, status, source, n_virtual, n_inlined, n_skipped, skipped, "
@@ -142,8 +143,8 @@ def upsert(db: sqlite3.Connection, run: int, results: Iterable[GranuleResult],
             stamp: str | None = None) -> None:
     """Write ``results``' rows (inside the caller's write transaction).
 
-    Each row gets the next ``seq`` of the record's counter (``seqs``, never reset, not even
-    when rows are deleted): writers take turns (``BEGIN IMMEDIATE``), so a reader that saw the
+    Each row gets the next ``seq`` of the record's counter (``seqs.last``, never reset, not
+    even when rows are deleted; ``seqs.uid`` names the record, made anew with the file): writers take turns (``BEGIN IMMEDIATE``), so a reader that saw the
     counter at M has seen every row numbered up to M, and every row written after it is
     numbered above M (:meth:`~h5sidecar.dest.Record.changed_since`).
     """

@@ -2,8 +2,8 @@
 
 A cube built or appended from a local DEST whose record (:mod:`h5sidecar.dest._record_db`)
 numbers its rows keeps that record's :meth:`~h5sidecar.dest.Record.mark` in its record
-(``extra["cube"]["record_mark"]``: the record file and the counter), taken *before* DEST was
-listed.  Every row numbered up to it was in the listing the cube was made from; every granule
+(``extra["cube"]["record_mark"]``: the record file, its id and the counter), taken *before*
+DEST was listed.  Every row numbered up to it was in the listing the cube was made from; every granule
 indexed (or re-indexed) since has a row numbered above it.  So the next append loads only those
 rows' sidecars (one indexed query), instead of listing DEST and comparing every member's
 sidecar stamp.  The mark also holds the cube's first and last coordinate values (``span``), so
@@ -37,7 +37,7 @@ MARK_KEY = "record_mark"
 
 def dest_mark(sidecars: Any) -> dict[str, Any] | None:
     """The mark of ``sidecars``' record when it is a local DEST with a record that numbers its
-    rows (``{"record": its real path, "seq": the counter}``), else None."""
+    rows (``{"record": its real path, "uid": its id, "seq": the counter}``), else None."""
     if not isinstance(sidecars, str | os.PathLike) or is_remote(os.fspath(sidecars)):
         return None
     from h5sidecar.dest import open_record, record_path
@@ -47,21 +47,25 @@ def dest_mark(sidecars: Any) -> dict[str, Any] | None:
         return None
     record = open_record(os.fspath(sidecars), create=False)
     try:
-        seq = record.mark()
+        held = record.mark()
     finally:
         record.close()
-    return None if seq is None else {"record": os.path.realpath(path), "seq": seq}
+    if held is None:
+        return None
+    return {"record": os.path.realpath(path), "uid": held[0], "seq": held[1]}
 
 
 def since(records: Sequence[Mapping[str, Any]], mark: Mapping[str, Any] | None) -> int | None:
     """The counter every cube part's record was written at (the oldest of them), when each
-    holds a mark of the same record as ``mark``; else None (list DEST)."""
+    holds a mark of the same record as ``mark`` (its path and id: not a DEST removed and
+    indexed anew at the same place); else None (list DEST)."""
     if mark is None:
         return None
     seqs: list[int] = []
     for r in records:
         held = r.get(MARK_KEY)
-        if not isinstance(held, Mapping) or held.get("record") != mark["record"]:
+        if (not isinstance(held, Mapping) or held.get("record") != mark["record"]
+                or held.get("uid") != mark["uid"]):
             return None
         seq = held.get("seq")
         if not isinstance(seq, int) or not 0 <= seq <= mark["seq"]:
@@ -91,7 +95,7 @@ def marked(record: dict[str, Any], mark: Mapping[str, Any] | None,
     record.pop(MARK_KEY, None)
     if mark is None or not coordinate.size:
         return
-    entry: dict[str, Any] = {"record": mark["record"], "seq": mark["seq"]}
+    entry: dict[str, Any] = {"record": mark["record"], "uid": mark["uid"], "seq": mark["seq"]}
     span = [coordinate[0].item(), coordinate[-1].item()]
     if all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
            for v in span):

@@ -49,8 +49,10 @@ def test_an_append_asks_the_record_not_the_folder(tmp_path: Path,
     dest = _index(tmp_path / "nc", tmp_path / "dest")
     cube = tmp_path / "cube.parq"
     built = build_cube(str(dest), str(cube))
-    assert _mark(cube) == {"record": str((dest / RECORD_NAME).resolve()), "seq": 3,
-                           "span": [built.cubes[0].first, built.cubes[0].last]}
+    mark = _mark(cube)
+    assert len(mark.pop("uid")) == 32  # the record's id
+    assert mark == {"record": str((dest / RECORD_NAME).resolve()), "seq": 3,
+                    "span": [built.cubes[0].first, built.cubes[0].last]}
 
     seen = _watch(monkeypatch)
     again = build_cube(str(dest), str(cube), mode="append")
@@ -149,16 +151,17 @@ def test_the_record_counter_only_grows_and_old_records_are_upgraded(tmp_path: Pa
     dest = _index(tmp_path / "nc", tmp_path / "dest")
     record = open_record(str(dest), create=False)
     try:
-        assert record.mark() == 2
+        uid, seq = record.mark()
+        assert seq == 2
         assert [s for _, s in record.changed_since(1)] == [str(dest / f"{files[1].name}.parq")]
         record.drop([str(dest / f"{files[1].name}.parq")])  # a pruned granule
-        assert record.mark() == 2 and list(record.changed_since(1)) == []
+        assert record.mark() == (uid, 2) and list(record.changed_since(1)) == []
     finally:
         record.close()
     _index(tmp_path / "nc", dest)  # re-indexed: numbered after everything before
     record = open_record(str(dest), create=False)
     try:
-        assert record.mark() == 3
+        assert record.mark() == (uid, 3)
         assert [s for _, s in record.changed_since(2)] == [str(dest / f"{files[1].name}.parq")]
     finally:
         record.close()
@@ -178,3 +181,19 @@ def test_the_record_counter_only_grows_and_old_records_are_upgraded(tmp_path: Pa
     result = build_cube(str(dest), str(cube), mode="append")
     assert result.added == (str(new[0]),) and result.sidecars_read == 1
     _read_everywhere(str(cube), [*files, *new])
+
+
+def test_a_dest_indexed_anew_in_place_is_listed(tmp_path: Path) -> None:
+    """DEST removed and indexed again at the same place is another record (another id), even
+    when its counter has passed the cube's mark: the append lists it, missing nothing."""
+    files = _days(tmp_path / "nc", 0, 3)
+    dest = _index(tmp_path / "nc", tmp_path / "dest")
+    cube = tmp_path / "cube.parq"
+    build_cube(str(dest), str(cube))
+    shutil.rmtree(dest)
+    later = _days(tmp_path / "later", 3, 2)
+    _index(tmp_path / "later", dest)  # rows 1-2: the new days
+    _index(tmp_path / "nc", dest)  # rows 3-5: the cube's members, again
+    result = build_cube(str(dest), str(cube), mode="append")
+    assert result.action == "appended" and result.added == tuple(str(f) for f in later)
+    _read_everywhere(str(cube), [*files, *later])
