@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 # keep two cores busy (four duplicate more per-worker setup than they gain)
 WORKERS ?= 3
 
-.PHONY: setup demo test test-upstream lint bench docs docs-setup clean
+.PHONY: setup setup-all demo test test-upstream lint bench docs docs-setup clean
 
 # The demo needs only the package itself; the tests need every extra and test tool.
 $(PY):
@@ -50,6 +50,13 @@ $(VENV)/.installed-docs: pyproject.toml | $(PY)
 	touch $@
 
 docs-setup: $(VENV)/.installed-docs
+
+# The test and docs extras in one pip run (what CI needs: one resolution, not two)
+$(VENV)/.installed-all: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e ".[test,docs]"
+	touch $@ $(VENV)/.installed $(VENV)/.installed-base $(VENV)/.installed-docs
+
+setup-all: $(VENV)/.installed-all
 
 docs: $(VENV)/.installed-docs
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site

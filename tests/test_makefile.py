@@ -42,6 +42,17 @@ def test_docs_builds_the_site_with_warnings_as_errors(tmp_path: Path) -> None:
     assert "mkdocs build --strict" in steps
 
 
+def test_setup_all_installs_the_test_and_docs_extras_in_one_run(tmp_path: Path) -> None:
+    steps = _dry_run("setup-all", tmp_path / "venv")
+    installs = [line for line in steps.splitlines() if "pip install" in line and "-e" in line]
+    assert installs == ['.venv/bin/python -m pip install -q -e ".[test,docs]"'.replace(
+        ".venv", str(tmp_path / "venv"))], steps
+    # then `make test` and `make docs` install nothing more
+    stamps = [line for line in steps.splitlines() if line.startswith("touch")]
+    assert stamps and all(f"{tmp_path / 'venv'}/.installed{s}" in stamps[0]
+                          for s in ("", "-base", "-docs")), stamps
+
+
 def test_ci_builds_the_docs_after_the_tests() -> None:
     commands = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert commands.index("make test") < commands.index("make docs")
