@@ -27,6 +27,7 @@ once per request that brings its bytes), and the crawl stops after ``max_crawl_s
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -118,6 +119,13 @@ class RemoteSource(RemoteRangedFile):
         return SourceStats.of(self.fetch_stats)
 
 
+#: Parses one loop callback makes before it gives the loop back (continuing with ``call_soon``):
+#: requests' completions, their time limits and the reader's demand reads are served between
+#: slices.  A crawl that parsed its whole queue in one callback (up to ``max_crawl_steps``) once
+#: held the loop for minutes while HDF5 waited on a read.
+SLICE_STEPS = 1000
+
+
 class MetadataCrawl:
     """Parses HDF5 metadata structures as their bytes arrive and asks ``fetcher`` for the pages
     of the structures they point at (runs on the loop thread, driven by the fetcher's
@@ -129,6 +137,7 @@ class MetadataCrawl:
         self._seen: set[tuple[str, int]] = set()
         self._waiting: dict[int, list[hints.Hint]] = {}
         self._steps = 0
+        self._resuming = False  # a continuation of the crawl is scheduled on the loop
         # a paged file's pages are wanted whole (HDF5 reads them whole): those wanted so far;
         # pages larger than one request are left to HDF5's own reads
         self._file_page = layout.page if 0 < layout.page <= fetcher.max_request else 0
@@ -167,7 +176,14 @@ class MetadataCrawl:
         fetcher = self.fetcher
         if fetcher.closed or fetcher.fault is not None:
             return
+        sliced = 0
         while self._queue and self._steps < self.max_steps:
+            if sliced >= SLICE_STEPS:  # give the loop back; go on after what is waiting
+                if not self._resuming:
+                    self._resuming = True
+                    asyncio.get_running_loop().call_soon(self._resume)
+                break
+            sliced += 1
             hint = self._queue.popleft()
             self._steps += 1
             if self._file_page:
@@ -181,6 +197,10 @@ class MetadataCrawl:
         if self._steps >= self.max_steps:
             self._queue.clear()  # enough: HDF5's own reads are fetched on demand
         fetcher.pump()
+
+    def _resume(self) -> None:
+        self._resuming = False
+        self._crawl()
 
     def _want_file_pages(self, hint: hints.Hint) -> None:
         """Want the whole file-space pages ``hint`` lies in.
