@@ -88,7 +88,9 @@ def test_url_list_staging_memory_does_not_grow_with_lines(
         listed = tmp_path / f"urls{n}.txt"
         listed.write_text("".join(p + "\n" for p in _linked(tmp_path, n)))
         _staging_peak(listed)  # imports, threads
-        peaks.append(_staging_peak(listed))
+        # tracemalloc also counts what other threads of this worker allocate meanwhile (an
+        # earlier test's I/O loop or server): the least of three runs is this staging's own
+        peaks.append(min(_staging_peak(listed) for _ in range(3)))
     # held whole, 6,000 more granules cost ~1 KB each (~6 MB); staged, only noise grows
     assert peaks[1] - peaks[0] < 1_000_000, peaks
 
