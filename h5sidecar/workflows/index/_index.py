@@ -137,10 +137,15 @@ def index_many(
     KeyboardInterrupt
         After writing a report of the granules finished so far (``complete: false``).
     UnguardedMainError
-        With worker processes, when called at the top level of a script outside ``if __name__
-        == "__main__":`` (each worker would import the script and run it again).
+        With worker processes (``"process"``, or ``"serial"`` with a time limit), when called
+        at the top level of a script outside ``if __name__ == "__main__":`` (each worker would
+        import the script and run it again), or from a script read from standard input (which
+        no worker can import).
     """
-    if executor == "process":  # before any worker starts, or anything is written
+    if executor == "process" or (executor == "serial" and (
+            settings is None or settings.max_granule_seconds)):
+        # worker processes would import the caller's script: refused before any starts, or
+        # anything is written ("serial" with a time limit runs in one worker process of ours)
         refuse_unguarded_main("index_many")
     started = datetime.now(UTC)
     t0 = time.perf_counter()

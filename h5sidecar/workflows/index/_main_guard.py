@@ -6,13 +6,17 @@ its top level, outside ``if __name__ == "__main__":``, makes every worker start 
 own while it boots; multiprocessing refuses that, each worker dies with a long traceback, and
 the batch reports every granule as "the worker process died".  The user then blames the data.
 This module finds the case before any worker starts, in the parent, from the script's source,
-and in a worker (should the parent not have seen it) from the import under way.
+and in a worker (should the parent not have seen it) from the import under way.  The same holds
+for ``executor="serial"`` with a time limit (the default: its granules run one by one in a
+worker process of ours), and for a script read from standard input (``python -``), which no
+worker can import at all (multiprocessing looks for a file named ``<stdin>``).
 """
 
 from __future__ import annotations
 
 import ast
 import multiprocessing
+import os
 import sys
 from types import FrameType
 
@@ -21,7 +25,8 @@ from h5sidecar.errors import UnguardedMainError
 __all__ = ["refuse_unguarded_main"]
 
 _FIX = ('put the script\'s work under `if __name__ == "__main__":` (worker processes import '
-        'the script again), or pass executor="serial"')
+        'the script again), or index in this process, one granule at a time: '
+        'executor="serial" with settings=IndexSettings(max_granule_seconds=0) (no time limit)')
 
 
 def refuse_unguarded_main(what: str = "index_many") -> None:
@@ -29,8 +34,19 @@ def refuse_unguarded_main(what: str = "index_many") -> None:
 
     Called by ``what`` before it starts worker processes.  Scripts run with ``python -c``,
     notebooks and interactive sessions have no ``__main__`` file to import again: never
-    refused.
+    refused.  A script read from standard input names a file that does not exist
+    (``<stdin>``), which every worker would fail to import: refused.
     """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if (isinstance(path, str) and getattr(getattr(main, "__spec__", None), "name", None) is None
+            and not os.path.exists(path) and multiprocessing.parent_process() is None):
+        raise UnguardedMainError(
+            f"{what} was called from a script read from standard input ({path}): worker "
+            "processes import the caller's script and cannot import this one. Save the script "
+            "to a file (with its work under `if __name__ == \"__main__\":`), or index in this "
+            "process, one granule at a time: executor=\"serial\" with "
+            "settings=IndexSettings(max_granule_seconds=0) (no time limit)")
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         name = frame.f_globals.get("__name__")
