@@ -9,6 +9,9 @@ child process, from the repository root so that the code measured is this checko
 - ``report --json``, ``prune`` (dry run), ``cube`` (into a folder beside DEST);
 - ``cube --append`` with nothing new (DEST's record asked what changed since the cube), and
   ``cube --append --recheck`` (DEST listed, every member's sidecar stamp compared);
+- ``cube --append 1``: one new day indexed into DEST (``index --url-list``, not timed), then
+  ``cube --append`` (timed), which writes it after the cube's members; the cube's length is
+  checked (the DEST, one granule longer, is made anew by the next run);
 - ``catalog``, then ``catalog no-op`` (the same again, nothing changed);
 - ``serve``: ``serve DEST [--stac STAC]`` until ``/healthz`` answers (startup), then one
   ``/api/granules`` page, one ``/api/granules/{name}`` lookup and a STAC bbox+datetime search
@@ -57,7 +60,7 @@ SEARCHES = 20
 #: A bbox+datetime search that matches the first days of the synthetic collection.
 SEARCH = "bbox=-180,-90,180,90&datetime=2020-01-01T00:00:00Z/2020-01-10T00:00:00Z&limit=10"
 OPS = ("index no-op", "report --json", "prune", "cube", "cube --append",
-       "cube --append --recheck", "catalog", "catalog no-op", "serve", "index 1%")
+       "cube --append --recheck", "cube --append 1", "catalog", "catalog no-op", "serve", "index 1%")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -242,6 +245,7 @@ def run_size(n: int, args: argparse.Namespace, over: dict[str, int]) -> dict[str
         "cube --append --recheck": lambda: run_measured(data.cli(
             "cube", str(dest), "-o", str(work / "cube.parq"), "--append", "--recheck"),
             args.cap),
+        "cube --append 1": lambda: _append_one(dest, n, root, work / "cube.parq", args.cap),
         "catalog": lambda: run_measured(data.cli("catalog", str(dest), "-o", str(stac)),
                                         args.cap),
         "catalog no-op": lambda: run_measured(data.cli("catalog", str(dest), "-o", str(stac)),
@@ -282,9 +286,32 @@ def run_size(n: int, args: argparse.Namespace, over: dict[str, int]) -> dict[str
 def _index_one_percent(src: Path, dest: Path, n: int, root: Path, cap: float
                        ) -> dict[str, Any]:
     touched = _touch_one_percent(src, n)
-    (root / "done").unlink()  # the DEST no longer matches the template: made anew next time
+    (root / "done").unlink(missing_ok=True)  # DEST no longer the template's: made anew next time
     out = run_measured(data.cli("index", str(src), "-o", str(dest), "--format", "json"), cap)
     out["touched"] = touched
+    return out
+
+
+def _append_one(dest: Path, n: int, root: Path, cube: Path, cap: float) -> dict[str, Any]:
+    """Granule ``n`` (the day after the last) indexed into DEST, then ``cube --append``."""
+    from datetime import date, timedelta
+
+    from h5sidecar.sample._collection import write_daily_granule
+
+    (root / "done").unlink(missing_ok=True)  # DEST gains a granule: made anew next time
+    extra = root / "extra"
+    extra.mkdir(exist_ok=True)
+    listed = root / "extra.txt"
+    day = date(2020, 1, 1) + timedelta(days=n)  # noon: time n + 0.5, after granule n - 1
+    listed.write_text(f"{write_daily_granule(extra / data.name(n), day)}\n")
+    subprocess.run(data.cli("index", "--url-list", str(listed), "-o", str(dest), "--format",
+                            "json", "--serial"), cwd=ROOT, env=data.command_env(), check=True,
+                   capture_output=True)
+    out = run_measured(data.cli("cube", str(dest), "-o", str(cube), "--append"), cap)
+    zmeta = json.loads((cube / ".zmetadata").read_text())
+    length = zmeta["metadata"]["time/.zarray"]["shape"][0]
+    if out["status"] == "ok" and length != n + 1:
+        out["status"] = f"the cube has {length} days, not {n + 1}"
     return out
 
 
