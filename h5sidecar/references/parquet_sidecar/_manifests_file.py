@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from h5sidecar.errors import InvalidReferenceError
@@ -210,6 +211,9 @@ def decode_manifests(
         raise InvalidReferenceError(
             f"{MANIFESTS_FILE} lacks column(s) {sorted(need - set(table.column_names))}"
         )
+    if others:  # an open of a few named arrays: the file's names checked, their rows kept
+        array_names(table, metas, others, MANIFESTS_FILE)
+        table = _only(table, metas)
     if table.num_rows <= SMALL_ROWS:  # a granule of few chunks: plain Python is cheaper
         return decode_small(table, metas, others, MANIFESTS_FILE)
     arrays, names = array_names(table, metas, others, MANIFESTS_FILE)
@@ -245,6 +249,25 @@ def decode_manifests(
         raw=raw,
         metas=metas,
     )
+
+
+def _only(table: pa.Table, metas: Mapping[str, ArrayMeta]) -> pa.Table:
+    """The rows of ``metas``' arrays, with dictionaries of only the values they use: an open of
+    a few named arrays (a cube's coordinates) decodes, checks and holds their rows alone, not
+    every array's (a cube's chunk URLs are its members': a Python string each)."""
+    arrays = table.column("array").combine_chunks()
+    if not pa.types.is_dictionary(arrays.type):
+        return table  # refused as it is by array_names
+    keep = [i for i, n in enumerate(arrays.dictionary.to_pylist()) if n in metas]
+    mask = pc.is_in(arrays.indices, value_set=pa.array(keep, arrays.indices.type))
+    kept = table.filter(mask)
+    out = {}
+    for name in kept.column_names:
+        col = kept.column(name)
+        if pa.types.is_dictionary(col.type):  # re-encoded: the values these rows use
+            col = pc.dictionary_encode(col.combine_chunks().dictionary_decode())
+        out[name] = col
+    return pa.table(out)
 
 
 class BulkColumns(Mapping[str, ChunkColumns]):

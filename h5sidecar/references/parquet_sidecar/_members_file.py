@@ -99,7 +99,10 @@ class _Loader:
                 f"({'absent' if data is None else f'{len(data)} bytes, not {self.size}'}); "
                 "the cube was damaged or rewritten while read: open it again or rebuild it")
         try:
-            table = pq.read_table(io.BytesIO(data))
+            # one thread, no pyarrow.dataset (read_table's): ~50 MB less resident, and the
+            # file's row groups are decoded in turn (an append to a cube of 100,000 members:
+            # 119 MB instead of 178)
+            table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
         except (pa.ArrowException, OSError) as exc:
             raise InvalidReferenceError(
                 f"{MEMBERS_FILE} is unreadable ({exc}); build the cube again") from exc

@@ -35,7 +35,7 @@ from h5sidecar.references._extras import (
     parse_extras,
     select_extras,
 )
-from h5sidecar.references._extras_versions import EXTRAS_KEY
+from h5sidecar.references._extras_versions import EXTRAS_KEY, PACKED_VERSION, unpack
 from h5sidecar.references._lazy_refs import LazyArrayRefs
 from h5sidecar.references._manifest import ChunkManifest
 from h5sidecar.references._model import GranuleRefs
@@ -323,6 +323,10 @@ def read_parquet_lazy(
     others: set[str] = set()
     if match is not None:
         chosen = {p for p in nodes.arrays if match(p)}
+        if isinstance(block, dict) and block.get("version") == PACKED_VERSION:
+            # a version-2 block (a cube's) names its arrays once unpacked, as parse_extras
+            # would unpack it: else such an open fell back to reading every array now
+            block = unpack(block)
         block = select_extras(block, set(nodes.arrays), chosen)
         if block is None:
             return None

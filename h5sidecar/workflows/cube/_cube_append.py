@@ -13,6 +13,7 @@ are loaded, and only their coordinates read.  The existing cube's own references
 
 from __future__ import annotations
 
+import glob
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -98,7 +99,13 @@ def _load_part(path: str, format: str, opts: Mapping[str, Any], concat_dim: str,
         # up the few members it places, it makes no object per member
         members = refs.members
         record = read_record(refs.extra, path, members, lists=False)
-        coords = read_arrays(refs, [record["coord"], *record["shared"]])  # inline: no source
+        # read from an open of these arrays alone (inline: no source), whose manifests are cut
+        # out of the all-arrays file before they are decoded: through the whole cube, every
+        # array's chunk rows were decoded with their URLs (~1 KB a member, held to the end)
+        names = [record["coord"], *record["shared"]]
+        alone = read_refs(path, storage_options=dict(opts) or None,
+                          arrays=[glob.escape(n) for n in names])
+        coords = read_arrays(alone, names)
         attrs = refs.arrays[record["coord"]].meta.attrs
     if record["concat_dim"] != concat_dim:
         raise InvalidRequestError(
@@ -358,7 +365,7 @@ def _how(format: str, whys: list[str]) -> str:
 
 
 def _summary(p: Part) -> CubePart:
-    return CubePart(path=p.path, granules=tuple(p.members.urls.to_pylist()),
+    return CubePart(path=p.path, granules=MemberUrls(p.members),
                     length=int(p.coordinate.size), first=p.coordinate[0].item(),
                     last=p.coordinate[-1].item(), **time_of(p.coord_attrs))
 

@@ -122,8 +122,12 @@ class MemberUrls(Sequence[str]):
     def __getitem__(self, index: slice) -> list[str]: ...
 
     def __getitem__(self, index: int | slice) -> str | list[str]:
-        urls: list[str] = self._members.urls.to_pylist()
-        return urls[index]
+        urls = self._members.urls
+        if isinstance(index, slice):
+            out: list[str] = urls[index].to_pylist()
+            return out
+        url: str = urls[index].as_py()
+        return url
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._members.urls.to_pylist())

@@ -24,7 +24,7 @@ from h5sidecar.references import MemberTable, inline_array, tail_refusal, write_
 from h5sidecar.workflows.cube._cube_assemble import CUBE_KEY, _resized, assemble, cube_record
 from h5sidecar.workflows.cube._cube_build import CubePart
 from h5sidecar.workflows.cube._cube_columns import as_columns
-from h5sidecar.workflows.cube._cube_mark import MARK_KEY, marked
+from h5sidecar.workflows.cube._cube_mark import MARK_KEY, MemberUrls, marked
 from h5sidecar.workflows.cube._cube_parts import Part
 from h5sidecar.workflows.cube._cube_time import time_of
 
@@ -89,7 +89,7 @@ def append_tail(p: Part, dim: str, opts: Mapping[str, Any]) -> CubePart:
     marked(cube, p.record.get(MARK_KEY), coordinate)  # DEST's record mark (see _cube_mark)
     write_parquet_tail(p.path, tail, starts=starts, lengths=lengths, members=members,
                        extra={**p.refs.extra, CUBE_KEY: cube})
-    return CubePart(path=p.path, granules=tuple(members.urls.to_pylist()),
+    return CubePart(path=p.path, granules=MemberUrls(members),  # no string per member
                     length=int(coordinate.size), first=coordinate[0].item(),
                     last=coordinate[-1].item(), **time_of(p.coord_attrs))
 
