@@ -42,11 +42,8 @@ def refuse_unguarded_main(what: str = "index_many") -> None:
     if (isinstance(path, str) and getattr(getattr(main, "__spec__", None), "name", None) is None
             and not os.path.exists(path) and multiprocessing.parent_process() is None):
         raise UnguardedMainError(
-            f"{what} was called from a script read from standard input ({path}): worker "
-            "processes import the caller's script and cannot import this one. Save the script "
-            "to a file (with its work under `if __name__ == \"__main__\":`), or index in this "
-            "process, one granule at a time: executor=\"serial\" with "
-            "settings=IndexSettings(max_granule_seconds=0) (no time limit)")
+            f"{what} was called from a script read from standard input ({path}), which "
+            f"worker processes cannot import: save it to a file and {_FIX}")
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         name = frame.f_globals.get("__name__")

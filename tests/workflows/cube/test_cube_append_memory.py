@@ -45,16 +45,22 @@ def _decoded_rows(monkeypatch: pytest.MonkeyPatch, size: int) -> list[set[str]]:
     return seen
 
 
+def _built(tmp_path: Path, days: int) -> tuple[list[Path], Path, Path]:
+    """``days`` daily granules indexed into DEST and built into a Parquet cube."""
+    files = _days(tmp_path / "nc", 0, days)
+    dest = _index(tmp_path / "nc", tmp_path / "dest")
+    cube = tmp_path / "cube.parq"
+    build_cube(str(dest), str(cube))
+    return files, dest, cube
+
+
 def _bulk_size(cube: Path) -> int:
     return (cube / _manifests_file.MANIFESTS_FILE).stat().st_size
 
 
 def test_an_open_of_a_cubes_coordinate_is_lazy_and_reads_its_rows_alone(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    files = _days(tmp_path / "nc", 0, 4)
-    dest = _index(tmp_path / "nc", tmp_path / "dest")
-    cube = tmp_path / "cube.parq"
-    build_cube(str(dest), str(cube))
+    files, _, cube = _built(tmp_path, 4)
     whole = read_arrays(str(cube), ["time", "lat", "lon"])
 
     def eager(*a, **k):  # type: ignore[no-untyped-def]
@@ -74,10 +80,7 @@ def test_an_open_of_a_cubes_coordinate_is_lazy_and_reads_its_rows_alone(
 
 def test_an_append_decodes_only_the_coordinates_rows_and_reads_like_h5py(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    files = _days(tmp_path / "nc", 0, 3)
-    dest = _index(tmp_path / "nc", tmp_path / "dest")
-    cube = tmp_path / "cube.parq"
-    build_cube(str(dest), str(cube))
+    files, dest, cube = _built(tmp_path, 3)
     new = _days(tmp_path / "nc", 3, 2)
     _index(tmp_path / "nc", dest)
     seen = _decoded_rows(monkeypatch, _bulk_size(cube))
