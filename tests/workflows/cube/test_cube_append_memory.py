@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 
@@ -76,6 +77,14 @@ def test_an_open_of_a_cubes_coordinate_is_lazy_and_reads_its_rows_alone(
     for name in ("time", "lat", "lon"):
         np.testing.assert_array_equal(got[name], whole[name])
     assert got["time"].size == len(files)
+    with h5py.File(files[0]) as f:  # the shared coordinates are the granules' own (raw)
+        np.testing.assert_array_equal(got["lat"], f["lat"][...])
+        np.testing.assert_array_equal(got["lon"], f["lon"][...])
+    times = []
+    for path in files:
+        with h5py.File(path) as f:
+            times.append(f["time"][...])
+    np.testing.assert_array_equal(got["time"], np.concatenate(times))
 
 
 def test_an_append_decodes_only_the_coordinates_rows_and_reads_like_h5py(
