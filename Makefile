@@ -39,8 +39,8 @@ UPSTREAM ?= .venv-upstream
 test-upstream:
 	python3 -m venv $(UPSTREAM)
 	$(UPSTREAM)/bin/python -m pip install -q --upgrade pip
-	$(UPSTREAM)/bin/python -m pip install -q --upgrade -e ".[test]" xarray zarr s3fs fsspec h5py
-	$(UPSTREAM)/bin/python -m pip list 2>/dev/null | grep -iE '^(xarray|zarr|s3fs|fsspec|h5py) '
+	$(UPSTREAM)/bin/python -m pip install -q --upgrade -e ".[test]" xarray zarr s3fs fsspec h5py h5netcdf
+	$(UPSTREAM)/bin/python -m pip list 2>/dev/null | grep -iE '^(xarray|zarr|s3fs|fsspec|h5py|h5netcdf) '
 	$(UPSTREAM)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider \
 		tests/test_compat.py tests/read tests/references tests/test_reader_matrix.py $(PYTEST_ARGS)
 

@@ -2,7 +2,7 @@
 
 An upgrade that removes or changes one of them fails the test named for it here, instead of
 some path far from the cause.  ``make test-upstream`` runs this module against the newest
-releases of xarray, zarr, s3fs, fsspec and h5py.
+releases of xarray, zarr, s3fs, fsspec, h5py and h5netcdf.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from xarray.backends.store import StoreBackendEntrypoint
 from xarray.core import indexing
 
 from h5sidecar._compat import fsspec as c_fsspec
+from h5sidecar._compat import h5netcdf as c_h5netcdf
 from h5sidecar._compat import h5py as c_h5py
 from h5sidecar._compat import s3fs as c_s3fs
 from h5sidecar._compat import stdlib as c_stdlib
@@ -41,10 +42,11 @@ def test_installed_version_was_checked(module: object) -> None:
     assert module.IN_CHECKED, f"{module.__name__}: installed version not in {module.CHECKED}"  # type: ignore[attr-defined]
 
 
-def test_installed_s3fs_and_zarr_were_checked() -> None:
+def test_installed_s3fs_zarr_and_h5netcdf_were_checked() -> None:
     import zarr
 
     assert c_s3fs.in_checked()
+    assert c_h5netcdf.in_checked()
     assert zarr.__version__ in c_zarr.CHECKED
 
 
@@ -287,6 +289,55 @@ def test_numcodecs_codec_bases_are_zarrs_own(recwarn: pytest.WarningsRecorder) -
     assert Zlib.codec_name == "numcodecs.zlib"
     codec = Zlib(level=1)  # zarr warns that numcodecs codecs are not in the v3 spec
     assert codec.to_dict() == {"name": "numcodecs.zlib", "configuration": {"level": 1}}
+
+
+# -- h5netcdf -------------------------------------------------------------------------------------
+def _unlimited_file(path: Path) -> None:
+    """An unlimited dimension at the root used by variables of two lengths in a subgroup, and
+    one of the subgroup's own."""
+    import h5netcdf
+
+    with h5netcdf.File(path, "w") as f:
+        f.dimensions = {"t": None, "x": 4}
+        g = f.create_group("g")
+        g.dimensions = {"s": None}
+        for name in ("a", "b"):
+            g.create_variable(name, ("t",), "f4")
+        g.create_variable("w", ("s", "x"), "i2")
+        f.create_variable("r", ("t",), "f8")
+    with h5py.File(path, "a") as f:  # unlimited: each variable its own length
+        for name, shape in (("g/a", (3,)), ("g/b", (5,)), ("g/w", (7, 4))):
+            f[name].resize(shape)
+            f[name][...] = np.arange(np.prod(shape)).reshape(shape)
+
+
+def test_freeze_dimension_sizes_gives_h5netcdfs_sizes_once(tmp_path: Path) -> None:
+    import h5netcdf
+
+    _unlimited_file(tmp_path / "u.nc")
+    with h5netcdf.File(tmp_path / "u.nc", "r") as plain, \
+            h5netcdf.File(tmp_path / "u.nc", "r") as frozen:  # fmt: skip
+        c_h5netcdf.freeze_dimension_sizes(frozen["g"])
+        for name in ("g/a", "g/b", "g/w", "r"):
+            assert frozen[name].shape == plain[name].shape, name
+        assert frozen["g/b"].shape == (5,) and frozen["g/w"].shape == (7, 4)
+        for group in (frozen, frozen["g"]):  # the group and its parents
+            for dim in group.dimensions.values():
+                assert type(dim) is not h5netcdf.dimensions.Dimension
+                assert "_h5sidecar_size" in dim.__dict__  # computed once, then kept
+        for dim in plain["g"].dimensions.values():  # another file's objects are untouched
+            assert type(dim) is h5netcdf.dimensions.Dimension
+
+
+def test_freeze_dimension_sizes_leaves_a_writable_file_alone(tmp_path: Path) -> None:
+    import h5netcdf
+
+    _unlimited_file(tmp_path / "u.nc")
+    with h5netcdf.File(tmp_path / "u.nc", "a") as f:
+        c_h5netcdf.freeze_dimension_sizes(f["g"])
+        assert type(f.dimensions["t"]) is h5netcdf.dimensions.Dimension
+        f["g/b"]._h5ds.resize((9,))  # a writer growing a variable on "t"
+        assert f["g/a"].shape == (9,)  # sizes still follow the file
 
 
 # -- h5py and libhdf5 -----------------------------------------------------------------------------

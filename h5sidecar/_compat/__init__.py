@@ -4,6 +4,7 @@ Every use of a third-party name that its library does not promise to keep (an un
 attribute, ``zarr.core.*``, ctypes into libhdf5, ...) lives here and nowhere else:
 :mod:`~h5sidecar._compat.xarray`, :mod:`~h5sidecar._compat.zarr`,
 :mod:`~h5sidecar._compat.h5py` (with the ctypes access to the HDF5 library),
+:mod:`~h5sidecar._compat.h5netcdf`,
 :mod:`~h5sidecar._compat.s3fs`, :mod:`~h5sidecar._compat.stdlib`, and
 :mod:`~h5sidecar._compat.fsspec` (the package's one async-to-sync bridge).  Each module checks
 its library's version against the range the uses were verified on; outside it, a use takes the

@@ -25,11 +25,15 @@ __all__ = ["DecodedVerdict", "OpenedGroups", "decoded_verdict", "open_truth", "s
 DecodedVerdict = Literal["equal", "widened", "differ"]
 
 
-def open_truth(source: Any, group: str) -> tuple[Any, Any] | None:
+def open_truth(source: Any, group: str, *, frozen_sizes: bool = False) -> tuple[Any, Any] | None:
     """``(decoded, decoded with float64 packing attributes)`` of one group with h5netcdf.
 
     ``source`` is a path or an open binary file object.  ``None`` when xarray + h5netcdf cannot
-    open the group (nothing to compare with).
+    open the group (nothing to compare with).  ``frozen_sizes``: the group is opened through
+    xarray's own ``H5NetCDFStore.open`` with the arguments ``open_dataset`` gives it, and its
+    dimensions compute their sizes once
+    (:func:`~h5sidecar._compat.h5netcdf.freeze_dimension_sizes`: the same values, for a
+    fraction of the work on groups of many variables on an unlimited dimension).
     """
     import xarray as xr
 
@@ -37,7 +41,10 @@ def open_truth(source: Any, group: str) -> tuple[Any, Any] | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            raw = xr.open_dataset(source, decode_cf=False, **kw)
+            if frozen_sizes:
+                raw = _open_frozen(source, group)
+            else:
+                raw = xr.open_dataset(source, decode_cf=False, **kw)
             # decoded from the raw variables, as open_dataset decodes them: one h5netcdf open
             # per group, not two (an open computes every variable's shape, which for unlimited
             # dimensions h5netcdf derives from all variables attached to them)
@@ -60,6 +67,23 @@ def open_truth(source: Any, group: str) -> tuple[Any, Any] | None:
     except Exception:  # noqa: BLE001
         wide = decoded
     return decoded, wide
+
+
+def _open_frozen(source: Any, group: str) -> Any:
+    """The raw (not decoded) group as ``open_dataset(engine="h5netcdf", decode_cf=False)``
+    opens it, with its dimension sizes frozen before xarray reads its variables' shapes."""
+    import xarray as xr
+    from xarray.backends import H5NetCDFStore
+
+    from h5sidecar._compat.h5netcdf import freeze_dimension_sizes
+
+    store = H5NetCDFStore.open(source, group=group or None, phony_dims="access")
+    try:
+        freeze_dimension_sizes(store.ds)
+        return xr.open_dataset(store, decode_cf=False)
+    except BaseException:
+        store.close()
+        raise
 
 
 #: Why :class:`OpenedGroups` exists: opening is the main cost of verify's checks 4 and 5.
@@ -88,7 +112,7 @@ class OpenedGroups:
     def truth(self, group: str) -> tuple[Any, Any] | None:
         """:func:`~h5sidecar.workflows.checks._cfcheck.open_truth` of ``group``, once."""
         if group not in self._truths:
-            self._truths[group] = open_truth(self._source, group)
+            self._truths[group] = open_truth(self._source, group, frozen_sizes=True)
         return self._truths[group]
 
     def plain(self, group: str) -> Any:

@@ -33,3 +33,33 @@ def test_verify_fails_when_plain_xarray_masks_real_values(tmp_path: Path) -> Non
     assert checks["precip"].status == "different"
     assert "differ from xarray + h5netcdf" in checks["precip"].message
     assert checks["offset"].status == "ok"
+
+
+def test_verify_truth_with_frozen_sizes_is_xarray_h5netcdfs(tmp_path: Path) -> None:
+    """verify opens xarray + h5netcdf's view of a group with its dimension sizes computed once
+    (``_compat.h5netcdf``); that view is identical to plain ``open_dataset``'s, on groups whose
+    unlimited dimensions many variables share (the ATL03-like sample) and on variables of
+    different lengths on one unlimited dimension."""
+    import h5py
+    import xarray as xr
+
+    from h5sidecar.sample import write_sample_granules
+    from h5sidecar.workflows.checks._cfcheck import open_truth
+    from tests.test_compat import _unlimited_file
+
+    (granule,) = write_sample_granules(tmp_path, granules=1, photons=3_000)
+    with h5py.File(granule, "r") as f:
+        groups = [""]
+        f.visititems(lambda name, obj: groups.append(name) if isinstance(obj, h5py.Group)
+                     and name.startswith("gt1l") else None)  # fmt: skip
+    _unlimited_file(tmp_path / "u.nc")
+    cases = [(granule, g) for g in groups] + [(tmp_path / "u.nc", ""), (tmp_path / "u.nc", "g")]
+    assert len(cases) > 10
+    for path, group in cases:
+        plain, frozen = open_truth(path, group), open_truth(path, group, frozen_sizes=True)
+        assert plain is not None and frozen is not None, (path, group)
+        for want, got in zip(plain, frozen, strict=True):
+            xr.testing.assert_identical(got.load(), want.load())
+            assert got.sizes == want.sizes
+        for ds in (*plain, *frozen):
+            ds.close()
