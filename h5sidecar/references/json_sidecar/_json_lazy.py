@@ -27,7 +27,12 @@ import numpy as np
 
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._array_meta import ArrayMeta
-from h5sidecar.references._assemble import ChunkColumns, build_manifest, known_sizes
+from h5sidecar.references._assemble import (
+    ChunkColumns,
+    build_manifest,
+    few_chunks_manifest,
+    known_sizes,
+)
 from h5sidecar.references._assemble import _check_within_source as check_within_source
 from h5sidecar.references._assemble import _checksums as array_checksums
 from h5sidecar.references._extras import ArrayExtras, Extras
@@ -139,12 +144,15 @@ class JsonManifests:
         meta = self._metas[path]
         ax = self._extras.arrays.get(path, ArrayExtras())
         names, values = self._entries.get(path, ([], []))
-        if names:
-            flat = parse_chunk_names(names, meta.grid_shape, path)
-            cols = chunk_columns(path, flat, values, self._templates)
-        else:
-            cols = ChunkColumns()
-        manifest = build_manifest(path, meta.grid_shape, cols, ax.urls)
+        manifest = None if self._templates else few_chunks_manifest(meta.grid_shape, names,
+                                                                    values, ax.urls)
+        if manifest is None:
+            if names:
+                flat = parse_chunk_names(names, meta.grid_shape, path)
+                cols = chunk_columns(path, flat, values, self._templates)
+            else:
+                cols = ChunkColumns()
+            manifest = build_manifest(path, meta.grid_shape, cols, ax.urls)
         check_within_source(path, manifest, self._known)
         return manifest, array_checksums(path, ax, meta.grid_shape, {})
 
