@@ -24,8 +24,7 @@ from h5sidecar.references._model import ArrayRefs, GranuleRefs, SourceInfo
 from h5sidecar.references._zmeta import KEEP, ZarrNodes, array_meta
 from h5sidecar.references.datacube._member_table import MemberTable
 
-__all__ = ["UNKNOWN_SIZE", "ChunkColumns", "assemble", "build_manifest", "build_metas",
-           "few_chunks_manifest"]
+__all__ = ["UNKNOWN_SIZE", "ChunkColumns", "assemble", "build_manifest", "build_metas"]
 
 #: ``SourceInfo.size`` of a sidecar without our extras (written by kerchunk or by hand).
 UNKNOWN_SIZE = -1
@@ -174,70 +173,6 @@ def build_manifest(
         offsets=out_offsets.reshape(grid_shape),
         lengths=out_lengths.reshape(grid_shape),
         inline=cols.inline,
-    )
-
-
-#: Up to this many chunk references, :func:`few_chunks_manifest` builds a JSON sidecar's
-#: manifest in plain Python: the general path's ~25 NumPy and Arrow calls (~0.4 ms) are most of
-#: a one-chunk array's cost, paid for every array of every member in a datacube build.
-FEW_CHUNKS = 8
-_MAX_INT64 = 2**63 - 1
-
-
-def few_chunks_manifest(
-    grid_shape: tuple[int, ...],
-    names: list[str],
-    values: list[Any],
-    url_order: tuple[str, ...] | None,
-) -> ChunkManifest | None:
-    """The manifest of at most :data:`FEW_CHUNKS` plain ``[url, offset, length]`` references,
-    with every check of the general path (``parse_chunk_names``, ``chunk_columns``,
-    :func:`build_manifest`, ``ChunkManifest.from_arrays``), or ``None`` for anything else:
-    more chunks, an inline chunk, or a reference one of those checks would refuse (the general
-    path then builds it, or raises naming what is wrong)."""
-    if not 0 < len(names) <= FEW_CHUNKS:
-        return None
-    grid = grid_shape or (1,)
-    rank = len(grid)
-    position: dict[str, int] = (
-        {} if url_order is None else {u: i for i, u in enumerate(url_order)}
-    )
-    rows: dict[int, tuple[int, int, int]] = {}
-    for name, value in zip(names, values, strict=True):
-        parts = name.split(".")
-        if (len(parts) != rank or not all(p.isascii() and p.isdigit() for p in parts)
-                or type(value) is not list or len(value) != 3):  # fmt: skip
-            return None
-        url, offset, length = value
-        if (type(url) is not str or type(offset) is not int or type(length) is not int
-                or not 0 <= offset <= _MAX_INT64 or not 0 < length <= _MAX_INT64):  # fmt: skip
-            return None
-        flat = 0
-        for p, size in zip(parts, grid, strict=True):
-            i = int(p)
-            if i >= size:
-                return None
-            flat = flat * size + i
-        code = position.get(url)
-        if code is None:
-            if url_order is not None:
-                return None
-            code = position[url] = len(position)
-        if flat in rows:
-            return None
-        rows[flat] = (code, offset, length)
-    n = int(np.prod(grid_shape, dtype=np.int64))
-    codes = np.full(n, MISSING, dtype=np.int32)
-    offsets = np.zeros(n, dtype=np.uint64)
-    lengths = np.zeros(n, dtype=np.uint64)
-    for flat, (code, offset, length) in rows.items():
-        codes[flat], offsets[flat], lengths[flat] = code, offset, length
-    return ChunkManifest.from_checked(
-        urls=tuple(position) if url_order is None else tuple(url_order),
-        codes=codes.reshape(grid_shape),
-        offsets=offsets.reshape(grid_shape),
-        lengths=lengths.reshape(grid_shape),
-        inline={},
     )
 
 

@@ -12,12 +12,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from h5sidecar.errors import InvalidReferenceError
-from h5sidecar.references import GranuleRefs, _assemble
-from h5sidecar.references._assemble import FEW_CHUNKS, build_manifest, few_chunks_manifest
+from h5sidecar.references import GranuleRefs
+from h5sidecar.references._assemble import build_manifest
 from h5sidecar.references._keys import parse_chunk_names
 from h5sidecar.references._manifest import ChunkManifest
+from h5sidecar.references.json_sidecar import _kerchunk_json
 from h5sidecar.references.json_sidecar._json_lazy import decode_json_lazy
-from h5sidecar.references.json_sidecar._kerchunk_json import chunk_columns, encode_json
+from h5sidecar.references.json_sidecar._kerchunk_json import (
+    FEW_CHUNKS,
+    chunk_columns,
+    encode_json,
+    few_chunks_manifest,
+)
 from tests.references._strategies import granule_refs
 from tests.references.test_manifests_file_small import _same_layout
 
@@ -35,7 +41,7 @@ def _general(grid: tuple[int, ...], names: list[str], values: list[Any],
 def test_lazy_json_manifests_equal_the_general_paths(g: GranuleRefs) -> None:
     data = encode_json(g)
     fast = decode_json_lazy(data)
-    with mock.patch.object(_assemble, "FEW_CHUNKS", 0):  # every array the general way
+    with mock.patch.object(_kerchunk_json, "FEW_CHUNKS", 0):  # every array the general way
         general = decode_json_lazy(data)
         for path in g.arrays:
             general.arrays[path].manifest  # noqa: B018 - built under the patch
@@ -52,6 +58,8 @@ def test_lazy_json_manifests_equal_the_general_paths(g: GranuleRefs) -> None:
     ((2, 3), ["1.2", "0.0", "0.1"], [[U, 1, 2], [U, 3, 4], [U, 5, 6]], (U,)),
     ((), ["0"], [[U, 0, 8]], None),  # 0-d
     ((4,), ["01"], [[U, 2**63 - 1, 1]], None),  # leading zero; the largest offset
+    ((1,), ["0"], ["base64:AAAAAAB4eEA="], ()),  # an inline coordinate
+    ((3,), ["0", "2"], ["text", [U, 0, 4]], (U,)),  # inline text beside a byte range
 ])  # fmt: skip
 def test_few_chunks_equal_the_general_path(grid: tuple[int, ...], names: list[str],
                                            values: list[Any], order: tuple[str, ...] | None
@@ -80,6 +88,8 @@ def test_few_chunks_equal_the_general_path(grid: tuple[int, ...], names: list[st
     ((3,), ["0"], [{"url": U}], None, "neither"),
     ((3,), ["0"], [[None, 0, 4]], None, "no URL"),
     ((3,), ["0"], [[U, 0, 4]], (V,), "not among"),
+    ((3,), ["0"], ["base64:@@@"], None, "not valid base64"),
+    ((3,), ["0", "00"], ["x", [U, 0, 4]], None, "same chunk"),  # inline and a byte range
 ])  # fmt: skip
 def test_what_the_general_path_refuses_is_left_to_it(
     grid: tuple[int, ...], names: list[str], values: list[Any], order: tuple[str, ...] | None,
@@ -90,8 +100,7 @@ def test_what_the_general_path_refuses_is_left_to_it(
         _general(grid, names, values, order)
 
 
-def test_inline_chunks_and_many_chunks_take_the_general_path() -> None:
-    assert few_chunks_manifest((3,), ["0"], ["base64:AAAA"], None) is None
+def test_many_chunks_take_the_general_path() -> None:
     many = [str(i) for i in range(FEW_CHUNKS + 1)]
     refs = [[U, 8 * i, 8] for i in range(FEW_CHUNKS + 1)]
     assert few_chunks_manifest((FEW_CHUNKS + 1,), many, refs, None) is None

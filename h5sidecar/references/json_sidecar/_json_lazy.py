@@ -27,12 +27,7 @@ import numpy as np
 
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._array_meta import ArrayMeta
-from h5sidecar.references._assemble import (
-    ChunkColumns,
-    build_manifest,
-    few_chunks_manifest,
-    known_sizes,
-)
+from h5sidecar.references._assemble import ChunkColumns, build_manifest, known_sizes
 from h5sidecar.references._assemble import _check_within_source as check_within_source
 from h5sidecar.references._assemble import _checksums as array_checksums
 from h5sidecar.references._extras import ArrayExtras, Extras
@@ -44,6 +39,7 @@ from h5sidecar.references._zmeta import ZarrNodes
 from h5sidecar.references.json_sidecar._kerchunk_json import (
     assemble_parts,
     chunk_columns,
+    few_chunks_manifest,
     load_json,
     split_kerchunk,
 )
