@@ -185,3 +185,17 @@ def edit_zarray(doc: dict[str, Any], path: str, **changes: Any) -> dict[str, Any
     zmeta["metadata"][f"{path}/.zarray"] = zarray
     refs[".zmetadata"] = json.dumps(zmeta)
     return doc
+
+
+def kerchunk_translate(path: Path) -> dict[str, Any]:
+    """kerchunk's references of a local HDF5 file (``SingleHdf5ToZarr``, nothing inlined),
+    with the garbage collector paused: kerchunk calls zarr's ``sync`` inside h5py's
+    ``visititems``, holding h5py's global lock, and a collection on zarr's loop thread that
+    frees an h5py object left by an earlier test then waits for that lock forever (seen: a
+    300 s timeout in a parallel run)."""
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    from h5sidecar.references import gc_paused
+
+    with gc_paused():
+        return SingleHdf5ToZarr(str(path), inline_threshold=0).translate()  # type: ignore[no-any-return]

@@ -24,7 +24,7 @@ from h5sidecar.references.parquet_sidecar._kerchunk_parquet import (
     read_parquet_parts,
 )
 from h5sidecar.references.parquet_sidecar._parquet_write import encode_parquet
-from tests.references._h5refs import refs_from_h5, write_sample
+from tests.references._h5refs import kerchunk_translate, refs_from_h5, write_sample
 from tests.references._strategies import granule_refs
 from tests.references.test_json import small_refs
 
@@ -111,10 +111,10 @@ def test_roundtrip_random(g: GranuleRefs, record_size: int) -> None:
 
 
 def test_reads_kerchunk_parquet(tmp_path: Path) -> None:
-    kerchunk_hdf = pytest.importorskip("kerchunk.hdf")
+    pytest.importorskip("kerchunk.hdf")
     kerchunk_df = pytest.importorskip("kerchunk.df")
     h5 = write_sample(tmp_path / "s.h5")
-    refs = kerchunk_hdf.SingleHdf5ToZarr(str(h5), inline_threshold=0).translate()
+    refs = kerchunk_translate(h5)
     kerchunk_df.refs_to_dataframe(refs, str(tmp_path / "k.parq"), record_size=3)
     theirs = read_refs(tmp_path / "k.parq")
     assert theirs == from_kerchunk(refs)
@@ -269,13 +269,13 @@ def _tree_size(path: Path) -> int:
 @pytest.mark.parametrize("kind", ["noise", "ramp"])
 @pytest.mark.parametrize("record_size", [10_000, 100_000])
 def test_parquet_no_larger_than_kerchunks(tmp_path: Path, record_size: int, kind: str) -> None:
-    kerchunk_hdf = pytest.importorskip("kerchunk.hdf")
+    pytest.importorskip("kerchunk.hdf")
     kerchunk_df = pytest.importorskip("kerchunk.df")
     n = 20_000
     h5 = _many_chunk_file(tmp_path / "many.h5", n, kind)
     ours = refs_from_h5(h5)
     write_parquet(ours, tmp_path / "ours.parq", record_size=record_size)
-    refs = kerchunk_hdf.SingleHdf5ToZarr(str(h5), inline_threshold=0).translate()
+    refs = kerchunk_translate(h5)
     kerchunk_df.refs_to_dataframe(refs, str(tmp_path / "k.parq"), record_size=record_size)
     bulk = (tmp_path / "ours.parq" / MANIFESTS_FILE).stat().st_size
     ours_size, theirs_size = _tree_size(tmp_path / "ours.parq"), _tree_size(tmp_path / "k.parq")

@@ -38,6 +38,7 @@ from h5sidecar.references import (
     ArrayRefs,
     GranuleRefs,
     SourceInfo,
+    gc_paused,
     read_layout,
     read_refs,
 )
@@ -151,7 +152,11 @@ def verify_refs(
         chosen[arr.path] = choose_chunks(arr, sample, rng)
         return chosen[arr.path]
 
-    with _open_source(src, opts) as source, h5py.File(source, "r") as h5, \
+    # a remote source is read by h5py and h5netcdf through fsspec, on its I/O thread, while
+    # h5py holds its global lock: a garbage collection on that thread that frees an h5py
+    # object would wait for the lock forever (the indexer pauses the collector too)
+    paused = gc_paused() if is_remote(src) else contextlib.nullcontext()
+    with paused, _open_source(src, opts) as source, h5py.File(source, "r") as h5, \
             OpenedGroups(group.store, source) as opened:  # fmt: skip
         checks = [
             check_array(arr, group, h5, pick, ref, opts, current)
