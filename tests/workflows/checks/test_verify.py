@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import h5py
 import pytest
@@ -110,6 +113,43 @@ def test_verify_on_s3(tmp_path: Path, s3, s3_bucket: str, s3_storage_options) ->
                          storage_options=s3_storage_options)
     assert result.ok and result.recorded.etag == result.current.etag
     assert all(v.chunks_checked >= 1 for v in result.variables)
+
+
+def test_verify_reads_a_remote_source_with_the_collector_paused(
+    tmp_path: Path, s3, s3_bucket: str, s3_storage_options, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """h5py reads a remote source through fsspec's I/O thread while holding its global lock;
+    a garbage collection there that frees an h5py object would wait for that lock forever, so
+    no collection may run meanwhile.  Every read of the source is made with it paused."""
+    import gc
+
+    from h5sidecar.workflows.checks import _verify
+
+    src = write_granule(tmp_path / "a.h5", n=1500)
+    s3.put(str(src), f"{s3_bucket}/gc/a.h5")
+    report = index_many(f"s3://{s3_bucket}/gc/a.h5", f"s3://{s3_bucket}/gc-out",
+                        storage_options=s3_storage_options, executor="serial")
+    opened = _verify._open_source
+    enabled: list[bool] = []
+
+    @contextlib.contextmanager
+    def watched(url: str, opts: Any) -> Iterator[Any]:
+        with opened(url, opts) as raw:
+            read = raw.read
+
+            def noted(*args: Any) -> bytes:
+                enabled.append(gc.isenabled())
+                return read(*args)  # type: ignore[no-any-return]
+
+            monkeypatch.setattr(raw, "read", noted)
+            yield raw
+
+    monkeypatch.setattr(_verify, "_open_source", watched)
+    assert gc.isenabled()
+    assert verify_refs(report.granules[0].sidecar, sample=1,
+                       storage_options=s3_storage_options).ok
+    assert enabled and not any(enabled), f"{sum(enabled)} of {len(enabled)} reads collected"
+    assert gc.isenabled()  # restored
 
 
 def test_a_shape_other_than_h5pys_is_a_difference(tmp_path: Path) -> None:
