@@ -4,6 +4,7 @@ write, and a small run measures every operation."""
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import subprocess
 from pathlib import Path
@@ -51,10 +52,12 @@ def test_synthetic_dest_is_up_to_date_and_reads_like_h5py(tmp_path: Path, monkey
 def test_small_run_measures_every_operation(tmp_path: Path) -> None:
     from benchmarks import bench_scale
 
-    args = argparse.Namespace(sizes=[20, 40], cap=120.0, ops=list(bench_scale.OPS),
+    # one size: each operation's measurement is what is tested here (the growth between sizes
+    # is arithmetic on two of them, checked below on this run's figures)
+    args = argparse.Namespace(sizes=[30], cap=120.0, ops=list(bench_scale.OPS),
                               data=tmp_path, update_readme=False, from_results=None)
     results = bench_scale.run(args)
-    for n in ("20", "40"):
+    for n in ("30",):
         per = results["results"][n]
         for op in bench_scale.OPS:
             assert per[op]["status"] == "ok", (n, op, per[op])
@@ -65,3 +68,11 @@ def test_small_run_measures_every_operation(tmp_path: Path) -> None:
         assert per["index 1%"]["touched"] == 1
     table = bench_scale.report(results)
     assert table.count("\n| ") == 1 + len(bench_scale.OPS)  # a header and a row per operation
+    # ten times the granules in ten times the time, in the same memory: growth 1.00, 0.00
+    tenfold = copy.deepcopy(results["results"]["30"])
+    for op in bench_scale.OPS:
+        tenfold[op]["startup_s" if op == "serve" else "seconds"] *= 10
+    grown = bench_scale.report({**results, "sizes": [30, 300],
+                                "results": {"30": results["results"]["30"], "300": tenfold}})
+    rows = [line for line in grown.splitlines() if line.startswith("| index no-op")]
+    assert "growth 30->300 (time, RSS)" in grown and rows[0].endswith("| 1.00, 0.00 |"), grown
