@@ -1,8 +1,11 @@
 """The reader-conformance matrix: what each reader a user might pick returns, against the truth.
 
 Truth is ``xr.open_dataset(file, engine="h5netcdf", phony_dims="access")`` for every group of
-every corpus file.  Each reader opens the same group from h5sidecar's sidecars and each variable
-gets one verdict:
+every corpus file, opened with its dimension sizes computed once (``_compat.h5netcdf``: h5netcdf
+derives an unlimited dimension's size from every variable on it, on every ``shape``;
+``test_the_truth_with_frozen_sizes_is_h5netcdfs`` holds that view equal to the plain one on
+every group of the corpus).  Each reader opens the same group from h5sidecar's sidecars and
+each variable gets one verdict:
 
 * ``equal`` / ``widened``: see :mod:`h5sidecar.workflows.checks._cfcheck` (``widened``: float32
   packing attributes, which JSON cannot carry, unpacked in float64; checked, not assumed);
@@ -93,7 +96,7 @@ LOAD_LIMIT = 2**26
 def truth(path: Path, group: str) -> tuple[xr.Dataset, xr.Dataset] | None:
     """(decoded as h5netcdf decodes, decoded with float64 packing attributes), or None; the
     second is the first itself when the group has nothing to widen."""
-    pair = open_truth(path, group)
+    pair = open_truth(path, group, frozen_sizes=True)
     if pair is None:
         return None
     for ds in {id(d): d for d in pair}.values():

@@ -331,6 +331,31 @@ def test_corpus_file(entry: dict[str, Any], corpus_dir: Path, tmp_path: Path) ->
     )
 
 
+@pytest.mark.parametrize("entry", HDF5_FILES, ids=[e["name"] for e in HDF5_FILES])
+def test_the_truth_with_frozen_sizes_is_h5netcdfs(entry: dict[str, Any], corpus_dir: Path) -> None:
+    """The tests' truth (``tests/_matrix.py``) and ``verify`` open each group with xarray +
+    h5netcdf with its dimension sizes computed once (``_compat.h5netcdf``); on every group of
+    every corpus file that view has plain ``open_dataset``'s variables, dimensions, shapes,
+    dtypes and attributes (values are read by the same h5netcdf calls on the same shapes; the
+    ATL03-like sample's values are compared too, in ``test_verify_decoded.py``)."""
+    from h5sidecar.workflows.checks._cfcheck import open_truth
+    from tests._matrix import groups_of
+
+    path = corpus_dir / "files" / entry["name"]
+    for group in groups_of(path):
+        plain, frozen = open_truth(path, group), open_truth(path, group, frozen_sizes=True)
+        assert (plain is None) == (frozen is None), (entry["name"], group)
+        for want, got in zip(plain or (), frozen or (), strict=True):
+            assert dict(got.sizes) == dict(want.sizes), (entry["name"], group)
+            assert list(got.variables) == list(want.variables), (entry["name"], group)
+            for name, w in want.variables.items():
+                g = got.variables[name]
+                assert (g.dims, g.shape, g.dtype) == (w.dims, w.shape, w.dtype), (group, name)
+                assert g.attrs.keys() == w.attrs.keys(), (group, name)
+        for ds in {id(d): d for d in (*(plain or ()), *(frozen or ()))}.values():
+            ds.close()
+
+
 def _attribute_differences(path: Path, parquet: Path, plain: dict[str, Any]) -> list[str]:
     """Attributes of every group and variable against xarray + h5netcdf's: h5sidecar's engine
     value and type, plain zarr over both sidecars in JSON form (see tests/_attrs_equal.py).

@@ -23,6 +23,7 @@ from h5sidecar.read.xarray._lazy_array import SidecarArray
 from h5sidecar.read.xarray._refs_data_store import RefsGroupStore, group_members
 from h5sidecar.read.xarray._zarr_data_store import open_data_store, open_zarr_store
 from h5sidecar.references import GranuleRefs, write_parquet
+from h5sidecar.workflows.checks._cfcheck import open_truth
 from tests.conftest import corpus_hdf5_names
 
 DECODINGS = ({}, {"mask_and_scale": False, "decode_times": False})
@@ -162,8 +163,10 @@ def test_tree_values_equal_h5py_and_h5netcdf(atl03_refs: GranuleRefs, atl03_h5: 
         for node in tree.subtree:
             group = node.path.strip("/")
             ds = node.to_dataset(inherit=False)
-            truth = xr.open_dataset(atl03_h5, engine="h5netcdf", group=group or None,
-                                    phony_dims="access")
+            # xarray + h5netcdf, its dimension sizes computed once (tests/_matrix.py)
+            pair = open_truth(atl03_h5, group, frozen_sizes=True)
+            assert pair is not None, group
+            truth = pair[0]
             for name, var in ds.variables.items():
                 if name not in truth.variables:
                     continue  # a clash renamed by open_datatree (see read.xarray._datatree)
