@@ -1,4 +1,5 @@
-"""h5netcdf's private API, as ``verify``'s comparison with xarray + h5netcdf uses it.
+"""h5netcdf's private API, as ``verify``'s comparison with xarray + h5netcdf uses it (and the
+test suite's truth).
 
 - :func:`freeze_dimension_sizes` makes the dimensions visible from one group of a file opened
   read-only compute their size once.  h5netcdf computes a variable's ``shape`` from its
@@ -9,8 +10,9 @@
   39 s ``verify``.  The sizes of a file opened read-only do not change while it is open, so
   the values are the same; only the work is done once.  It changes the class of those
   ``h5netcdf.dimensions.Dimension`` objects (``Group.dimensions`` and ``Group.parent`` are
-  public; the ``Dimension`` class and its ``size`` property's code are not promised) to a
-  subclass of ours, and no other object: files opened elsewhere are untouched.
+  public; the ``Dimension`` class, its ``size`` property's code and ``Group._root._writable``
+  are not promised) to a subclass of ours, and no other object: files opened elsewhere are
+  untouched.
 
 :data:`CHECKED` runs from the floor ``pyproject.toml`` declares to the newest release this was
 checked on (1.8, with ``tests/test_compat.py``).  Outside it, :func:`freeze_dimension_sizes`
