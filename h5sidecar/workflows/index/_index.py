@@ -6,6 +6,7 @@ dispatches, records and reports.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -36,7 +37,7 @@ from h5sidecar.settings import IndexSettings, RecordSettings
 from h5sidecar.sources import normalize_url
 from h5sidecar.workflows.index._executors import ExecutorSpec, Task, default_workers, run_tasks
 from h5sidecar.workflows.index._index_one import IndexOptions, SidecarFormat, index_one
-from h5sidecar.workflows.index._leftover_sweep import LeftoverSweep
+from h5sidecar.workflows.index._leftover_sweep import LeftoverSweep, sweep_leftovers
 from h5sidecar.workflows.index._listed_current import mark_current, split_current
 from h5sidecar.workflows.index._main_guard import refuse_unguarded_main
 from h5sidecar.workflows.index._up_to_date import content_of, precheck
@@ -241,10 +242,13 @@ def _index_listed(listing: StagedListing, source: str | Iterable[str], dest: str
         # the listed identity of each task handed to the executor and not finished yet (a
         # task that crashes or raises is recorded with it): bounded by the tasks in flight
         inflight: dict[str, SourceInfo] = {}
+        # and its sidecar: what an interrupted write of it left is removed when the run stops
+        writing: dict[str, str] = {}
 
         def finished(res: GranuleResult) -> None:
             res = res.renamed(_name_of(res.sidecar, dest, format))
             listed = inflight.pop(res.url, None)
+            writing.pop(res.url, None)
             if res.status == "up_to_date":
                 res = replace(res, n_chunks=recorder.known_chunks(res))
             elif res.source is None and listed is not None:  # crashed or raised: as listed
@@ -298,6 +302,7 @@ def _index_listed(listing: StagedListing, source: str | Iterable[str], dest: str
             for res in checked:
                 if isinstance(res, Task):
                     inflight[res.url] = res.args[3]
+                    writing[res.url] = res.sidecar
                     yield res
                 elif not res.seconds:  # decided from its row: the row stays as it is
                     recorder.confirmed += 1
@@ -327,6 +332,10 @@ def _index_listed(listing: StagedListing, source: str | Iterable[str], dest: str
         finally:
             if pending is not None:
                 pending.close()  # stops the worker pool now, not when garbage-collected
+            if not complete:  # Ctrl-C, SIGTERM, an error: the writes in flight were cut short
+                for sidecar in writing.values():
+                    with contextlib.suppress(OSError):
+                        sweep_leftovers(sidecar)
             # also on KeyboardInterrupt: the report says what was finished (complete=false)
             report = recorder.finish(replace(
                 run,

@@ -79,8 +79,16 @@ def run_isolated(
         proc.communicate()
         log.warning("%s outlived the time limit: its child process was ended", task.url)
         return timed_out(task, time_limit or 0.0)
+    except KeyboardInterrupt:
+        # Ctrl-C reached the child too (one process group): it removes what its write had
+        # begun, then exits; it is killed only when it has not within the grace period
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=_INTERRUPT_GRACE_SECONDS)
+        proc.kill()  # an interrupted task leaves no child behind
+        proc.communicate()
+        raise
     except BaseException:
-        proc.kill()  # an interrupted or cancelled task leaves no child behind
+        proc.kill()  # a cancelled task leaves no child behind
         proc.communicate()
         raise
     if proc.returncode != 0 or not data:
@@ -112,6 +120,9 @@ def _hand_over(proc: subprocess.Popen[bytes], payload: bytes) -> None:
 
 #: Seconds a child may take to start and import the task's modules.
 _STARTUP_SECONDS = 120.0
+#: How long an interrupted child is given to remove what its write had begun (its own
+#: ``finally`` blocks) before it is killed.
+_INTERRUPT_GRACE_SECONDS = 5.0
 
 #: What the child writes once ready to run the task (the result follows).
 _READY = b"R"

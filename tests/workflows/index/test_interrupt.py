@@ -8,10 +8,14 @@ import os
 import signal
 import subprocess
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from h5sidecar.references import read_refs
-from h5sidecar.workflows import read_report
+from h5sidecar.workflows import index_many, read_report
 from tests._cli_launch import h5sidecar_command
 from tests.workflows.conftest import assert_matches_h5py, write_granule
 
@@ -87,3 +91,30 @@ def test_ctrl_c_writes_an_incomplete_report(tmp_path: Path) -> None:
     for g in report.granules:  # what the report lists as done is there, complete
         assert read_refs(g.sidecar).source.url == g.url
     assert not [n for n in _entries(dest) if n.endswith((".tmp", ".old"))]
+
+
+class _CutShort(ThreadPoolExecutor):
+    """Runs no task: each one stops as Ctrl-C stops a worker in the middle of writing its
+    sidecar, leaving the write's staging folder behind (when its process is killed before
+    its own clean-up runs)."""
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        def cut(url: str, sidecar: str, *rest: Any) -> Any:
+            folder, name = os.path.split(sidecar)
+            os.makedirs(os.path.join(folder, f".{name}.x1y2z3.tmp"))
+            raise KeyboardInterrupt
+
+        return super().submit(cut, *args)
+
+
+def test_an_interrupted_run_removes_what_its_writes_in_flight_left(tmp_path: Path) -> None:
+    """The run's own end removes the staging folders of the granules it had in flight (seen:
+    a worker's child killed mid-write by its parent's Ctrl-C handling left one)."""
+    src = tmp_path / "in"
+    for i in range(3):
+        write_granule(src / f"G{i:02d}.h5", seed=i, n=2_000)
+    dest = tmp_path / "out"
+    with _CutShort(2) as pool, pytest.raises(KeyboardInterrupt):
+        index_many(str(src), str(dest), format="parquet", executor=pool)
+    assert not [n for n in _entries(dest) if n.endswith((".tmp", ".old"))], _entries(dest)
+    assert not read_report(str(dest)).complete
