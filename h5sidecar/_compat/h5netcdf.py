@@ -22,11 +22,11 @@ does nothing (h5netcdf's own, slower path: the same values).
 from __future__ import annotations
 
 import functools
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import Version
+
+from h5sidecar._compat._installed import installed_in
 
 __all__ = ["CHECKED", "freeze_dimension_sizes", "in_checked"]
 
@@ -37,10 +37,7 @@ CHECKED = SpecifierSet(">=1.3,<1.9")
 @functools.cache
 def in_checked() -> bool:
     """Whether the installed h5netcdf is one of :data:`CHECKED`."""
-    try:
-        return Version(version("h5netcdf")) in CHECKED
-    except PackageNotFoundError:
-        return False
+    return installed_in("h5netcdf", CHECKED)
 
 
 @functools.cache

@@ -21,11 +21,11 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import AsyncGenerator
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import Version
+
+from h5sidecar._compat._installed import installed_in
 
 __all__ = ["CHECKED", "get_object_available", "in_checked", "list_objects_pages", "s3_get_object"]
 
@@ -36,10 +36,7 @@ CHECKED = SpecifierSet(">=2024.10,<2026.10")
 @functools.cache
 def in_checked() -> bool:
     """Whether the installed s3fs is one of :data:`CHECKED`."""
-    try:
-        return Version(version("s3fs")) in CHECKED
-    except PackageNotFoundError:
-        return False
+    return installed_in("s3fs", CHECKED)
 
 
 def _is_s3fs(fs: Any) -> bool:

@@ -239,16 +239,15 @@ def _index_listed(listing: StagedListing, source: str | Iterable[str], dest: str
         held = HeldResults(keep_all=False)
         complete = False
         pending = None
-        # the listed identity of each task handed to the executor and not finished yet (a
-        # task that crashes or raises is recorded with it): bounded by the tasks in flight
-        inflight: dict[str, SourceInfo] = {}
-        # and its sidecar: what an interrupted write of it left is removed when the run stops
-        writing: dict[str, str] = {}
+        # each task handed to the executor and not finished yet: its listed identity (a task
+        # that crashes or raises is recorded with it) and its sidecar (what an interrupted
+        # write of it left is removed when the run stops); bounded by the tasks in flight
+        inflight: dict[str, Task] = {}
 
         def finished(res: GranuleResult) -> None:
             res = res.renamed(_name_of(res.sidecar, dest, format))
-            listed = inflight.pop(res.url, None)
-            writing.pop(res.url, None)
+            task = inflight.pop(res.url, None)
+            listed: SourceInfo | None = None if task is None else task.args[3]
             if res.status == "up_to_date":
                 res = replace(res, n_chunks=recorder.known_chunks(res))
             elif res.source is None and listed is not None:  # crashed or raised: as listed
@@ -301,8 +300,7 @@ def _index_listed(listing: StagedListing, source: str | Iterable[str], dest: str
                                    lookup=None if record is None else record.lookup)
             for res in checked:
                 if isinstance(res, Task):
-                    inflight[res.url] = res.args[3]
-                    writing[res.url] = res.sidecar
+                    inflight[res.url] = res
                     yield res
                 elif not res.seconds:  # decided from its row: the row stays as it is
                     recorder.confirmed += 1
@@ -333,9 +331,9 @@ def _index_listed(listing: StagedListing, source: str | Iterable[str], dest: str
             if pending is not None:
                 pending.close()  # stops the worker pool now, not when garbage-collected
             if not complete:  # Ctrl-C, SIGTERM, an error: the writes in flight were cut short
-                for sidecar in writing.values():
+                for task in inflight.values():
                     with contextlib.suppress(OSError):
-                        sweep_leftovers(sidecar)
+                        sweep_leftovers(task.sidecar)
             # also on KeyboardInterrupt: the report says what was finished (complete=false)
             report = recorder.finish(replace(
                 run,
