@@ -20,7 +20,7 @@ from h5sidecar.indexer._granule import index_open_granule
 from h5sidecar.indexer.crawl import _hints as hints
 from h5sidecar.indexer.crawl._h5file import PAGE_BUFFER_BYTES, OpenGranule, open_granule
 from h5sidecar.indexer.crawl._source_file import SourceStats, open_source
-from h5sidecar.references import GranuleRefs, to_kerchunk
+from h5sidecar.references import GranuleRefs, gc_paused, to_kerchunk
 from h5sidecar.settings import IndexSettings
 from h5sidecar.sources.fetch._pages import PAGE as CACHE_PAGE
 from tests.faultproxy import FaultProxy
@@ -92,7 +92,10 @@ def _index_over_s3(url: str, options: dict[str, object], prefetch: bool = True,
                    ) -> tuple[GranuleRefs, SourceStats]:
     # a small object is fetched whole unless told otherwise: here the crawl is what is tested
     settings = IndexSettings(source_whole_object_bytes=0)
-    with open_source(url, storage_options=options, settings=settings, prefetch=prefetch) as f:
+    # as index_granule does: h5py reads through the fetcher's I/O thread holding its global
+    # lock, so a garbage collection there that frees an h5py object would wait for it forever
+    with gc_paused(), open_source(url, storage_options=options, settings=settings,
+                                  prefetch=prefetch) as f:  # fmt: skip
         with h5py.File(f, "r", page_buf_size=PAGE_BUFFER_BYTES) as h5:
             granule = OpenGranule(h5, f.identity, f)
             refs = index_open_granule(granule, settings, options)
