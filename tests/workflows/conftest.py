@@ -13,6 +13,8 @@ import pytest
 import zarr
 from zarr.storage import FsspecStore
 
+from h5sidecar.references import gc_paused
+
 # every dataset of a test granule, as (path, chunked?) - the oracle compares each one
 DATASETS = ("gt1l/heights/h_ph", "gt1l/heights/delta_time", "gt1l/heights/quality",
             "grid", "ancillary/scalar", "ancillary/label")
@@ -78,11 +80,11 @@ def assert_matches_h5py(sidecar: str, h5file, storage_options: dict | None = Non
                         remote_protocol: str = "file") -> None:
     """Every test dataset read through the sidecar equals h5py's values."""
     group = open_plain(sidecar, storage_options, remote_protocol)
-    if isinstance(h5file, (str, Path)) and not str(h5file).startswith("s3://"):
-        ctx = h5py.File(h5file, "r")
-    else:
-        ctx = h5py.File(fsspec.open(str(h5file), "rb", **(storage_options or {})).open(), "r")
-    with ctx as f:
+    local = isinstance(h5file, (str, Path)) and not str(h5file).startswith("s3://")
+    # the collector paused, as the indexer reads: a collection on fsspec's I/O thread that
+    # frees an h5py object would wait for the lock h5py holds while it reads a remote file
+    with gc_paused(), (h5py.File(h5file, "r") if local else h5py.File(
+            fsspec.open(str(h5file), "rb", **(storage_options or {})).open(), "r")) as f:
         for name in DATASETS:
             expected = f[name][()]
             actual = group[name][()]

@@ -23,6 +23,7 @@ from h5sidecar.errors import (
 )
 from h5sidecar.indexer.crawl import _hints as hints
 from h5sidecar.indexer.crawl._source_file import LocalSource, RemoteSource, open_source
+from h5sidecar.references import gc_paused
 from h5sidecar.settings import IndexSettings, ReadSettings, from_env
 from h5sidecar.sources.fetch._pages import PAGE
 from tests.faultproxy import FaultProxy
@@ -186,7 +187,9 @@ def _plain(value: Any) -> Any:
 
 
 def scan(source: Any, *, values: bool = True) -> dict[str, Any]:
-    with h5py.File(source, "r") as f:
+    # with the collector paused, as the indexer reads: a collection on fsspec's I/O thread
+    # that frees an h5py object waits for the lock h5py holds while it reads (a deadlock)
+    with gc_paused(), h5py.File(source, "r") as f:
         return describe(f, values=values)
 
 
@@ -236,7 +239,7 @@ def walk(source: Any) -> list[Any]:
         if isinstance(obj, h5py.Dataset) and obj.chunks is not None:
             obj.id.chunk_iter(lambda c: out.append((name, c.chunk_offset, c.byte_offset, c.size)))
 
-    with h5py.File(source, "r") as f:
+    with gc_paused(), h5py.File(source, "r") as f:  # as in scan
         f.visititems(visit)
     return out
 
