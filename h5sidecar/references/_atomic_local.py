@@ -39,6 +39,9 @@ OURS = re.compile(
     + re.escape(MANIFESTS_FILE)
     + "|"
     + re.escape(MEMBERS_FILE)
+    + "|"
+    + re.escape(MEMBERS_FILE.removesuffix(".parq"))
+    + r"\.\d+\.parq"  # the members files after the first (a cube of many)
 )
 
 

@@ -28,7 +28,7 @@ from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._source_info import SourceInfo
 from h5sidecar.references.datacube._url_column import repeated_url
 
-__all__ = ["MemberTable"]
+__all__ = ["DIGEST_ROWS", "MemberTable", "combine_digests"]
 
 #: The columns, in :class:`SourceInfo`'s field order.
 _SCHEMA = pa.schema([
@@ -39,6 +39,18 @@ _SCHEMA = pa.schema([
 _FIELDS = tuple(_SCHEMA.names)
 #: Members made into objects at a time by iteration.
 _SLICE = 10_000
+#: Members a part digest covers (:meth:`MemberTable.part_digests`); a Parquet cube's members
+#: files hold as many each.
+DIGEST_ROWS = 100_000
+
+
+def combine_digests(parts: Sequence[str]) -> str:
+    """The digest of a table from its parts' (:meth:`MemberTable.part_digests`): a table of
+    one part has that part's digest, so tables of up to :data:`DIGEST_ROWS` members keep the
+    digest they always had."""
+    if len(parts) == 1:
+        return parts[0]
+    return hashlib.blake2b("\n".join(parts).encode(), digest_size=16).hexdigest()
 
 
 class MemberTable(Sequence[SourceInfo]):
@@ -121,13 +133,29 @@ class MemberTable(Sequence[SourceInfo]):
 
     def digest(self) -> str:
         """A digest of every member's identity (recorded by a lazy table's writer): equal
-        tables, equal digests; any member's identity changed, another digest."""
+        tables, equal digests; any member's identity changed, another digest.
+
+        Taken per :data:`DIGEST_ROWS` members (:meth:`part_digests`), the parts' digests
+        then combined (:func:`combine_digests`): an append that rewrites only a cube's last
+        part of members digests only that part and what is new.
+        """
         if self._digest is None:
-            h = hashlib.blake2b(digest_size=16)
-            for m in self:
-                h.update("|".join(map(str, m.key)).encode("utf-8", "surrogatepass") + b"\0")
-            self._digest = h.hexdigest()
+            self._digest = combine_digests(self.part_digests())
         return self._digest
+
+    def part_digests(self, start: int = 0) -> list[str]:
+        """The digest of each :data:`DIGEST_ROWS` members from row ``start`` (a multiple of
+        it) on; one digest (of no member) for an empty table."""
+        if start % DIGEST_ROWS:
+            raise ValueError(f"start {start} is not a multiple of {DIGEST_ROWS}")
+        out = []
+        for a in range(start, max(len(self), start + 1), DIGEST_ROWS):
+            h = hashlib.blake2b(digest_size=16)
+            for b in range(a, min(a + DIGEST_ROWS, len(self)), _SLICE):
+                for m in self._objects(b, min(_SLICE, a + DIGEST_ROWS - b)):
+                    h.update("|".join(map(str, m.key)).encode("utf-8", "surrogatepass") + b"\0")
+            out.append(h.hexdigest())
+        return out
 
     @classmethod
     def of(cls, members: Iterable[SourceInfo]) -> MemberTable:

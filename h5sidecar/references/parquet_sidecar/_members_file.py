@@ -18,6 +18,19 @@ cube reads neither the file nor any per-member value: the members are a lazy
 first use of an identity or a URL (a chunk read's allow-list and freshness guard, the check of
 a manifest's chunks against their members' sizes, a manifest's URLs).  Readers of
 version 2 without the file (cubes written before) read them packed, as before.
+
+A cube of more than :func:`part_rows` members holds them in several files of that many each
+(the last one partial): ``members.parq``, then ``members.1.parq``, ``members.2.parq``, ...,
+each counted in the entry's ``parts`` with its bytes and the digest of its members (the
+cube's digest combines them: :func:`~h5sidecar.references.datacube._member_table.combine_digests`)::
+
+    "members_file": {"file": ".h5sidecar/members.parq", "count": N, "bytes": B, "digest": D,
+                     "parts": [{"count": 100000, "bytes": b0, "digest": d0}, ...]}
+
+An append to a cube (:func:`~h5sidecar.references.write_parquet_tail`) then rewrites its last
+file and adds new ones (:func:`encode_member_parts`), and digests only those members: the
+other files are kept as they are.  A reader loads every file in one fetch; an h5sidecar older
+than this format finds the entry's bytes wrong and says to rebuild.
 """
 
 from __future__ import annotations
@@ -30,9 +43,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from h5sidecar.errors import InvalidReferenceError
-from h5sidecar.references.datacube._member_table import MemberTable
+from h5sidecar.references.datacube import _member_table
+from h5sidecar.references.datacube._member_table import MemberTable, combine_digests
 
-__all__ = ["MEMBERS_FILE", "MEMBERS_KEY", "encode_members", "lazy_members", "members_entry"]
+__all__ = [
+    "MEMBERS_FILE",
+    "MEMBERS_KEY",
+        "encode_member_parts",
+    "encode_members",
+    "lazy_members",
+    "member_file",
+    "member_parts",
+    "members_entry",
+    "part_rows",
+    "parts_entry",
+]
 
 MEMBERS_FILE = ".h5sidecar/members.parq"
 #: Key of the extras entry describing the members file.
@@ -41,19 +66,65 @@ MEMBERS_KEY = "members_file"
 _ROW_GROUP = 100_000
 
 
-def encode_members(members: MemberTable) -> tuple[bytes, dict[str, Any]]:
-    """The bytes of :data:`MEMBERS_FILE` and its extras entry (``count``, ``bytes``,
-    ``digest``)."""
+def part_rows() -> int:
+    """Members a file holds (the last file fewer): a part of the cube's digest each
+    (:data:`~h5sidecar.references.datacube._member_table.DIGEST_ROWS`, read when called)."""
+    return _member_table.DIGEST_ROWS
+
+
+def member_file(k: int) -> str:
+    """The ``k``-th members file's path in the cube (the first is :data:`MEMBERS_FILE`)."""
+    return MEMBERS_FILE if k == 0 else f".h5sidecar/members.{k}.parq"
+
+
+def encode_members(members: MemberTable) -> tuple[list[tuple[str, bytes]], dict[str, Any]]:
+    """The members files (path, bytes) and their extras entry (``count``, ``bytes``,
+    ``digest``, and ``parts`` when there are several files)."""
+    files, parts = encode_member_parts(members, 0)
+    return files, parts_entry(parts)
+
+
+def encode_member_parts(members: MemberTable, first: int
+                        ) -> tuple[list[tuple[str, bytes]], list[dict[str, Any]]]:
+    """``members`` as the members files ``first``, ``first + 1``, ... (:func:`part_rows`
+    each, the last fewer), and each file's ``{count, bytes, digest}``."""
+    digests = members.part_digests()
+    files, parts = [], []
+    table, size = members.table, part_rows()
+    for k, start in enumerate(range(0, max(table.num_rows, 1), size)):
+        data = _encode(table.slice(start, size))
+        files.append((member_file(first + k), data))
+        parts.append({"count": min(size, table.num_rows - start), "bytes": len(data),
+                      "digest": digests[k]})
+    return files, parts
+
+
+def _encode(table: pa.Table) -> bytes:
     sink = io.BytesIO()
-    table = members.table
     with pq.ParquetWriter(sink, table.schema, compression="zstd", store_schema=False) as out:
         # a row group at a time, each joined into one chunk first: the file a whole table
         # joined gives (pages follow chunks), without the table joined whole
         for start in range(0, max(table.num_rows, 1), _ROW_GROUP):
             out.write_table(table.slice(start, _ROW_GROUP).combine_chunks(), _ROW_GROUP)
-    data = sink.getvalue()
-    return data, {"file": MEMBERS_FILE, "count": len(members), "bytes": len(data),
-                  "digest": members.digest()}
+    return sink.getvalue()
+
+
+def parts_entry(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The extras entry of the members files ``parts`` (:func:`encode_member_parts`)."""
+    entry = {"file": MEMBERS_FILE, "count": sum(p["count"] for p in parts),
+             "bytes": sum(p["bytes"] for p in parts),
+             "digest": combine_digests([p["digest"] for p in parts])}
+    if len(parts) > 1:
+        entry["parts"] = [dict(p) for p in parts]
+    return entry
+
+
+def member_parts(entry: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each members file's ``{count, bytes, digest}`` of a checked entry (one file: the
+    entry's own; a file written before parts may hold more than :func:`part_rows`)."""
+    if "parts" in entry:
+        return [dict(p) for p in entry["parts"]]
+    return [{"count": entry["count"], "bytes": entry["bytes"], "digest": entry["digest"]}]
 
 
 def members_entry(block: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -63,10 +134,29 @@ def members_entry(block: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     if (not isinstance(entry, dict) or entry.get("file") != MEMBERS_FILE
             or not _count(entry.get("count")) or not _count(entry.get("bytes"))
-            or not isinstance(entry.get("digest"), str)):
+            or not isinstance(entry.get("digest"), str) or not _parts_ok(entry)):
         raise InvalidReferenceError(
-            f"malformed {MEMBERS_KEY} entry {entry!r} in the extras; build the cube again")
+            f"malformed {MEMBERS_KEY} entry {str(entry)[:300]} in the extras; build the cube "
+            "again")
     return entry
+
+
+def _parts_ok(entry: Mapping[str, Any]) -> bool:
+    """Whether ``entry``'s ``parts`` (when it has them) are files of one number of members
+    but the last (fewer), adding up to its count and bytes, its digest their combination."""
+    parts = entry.get("parts")
+    if parts is None:
+        return True
+    if (not isinstance(parts, list) or len(parts) < 2
+            or not all(isinstance(p, dict) and _count(p.get("count"))
+                       and _count(p.get("bytes")) and isinstance(p.get("digest"), str)
+                       for p in parts)):
+        return False
+    counts = [p["count"] for p in parts]
+    return (all(c == counts[0] for c in counts[:-1]) and counts[-1] <= counts[0]
+            and sum(counts) == entry["count"]
+            and sum(p["bytes"] for p in parts) == entry["bytes"]
+            and combine_digests([p["digest"] for p in parts]) == entry["digest"])
 
 
 def _count(value: Any) -> bool:
@@ -76,42 +166,56 @@ def _count(value: Any) -> bool:
 def lazy_members(
     entry: Mapping[str, Any], fetch: Callable[[list[str]], Mapping[str, bytes | None]]
 ) -> MemberTable:
-    """A :class:`MemberTable` of ``entry["count"]`` members read from :data:`MEMBERS_FILE`
-    through ``fetch`` when first needed (checked then: its size, count, URLs unique)."""
-    count, size = int(entry["count"]), int(entry["bytes"])
-    return MemberTable.lazy(count, str(entry["digest"]), _Loader(fetch, count, size))
+    """A :class:`MemberTable` of ``entry["count"]`` members read from the members files
+    through ``fetch`` when first needed (checked then: their sizes, count, URLs unique)."""
+    sizes = tuple(int(p["bytes"]) for p in member_parts(entry))
+    return MemberTable.lazy(int(entry["count"]), str(entry["digest"]),
+                            _Loader(fetch, int(entry["count"]), sizes))
 
 
 class _Loader:
-    """Reads and checks the members file (picklable when ``fetch`` is)."""
+    """Reads and checks the members files (picklable when ``fetch`` is)."""
 
-    __slots__ = ("count", "fetch", "size")
+    __slots__ = ("count", "fetch", "sizes")
 
     def __init__(self, fetch: Callable[[list[str]], Mapping[str, bytes | None]], count: int,
-                 size: int) -> None:
-        self.fetch, self.count, self.size = fetch, count, size
+                 sizes: int | tuple[int, ...]) -> None:
+        self.fetch, self.count = fetch, count
+        self.sizes = (sizes,) if isinstance(sizes, int) else tuple(sizes)
 
     def __call__(self) -> pa.Table:
-        data = self.fetch([MEMBERS_FILE]).get(MEMBERS_FILE)
-        if data is None or len(data) != self.size:
+        names = [member_file(k) for k in range(len(self.sizes))]
+        blobs = self.fetch(names)  # one call: concurrent GETs on an object store
+        tables = []
+        for name, size in zip(names, self.sizes, strict=True):
+            data = blobs.get(name)
+            if data is None or len(data) != size:
+                raise InvalidReferenceError(
+                    f"{name} is missing or not the one .zmetadata lists "
+                    f"({'absent' if data is None else f'{len(data)} bytes, not {size}'}); "
+                    "the cube was damaged or rewritten while read: open it again or rebuild "
+                    "it")
+            try:
+                # one thread, no pyarrow.dataset (read_table's): ~50 MB less resident, and
+                # the file's row groups are decoded in turn (an append to a cube of 100,000
+                # members: 119 MB instead of 178)
+                tables.append(pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False))
+            except (pa.ArrowException, OSError) as exc:
+                raise InvalidReferenceError(
+                    f"{name} is unreadable ({exc}); build the cube again") from exc
+            del data
+        del blobs
+        where = MEMBERS_FILE if len(names) == 1 else f"{MEMBERS_FILE} (and its parts)"
+        if len({t.schema for t in tables}) > 1:
             raise InvalidReferenceError(
-                f"{MEMBERS_FILE} is missing or not the one .zmetadata lists "
-                f"({'absent' if data is None else f'{len(data)} bytes, not {self.size}'}); "
-                "the cube was damaged or rewritten while read: open it again or rebuild it")
-        try:
-            # one thread, no pyarrow.dataset (read_table's): ~50 MB less resident, and the
-            # file's row groups are decoded in turn (an append to a cube of 100,000 members:
-            # 119 MB instead of 178)
-            table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
-        except (pa.ArrowException, OSError) as exc:
-            raise InvalidReferenceError(
-                f"{MEMBERS_FILE} is unreadable ({exc}); build the cube again") from exc
-        MemberTable.check_columns(table, MEMBERS_FILE)
+                f"{where}: the members files' columns differ; build the cube again")
+        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        MemberTable.check_columns(table, where)  # (a URL twice: in one file or in two)
         if table.num_rows != self.count:
             raise InvalidReferenceError(
-                f"{MEMBERS_FILE} holds {table.num_rows} members, .zmetadata {self.count}; "
+                f"{where} holds {table.num_rows} members, .zmetadata {self.count}; "
                 "build the cube again")
         return table
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_Loader, (self.fetch, self.count, self.size))
+        return (_Loader, (self.fetch, self.count, self.sizes))

@@ -9,7 +9,8 @@ one of each array.  :func:`write_parquet_tail` writes:
   back and the new ones after them; the bytes a whole write gives);
 - the arrays given whole (the concat coordinate, held inline: one chunk of every value),
   their record files anew;
-- the members file (old members and new), the manifests file (the old row groups copied but
+- the last members file with the first new members, and new members files after it (the
+  others are kept: :func:`_appended_members`), the manifests file (the old row groups copied but
   for the arrays given whole, then the tail's rows in pieces:
   :mod:`~h5sidecar.references.parquet_sidecar._manifests_pieces`) and ``.zmetadata`` (the old
   one with the arrays' new shapes and the new files' entries);
@@ -54,10 +55,13 @@ from h5sidecar.references.parquet_sidecar._manifests_file import (
     manifests_table,
 )
 from h5sidecar.references.parquet_sidecar._members_file import (
-    MEMBERS_FILE,
     MEMBERS_KEY,
-    encode_members,
+    encode_member_parts,
+    member_file,
+    member_parts,
     members_entry,
+    part_rows,
+    parts_entry,
 )
 from h5sidecar.references.parquet_sidecar._parquet_write import (
     RECORD_FIELDS,
@@ -113,7 +117,9 @@ def write_parquet_tail(
     lengths
         Array path -> its new length along its first axis (the arrays in ``starts``).
     members
-        Every member, old and new, with their per-member columns.
+        The new members, with the per-member columns of the cube's (cast to its members
+        files' types): its last members file is rewritten with them, and new ones written
+        after it when it is full (the other members files are kept).
     extra
         The cube's new ``extra`` block.
 
@@ -139,7 +145,7 @@ def write_parquet_tail(
             files[record_path(a, record)] = smallest_file(table)
             del table
     del url_dicts
-    files[MEMBERS_FILE], members_file = encode_members(members)
+    members_file = _appended_members(root, members_entry(block), members, files)
     bulk = _appended_manifests((root / MANIFESTS_FILE).read_bytes(), tail, starts)
     files[MANIFESTS_FILE] = bulk
     block["extra"] = dict(extra)
@@ -163,6 +169,37 @@ def write_parquet_tail(
             and rel.rpartition("/refs.")[0] not in whole]  # a whole array's old records go
     write_local_dir(root, files.items(), links=keep)
     return list(files)
+
+
+def _appended_members(root: Path, entry: Mapping[str, Any] | None, new: MemberTable,
+                      files: dict[str, bytes]) -> dict[str, Any]:
+    """Add the members files of ``new`` after the cube's to ``files``; their new entry.
+
+    The cube's last members file is read and written again with the first new members when
+    it has room (:func:`part_rows` a file), the files before it are kept, and only the
+    members written are digested.  A cube written before members files had parts, with more
+    members than a part in its one file (or in parts of another size), is rewritten in parts
+    (once).
+    """
+    assert entry is not None  # (tail_refusal)
+    parts = member_parts(entry)
+    last = len(parts) - 1
+    size = part_rows()
+    # (files of another size than this version writes: rewritten in its parts, once)
+    whole = parts[0]["count"] > size or (len(parts) > 1 and parts[0]["count"] != size)
+    target = root / member_file(last)
+    reader = pq.ParquetFile(pa.BufferReader(target.read_bytes()))
+    if whole or parts[last]["count"] < size:
+        old = reader.read(use_threads=False)
+        first, kept = (0, []) if whole else (last, parts[:last])
+    else:  # the last file is full: new files after it
+        old = reader.schema_arrow.empty_table()
+        first, kept = last + 1, parts
+    del reader
+    rows = pa.concat_tables([old, new.table.select(old.column_names).cast(old.schema)])
+    written, added = encode_member_parts(MemberTable(rows), first)
+    files.update(written)
+    return parts_entry(kept + added)
 
 
 def _files(root: Path) -> Iterator[str]:

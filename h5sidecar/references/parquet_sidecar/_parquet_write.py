@@ -53,7 +53,6 @@ from h5sidecar.references.parquet_sidecar._kerchunk_parquet import (
 )
 from h5sidecar.references.parquet_sidecar._manifests_file import MANIFESTS_FILE, encode_manifests
 from h5sidecar.references.parquet_sidecar._members_file import (
-    MEMBERS_FILE,
     MEMBERS_KEY,
     encode_members,
 )
@@ -114,10 +113,10 @@ def encode_parquet(
     extras = build_extras(refs, checksums="file", members_file=bool(refs.members))
     if refs.members:  # a cube: its members in their own file, read when first needed
         table = refs.members
-        data, extras[MEMBERS_KEY] = encode_members(
+        files, extras[MEMBERS_KEY] = encode_members(
             table if isinstance(table, MemberTable) else MemberTable.of(table))
-        yield MEMBERS_FILE, data
-        del data
+        while files:
+            yield files.pop(0)  # not held after it is written
     if manifests_file or compact:
         bulk = encode_manifests(refs)
         yield MANIFESTS_FILE, bulk

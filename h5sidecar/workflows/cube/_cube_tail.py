@@ -81,14 +81,15 @@ def append_tail(p: Part, dim: str, opts: Mapping[str, Any]) -> CubePart:
     old = p.refs.arrays
     starts = {a: math.prod(old[a].meta.grid_shape) for a in arrays if a != coord}
     lengths = {a: old[a].meta.shape[0] + frag.arrays[a].meta.shape[0] for a in starts}
-    before = _members(p.refs.members).table
-    members = MemberTable(pa.concat_tables(
-        [before, table.table.select(before.column_names).cast(before.schema)]))
+    before = _members(p.refs.members).table  # (loaded already: the new ones were looked up)
+    added = table.table.select(before.column_names).cast(before.schema)
+    members = MemberTable(pa.concat_tables([before, added]))  # chunked: nothing copied
     cube = dict(p.refs.extra[CUBE_KEY])
     cube.update(granules=len(members), h5sidecar=__version__)
     marked(cube, p.record.get(MARK_KEY), coordinate)  # DEST's record mark (see _cube_mark)
-    write_parquet_tail(p.path, tail, starts=starts, lengths=lengths, members=members,
-                       extra={**p.refs.extra, CUBE_KEY: cube})
+    # only the new members: the cube's members files but its last are kept
+    write_parquet_tail(p.path, tail, starts=starts, lengths=lengths,
+                       members=MemberTable(added), extra={**p.refs.extra, CUBE_KEY: cube})
     return CubePart(path=p.path, granules=MemberUrls(members),  # no string per member
                     length=int(coordinate.size), first=coordinate[0].item(),
                     last=coordinate[-1].item(), **time_of(p.coord_attrs))

@@ -203,6 +203,8 @@ def test_the_members_file_of_chunked_members_is_that_of_the_joined_ones(monkeypa
                              for i in range(70_000))
     whole = members.table
     chunked = pa.concat_tables([whole.slice(i, 2000) for i in range(0, whole.num_rows, 2000)])
-    data, entry = _members_file.encode_members(MemberTable(chunked))
-    assert (data, entry) == _members_file.encode_members(members)
+    files, entry = _members_file.encode_members(MemberTable(chunked))
+    assert (files, entry) == _members_file.encode_members(members)
+    [(name, data)] = files  # 70,000 members: one file
+    assert name == _members_file.MEMBERS_FILE and "parts" not in entry
     assert pq.ParquetFile(pa.BufferReader(data)).metadata.num_row_groups == 3

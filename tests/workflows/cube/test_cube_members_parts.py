@@ -1,0 +1,171 @@
+"""A Parquet cube of many members holds them in several members files of a fixed number each
+(``members.parq``, ``members.1.parq``, ...); an append rewrites only the last one and adds new
+ones, and digests only those members.  Here a part is 2 members (``DIGEST_ROWS`` patched), so
+a few daily granules make several parts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.read._cube_view import source_key
+from h5sidecar.references import MemberTable, read_refs
+from h5sidecar.references._extras_versions import pack, unpack
+from h5sidecar.references.datacube import _member_table
+from h5sidecar.references.parquet_sidecar._members_file import MEMBERS_FILE, member_file
+from h5sidecar.workflows import build_cube
+from tests.workflows.cube.test_cube import _assert_raw_matches_h5py
+from tests.workflows.cube.test_cube_append import _days, _index, _read_everywhere
+from tests.workflows.cube.test_cube_tail_append import _stamps
+
+
+@pytest.fixture
+def parts_of_two(monkeypatch) -> None:
+    monkeypatch.setattr(_member_table, "DIGEST_ROWS", 2)
+
+
+def _entry(cube: Path) -> dict:
+    return unpack(json.loads((cube / ".zmetadata").read_text())["h5sidecar"])["members_file"]
+
+
+def _members_files(cube: Path) -> list[str]:
+    return sorted(p.name for p in (cube / ".h5sidecar").glob("members*.parq"))
+
+
+def test_a_cube_of_many_members_writes_them_in_parts_and_reads_them_whole(
+    tmp_path: Path, parts_of_two
+) -> None:
+    files = _days(tmp_path / "nc", 0, 5)
+    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
+    cube = tmp_path / "cube.parq"
+    build_cube(str(sidecars), str(cube))
+    assert _members_files(cube) == ["members.1.parq", "members.2.parq", "members.parq"]
+    entry = _entry(cube)
+    assert [p["count"] for p in entry["parts"]] == [2, 2, 1] and entry["count"] == 5
+    assert entry["bytes"] == sum((cube / member_file(k)).stat().st_size for k in range(3))
+    refs = read_refs(str(cube))
+    assert not refs.members.is_loaded
+    assert [m.url for m in refs.members] == [str(f) for f in files]  # every part, in order
+    # the digest a reader is given is the one the loaded members give
+    loaded = MemberTable(refs.members.table)
+    assert refs.members.digest() == loaded.digest() == entry["digest"]
+    assert source_key(refs) == f"cube:{entry['digest']}"
+    _read_everywhere(str(cube), files)
+    _assert_raw_matches_h5py(str(cube), files)
+
+
+def test_an_append_rewrites_the_last_members_file_only(tmp_path: Path, parts_of_two) -> None:
+    old = _days(tmp_path / "nc", 0, 3)
+    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
+    cube = tmp_path / "cube.parq"
+    build_cube(str(sidecars), str(cube))
+    before = _stamps(cube)
+    digests = [p["digest"] for p in _entry(cube)["parts"]]
+    new = _days(tmp_path / "nc", 3, 2)
+    _index(tmp_path / "nc", sidecars)
+    result = build_cube(str(sidecars), str(cube), mode="append")
+    assert result.written == "tail", result.why_rewritten
+    after = _stamps(cube)
+    # the full first file kept (hard-linked), the partial second rewritten, a third added
+    assert after[MEMBERS_FILE] == before[MEMBERS_FILE]
+    assert after[member_file(1)] != before[member_file(1)]
+    assert member_file(2) in after and member_file(2) not in before
+    entry = _entry(cube)
+    assert [p["count"] for p in entry["parts"]] == [2, 2, 1]
+    assert entry["parts"][0]["digest"] == digests[0]
+    files = old + new
+    _read_everywhere(str(cube), files)
+    _assert_raw_matches_h5py(str(cube), files)
+    # what a build of every member writes: the same members files and entry
+    whole = tmp_path / "whole.parq"
+    build_cube(str(sidecars), str(whole))
+    assert _entry(whole) == entry
+    for k in range(3):
+        assert (cube / member_file(k)).read_bytes() == (whole / member_file(k)).read_bytes()
+    assert read_refs(str(cube), lazy=False) == read_refs(str(whole), lazy=False)
+
+
+def test_an_append_to_a_full_last_file_adds_one(tmp_path: Path, parts_of_two) -> None:
+    old = _days(tmp_path / "nc", 0, 4)
+    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
+    cube = tmp_path / "cube.parq"
+    build_cube(str(sidecars), str(cube))
+    before = _stamps(cube)
+    new = _days(tmp_path / "nc", 4, 1)
+    _index(tmp_path / "nc", sidecars)
+    assert build_cube(str(sidecars), str(cube), mode="append").written == "tail"
+    after = _stamps(cube)
+    assert after[MEMBERS_FILE] == before[MEMBERS_FILE]
+    assert after[member_file(1)] == before[member_file(1)]
+    assert [p["count"] for p in _entry(cube)["parts"]] == [2, 2, 1]
+    _read_everywhere(str(cube), old + new)
+
+
+def test_a_cube_written_in_one_members_file_is_appended_in_parts(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A cube an earlier version wrote (every member in one file, more than a part now) takes
+    a tail append: its members are then written in parts, as a build would."""
+    old = _days(tmp_path / "nc", 0, 3)
+    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
+    cube = tmp_path / "cube.parq"
+    build_cube(str(sidecars), str(cube))  # parts of 100,000: one file
+    assert "parts" not in _entry(cube)
+    monkeypatch.setattr(_member_table, "DIGEST_ROWS", 2)
+    new = _days(tmp_path / "nc", 3, 1)
+    _index(tmp_path / "nc", sidecars)
+    assert build_cube(str(sidecars), str(cube), mode="append").written == "tail"
+    assert [p["count"] for p in _entry(cube)["parts"]] == [2, 2]
+    _read_everywhere(str(cube), old + new)
+    whole = tmp_path / "whole.parq"
+    build_cube(str(sidecars), str(whole))
+    assert _entry(whole) == _entry(cube)
+
+
+def _rewrite_entry(cube: Path, change) -> None:
+    doc = json.loads((cube / ".zmetadata").read_text())
+    block = unpack(doc["h5sidecar"])
+    change(block["members_file"])
+    doc["h5sidecar"] = pack(block)
+    (cube / ".zmetadata").write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("change", [
+    pytest.param(lambda e: e["parts"][0].update(count=3), id="counts-not-the-total"),
+    pytest.param(lambda e: e["parts"].reverse(), id="a-partial-part-first"),
+    pytest.param(lambda e: e["parts"][1].update(digest="0" * 32), id="digest-not-theirs"),
+    pytest.param(lambda e: e["parts"][2].update(bytes=-1), id="negative-bytes"),
+    pytest.param(lambda e: e.update(parts=e["parts"][:1]), id="one-part-listed"),
+    pytest.param(lambda e: e.update(parts={"0": 1}), id="not-a-list"),
+])
+def test_a_malformed_parts_entry_is_refused_at_open(tmp_path: Path, parts_of_two,
+                                                    change) -> None:
+    _days(tmp_path / "nc", 0, 5)
+    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
+    cube = tmp_path / "cube.parq"
+    build_cube(str(sidecars), str(cube))
+    read_refs(str(cube))  # as written: opens
+    _rewrite_entry(cube, change)
+    with pytest.raises(InvalidReferenceError, match="malformed members_file entry"):
+        read_refs(str(cube))
+
+
+def test_a_missing_or_swapped_members_file_is_named_when_the_members_are_read(
+    tmp_path: Path, parts_of_two
+) -> None:
+    _days(tmp_path / "nc", 0, 5)
+    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
+    cube = tmp_path / "cube.parq"
+    build_cube(str(sidecars), str(cube))
+    (cube / member_file(1)).rename(tmp_path / "kept.parq")
+    refs = read_refs(str(cube))
+    with pytest.raises(InvalidReferenceError, match=r"members\.1\.parq is missing"):
+        len(refs.members.urls)
+    # another file of the same size in its place (the first part's): the URLs repeat
+    (cube / member_file(1)).write_bytes((cube / MEMBERS_FILE).read_bytes())
+    assert (cube / member_file(1)).stat().st_size == (tmp_path / "kept.parq").stat().st_size
+    with pytest.raises(InvalidReferenceError, match="lists a member URL twice"):
+        len(read_refs(str(cube)).members.urls)
