@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from h5sidecar.references import GranuleRefs, SourceInfo
 from h5sidecar.workflows.cube._cube_assemble import COORD_READERS, sidecar_stamp
 from h5sidecar.workflows.cube._cube_listing import SidecarPaths
-from h5sidecar.workflows.cube._cube_parts import Part
+from h5sidecar.workflows.cube._cube_parts import Part, first_rows
 
 __all__ = ["Classified", "classify", "member_rows"]
 
@@ -51,9 +51,8 @@ def member_rows(parts: Sequence[Part], urls: Sequence[str]) -> list[tuple[int, i
         return out
     wanted = pa.array(list(urls), pa.string())
     for i, p in enumerate(parts):
-        rows = pc.index_in(wanted, value_set=p.members.urls.combine_chunks()).to_pylist()
-        for k, r in enumerate(rows):
-            if r is not None:
+        for k, r in enumerate(first_rows(p.members.urls, wanted).tolist()):
+            if r >= 0:
                 out[k] = (i, r)
     return out
 
@@ -112,12 +111,12 @@ def classify(items: Sequence[Any], parts: list[Part], out_paths: set[str],
     # wins, as a mapping of sidecar path -> member over every part would give
     part_of = np.full(n, -1, np.int64)
     row_of = np.full(n, -1, np.int64)
-    columns = [p.sidecar_columns() for p in parts]
-    for i, (_, full, _) in enumerate(columns):
-        rows = pc.index_in(paths, value_set=full, skip_nulls=True)
-        hit = rows.is_valid().to_numpy(zero_copy_only=False) & ~skip
+    columns = [p.sidecar_columns(full=False) for p in parts]
+    for i, p in enumerate(parts):
+        rows = p.sidecar_rows(paths)
+        hit = (rows >= 0) & ~skip
         part_of[hit] = i
-        row_of[hit] = rows.fill_null(-1).to_numpy(zero_copy_only=False)[hit]
+        row_of[hit] = rows[hit]
     unchanged = np.zeros(n, dtype=bool)
     remote = np.zeros(n, dtype=bool)
     seen: list[pa.Array] = []
@@ -131,7 +130,8 @@ def classify(items: Sequence[Any], parts: list[Part], out_paths: set[str],
         rows = pa.array(row_of[at[local]])
         same = _same_stamps(mine.filter(pa.array(local)), stamps.take(rows))
         unchanged[at[local][same]] = True
-        seen.append(urls.take(rows.filter(pa.array(same))))
+        kept = urls.take(rows.filter(pa.array(same)))
+        seen.extend(kept.chunks if isinstance(kept, pa.ChunkedArray) else [kept])
     rest = np.flatnonzero(~unchanged & ~skip)
     verdicts = _each([items[int(k)] for k in rest],
                      [(columns[part_of[k]][0][row_of[k]].as_py(),

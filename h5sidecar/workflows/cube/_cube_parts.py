@@ -20,7 +20,7 @@ from h5sidecar.references import GranuleRefs, MemberTable
 from h5sidecar.workflows.cube._cube_build import cube_paths
 from h5sidecar.workflows.cube._cube_columns import COLUMNS
 
-__all__ = ["Granule", "Part", "existing_parts", "part_path"]
+__all__ = ["Granule", "Part", "existing_parts", "first_rows", "part_path"]
 
 
 @dataclass
@@ -66,20 +66,35 @@ class Part:
     def starts(self) -> np.ndarray:
         return np.concatenate([[0], np.cumsum(self.lengths)]).astype(int)
 
-    def sidecar_columns(self) -> tuple[pa.Array, pa.Array, pa.Array]:
-        """Member URLs, their sidecars' full paths and recorded stamps, aligned (null: a
-        member given as references); for a Parquet cube straight from its member columns."""
+    def sidecar_columns(self, full: bool = True) -> tuple[Any, Any, Any]:
+        """Member URLs, their sidecars' full paths (None unless ``full``) and recorded stamps,
+        aligned (null: a member given as references); for a Parquet cube straight from its
+        member columns, chunked as read (one chunk a members file)."""
         block = self.record["sidecars"]
         if self.in_columns:
             rel, stamps = self.members.column("sidecar"), self.members.column("stamp")
             assert rel is not None and stamps is not None  # checked by read_record
-            full = pc.binary_join_element_wise(pa.scalar(block["root"], pa.string()), rel, "")
-            return (self.members.urls.combine_chunks(), full.combine_chunks(),
-                    stamps.combine_chunks())
+            paths = (pc.binary_join_element_wise(pa.scalar(block["root"], pa.string()), rel, "")
+                     if full else None)
+            return self.members.urls, paths, stamps
         # a JSON or Icechunk cube's record: URL -> [path, stamp] (lists held already)
         return (pa.array(list(block), pa.string()),
                 pa.array([s[0] for s in block.values()], pa.string()),
                 pa.array([s[1] for s in block.values()], pa.string()))
+
+    def sidecar_rows(self, paths: pa.Array) -> np.ndarray:
+        """The row of the member whose sidecar each of ``paths`` is (-1: none): for a Parquet
+        cube, the paths below the record's root compared with the members' relative ones (no
+        full path made a member)."""
+        if not self.in_columns:
+            return first_rows(self.sidecar_columns()[1], paths)
+        root = str(self.record["sidecars"]["root"])
+        rel = self.members.column("sidecar")
+        assert rel is not None  # checked by read_record
+        under = pc.fill_null(pc.starts_with(paths, root), False)
+        below = pc.if_else(under, pc.utf8_slice_codeunits(paths, len(root)),
+                           pa.scalar(None, pa.string()))
+        return first_rows(rel, below)
 
     def sidecar_map(self) -> dict[str, list[str]]:
         """Member URL -> ``[sidecar path, stamp]`` of every member with a sidecar (O(members)
@@ -88,6 +103,30 @@ class Part:
             return {u: list(s) for u, s in self.record["sidecars"].items()}
         urls, full, stamps = (c.to_pylist() for c in self.sidecar_columns())
         return {u: [q, s] for u, q, s in zip(urls, full, stamps, strict=True) if q is not None}
+
+
+def first_rows(column: pa.Array | pa.ChunkedArray, wanted: pa.Array) -> np.ndarray:
+    """The first row of ``column`` equal to each of ``wanted`` (-1: none; a null matches
+    nothing), as ``pc.index_in(wanted, value_set=column)`` gives.
+
+    The hash table is of ``wanted`` (an append's few sidecars or URLs), not of ``column``
+    (every member's: ~130 MB at a million members), and ``column``'s chunks (one a members
+    file) are not joined; then only the rows that matched are hashed.
+    """
+    out = np.full(len(wanted), -1, np.int64)
+    if not len(wanted) or not len(column):
+        return out
+    hit = pc.is_in(column, value_set=wanted, skip_nulls=True)
+    rows = np.flatnonzero(hit.to_numpy(zero_copy_only=False))  # (is_in gives no null)
+    if not rows.size:
+        return out
+    matched = column.take(pa.array(rows))
+    if isinstance(matched, pa.ChunkedArray):
+        matched = matched.combine_chunks()
+    at = pc.index_in(wanted, value_set=matched, skip_nulls=True)  # first occurrence
+    found = at.is_valid().to_numpy(zero_copy_only=False)
+    out[found] = rows[at.fill_null(0).to_numpy(zero_copy_only=False)[found]]
+    return out
 
 
 @dataclass

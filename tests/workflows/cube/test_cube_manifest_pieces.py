@@ -39,3 +39,36 @@ def test_cube_in_pieces_reads_like_the_files_and_an_old_cube_takes_an_append(
     files = old + new
     _read_everywhere(str(cube), files)  # engine="h5sidecar" (lazy open) and plain reference://
     _assert_raw_matches_h5py(str(cube), files)  # read_arrays, raw values
+
+
+def test_an_open_of_a_few_arrays_reads_only_the_row_groups_that_hold_them(
+    tmp_path: Path,
+) -> None:
+    """``read_refs(cube, arrays=[...])`` (an append's read of the coordinate) decodes only
+    the row groups holding those arrays' rows, and gets the manifests a whole open gets."""
+    from h5sidecar.references import read_refs
+
+    files = _days(tmp_path / "nc", 0, 9)
+    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
+    cube = tmp_path / "cube.parq"
+    with mock.patch.object(_manifests_pieces, "PIECE_ROWS", 4):
+        build_cube(str(sidecars), str(cube))
+    groups = _row_groups(cube)
+    assert groups > 3
+    read: list[list[int]] = []
+    real = pq.ParquetFile.read_row_groups
+
+    def spy(self, row_groups, *args, **kwargs):
+        read.append(list(row_groups))
+        return real(self, row_groups, *args, **kwargs)
+
+    whole = read_refs(str(cube), lazy=False)
+    with mock.patch.object(pq.ParquetFile, "read_row_groups", spy):
+        for names in (["time"], ["tas"], ["time", "lat"]):
+            alone = read_refs(str(cube), arrays=names)
+            for n in names:
+                assert alone.arrays[n].manifest == whole.arrays[n].manifest, n
+    # time and lat (inline, one chunk each) in the first group, tas in the groups of its chunks
+    assert [len(r) for r in read] == [1, 3, 1], read
+    assert all(len(r) < groups for r in read), (read, groups)
+    _assert_raw_matches_h5py(str(cube), files)
