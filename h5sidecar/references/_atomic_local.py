@@ -38,6 +38,9 @@ OURS = re.compile(
     + "|"
     + re.escape(MANIFESTS_FILE)
     + "|"
+    + re.escape(MANIFESTS_FILE.removesuffix(".parq"))
+    + r"\.\d+\.parq"  # its parts after the first (a cube appended to)
+    + "|"
     + re.escape(MEMBERS_FILE)
     + "|"
     + re.escape(MEMBERS_FILE.removesuffix(".parq"))

@@ -46,6 +46,11 @@ from h5sidecar.references.parquet_sidecar._manifests_file import (
     MANIFESTS_FILE,
     decode_manifests,
 )
+from h5sidecar.references.parquet_sidecar._manifests_parts import (
+    BulkPart,
+    bulk_parts,
+    fetch_parts,
+)
 
 __all__ = [
     "CHECKSUMS_FILE",
@@ -53,7 +58,9 @@ __all__ = [
     "SidecarLayout",
     "MANIFESTS_KEY",
     "ZMETADATA",
+    "bulk_file",
     "decode_zmetadata",
+    "manifests_parts",
     "read_checksums",
     "read_parquet_parts",
     "read_table",
@@ -120,15 +127,13 @@ def read_parquet_parts(
     metas = build_metas(nodes, extras)
     sums_wanted = extras is not None and any(a.checksums == "file" for a in extras.arrays.values())
     sums = [CHECKSUMS_FILE] if sums_wanted else []
-    if bulk_file(zmetadata) is not None:  # one file holds every array's chunks
-        blobs = fetch([MANIFESTS_FILE, *sums])
-        data = blobs.get(MANIFESTS_FILE)
-        if data is None:
-            raise InvalidReferenceError(
-                f"{MANIFESTS_FILE} is missing though .zmetadata lists it; re-create the sidecar"
-            )
+    parts = manifests_parts(zmetadata)
+    if parts is not None:  # one file (or its parts) holds every array's chunks
+        blobs = fetch([*(p.file for p in parts), *sums])
+        data = fetch_parts(parts, blobs)
         side = read_checksums(blobs.get(CHECKSUMS_FILE)) if sums_wanted else {}
-        return assemble(nodes, metas, decode_manifests(data, metas), extras, side)
+        bulk = decode_manifests(data[0][0] if len(parts) == 1 else data, metas)
+        return assemble(nodes, metas, bulk, extras, side)
     rs = int(zmetadata["record_size"])
     wanted = {
         record_path(path, r): (path, r)
@@ -149,13 +154,18 @@ def read_parquet_parts(
 
 
 def bulk_file(zmetadata: Mapping[str, Any]) -> int | None:
-    """Byte size of the sidecar's all-arrays manifest file, or None when it has none."""
+    """Byte size of the sidecar's all-arrays manifest file (of all its parts: see
+    :mod:`~h5sidecar.references.parquet_sidecar._manifests_parts`), or None when it has none."""
+    parts = manifests_parts(zmetadata)
+    return None if parts is None else sum(p.bytes for p in parts)
+
+
+def manifests_parts(zmetadata: Mapping[str, Any]) -> list[BulkPart] | None:
+    """The sidecar's manifests file as parts (one for a plain entry), or None when it has
+    none (``InvalidReferenceError`` for a malformed parted entry)."""
     block = zmetadata.get(EXTRAS_KEY)
     entry = block.get(MANIFESTS_KEY) if isinstance(block, dict) else None
-    if not isinstance(entry, dict) or entry.get("file") != MANIFESTS_FILE:
-        return None
-    size = entry.get("bytes")
-    return size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
+    return bulk_parts(entry, ZMETADATA)
 
 
 def sidecar_layout(zmetadata: Mapping[str, Any]) -> SidecarLayout:

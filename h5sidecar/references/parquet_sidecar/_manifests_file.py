@@ -183,12 +183,16 @@ def _array_rows(
 
 
 def decode_manifests(
-    data: bytes, metas: Mapping[str, ArrayMeta], others: Collection[str] = ()
+    data: bytes | Sequence[tuple[bytes, Sequence[str]]],
+    metas: Mapping[str, ArrayMeta],
+    others: Collection[str] = (),
 ) -> BulkColumns | SmallBulkColumns:
     """Chunk columns of every array in ``metas`` from :data:`MANIFESTS_FILE`'s bytes (arrays
     absent from the file have no stored chunks); each array's are cut out on first access.
     ``others``: the sidecar's arrays left out of ``metas`` (an open of a few named arrays),
-    which the file may name too.  A small file (few chunks) is decoded in plain Python
+    which the file may name too.  ``data`` may be a cube's parts instead, each with the arrays
+    it gives whole (:mod:`~h5sidecar.references.parquet_sidecar._manifests_parts`): their rows
+    are joined in order, those a later part supersedes left out.  A small file (few chunks) is decoded in plain Python
     (:mod:`~h5sidecar.references.parquet_sidecar._manifests_file_small`), with the same checks.
 
     Raises
@@ -198,8 +202,13 @@ def decode_manifests(
         number outside its array's grid.
     """
     try:
-        table = _read(pq.ParquetFile(pa.BufferReader(data), read_dictionary=["array", "url"]),
-                      metas if others else None)
+        if isinstance(data, bytes):
+            table = _read(_file(data), metas if others else None)
+        else:
+            from h5sidecar.references.parquet_sidecar._manifests_parts import join_parts
+
+            table = join_parts([_read(_file(d), metas if others else None) for d, _ in data],
+                               [w for _, w in data])
     except (pa.ArrowException, OSError) as exc:
         raise InvalidReferenceError(
             f"{MANIFESTS_FILE} is not a readable Parquet file ({exc}); it may be truncated: "
@@ -248,6 +257,10 @@ def decode_manifests(
         raw=raw,
         metas=metas,
     )
+
+
+def _file(data: bytes) -> pq.ParquetFile:
+    return pq.ParquetFile(pa.BufferReader(data), read_dictionary=["array", "url"])
 
 
 def _read(f: pq.ParquetFile, metas: Mapping[str, ArrayMeta] | None) -> pa.Table:

@@ -14,12 +14,11 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._assemble import (
     ChunkColumns,
@@ -43,6 +42,7 @@ from h5sidecar.references._zmeta import select_nodes, split_metadata
 from h5sidecar.references.parquet_sidecar._kerchunk_parquet import (
     CHECKSUMS_FILE,
     bulk_file,
+    manifests_parts,
     read_checksums,
     read_table,
     record_columns,
@@ -55,6 +55,7 @@ from h5sidecar.references.parquet_sidecar._manifests_file import (
     decode_manifests,
 )
 from h5sidecar.references.parquet_sidecar._manifests_file_small import SmallBulkColumns
+from h5sidecar.references.parquet_sidecar._manifests_parts import BulkPart, fetch_parts
 
 __all__ = [
     "BULK_LOAD_BYTES",
@@ -102,6 +103,9 @@ class ParquetManifests:
     bulk_data : bytes, optional
         The manifests file, already fetched (with ``.zmetadata``, concurrently): used instead
         of fetching it when the first manifest is needed.
+    bulk_parts : sequence of BulkPart, optional
+        The manifests file's parts (a cube appended to:
+        :mod:`~h5sidecar.references.parquet_sidecar._manifests_parts`), fetched together.
     """
 
     def __init__(
@@ -115,6 +119,7 @@ class ParquetManifests:
         bulk_only: bool = False,
         others: Collection[str] = (),
         bulk_data: bytes | None = None,
+        bulk_parts: Sequence[BulkPart] | None = None,
     ) -> None:
         self._fetch = fetch
         self._record_size = record_size
@@ -122,6 +127,7 @@ class ParquetManifests:
         self._extras = extras
         self._max_bytes = max_bytes
         self._bulk_bytes = bulk_bytes
+        self._bulk_parts = list(bulk_parts) if bulk_parts is not None else None
         self._bulk_only = bulk_only
         self._others = frozenset(others)
         self._init_state()
@@ -167,6 +173,7 @@ class ParquetManifests:
     def __getstate__(self) -> dict[str, Any]:
         # Locks and loaded manifests stay behind: a worker fetches what it reads.
         keep = ("_fetch", "_record_size", "_metas", "_extras", "_max_bytes", "_bulk_bytes",
+                "_bulk_parts",
                 "_bulk_only", "_others")
         return {k: self.__dict__[k] for k in keep}
 
@@ -244,18 +251,16 @@ class ParquetManifests:
             side_needed = self._side is None and any(
                 a.checksums == "file" for a in self._extras.arrays.values()
             )
-            if self._bulk_data is not None and not side_needed:
+            parts = self._bulk_parts or [BulkPart(MANIFESTS_FILE, self._bulk_bytes or 0, -1)]
+            if self._bulk_data is not None and not side_needed and len(parts) == 1:
                 blobs: Mapping[str, bytes | None] = {MANIFESTS_FILE: self._bulk_data}
             else:
-                blobs = self._fetch([MANIFESTS_FILE, *([CHECKSUMS_FILE] if side_needed else [])])
+                blobs = self._fetch([*(p.file for p in parts),
+                                     *([CHECKSUMS_FILE] if side_needed else [])])
             self._bulk_data = None
-            data = blobs.get(MANIFESTS_FILE)
-            if data is None:
-                raise InvalidReferenceError(
-                    f"{MANIFESTS_FILE} is missing though .zmetadata lists it; re-create the "
-                    "sidecar"
-                )
-            self._bulk = decode_manifests(data, self._metas, self._others)
+            data = fetch_parts(parts, blobs)
+            self._bulk = decode_manifests(data[0][0] if len(parts) == 1 else data,
+                                          self._metas, self._others)
             if side_needed:
                 self._side = read_checksums(blobs.get(CHECKSUMS_FILE))
             self._bulk_wanted = False
@@ -345,6 +350,7 @@ def read_parquet_lazy(
         bulk_only=compact,
         others=others,
         bulk_data=bulk_data,
+        bulk_parts=manifests_parts(zmetadata),
     )
     arrays = {}
     for path, meta in metas.items():

@@ -10,10 +10,10 @@ one of each array.  :func:`write_parquet_tail` writes:
 - the arrays given whole (the concat coordinate, held inline: one chunk of every value),
   their record files anew;
 - the last members file with the first new members, and new members files after it (the
-  others are kept: :func:`_appended_members`), the manifests file (the old row groups copied but
-  for the arrays given whole, then the tail's rows in pieces:
-  :mod:`~h5sidecar.references.parquet_sidecar._manifests_pieces`) and ``.zmetadata`` (the old
-  one with the arrays' new shapes and the new files' entries);
+  others are kept: :func:`_appended_members`);
+- the tail's manifests rows as a new part of the manifests file (the old parts are kept, the
+  trailing small ones merged: :mod:`~h5sidecar.references.parquet_sidecar._manifests_parts`);
+- ``.zmetadata`` (the old one with the arrays' new shapes and the new files' entries);
 
 into a new directory where every other file of the cube is hard-linked, then swapped in
 (:func:`~h5sidecar.references._atomic_local.write_local_dir`): a reader sees the old cube or
@@ -22,7 +22,6 @@ the new one, and a process killed before the swap leaves the old cube as it was.
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
@@ -38,21 +37,30 @@ from h5sidecar.references._extras_versions import EXTRAS_KEY, pack, unpack
 from h5sidecar.references._model import GranuleRefs
 from h5sidecar.references.datacube._member_table import MemberTable
 from h5sidecar.references.json_sidecar._kerchunk_json import json_default
-from h5sidecar.references.parquet_sidecar import _manifests_pieces
+from h5sidecar.references.parquet_sidecar import _manifests_parts
 from h5sidecar.references.parquet_sidecar._kerchunk_parquet import (
     CHECKSUMS_FILE,
     MANIFESTS_KEY,
     ZMETADATA,
     bulk_file,
     decode_zmetadata,
+    manifests_parts,
     read_table,
     record_path,
     sidecar_layout,
 )
 from h5sidecar.references.parquet_sidecar._manifests_file import (
     MANIFESTS_FILE,
-    WRITE_OPTIONS,
     manifests_table,
+)
+from h5sidecar.references.parquet_sidecar._manifests_parts import (
+    BulkPart,
+    encode_rows,
+    join_parts,
+    merge_plan,
+    part_entry,
+    part_name,
+    read_part_rows,
 )
 from h5sidecar.references.parquet_sidecar._members_file import (
     MEMBERS_KEY,
@@ -146,8 +154,7 @@ def write_parquet_tail(
             del table
     del url_dicts
     members_file = _appended_members(root, members_entry(block), members, files)
-    bulk = _appended_manifests((root / MANIFESTS_FILE).read_bytes(), tail, starts)
-    files[MANIFESTS_FILE] = bulk
+    manifests, bulk_names = _appended_manifests(root, zmeta, tail, starts, files)
     block["extra"] = dict(extra)
     metadata = zmeta["metadata"]
     new_meta = tail.zmetadata()
@@ -159,14 +166,15 @@ def write_parquet_tail(
     # the files' entries after the packed block, as a whole write orders them
     packed = pack({k: v for k, v in block.items() if k not in (MEMBERS_KEY, MANIFESTS_KEY)})
     packed[MEMBERS_KEY] = members_file
-    packed[MANIFESTS_KEY] = {"file": MANIFESTS_FILE, "bytes": len(bulk)}
+    packed[MANIFESTS_KEY] = manifests
     zmeta[EXTRAS_KEY] = packed
     text = ujson.dumps(zmeta, escape_forward_slashes=False, ensure_ascii=False,
                        default=json_default)
     files[ZMETADATA] = text.encode("utf-8")
     whole = {a for a in tail.arrays if a not in starts}
     keep = [rel for rel in _files(root) if rel not in files
-            and rel.rpartition("/refs.")[0] not in whole]  # a whole array's old records go
+            and rel.rpartition("/refs.")[0] not in whole  # a whole array's old records go
+            and (rel in bulk_names or not is_manifests_file(rel))]  # and merged parts
     write_local_dir(root, files.items(), links=keep)
     return list(files)
 
@@ -228,37 +236,43 @@ def _old_rows(root: Path, rel: str, n: int, schema: pa.Schema) -> pa.Table:
     return table.select([f.name for f in (schema.field("path"), *RECORD_FIELDS)]).cast(schema)
 
 
-def _appended_manifests(old: bytes, tail: GranuleRefs, starts: Mapping[str, int]) -> bytes:
-    """The manifests file ``old`` with ``tail``'s rows after its own (the rows of the arrays
-    ``tail`` gives whole left out of ``old``'s), cut again into row groups of
-    :data:`~h5sidecar.references.parquet_sidecar._manifests_pieces.PIECE_ROWS` rows (daily
-    appends make no row group a day): at most two row groups' rows are held at once."""
+def _appended_manifests(root: Path, zmeta: Mapping[str, Any], tail: GranuleRefs,
+                        starts: Mapping[str, int], files: dict[str, bytes]
+                        ) -> tuple[dict[str, Any], set[str]]:
+    """Add the manifests part of ``tail``'s rows to ``files`` (merged with the trailing parts
+    :func:`~h5sidecar.references.parquet_sidecar._manifests_parts.merge_plan` names); the new
+    ``"manifests"`` entry and its files.
+
+    The old parts are kept as they are (a cube of a million members: its 2 million rows are
+    neither read nor written by a day's append); the arrays the tail gives whole (those not
+    in ``starts``) are listed by the new part, which supersedes their earlier rows.
+    """
+    parts = manifests_parts(zmeta)
+    assert parts is not None  # (tail_refusal)
+    if parts[0].rows < 0:  # a plain entry: its rows from the file's footer
+        first = root / MANIFESTS_FILE
+        parts = [BulkPart(MANIFESTS_FILE, parts[0].bytes, read_part_rows(first.read_bytes()))]
     new = manifests_table(tail, starts)
-    size = _manifests_pieces.PIECE_ROWS
-    whole = pa.array([a for a in tail.arrays if a not in starts], pa.string())
-    f = pq.ParquetFile(pa.BufferReader(old), read_dictionary=["array", "url"])
-    buf = io.BytesIO()
-    pending: list[pa.Table] = []
-    with pq.ParquetWriter(buf, new.schema, **WRITE_OPTIONS) as out:
+    whole = tuple(a for a in tail.arrays if a not in starts)
+    n = merge_plan([*(p.rows for p in parts), new.num_rows]) - 1  # old parts merged
+    kept, merged = parts[:len(parts) - n], parts[len(parts) - n:]
+    if merged:
+        tables = [pq.ParquetFile(pa.BufferReader((root / p.file).read_bytes()),
+                                 read_dictionary=["array", "url"]).read(use_threads=False)
+                  for p in merged]
+        table = join_parts([*tables, new], [*(p.whole for p in merged), whole])
+        del tables
+        whole = tuple(sorted({*whole, *(w for p in merged for w in p.whole)}))
+    else:
+        table = new
+    # the first part supersedes nothing; any other is named anew (kept files keep theirs)
+    name, whole = (MANIFESTS_FILE, ()) if not kept else (part_name(parts), whole)
+    data = encode_rows(table)
+    files[name] = data
+    out = [*kept, BulkPart(name, len(data), table.num_rows, whole)]
+    return part_entry(out), {p.file for p in out}
 
-        def flush(last: bool) -> None:
-            rows = sum(t.num_rows for t in pending)
-            if not rows or (rows < size and not last):
-                return
-            joined = pa.concat_tables(pending).unify_dictionaries()
-            pending.clear()
-            for piece in _manifests_pieces.pieces(joined, size):
-                if piece.num_rows < size and not last:
-                    pending.append(piece)  # the rest goes with the next rows
-                else:
-                    out.write_table(piece, size)
 
-        for i in range(f.metadata.num_row_groups):
-            group = f.read_row_group(i, use_threads=False)
-            names = pc.cast(group.column("array"), pa.string())
-            group = group.filter(pc.invert(pc.is_in(names, value_set=whole)))
-            pending.append(group.select(new.schema.names).cast(new.schema))
-            flush(last=False)
-        pending.append(new)
-        flush(last=True)
-    return buf.getvalue()
+def is_manifests_file(rel: str) -> bool:
+    """Whether ``rel`` is a manifests file or part of one."""
+    return rel == MANIFESTS_FILE or _manifests_parts.is_part(rel)
