@@ -23,6 +23,7 @@ the new one, and a process killed before the swap leaves the old cube as it was.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,7 @@ from h5sidecar.references.parquet_sidecar._manifests_parts import (
     read_part_rows,
 )
 from h5sidecar.references.parquet_sidecar._members_file import (
+    MEMBERS_FILE,
     MEMBERS_KEY,
     encode_member_parts,
     member_file,
@@ -154,6 +156,7 @@ def write_parquet_tail(
             del table
     del url_dicts
     members_file = _appended_members(root, members_entry(block), members, files)
+    member_names = {member_file(k) for k in range(len(member_parts(members_file)))}
     manifests, bulk_names = _appended_manifests(root, zmeta, tail, starts, files)
     block["extra"] = dict(extra)
     metadata = zmeta["metadata"]
@@ -174,7 +177,8 @@ def write_parquet_tail(
     whole = {a for a in tail.arrays if a not in starts}
     keep = [rel for rel in _files(root) if rel not in files
             and rel.rpartition("/refs.")[0] not in whole  # a whole array's old records go
-            and (rel in bulk_names or not is_manifests_file(rel))]  # and merged parts
+            and (rel in bulk_names or not is_manifests_file(rel))  # and merged parts
+            and (rel in member_names or not _is_members_file(rel))]  # and unlisted members
     write_local_dir(root, files.items(), links=keep)
     return list(files)
 
@@ -195,15 +199,18 @@ def _appended_members(root: Path, entry: Mapping[str, Any] | None, new: MemberTa
     size = part_rows()
     # (files of another size than this version writes: rewritten in its parts, once)
     whole = parts[0]["count"] > size or (len(parts) > 1 and parts[0]["count"] != size)
-    target = root / member_file(last)
-    reader = pq.ParquetFile(pa.BufferReader(target.read_bytes()))
-    if whole or parts[last]["count"] < size:
-        old = reader.read(use_threads=False)
-        first, kept = (0, []) if whole else (last, parts[:last])
+    def read(k: int) -> pq.ParquetFile:
+        return pq.ParquetFile(pa.BufferReader((root / member_file(k)).read_bytes()))
+
+    if whole:  # every file, read
+        old = pa.concat_tables([read(k).read(use_threads=False) for k in range(last + 1)])
+        first, kept = 0, []
+    elif parts[last]["count"] < size:  # the last file has room: read and written again
+        old = read(last).read(use_threads=False)
+        first, kept = last, parts[:last]
     else:  # the last file is full: new files after it
-        old = reader.schema_arrow.empty_table()
+        old = read(last).schema_arrow.empty_table()
         first, kept = last + 1, parts
-    del reader
     rows = pa.concat_tables([old, new.table.select(old.column_names).cast(old.schema)])
     written, added = encode_member_parts(MemberTable(rows), first)
     files.update(written)
@@ -271,6 +278,10 @@ def _appended_manifests(root: Path, zmeta: Mapping[str, Any], tail: GranuleRefs,
     files[name] = data
     out = [*kept, BulkPart(name, len(data), table.num_rows, whole)]
     return part_entry(out), {p.file for p in out}
+
+
+def _is_members_file(rel: str) -> bool:
+    return rel == MEMBERS_FILE or re.fullmatch(r"\.h5sidecar/members\.\d+\.parq", rel) is not None
 
 
 def is_manifests_file(rel: str) -> bool:

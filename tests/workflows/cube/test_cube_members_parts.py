@@ -175,3 +175,26 @@ def test_a_missing_or_swapped_members_file_is_named_when_the_members_are_read(
     _rewrite_entry(cube, listed)
     with pytest.raises(InvalidReferenceError, match="lists a member URL twice"):
         len(read_refs(str(cube)).members.urls)
+
+
+def test_members_files_of_another_size_are_rewritten_whole_by_an_append(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A cube whose members files hold another number each (written by a version with
+    another part size) keeps every member when appended to: all its files are read."""
+    old = _days(tmp_path / "nc", 0, 5)
+    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
+    cube = tmp_path / "cube.parq"
+    monkeypatch.setattr(_member_table, "DIGEST_ROWS", 2)
+    build_cube(str(sidecars), str(cube))
+    assert [p["count"] for p in _entry(cube)["parts"]] == [2, 2, 1]
+    monkeypatch.setattr(_member_table, "DIGEST_ROWS", 3)
+    new = _days(tmp_path / "nc", 5, 1)
+    _index(tmp_path / "nc", sidecars)
+    assert build_cube(str(sidecars), str(cube), mode="append").written == "tail"
+    assert [p["count"] for p in _entry(cube)["parts"]] == [3, 3]
+    assert _members_files(cube) == ["members.1.parq", "members.parq"]
+    _read_everywhere(str(cube), old + new)
+    whole = tmp_path / "whole.parq"
+    build_cube(str(sidecars), str(whole))
+    assert _entry(whole) == _entry(cube)
