@@ -51,6 +51,7 @@ __all__ = [
     "BulkColumns",
     "decode_manifests",
     "encode_manifests",
+    "join_parts",
     "manifests_table",
 ]
 
@@ -201,24 +202,31 @@ def decode_manifests(
         When the file is unreadable, lacks a column, names an unknown array or holds a chunk
         number outside its array's grid.
     """
-    try:
-        if isinstance(data, bytes):
-            table = _read(_file(data), metas if others else None)
-        else:
-            from h5sidecar.references.parquet_sidecar._manifests_parts import join_parts
-
-            table = join_parts([_read(_file(d), metas if others else None) for d, _ in data],
-                               [w for _, w in data])
-    except (pa.ArrowException, OSError) as exc:
-        raise InvalidReferenceError(
-            f"{MANIFESTS_FILE} is not a readable Parquet file ({exc}); it may be truncated: "
-            "re-create the sidecar"
-        ) from exc
     need = {"array", "chunk", "url", "offset", "size", "raw"}
-    if need - set(table.column_names):
-        raise InvalidReferenceError(
-            f"{MANIFESTS_FILE} lacks column(s) {sorted(need - set(table.column_names))}"
-        )
+    tables = []
+    for d in [data] if isinstance(data, bytes) else [d for d, _ in data]:
+        try:
+            table = _read(_file(d), metas if others else None)
+        except (pa.ArrowException, OSError) as exc:
+            raise InvalidReferenceError(
+                f"{MANIFESTS_FILE} is not a readable Parquet file ({exc}); it may be truncated: "
+                "re-create the sidecar"
+            ) from exc
+        if need - set(table.column_names):
+            raise InvalidReferenceError(
+                f"{MANIFESTS_FILE} lacks column(s) {sorted(need - set(table.column_names))}"
+            )
+        tables.append(table)
+    if isinstance(data, bytes):
+        table = tables[0]
+    else:
+        try:
+            table = join_parts(tables, [w for _, w in data])
+        except pa.ArrowException as exc:
+            raise InvalidReferenceError(
+                f"{MANIFESTS_FILE}: its parts' columns do not join ({exc}); re-create the "
+                "sidecar") from exc
+        del tables
     if others:  # an open of a few named arrays: the file's names checked, their rows kept
         array_names(table, metas, others, MANIFESTS_FILE)
         table = _only(table, metas)
@@ -257,6 +265,22 @@ def decode_manifests(
         raw=raw,
         metas=metas,
     )
+
+
+def join_parts(tables: Sequence[pa.Table], wholes: Sequence[Sequence[str]]) -> pa.Table:
+    """The rows of ``tables`` (parts in order), each part's rows of an array a later part
+    gives whole (``wholes``) dropped, joined (their dictionaries kept per chunk)."""
+    kept = []
+    for k, table in enumerate(tables):
+        later = sorted({w for ws in wholes[k + 1:] for w in ws})
+        if later and table.num_rows:
+            names = pc.cast(table.column("array"), pa.string())
+            table = table.filter(pc.invert(pc.is_in(names, value_set=pa.array(later,
+                                                                             pa.string()))))
+        kept.append(table)
+    names = ["array", "chunk", "url", "offset", "size", "raw"]
+    schema = kept[0].select(names).schema
+    return pa.concat_tables([t.select(names).cast(schema) for t in kept])
 
 
 def _file(data: bytes) -> pq.ParquetFile:

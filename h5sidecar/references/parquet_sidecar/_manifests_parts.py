@@ -30,12 +30,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references.parquet_sidecar import _manifests_pieces
-from h5sidecar.references.parquet_sidecar._manifests_file import MANIFESTS_FILE, WRITE_OPTIONS
+from h5sidecar.references.parquet_sidecar._manifests_file import (
+    MANIFESTS_FILE,
+    WRITE_OPTIONS,
+)
 
 __all__ = [
     "MAX_PARTS",
@@ -44,7 +46,6 @@ __all__ = [
     "encode_rows",
     "fetch_parts",
     "is_part",
-    "join_parts",
     "merge_plan",
     "part_entry",
     "part_name",
@@ -130,21 +131,6 @@ def merge_plan(rows: Sequence[int]) -> int:
         merged += rows[-n - 1]
         n += 1
     return n
-
-
-def join_parts(tables: Sequence[pa.Table], wholes: Sequence[Sequence[str]]) -> pa.Table:
-    """The rows of ``tables`` (parts in order), each part's rows of an array a later part
-    gives whole (``wholes``) dropped, joined (their dictionaries kept per chunk)."""
-    kept = []
-    for k, table in enumerate(tables):
-        later = sorted({w for ws in wholes[k + 1:] for w in ws})
-        if later and table.num_rows:
-            names = pc.cast(table.column("array"), pa.string())
-            table = table.filter(pc.invert(pc.is_in(names, value_set=pa.array(later,
-                                                                             pa.string()))))
-        kept.append(table)
-    schema = kept[0].schema
-    return pa.concat_tables([t.select(schema.names).cast(schema) for t in kept])
 
 
 def encode_rows(table: pa.Table) -> bytes:

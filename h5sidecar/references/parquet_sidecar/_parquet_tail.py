@@ -52,12 +52,12 @@ from h5sidecar.references.parquet_sidecar._kerchunk_parquet import (
 )
 from h5sidecar.references.parquet_sidecar._manifests_file import (
     MANIFESTS_FILE,
+    join_parts,
     manifests_table,
 )
 from h5sidecar.references.parquet_sidecar._manifests_parts import (
     BulkPart,
     encode_rows,
-    join_parts,
     merge_plan,
     part_entry,
     part_name,

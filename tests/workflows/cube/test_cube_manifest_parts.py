@@ -153,7 +153,7 @@ def test_merge_plan_merges_the_trailing_parts_of_like_size(rows, merged) -> None
 def test_a_part_giving_an_array_whole_drops_its_earlier_rows() -> None:
     import pyarrow as pa
 
-    from h5sidecar.references.parquet_sidecar._manifests_parts import join_parts
+    from h5sidecar.references.parquet_sidecar._manifests_file import join_parts
 
     def rows(arrays: list[str], chunks: list[int]) -> pa.Table:
         names = pa.array(arrays, pa.string()).dictionary_encode()
