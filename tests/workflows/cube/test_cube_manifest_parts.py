@@ -13,6 +13,7 @@ import pytest
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references import MANIFESTS_FILE, read_refs
 from h5sidecar.references._extras_versions import pack, unpack
+from h5sidecar.references.parquet_sidecar import _manifests_pieces
 from h5sidecar.references.parquet_sidecar._manifests_parts import merge_plan
 from h5sidecar.workflows import build_cube
 from tests.workflows.cube.test_cube import _assert_raw_matches_h5py
@@ -71,7 +72,11 @@ def test_a_day_appended_writes_a_part_and_keeps_the_manifests_file(tmp_path: Pat
     _same_as_a_build(tmp_path, sidecars, cube)
 
 
-def test_daily_appends_keep_few_parts_and_read_right(tmp_path: Path) -> None:
+@pytest.mark.parametrize("piece_rows", [None, 4], ids=["one-row-group", "row-groups-of-4"])
+def test_daily_appends_keep_few_parts_and_read_right(tmp_path: Path, monkeypatch,
+                                                     piece_rows) -> None:
+    if piece_rows is not None:  # a large cube's parts, written in pieces, on a small one
+        monkeypatch.setattr(_manifests_pieces, "PIECE_ROWS", piece_rows)
     files, sidecars, cube = _cube(tmp_path, 12)
     counts = []
     for day in range(12, 20):
