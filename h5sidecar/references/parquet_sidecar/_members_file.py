@@ -36,6 +36,7 @@ than this format finds the entry's bytes wrong and says to rebuild.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -51,6 +52,7 @@ __all__ = [
     "MEMBERS_KEY",
         "encode_member_parts",
     "encode_members",
+    "is_member_file",
     "lazy_members",
     "member_file",
     "member_parts",
@@ -60,6 +62,8 @@ __all__ = [
 ]
 
 MEMBERS_FILE = ".h5sidecar/members.parq"
+#: The members files after the first.
+_MORE = re.compile(r"\.h5sidecar/members\.\d+\.parq")
 #: Key of the extras entry describing the members file.
 MEMBERS_KEY = "members_file"
 #: Members a row group holds (a reader of a few could read one group; zstd works per page).
@@ -70,6 +74,11 @@ def part_rows() -> int:
     """Members a file holds (the last file fewer): a part of the cube's digest each
     (:data:`~h5sidecar.references.datacube._member_table.DIGEST_ROWS`, read when called)."""
     return _member_table.DIGEST_ROWS
+
+
+def is_member_file(rel: str) -> bool:
+    """Whether ``rel`` names one of a cube's members files."""
+    return rel == MEMBERS_FILE or _MORE.fullmatch(rel) is not None
 
 
 def member_file(k: int) -> str:

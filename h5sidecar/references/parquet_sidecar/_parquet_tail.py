@@ -23,7 +23,6 @@ the new one, and a process killed before the swap leaves the old cube as it was.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -64,9 +63,9 @@ from h5sidecar.references.parquet_sidecar._manifests_parts import (
     read_part_rows,
 )
 from h5sidecar.references.parquet_sidecar._members_file import (
-    MEMBERS_FILE,
     MEMBERS_KEY,
     encode_member_parts,
+    is_member_file,
     member_file,
     member_parts,
     members_entry,
@@ -178,7 +177,7 @@ def write_parquet_tail(
     keep = [rel for rel in _files(root) if rel not in files
             and rel.rpartition("/refs.")[0] not in whole  # a whole array's old records go
             and (rel in bulk_names or not is_manifests_file(rel))  # and merged parts
-            and (rel in member_names or not _is_members_file(rel))]  # and unlisted members
+            and (rel in member_names or not is_member_file(rel))]  # and unlisted members
     write_local_dir(root, files.items(), links=keep)
     return list(files)
 
@@ -278,10 +277,6 @@ def _appended_manifests(root: Path, zmeta: Mapping[str, Any], tail: GranuleRefs,
     files[name] = data
     out = [*kept, BulkPart(name, len(data), table.num_rows, whole)]
     return part_entry(out), {p.file for p in out}
-
-
-def _is_members_file(rel: str) -> bool:
-    return rel == MEMBERS_FILE or re.fullmatch(r"\.h5sidecar/members\.\d+\.parq", rel) is not None
 
 
 def is_manifests_file(rel: str) -> bool:

@@ -18,6 +18,7 @@ from h5sidecar.references.parquet_sidecar._manifests_parts import merge_plan
 from h5sidecar.workflows import build_cube
 from tests.workflows.cube.test_cube import _assert_raw_matches_h5py
 from tests.workflows.cube.test_cube_append import _days, _index, _read_everywhere
+from tests.workflows.cube.test_cube_append_memory import _built
 from tests.workflows.cube.test_cube_tail_append import _stamps
 
 
@@ -37,11 +38,7 @@ def _set_manifests(cube: Path, entry: dict | None) -> None:
 
 
 def _cube(tmp_path: Path, days: int) -> tuple[list[Path], Path, Path]:
-    files = _days(tmp_path / "nc", 0, days)
-    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
-    cube = tmp_path / "cube.parq"
-    build_cube(str(sidecars), str(cube))
-    return files, sidecars, cube
+    return _built(tmp_path, days)  # (DEST is the sidecars' folder)
 
 
 def _same_as_a_build(tmp_path: Path, sidecars: Path, cube: Path) -> None:

@@ -19,6 +19,7 @@ from h5sidecar.references.parquet_sidecar._members_file import MEMBERS_FILE, mem
 from h5sidecar.workflows import build_cube
 from tests.workflows.cube.test_cube import _assert_raw_matches_h5py
 from tests.workflows.cube.test_cube_append import _days, _index, _read_everywhere
+from tests.workflows.cube.test_cube_append_memory import _built
 from tests.workflows.cube.test_cube_tail_append import _stamps
 
 
@@ -58,10 +59,7 @@ def test_a_cube_of_many_members_writes_them_in_parts_and_reads_them_whole(
 
 
 def test_an_append_rewrites_the_last_members_file_only(tmp_path: Path, parts_of_two) -> None:
-    old = _days(tmp_path / "nc", 0, 3)
-    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
-    cube = tmp_path / "cube.parq"
-    build_cube(str(sidecars), str(cube))
+    old, sidecars, cube = _built(tmp_path, 3)
     before = _stamps(cube)
     digests = [p["digest"] for p in _entry(cube)["parts"]]
     new = _days(tmp_path / "nc", 3, 2)
@@ -89,10 +87,7 @@ def test_an_append_rewrites_the_last_members_file_only(tmp_path: Path, parts_of_
 
 
 def test_an_append_to_a_full_last_file_adds_one(tmp_path: Path, parts_of_two) -> None:
-    old = _days(tmp_path / "nc", 0, 4)
-    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
-    cube = tmp_path / "cube.parq"
-    build_cube(str(sidecars), str(cube))
+    old, sidecars, cube = _built(tmp_path, 4)
     before = _stamps(cube)
     new = _days(tmp_path / "nc", 4, 1)
     _index(tmp_path / "nc", sidecars)
