@@ -72,6 +72,10 @@ from h5sidecar.errors import InvalidReferenceError, RecordBusyError
 
 __all__ = ["Record", "open_record", "record_path"]
 
+#: :meth:`RecordDb.changed_since`'s query (see there why it orders by expressions).
+CHANGED_SINCE = ("SELECT name, sidecar FROM granules WHERE seq > ? AND status != 'failed' "
+                 "ORDER BY +name, +url")
+
 log = logging.getLogger("h5sidecar.workflows")
 
 MIGRATED_SUFFIX = ".migrated"
@@ -235,10 +239,12 @@ class Record:
     def changed_since(self, mark: int) -> Iterator[tuple[str, str]]:
         """``(name, sidecar)`` of the granules whose row was written after :meth:`mark` gave
         the counter ``mark`` (indexed, re-indexed or imported since), but those marked failed, by name;
-        one indexed query (a run that touched one granule: one row)."""
-        yield from self._db.execute(
-            "SELECT name, sidecar FROM granules WHERE seq > ? AND status != 'failed' "
-            "ORDER BY name, url", (mark,))
+        one indexed query (a run that touched one granule: one row).
+
+        The order is by expressions (``+name``), so SQLite searches the ``seq`` index and
+        sorts the few rows found: ordered by the columns, it walked the ``name`` index over
+        every granule to avoid that sort (0.46 s at a million granules for one row)."""
+        yield from self._db.execute(CHANGED_SINCE, (mark,))
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Record]:

@@ -238,3 +238,24 @@ def test_a_transaction_an_interrupt_left_open_is_dropped_not_fatal(tmp_path: Pat
     finally:
         record.close()
     assert {g.name for g in read_report(str(dest)).granules} == {"G00.h5", "G01.h5"}
+
+
+def test_what_changed_since_a_mark_is_found_through_the_seq_index() -> None:
+    """A cube's append asks the record what was written since its mark: the query searches
+    the ``seq`` index, rather than walking every granule in name order (the plan SQLite
+    chose for ``ORDER BY name``, 0.46 s at a million granules for one changed row)."""
+    from h5sidecar.dest._record_sql import SCHEMA
+
+    db = sqlite3.connect(":memory:")
+    db.executescript(SCHEMA)
+    db.executemany(
+        "INSERT INTO granules (url, name, sidecar, status, n_virtual, n_inlined, n_skipped, "
+        "skipped, n_chunks, sidecar_bytes, seconds, run, updated, seq) "
+        "VALUES (?, ?, ?, 'ok', 0, 0, 0, '[]', 0, 0, '{}', 1, 0, ?)",
+        [(f"/s/g{i:05d}.nc", f"g{i:05d}.nc", f"/d/g{i:05d}.nc.json", 1 + i // 500)
+         for i in range(3000)])
+    plan = " ".join(r[-1] for r in db.execute(f"EXPLAIN QUERY PLAN {_record_db.CHANGED_SINCE}",
+                                               (5,)))
+    assert "USING INDEX granules_by_seq" in plan, plan
+    got = db.execute(_record_db.CHANGED_SINCE, (5,)).fetchall()
+    assert got == [(f"g{i:05d}.nc", f"/d/g{i:05d}.nc.json") for i in range(2500, 3000)]

@@ -20,8 +20,9 @@ import hashlib
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, overload
+from typing import Any, Protocol, overload
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -29,7 +30,7 @@ from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._source_info import SourceInfo
 from h5sidecar.references.datacube._url_column import repeated_url
 
-__all__ = ["DIGEST_ROWS", "MemberTable", "combine_digests"]
+__all__ = ["DIGEST_ROWS", "MemberTable", "Pieces", "combine_digests", "first_rows", "ranges"]
 
 #: The columns, in :class:`SourceInfo`'s field order.
 _SCHEMA = pa.schema([
@@ -58,6 +59,68 @@ def _repeated(urls: pa.ChunkedArray) -> str | None:
     return repeated_url(urls.combine_chunks() if urls.num_chunks != 1 else urls.chunk(0))
 
 
+def first_rows(column: pa.Array | pa.ChunkedArray, wanted: pa.Array) -> np.ndarray:
+    """The first row of ``column`` equal to each of ``wanted`` (-1: none; a null matches
+    nothing), as ``pc.index_in(wanted, value_set=column)`` gives.
+
+    The hash table is of ``wanted`` (an append's few sidecars or URLs), not of ``column``
+    (every member's: ~130 MB at a million members), and ``column``'s chunks (one a members
+    file) are not joined; then only the rows that matched are hashed.
+    """
+    out = np.full(len(wanted), -1, np.int64)
+    if not len(wanted) or not len(column):
+        return out
+    hit = pc.is_in(column, value_set=wanted, skip_nulls=True)
+    rows = np.flatnonzero(hit.to_numpy(zero_copy_only=False))  # (is_in gives no null)
+    if not rows.size:
+        return out
+    matched = column.take(pa.array(rows))
+    if isinstance(matched, pa.ChunkedArray):
+        matched = matched.combine_chunks()
+    at = pc.index_in(wanted, value_set=matched, skip_nulls=True)  # first occurrence
+    found = at.is_valid().to_numpy(zero_copy_only=False)
+    out[found] = rows[at.fill_null(0).to_numpy(zero_copy_only=False)[found]]
+    return out
+
+
+def ranges(table: pa.Table) -> dict[str, list[str] | None]:
+    """The least and greatest value of each string column of ``table`` (None: every value
+    null): what a members file's entry records, so a lookup skips the files it rules out."""
+    out: dict[str, list[str] | None] = {}
+    for f in table.schema:
+        if pa.types.is_string(f.type):
+            span = pc.min_max(table.column(f.name))
+            lo, hi = span["min"].as_py(), span["max"].as_py()
+            out[f.name] = None if lo is None else [lo, hi]
+    return out
+
+
+class Pieces(Protocol):
+    """A lazy table's rows in consecutive files (a cube's members files): each file's row
+    count and recorded :func:`ranges` (None: not recorded), a file's rows read and checked
+    alone, and every file's rows joined and checked together."""
+
+    counts: tuple[int, ...]
+    spans: tuple[Mapping[str, Any] | None, ...]
+
+    def read(self, k: int) -> pa.Table: ...
+
+    def join(self, tables: list[pa.Table]) -> pa.Table: ...
+
+
+def _may_hold(span: Mapping[str, Any] | None, name: str, wanted: pa.Array) -> bool:
+    """Whether a file whose recorded ranges are ``span`` may hold a value of ``wanted`` in
+    column ``name`` (no range recorded: it may)."""
+    if span is None or name not in span:
+        return True
+    bounds = span[name]
+    if bounds is None:  # every value null: a null matches nothing
+        return False
+    lo, hi = (pa.scalar(b, pa.string()) for b in bounds)
+    inside = pc.and_(pc.greater_equal(wanted, lo), pc.less_equal(wanted, hi))
+    return bool(pc.any(inside).as_py())
+
+
 def combine_digests(parts: Sequence[str]) -> str:
     """The digest of a table from its parts' (:meth:`MemberTable.part_digests`): a table of
     one part has that part's digest, so tables of up to :data:`DIGEST_ROWS` members keep the
@@ -70,8 +133,8 @@ def combine_digests(parts: Sequence[str]) -> str:
 class MemberTable(Sequence[SourceInfo]):
     """Source identities in columns; a read-only sequence of :class:`SourceInfo`."""
 
-    __slots__ = ("_by_url", "_count", "_digest", "_load", "_loaded", "_lock", "_rows",
-                 "_unique")
+    __slots__ = ("_by_url", "_count", "_digest", "_load", "_loaded", "_lock", "_pieces",
+                 "_read", "_rows", "_unique")
 
     def __init__(self, table: pa.Table) -> None:
         self._loaded: pa.Table | None = table
@@ -82,15 +145,21 @@ class MemberTable(Sequence[SourceInfo]):
         self._by_url: _ByUrl | None = None
         self._rows: dict[str, int] | None = None
         self._unique = False  # its URLs were found unique (:meth:`duplicate_url`)
+        self._pieces: Pieces | None = None
+        self._read: dict[int, pa.Table] = {}
 
     @classmethod
-    def lazy(cls, count: int, digest: str, load: Callable[[], pa.Table]) -> MemberTable:
+    def lazy(cls, count: int, digest: str, load: Callable[[], pa.Table],
+             pieces: Pieces | None = None) -> MemberTable:
         """A table of ``count`` members whose rows ``load()`` reads when first needed;
-        ``digest`` is what :meth:`digest` of the loaded rows gives (recorded by the writer)."""
+        ``digest`` is what :meth:`digest` of the loaded rows gives (recorded by the writer).
+        ``pieces``: the same rows in files (their counts adding up to ``count``), read one at
+        a time by the lookups that can (see the module docstring)."""
         out = cls.__new__(cls)
         out._loaded, out._count, out._digest, out._load = None, count, digest, load
         out._lock, out._by_url, out._rows = threading.Lock(), None, None
-        out._unique = False
+        out._unique, out._read = False, {}
+        out._pieces = pieces if pieces is not None and len(pieces.counts) > 1 else None
         return out
 
     @property
@@ -99,9 +168,96 @@ class MemberTable(Sequence[SourceInfo]):
         if self._loaded is None:
             with self._lock:
                 if self._loaded is None:
-                    assert self._load is not None
-                    self._loaded = self._load()
+                    if self._pieces is not None and self._read:  # (those read: not again)
+                        src = self._pieces
+                        self._loaded = src.join([
+                            self._read[k] if k in self._read else src.read(k)
+                            for k in range(len(src.counts))])
+                    else:
+                        assert self._load is not None
+                        self._loaded = self._load()
+                    self._read = {}
         return self._loaded
+
+    def _piece(self, k: int) -> pa.Table:
+        """File ``k``'s rows (read once)."""
+        assert self._pieces is not None
+        with self._lock:
+            if k not in self._read:
+                table = self._pieces.read(k)
+                if self._read and table.schema != next(iter(self._read.values())).schema:
+                    raise InvalidReferenceError(
+                        "the members files' columns differ; build the cube again")
+                self._read[k] = table
+            return self._read[k]
+
+    @property
+    def _by_piece(self) -> bool:
+        """Whether lookups read the files one at a time (lazy, in files, none loaded whole)."""
+        return self._loaded is None and self._pieces is not None
+
+    def _offsets(self) -> np.ndarray:
+        assert self._pieces is not None
+        return np.concatenate([[0], np.cumsum(self._pieces.counts)]).astype(np.int64)
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The columns' names and types (of a lazy table in files: its last file's, read)."""
+        if self._by_piece:
+            assert self._pieces is not None
+            return self._piece(len(self._pieces.counts) - 1).schema
+        return self.table.schema
+
+    def _slice(self, start: int, length: int) -> pa.Table:
+        """Rows ``start`` to ``start + length`` (fewer at the end); a lazy table in files reads
+        only the files holding them."""
+        if not self._by_piece:
+            return self._table.slice(start, length)
+        starts = self._offsets()
+        stop = min(start + length, len(self))
+        parts = [self._piece(k).slice(max(start - a, 0), max(min(stop, b) - max(start, a), 0))
+                 for k, (a, b) in enumerate(itertools.pairwise(starts.tolist()))
+                 if a < stop and b > start]
+        return pa.concat_tables(parts) if parts else self.schema.empty_table()
+
+    def rows_of(self, name: str, wanted: pa.Array) -> np.ndarray:
+        """The first row whose column ``name`` equals each of ``wanted`` (-1: none), as
+        :func:`first_rows` over the whole column gives; a lazy table in files reads only the
+        files whose recorded range of ``name`` holds one of ``wanted`` (more values than a
+        file's rows: the whole column, one hash table of them rather than one a file)."""
+        if not self._by_piece or (self._pieces is not None
+                                  and len(wanted) > max(self._pieces.counts)):
+            return first_rows(self.table.column(name), wanted)
+        assert self._pieces is not None
+        out = np.full(len(wanted), -1, np.int64)
+        starts = self._offsets()
+        for k, span in enumerate(self._pieces.spans):
+            if (out >= 0).all() or not _may_hold(span, name, wanted):
+                continue
+            rows = first_rows(self._piece(k).column(name), wanted)
+            new = (out < 0) & (rows >= 0)
+            out[new] = rows[new] + starts[k]
+        return out
+
+    def take(self, rows: np.ndarray, names: Sequence[str]) -> pa.Table:
+        """Columns ``names`` of ``rows`` (in that order); a lazy table in files reads only the
+        files holding them."""
+        rows = np.asarray(rows, np.int64)
+        if not self._by_piece:
+            return self.table.select(list(names)).take(pa.array(rows, pa.int64()))
+        starts = self._offsets()
+        which = np.searchsorted(starts, rows, side="right") - 1
+        if rows.size and (rows.min() < 0 or rows.max() >= len(self)):
+            raise IndexError("member row out of range")
+        order = np.argsort(which, kind="stable")
+        parts = []
+        for k in np.unique(which):
+            at = rows[which == k] - starts[k]
+            parts.append(self._piece(int(k)).select(list(names)).take(pa.array(at, pa.int64())))
+        if not parts:
+            return self.schema.empty_table().select(list(names))
+        joined = pa.concat_tables(parts)  # grouped by file: put back in the order asked
+        return joined.take(pa.array(np.argsort(order, kind="stable"), pa.int64()))
 
     @property
     def _table(self) -> pa.Table:
@@ -264,7 +420,7 @@ class MemberTable(Sequence[SourceInfo]):
         return self._objects(index % n, 1)[0]
 
     def _objects(self, start: int, length: int) -> list[SourceInfo]:
-        part = self._table.slice(start, length)
+        part = self._slice(start, length)
         # column lists zipped into positional arguments (the schema is SourceInfo's field
         # order): ~2x faster than a dict a row
         return [SourceInfo(*row) for row in zip(*(part.column(f).to_pylist() for f in _FIELDS),
@@ -289,7 +445,7 @@ class MemberTable(Sequence[SourceInfo]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self._loaded is None:  # a lazy table travels as its loader (a Dask worker reads it)
-            return (MemberTable.lazy, (self._count, self._digest, self._load))
+            return (MemberTable.lazy, (self._count, self._digest, self._load, self._pieces))
         return (MemberTable, (self._loaded,))
 
 

@@ -25,12 +25,16 @@ each counted in the entry's ``parts`` with its bytes and the digest of its membe
 cube's digest combines them: :func:`~h5sidecar.references.datacube._member_table.combine_digests`)::
 
     "members_file": {"file": ".h5sidecar/members.parq", "count": N, "bytes": B, "digest": D,
-                     "parts": [{"count": 100000, "bytes": b0, "digest": d0}, ...]}
+                     "parts": [{"count": 100000, "bytes": b0, "digest": d0,
+                                "ranges": {"url": [lo, hi], "sidecar": [lo, hi], ...}}, ...]}
 
 An append to a cube (:func:`~h5sidecar.references.write_parquet_tail`) then rewrites its last
 file and adds new ones (:func:`encode_member_parts`), and digests only those members: the
-other files are kept as they are.  A reader loads every file in one fetch; an h5sidecar older
-than this format finds the entry's bytes wrong and says to rebuild.
+other files are kept as they are.  A reader of every member loads every file in one fetch; a
+lookup of a few members (an append's: is this granule a member, is this sidecar a member's)
+reads only the files whose ``ranges`` (each string column's least and greatest value, checked
+when the file is read) may hold them.  An h5sidecar older than this format finds the entry's
+bytes wrong and says to rebuild.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ import pyarrow.parquet as pq
 
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references.datacube import _member_table
-from h5sidecar.references.datacube._member_table import MemberTable, combine_digests
+from h5sidecar.references.datacube._member_table import MemberTable, combine_digests, ranges
 
 __all__ = [
     "MEMBERS_FILE",
@@ -101,10 +105,11 @@ def encode_member_parts(members: MemberTable, first: int
     files, parts = [], []
     table, size = members.table, part_rows()
     for k, start in enumerate(range(0, max(table.num_rows, 1), size)):
-        data = _encode(table.slice(start, size))
+        rows = table.slice(start, size)
+        data = _encode(rows)
         files.append((member_file(first + k), data))
-        parts.append({"count": min(size, table.num_rows - start), "bytes": len(data),
-                      "digest": digests[k]})
+        parts.append({"count": rows.num_rows, "bytes": len(data), "digest": digests[k],
+                      "ranges": ranges(rows)})
     return files, parts
 
 
@@ -123,7 +128,7 @@ def parts_entry(parts: list[dict[str, Any]]) -> dict[str, Any]:
     entry = {"file": MEMBERS_FILE, "count": sum(p["count"] for p in parts),
              "bytes": sum(p["bytes"] for p in parts),
              "digest": combine_digests([p["digest"] for p in parts])}
-    if len(parts) > 1:
+    if len(parts) > 1:  # (one file: read whole by any lookup, its ranges not needed)
         entry["parts"] = [dict(p) for p in parts]
     return entry
 
@@ -161,11 +166,25 @@ def _parts_ok(entry: Mapping[str, Any]) -> bool:
                        and _count(p.get("bytes")) and isinstance(p.get("digest"), str)
                        for p in parts)):
         return False
+    if not all(_ranges_ok(p.get("ranges")) for p in parts):
+        return False
     counts = [p["count"] for p in parts]
     return (all(c == counts[0] for c in counts[:-1]) and counts[-1] <= counts[0]
             and sum(counts) == entry["count"]
             and sum(p["bytes"] for p in parts) == entry["bytes"]
             and combine_digests([p["digest"] for p in parts]) == entry["digest"])
+
+
+def _ranges_ok(value: Any) -> bool:
+    """Whether a part's ``ranges`` are absent (written before them) or column -> ``[lo, hi]``
+    (strings, lo <= hi) or null."""
+    if value is None:
+        return True
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and (v is None or (
+            isinstance(v, list) and len(v) == 2 and all(isinstance(b, str) for b in v)
+            and v[0] <= v[1]))
+        for k, v in value.items())
 
 
 def _count(value: Any) -> bool:
@@ -177,44 +196,78 @@ def lazy_members(
 ) -> MemberTable:
     """A :class:`MemberTable` of ``entry["count"]`` members read from the members files
     through ``fetch`` when first needed (checked then: their sizes, count, URLs unique)."""
-    sizes = tuple(int(p["bytes"]) for p in member_parts(entry))
-    return MemberTable.lazy(int(entry["count"]), str(entry["digest"]),
-                            _Loader(fetch, int(entry["count"]), sizes))
+    parts = member_parts(entry)
+    loader = _Loader(fetch, int(entry["count"]), tuple(int(p["bytes"]) for p in parts),
+                     tuple(int(p["count"]) for p in parts),
+                     tuple(p.get("ranges") for p in parts))
+    return MemberTable.lazy(int(entry["count"]), str(entry["digest"]), loader, pieces=loader)
 
 
 class _Loader:
-    """Reads and checks the members files (picklable when ``fetch`` is)."""
+    """Reads and checks the members files, all at once or one at a time (picklable when
+    ``fetch`` is); a :class:`~h5sidecar.references.datacube._member_table.Pieces`."""
 
-    __slots__ = ("count", "fetch", "sizes")
+    __slots__ = ("count", "counts", "fetch", "sizes", "spans")
 
     def __init__(self, fetch: Callable[[list[str]], Mapping[str, bytes | None]], count: int,
-                 sizes: int | tuple[int, ...]) -> None:
+                 sizes: int | tuple[int, ...], counts: tuple[int, ...] | None = None,
+                 spans: tuple[Mapping[str, Any] | None, ...] | None = None) -> None:
         self.fetch, self.count = fetch, count
         self.sizes = (sizes,) if isinstance(sizes, int) else tuple(sizes)
+        self.counts = (count,) if counts is None else tuple(counts)
+        self.spans = spans if spans is not None else (None,) * len(self.sizes)
 
     def __call__(self) -> pa.Table:
         names = [member_file(k) for k in range(len(self.sizes))]
         blobs = self.fetch(names)  # one call: concurrent GETs on an object store
-        tables = []
-        for name, size in zip(names, self.sizes, strict=True):
-            data = blobs.get(name)
-            if data is None or len(data) != size:
-                raise InvalidReferenceError(
-                    f"{name} is missing or not the one .zmetadata lists "
-                    f"({'absent' if data is None else f'{len(data)} bytes, not {size}'}); "
-                    "the cube was damaged or rewritten while read: open it again or rebuild "
-                    "it")
-            try:
-                # one thread, no pyarrow.dataset (read_table's): ~50 MB less resident, and
-                # the file's row groups are decoded in turn (an append to a cube of 100,000
-                # members: 119 MB instead of 178)
-                tables.append(pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False))
-            except (pa.ArrowException, OSError) as exc:
-                raise InvalidReferenceError(
-                    f"{name} is unreadable ({exc}); build the cube again") from exc
-            del data
+        tables = [self._spans_checked(k, self._parse(k, blobs.get(name)))
+                  for k, name in enumerate(names)]
         del blobs
-        where = MEMBERS_FILE if len(names) == 1 else f"{MEMBERS_FILE} (and its parts)"
+        return self.join(tables)
+
+    def read(self, k: int) -> pa.Table:
+        """Members file ``k``'s rows, checked alone (its size, count, columns, recorded
+        ranges, and URLs unique within it)."""
+        name = member_file(k)
+        table = self._parse(k, self.fetch([name]).get(name))
+        MemberTable.check_columns(table, name)
+        if table.num_rows != self.counts[k]:
+            raise InvalidReferenceError(
+                f"{name} holds {table.num_rows} members, .zmetadata {self.counts[k]}; "
+                "build the cube again")
+        return self._spans_checked(k, table)
+
+    def _spans_checked(self, k: int, table: pa.Table) -> pa.Table:
+        """``table`` (file ``k``'s), refused unless its values span the recorded ranges."""
+        span = self.spans[k]
+        got = ranges(table) if span is not None else {}
+        if span is not None and {c: span.get(c) for c in got} != got:
+            raise InvalidReferenceError(
+                f"{member_file(k)}'s values are not those whose ranges .zmetadata records; "
+                "the cube was damaged: build it again")
+        return table
+
+    def _parse(self, k: int, data: bytes | None) -> pa.Table:
+        name, size = member_file(k), self.sizes[k]
+        if data is None or len(data) != size:
+            raise InvalidReferenceError(
+                f"{name} is missing or not the one .zmetadata lists "
+                f"({'absent' if data is None else f'{len(data)} bytes, not {size}'}); "
+                "the cube was damaged or rewritten while read: open it again or rebuild "
+                "it")
+        try:
+            # one thread, no pyarrow.dataset (read_table's): ~50 MB less resident, and
+            # the file's row groups are decoded in turn (an append to a cube of 100,000
+            # members: 119 MB instead of 178)
+            return pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
+        except (pa.ArrowException, OSError) as exc:
+            raise InvalidReferenceError(
+                f"{name} is unreadable ({exc}); build the cube again") from exc
+
+    def join(self, tables: list[pa.Table]) -> pa.Table:
+        """Every file's rows as one table, checked together (the columns of every file
+        alike, the URLs unique across them, the count .zmetadata's)."""
+        where = MEMBERS_FILE if len(tables) == 1 else f"{MEMBERS_FILE} (and its parts)"
         if len({t.schema for t in tables}) > 1:
             raise InvalidReferenceError(
                 f"{where}: the members files' columns differ; build the cube again")
@@ -227,4 +280,4 @@ class _Loader:
         return table
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_Loader, (self.fetch, self.count, self.sizes))
+        return (_Loader, (self.fetch, self.count, self.sizes, self.counts, self.spans))

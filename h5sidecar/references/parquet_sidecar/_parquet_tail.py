@@ -35,7 +35,7 @@ import ujson
 from h5sidecar.references._atomic_local import OURS, write_local_dir
 from h5sidecar.references._extras_versions import EXTRAS_KEY, pack, unpack
 from h5sidecar.references._model import GranuleRefs
-from h5sidecar.references.datacube._member_table import MemberTable
+from h5sidecar.references.datacube._member_table import MemberTable, ranges
 from h5sidecar.references.json_sidecar._kerchunk_json import json_default
 from h5sidecar.references.parquet_sidecar import _manifests_parts
 from h5sidecar.references.parquet_sidecar._kerchunk_parquet import (
@@ -213,6 +213,10 @@ def _appended_members(root: Path, entry: Mapping[str, Any] | None, new: MemberTa
     rows = pa.concat_tables([old, new.table.select(old.column_names).cast(old.schema)])
     written, added = encode_member_parts(MemberTable(rows), first)
     files.update(written)
+    # files written before their ranges were recorded: read once, one at a time, for them
+    # (the lookups of the next appends then read only the files that may hold a member)
+    kept = [p if "ranges" in p else {**p, "ranges": ranges(read(k).read(use_threads=False))}
+            for k, p in enumerate(kept)]
     return parts_entry(kept + added)
 
 

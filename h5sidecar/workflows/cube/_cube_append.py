@@ -180,8 +180,10 @@ def _values(g: Granule, p: Part, coord_attrs: Mapping[str, Any], value: np.ndarr
 
 def _out_of_order(p: Part) -> str:
     """Why ``p``'s new or replacing granules do not fit its coordinate ('' when they do)."""
-    coord, starts = p.record["coord"], p.starts
-    # the replaced members' rows, in cube order (looked up, not a scan of every member)
+    coord = p.record["coord"]
+    # the replaced members' rows, in cube order (looked up, not a scan of every member);
+    # every member's length only then (a cube in members files: each file read)
+    starts = p.starts if p.replaced else np.empty(0, int)
     urls = list(p.replaced)
     rows = [where[1] for where in member_rows([p], urls) if where is not None]
     for k, url in sorted(zip(rows, urls, strict=True)):

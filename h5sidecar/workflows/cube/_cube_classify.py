@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from h5sidecar.references import GranuleRefs, SourceInfo
 from h5sidecar.workflows.cube._cube_assemble import COORD_READERS, sidecar_stamp
 from h5sidecar.workflows.cube._cube_listing import SidecarPaths
-from h5sidecar.workflows.cube._cube_parts import Part, first_rows
+from h5sidecar.workflows.cube._cube_parts import Part
 
 __all__ = ["Classified", "classify", "member_rows"]
 
@@ -50,8 +50,8 @@ def member_rows(parts: Sequence[Part], urls: Sequence[str]) -> list[tuple[int, i
     if not urls:
         return out
     wanted = pa.array(list(urls), pa.string())
-    for i, p in enumerate(parts):
-        for k, r in enumerate(first_rows(p.members.urls, wanted).tolist()):
+    for i, p in enumerate(parts):  # (only the members files that may hold them are read)
+        for k, r in enumerate(p.members.rows_of("url", wanted).tolist()):
             if r >= 0:
                 out[k] = (i, r)
     return out
@@ -111,7 +111,6 @@ def classify(items: Sequence[Any], parts: list[Part], out_paths: set[str],
     # wins, as a mapping of sidecar path -> member over every part would give
     part_of = np.full(n, -1, np.int64)
     row_of = np.full(n, -1, np.int64)
-    columns = [p.sidecar_columns(full=False) for p in parts]
     for i, p in enumerate(parts):
         rows = p.sidecar_rows(paths)
         hit = (rows >= 0) & ~skip
@@ -120,23 +119,26 @@ def classify(items: Sequence[Any], parts: list[Part], out_paths: set[str],
     unchanged = np.zeros(n, dtype=bool)
     remote = np.zeros(n, dtype=bool)
     seen: list[pa.Array] = []
-    for i, (urls, _, stamps) in enumerate(columns):
+    # the URL and recorded stamp of each listed sidecar's member (the members' rows read
+    # alone, not every member's columns)
+    hits: dict[int, tuple[pa.Array, pa.Array]] = {}
+    pos = np.full(n, -1, np.int64)  # each listed sidecar's place in its part's hits
+    for i, p in enumerate(parts):
         at = np.flatnonzero(part_of == i)
         if not at.size:
             continue
+        urls, stamps = hits[i] = p.url_stamps(row_of[at])
+        pos[at] = np.arange(at.size)
         mine = paths.take(pa.array(at))
         local = ~pc.match_substring(mine, "://").to_numpy(zero_copy_only=False)
         remote[at[~local]] = True
-        rows = pa.array(row_of[at[local]])
-        same = _same_stamps(mine.filter(pa.array(local)), stamps.take(rows))
+        same = _same_stamps(mine.filter(pa.array(local)), stamps.filter(pa.array(local)))
         unchanged[at[local][same]] = True
-        kept = urls.take(rows.filter(pa.array(same)))
-        seen.extend(kept.chunks if isinstance(kept, pa.ChunkedArray) else [kept])
+        seen.append(urls.filter(pa.array(local)).filter(pa.array(same)))
     rest = np.flatnonzero(~unchanged & ~skip)
     verdicts = _each([items[int(k)] for k in rest],
-                     [(columns[part_of[k]][0][row_of[k]].as_py(),
-                       columns[part_of[k]][2][row_of[k]].as_py()) if remote[k] else None
-                      for k in rest], parts, opts)
+                     [(hits[part_of[k]][0][pos[k]].as_py(), hits[part_of[k]][1][pos[k]].as_py())
+                      if remote[k] else None for k in rest], parts, opts)
     todo = [items[int(k)] for k, (v, _) in zip(rest, verdicts, strict=True) if v == "load"]
     more = [u for v, u in verdicts if v == "unchanged" and u is not None]
     seen.append(pa.array(more, pa.string()))

@@ -82,8 +82,8 @@ def check_columns(record: Mapping[str, Any], members: Sequence[SourceInfo], wher
     it says so and they are missing, or its sidecar root is malformed)."""
     if record.get("per_member") != COLUMNS:
         return False
-    if not isinstance(members, MemberTable) or any(
-            members.column(c) is None for c in (_LENGTH, _SIDECAR, _STAMP)):
+    if not isinstance(members, MemberTable) or any(  # (no member read but one file's)
+            c not in members.schema.names for c in (_LENGTH, _SIDECAR, _STAMP)):
         raise InvalidReferenceError(
             f"{where}: its record's per-member columns are missing; build the cube again")
     sidecars = record.get("sidecars")

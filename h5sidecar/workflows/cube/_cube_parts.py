@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from h5sidecar.errors import InvalidRequestError
 from h5sidecar.references import GranuleRefs, MemberTable
+from h5sidecar.references.datacube._member_table import first_rows
 from h5sidecar.workflows.cube._cube_build import cube_paths
 from h5sidecar.workflows.cube._cube_columns import COLUMNS
 
@@ -89,12 +90,21 @@ class Part:
         if not self.in_columns:
             return first_rows(self.sidecar_columns()[1], paths)
         root = str(self.record["sidecars"]["root"])
-        rel = self.members.column("sidecar")
-        assert rel is not None  # checked by read_record
         under = pc.fill_null(pc.starts_with(paths, root), False)
         below = pc.if_else(under, pc.utf8_slice_codeunits(paths, len(root)),
                            pa.scalar(None, pa.string()))
-        return first_rows(rel, below)
+        # (a cube in several members files: only those whose range may hold one are read)
+        return self.members.rows_of("sidecar", below)
+
+    def url_stamps(self, rows: np.ndarray) -> tuple[pa.Array, pa.Array]:
+        """The URL and recorded sidecar stamp of the members at ``rows`` (a Parquet cube's:
+        read from the members files holding them only)."""
+        if self.in_columns:
+            got = self.members.take(rows, ["url", "stamp"])
+            return got.column("url").combine_chunks(), got.column("stamp").combine_chunks()
+        urls, _, stamps = self.sidecar_columns(full=False)
+        at = pa.array(np.asarray(rows, np.int64))
+        return urls.take(at), stamps.take(at)
 
     def sidecar_map(self) -> dict[str, list[str]]:
         """Member URL -> ``[sidecar path, stamp]`` of every member with a sidecar (O(members)
@@ -103,30 +113,6 @@ class Part:
             return {u: list(s) for u, s in self.record["sidecars"].items()}
         urls, full, stamps = (c.to_pylist() for c in self.sidecar_columns())
         return {u: [q, s] for u, q, s in zip(urls, full, stamps, strict=True) if q is not None}
-
-
-def first_rows(column: pa.Array | pa.ChunkedArray, wanted: pa.Array) -> np.ndarray:
-    """The first row of ``column`` equal to each of ``wanted`` (-1: none; a null matches
-    nothing), as ``pc.index_in(wanted, value_set=column)`` gives.
-
-    The hash table is of ``wanted`` (an append's few sidecars or URLs), not of ``column``
-    (every member's: ~130 MB at a million members), and ``column``'s chunks (one a members
-    file) are not joined; then only the rows that matched are hashed.
-    """
-    out = np.full(len(wanted), -1, np.int64)
-    if not len(wanted) or not len(column):
-        return out
-    hit = pc.is_in(column, value_set=wanted, skip_nulls=True)
-    rows = np.flatnonzero(hit.to_numpy(zero_copy_only=False))  # (is_in gives no null)
-    if not rows.size:
-        return out
-    matched = column.take(pa.array(rows))
-    if isinstance(matched, pa.ChunkedArray):
-        matched = matched.combine_chunks()
-    at = pc.index_in(wanted, value_set=matched, skip_nulls=True)  # first occurrence
-    found = at.is_valid().to_numpy(zero_copy_only=False)
-    out[found] = rows[at.fill_null(0).to_numpy(zero_copy_only=False)[found]]
-    return out
 
 
 @dataclass

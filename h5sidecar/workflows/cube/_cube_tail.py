@@ -81,9 +81,9 @@ def append_tail(p: Part, dim: str, opts: Mapping[str, Any]) -> CubePart:
     old = p.refs.arrays
     starts = {a: math.prod(old[a].meta.grid_shape) for a in arrays if a != coord}
     lengths = {a: old[a].meta.shape[0] + frag.arrays[a].meta.shape[0] for a in starts}
-    before = _members(p.refs.members).table  # (loaded already: the new ones were looked up)
-    added = table.table.select(before.column_names).cast(before.schema)
-    members = MemberTable(pa.concat_tables([before, added]))  # chunked: nothing copied
+    before = _members(p.refs.members)  # (its members files read only as looked up)
+    added = table.table.select(before.schema.names).cast(before.schema)
+    members = _After(before, added)
     cube = dict(p.refs.extra[CUBE_KEY])
     cube.update(granules=len(members), h5sidecar=__version__)
     marked(cube, p.record.get(MARK_KEY), coordinate)  # DEST's record mark (see _cube_mark)
@@ -93,6 +93,24 @@ def append_tail(p: Part, dim: str, opts: Mapping[str, Any]) -> CubePart:
     return CubePart(path=p.path, granules=MemberUrls(members),  # no string per member
                     length=int(coordinate.size), first=coordinate[0].item(),
                     last=coordinate[-1].item(), **time_of(p.coord_attrs))
+
+
+class _After:
+    """The members after a tail append: the cube's, then the new ones (their URLs joined
+    only when asked for: :class:`~h5sidecar.workflows.cube._cube_mark.MemberUrls`)."""
+
+    __slots__ = ("added", "before")
+
+    def __init__(self, before: MemberTable, added: pa.Table) -> None:
+        self.before, self.added = before, added
+
+    def __len__(self) -> int:
+        return len(self.before) + self.added.num_rows
+
+    @property
+    def urls(self) -> pa.ChunkedArray:
+        return pa.chunked_array([*self.before.urls.chunks, *self.added.column("url").chunks],
+                                pa.string())
 
 
 def _members(members: Any) -> MemberTable:

@@ -12,8 +12,7 @@ import pytest
 
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references import MemberTable
-from h5sidecar.references.datacube._member_table import _repeated
-from h5sidecar.workflows.cube._cube_parts import first_rows
+from h5sidecar.references.datacube._member_table import _repeated, first_rows
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -52,3 +51,80 @@ def test_a_url_twice_is_found_in_one_file_or_across_two(chunks, twice) -> None:
     else:
         with pytest.raises(InvalidReferenceError, match="twice"):
             MemberTable.check_columns(rows, "members.parq")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_table_in_files_answers_lookups_as_the_whole_table(seed: int, monkeypatch) -> None:
+    """A lazy table in several members files (3 rows a file here) answers ``rows_of``,
+    ``take``, items and slices as the whole table does, reading only the files it needs."""
+    from h5sidecar.references.datacube import _member_table
+    from h5sidecar.references.parquet_sidecar._members_file import (
+        encode_members,
+        lazy_members,
+    )
+
+    monkeypatch.setattr(_member_table, "DIGEST_ROWS", 3)
+    rng = random.Random(seed)
+    n = rng.randint(4, 14)
+    names = sorted(rng.sample(range(1000), n))
+    if seed % 3 == 0:
+        rng.shuffle(names)  # URLs out of order: ranges overlap, more files read
+    urls = [f"s3://b/g{i:03d}.nc" for i in names]
+    whole = MemberTable(pa.table({
+        **{f.name: (pa.array(urls, pa.string()) if f.name == "url" else pa.nulls(n, f.type))
+           for f in MemberTable.of([]).table.schema},
+        "sidecar": pa.array([rng.choice([None, f"{u}.json"]) for u in urls], pa.string()),
+    }))
+    files, entry = encode_members(whole)
+    blobs = dict(files)
+    fetched: list[str] = []
+
+    def fetch(wanted: list[str]) -> dict[str, bytes]:
+        fetched.extend(wanted)
+        return {w: blobs[w] for w in wanted}
+
+    lazy = lazy_members(entry, fetch)
+    pool = [*urls, "s3://b/other.nc", "s3://a/first.nc", "s3://z/last.nc", None]
+    for name, values in (("url", pool), ("sidecar", [*(f"{u}.json" for u in pool[:-1]), None])):
+        wanted = pa.array([rng.choice(values) for _ in range(rng.randint(0, 3))], pa.string())
+        assert lazy.rows_of(name, wanted).tolist() == first_rows(
+            whole.table.column(name), wanted).tolist()
+    rows = [rng.randrange(n) for _ in range(rng.randint(0, 6))]
+    assert lazy.take(rows, ["url", "sidecar"]).equals(
+        whole.table.select(["url", "sidecar"]).take(pa.array(rows, pa.int64())))
+    k = rng.randrange(n)
+    assert lazy[k] == whole[k] and lazy[-1] == whole[-1]
+    assert lazy.schema == whole.table.schema and not lazy.is_loaded
+    a = rng.randrange(n)
+    assert lazy._slice(a, 5).equals(whole.table.slice(a, 5))
+    assert len(set(fetched)) == len(fetched)  # each file fetched once
+    if seed % 3:  # in order: a URL after every member's reads no file but for the schema
+        fetched.clear()
+        assert lazy.rows_of("url", pa.array(["s3://z/last.nc"])).tolist() == [-1]
+        assert fetched == []
+    assert lazy.table.equals(whole.table)  # the whole table: the files read once each
+    assert sorted(fetched) == sorted(set(fetched))
+
+
+def test_more_values_looked_up_than_a_file_holds_are_looked_up_in_the_whole_column(
+        monkeypatch) -> None:
+    """An append given every sidecar of DEST looks each up once in the whole column (one
+    hash table of them), not once a file."""
+    from h5sidecar.references.datacube import _member_table
+    from h5sidecar.references.parquet_sidecar._members_file import (
+        encode_members,
+        lazy_members,
+    )
+
+    monkeypatch.setattr(_member_table, "DIGEST_ROWS", 3)
+    urls = [f"s3://b/g{i:03d}.nc" for i in range(7)]
+    whole = MemberTable.of([]).table.schema
+    table = MemberTable(pa.table({f.name: pa.array(urls) if f.name == "url"
+                                  else pa.nulls(7, f.type) for f in whole}))
+    files, entry = encode_members(table)
+    lazy = lazy_members(entry, lambda names: {n: dict(files)[n] for n in names})
+    assert lazy.rows_of("url", pa.array(urls[:3])).tolist() == [0, 1, 2]
+    assert not lazy.is_loaded  # three: a file's worth, read by file
+    wanted = pa.array([urls[6], "s3://b/none.nc", urls[1], urls[4]])
+    assert lazy.rows_of("url", wanted).tolist() == [6, -1, 1, 4]
+    assert lazy.is_loaded

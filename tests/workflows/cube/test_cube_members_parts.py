@@ -5,9 +5,11 @@ a few daily granules make several parts."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from h5sidecar.errors import InvalidReferenceError
@@ -15,10 +17,13 @@ from h5sidecar.read._cube_view import source_key
 from h5sidecar.references import MemberTable, read_refs
 from h5sidecar.references._extras_versions import pack, unpack
 from h5sidecar.references.datacube import _member_table
+from h5sidecar.references.datacube._member_table import ranges
+from h5sidecar.references.parquet_sidecar import _members_file
 from h5sidecar.references.parquet_sidecar._members_file import MEMBERS_FILE, member_file
+from h5sidecar.sample import write_daily_granule
 from h5sidecar.workflows import build_cube
 from tests.workflows.cube.test_cube import _assert_raw_matches_h5py
-from tests.workflows.cube.test_cube_append import _days, _index, _read_everywhere
+from tests.workflows.cube.test_cube_append import START, _days, _index, _read_everywhere
 from tests.workflows.cube.test_cube_append_memory import _built
 from tests.workflows.cube.test_cube_tail_append import _stamps
 
@@ -135,6 +140,8 @@ def _rewrite_entry(cube: Path, change) -> None:
     pytest.param(lambda e: e["parts"][2].update(bytes=-1), id="negative-bytes"),
     pytest.param(lambda e: e.update(parts=e["parts"][:1]), id="one-part-listed"),
     pytest.param(lambda e: e.update(parts={"0": 1}), id="not-a-list"),
+    pytest.param(lambda e: e["parts"][0]["ranges"].update(url=["z", "a"]), id="range-reversed"),
+    pytest.param(lambda e: e["parts"][1].update(ranges=["a", "b"]), id="ranges-not-an-object"),
 ])
 def test_a_malformed_parts_entry_is_refused_at_open(tmp_path: Path, parts_of_two,
                                                     change) -> None:
@@ -168,6 +175,10 @@ def test_a_missing_or_swapped_members_file_is_named_when_the_members_are_read(
         entry["parts"][1]["bytes"] = len(first)
 
     _rewrite_entry(cube, listed)
+    # its values are not in the ranges recorded for the second file
+    with pytest.raises(InvalidReferenceError, match=r"members\.1\.parq's values are not"):
+        len(read_refs(str(cube)).members.urls)
+    _rewrite_entry(cube, lambda e: e["parts"][1].update(ranges=e["parts"][0]["ranges"]))
     with pytest.raises(InvalidReferenceError, match="lists a member URL twice"):
         len(read_refs(str(cube)).members.urls)
 
@@ -193,3 +204,84 @@ def test_members_files_of_another_size_are_rewritten_whole_by_an_append(
     whole = tmp_path / "whole.parq"
     build_cube(str(sidecars), str(whole))
     assert _entry(whole) == _entry(cube)
+
+
+def _reads(monkeypatch) -> list[int]:
+    """The members files read, as they are: ``k`` one file alone, -1 every file at once."""
+    seen: list[int] = []
+    loader = _members_file._Loader
+    one, every = loader.read, loader.__call__
+
+    def read(self, k: int):
+        seen.append(k)
+        return one(self, k)
+
+    def call(self):
+        seen.append(-1)
+        return every(self)
+
+    monkeypatch.setattr(loader, "read", read)
+    monkeypatch.setattr(loader, "__call__", call)
+    return seen
+
+
+def test_an_append_reads_only_the_members_files_that_may_hold_what_it_looks_up(
+    tmp_path: Path, parts_of_two, monkeypatch
+) -> None:
+    """A day's append looks up whether its granule is a member and whose sidecar changed:
+    each file's recorded ranges rule out all files but the last (which it rewrites)."""
+    old, sidecars, cube = _built(tmp_path, 5)
+    assert [p["ranges"]["url"] for p in _entry(cube)["parts"]] == [
+        [str(old[0]), str(old[1])], [str(old[2]), str(old[3])], [str(old[4])] * 2]
+    new = _days(tmp_path / "nc", 5, 1)
+    _index(tmp_path / "nc", sidecars)
+    seen = _reads(monkeypatch)
+    result = build_cube(str(sidecars), str(cube), mode="append")
+    assert result.written == "tail" and result.added == (str(new[0]),)
+    assert seen == [2]  # the last file only
+    assert len(result.cubes[0].granules) == 6
+    files = old + new
+    _read_everywhere(str(cube), files)
+    _assert_raw_matches_h5py(str(cube), files)
+    whole = tmp_path / "whole.parq"
+    build_cube(str(sidecars), str(whole))
+    assert _entry(whole) == _entry(cube)
+    assert read_refs(str(cube), lazy=False) == read_refs(str(whole), lazy=False)
+
+
+def test_a_member_in_an_early_file_is_found_and_replaced(tmp_path: Path, parts_of_two,
+                                                         monkeypatch) -> None:
+    """A re-processed member of the first file: its range holds the changed sidecar and the
+    granule's URL, so that file is read and the member replaced (never added twice)."""
+    files, sidecars, cube = _built(tmp_path, 5)
+    write_daily_granule(files[1], START + dt.timedelta(days=1), seed=99)  # re-processed
+    _index(tmp_path / "nc", sidecars)
+    seen = _reads(monkeypatch)
+    result = build_cube(str(sidecars), str(cube), mode="append")
+    assert result.replaced == (str(files[1]),) and result.added == ()
+    # its columns (the last file), the lookup (the first), then the file the rewrite of the
+    # whole cube reads besides: each once
+    assert seen == [2, 0, 1]
+    refs = read_refs(str(cube))
+    assert [m.url for m in refs.members] == [str(f) for f in files]
+    _read_everywhere(str(cube), files)
+    _assert_raw_matches_h5py(str(cube), files)
+
+
+def test_members_files_written_before_their_ranges_get_them_at_the_first_append(
+    tmp_path: Path, parts_of_two, monkeypatch
+) -> None:
+    old, sidecars, cube = _built(tmp_path, 5)
+    _rewrite_entry(cube, lambda e: [p.pop("ranges") for p in e["parts"]])
+    new = _days(tmp_path / "nc", 5, 1)
+    _index(tmp_path / "nc", sidecars)
+    seen = _reads(monkeypatch)
+    assert build_cube(str(sidecars), str(cube), mode="append").written == "tail"
+    assert 0 in seen and 1 in seen  # no range to rule a file out: each read
+    entry = _entry(cube)
+    for k, part in enumerate(entry["parts"]):  # each file's own
+        assert part["ranges"] == ranges(pq.read_table(cube / member_file(k)))
+    _read_everywhere(str(cube), old + new)
+    whole = tmp_path / "whole.parq"
+    build_cube(str(sidecars), str(whole))
+    assert _entry(whole) == entry
