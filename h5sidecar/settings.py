@@ -331,10 +331,16 @@ class RecordSettings:
         Cache files not used for this many days (DESTs no longer read from this machine) are
         removed when a new cache file is made; removing one costs only a full load if that
         DEST is read again.  0: never.  ``H5SIDECAR_RECORD_CACHE_MAX_AGE_DAYS``.
+    record_mark_margin_s : float
+        A cube appended to from the DEST asks its record for the rows written since the
+        cube's mark, less this many seconds: a part named before the mark but stored after it
+        (a slow upload, a writer whose clock is behind) is found while within it; the rows in
+        the margin cost a HEAD each.  ``H5SIDECAR_RECORD_MARK_MARGIN_S`` (default 3600).
     """
 
     record_cache: str = DEFAULT_RECORD_CACHE
     record_cache_max_age_days: float = 30.0
+    record_mark_margin_s: float = 3600.0
 
     def cache_folder(self) -> str | None:
         """The cache's folder (None: no cache), ``"default"`` resolved now."""

@@ -53,6 +53,8 @@ _LAZY: dict[str, str] = {
     "list_cache": "h5sidecar.dest._record_cache_files",
     "list_indexed": "h5sidecar.dest._sidecar_listing",
     "list_parts": "h5sidecar.dest._record_parts",
+    "newest_key": "h5sidecar.dest._record_store",
+    "parts_root": "h5sidecar.dest._record_parts",
     "newest_part_mtime": "h5sidecar.dest._record_store",
     "open_record": "h5sidecar.dest._record_db",
     "prune_cache_files": "h5sidecar.dest._record_cache_files",
@@ -66,6 +68,7 @@ _LAZY: dict[str, str] = {
     "sidecar_stamp": "h5sidecar.dest._locations",
     "scratch_folder": "h5sidecar.dest._record_store",
     "store_of": "h5sidecar.dest._record_store",
+    "written_since": "h5sidecar.dest._record_store",
     "walk_dest": "h5sidecar.dest._dest_walk",
     "write_report_json": "h5sidecar.dest._report_io",
     "write_report": "h5sidecar.dest._report_io",
@@ -99,14 +102,17 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads
     from h5sidecar.dest._record_db import open_record as open_record
     from h5sidecar.dest._record_db import record_path as record_path
     from h5sidecar.dest._record_parts import list_parts as list_parts
+    from h5sidecar.dest._record_parts import parts_root as parts_root
     from h5sidecar.dest._record_store import Mirror as Mirror
     from h5sidecar.dest._record_store import cached_record as cached_record
     from h5sidecar.dest._record_store import has_parts as has_parts
     from h5sidecar.dest._record_store import latest_rows as latest_rows
+    from h5sidecar.dest._record_store import newest_key as newest_key
     from h5sidecar.dest._record_store import newest_part_mtime as newest_part_mtime
     from h5sidecar.dest._record_store import roots_of as roots_of
     from h5sidecar.dest._record_store import scratch_folder as scratch_folder
     from h5sidecar.dest._record_store import store_of as store_of
+    from h5sidecar.dest._record_store import written_since as written_since
     from h5sidecar.dest._record_view import RecordAllowList as RecordAllowList
     from h5sidecar.dest._record_view import RecordView as RecordView
     from h5sidecar.dest._record_view import safe_name as safe_name

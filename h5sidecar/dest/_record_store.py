@@ -312,6 +312,31 @@ def latest_rows(fs: Any, root: str, columns: Sequence[str],
     return pa.Table.from_batches(batches, schema=schema)
 
 
+#: :func:`written_since`'s query: by expressions in the order (as the local record's
+#: ``changed_since``), so that an index on ``key`` would be searched, not ``name`` walked.
+_WRITTEN_SINCE = ("SELECT name, sidecar FROM granules WHERE key > ? AND status != 'failed' "
+                  "ORDER BY +name, +url")
+
+
+def newest_key(fs: Any, root: str, settings: RecordSettings | None = None) -> str | None:
+    """The largest row key DEST's parts hold (rows and tombstones), None without rows: where
+    DEST's record stands, for a cube's mark (every row written later has a larger key, but a
+    part named before it and stored after it: see :func:`written_since`)."""
+    with Mirror(fs, root, settings=settings) as mirror:
+        db = mirror.record._db
+        keys = [db.execute(f"SELECT max(key) FROM {t}").fetchone()[0] for t in ("granules", "gone")]
+    return max((k for k in keys if k is not None), default=None)
+
+
+def written_since(fs: Any, root: str, key: str, settings: RecordSettings | None = None
+                  ) -> list[tuple[str, str]]:
+    """``(name, sidecar)`` of DEST's granules whose newest row's key is larger than ``key``
+    (those marked failed left out), by name: read from the record cache (only the parts it has
+    not seen are read; without a cache, every part)."""
+    with Mirror(fs, root, settings=settings) as mirror:
+        return list(mirror.record._db.execute(_WRITTEN_SINCE, (key,)))
+
+
 def roots_of(fs: Any, root: str, settings: RecordSettings | None = None) -> tuple[str, ...]:
     """The source roots DEST's parts record, oldest first: from the record cache of
     ``settings``, else from every part's footer (:func:`._record_parts.roots_of`)."""

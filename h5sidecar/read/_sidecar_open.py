@@ -17,11 +17,15 @@ from h5sidecar.read._shared_caches import SIDECARS, fit_shared_caches
 __all__ = ["load_refs", "sidecar_identity"]
 
 
-def sidecar_identity(path: str, storage_options: Mapping[str, Any] | None = None) -> tuple:
+def sidecar_identity(path: str, storage_options: Mapping[str, Any] | None = None, *,
+                     fresh: bool = False) -> tuple:
     """A hashable identity of the sidecar at ``path``: location + size + ETag/mtime.
 
     For a Parquet sidecar (a directory) the identity is that of its ``.zmetadata``, which the
-    writer writes last (its commit marker).
+    writer writes last (its commit marker).  ``fresh``: asked of the store, not of a listing
+    the filesystem instance cached (s3fs answers ``info`` from a listing of the folder made
+    earlier in the process: a sidecar rewritten since, by another instance, kept its old
+    ETag); for a writer that compares it with a recorded one.
 
     Raises
     ------
@@ -35,6 +39,11 @@ def sidecar_identity(path: str, storage_options: Mapping[str, Any] | None = None
 
     options = dict(storage_options or {})
     fs, p = fsspec.core.url_to_fs(path, **fsspec_options(str(path), options))
+    if fresh:  # the listings that would answer for the sidecar and its .zmetadata
+        cached = getattr(fs, "dircache", None)
+        if cached is not None:
+            for folder in (p.rstrip("/"), fs._parent(p)):
+                cached.pop(folder, None)
     try:
         info = _parquet_commit_info(fs, p)
         if info is not None:

@@ -57,6 +57,7 @@ from h5sidecar.references.datacube._concat import (
     slice_refs,
 )
 from h5sidecar.references.datacube._member_table import MemberTable
+from h5sidecar.references.datacube._member_table import first_rows as first_rows
 from h5sidecar.references.datacube._url_column import UrlColumn as UrlColumn
 from h5sidecar.references.dmrpp_sidecar._dmrpp_write import dmrpp_document, write_dmrpp
 from h5sidecar.references.json_sidecar._kerchunk_json import from_kerchunk, to_kerchunk

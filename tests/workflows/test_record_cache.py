@@ -209,6 +209,9 @@ def test_the_cache_folder_comes_from_the_settings_object(
     assert RecordSettings().cache_folder() == str(tmp_path / "xdg" / "h5sidecar" / "records")
     assert from_env(RecordSettings, env={"H5SIDECAR_RECORD_CACHE_MAX_AGE_DAYS": "2.5"}
                     ).record_cache_max_age_days == 2.5  # fmt: skip
+    assert RecordSettings().record_mark_margin_s == 3600
+    assert from_env(RecordSettings, env={"H5SIDECAR_RECORD_MARK_MARGIN_S": "60"}
+                    ).record_mark_margin_s == 60  # fmt: skip
     dest = f"s3://{s3_bucket}/out"
     base = _synthetic(5, s3_bucket)
     write_report(base, dest, storage_options=s3_storage_options)

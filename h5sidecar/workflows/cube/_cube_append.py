@@ -230,8 +230,9 @@ def append_cube(
     paths = existing_parts(out, format, opts)
     if not paths:
         return rebuild("built")  # nothing to append to yet: the first build
-    mark = dest_mark(sidecars)  # before anything of DEST is read (see _cube_mark)
-    start: int | None = None
+    # before anything of DEST is read (see _cube_mark)
+    mark = dest_mark(sidecars, opts, record_settings)
+    start: int | str | None = None
     items: Sequence[Any] | None = None
     heads: list[GranuleRefs | None] = [None] * len(paths)
     if mark is not None and not recheck and format != "icechunk":
@@ -240,7 +241,7 @@ def append_cube(
         heads = list(records)
         start = since([h.extra.get(CUBE_KEY) or {} for h in records], mark)
         if start is not None:  # what DEST's record wrote since the cubes were
-            items = changed_sidecars(os.fspath(sidecars), start)
+            items = changed_sidecars(os.fspath(sidecars), start, opts, record_settings)
             done = _nothing_new(records, paths, concat_dim, time_units) if not items else None
             if done is not None:
                 return done

@@ -75,7 +75,7 @@ def sidecar_stamp(path: str, storage_options: Mapping[str, Any] | None) -> str:
     """
     from h5sidecar.read import sidecar_identity
 
-    return _stamp(sidecar_identity(path, storage_options))
+    return _stamp(sidecar_identity(path, storage_options, fresh=True))
 
 
 def _stamp(identity: tuple) -> str:
@@ -95,7 +95,7 @@ def load_granules(
         if isinstance(x, GranuleRefs):
             return x, None
         path = os.fspath(x)
-        identity = sidecar_identity(path, opts)  # the stamp
+        identity = sidecar_identity(path, opts, fresh=True)  # the stamp
         # not through the process-wide sidecar cache: a build reads each sidecar once, and
         # would fill that cache (256 MB by default) with references nobody asks for again
         refs = load_refs(path, opts, identity=identity, cache=None)

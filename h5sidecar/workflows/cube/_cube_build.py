@@ -233,9 +233,9 @@ def _build(
     record_settings: RecordSettings | None = None, mark: dict[str, Any] | None = None,
 ) -> CubeResult:
     """Build the cube(s); ``mark``: DEST's record mark to keep in them (default: taken from
-    ``sidecars`` when it is a local DEST, before it is listed; see :mod:`._cube_mark`)."""
+    ``sidecars`` when it is a DEST with a record, before it is listed; see :mod:`._cube_mark`)."""
     if mark is None:
-        mark = dest_mark(sidecars)
+        mark = dest_mark(sidecars, opts, record_settings)
     items = _sidecar_list(sidecars, opts, record_settings)
 
     def select(first: GranuleRefs) -> tuple[list[str], str, list[str]]:

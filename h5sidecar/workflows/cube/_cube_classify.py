@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from h5sidecar.errors import NotIndexedError
 from h5sidecar.references import GranuleRefs, SourceInfo
 from h5sidecar.workflows.cube._cube_assemble import COORD_READERS, sidecar_stamp
 from h5sidecar.workflows.cube._cube_listing import SidecarPaths
@@ -146,6 +147,12 @@ def classify(items: Sequence[Any], parts: list[Part], out_paths: set[str],
     return Classified(todo, count, pa.chunked_array(seen, pa.string()))
 
 
+def _exists(path: str, opts: Any) -> bool:
+    from h5sidecar.dest import filesystem
+
+    return bool(filesystem(path, opts).exists(path.split("://", 1)[-1]))
+
+
 def _each(items: list[Any], known: list[tuple[str, str | None] | None], parts: list[Part],
           opts: Any) -> list[tuple[str, str | None]]:
     """The per-item verdicts ``("unchanged", url)`` / ``("load", None)`` / ``("skip", None)``.
@@ -161,9 +168,14 @@ def _each(items: list[Any], known: list[tuple[str, str | None] | None], parts: l
         if isinstance(x, GranuleRefs):
             return "equal", x
         path = os.fspath(x)
-        if entry is not None and sidecar_stamp(path, opts) == entry[1]:
-            return "unchanged", entry[0]  # the member's sidecar is the one the cube was made from
+        try:
+            if entry is not None and sidecar_stamp(path, opts) == entry[1]:
+                return "unchanged", entry[0]  # the sidecar the cube was made from
+        except NotIndexedError:  # gone since its row was written: the member stays
+            return "skip", None
         rec = read_recorded(path, storage_options=opts)
+        if rec is None and not _exists(path, opts):
+            return "skip", None  # (gone: as a listing would not have found it)
         return ("load", None) if rec is None else ("same", rec.source)
 
     with ThreadPoolExecutor(COORD_READERS) as pool:

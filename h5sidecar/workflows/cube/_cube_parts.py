@@ -16,8 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from h5sidecar.errors import InvalidRequestError
-from h5sidecar.references import GranuleRefs, MemberTable
-from h5sidecar.references.datacube._member_table import first_rows
+from h5sidecar.references import GranuleRefs, MemberTable, first_rows
 from h5sidecar.workflows.cube._cube_build import cube_paths
 from h5sidecar.workflows.cube._cube_columns import COLUMNS
 

@@ -18,7 +18,7 @@ from h5sidecar.references import read_refs
 from h5sidecar.references.parquet_sidecar._members_file import _Loader
 from h5sidecar.sample import write_daily_granule
 from h5sidecar.workflows import build_cube
-from h5sidecar.workflows.cube import _cube_classify, _cube_listing
+from h5sidecar.workflows.cube import _cube_classify, _cube_listing, _cube_mark
 from h5sidecar.workflows.cube._cube_mark import MARK_KEY
 from tests.workflows.cube.test_cube import _assert_raw_matches_h5py
 from tests.workflows.cube.test_cube_append import START, _days, _index, _read_everywhere
@@ -197,3 +197,94 @@ def test_a_dest_indexed_anew_in_place_is_listed(tmp_path: Path) -> None:
     result = build_cube(str(dest), str(cube), mode="append")
     assert result.action == "appended" and result.added == tuple(str(f) for f in later)
     _read_everywhere(str(cube), [*files, *later])
+
+
+def test_before_is_a_key_that_many_seconds_earlier() -> None:
+    key = f"part-{123 * 10**9 + 5:020d}-{'a' * 32}"
+    assert _cube_mark._before(key, 3600) == "part-00000000000000000000"
+    assert _cube_mark._before(key, 100) == f"part-{23 * 10**9 + 5:020d}"
+    assert _cube_mark._before(key, 100) < f"part-{23 * 10**9 + 5:020d}-{'0' * 32}" < key
+    assert _cube_mark._before("part-0-x", 10) == "part-0-x"  # another shape: itself
+
+
+@pytest.mark.parametrize("margin", [0, None])
+def test_an_append_from_an_object_store_dest_asks_its_record(
+        tmp_path: Path, s3, s3_bucket: str, s3_storage_options, margin,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An object-store DEST's record (parts, through the record cache) marks the cube with its
+    newest row key: an append asks it for the rows keyed after it (less the margin) instead of
+    listing DEST and asking every member's sidecar stamp (a HEAD each)."""
+    import xarray as xr
+
+    from h5sidecar.settings import RecordSettings
+    from h5sidecar.workflows import index_many
+    from tests.workflows.cube.test_cube import _assert_same, _reference
+
+    so = s3_storage_options
+    files = _days(tmp_path / "nc", 0, 4, nlat=4, nlon=6)
+    dest = f"s3://{s3_bucket}/marked"
+    settings = RecordSettings(str(tmp_path / "cache"))  # the default margin: an hour
+    if margin is not None:
+        settings = RecordSettings(str(tmp_path / "cache"), record_mark_margin_s=margin)
+
+    def upload_and_index(fs: list[Path]) -> None:
+        for f in fs:
+            s3.put(str(f), f"{s3_bucket}/nc/{f.name}")
+        report = index_many(f"s3://{s3_bucket}/nc", dest, storage_options=so,
+                            executor="serial", record_settings=settings)
+        assert all(g.status in ("ok", "up_to_date") for g in report.granules)
+
+    def append():
+        return build_cube(dest, str(cube), storage_options=so, mode="append",
+                          record_settings=settings)
+
+    upload_and_index(files[:3])
+    cube = tmp_path / "cube.parq"
+    build_cube(dest, str(cube), storage_options=so, record_settings=settings)
+    mark = _mark(cube)
+    assert mark["record"] == f"{dest}/_h5sidecar_record" and mark["uid"] is None
+    assert mark["key"].startswith("part-") and "seq" not in mark
+    seen = _watch(monkeypatch)
+    heads: list[str] = []
+    stamp = _cube_classify.sidecar_stamp
+    monkeypatch.setattr(_cube_classify, "sidecar_stamp",
+                        lambda p, o: heads.append(p) or stamp(p, o))
+    r0 = append()
+    assert r0.action == "up_to_date" and seen["listed"] == []
+    if margin == 0:  # the cube's .zmetadata and the record alone
+        assert seen == {"listed": [], "stamped": [], "members": []} and heads == []
+    else:  # the rows written within the margin before the mark: their stamps asked again
+        assert len(heads) == 3 and r0.sidecars_read == 0
+    heads.clear()
+
+    upload_and_index(files[3:])
+    result = append()
+    assert result.added == (f"s3://{s3_bucket}/nc/{files[3].name}",)
+    assert result.sidecars_read == 1 and result.written == "tail" and seen["listed"] == []
+    # no member's sidecar asked but those written within the margin before the mark
+    assert len(heads) == (0 if margin == 0 else 3), heads
+    heads.clear()
+    assert _mark(cube)["key"] > mark["key"]
+
+    write_daily_granule(files[1], START + dt.timedelta(days=1), seed=7, nlat=4, nlon=6)
+    upload_and_index([files[1]])  # re-processed
+    heads.clear()
+    result = append()
+    assert result.replaced == (f"s3://{s3_bucket}/nc/{files[1].name}",) and result.added == ()
+    assert seen["listed"] == []
+    monkeypatch.undo()
+    with xr.open_dataset(str(cube), engine="h5sidecar", chunks=None, storage_options=so,
+                         remote_options=so) as ds:
+        _assert_same(ds, _reference(files))
+    whole = tmp_path / "whole.parq"
+    build_cube(dest, str(whole), storage_options=so, record_settings=settings)
+    assert read_refs(str(cube), lazy=False) == read_refs(str(whole), lazy=False)
+
+    # a granule indexed, its sidecar then removed by hand: its row names a sidecar no longer
+    # there, left out as a listing would leave it (nothing added, no error)
+    extra = _days(tmp_path / "more", 4, 1, nlat=4, nlon=6)
+    s3.put(str(extra[0]), f"{s3_bucket}/nc/{extra[0].name}")
+    upload_and_index([])
+    s3.rm(f"{s3_bucket}/marked/{extra[0].name}.parq", recursive=True)
+    gone = append()
+    assert gone.added == () and gone.replaced == () and gone.action == "up_to_date"
