@@ -54,7 +54,7 @@ from h5sidecar.workflows.cube._cube_checks import (
     encodings,
 )
 from h5sidecar.workflows.cube._cube_classify import classify, member_rows
-from h5sidecar.workflows.cube._cube_columns import as_columns
+from h5sidecar.workflows.cube._cube_columns import as_columns, columns_record
 from h5sidecar.workflows.cube._cube_mark import (
     MARK_KEY,
     MemberUrls,
@@ -373,26 +373,40 @@ def _summary(p: Part) -> CubePart:
                     last=p.coordinate[-1].item(), **time_of(p.coord_attrs))
 
 
-def _pieces(p: Part, dim: str) -> tuple[list[GranuleRefs], list[str], list[np.ndarray],
-                                         list[int], dict[str, list[str]]]:
-    """The part cut around its replaced members, then the new granules, in order."""
+def _pieces(p: Part, dim: str, objects: bool = True
+            ) -> tuple[list[GranuleRefs], list[str], list[np.ndarray], list[int],
+                       dict[str, list[str]]]:
+    """The part cut around its replaced members, then the new granules, in order.
+
+    ``objects=False`` (a Parquet cube's members in columns, rebuilt by :func:`_columns_after`):
+    no mapping of every member's sidecar is made (returned empty) and the unchanged members'
+    slices carry no identities, only their first member's as their source (each a
+    :class:`SourceInfo` per member: ~1 GB at a million members).
+    """
     assert p.refs is not None
     record, starts = p.record, p.starts
     held = {record["coord"], *record["shared"]}
     bare = GranuleRefs(p.refs.source, p.refs.groups,
                        {k: a for k, a in p.refs.arrays.items() if k not in held},
-                       p.refs.skipped, p.refs.extra, p.refs.members)  # fmt: skip
+                       p.refs.skipped, p.refs.extra, p.refs.members if objects else ())  # fmt: skip
     pieces, names, values, lengths = [], [], [], []
-    sidecars = p.sidecar_map()  # the O(members) path by design: the cube is rewritten whole
-    urls = p.members.urls.to_pylist()
+    # the O(members) path by design: the cube is rewritten whole
+    sidecars = p.sidecar_map() if objects else {}
+    urls = p.members.urls
     member_lengths = p.lengths.tolist()
 
     def keep(a: int, b: int) -> None:  # members a..b-1, unchanged
         if a < b:
-            whole = a == 0 and b == len(p.members)
-            pieces.append(bare if whole else slice_refs(bare, dim, int(starts[a]), int(starts[b]),
-                                                        tuple(p.members[a:b])))  # fmt: skip
-            names.append(f"{urls[b - 1]} (in {p.path})")
+            if objects:
+                whole = a == 0 and b == len(p.members)
+                piece = bare if whole else slice_refs(
+                    bare, dim, int(starts[a]), int(starts[b]), tuple(p.members[a:b]))
+            else:  # (its members: the table's rows, see _columns_after)
+                cut = slice_refs(bare, dim, int(starts[a]), int(starts[b]), ())
+                piece = GranuleRefs(p.members[a], cut.groups, cut.arrays, cut.skipped,
+                                    cut.extra, ())
+            pieces.append(piece)
+            names.append(f"{urls[b - 1].as_py()} (in {p.path})")
             values.append(p.coordinate[starts[a]:starts[b]])
             lengths.extend(member_lengths[a:b])
 
@@ -402,21 +416,51 @@ def _pieces(p: Part, dim: str) -> tuple[list[GranuleRefs], list[str], list[np.nd
         names.append(url)
         values.append(g.values)
         lengths.append(int(g.values.size))
+        if not objects:
+            return
         if g.stamp is not None:
             sidecars[url] = list(g.stamp)
         else:
             sidecars.pop(url, None)
 
     a = 0
-    for k, url in enumerate(urls):
-        if url in p.replaced:
-            keep(a, k)
-            add(p.replaced[url])
-            a = k + 1
+    # the replaced members' rows, in cube order (looked up, not a scan of every member's URL)
+    rows = p.members.rows_of("url", pa.array(list(p.replaced), pa.string())).tolist()
+    for k, url in sorted(zip(rows, p.replaced, strict=True)):
+        keep(a, k)
+        add(p.replaced[url])
+        a = k + 1
     keep(a, len(p.members))
     for g in p.new:
         add(g)
     return pieces, names, values, lengths, sidecars
+
+
+def _columns_after(p: Part) -> tuple[MemberTable, pa.Array, pa.Array]:
+    """A Parquet cube's members after its append (the replaced rows swapped for their new
+    identities, the new members after them: Arrow takes, no object per member), and each
+    one's sidecar path (full) and stamp (null: none), as the record's lists would give them."""
+    old = p.members.table
+    fields = MemberTable.of(()).table.schema.names
+    root = str(p.record["sidecars"]["root"])
+    full = pc.binary_join_element_wise(pa.scalar(root, pa.string()), old.column("sidecar"),
+                                       "").combine_chunks()
+    n, replaced = len(old), list(p.replaced.values())
+    rows = p.members.rows_of("url", pa.array([g.refs.source.url for g in replaced],
+                                             pa.string()))
+    added = [*replaced, *p.new]
+    index = np.concatenate([np.arange(n), n + len(replaced) + np.arange(len(p.new))])
+    index[rows] = n + np.arange(len(replaced))
+    take = pa.array(index, pa.int64())
+    identities = pa.concat_tables([
+        old.select(fields), MemberTable.of([g.refs.source for g in added]).table.select(fields)
+    ]).take(take)
+    paths = pa.concat_arrays([full, pa.array([None if g.stamp is None else g.stamp[0]
+                                              for g in added], pa.string())]).take(take)
+    stamps = pa.concat_arrays([old.column("stamp").combine_chunks().cast(pa.string()),
+                               pa.array([None if g.stamp is None else g.stamp[1]
+                                         for g in added], pa.string())]).take(take)
+    return MemberTable(identities), paths, stamps
 
 
 def _write_part(p: Part, dim: str, format: str, opts: Mapping[str, Any],
@@ -436,16 +480,22 @@ def _write_part(p: Part, dim: str, format: str, opts: Mapping[str, Any],
     whys.append(why)
     if not why:  # only the new members' files and each array's last partial record
         return append_tail(p, dim, opts)
-    pieces, names, values, lengths, sidecars = _pieces(p, dim)
+    columns = format == "parquet" and p.in_columns  # its members rebuilt in Arrow
+    pieces, names, values, lengths, sidecars = _pieces(p, dim, objects=not columns)
     record = {**p.record, **cube_record(
-        concat_dim=dim, coord=p.record["coord"], shared=p.record["shared"], lengths=lengths,
-        encoding=p.record["encoding"], sidecars=sidecars,
-        order=[*p.members.urls.to_pylist(), *(g.refs.source.url for g in p.new)],
+        concat_dim=dim, coord=p.record["coord"], shared=p.record["shared"],
+        lengths=[] if columns else lengths, encoding=p.record["encoding"], sidecars=sidecars,
+        order=[] if columns else [*p.members.urls.to_pylist(),
+                                  *(g.refs.source.url for g in p.new)],
         normalized=bool(p.record.get("normalized_time")))}  # fmt: skip
     coordinate = np.concatenate(values).astype(p.coordinate.dtype, copy=False)
     held = [p.record["coord"], *p.record["shared"]]
     table = None
-    if format == "parquet":  # its per-member lists as member columns (see _cube_columns)
+    if columns:  # the per-member lists as member columns, made in Arrow (see _cube_columns)
+        identities, paths, stamps = _columns_after(p)
+        record, table = columns_record(record, identities, np.asarray(lengths, np.int64),
+                                       paths, stamps)
+    elif format == "parquet":  # its per-member lists as member columns (see _cube_columns)
         order = [*p.members.urls.to_pylist(), *(g.refs.source.url for g in p.new)]
         by_url = {m.url: m for m in p.members}
         by_url.update({g.refs.source.url: g.refs.source
