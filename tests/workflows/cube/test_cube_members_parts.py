@@ -266,6 +266,13 @@ def test_a_member_in_an_early_file_is_found_and_replaced(tmp_path: Path, parts_o
     assert [m.url for m in refs.members] == [str(f) for f in files]
     _read_everywhere(str(cube), files)
     _assert_raw_matches_h5py(str(cube), files)
+    # the members rebuilt in Arrow (the replaced row swapped): what a build writes
+    whole = tmp_path / "whole.parq"
+    build_cube(str(sidecars), str(whole))
+    assert _entry(whole) == _entry(cube)
+    for k in range(3):
+        assert (cube / member_file(k)).read_bytes() == (whole / member_file(k)).read_bytes()
+    assert read_refs(str(cube), lazy=False) == read_refs(str(whole), lazy=False)
 
 
 def test_members_files_written_before_their_ranges_get_them_at_the_first_append(
@@ -285,3 +292,28 @@ def test_members_files_written_before_their_ranges_get_them_at_the_first_append(
     whole = tmp_path / "whole.parq"
     build_cube(str(sidecars), str(whole))
     assert _entry(whole) == entry
+
+
+def test_members_replaced_and_added_in_one_append_are_what_a_build_writes(
+    tmp_path: Path, parts_of_two
+) -> None:
+    """Two members replaced (in two files) and a day added in one append: the cube, rewritten
+    whole with its members rebuilt in Arrow, is the one a build of every sidecar writes."""
+    old, sidecars, cube = _built(tmp_path, 5)
+    for k in (1, 4):  # re-processed
+        write_daily_granule(old[k], START + dt.timedelta(days=k), seed=50 + k)
+    new = _days(tmp_path / "nc", 5, 1)
+    _index(tmp_path / "nc", sidecars)
+    result = build_cube(str(sidecars), str(cube), mode="append")
+    assert sorted(result.replaced) == [str(old[1]), str(old[4])]
+    assert result.added == (str(new[0]),) and result.written == "rewritten"
+    files = old + new
+    _read_everywhere(str(cube), files)
+    _assert_raw_matches_h5py(str(cube), files)
+    whole = tmp_path / "whole.parq"
+    build_cube(str(sidecars), str(whole))
+    assert _entry(whole) == _entry(cube)
+    assert _members_files(cube) == _members_files(whole)
+    for k in range(3):
+        assert (cube / member_file(k)).read_bytes() == (whole / member_file(k)).read_bytes()
+    assert read_refs(str(cube), lazy=False) == read_refs(str(whole), lazy=False)
