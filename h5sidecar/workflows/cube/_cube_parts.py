@@ -20,7 +20,7 @@ from h5sidecar.references import GranuleRefs, MemberTable, first_rows
 from h5sidecar.workflows.cube._cube_build import cube_paths
 from h5sidecar.workflows.cube._cube_columns import COLUMNS
 
-__all__ = ["Granule", "Part", "existing_parts", "first_rows", "part_path"]
+__all__ = ["Granule", "Part", "existing_parts", "part_path"]
 
 
 @dataclass

@@ -214,8 +214,11 @@ def test_an_append_from_an_object_store_dest_asks_its_record(
     """An object-store DEST's record (parts, through the record cache) marks the cube with its
     newest row key: an append asks it for the rows keyed after it (less the margin) instead of
     listing DEST and asking every member's sidecar stamp (a HEAD each)."""
+    import h5py
+    import numpy as np
     import xarray as xr
 
+    from h5sidecar.read import read_arrays
     from h5sidecar.settings import RecordSettings
     from h5sidecar.workflows import index_many
     from tests.workflows.cube.test_cube import _assert_same, _reference
@@ -276,6 +279,17 @@ def test_an_append_from_an_object_store_dest_asks_its_record(
     with xr.open_dataset(str(cube), engine="h5sidecar", chunks=None, storage_options=so,
                          remote_options=so) as ds:
         _assert_same(ds, _reference(files))
+    # plain xarray over the references (kerchunk's reader), and raw values against h5py
+    ref = {"fo": str(cube), "remote_protocol": "s3",
+           "remote_options": {**so, "asynchronous": True}}
+    with xr.open_dataset("reference://", engine="zarr", backend_kwargs={
+            "consolidated": False, "storage_options": ref}) as ds:
+        _assert_same(ds, _reference(files, widened=True))
+    raw = read_arrays(str(cube), ["tas", "time"], remote_options=so)
+    for k, f in enumerate(files):
+        with h5py.File(f) as h:
+            np.testing.assert_array_equal(raw["tas"][k], h["tas"][0])
+            np.testing.assert_array_equal(raw["time"][k], h["time"][0])
     whole = tmp_path / "whole.parq"
     build_cube(dest, str(whole), storage_options=so, record_settings=settings)
     assert read_refs(str(cube), lazy=False) == read_refs(str(whole), lazy=False)

@@ -206,6 +206,17 @@ def test_members_files_of_another_size_are_rewritten_whole_by_an_append(
     assert _entry(whole) == _entry(cube)
 
 
+def _as_a_build_writes(tmp_path: Path, sidecars: Path, cube: Path, files: int = 0) -> None:
+    """``cube`` is what a build of every sidecar in ``sidecars`` writes: the same members
+    entry and references, and the first ``files`` members files byte for byte."""
+    whole = tmp_path / "whole.parq"
+    build_cube(str(sidecars), str(whole))
+    assert _entry(whole) == _entry(cube)
+    for k in range(files):
+        assert (cube / member_file(k)).read_bytes() == (whole / member_file(k)).read_bytes()
+    assert read_refs(str(cube), lazy=False) == read_refs(str(whole), lazy=False)
+
+
 def _reads(monkeypatch) -> list[int]:
     """The members files read, as they are: ``k`` one file alone, -1 every file at once."""
     seen: list[int] = []
@@ -243,10 +254,7 @@ def test_an_append_reads_only_the_members_files_that_may_hold_what_it_looks_up(
     files = old + new
     _read_everywhere(str(cube), files)
     _assert_raw_matches_h5py(str(cube), files)
-    whole = tmp_path / "whole.parq"
-    build_cube(str(sidecars), str(whole))
-    assert _entry(whole) == _entry(cube)
-    assert read_refs(str(cube), lazy=False) == read_refs(str(whole), lazy=False)
+    _as_a_build_writes(tmp_path, sidecars, cube)
 
 
 def test_a_member_in_an_early_file_is_found_and_replaced(tmp_path: Path, parts_of_two,
@@ -267,12 +275,7 @@ def test_a_member_in_an_early_file_is_found_and_replaced(tmp_path: Path, parts_o
     _read_everywhere(str(cube), files)
     _assert_raw_matches_h5py(str(cube), files)
     # the members rebuilt in Arrow (the replaced row swapped): what a build writes
-    whole = tmp_path / "whole.parq"
-    build_cube(str(sidecars), str(whole))
-    assert _entry(whole) == _entry(cube)
-    for k in range(3):
-        assert (cube / member_file(k)).read_bytes() == (whole / member_file(k)).read_bytes()
-    assert read_refs(str(cube), lazy=False) == read_refs(str(whole), lazy=False)
+    _as_a_build_writes(tmp_path, sidecars, cube, files=3)
 
 
 def test_members_files_written_before_their_ranges_get_them_at_the_first_append(
@@ -310,10 +313,5 @@ def test_members_replaced_and_added_in_one_append_are_what_a_build_writes(
     files = old + new
     _read_everywhere(str(cube), files)
     _assert_raw_matches_h5py(str(cube), files)
-    whole = tmp_path / "whole.parq"
-    build_cube(str(sidecars), str(whole))
-    assert _entry(whole) == _entry(cube)
-    assert _members_files(cube) == _members_files(whole)
-    for k in range(3):
-        assert (cube / member_file(k)).read_bytes() == (whole / member_file(k)).read_bytes()
-    assert read_refs(str(cube), lazy=False) == read_refs(str(whole), lazy=False)
+    assert _members_files(cube) == ["members.1.parq", "members.2.parq", "members.parq"]
+    _as_a_build_writes(tmp_path, sidecars, cube, files=3)
