@@ -52,6 +52,10 @@ log = logging.getLogger("h5sidecar.workflows")
 #: How tasks run: in this process, in worker processes we manage, or on a caller's executor.
 ExecutorSpec = Literal["serial", "process"] | Executor
 
+#: Seconds an interrupted run waits for its tasks running on a caller's executor (threads, which
+#: nothing stops from outside) before it removes what their cut-short writes left.
+_CALLERS_GRACE_S = 10.0
+
 #: Tasks a worker runs before it is replaced (bounds memory growth of long batches).
 _MAX_TASKS_PER_CHILD = 64
 
@@ -153,7 +157,8 @@ def run_tasks(
     elif isinstance(executor, Executor):
         if isinstance(executor, LimitedExecutor) and (time_limit or memory_limit):
             executor = executor.limited(time_limit, memory_limit)
-        yield from _run_on(executor, fn, queue, window=2 * workers, suspects=None)
+        yield from _run_on(executor, fn, queue, window=2 * workers, suspects=None,
+                           drain=_CALLERS_GRACE_S)
     else:
         raise ValueError(f"executor must be 'serial', 'process' or an Executor, got {executor!r}")
 
@@ -234,8 +239,14 @@ def _run_on(
     window: int,
     suspects: list[Task] | None,
     time_limit: float | None = None,
+    drain: float | None = None,
 ) -> Iterator[GranuleResult]:
     """Run ``queue`` on ``executor`` with at most ``window`` tasks in flight.
+
+    With ``drain`` (seconds), a run that stops early (Ctrl-C, an error, the generator closed)
+    cancels its tasks not yet started and waits up to ``drain`` for those running: on a caller's
+    executor nothing else ends them, and the caller then removes what their cut-short writes
+    left, which a task started or still running after that would leave behind.
 
     With ``suspects`` given, a broken pool moves the in-flight tasks there and returns (the
     caller starts a new pool for the rest of ``queue``); without, they are reported as crashed.
@@ -245,6 +256,26 @@ def _run_on(
     """
     inflight: dict[Future[GranuleResult], Task] = {}
     started: dict[Future[GranuleResult], float] = {}
+    try:
+        yield from _window(executor, fn, queue, window, suspects, time_limit, inflight, started)
+    except BaseException:
+        if drain is not None and inflight:
+            for fut in inflight:
+                fut.cancel()
+            wait(inflight, timeout=drain)
+        raise
+
+
+def _window(
+    executor: Executor,
+    fn: Callable[..., GranuleResult],
+    queue: TaskQueue,
+    window: int,
+    suspects: list[Task] | None,
+    time_limit: float | None,
+    inflight: dict[Future[GranuleResult], Task],
+    started: dict[Future[GranuleResult], float],
+) -> Iterator[GranuleResult]:
     while queue or inflight:
         while queue and len(inflight) < window:
             task = queue.popleft()

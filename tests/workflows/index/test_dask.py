@@ -281,10 +281,14 @@ def test_worker_environ_keeps_a_configured_mmap_threshold() -> None:
     import distributed  # noqa: F401  (loads Dask's defaults for its workers)
 
     key = "distributed.nanny.pre-spawn-environ"
-    assert _worker_environ() == {f"{key}.MALLOC_MMAP_THRESHOLD_": WORKER_MMAP_THRESHOLD}
-    with dask.config.set({f"{key}.MALLOC_MMAP_THRESHOLD_": 1 << 20}):
-        assert _worker_environ() == {}
-        assert dask.config.get(key)["MALLOC_TRIM_THRESHOLD_"] == 65536
+    # Dask's defaults, without what a cluster of this module's (its fixture holds the setting
+    # while it lives) or a user configured
+    defaults = {k: v for k, v in dask.config.get(key).items() if k != "MALLOC_MMAP_THRESHOLD_"}
+    with dask.config.set({key: defaults}):
+        assert _worker_environ() == {f"{key}.MALLOC_MMAP_THRESHOLD_": WORKER_MMAP_THRESHOLD}
+        with dask.config.set({f"{key}.MALLOC_MMAP_THRESHOLD_": 1 << 20}):
+            assert _worker_environ() == {}
+            assert dask.config.get(key)["MALLOC_TRIM_THRESHOLD_"] == 65536
 
 
 @pytest.mark.slow

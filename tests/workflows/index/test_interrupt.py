@@ -96,10 +96,20 @@ def test_ctrl_c_writes_an_incomplete_report(tmp_path: Path) -> None:
 class _CutShort(ThreadPoolExecutor):
     """Runs no task: each one stops as Ctrl-C stops a worker in the middle of writing its
     sidecar, leaving the write's staging folder behind (when its process is killed before
-    its own clean-up runs)."""
+    its own clean-up runs).  Every task but the first gets there only ``late`` seconds after
+    it starts, so it is still queued or running when the run stops on the first."""
+
+    def __init__(self, workers: int, late: float = 0.3) -> None:
+        super().__init__(workers)
+        self._late = late
+        self._n = 0
 
     def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        late = self._late if self._n else 0.0
+        self._n += 1
+
         def cut(url: str, sidecar: str, *rest: Any) -> Any:
+            time.sleep(late)
             folder, name = os.path.split(sidecar)
             os.makedirs(os.path.join(folder, f".{name}.x1y2z3.tmp"))
             raise KeyboardInterrupt
@@ -109,7 +119,9 @@ class _CutShort(ThreadPoolExecutor):
 
 def test_an_interrupted_run_removes_what_its_writes_in_flight_left(tmp_path: Path) -> None:
     """The run's own end removes the staging folders of the granules it had in flight (seen:
-    a worker's child killed mid-write by its parent's Ctrl-C handling left one)."""
+    a worker's child killed mid-write by its parent's Ctrl-C handling left one), also those of
+    tasks that a caller's executor had queued or was still running when the run stopped: the
+    run cancels the first and waits a little for the second before it removes them."""
     src = tmp_path / "in"
     for i in range(3):
         write_granule(src / f"G{i:02d}.h5", seed=i, n=2_000)
