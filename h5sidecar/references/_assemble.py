@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._array_meta import ArrayMeta
@@ -22,7 +23,7 @@ from h5sidecar.references._extras import ArrayExtras, Extras, decode_checksums
 from h5sidecar.references._manifest import INLINE, MISSING, ChunkManifest
 from h5sidecar.references._model import ArrayRefs, GranuleRefs, SourceInfo
 from h5sidecar.references._zmeta import KEEP, ZarrNodes, array_meta
-from h5sidecar.references.datacube._member_table import MemberTable
+from h5sidecar.references.datacube._member_table import MemberTable, positions
 
 __all__ = ["UNKNOWN_SIZE", "ChunkColumns", "assemble", "build_manifest", "build_metas"]
 
@@ -188,6 +189,29 @@ def known_sizes(extras: Extras) -> dict[str, int]:
         sizes = {m.url: m.size for m in extras.members}
     sizes.setdefault(extras.source.url, extras.source.size)
     return sizes
+
+
+def url_sizes(urls: pa.Array, extras: Extras) -> np.ndarray:
+    """The recorded size of each of ``urls`` (-1: unknown, or no member's nor the source's),
+    as :func:`known_sizes` maps them, without a Python string or dict entry a URL: a cube's
+    chunk URLs are placed among its members' in Arrow (:func:`positions`)."""
+    out = np.full(len(urls), -1, np.int64)
+    members = extras.members
+    hit = np.zeros(len(urls), bool)
+    if isinstance(members, MemberTable):
+        at = positions(urls, members.urls)
+        hit = at >= 0
+        sizes = members.table.column("size").fill_null(-1).to_numpy()
+        out[hit] = sizes[at[hit]]
+    elif members:
+        known = {m.url: m.size for m in members}
+        for i, u in enumerate(urls.to_pylist()):
+            if u in known:
+                out[i], hit[i] = known[u], True
+    if extras.source.url and len(urls):
+        source = pc.equal(urls, extras.source.url).fill_null(False).to_numpy(zero_copy_only=False)
+        out[source & ~hit] = extras.source.size
+    return out
 
 
 #: Manifests up to this many chunks are checked against their source's size in plain Python.

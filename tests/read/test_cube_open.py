@@ -135,3 +135,98 @@ def test_a_cube_fetcher_pickles_without_its_members_made() -> None:
         again.plan([(MEMBERS[5].url, 1000, 20)])  # the member's recorded size is checked
     with pytest.raises(ForbiddenSourceError):
         again.plan([("s3://bucket/daily/other.nc", 0, 10)])
+
+
+# -- a cube's chunk URLs placed among its members (Arrow, no dict a member) ------------------
+def _rewrite_urls(path: Path, change) -> None:
+    """Rewrite the cube's manifests file with ``change(urls, dictionary)`` giving its URL
+    column anew (decoded strings in; strings or a dictionary array out)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from h5sidecar.references import MANIFESTS_FILE
+    from h5sidecar.references.parquet_sidecar._manifests_file import WRITE_OPTIONS
+
+    file = path / MANIFESTS_FILE
+    table = pq.read_table(file, read_dictionary=["array", "url"])
+    url = table.column("url").combine_chunks()
+    new = change(url.dictionary_decode().to_pylist(), url.dictionary.to_pylist())
+    at = table.schema.get_field_index("url")
+    pq.write_table(table.set_column(at, "url", pa.chunked_array([new])), file, **WRITE_OPTIONS)
+
+
+@pytest.fixture(params=["bulk", "small"])
+def decoder(request, monkeypatch) -> str:
+    """The all-arrays manifests file decoded in columns (as a large cube's), or in Python."""
+    if request.param == "bulk":
+        from h5sidecar.references.parquet_sidecar import _manifests_file
+
+        monkeypatch.setattr(_manifests_file, "SMALL_ROWS", 0)
+    return request.param
+
+
+def test_chunk_urls_in_another_order_than_the_members_read_right(
+    cube: tuple[Path, list[Path]], decoder: str
+) -> None:
+    """The file's URL dictionary usually begins with the members' URLs in order (compared as a
+    whole); in any other order each URL is looked up, and every time step reads the same."""
+    import pyarrow as pa
+
+    path, files = cube
+
+    def reverse(urls: list, dictionary: list) -> pa.Array:
+        order = sorted(set(dictionary), reverse=True)
+        at = {u: i for i, u in enumerate(order)}
+        indices = pa.array([None if u is None else at[u] for u in urls], pa.int32())
+        return pa.DictionaryArray.from_arrays(indices, pa.array(order, pa.string()))
+
+    _rewrite_urls(path, reverse)
+    ref = _reference(files)
+    with xr.open_dataset(path, engine="h5sidecar") as ds:
+        for name in ("tas", "pr"):
+            np.testing.assert_array_equal(ds[name].values, ref[name].values)
+    raw = read_arrays(str(path), ["tas"])["tas"]
+    for i in (0, 7, 11):
+        with h5py.File(files[i]) as f:
+            np.testing.assert_array_equal(raw[i], f["tas"][0])
+
+
+def test_a_chunk_url_no_member_has_is_refused(
+    cube: tuple[Path, list[Path]], decoder: str
+) -> None:
+    path, files = cube
+    stranger = str(files[4].parent / "stranger.nc")
+    _rewrite_urls(path, lambda urls, _: [stranger if u == str(files[4]) else u for u in urls])
+    with xr.open_dataset(path, engine="h5sidecar") as ds, pytest.raises(
+            InvalidReferenceError, match=r"stranger\.nc' is not among the array's URLs"):
+        ds["tas"].isel(time=4).values  # noqa: B018 - the access reads it
+
+
+def test_a_chunk_past_its_members_recorded_size_is_refused(
+    cube: tuple[Path, list[Path]], decoder: str
+) -> None:
+    """Every chunk's end is checked against its member's size from the members file (placed
+    by URL in Arrow); the error names the array and the member."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from h5sidecar.references import MANIFESTS_FILE
+    from h5sidecar.references.parquet_sidecar._manifests_file import WRITE_OPTIONS
+
+    path, files = cube
+    file = path / MANIFESTS_FILE
+    table = pq.read_table(file, read_dictionary=["array", "url"])
+    urls = table.column("url").combine_chunks().dictionary_decode().to_pylist()
+    arrays = table.column("array").combine_chunks().dictionary_decode().to_pylist()
+    row = next(i for i, (a, u) in enumerate(zip(arrays, urls, strict=True))
+               if a == "pr" and u == str(files[9]))
+    offset = table.column("offset").to_numpy().copy()
+    offset[row] = files[9].stat().st_size  # the chunk now ends past the member
+    at = table.schema.get_field_index("offset")
+    pq.write_table(table.set_column(at, "offset", pa.array(offset)), file, **WRITE_OPTIONS)
+    ref = _reference(files)
+    with xr.open_dataset(path, engine="h5sidecar") as ds:
+        with pytest.raises(InvalidReferenceError, match=f"pr: a chunk ends at byte .* past the "
+                                                        f"end of .*{files[9].name}"):
+            ds["pr"].isel(time=2).values  # noqa: B018 - the access reads it
+        np.testing.assert_array_equal(ds["tas"].values, ref["tas"].values)  # the other array

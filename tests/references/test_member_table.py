@@ -54,3 +54,65 @@ def test_written_the_same_as_a_tuple(tmp_path: Path, fmt: str) -> None:
     assert files
     for rel in files:
         assert (b / rel).read_bytes() == (a / rel).read_bytes()
+
+
+# -- lookups with no Python object a member: what a dict of every URL answered --------------
+def _urls(rng, n: int) -> list[str]:
+    words = ["a", "b", "é", "ü/x", "z", "granule_", "0", "9", "/"]  # (non-ASCII: bytes order)
+    out = {"/" + "".join(rng.choice(words, size=int(rng.integers(1, 6)))) for _ in range(3 * n)}
+    return sorted(out)[:n]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_row_of_answers_as_a_dict_of_every_url(seed: int) -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    urls = _urls(rng, 40)
+    rng.shuffle(urls)
+    members = [SourceInfo(url=u, size=i) for i, u in enumerate(urls)]
+    cut = int(rng.integers(1, len(members)))  # in two chunks, as a cube's members files
+    table = MemberTable.concat([MemberTable.of(members[:cut]), MemberTable.of(members[cut:])])
+    rows = {u: i for i, u in enumerate(urls)}
+    for url in [*urls, "/", "", "/zz", urls[0] + "x", urls[-1][:-1], "\uffff"]:
+        assert table.row_of(url) == rows.get(url), url
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_positions_and_sizes_answer_as_dicts_of_every_url(seed: int) -> None:
+    """:func:`positions` compares a leading run of the members' URLs whole and looks up the
+    rest; :func:`url_sizes` gives what :func:`known_sizes` maps, member first, then the
+    source."""
+    import numpy as np
+    import pyarrow as pa
+
+    from h5sidecar.references._assemble import known_sizes, url_sizes
+    from h5sidecar.references._extras import Extras
+    from h5sidecar.references.datacube._member_table import positions
+
+    rng = np.random.default_rng(seed)
+    pool = _urls(rng, 60)
+    members = list(rng.choice(pool, size=30, replace=False))
+    others = [u for u in pool if u not in members]
+    case = seed % 4
+    if case == 0:  # the members in order, then others (a cube's usual dictionary)
+        values = members + others[:5]
+    elif case == 1:  # a shorter run of them
+        values = members[:10]
+    elif case == 2:  # shuffled among others
+        values = list(rng.permutation(members[:20] + others[:10]))
+    else:  # none of them
+        values = others[:12]
+    table = MemberTable.concat([MemberTable.of([SourceInfo(url=u, size=int(rng.integers(-1, 99)))
+                                                for u in part])
+                                for part in (members[:13], members[13:])])
+    rows = {u: i for i, u in enumerate(members)}
+    got = positions(pa.array(values, pa.string()), table.urls)
+    assert got.tolist() == [rows.get(u, -1) for u in values]
+    for source in (SourceInfo(url=values[-1], size=5), SourceInfo(url="/elsewhere", size=7),
+                   SourceInfo(url=members[0], size=3)):
+        for given in (table, tuple(table)):
+            extras = Extras(source=source, members=given)
+            known = known_sizes(extras)
+            sizes = url_sizes(pa.array(values, pa.string()), extras)
+            assert sizes.tolist() == [known.get(u, -1) for u in values]

@@ -101,10 +101,12 @@ def plan_batch(
         if not which.size:
             continue
         flat = flat_numbers(t.sel.grid[which], man.grid_shape)
-        remap = np.array([urls.setdefault(u, len(urls)) for u in man.urls] or [0], _I64)
-        codes = man.codes.reshape(-1)[flat]
+        # the plan's URL numbers of the manifest's URLs these chunks use, not of all of them
+        # (a cube's manifest lists every member's: a million strings hashed per read)
+        used, at = np.unique(man.codes.reshape(-1)[flat], return_inverse=True)
+        ids = np.array([urls.setdefault(man.urls[c], len(urls)) for c in used.tolist()], _I64)
         path_id = path_ids.setdefault(t.path, len(path_ids))
-        cols.append((remap[codes], man.offsets.reshape(-1)[flat].astype(_I64),
+        cols.append((ids[at.reshape(-1)], man.offsets.reshape(-1)[flat].astype(_I64),
                      man.lengths.reshape(-1)[flat].astype(_I64), np.full(which.size, k, _I64),
                      which.astype(_I64), flat, np.full(which.size, path_id, _I64)))  # fmt: skip
     if not cols:

@@ -36,6 +36,7 @@ from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._assemble import ChunkColumns
 from h5sidecar.references._manifest import INLINE, MISSING, ChunkManifest
 from h5sidecar.references._model import GranuleRefs
+from h5sidecar.references.datacube._member_table import positions
 from h5sidecar.references.datacube._url_column import arrow_urls, distinct_urls
 from h5sidecar.references.parquet_sidecar import _manifests_pieces
 from h5sidecar.references.parquet_sidecar._manifests_file_small import (
@@ -261,7 +262,7 @@ def decode_manifests(
         size=size,
         url=url.take(pa.array(order)),
         url_codes=np.where(has_url, codes[order] if codes.size else codes, -1).astype(np.int64),
-        urls=url.dictionary.to_pylist(),
+        urls=url.dictionary,
         raw=raw,
         metas=metas,
     )
@@ -344,7 +345,7 @@ class BulkColumns(Mapping[str, ChunkColumns]):
         size: np.ndarray,
         url: pa.Array,
         url_codes: np.ndarray,
-        urls: list[str],
+        urls: pa.Array,
         raw: pa.Array,
         metas: Mapping[str, ArrayMeta],
     ) -> None:
@@ -352,6 +353,9 @@ class BulkColumns(Mapping[str, ChunkColumns]):
         self._chunk, self._offset, self._size = chunk, offset, size
         self._url, self._raw = url, raw
         self._url_codes, self._urls = url_codes, urls
+        # by URL order (its id; the object kept so the id stays its own): where each of the
+        # file's URLs is in it (a cube's arrays share one: every member's URL)
+        self._positions: dict[int, tuple[object, np.ndarray]] = {}
         self._has_raw = raw.is_valid().to_numpy(zero_copy_only=False)
         self._metas = metas
         self._out_of_grid = self._arrays_out_of_grid(names, bounds)
@@ -368,14 +372,24 @@ class BulkColumns(Mapping[str, ChunkColumns]):
         rows = np.flatnonzero(bad)
         return frozenset(names[int(i)] for i in np.searchsorted(bounds, rows, side="right") - 1)
 
-    def within_sources(self, sizes: Mapping[str, int]) -> bool:
-        """True when no stored chunk of any array ends past its source's size (``sizes``:
-        URL -> bytes, for the sources whose size is known); a reader then checks no manifest
-        alone (see :func:`~h5sidecar.references._assemble._check_within_source`)."""
+    @property
+    def n_rows(self) -> int:
+        """The chunks of every array in the file (stored and inline)."""
+        return len(self._chunk)
+
+    @property
+    def url_dictionary(self) -> pa.Array:
+        """Every URL the file's chunks use, in the order their codes number them."""
+        return self._urls
+
+    def within_sources(self, limit: np.ndarray) -> bool:
+        """True when no stored chunk of any array ends past its source's size (``limit``: the
+        size of each URL of :attr:`url_dictionary`, -1 where unknown); a reader then checks no
+        manifest alone (see :func:`~h5sidecar.references._assemble._check_within_source`)."""
         stored = ~self._has_raw
         if not stored.any():
             return True
-        limit = np.array([sizes.get(u, -1) for u in self._urls] or [-1], dtype=np.int64)
+        limit = limit if limit.size else np.full(1, -1, np.int64)
         codes = self._url_codes[stored]
         ends = self._offset[stored] + self._size[stored]
         known = limit[codes] >= 0
@@ -404,9 +418,16 @@ class BulkColumns(Mapping[str, ChunkColumns]):
             inline={int(self._chunk[r]): self._raw[int(r)].as_py() for r in np.flatnonzero(~stored) + a},
         )
 
-    def manifest(self, name: str, url_order: tuple[str, ...] | None) -> ChunkManifest:
+    def manifest(self, name: str, url_order: tuple[str, ...] | None,
+                 url_column: pa.ChunkedArray | None = None) -> ChunkManifest:
         """``name``'s :class:`ChunkManifest`, built with numpy alone (the columns were checked
-        when the file was decoded; ``url_order`` is the array's URL list from the extras)."""
+        when the file was decoded; ``url_order`` is the array's URL list from the extras, and
+        ``url_column`` the same URLs in Arrow when the caller has them: a cube's members').
+
+        The file's URLs are placed in ``url_order`` by Arrow (:func:`positions`), once per
+        order, with no Python string or dict entry a URL (a cube's manifests name every
+        member: a million).
+        """
         meta = self._metas[name]
         grid = meta.grid_shape
         n = int(np.prod(grid, dtype=np.int64))
@@ -418,20 +439,23 @@ class BulkColumns(Mapping[str, ChunkColumns]):
             )
         stored = ~self._has_raw[a:b]
         if len(self._urls) == 1:  # one source (most granules): no search for the codes used
-            used = [0] if stored.any() else []
+            used = np.zeros(1 if stored.any() else 0, np.int64)
         else:
-            used = sorted({int(c) for c in np.unique(self._url_codes[a:b][stored])})
-        urls = tuple(url_order) if url_order is not None else tuple(self._urls[c] for c in used)
-        position = {u: i for i, u in enumerate(urls)}
-        missing = [self._urls[c] for c in used if self._urls[c] not in position]
-        if missing:
-            raise InvalidReferenceError(
-                f"{MANIFESTS_FILE}: {name}: chunk URL {missing[0]!r} is not among the array's "
-                "URLs in the extras; the sidecar is inconsistent: re-create it"
-            )
+            used = np.unique(self._url_codes[a:b][stored])
         remap = np.full(len(self._urls) or 1, -1, np.int32)
-        for c in used:
-            remap[c] = position[self._urls[c]]
+        if url_order is None:
+            urls = tuple(self._urls.take(pa.array(used, pa.int64())).to_pylist())
+            remap[used] = np.arange(used.size, dtype=np.int32)
+        else:
+            urls = url_order if isinstance(url_order, tuple) else tuple(url_order)
+            where = self._placed(url_order, url_column)[used] if used.size else used
+            if (where < 0).any():
+                lost = self._urls[int(used[np.argmax(where < 0)])].as_py()
+                raise InvalidReferenceError(
+                    f"{MANIFESTS_FILE}: {name}: chunk URL {lost!r} is not among the array's "
+                    "URLs in the extras; the sidecar is inconsistent: re-create it"
+                )
+            remap[used] = where
         codes = np.full(n, MISSING, np.int32)
         offsets = np.zeros(n, np.uint64)
         lengths = np.zeros(n, np.uint64)
@@ -448,6 +472,15 @@ class BulkColumns(Mapping[str, ChunkColumns]):
             lengths=lengths.reshape(grid),
             inline=inline,
         )
+
+    def _placed(self, order: Sequence[str], column: pa.ChunkedArray | None) -> np.ndarray:
+        """Where each of the file's URLs is in ``order`` (-1: not in it), once per order."""
+        hit = self._positions.get(id(order))
+        if hit is None:
+            if column is None or len(column) != len(order):
+                column = pa.chunked_array([pa.array(list(order), pa.string())], pa.string())
+            hit = self._positions[id(order)] = order, positions(self._urls, column)
+        return hit[1]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._metas)

@@ -121,9 +121,11 @@ class SmallBulkColumns(Mapping[str, ChunkColumns]):
             inline={r[0]: r[4] for r in rows if r[4] is not None},
         )
 
-    def manifest(self, name: str, url_order: tuple[str, ...] | None) -> ChunkManifest:
+    def manifest(self, name: str, url_order: tuple[str, ...] | None,
+                 url_column: Any = None) -> ChunkManifest:
         """``name``'s :class:`ChunkManifest` (``url_order``: the array's URL list from the
-        extras; else its URLs in the file's order)."""
+        extras; else its URLs in the file's order; ``url_column``, the same in Arrow, is for
+        :class:`BulkColumns`' sake: a small file's few URLs need no Arrow)."""
         grid = self._metas[name].grid_shape
         rows, n = self._checked(name)
         used = {r[1] for r in rows if r[4] is None}

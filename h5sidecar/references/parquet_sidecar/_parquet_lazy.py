@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._assemble import (
@@ -25,6 +26,7 @@ from h5sidecar.references._assemble import (
     build_manifest,
     build_metas,
     known_sizes,
+    url_sizes,
 )
 from h5sidecar.references._assemble import _check_within_source as check_within_source
 from h5sidecar.references._assemble import _checksums as array_checksums
@@ -39,6 +41,7 @@ from h5sidecar.references._lazy_refs import LazyArrayRefs
 from h5sidecar.references._manifest import ChunkManifest
 from h5sidecar.references._model import GranuleRefs
 from h5sidecar.references._zmeta import select_nodes, split_metadata
+from h5sidecar.references.datacube._member_table import MemberTable
 from h5sidecar.references.parquet_sidecar._kerchunk_parquet import (
     CHECKSUMS_FILE,
     bulk_file,
@@ -71,6 +74,11 @@ MANIFEST_CACHE_BYTES = 256 * 2**20
 #: needed (one GET instead of one per array); larger ones are read per array.
 BULK_LOAD_BYTES = 32 * 2**20
 
+
+
+#: A decoded all-arrays manifest file of at least this many chunks gives the memory its decode
+#: freed back to the system at once (a cube's; a granule's is far smaller).
+RELEASE_ROWS = 100_000
 
 class ParquetManifests:
     """Loads the manifests of a Parquet sidecar's arrays on demand; thread-safe, byte-bounded.
@@ -151,6 +159,14 @@ class ParquetManifests:
         if self._member_urls is None:
             self._member_urls = self._extras.member_urls()
         return self._member_urls
+
+    def _url_column(self, path: str) -> pa.ChunkedArray | None:
+        """``path``'s URL order in Arrow when it is the members' (a cube's), else None."""
+        members = self._extras.members
+        if self._extras.arrays.get(path, ArrayExtras()).from_members and isinstance(
+                members, MemberTable):
+            return members.urls
+        return None
 
     def _init_state(self) -> None:
         # a cube's sizes are read when a manifest is first checked, not at the open
@@ -261,6 +277,10 @@ class ParquetManifests:
             data = fetch_parts(parts, blobs)
             self._bulk = decode_manifests(data[0][0] if len(parts) == 1 else data,
                                           self._metas, self._others)
+            if isinstance(self._bulk, BulkColumns) and self._bulk.n_rows >= RELEASE_ROWS:
+                # the decode passed through several copies of the columns, which Arrow's
+                # allocator keeps unless asked (~340 MB of a million-member cube's)
+                pa.default_memory_pool().release_unused()
             if side_needed:
                 self._side = read_checksums(blobs.get(CHECKSUMS_FILE))
             self._bulk_wanted = False
@@ -272,8 +292,9 @@ class ParquetManifests:
         are in its members file).  A small file's arrays are checked one by one instead, in
         plain Python, which is as cheap."""
         if self._bulk_within is None:
-            self._bulk_within = isinstance(self._bulk, BulkColumns) and self._bulk.within_sources(
-                {u: n for u, n in self._known.items() if n >= 0})
+            bulk = self._bulk
+            self._bulk_within = isinstance(bulk, BulkColumns) and bulk.within_sources(
+                url_sizes(bulk.url_dictionary, self._extras))
         return self._bulk_within
 
     def _read(self, path: str) -> tuple[ChunkManifest, np.ndarray | None]:
@@ -281,7 +302,7 @@ class ParquetManifests:
         ax = self._extras.arrays.get(path, ArrayExtras())
         rs = self._record_size
         if self._bulk is not None:  # every array's chunks are in memory already
-            manifest = self._bulk.manifest(path, self._urls(path))
+            manifest = self._bulk.manifest(path, self._urls(path), self._url_column(path))
             if manifest.urls and not self._within_sources():
                 check_within_source(path, manifest, self._known)  # to name the bad array
             return manifest, array_checksums(path, ax, meta.grid_shape, self._side or {})
