@@ -155,14 +155,48 @@ def _rewrite_urls(path: Path, change) -> None:
     pq.write_table(table.set_column(at, "url", pa.chunked_array([new])), file, **WRITE_OPTIONS)
 
 
-@pytest.fixture(params=["bulk", "small"])
+@pytest.fixture(params=["bulk", "small", "per-array", "per-array-small"])
 def decoder(request, monkeypatch) -> str:
-    """The all-arrays manifests file decoded in columns (as a large cube's), or in Python."""
-    if request.param == "bulk":
-        from h5sidecar.references.parquet_sidecar import _manifests_file
+    """The all-arrays manifests file decoded in columns (as a large cube's), or in Python;
+    every array's at once, or one array's when it is first read (as a cube's of more than
+    ``PER_ARRAY_ROWS`` chunks)."""
+    from h5sidecar.references.parquet_sidecar import _manifests_file, _parquet_lazy
 
+    if request.param in ("bulk", "per-array"):
         monkeypatch.setattr(_manifests_file, "SMALL_ROWS", 0)
+    if request.param.startswith("per-array"):
+        monkeypatch.setattr(_parquet_lazy, "PER_ARRAY_ROWS", 0)
     return request.param
+
+
+def test_a_large_cubes_open_and_read_decode_only_the_arrays_read(
+    cube: tuple[Path, list[Path]], monkeypatch
+) -> None:
+    """A cube's manifests file of more than ``PER_ARRAY_ROWS`` chunks is decoded an array at
+    a time: the open decodes the coordinates', a read of ``tas`` its rows alone, and ``pr``
+    is never decoded; each array reads as h5netcdf and h5py read the files."""
+    from h5sidecar.references.parquet_sidecar import _parquet_lazy
+
+    path, files = cube
+    decoded: list[set[str]] = []
+    decode = _parquet_lazy.decode_manifests
+
+    def watched(data, metas, others=()):  # type: ignore[no-untyped-def]
+        decoded.append(set(metas))
+        return decode(data, metas, others)
+
+    monkeypatch.setattr(_parquet_lazy, "decode_manifests", watched)
+    ref = _reference(files)
+    monkeypatch.setattr(_parquet_lazy, "PER_ARRAY_ROWS", 0)
+    with xr.open_dataset(path, engine="h5sidecar") as ds:
+        assert sorted(map(sorted, decoded)) == [["lat"], ["lon"], ["time"]]
+        np.testing.assert_array_equal(ds["tas"].values, ref["tas"].values)
+        assert decoded[-1] == {"tas"} and len(decoded) == 4
+        np.testing.assert_array_equal(ds["time"].values, ref["time"].values)
+    raw = read_arrays(str(path), ["pr"])["pr"]
+    with h5py.File(files[3]) as f:
+        np.testing.assert_array_equal(raw[3], f["pr"][0])
+    assert decoded[-1] == {"pr"}
 
 
 def test_chunk_urls_in_another_order_than_the_members_read_right(

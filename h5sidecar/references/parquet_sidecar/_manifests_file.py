@@ -325,10 +325,25 @@ def _only(table: pa.Table, metas: Mapping[str, ArrayMeta]) -> pa.Table:
     out = {}
     for name in kept.column_names:
         col = kept.column(name)
-        if pa.types.is_dictionary(col.type):  # re-encoded: the values these rows use
-            col = pc.dictionary_encode(col.combine_chunks().dictionary_decode())
+        if pa.types.is_dictionary(col.type):  # re-coded: the values these rows use
+            col = _first_used(col.combine_chunks())
         out[name] = col
     return pa.table(out)
+
+
+def _first_used(col: pa.DictionaryArray) -> pa.DictionaryArray:
+    """``col`` on a dictionary of only the values its rows use, in the order they first
+    appear, as ``dictionary_encode`` of its values gives, by renumbering its codes (a cube's
+    chunk URLs are not made into strings again: a million of them)."""
+    valid = col.is_valid().to_numpy(zero_copy_only=False)
+    codes = col.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    used, first = np.unique(codes[valid], return_index=True)
+    order = used[np.argsort(first, kind="stable")]
+    remap = np.zeros(len(col.dictionary) or 1, np.int32)
+    remap[order] = np.arange(order.size, dtype=np.int32)
+    return pa.DictionaryArray.from_arrays(
+        pa.array(remap[codes], pa.int32(), mask=None if valid.all() else ~valid),
+        col.dictionary.take(pa.array(order, pa.int64())))
 
 
 class BulkColumns(Mapping[str, ChunkColumns]):

@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._assemble import (
     ChunkColumns,
     build_manifest,
     build_metas,
-    known_sizes,
     url_sizes,
 )
 from h5sidecar.references._assemble import _check_within_source as check_within_source
@@ -74,11 +74,16 @@ MANIFEST_CACHE_BYTES = 256 * 2**20
 #: needed (one GET instead of one per array); larger ones are read per array.
 BULK_LOAD_BYTES = 32 * 2**20
 
-
-
 #: A decoded all-arrays manifest file of at least this many chunks gives the memory its decode
 #: freed back to the system at once (a cube's; a granule's is far smaller).
 RELEASE_ROWS = 100_000
+#: An all-arrays manifest file (with its parts) of more chunks than this, a large cube's, is
+#: decoded one array at a time as each is first read (only the row groups holding it), not
+#: every array's at the first: a cube's open reads its coordinates, a read of one variable
+#: decodes that variable's chunk references, whatever the cube's other variables.  (An open
+#: of a few named arrays decodes those together, as before.)
+PER_ARRAY_ROWS = 1 << 18
+
 
 class ParquetManifests:
     """Loads the manifests of a Parquet sidecar's arrays on demand; thread-safe, byte-bounded.
@@ -141,15 +146,7 @@ class ParquetManifests:
         self._init_state()
         self._bulk_data = bulk_data  # not pickled: a worker fetches the file if it needs it
 
-    _known_map: dict[str, int] | None
     _member_urls: tuple[str, ...] | None
-
-    @property
-    def _known(self) -> dict[str, int]:
-        """URL -> recorded size of the sources (a cube's from its member table's columns)."""
-        if self._known_map is None:
-            self._known_map = known_sizes(self._extras)
-        return self._known_map
 
     def _urls(self, path: str) -> tuple[str, ...] | None:
         """The URL order of ``path``'s manifest (the members', read once, for a cube's)."""
@@ -169,9 +166,7 @@ class ParquetManifests:
         return None
 
     def _init_state(self) -> None:
-        # a cube's sizes are read when a manifest is first checked, not at the open
-        self._known_map = None
-        self._member_urls = None
+        self._member_urls = None  # a cube's, read when a manifest first needs them
         self._bulk_wanted = self._bulk_bytes is not None and (
             self._bulk_only or self._bulk_bytes <= BULK_LOAD_BYTES
         )
@@ -182,6 +177,8 @@ class ParquetManifests:
         self._bytes = 0
         self._side: dict[str, np.ndarray] | None = None
         self._bulk: BulkColumns | SmallBulkColumns | None = None
+        # a large file's bytes (or its parts'), decoded an array at a time (PER_ARRAY_ROWS)
+        self._per_array: bytes | list[tuple[bytes, tuple[str, ...]]] | None = None
         # every bulk chunk lies within its known-size source (None: not checked yet)
         self._bulk_within: bool | None = None
         self._bulk_data = None
@@ -275,15 +272,24 @@ class ParquetManifests:
                                      *([CHECKSUMS_FILE] if side_needed else [])])
             self._bulk_data = None
             data = fetch_parts(parts, blobs)
-            self._bulk = decode_manifests(data[0][0] if len(parts) == 1 else data,
-                                          self._metas, self._others)
-            if isinstance(self._bulk, BulkColumns) and self._bulk.n_rows >= RELEASE_ROWS:
-                # the decode passed through several copies of the columns, which Arrow's
-                # allocator keeps unless asked (~340 MB of a million-member cube's)
-                pa.default_memory_pool().release_unused()
+            payload = data[0][0] if len(parts) == 1 else data
+            if not self._others and len(self._metas) > 1 and _rows(payload) > PER_ARRAY_ROWS:
+                self._per_array = payload
+            else:
+                self._bulk = decode_manifests(payload, self._metas, self._others)
+                _released(self._bulk)
             if side_needed:
                 self._side = read_checksums(blobs.get(CHECKSUMS_FILE))
             self._bulk_wanted = False
+
+    def _check_sizes(self, path: str, manifest: ChunkManifest) -> None:
+        """Refuse a chunk of ``manifest`` ending past its source's recorded size, looking up
+        the sizes of only the URLs its chunks use (a cube's manifest lists every member)."""
+        codes = manifest.codes.reshape(-1)
+        used = np.unique(codes[codes >= 0]).tolist()
+        urls = [manifest.urls[c] for c in used]
+        sizes = url_sizes(pa.array(urls, pa.string()), self._extras).tolist()
+        check_within_source(path, manifest, dict(zip(urls, sizes, strict=True)))
 
     def _within_sources(self) -> bool:
         """Whether every chunk of the all-arrays manifest file ends within its source's recorded
@@ -304,7 +310,16 @@ class ParquetManifests:
         if self._bulk is not None:  # every array's chunks are in memory already
             manifest = self._bulk.manifest(path, self._urls(path), self._url_column(path))
             if manifest.urls and not self._within_sources():
-                check_within_source(path, manifest, self._known)  # to name the bad array
+                self._check_sizes(path, manifest)  # to name the bad array
+            return manifest, array_checksums(path, ax, meta.grid_shape, self._side or {})
+        if self._per_array is not None:  # this array's rows of a large file, decoded now
+            others = (set(self._metas) - {path}) | self._others
+            one = decode_manifests(self._per_array, {path: meta}, others)
+            manifest = one.manifest(path, self._urls(path), self._url_column(path))
+            if manifest.urls and not (isinstance(one, BulkColumns) and one.within_sources(
+                    url_sizes(one.url_dictionary, self._extras))):
+                self._check_sizes(path, manifest)
+            _released(one)
             return manifest, array_checksums(path, ax, meta.grid_shape, self._side or {})
         n = int(np.prod(meta.grid_shape, dtype=np.int64))
         wanted = {record_path(path, r): r for r in range(math.ceil(n / rs))}
@@ -318,7 +333,7 @@ class ParquetManifests:
         cols = record_columns(path, meta, tables, rs) if tables else ChunkColumns()
         manifest = build_manifest(path, meta.grid_shape, cols, self._urls(path))
         if manifest.urls:  # (a cube's sizes are in its members file: read only when needed)
-            check_within_source(path, manifest, self._known)
+            self._check_sizes(path, manifest)
         if side_needed:
             self._side = read_checksums(blobs.get(CHECKSUMS_FILE))
         return manifest, array_checksums(path, ax, meta.grid_shape, self._side or {})
@@ -392,3 +407,19 @@ def read_parquet_lazy(
         extra=extras.extra,
         members=extras.members,
     )
+
+
+def _rows(payload: bytes | Sequence[tuple[bytes, Sequence[str]]]) -> int:
+    """Rows of a manifests file, or of all its parts (their footers read, nothing decoded)."""
+    blobs = [payload] if isinstance(payload, bytes) else [d for d, _ in payload]
+    try:
+        return sum(pq.ParquetFile(pa.BufferReader(b)).metadata.num_rows for b in blobs)
+    except (pa.ArrowException, OSError):
+        return 0  # decoded whole, which names what is wrong with it
+
+
+def _released(cols: BulkColumns | SmallBulkColumns) -> None:
+    """Give back what a large decode freed: it passed through several copies of the columns,
+    which Arrow's allocator keeps unless asked (~340 MB of a million-member cube's)."""
+    if isinstance(cols, BulkColumns) and cols.n_rows >= RELEASE_ROWS:
+        pa.default_memory_pool().release_unused()
