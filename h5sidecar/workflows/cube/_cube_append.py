@@ -507,6 +507,8 @@ def _write_part(p: Part, dim: str, format: str, opts: Mapping[str, Any],
                     shared_values=p.shared, concat_dim=dim, record=record, members=table)
     write_refs(cube, p.path, format=format,  # type: ignore[arg-type]
                storage_options=dict(opts) or None)
-    return CubePart(path=p.path, granules=tuple(m.url for m in cube.members),
+    members = cube.members  # (a table's URLs named lazily: no identity made per member)
+    return CubePart(path=p.path, granules=MemberUrls(members) if isinstance(
+                        members, MemberTable) else tuple(m.url for m in members),
                     length=int(coordinate.size), first=coordinate[0].item(),
                     last=coordinate[-1].item(), **time_of(p.coord_attrs))
