@@ -257,64 +257,51 @@ def _run_on(
     inflight: dict[Future[GranuleResult], Task] = {}
     started: dict[Future[GranuleResult], float] = {}
     try:
-        yield from _window(executor, fn, queue, window, suspects, time_limit, inflight, started)
+        while queue or inflight:
+            while queue and len(inflight) < window:
+                task = queue.popleft()
+                fut = executor.submit(fn, *task.args)
+                inflight[fut], started[fut] = task, time.monotonic()
+            timeout = None
+            if time_limit:
+                timeout = max(0.0, min(started.values()) + time_limit - time.monotonic()) + 0.1
+            done, _ = wait(inflight, timeout=timeout, return_when=FIRST_COMPLETED)
+            crashed: list[Task] = []
+            for fut in done:
+                task = inflight.pop(fut)
+                started.pop(fut)
+                exc = fut.exception()
+                if exc is None:
+                    yield fut.result()
+                elif isinstance(exc, KeyboardInterrupt):
+                    raise exc  # Ctrl-C reached the workers too: stop the batch, not this granule
+                elif isinstance(exc, BrokenProcessPool) and suspects is not None:
+                    crashed.append(task)
+                else:
+                    yield task_failure(task, exc)
+            if crashed:
+                assert suspects is not None
+                # every task still in flight died with the pool, whether or not it has noticed yet
+                crashed.extend(inflight.values())
+                suspects.extend(crashed)
+                log.warning(
+                    "a worker process died; %d granule(s) in flight will be retried one by one",
+                    len(crashed),
+                )
+                return
+            now = time.monotonic()
+            overdue = [f for f in inflight if time_limit and now - started[f] > time_limit]
+            if overdue:
+                for fut in overdue:
+                    yield timed_out(inflight.pop(fut), time_limit or 0.0)
+                queue.extendleft(reversed(list(inflight.values())))  # innocent: run them again
+                raise _PoolAbandoned
     except BaseException:
         if drain is not None and inflight:
             for fut in inflight:
                 fut.cancel()
             wait(inflight, timeout=drain)
         raise
-
-
-def _window(
-    executor: Executor,
-    fn: Callable[..., GranuleResult],
-    queue: TaskQueue,
-    window: int,
-    suspects: list[Task] | None,
-    time_limit: float | None,
-    inflight: dict[Future[GranuleResult], Task],
-    started: dict[Future[GranuleResult], float],
-) -> Iterator[GranuleResult]:
-    while queue or inflight:
-        while queue and len(inflight) < window:
-            task = queue.popleft()
-            fut = executor.submit(fn, *task.args)
-            inflight[fut], started[fut] = task, time.monotonic()
-        timeout = None
-        if time_limit:
-            timeout = max(0.0, min(started.values()) + time_limit - time.monotonic()) + 0.1
-        done, _ = wait(inflight, timeout=timeout, return_when=FIRST_COMPLETED)
-        crashed: list[Task] = []
-        for fut in done:
-            task = inflight.pop(fut)
-            started.pop(fut)
-            exc = fut.exception()
-            if exc is None:
-                yield fut.result()
-            elif isinstance(exc, KeyboardInterrupt):
-                raise exc  # Ctrl-C reached the workers too: stop the batch, not this granule
-            elif isinstance(exc, BrokenProcessPool) and suspects is not None:
-                crashed.append(task)
-            else:
-                yield task_failure(task, exc)
-        if crashed:
-            assert suspects is not None
-            # every task still in flight died with the pool, whether or not it has noticed yet
-            crashed.extend(inflight.values())
-            suspects.extend(crashed)
-            log.warning(
-                "a worker process died; %d granule(s) in flight will be retried one by one",
-                len(crashed),
-            )
-            return
-        now = time.monotonic()
-        overdue = [f for f in inflight if time_limit and now - started[f] > time_limit]
-        if overdue:
-            for fut in overdue:
-                yield timed_out(inflight.pop(fut), time_limit or 0.0)
-            queue.extendleft(reversed(list(inflight.values())))  # innocent: run them again
-            raise _PoolAbandoned
 
 
 class _PoolAbandoned(Exception):
