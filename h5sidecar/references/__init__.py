@@ -64,6 +64,7 @@ from h5sidecar.references.json_sidecar._kerchunk_json import from_kerchunk, to_k
 from h5sidecar.references.json_sidecar._kerchunk_json import gc_paused as gc_paused
 from h5sidecar.references.parquet_sidecar._manifests_file import MANIFESTS_FILE as MANIFESTS_FILE
 from h5sidecar.references.parquet_sidecar._parquet_lazy import BULK_LOAD_BYTES as BULK_LOAD_BYTES
+from h5sidecar.references.parquet_sidecar._parquet_tail import Replacement as Replacement
 from h5sidecar.references.parquet_sidecar._parquet_tail import tail_refusal as tail_refusal
 from h5sidecar.references.parquet_sidecar._parquet_tail import (
     write_parquet_tail as write_parquet_tail,

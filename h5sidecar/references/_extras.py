@@ -42,7 +42,8 @@ from h5sidecar.references._extras_versions import (
     EXTRAS_KEY,
     EXTRAS_VERSION,
     MEMBERS_SLICE,
-    PACKED_VERSION,
+    OVER_VERSION,
+    PACKED_VERSIONS,
     pack,
     unpack,
 )
@@ -212,12 +213,12 @@ def parse_extras(
     if entry is not None and fetch is None:
         raise InvalidReferenceError(
             f"the extras name a members file ({MEMBERS_KEY}), which only a Parquet cube has")
-    if block.get("version") == PACKED_VERSION:
+    if block.get("version") in PACKED_VERSIONS:
         block = unpack(block)
     if block.get("version") != EXTRAS_VERSION:
         raise InvalidReferenceError(
             f"{EXTRAS_KEY} extras version {block.get('version')!r} is not supported "
-            f"(this h5sidecar reads versions {EXTRAS_VERSION} and {PACKED_VERSION}); upgrade "
+            f"(this h5sidecar reads versions {EXTRAS_VERSION} to {OVER_VERSION}); upgrade "
             "h5sidecar or re-index"
         )
     source = block.get("source")

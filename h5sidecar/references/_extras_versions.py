@@ -1,4 +1,5 @@
-"""The extras block's key and versions: version 1 as written, version 2 packed.
+"""The extras block's key and versions: version 1 as written, version 2 packed (3: packed, of
+a cube whose manifests parts supersede chunks).
 
 Combined references (a datacube: ``members`` listed) write version 2: ``urls``, ``arrays``,
 ``extra`` and ``members``, which grow with the member granules, are held as one
@@ -23,8 +24,10 @@ __all__ = [
     "EXTRAS_KEY",
     "EXTRAS_VERSION",
     "MEMBERS_SLICE",
+    "OVER_VERSION",
     "PACKED_FIELDS",
     "PACKED_VERSION",
+    "PACKED_VERSIONS",
     "pack",
     "unpack",
 ]
@@ -35,6 +38,12 @@ EXTRAS_KEY = "h5sidecar"
 EXTRAS_VERSION = 1
 #: Version of the extras of combined references (their growing parts packed, see above).
 PACKED_VERSION = 2
+#: Version of a packed block whose cube's manifests parts may supersede chunks (a member
+#: replaced in place, see :mod:`~h5sidecar.references.parquet_sidecar._manifests_parts`): read
+#: as version 2, refused by an h5sidecar before it (which would read the old chunks).
+OVER_VERSION = 3
+#: The versions of packed blocks.
+PACKED_VERSIONS = (PACKED_VERSION, OVER_VERSION)
 #: The fields a version-2 block packs.
 PACKED_FIELDS = ("urls", "arrays", "extra", "members")
 #: zstd level of the packed fields: ~6x smaller than their JSON, ~35 ms per 1000 members

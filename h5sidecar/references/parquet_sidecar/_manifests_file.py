@@ -185,7 +185,7 @@ def _array_rows(
 
 
 def decode_manifests(
-    data: bytes | Sequence[tuple[bytes, Sequence[str]]],
+    data: bytes | Sequence[tuple[bytes, Sequence[str], bool]],
     metas: Mapping[str, ArrayMeta],
     others: Collection[str] = (),
 ) -> BulkColumns | SmallBulkColumns:
@@ -205,7 +205,7 @@ def decode_manifests(
     """
     need = {"array", "chunk", "url", "offset", "size", "raw"}
     tables = []
-    for d in [data] if isinstance(data, bytes) else [d for d, _ in data]:
+    for d in [data] if isinstance(data, bytes) else [d for d, *_ in data]:
         try:
             table = _read(_file(d), metas if others else None)
         except (pa.ArrowException, OSError) as exc:
@@ -222,7 +222,7 @@ def decode_manifests(
         table = tables[0]
     else:
         try:
-            table = join_parts(tables, [w for _, w in data])
+            table = join_parts(tables, [w for _, w, _ in data], [o for *_, o in data])
         except pa.ArrowException as exc:
             raise InvalidReferenceError(
                 f"{MANIFESTS_FILE}: its parts' columns do not join ({exc}); re-create the "
@@ -268,20 +268,46 @@ def decode_manifests(
     )
 
 
-def join_parts(tables: Sequence[pa.Table], wholes: Sequence[Sequence[str]]) -> pa.Table:
+def join_parts(tables: Sequence[pa.Table], wholes: Sequence[Sequence[str]],
+               over: Sequence[bool] = ()) -> pa.Table:
     """The rows of ``tables`` (parts in order), each part's rows of an array a later part
-    gives whole (``wholes``) dropped, joined (their dictionaries kept per chunk)."""
+    gives whole (``wholes``) dropped, and of a chunk a later part marked ``over`` holds too
+    (a member replaced in place), joined (their dictionaries kept per chunk)."""
     kept = []
+    overs = [_chunks_by_array(t) if k < len(over) and over[k] else {}
+             for k, t in enumerate(tables)]
     for k, table in enumerate(tables):
         later = sorted({w for ws in wholes[k + 1:] for w in ws})
         if later and table.num_rows:
             names = pc.cast(table.column("array"), pa.string())
             table = table.filter(pc.invert(pc.is_in(names, value_set=pa.array(later,
                                                                              pa.string()))))
+        for chunks in overs[k + 1:]:
+            if chunks and table.num_rows:
+                table = table.filter(pc.invert(_held(table, chunks)))
         kept.append(table)
     names = ["array", "chunk", "url", "offset", "size", "raw"]
     schema = kept[0].select(names).schema
     return pa.concat_tables([t.select(names).cast(schema) for t in kept])
+
+
+def _chunks_by_array(table: pa.Table) -> dict[str, pa.Array]:
+    """Array name -> the chunk numbers ``table`` (a part's rows) holds of it."""
+    names = pc.cast(table.column("array"), pa.string()).combine_chunks()
+    chunks = table.column("chunk").combine_chunks()
+    return {a: pc.unique(chunks.filter(pc.equal(names, a)))
+            for a in pc.unique(names).to_pylist() if a is not None}
+
+
+def _held(table: pa.Table, chunks: Mapping[str, pa.Array]) -> pa.ChunkedArray:
+    """Whether each row of ``table`` is of a chunk of ``chunks`` (array -> chunk numbers)."""
+    names = pc.cast(table.column("array"), pa.string())
+    hit = None
+    for a, numbers in chunks.items():
+        one = pc.and_(pc.equal(names, a), pc.is_in(table.column("chunk"), value_set=numbers))
+        hit = one if hit is None else pc.or_(hit, one)
+    assert hit is not None
+    return pc.fill_null(hit, False)
 
 
 def _file(data: bytes) -> pq.ParquetFile:

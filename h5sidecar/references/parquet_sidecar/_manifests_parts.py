@@ -19,6 +19,13 @@ each row is rewritten a few times, not at every append.
 
 The entry has no ``"file"``: an h5sidecar older than this layout finds no manifests file it
 knows and reads the record files, which hold every chunk (a slower read, never another value).
+
+A member replaced in place (its new granule the same length along the concat dimension: the
+same chunk numbers) is written as a part marked ``"over": true``, whose rows supersede the
+earlier parts' rows of the same ``(array, chunk)``; the record files holding those chunks are
+written again too.  Such a cube's extras block is version 3
+(:data:`~h5sidecar.references._extras_versions.OVER_VERSION`), which an h5sidecar before it
+refuses ("upgrade h5sidecar") rather than read the replaced member's old chunks.
 """
 
 from __future__ import annotations
@@ -61,12 +68,14 @@ MAX_PARTS = 64
 @dataclass(frozen=True)
 class BulkPart:
     """One manifests file of a sidecar: its path, size, rows and the arrays it gives whole
-    (their rows in earlier parts are superseded)."""
+    (their rows in earlier parts are superseded); ``over``: its rows supersede the earlier
+    parts' rows of the same chunks (a member replaced in place, see the module docstring)."""
 
     file: str
     bytes: int
     rows: int
     whole: tuple[str, ...] = ()
+    over: bool = False
 
 
 def bulk_parts(entry: Any, where: str = ".zmetadata") -> list[BulkPart] | None:
@@ -88,11 +97,15 @@ def bulk_parts(entry: Any, where: str = ".zmetadata") -> list[BulkPart] | None:
         if (not isinstance(p, dict) or not isinstance(p.get("file"), str)
                 or not _count(p.get("bytes")) or not _count(p.get("rows"))
                 or not isinstance(p.get("whole"), list)
-                or not all(isinstance(w, str) for w in p["whole"])):
+                or not all(isinstance(w, str) for w in p["whole"])
+                or p.get("over", False) not in (True, False)):
             raise InvalidReferenceError(bad)
         if not (p["file"] == MANIFESTS_FILE if k == 0 else _PART.fullmatch(p["file"])):
             raise InvalidReferenceError(bad)
-        out.append(BulkPart(p["file"], p["bytes"], p["rows"], tuple(p["whole"])))
+        if k == 0 and p.get("over"):  # (the first part has nothing before it to supersede)
+            raise InvalidReferenceError(bad)
+        out.append(BulkPart(p["file"], p["bytes"], p["rows"], tuple(p["whole"]),
+                            bool(p.get("over", False))))
     if len({p.file for p in out}) != len(out):
         raise InvalidReferenceError(bad)
     return out
@@ -108,7 +121,8 @@ def part_entry(parts: Sequence[BulkPart]) -> dict[str, Any]:
     if len(parts) == 1 and not parts[0].whole and parts[0].file == MANIFESTS_FILE:
         return {"file": MANIFESTS_FILE, "bytes": parts[0].bytes}
     return {"parts": [{"file": p.file, "bytes": p.bytes, "rows": p.rows,
-                       "whole": list(p.whole)} for p in parts]}
+                       "whole": list(p.whole), **({"over": True} if p.over else {})}
+                      for p in parts]}
 
 
 def is_part(rel: str) -> bool:
@@ -151,9 +165,10 @@ def read_part_rows(data: bytes) -> int:
     return int(pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows)
 
 
-def fetch_parts(parts: Sequence[BulkPart],
-                blobs: Mapping[str, bytes | None]) -> list[tuple[bytes, tuple[str, ...]]]:
-    """Each part's bytes (checked against its listed size) and its whole arrays."""
+def fetch_parts(parts: Sequence[BulkPart], blobs: Mapping[str, bytes | None]
+                ) -> list[tuple[bytes, tuple[str, ...], bool]]:
+    """Each part's bytes (checked against its listed size), its whole arrays and whether its
+    rows supersede earlier parts' rows of the same chunks (:attr:`BulkPart.over`)."""
     out = []
     for p in parts:
         data = blobs.get(p.file)
@@ -164,5 +179,5 @@ def fetch_parts(parts: Sequence[BulkPart],
             raise InvalidReferenceError(
                 f"{p.file} is {len(data)} bytes, .zmetadata lists {p.bytes}: the cube was "
                 "damaged or rewritten while read; open it again or rebuild it")
-        out.append((data, p.whole))
+        out.append((data, p.whole, p.over))
     return out

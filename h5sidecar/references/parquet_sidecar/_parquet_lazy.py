@@ -36,7 +36,7 @@ from h5sidecar.references._extras import (
     parse_extras,
     select_extras,
 )
-from h5sidecar.references._extras_versions import EXTRAS_KEY, PACKED_VERSION, unpack
+from h5sidecar.references._extras_versions import EXTRAS_KEY, PACKED_VERSIONS, unpack
 from h5sidecar.references._lazy_refs import LazyArrayRefs
 from h5sidecar.references._manifest import ChunkManifest
 from h5sidecar.references._model import GranuleRefs
@@ -178,7 +178,7 @@ class ParquetManifests:
         self._side: dict[str, np.ndarray] | None = None
         self._bulk: BulkColumns | SmallBulkColumns | None = None
         # a large file's bytes (or its parts'), decoded an array at a time (PER_ARRAY_ROWS)
-        self._per_array: bytes | list[tuple[bytes, tuple[str, ...]]] | None = None
+        self._per_array: bytes | list[tuple[bytes, tuple[str, ...], bool]] | None = None
         # every bulk chunk lies within its known-size source (None: not checked yet)
         self._bulk_within: bool | None = None
         self._bulk_data = None
@@ -364,7 +364,7 @@ def read_parquet_lazy(
     others: set[str] = set()
     if match is not None:
         chosen = {p for p in nodes.arrays if match(p)}
-        if isinstance(block, dict) and block.get("version") == PACKED_VERSION:
+        if isinstance(block, dict) and block.get("version") in PACKED_VERSIONS:
             # a version-2 block (a cube's) names its arrays once unpacked, as parse_extras
             # would unpack it: else such an open fell back to reading every array now
             block = unpack(block)
@@ -409,9 +409,9 @@ def read_parquet_lazy(
     )
 
 
-def _rows(payload: bytes | Sequence[tuple[bytes, Sequence[str]]]) -> int:
+def _rows(payload: bytes | Sequence[tuple[bytes, Sequence[str], bool]]) -> int:
     """Rows of a manifests file, or of all its parts (their footers read, nothing decoded)."""
-    blobs = [payload] if isinstance(payload, bytes) else [d for d, _ in payload]
+    blobs = [payload] if isinstance(payload, bytes) else [d for d, *_ in payload]
     try:
         return sum(pq.ParquetFile(pa.BufferReader(b)).metadata.num_rows for b in blobs)
     except (pa.ArrowException, OSError):

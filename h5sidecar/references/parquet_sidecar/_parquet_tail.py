@@ -15,6 +15,11 @@ one of each array.  :func:`write_parquet_tail` writes:
   trailing small ones merged: :mod:`~h5sidecar.references.parquet_sidecar._manifests_parts`);
 - ``.zmetadata`` (the old one with the arrays' new shapes and the new files' entries);
 
+and, for members replaced in place (:class:`Replacement`: a new granule of the same length,
+so the same chunk numbers), the record files holding their chunks with those rows swapped,
+the members files holding them with their new identities, and their chunks' rows in the new
+manifests part, marked as superseding the earlier parts' rows of those chunks;
+
 into a new directory where every other file of the cube is hard-linked, then swapped in
 (:func:`~h5sidecar.references._atomic_local.write_local_dir`): a reader sees the old cube or
 the new one, and a process killed before the swap leaves the old cube as it was.
@@ -22,8 +27,10 @@ the new one, and a process killed before the swap leaves the old cube as it was.
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +40,13 @@ import pyarrow.parquet as pq
 import ujson
 
 from h5sidecar.references._atomic_local import OURS, write_local_dir
-from h5sidecar.references._extras_versions import EXTRAS_KEY, pack, unpack
+from h5sidecar.references._extras_versions import (
+    EXTRAS_KEY,
+    OVER_VERSION,
+    PACKED_VERSION,
+    pack,
+    unpack,
+)
 from h5sidecar.references._model import GranuleRefs
 from h5sidecar.references.datacube._member_table import MemberTable, ranges
 from h5sidecar.references.json_sidecar._kerchunk_json import json_default
@@ -79,7 +92,20 @@ from h5sidecar.references.parquet_sidecar._parquet_write import (
     smallest_file,
 )
 
-__all__ = ["tail_refusal", "write_parquet_tail"]
+__all__ = ["Replacement", "tail_refusal", "write_parquet_tail"]
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """A member replaced in place by a granule of the same length along the cube's first
+    axis: its row among the members, its new row of the members table (the cube's member
+    columns), and its references alone (``refs``: each array's chunks numbered from 0), with
+    each concatenated array's first chunk number in the cube (``starts``)."""
+
+    row: int
+    member: pa.Table
+    refs: GranuleRefs
+    starts: Mapping[str, int]
 
 
 def tail_refusal(path: str | os.PathLike[str], concatenated: Collection[str] = ()) -> str:
@@ -113,6 +139,7 @@ def write_parquet_tail(
     lengths: Mapping[str, int],
     members: MemberTable,
     extra: Mapping[str, Any],
+    replacements: Sequence[Replacement] = (),
 ) -> list[str]:
     """Append ``tail`` to the local Parquet cube at ``path`` (see the module docstring).
 
@@ -131,6 +158,8 @@ def write_parquet_tail(
         after it when it is full (the other members files are kept).
     extra
         The cube's new ``extra`` block.
+    replacements
+        Members replaced in place (their chunks, their rows of the members files).
 
     Returns
     -------
@@ -153,10 +182,25 @@ def write_parquet_tail(
                 ).combine_chunks()
             files[record_path(a, record)] = smallest_file(table)
             del table
+    counts = _chunk_counts(zmeta["metadata"], lengths)
+    for r in replacements:  # their chunks' rows swapped in the record files holding them
+        for a, start in r.starts.items():
+            m = r.refs.arrays[a].manifest
+            for record, table in record_tables(m, rs, url_dicts(m.urls), start):
+                rel = record_path(a, record)
+                lo = max(record * rs, start) - record * rs
+                n = min(rs, counts[a] - record * rs)
+                base = _record_rows(root, rel, files.get(rel), n, table.schema)
+                table = pa.concat_tables([base.slice(0, lo), table,
+                                          base.slice(lo + table.num_rows)]).combine_chunks()
+                files[rel] = smallest_file(table)
+                del table, base
     del url_dicts
-    members_file = _appended_members(root, members_entry(block), members, files)
+    members_file = _appended_members(root, members_entry(block), members, files,
+                                     [(r.row, r.member) for r in replacements])
     member_names = {member_file(k) for k in range(len(member_parts(members_file)))}
-    manifests, bulk_names = _appended_manifests(root, zmeta, tail, starts, files)
+    manifests, bulk_names = _appended_manifests(root, zmeta, tail, starts, files,
+                                                replacements)
     block["extra"] = dict(extra)
     metadata = zmeta["metadata"]
     new_meta = tail.zmetadata()
@@ -169,6 +213,8 @@ def write_parquet_tail(
     packed = pack({k: v for k, v in block.items() if k not in (MEMBERS_KEY, MANIFESTS_KEY)})
     packed[MEMBERS_KEY] = members_file
     packed[MANIFESTS_KEY] = manifests
+    over = any(p.get("over") for p in manifests.get("parts", []))
+    packed["version"] = OVER_VERSION if over else PACKED_VERSION  # (see _manifests_parts)
     zmeta[EXTRAS_KEY] = packed
     text = ujson.dumps(zmeta, escape_forward_slashes=False, ensure_ascii=False,
                        default=json_default)
@@ -183,14 +229,16 @@ def write_parquet_tail(
 
 
 def _appended_members(root: Path, entry: Mapping[str, Any] | None, new: MemberTable,
-                      files: dict[str, bytes]) -> dict[str, Any]:
-    """Add the members files of ``new`` after the cube's to ``files``; their new entry.
+                      files: dict[str, bytes], replaced: Sequence[tuple[int, pa.Table]] = ()
+                      ) -> dict[str, Any]:
+    """Add the members files of ``new`` after the cube's to ``files``, with the ``replaced``
+    members' rows (row, new row) swapped in; their new entry.
 
     The cube's last members file is read and written again with the first new members when
-    it has room (:func:`part_rows` a file), the files before it are kept, and only the
-    members written are digested.  A cube written before members files had parts, with more
-    members than a part in its one file (or in parts of another size), is rewritten in parts
-    (once).
+    it has room (:func:`part_rows` a file), the files before it are kept but those holding a
+    replaced member (read and written again), and only the members written are digested.  A
+    cube written before members files had parts, with more members than a part in its one
+    file (or in parts of another size), is rewritten in parts (once).
     """
     assert entry is not None  # (tail_refusal)
     parts = member_parts(entry)
@@ -210,14 +258,52 @@ def _appended_members(root: Path, entry: Mapping[str, Any] | None, new: MemberTa
     else:  # the last file is full: new files after it
         old = read(last).schema_arrow.empty_table()
         first, kept = last + 1, parts
+    old = _swapped(old, [(r - first * size, m) for r, m in replaced if r >= first * size])
     rows = pa.concat_tables([old, new.table.select(old.column_names).cast(old.schema)])
     written, added = encode_member_parts(MemberTable(rows), first)
     files.update(written)
+    for k in sorted({r // size for r, _ in replaced if r < first * size}):  # kept files
+        table = _swapped(read(k).read(use_threads=False),
+                         [(r - k * size, m) for r, m in replaced if r // size == k])
+        written, (kept[k],) = encode_member_parts(MemberTable(table), k)
+        files.update(written)
     # files written before their ranges were recorded: read once, one at a time, for them
     # (the lookups of the next appends then read only the files that may hold a member)
     kept = [p if "ranges" in p else {**p, "ranges": ranges(read(k).read(use_threads=False))}
             for k, p in enumerate(kept)]
     return parts_entry(kept + added)
+
+
+def _swapped(table: pa.Table, rows: Sequence[tuple[int, pa.Table]]) -> pa.Table:
+    """``table`` with its rows ``rows`` (row, new row) replaced."""
+    if not rows:
+        return table
+    pieces, at = [], 0
+    for r, new in sorted(rows, key=lambda x: x[0]):
+        pieces += [table.slice(at, r - at), new.select(table.column_names).cast(table.schema)]
+        at = r + 1
+    return pa.concat_tables([*pieces, table.slice(at)])
+
+
+def _chunk_counts(metadata: Mapping[str, Any], lengths: Mapping[str, int]) -> dict[str, int]:
+    """Array path -> its chunks (after the append: ``lengths`` along the first axis)."""
+    out = {}
+    for key, zarray in metadata.items():
+        if key.endswith("/.zarray"):
+            a = key[: -len("/.zarray")]
+            shape = [int(lengths.get(a, zarray["shape"][0])), *zarray["shape"][1:]] if zarray[
+                "shape"] else []
+            out[a] = math.prod(-(-n // c) for n, c in zip(shape, zarray["chunks"], strict=True))
+    return out
+
+
+def _record_rows(root: Path, rel: str, data: bytes | None, n: int, schema: pa.Schema
+                 ) -> pa.Table:
+    """The rows of the record file ``rel`` (its bytes written by this append when ``data``,
+    else the cube's; ``n`` rows all missing when it has none)."""
+    if data is None:
+        return _old_rows(root, rel, n, schema)
+    return _as_record(read_table(rel, data), schema)
 
 
 def _files(root: Path) -> Iterator[str]:
@@ -237,7 +323,11 @@ def _old_rows(root: Path, rel: str, n: int, schema: pa.Schema) -> pa.Table:
                          "offset": pa.array([0] * n, pa.int64()),
                          "size": pa.array([0] * n, pa.int64()),
                          "raw": pa.nulls(n, pa.binary())}).cast(schema)
-    table = read_table(rel, target.read_bytes()).slice(0, n)
+    return _as_record(read_table(rel, target.read_bytes()).slice(0, n), schema)
+
+
+def _as_record(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A record file's rows with the columns (and types) of ``schema``."""
     if "raw" not in table.column_names:
         table = table.append_column("raw", pa.nulls(table.num_rows, pa.binary()))
     path = table.column("path")
@@ -247,7 +337,8 @@ def _old_rows(root: Path, rel: str, n: int, schema: pa.Schema) -> pa.Table:
 
 
 def _appended_manifests(root: Path, zmeta: Mapping[str, Any], tail: GranuleRefs,
-                        starts: Mapping[str, int], files: dict[str, bytes]
+                        starts: Mapping[str, int], files: dict[str, bytes],
+                        replacements: Sequence[Replacement] = ()
                         ) -> tuple[dict[str, Any], set[str]]:
     """Add the manifests part of ``tail``'s rows to ``files`` (merged with the trailing parts
     :func:`~h5sidecar.references.parquet_sidecar._manifests_parts.merge_plan` names); the new
@@ -255,7 +346,9 @@ def _appended_manifests(root: Path, zmeta: Mapping[str, Any], tail: GranuleRefs,
 
     The old parts are kept as they are (a cube of a million members: its 2 million rows are
     neither read nor written by a day's append); the arrays the tail gives whole (those not
-    in ``starts``) are listed by the new part, which supersedes their earlier rows.
+    in ``starts``) are listed by the new part, which supersedes their earlier rows; the
+    ``replacements``' chunks are rows of the new part too, which then supersedes the earlier
+    parts' rows of the same chunks (``over``).
     """
     parts = manifests_parts(zmeta)
     assert parts is not None  # (tail_refusal)
@@ -263,6 +356,12 @@ def _appended_manifests(root: Path, zmeta: Mapping[str, Any], tail: GranuleRefs,
         first = root / MANIFESTS_FILE
         parts = [BulkPart(MANIFESTS_FILE, parts[0].bytes, read_part_rows(first.read_bytes()))]
     new = manifests_table(tail, starts)
+    if replacements:
+        new = pa.concat_tables([new, *(
+            manifests_table(GranuleRefs(r.refs.source, r.refs.groups,
+                                        {a: r.refs.arrays[a] for a in r.starts}), r.starts
+                            ).cast(new.schema) for r in replacements)])
+    over = bool(replacements)
     whole = tuple(a for a in tail.arrays if a not in starts)
     n = merge_plan([*(p.rows for p in parts), new.num_rows]) - 1  # old parts merged
     kept, merged = parts[:len(parts) - n], parts[len(parts) - n:]
@@ -270,16 +369,18 @@ def _appended_manifests(root: Path, zmeta: Mapping[str, Any], tail: GranuleRefs,
         tables = [pq.ParquetFile(pa.BufferReader((root / p.file).read_bytes()),
                                  read_dictionary=["array", "url"]).read(use_threads=False)
                   for p in merged]
-        table = join_parts([*tables, new], [*(p.whole for p in merged), whole])
+        table = join_parts([*tables, new], [*(p.whole for p in merged), whole],
+                           [*(p.over for p in merged), over])
         del tables
         whole = tuple(sorted({*whole, *(w for p in merged for w in p.whole)}))
+        over = over or any(p.over for p in merged)
     else:
         table = new
     # the first part supersedes nothing; any other is named anew (kept files keep theirs)
     name, whole = (MANIFESTS_FILE, ()) if not kept else (part_name(parts), whole)
     data = encode_rows(table)
     files[name] = data
-    out = [*kept, BulkPart(name, len(data), table.num_rows, whole)]
+    out = [*kept, BulkPart(name, len(data), table.num_rows, whole, over and bool(kept))]
     return part_entry(out), {p.file for p in out}
 
 

@@ -300,8 +300,9 @@ def test_members_files_written_before_their_ranges_get_them_at_the_first_append(
 def test_members_replaced_and_added_in_one_append_are_what_a_build_writes(
     tmp_path: Path, parts_of_two
 ) -> None:
-    """Two members replaced (in two files) and a day added in one append: the cube, rewritten
-    whole with its members rebuilt in Arrow, is the one a build of every sidecar writes."""
+    """Two members replaced (in two files) and a day added in one append: the cube, its
+    replaced members written in place and the day as its tail, is the one a build of every
+    sidecar writes."""
     old, sidecars, cube = _built(tmp_path, 5)
     for k in (1, 4):  # re-processed
         write_daily_granule(old[k], START + dt.timedelta(days=k), seed=50 + k)
@@ -309,7 +310,7 @@ def test_members_replaced_and_added_in_one_append_are_what_a_build_writes(
     _index(tmp_path / "nc", sidecars)
     result = build_cube(str(sidecars), str(cube), mode="append")
     assert sorted(result.replaced) == [str(old[1]), str(old[4])]
-    assert result.added == (str(new[0]),) and result.written == "rewritten"
+    assert result.added == (str(new[0]),) and result.written == "tail"
     files = old + new
     _read_everywhere(str(cube), files)
     _assert_raw_matches_h5py(str(cube), files)
