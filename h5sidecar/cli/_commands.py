@@ -199,7 +199,8 @@ def cmd_cube(args: argparse.Namespace, out: Console, err: Console) -> int:
         table.add_row(c.path, str(len(c.granules)), str(c.length), *c.bounds)
     out.print(table)
     if r.action in ("appended", "rebuilt"):
-        how = {"tail": "; tail: only the new members' files written",
+        tail = "the new and replaced members'" if r.replaced else "the new members'"
+        how = {"tail": f"; tail: only {tail} files written",
                "rewritten": f"; rewritten whole: {r.why_rewritten}",
                "commit": "; one Icechunk commit of the new references"}.get(r.written, "")
         out.print(f"{r.action}: {len(r.added)} granule(s) added, {len(r.replaced)} replaced, "

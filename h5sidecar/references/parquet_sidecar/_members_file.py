@@ -237,6 +237,25 @@ class _Loader:
                 "build the cube again")
         return self._spans_checked(k, table)
 
+    def read_column(self, k: int, name: str) -> pa.ChunkedArray | None:
+        """Column ``name`` of members file ``k`` alone (None: the file has none), its size and
+        count checked (its other columns not decoded)."""
+        file = member_file(k)
+        data = self._checked_bytes(k, self.fetch([file]).get(file))
+        try:
+            f = pq.ParquetFile(pa.BufferReader(data))
+            if name not in f.schema_arrow.names:
+                return None
+            column = f.read(columns=[name], use_threads=False).column(name)
+        except (pa.ArrowException, OSError) as exc:
+            raise InvalidReferenceError(
+                f"{file} is unreadable ({exc}); build the cube again") from exc
+        if len(column) != self.counts[k]:
+            raise InvalidReferenceError(
+                f"{file} holds {len(column)} members, .zmetadata {self.counts[k]}; "
+                "build the cube again")
+        return column
+
     def _spans_checked(self, k: int, table: pa.Table) -> pa.Table:
         """``table`` (file ``k``'s), refused unless its values span the recorded ranges."""
         span = self.spans[k]
@@ -247,7 +266,7 @@ class _Loader:
                 "the cube was damaged: build it again")
         return table
 
-    def _parse(self, k: int, data: bytes | None) -> pa.Table:
+    def _checked_bytes(self, k: int, data: bytes | None) -> bytes:
         name, size = member_file(k), self.sizes[k]
         if data is None or len(data) != size:
             raise InvalidReferenceError(
@@ -255,6 +274,11 @@ class _Loader:
                 f"({'absent' if data is None else f'{len(data)} bytes, not {size}'}); "
                 "the cube was damaged or rewritten while read: open it again or rebuild "
                 "it")
+        return data
+
+    def _parse(self, k: int, data: bytes | None) -> pa.Table:
+        name = member_file(k)
+        data = self._checked_bytes(k, data)
         try:
             # one thread, no pyarrow.dataset (read_table's): ~50 MB less resident, and
             # the file's row groups are decoded in turn (an append to a cube of 100,000

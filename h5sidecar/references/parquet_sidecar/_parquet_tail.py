@@ -252,7 +252,7 @@ def _appended_members(root: Path, entry: Mapping[str, Any] | None, new: MemberTa
     if whole:  # every file, read
         old = pa.concat_tables([read(k).read(use_threads=False) for k in range(last + 1)])
         first, kept = 0, []
-    elif parts[last]["count"] < size:  # the last file has room: read and written again
+    elif parts[last]["count"] < size and len(new):  # room in the last: read, written again
         old = read(last).read(use_threads=False)
         first, kept = last, parts[:last]
     else:  # the last file is full: new files after it
@@ -260,7 +260,7 @@ def _appended_members(root: Path, entry: Mapping[str, Any] | None, new: MemberTa
         first, kept = last + 1, parts
     old = _swapped(old, [(r - first * size, m) for r, m in replaced if r >= first * size])
     rows = pa.concat_tables([old, new.table.select(old.column_names).cast(old.schema)])
-    written, added = encode_member_parts(MemberTable(rows), first)
+    written, added = encode_member_parts(MemberTable(rows), first) if rows.num_rows else ([], [])
     files.update(written)
     for k in sorted({r // size for r, _ in replaced if r < first * size}):  # kept files
         table = _swapped(read(k).read(use_threads=False),

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from h5sidecar.errors import InvalidRequestError
+from h5sidecar.errors import InvalidReferenceError, InvalidRequestError
 from h5sidecar.references import GranuleRefs, MemberTable, first_rows
 from h5sidecar.workflows.cube._cube_build import cube_paths
 from h5sidecar.workflows.cube._cube_columns import COLUMNS
@@ -53,17 +54,24 @@ class Part:
         """Whether the per-member lists are member columns (a Parquet cube's record)."""
         return self.record.get("per_member") == COLUMNS
 
-    @property
+    @cached_property
     def lengths(self) -> np.ndarray:
-        """Each member's length along the concat dimension."""
+        """Each member's length along the concat dimension (of a Parquet cube's members
+        files, that column alone is read)."""
         if not self.in_columns:
             return np.asarray(self.record["lengths"], np.int64)
-        column = self.members.column("length")
+        column = self.members.column_only("length")
         assert column is not None  # checked by read_record
-        return column.to_numpy()
+        out = column.to_numpy()
+        if int(out.sum()) != self.coordinate.size:
+            raise InvalidReferenceError(
+                f"{self.path}: its members' lengths add up to {int(out.sum())} steps, its "
+                f"coordinate holds {self.coordinate.size}; the cube was damaged: build it again")
+        return out
 
-    @property
+    @cached_property
     def starts(self) -> np.ndarray:
+        """Each member's first step along the concat dimension, then the cube's length."""
         return np.concatenate([[0], np.cumsum(self.lengths)]).astype(int)
 
     def sidecar_columns(self, full: bool = True) -> tuple[Any, Any, Any]:

@@ -267,14 +267,14 @@ def test_a_member_in_an_early_file_is_found_and_replaced(tmp_path: Path, parts_o
     seen = _reads(monkeypatch)
     result = build_cube(str(sidecars), str(cube), mode="append")
     assert result.replaced == (str(files[1]),) and result.added == ()
-    # its columns (the last file), the lookup (the first), then the file the rewrite of the
-    # whole cube reads besides: each once
-    assert seen == [2, 0, 1]
+    # its columns (the last file) and the lookup (the first), each once: replaced in place,
+    # no other file is read whole (a rewrite of the whole cube read the second too)
+    assert seen == [2, 0]
     refs = read_refs(str(cube))
     assert [m.url for m in refs.members] == [str(f) for f in files]
     _read_everywhere(str(cube), files)
     _assert_raw_matches_h5py(str(cube), files)
-    # the members rebuilt in Arrow (the replaced row swapped): what a build writes
+    # the replaced row swapped in its file: what a build writes
     _as_a_build_writes(tmp_path, sidecars, cube, files=3)
 
 
@@ -315,4 +315,25 @@ def test_members_replaced_and_added_in_one_append_are_what_a_build_writes(
     _read_everywhere(str(cube), files)
     _assert_raw_matches_h5py(str(cube), files)
     assert _members_files(cube) == ["members.1.parq", "members.2.parq", "members.parq"]
+    _as_a_build_writes(tmp_path, sidecars, cube, files=3)
+
+
+def test_a_member_replaced_in_place_reads_no_members_file_whole(
+    tmp_path: Path, parts_of_two, monkeypatch
+) -> None:
+    """Replacing member 3 of 5 (members files of 2) reads the file holding it and the last
+    (the columns' types) and each file's length column alone, never every file whole; the
+    file holding it is written again, the others kept."""
+    old, sidecars, cube = _built(tmp_path, 5)
+    write_daily_granule(old[3], START + dt.timedelta(days=3), seed=77)
+    _index(tmp_path / "nc", sidecars)
+    before = _stamps(cube)
+    seen = _reads(monkeypatch)
+    result = build_cube(str(sidecars), str(cube), mode="append")
+    assert (result.written, result.replaced) == ("tail", (str(old[3]),))
+    assert -1 not in seen and set(seen) == {1, 2}, seen
+    changed = {rel for rel, s in _stamps(cube).items() if before.get(rel) != s}
+    assert {rel for rel in changed if "members" in rel} == {".h5sidecar/members.1.parq"}
+    _read_everywhere(str(cube), old)
+    _assert_raw_matches_h5py(str(cube), old)
     _as_a_build_writes(tmp_path, sidecars, cube, files=3)
