@@ -9,7 +9,7 @@ cannot vouch for them until they are re-indexed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,10 +100,10 @@ def assemble(
     source = extras.source if extras else _unknown_source(chunks)
     arrays: dict[str, ArrayRefs] = {}
     known = known_sizes(extras) if extras else {source.url: source.size}
-    member_urls: tuple[str, ...] = ()
+    member_urls: Sequence[str] = ()
     for path, meta in metas.items():
         ax = per_array.get(path, ArrayExtras())
-        order = ax.urls
+        order: Sequence[str] | None = ax.urls
         if ax.from_members and extras is not None:  # a cube's array of every member's chunks
             order = member_urls = member_urls or extras.member_urls()
         manifest = build_manifest(path, meta.grid_shape, chunks.get(path, ChunkColumns()), order)
@@ -131,7 +131,7 @@ def build_manifest(
     path: str,
     grid_shape: tuple[int, ...],
     cols: ChunkColumns,
-    url_order: tuple[str, ...] | None,
+    url_order: Sequence[str] | None,
 ) -> ChunkManifest:
     """Scatter chunk columns into a :class:`ChunkManifest` over ``grid_shape``."""
     offsets = np.asarray(cols.offsets)

@@ -85,10 +85,13 @@ class Extras:
     extra: Mapping[str, Any] = field(default_factory=dict)
     members: tuple[SourceInfo, ...] | MemberTable = ()
 
-    def member_urls(self) -> tuple[str, ...]:
-        """The members' URLs in order (what ``"urls": "members"`` stands for)."""
+    def member_urls(self) -> Sequence[str]:
+        """The members' URLs in order (what ``"urls": "members"`` stands for): of a members
+        table, a :class:`~h5sidecar.references.datacube._url_column.UrlColumn` over its URL
+        column (no Python string a member: ~136 MB at a million, held by every manifest of
+        the cube's arrays)."""
         if isinstance(self.members, MemberTable):
-            return tuple(self.members.urls.to_pylist())
+            return UrlColumn(self.members.urls, distinct=True)  # (checked unique when read)
         return tuple(m.url for m in self.members)
 
 

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -35,7 +36,7 @@ class ManifestLoader(Protocol):
         """Bytes of ``path``'s manifest held in the loader's cache (0 when not loaded)."""
         ...
 
-    def urls(self, path: str) -> tuple[str, ...]:
+    def urls(self, path: str) -> Sequence[str]:
         """The URLs of ``path``'s manifest, known without loading it."""
         ...
 
@@ -89,7 +90,7 @@ class LazyArrayRefs(ArrayRefs):
         return self._loader.load(self.path)[1]
 
     @property
-    def urls(self) -> tuple[str, ...]:
+    def urls(self) -> Sequence[str]:
         """The manifest's URLs, from the extras (no I/O)."""
         return self._loader.urls(self.path)
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.references.datacube._url_column import UrlColumn
 
 __all__ = ["INLINE", "MISSING", "ChunkManifest", "chunk_grid_shape", "chunk_key"]
 
@@ -98,7 +99,8 @@ class ChunkManifest:
                 f"manifest arrays differ in shape: codes {codes.shape}, offsets {offsets.shape}, "
                 f"lengths {lengths.shape}"
             )
-        urls = tuple(urls)
+        if not isinstance(urls, (tuple, UrlColumn)):  # (a UrlColumn: read-only already)
+            urls = tuple(urls)
         if codes.size and (codes.max(initial=-3) >= len(urls) or codes.min(initial=0) < INLINE):
             raise InvalidReferenceError(
                 f"manifest codes must lie in [-2, {len(urls) - 1}] for {len(urls)} url(s)"

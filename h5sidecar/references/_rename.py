@@ -3,6 +3,8 @@ under distinct paths into one reference set)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from h5sidecar.references._lazy_refs import LazyArrayRefs
@@ -27,7 +29,7 @@ class _Renamed:
     def resident_nbytes(self, path: str) -> int:
         return 0  # counted by the original's loader
 
-    def urls(self, path: str) -> tuple[str, ...]:
+    def urls(self, path: str) -> Sequence[str]:
         return self._original.urls
 
 

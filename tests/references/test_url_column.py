@@ -68,3 +68,39 @@ def test_members_share_the_url_column_they_equal() -> None:
     assert members.duplicate_url() is None
     twice = MemberTable.of([*members, SourceInfo(url=URLS[0], size=9)])
     assert twice.duplicate_url() == URLS[0]
+
+
+def test_urls_in_several_chunks_are_kept_as_they_are_and_read_alike() -> None:
+    """A cube's members' URLs come in one chunk a members file: held as they are (no joined
+    copy), read, sliced, taken, compared and pickled as the tuple of their strings."""
+    chunks = pa.chunked_array([pa.array(URLS[:1]), pa.array(URLS[1:3]), pa.array(URLS[3:])])
+    column = UrlColumn(chunks)
+    assert column.arrow.equals(pa.array(URLS)) and list(column) == list(URLS)
+    assert [column[k] for k in range(-4, 4)] == [*URLS, *URLS]
+    assert column[1:4] == URLS[1:4] and column.take([2, 0]) == (URLS[2], URLS[0])
+    assert column == UrlColumn(pa.array(URLS)) and UrlColumn(pa.array(URLS)) == column
+    assert column != UrlColumn(pa.array([*URLS[:3], "/other.nc"]))
+    assert pickle.loads(pickle.dumps(column)) == URLS
+    assert column.distinct and not UrlColumn(pa.chunked_array([pa.array(URLS[:2]),
+                                                               pa.array(URLS[:1])])).distinct
+
+
+def test_a_parquet_cubes_manifest_names_its_members_in_arrow(tmp_path, monkeypatch) -> None:
+    """The manifest of a cube's array whose URLs are its members' holds them as a UrlColumn
+    over the members' URL column (no Python string a member), equal to their strings (a
+    file of more than SMALL_ROWS rows: here every file, so this small cube's)."""
+    import datetime as dt
+
+    from h5sidecar.references import read_refs
+    from h5sidecar.references.parquet_sidecar import _manifests_file as bulk
+    from h5sidecar.sample import write_daily_collection
+    from h5sidecar.workflows import build_cube, index_many
+
+    files = write_daily_collection(tmp_path / "nc", days=3, start=dt.date(2020, 1, 1))
+    index_many(str(tmp_path / "nc"), str(tmp_path / "sc"), executor="serial")
+    cube = build_cube(str(tmp_path / "sc"), str(tmp_path / "cube.parq")).path
+    monkeypatch.setattr(bulk, "SMALL_ROWS", -1)
+    refs = read_refs(cube)
+    urls = refs.arrays["tas"].manifest.urls
+    assert isinstance(urls, UrlColumn) and urls == tuple(str(f) for f in sorted(files))
+    assert urls == tuple(m.url for m in refs.members)

@@ -33,8 +33,10 @@ class UrlColumn(Sequence[str]):
 
     def __init__(self, array: pa.Array | pa.ChunkedArray, *, distinct: bool | None = None
                  ) -> None:
-        if isinstance(array, pa.ChunkedArray):  # one chunk: itself, not a copy
-            array = array.chunk(0) if array.num_chunks == 1 else array.combine_chunks()
+        # one chunk: itself; several (a cube's members files): kept as they are, not copied
+        # into one (joined only when :attr:`arrow` is asked for)
+        if isinstance(array, pa.ChunkedArray) and array.num_chunks == 1:
+            array = array.chunk(0)
         if not pa.types.is_string(array.type) or array.null_count:
             raise ValueError("a UrlColumn holds non-null Arrow strings")
         self._array = array
@@ -43,7 +45,9 @@ class UrlColumn(Sequence[str]):
 
     @property
     def arrow(self) -> pa.Array:
-        """The URLs as an Arrow string array (no copy)."""
+        """The URLs as an Arrow string array (no copy, but of URLs held in several chunks)."""
+        if isinstance(self._array, pa.ChunkedArray):
+            return self._array.combine_chunks()
         return self._array
 
     @property
@@ -84,7 +88,7 @@ class UrlColumn(Sequence[str]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, UrlColumn):
-            return self._array.equals(other._array)
+            return _chunked(self._array).equals(_chunked(other._array))
         if isinstance(other, Sequence) and not isinstance(other, str):
             return len(other) == len(self) and all(
                 a == b for a, b in zip(self, other, strict=True))
@@ -99,7 +103,11 @@ class UrlColumn(Sequence[str]):
         return (UrlColumn, (self._array,))
 
 
-def _distinct(urls: pa.Array) -> bool:
+def _chunked(urls: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray:
+    return urls if isinstance(urls, pa.ChunkedArray) else pa.chunked_array([urls])
+
+
+def _distinct(urls: pa.Array | pa.ChunkedArray) -> bool:
     return repeated_url(urls) is None
 
 

@@ -37,7 +37,7 @@ from h5sidecar.references._assemble import ChunkColumns
 from h5sidecar.references._manifest import INLINE, MISSING, ChunkManifest
 from h5sidecar.references._model import GranuleRefs
 from h5sidecar.references.datacube._member_table import positions
-from h5sidecar.references.datacube._url_column import arrow_urls, distinct_urls
+from h5sidecar.references.datacube._url_column import UrlColumn, arrow_urls, distinct_urls
 from h5sidecar.references.parquet_sidecar import _manifests_pieces
 from h5sidecar.references.parquet_sidecar._manifests_file_small import (
     SMALL_ROWS,
@@ -459,7 +459,7 @@ class BulkColumns(Mapping[str, ChunkColumns]):
             inline={int(self._chunk[r]): self._raw[int(r)].as_py() for r in np.flatnonzero(~stored) + a},
         )
 
-    def manifest(self, name: str, url_order: tuple[str, ...] | None,
+    def manifest(self, name: str, url_order: Sequence[str] | None,
                  url_column: pa.ChunkedArray | None = None) -> ChunkManifest:
         """``name``'s :class:`ChunkManifest`, built with numpy alone (the columns were checked
         when the file was decoded; ``url_order`` is the array's URL list from the extras, and
@@ -484,11 +484,13 @@ class BulkColumns(Mapping[str, ChunkColumns]):
         else:
             used = np.unique(self._url_codes[a:b][stored])
         remap = np.full(len(self._urls) or 1, -1, np.int32)
+        urls: Sequence[str]
         if url_order is None:
             urls = tuple(self._urls.take(pa.array(used, pa.int64())).to_pylist())
             remap[used] = np.arange(used.size, dtype=np.int32)
         else:
-            urls = url_order if isinstance(url_order, tuple) else tuple(url_order)
+            urls = (url_order if isinstance(url_order, (tuple, UrlColumn))
+                    else tuple(url_order))
             where = self._placed(url_order, url_column)[used] if used.size else used
             if (where < 0).any():
                 lost = self._urls[int(used[np.argmax(where < 0)])].as_py()

@@ -12,7 +12,7 @@ errors, the same messages), and the manifests are equal.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -121,7 +121,7 @@ class SmallBulkColumns(Mapping[str, ChunkColumns]):
             inline={r[0]: r[4] for r in rows if r[4] is not None},
         )
 
-    def manifest(self, name: str, url_order: tuple[str, ...] | None,
+    def manifest(self, name: str, url_order: Sequence[str] | None,
                  url_column: Any = None) -> ChunkManifest:
         """``name``'s :class:`ChunkManifest` (``url_order``: the array's URL list from the
         extras; else its URLs in the file's order; ``url_column``, the same in Arrow, is for

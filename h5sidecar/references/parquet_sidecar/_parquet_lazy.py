@@ -146,9 +146,9 @@ class ParquetManifests:
         self._init_state()
         self._bulk_data = bulk_data  # not pickled: a worker fetches the file if it needs it
 
-    _member_urls: tuple[str, ...] | None
+    _member_urls: Sequence[str] | None
 
-    def _urls(self, path: str) -> tuple[str, ...] | None:
+    def _urls(self, path: str) -> Sequence[str] | None:
         """The URL order of ``path``'s manifest (the members', read once, for a cube's)."""
         ax = self._extras.arrays.get(path, ArrayExtras())
         if not ax.from_members:
@@ -195,7 +195,7 @@ class ParquetManifests:
         self._init_state()
 
     # -- ManifestLoader ---------------------------------------------------------------------
-    def urls(self, path: str) -> tuple[str, ...]:
+    def urls(self, path: str) -> Sequence[str]:
         """The URLs of ``path``'s manifest, from the extras (no I/O but, for a cube's array
         whose URLs are its members', the members file once)."""
         return self._urls(path) or ()
