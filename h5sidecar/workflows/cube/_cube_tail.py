@@ -72,7 +72,8 @@ def _why_not_in_place(p: Part) -> str:
     """Why ``p``'s replaced members cannot be replaced in place ('' when they can): each new
     granule must span as many steps as the member it replaces (so the same chunks, whole
     along the dimension) and have every chunk of each concatenated array (a missing one
-    would have no row to supersede the old one's)."""
+    would have no row to supersede the old one's).  A granule chunked otherwise was refused
+    before (another encoding, see ``_cube_append._place``)."""
     assert p.refs is not None
     held = {p.record["coord"], *p.record["shared"]}
     lengths, starts = p.lengths, p.starts
@@ -118,9 +119,6 @@ def append_tail(p: Part, dim: str, opts: Mapping[str, Any]) -> CubePart:
             coordinate[a0:a1] = g.values
             first = {a: a0 // old[a].meta.chunks[0] * math.prod(old[a].meta.grid_shape[1:])
                      for a in old if a not in held}
-            for a in first:
-                if piece.arrays[a].meta.grid_shape[1:] != old[a].meta.grid_shape[1:]:
-                    raise AssertionError(f"{a}: the replacing granule's chunk grid differs")
             replacements.append(Replacement(row, rows, GranuleRefs(
                 piece.source, piece.groups, {a: piece.arrays[a] for a in first}), first))
     starts: dict[str, int] = {}

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 import xarray as xr
 
-from h5sidecar.errors import InvalidReferenceError
+from h5sidecar.errors import IncompatibleGranulesError, InvalidReferenceError
 from h5sidecar.references import MemberTable, SourceInfo, read_refs, write_parquet
 from h5sidecar.references._extras import parse_extras
 from h5sidecar.references._extras_versions import OVER_VERSION, PACKED_VERSION, unpack
@@ -34,10 +34,11 @@ FILL = -32767
 
 
 def _granule(path: Path, first: int, *, seed: int = 0, steps: int = STEPS,
-             hole: bool = False) -> Path:
+             hole: bool = False, chunks: tuple[int, int, int] = (1, 4, 6)) -> Path:
     """A granule of ``steps`` days from day ``first``: tas (packed, fill cells) and pr in
     chunks of (1, 4, 6) on an 8 x 12 grid, so each time step is 4 chunks and a granule 4 x
-    ``steps``.  ``hole``: one chunk of tas never written (missing from the references)."""
+    ``steps``.  ``hole``: one chunk of tas never written (missing from the references);
+    ``chunks``: tas's chunks (another encoding)."""
     rng = np.random.default_rng([seed, first])
     path.parent.mkdir(parents=True, exist_ok=True)
     with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
@@ -53,7 +54,7 @@ def _granule(path: Path, first: int, *, seed: int = 0, steps: int = STEPS,
             v.units = "degrees_north" if name == "lat" else "degrees_east"
             v[:] = np.linspace(-60, 60, n)
         tas = nc.createVariable("tas", "i2", ("time", "lat", "lon"), zlib=True, shuffle=True,
-                                chunksizes=(1, 4, 6), fill_value=FILL)
+                                chunksizes=chunks, fill_value=FILL)
         tas.setncatts({"units": "K", "scale_factor": np.float32(0.01),
                        "add_offset": np.float32(273.15)})
         tas.set_auto_maskandscale(False)
@@ -196,6 +197,19 @@ def test_a_replacement_that_cannot_be_in_place_rewrites_the_cube_and_says_why(
     assert _block(cube)["version"] == PACKED_VERSION  # a whole write supersedes nothing
     _read_everywhere(str(cube), files, steps=[STEPS, STEPS, change.get("steps", STEPS)])
     _assert_raw_matches_h5py(str(cube), files)
+
+
+def test_a_member_re_encoded_is_refused_and_the_cube_kept(tmp_path: Path) -> None:
+    """A replacing granule chunked otherwise is another encoding: refused (rebuild the cube),
+    the cube left as it was."""
+    files, sidecars, cube = _cube(tmp_path, 3, 3)
+    before = _stamps(cube)
+    _granule(files[1], STEPS, seed=5, chunks=(1, 8, 6))
+    _index(tmp_path / "nc", sidecars)
+    with pytest.raises(IncompatibleGranulesError, match=r"(?s)tas.chunks differs: \[1, 4, 6\] in the "
+                       r"cube .*g_001.nc is a member of .*and was re-encoded; rebuild the cube"):
+        build_cube(str(sidecars), str(cube), mode="append")
+    assert _stamps(cube) == before
 
 
 def _rows(array: str, chunks: list[int], offset: int) -> pa.Table:
