@@ -8,6 +8,10 @@ a copy of the record cache the setup filled (a machine that appends daily keeps 
 code tree given (``--code``: the repository by default; another checkout to compare with).
 
     python -m benchmarks.bench_cube_s3dest --days 200 --latency-ms 20 --code . /tmp/before
+
+``--cube-on-s3``: the cube is on the endpoint too (``s3://cubedest/cube.parq``), so the append
+writes to the object store; ``--replace``: one member re-processed before the append (a
+member replaced, besides the new day).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ t = time.perf_counter()
 r = build_cube(dest, cube, mode="append", record_settings=settings)
 import h5sidecar
 print(json.dumps({"seconds": time.perf_counter() - t, "added": len(r.added),
+                  "replaced": len(r.replaced),
                   "code": os.path.dirname(os.path.dirname(h5sidecar.__file__)),
                   "members": len(r.cubes[0].granules), "written": r.written}))
 """
@@ -63,6 +68,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--margin", type=float, default=0.0,
                    help="record_mark_margin_s of the appends (default 0: DEST was indexed "
                         "seconds before, where a daily append finds yesterday's rows hours old)")
+    p.add_argument("--cube-on-s3", action="store_true",
+                   help="build and append to the cube on the endpoint, not on local disk")
+    p.add_argument("--replace", action="store_true",
+                   help="re-process the middle member too: the append replaces it")
     p.add_argument("--code", nargs="+", default=["."],
                    help="code trees to run the append with (PYTHONPATH), side by side")
     args = p.parse_args(argv)
@@ -91,10 +100,15 @@ def main(argv: list[str] | None = None) -> None:
         report = index_many(f"s3://{BUCKET}/src", dest, executor="serial",
                             record_settings=settings)
         assert report.ok, report.to_dict()
-        cube = work / "cube.parq"
-        build_cube(dest, str(cube), record_settings=settings)
+        cube = root / "cube.parq" if args.cube_on_s3 else work / "cube.parq"
+        build_cube(dest, f"s3://{BUCKET}/cube.parq" if args.cube_on_s3 else str(cube),
+                   record_settings=settings)
         write_daily_granule(src / f"tas_{args.days:05d}.nc",
                             START + dt.timedelta(days=args.days))
+        if args.replace:  # re-processed: another seed, the same day
+            mid = args.days // 2
+            write_daily_granule(src / f"tas_{mid:05d}.nc", START + dt.timedelta(days=mid),
+                                seed=7)
         s3fs.S3FileSystem.clear_instance_cache()
         report = index_many(f"s3://{BUCKET}/src", dest, executor="serial",
                             record_settings=settings)
@@ -104,11 +118,14 @@ def main(argv: list[str] | None = None) -> None:
             for code in args.code:
                 run = work / "run"
                 shutil.rmtree(run, ignore_errors=True)
-                shutil.copytree(cube, run / "cube.parq")
+                target = root / "run.parq" if args.cube_on_s3 else run / "cube.parq"
+                shutil.rmtree(target, ignore_errors=True)
+                shutil.copytree(cube, target)
                 shutil.copytree(cache, run / "cache")
                 reset_stats(slow)
                 out = subprocess.run(
-                    [sys.executable, "-c", _APPEND, dest, str(run / "cube.parq"),
+                    [sys.executable, "-c", _APPEND, dest,
+                     f"s3://{BUCKET}/run.parq" if args.cube_on_s3 else str(target),
                      str(run / "cache"), str(args.margin)], env={**_env(slow), "PYTHONPATH": os.path.abspath(code)},
                     capture_output=True, text=True, check=True, cwd=work)  # (not this tree)
                 got = json.loads(out.stdout.strip().splitlines()[-1])
@@ -116,12 +133,15 @@ def main(argv: list[str] | None = None) -> None:
                 got.update(requests=stats["requests"], ops=stats.get("ops"),
                            in_a_row=stats.get("in_a_row"))
                 rows.setdefault(code, []).append(got)
-        print(f"append 1 day to a local cube of {args.days} from {dest}, "
+        where = "a cube on the endpoint" if args.cube_on_s3 else "a local cube"
+        what = "1 day and 1 member replaced" if args.replace else "1 day"
+        print(f"append {what} to {where} of {args.days} from {dest}, "
               f"{args.latency_ms:g} ms a request (median of {args.repeats}):")
         for code, runs in rows.items():
             t = statistics.median(float(r["seconds"]) for r in runs)  # type: ignore[arg-type]
             print(f"  {code} ({runs[0]['code']}): {t:.3f} s, {runs[0]['requests']} requests "
                   f"({runs[0]['in_a_row']} in a row), added {runs[0]['added']}, "
+                  f"replaced {runs[0]['replaced']}, "
                   f"members {runs[0]['members']}, {runs[0]['written']}; ops {runs[0]['ops']}")
     finally:
         stop_fast()

@@ -9,7 +9,7 @@ use: a reader sees "no sidecar" during the write, never new records under old me
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 import fsspec
@@ -82,8 +82,10 @@ def fetch_files(fs: Any, root: str, rels: list[str]) -> dict[str, bytes | None]:
     return out
 
 
-def write_remote_dir(fs: Any, root: str, files: Iterable[tuple[str, bytes]]) -> None:
-    """Replace the Parquet sidecar ``root`` on an object store by ``files`` (see above)."""
+def write_remote_dir(fs: Any, root: str, files: Iterable[tuple[str, bytes]],
+                     keep: Collection[str] = ()) -> None:
+    """Replace the Parquet sidecar ``root`` on an object store by ``files`` (see above), its
+    files ``keep`` (relative paths: an append's) kept as they are."""
     try:
         # find alone (one listing): a new prefix lists as empty, and exists() first would
         # cost a HEAD and a listing more
@@ -104,5 +106,6 @@ def write_remote_dir(fs: Any, root: str, files: Iterable[tuple[str, bytes]]) -> 
     if pending:
         fs.pipe(pending)  # concurrent PUTs of the record files
     fs.pipe_file(commit, marker)
-    for path in sorted(existing - set(pending) - {commit}):
+    kept = {f"{root}/{rel}" for rel in keep}
+    for path in sorted(existing - set(pending) - {commit} - kept):
         fs.rm_file(path)  # one by one: rm() would expand glob characters in the names

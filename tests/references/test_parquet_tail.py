@@ -15,7 +15,7 @@ import pytest
 from h5sidecar.references import INLINE, MISSING, ChunkManifest
 from h5sidecar.references.datacube._url_column import arrow_urls
 from h5sidecar.references.parquet_sidecar._kerchunk_parquet import record_path
-from h5sidecar.references.parquet_sidecar._parquet_tail import _old_rows
+from h5sidecar.references.parquet_sidecar._parquet_tail import _Dir, _old_rows
 from h5sidecar.references.parquet_sidecar._parquet_write import record_tables, smallest_file
 
 URLS = ("s3://bucket/a.h5", "s3://bucket/b.h5")
@@ -47,7 +47,7 @@ def test_tail_records_are_the_whole_arrays(tmp_path: Path, seed: int) -> None:
     got = {}
     for r, t in record_tables(tail, rs, arrow_urls(URLS), split):
         if r == split // rs and split % rs:
-            head = _old_rows(tmp_path, record_path("v", r), split % rs, t.schema)
+            head = _old_rows(_Dir(tmp_path), record_path("v", r), split % rs, t.schema)
             t = pa.concat_tables([head, t])
         got[r] = pq.read_table(io.BytesIO(smallest_file(t))).to_pylist()
     for r in range(split // rs, -(-n // rs)):

@@ -1,4 +1,4 @@
-"""Appending to a local Parquet cube by writing only its tail.
+"""Appending to a Parquet cube (local or on an object store) by writing only its tail.
 
 A cube whose new members go after the old ones along a dimension that is each concatenated
 array's first axis keeps every old chunk's number (C order: the new chunks' numbers follow the
@@ -22,7 +22,10 @@ manifests part, marked as superseding the earlier parts' rows of those chunks;
 
 into a new directory where every other file of the cube is hard-linked, then swapped in
 (:func:`~h5sidecar.references._atomic_local.write_local_dir`): a reader sees the old cube or
-the new one, and a process killed before the swap leaves the old cube as it was.
+the new one, and a process killed before the swap leaves the old cube as it was.  On an
+object store the files written go between removing ``.zmetadata`` and writing it again, and
+the files no longer listed are removed after
+(:func:`~h5sidecar.references._sidecar_files.write_remote_dir`, as a whole write).
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import ujson
+from fsspec.implementations.local import LocalFileSystem
 
+from h5sidecar.errors import InvalidReferenceError
 from h5sidecar.references._atomic_local import OURS, write_local_dir
 from h5sidecar.references._extras_versions import (
     EXTRAS_KEY,
@@ -48,6 +53,7 @@ from h5sidecar.references._extras_versions import (
     unpack,
 )
 from h5sidecar.references._model import GranuleRefs
+from h5sidecar.references._sidecar_files import fetch_files, sidecar_fs, write_remote_dir
 from h5sidecar.references.datacube._member_table import MemberTable, ranges
 from h5sidecar.references.json_sidecar._kerchunk_json import json_default
 from h5sidecar.references.parquet_sidecar import _manifests_parts
@@ -108,21 +114,56 @@ class Replacement:
     starts: Mapping[str, int]
 
 
-def tail_refusal(path: str | os.PathLike[str], concatenated: Collection[str] = ()) -> str:
-    """Why the cube at ``path`` cannot take a tail append ('' when it can): it must be a local
-    kerchunk-layout cube with a members file, a manifests file and no checksums file, whose
-    ``concatenated`` arrays each list the members as their URLs (``"urls": "members"``: the
-    new members' URLs then need no entry)."""
-    root = Path(path)
-    if not (root / ZMETADATA).is_file():
-        return "the cube is not a local Parquet directory"
-    zmeta = decode_zmetadata((root / ZMETADATA).read_bytes())
+class _Dir:
+    """A cube directory's files, local or on an object store (an fsspec URL)."""
+
+    def __init__(self, path: str | os.PathLike[str],
+                 storage_options: Mapping[str, Any] | None = None) -> None:
+        self.fs, self.root = sidecar_fs(path, dict(storage_options or {}) or None)
+        self.local = isinstance(self.fs, LocalFileSystem)
+
+    def read(self, rel: str) -> bytes | None:
+        """File ``rel``'s bytes (None: absent)."""
+        if self.local:
+            target = Path(self.root) / rel
+            return target.read_bytes() if target.is_file() else None
+        return fetch_files(self.fs, self.root, [rel])[rel]
+
+    def files(self) -> list[str]:
+        """The cube's files (relative paths)."""
+        if self.local:
+            return list(_files(Path(self.root)))
+        found = self.fs.find(self.root)
+        rels = [p[len(self.root) + 1:] for p in found]
+        return [r for r in rels if OURS.fullmatch(r)]
+
+    def commit(self, files: Mapping[str, bytes], keep: Collection[str]) -> None:
+        """Write ``files`` and keep ``keep`` (every other file goes), atomically: a local
+        directory swapped in; on an object store ``.zmetadata`` removed first and written
+        last, as a whole write does (a reader sees the old cube, none, or the new one)."""
+        if self.local:
+            write_local_dir(Path(self.root), files.items(), links=list(keep))
+        else:
+            write_remote_dir(self.fs, self.root, files.items(), keep=keep)
+
+
+def tail_refusal(path: str | os.PathLike[str], concatenated: Collection[str] = (),
+                 storage_options: Mapping[str, Any] | None = None) -> str:
+    """Why the cube at ``path`` cannot take a tail append ('' when it can): it must be a
+    kerchunk-layout cube (a local directory or on an object store) with a members file, a
+    manifests file and no checksums file, whose ``concatenated`` arrays each list the members
+    as their URLs (``"urls": "members"``: the new members' URLs then need no entry)."""
+    cube = _Dir(path, storage_options)
+    data = cube.read(ZMETADATA)
+    if data is None:
+        return "the cube is not a Parquet directory"
+    zmeta = decode_zmetadata(data)
     block = zmeta.get(EXTRAS_KEY)
     if sidecar_layout(zmeta) != "kerchunk" or bulk_file(zmeta) is None:
         return "the cube has no manifests file or is not in the kerchunk layout"
     if not isinstance(block, dict) or members_entry(block) is None:
         return "the cube's members are packed in its .zmetadata (a cube written before)"
-    if (root / CHECKSUMS_FILE).exists():
+    if cube.read(CHECKSUMS_FILE) is not None:
         return "the cube holds chunk checksums"
     arrays = unpack(block).get("arrays", {})
     listed = [a for a in concatenated if arrays.get(a, {}).get("urls") != "members"]
@@ -140,8 +181,9 @@ def write_parquet_tail(
     members: MemberTable,
     extra: Mapping[str, Any],
     replacements: Sequence[Replacement] = (),
+    storage_options: Mapping[str, Any] | None = None,
 ) -> list[str]:
-    """Append ``tail`` to the local Parquet cube at ``path`` (see the module docstring).
+    """Append ``tail`` to the Parquet cube at ``path`` (see the module docstring).
 
     Parameters
     ----------
@@ -160,14 +202,16 @@ def write_parquet_tail(
         The cube's new ``extra`` block.
     replacements
         Members replaced in place (their chunks, their rows of the members files).
+    storage_options
+        fsspec options of a cube on an object store.
 
     Returns
     -------
     list of str
         The files written (relative paths); every other file was kept as it was.
     """
-    root = Path(path)
-    zmeta = decode_zmetadata((root / ZMETADATA).read_bytes())
+    root = _Dir(path, storage_options)
+    zmeta = decode_zmetadata(_must(root, ZMETADATA))
     rs = int(zmeta["record_size"])
     block = unpack(zmeta[EXTRAS_KEY])
     files: dict[str, bytes] = {}
@@ -220,15 +264,23 @@ def write_parquet_tail(
                        default=json_default)
     files[ZMETADATA] = text.encode("utf-8")
     whole = {a for a in tail.arrays if a not in starts}
-    keep = [rel for rel in _files(root) if rel not in files
+    keep = [rel for rel in root.files() if rel not in files
             and rel.rpartition("/refs.")[0] not in whole  # a whole array's old records go
             and (rel in bulk_names or not is_manifests_file(rel))  # and merged parts
             and (rel in member_names or not is_member_file(rel))]  # and unlisted members
-    write_local_dir(root, files.items(), links=keep)
+    root.commit(files, keep)
     return list(files)
 
 
-def _appended_members(root: Path, entry: Mapping[str, Any] | None, new: MemberTable,
+def _must(root: _Dir, rel: str) -> bytes:
+    data = root.read(rel)
+    if data is None:
+        raise InvalidReferenceError(f"{root.root}/{rel} is missing: the cube changed during the "
+                                    "append; run it again")
+    return data
+
+
+def _appended_members(root: _Dir, entry: Mapping[str, Any] | None, new: MemberTable,
                       files: dict[str, bytes], replaced: Sequence[tuple[int, pa.Table]] = ()
                       ) -> dict[str, Any]:
     """Add the members files of ``new`` after the cube's to ``files``, with the ``replaced``
@@ -247,7 +299,7 @@ def _appended_members(root: Path, entry: Mapping[str, Any] | None, new: MemberTa
     # (files of another size than this version writes: rewritten in its parts, once)
     whole = parts[0]["count"] > size or (len(parts) > 1 and parts[0]["count"] != size)
     def read(k: int) -> pq.ParquetFile:
-        return pq.ParquetFile(pa.BufferReader((root / member_file(k)).read_bytes()))
+        return pq.ParquetFile(pa.BufferReader(_must(root, member_file(k))))
 
     if whole:  # every file, read
         old = pa.concat_tables([read(k).read(use_threads=False) for k in range(last + 1)])
@@ -297,7 +349,7 @@ def _chunk_counts(metadata: Mapping[str, Any], lengths: Mapping[str, int]) -> di
     return out
 
 
-def _record_rows(root: Path, rel: str, data: bytes | None, n: int, schema: pa.Schema
+def _record_rows(root: _Dir, rel: str, data: bytes | None, n: int, schema: pa.Schema
                  ) -> pa.Table:
     """The rows of the record file ``rel`` (its bytes written by this append when ``data``,
     else the cube's; ``n`` rows all missing when it has none)."""
@@ -314,16 +366,16 @@ def _files(root: Path) -> Iterator[str]:
                 yield rel
 
 
-def _old_rows(root: Path, rel: str, n: int, schema: pa.Schema) -> pa.Table:
+def _old_rows(root: _Dir, rel: str, n: int, schema: pa.Schema) -> pa.Table:
     """The first ``n`` rows of the record file ``rel`` (all missing when it is absent: a
     record whose chunks were all missing has no file)."""
-    target = root / rel
-    if not target.exists():
+    data = root.read(rel)
+    if data is None:
         return pa.table({"path": pa.nulls(n, pa.string()),
                          "offset": pa.array([0] * n, pa.int64()),
                          "size": pa.array([0] * n, pa.int64()),
                          "raw": pa.nulls(n, pa.binary())}).cast(schema)
-    return _as_record(read_table(rel, target.read_bytes()).slice(0, n), schema)
+    return _as_record(read_table(rel, data).slice(0, n), schema)
 
 
 def _as_record(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -336,7 +388,7 @@ def _as_record(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return table.select([f.name for f in (schema.field("path"), *RECORD_FIELDS)]).cast(schema)
 
 
-def _appended_manifests(root: Path, zmeta: Mapping[str, Any], tail: GranuleRefs,
+def _appended_manifests(root: _Dir, zmeta: Mapping[str, Any], tail: GranuleRefs,
                         starts: Mapping[str, int], files: dict[str, bytes],
                         replacements: Sequence[Replacement] = ()
                         ) -> tuple[dict[str, Any], set[str]]:
@@ -353,8 +405,8 @@ def _appended_manifests(root: Path, zmeta: Mapping[str, Any], tail: GranuleRefs,
     parts = manifests_parts(zmeta)
     assert parts is not None  # (tail_refusal)
     if parts[0].rows < 0:  # a plain entry: its rows from the file's footer
-        first = root / MANIFESTS_FILE
-        parts = [BulkPart(MANIFESTS_FILE, parts[0].bytes, read_part_rows(first.read_bytes()))]
+        parts = [BulkPart(MANIFESTS_FILE, parts[0].bytes,
+                          read_part_rows(_must(root, MANIFESTS_FILE)))]
     new = manifests_table(tail, starts)
     if replacements:
         new = pa.concat_tables([new, *(
@@ -366,7 +418,7 @@ def _appended_manifests(root: Path, zmeta: Mapping[str, Any], tail: GranuleRefs,
     n = merge_plan([*(p.rows for p in parts), new.num_rows]) - 1  # old parts merged
     kept, merged = parts[:len(parts) - n], parts[len(parts) - n:]
     if merged:
-        tables = [pq.ParquetFile(pa.BufferReader((root / p.file).read_bytes()),
+        tables = [pq.ParquetFile(pa.BufferReader(_must(root, p.file)),
                                  read_dictionary=["array", "url"]).read(use_threads=False)
                   for p in merged]
         table = join_parts([*tables, new], [*(p.whole for p in merged), whole],

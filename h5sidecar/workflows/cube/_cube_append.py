@@ -476,7 +476,7 @@ def _write_part(p: Part, dim: str, format: str, opts: Mapping[str, Any],
     p.record.pop(MARK_KEY, None)
     if mark is not None:
         p.record[MARK_KEY] = dict(mark)
-    why = (_JSON_WHOLE if format == "json" else why_not_tail(p, dim))
+    why = (_JSON_WHOLE if format == "json" else why_not_tail(p, dim, opts))
     whys.append(why)
     if not why:  # only the new members' files and each array's last partial record
         return append_tail(p, dim, opts)

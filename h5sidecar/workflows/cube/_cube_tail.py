@@ -1,4 +1,5 @@
-"""An append to a local Parquet cube that writes only what is new (its tail).
+"""An append to a Parquet cube (local or on an object store) that writes only what is new
+(its tail).
 
 When the new granules go after the cube's members, no member was replaced, and the concat
 dimension is the first axis of every concatenated array with whole chunks along it, the new
@@ -23,7 +24,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from h5sidecar._version import __version__
-from h5sidecar.dest import is_remote
 from h5sidecar.references import (
     MISSING,
     GranuleRefs,
@@ -43,11 +43,9 @@ from h5sidecar.workflows.cube._cube_time import time_of
 __all__ = ["append_tail", "why_not_tail"]
 
 
-def why_not_tail(p: Part, dim: str) -> str:
+def why_not_tail(p: Part, dim: str, opts: Mapping[str, Any] | None = None) -> str:
     """Why ``p``'s append must rewrite the cube ('' when only its tail is written, and its
-    replaced members in place)."""
-    if is_remote(p.path):
-        return "the cube is on an object store"
+    replaced members in place); ``opts``: the fsspec options of a cube on an object store."""
     assert p.refs is not None
     held = {p.record["coord"], *p.record["shared"]}
     for a, arr in p.refs.arrays.items():
@@ -65,7 +63,7 @@ def why_not_tail(p: Part, dim: str) -> str:
     if any(g.stamp is not None and not g.stamp[0].startswith(root)
            for g in [*p.new, *p.replaced.values()]):
         return f"new sidecars are not under the cube's sidecar folder {root}"
-    return tail_refusal(p.path, [a for a in p.refs.arrays if a not in held])
+    return tail_refusal(p.path, [a for a in p.refs.arrays if a not in held], opts)
 
 
 def _why_not_in_place(p: Part) -> str:
@@ -141,7 +139,7 @@ def append_tail(p: Part, dim: str, opts: Mapping[str, Any]) -> CubePart:
     # only the new members: the cube's members files but its last are kept
     write_parquet_tail(p.path, tail, starts=starts, lengths=lengths,
                        members=MemberTable(added), extra={**p.refs.extra, CUBE_KEY: cube},
-                       replacements=replacements)
+                       replacements=replacements, storage_options=opts)
     return CubePart(path=p.path, granules=MemberUrls(members),  # no string per member
                     length=int(coordinate.size), first=coordinate[0].item(),
                     last=coordinate[-1].item(), **time_of(p.coord_attrs))

@@ -197,11 +197,34 @@ def test_append_on_s3(tmp_path: Path, s3, s3_bucket: str, s3_storage_options) ->
     result = build_cube(dest, out, storage_options=s3_storage_options, mode="append")
     assert result.action == "appended" and result.sidecars_read == 1 and result.unchanged == 2
     assert result.added == (f"s3://{s3_bucket}/nc/{files[2].name}",)
+    assert result.written == "tail"  # on the object store too: only the new files written
     assert build_cube(dest, out, storage_options=s3_storage_options,
                       mode="append").action == "up_to_date"
     with xr.open_dataset(out, engine="h5sidecar", chunks=None, storage_options=s3_storage_options,
                          remote_options=s3_storage_options) as ds:
         _assert_same(ds, _reference(files))
+    # a member re-processed: replaced in place in the cube on the object store
+    write_daily_granule(files[1], START + dt.timedelta(days=1), seed=7, nlat=4, nlon=6)
+    upload_and_index([files[1]])
+    result = build_cube(dest, out, storage_options=s3_storage_options, mode="append")
+    assert result.replaced == (f"s3://{s3_bucket}/nc/{files[1].name}",) and result.added == ()
+    assert result.written == "tail"
+    with xr.open_dataset(out, engine="h5sidecar", chunks=None, storage_options=s3_storage_options,
+                         remote_options=s3_storage_options) as ds:
+        _assert_same(ds, _reference(files))
+    ref = {"fo": out, "target_options": s3_storage_options, "remote_protocol": "s3",
+           "remote_options": {**s3_storage_options, "asynchronous": True}}
+    with xr.open_dataset("reference://", engine="zarr", backend_kwargs={
+            "consolidated": False, "storage_options": ref}) as ds:  # the record files
+        _assert_same(ds, _reference(files, widened=True))
+    whole = f"s3://{s3_bucket}/whole.parq"
+    build_cube(dest, whole, storage_options=s3_storage_options)
+    opts = {"storage_options": s3_storage_options}
+    assert read_refs(out, lazy=False, **opts) == read_refs(whole, lazy=False, **opts)
+    listed = {p.rpartition("cube.parq/")[2] for p in s3.find(f"{s3_bucket}/cube.parq")}
+    # the files a build writes (the appends' small manifests parts merged into the first):
+    # nothing stale left behind
+    assert listed == {p.rpartition("whole.parq/")[2] for p in s3.find(f"{s3_bucket}/whole.parq")}
 
 
 # zarr flags the numcodecs codecs of HDF5 filters as outside the Zarr v3 spec (they are ours)
