@@ -83,15 +83,17 @@ def fetch_files(fs: Any, root: str, rels: list[str]) -> dict[str, bytes | None]:
 
 
 def write_remote_dir(fs: Any, root: str, files: Iterable[tuple[str, bytes]],
-                     keep: Collection[str] = ()) -> None:
+                     keep: Collection[str] = (), existing: set[str] | None = None) -> None:
     """Replace the Parquet sidecar ``root`` on an object store by ``files`` (see above), its
-    files ``keep`` (relative paths: an append's) kept as they are."""
-    try:
-        # find alone (one listing): a new prefix lists as empty, and exists() first would
-        # cost a HEAD and a listing more
-        existing = set(fs.find(root))
-    except FileNotFoundError:
-        existing = set()
+    files ``keep`` (relative paths: an append's) kept as they are; ``existing``: its objects
+    as the caller listed them just before (else listed here)."""
+    if existing is None:
+        try:
+            # find alone (one listing): a new prefix lists as empty, and exists() first would
+            # cost a HEAD and a listing more
+            existing = set(fs.find(root))
+        except FileNotFoundError:
+            existing = set()
     foreign = sorted(p for p in existing if not OURS.fullmatch(p[len(root) + 1 :]))
     if foreign:
         raise FileExistsError(

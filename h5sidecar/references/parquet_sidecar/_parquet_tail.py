@@ -121,20 +121,32 @@ class _Dir:
                  storage_options: Mapping[str, Any] | None = None) -> None:
         self.fs, self.root = sidecar_fs(path, dict(storage_options or {}) or None)
         self.local = isinstance(self.fs, LocalFileSystem)
+        self._fetched: dict[str, bytes | None] = {}
+        self._listed: set[str] | None = None
+
+    def prefetch(self, rels: Collection[str]) -> None:
+        """Fetch the files ``rels`` at once (concurrent GETs on an object store: an append
+        reads a few files, each a round trip when read in turn), for :meth:`read`."""
+        if not self.local:
+            wanted = sorted(set(rels) - set(self._fetched))
+            self._fetched.update(fetch_files(self.fs, self.root, wanted))
 
     def read(self, rel: str) -> bytes | None:
         """File ``rel``'s bytes (None: absent)."""
         if self.local:
             target = Path(self.root) / rel
             return target.read_bytes() if target.is_file() else None
-        return fetch_files(self.fs, self.root, [rel])[rel]
+        if rel not in self._fetched:
+            self._fetched.update(fetch_files(self.fs, self.root, [rel]))
+        return self._fetched.pop(rel)
 
     def files(self) -> list[str]:
         """The cube's files (relative paths)."""
         if self.local:
             return list(_files(Path(self.root)))
-        found = self.fs.find(self.root)
-        rels = [p[len(self.root) + 1:] for p in found]
+        if self._listed is None:
+            self._listed = set(self.fs.find(self.root))
+        rels = [p[len(self.root) + 1:] for p in self._listed]
         return [r for r in rels if OURS.fullmatch(r)]
 
     def commit(self, files: Mapping[str, bytes], keep: Collection[str]) -> None:
@@ -144,7 +156,8 @@ class _Dir:
         if self.local:
             write_local_dir(Path(self.root), files.items(), links=list(keep))
         else:
-            write_remote_dir(self.fs, self.root, files.items(), keep=keep)
+            write_remote_dir(self.fs, self.root, files.items(), keep=keep,
+                             existing=self._listed)
 
 
 def tail_refusal(path: str | os.PathLike[str], concatenated: Collection[str] = (),
@@ -154,6 +167,7 @@ def tail_refusal(path: str | os.PathLike[str], concatenated: Collection[str] = (
     manifests file and no checksums file, whose ``concatenated`` arrays each list the members
     as their URLs (``"urls": "members"``: the new members' URLs then need no entry)."""
     cube = _Dir(path, storage_options)
+    cube.prefetch([ZMETADATA, CHECKSUMS_FILE])  # (both at once)
     data = cube.read(ZMETADATA)
     if data is None:
         return "the cube is not a Parquet directory"
@@ -215,6 +229,8 @@ def write_parquet_tail(
     rs = int(zmeta["record_size"])
     block = unpack(zmeta[EXTRAS_KEY])
     files: dict[str, bytes] = {}
+    counts = _chunk_counts(zmeta["metadata"], lengths)
+    root.prefetch(_read_by(zmeta, block, starts, replacements, rs))
     url_dicts = UrlDicts()
     for a, arr in tail.arrays.items():
         m = arr.manifest
@@ -226,7 +242,6 @@ def write_parquet_tail(
                 ).combine_chunks()
             files[record_path(a, record)] = smallest_file(table)
             del table
-    counts = _chunk_counts(zmeta["metadata"], lengths)
     for r in replacements:  # their chunks' rows swapped in the record files holding them
         for a, start in r.starts.items():
             m = r.refs.arrays[a].manifest
@@ -270,6 +285,24 @@ def write_parquet_tail(
             and (rel in member_names or not is_member_file(rel))]  # and unlisted members
     root.commit(files, keep)
     return list(files)
+
+
+def _read_by(zmeta: Mapping[str, Any], block: Mapping[str, Any], starts: Mapping[str, int], replacements: Sequence[Replacement],
+             rs: int) -> list[str]:
+    """The cube's files an append will read: each array's last partial record, the records
+    of the replaced members' chunks, the last members file and those holding a replaced
+    member, the manifests parts after the first (those a merge may read)."""
+    rels = [record_path(a, s // rs) for a, s in starts.items() if s % rs]
+    for r in replacements:
+        for a, s in r.starts.items():
+            n = math.prod(r.refs.arrays[a].meta.grid_shape)
+            rels += [record_path(a, k) for k in range(s // rs, (s + n - 1) // rs + 1)]
+    entry = members_entry(block)
+    if entry is not None:
+        parts, size = member_parts(entry), part_rows()
+        rels += [member_file(len(parts) - 1), *(member_file(r.row // size) for r in replacements)]
+    rels += [p.file for p in (manifests_parts(zmeta) or [])[1:]]
+    return rels
 
 
 def _must(root: _Dir, rel: str) -> bytes:
