@@ -346,15 +346,17 @@ def test_stalled_upstream_times_out_and_other_granules_are_served(stalled_s3) ->
 
 
 def _timed_get_many(url: str, paths: list[str], timeout: float) -> list[tuple[int, float, str]]:
-    """GET every path at once; (status, seconds to the answer, Retry-After) of each."""
+    """GET every path at once; (status, seconds from its own send to the answer, Retry-After)
+    of each (its own: on a loaded machine the threads may send seconds apart, so times from a
+    common start say when a request was sent, not how long the gateway held it)."""
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    t0 = time.monotonic()
-
     def one(path: str) -> tuple[int, float, str]:
-        r = httpx.get(url + path, timeout=timeout)
-        return r.status_code, time.monotonic() - t0, r.headers.get("retry-after", "")
+        with httpx.Client(timeout=timeout) as client:  # (made before the clock starts)
+            t0 = time.monotonic()
+            r = client.get(url + path)
+            return r.status_code, time.monotonic() - t0, r.headers.get("retry-after", "")
 
     with ThreadPoolExecutor(len(paths)) as pool:
         return list(pool.map(one, paths))
@@ -377,7 +379,7 @@ def test_requests_queue_up_to_max_pending_behind_a_hung_source(stalled_s3) -> No
     # 3 beyond the queue: 503 + Retry-After at once
     assert statuses == [502] * 8 + [503] * 3, got
     assert all(after == "1" for status, _, after in got if status == 503), got
-    # "at once": before the first read's request_timeout ran out
+    # "at once": each refused in less time than any read took to reach its request_timeout
     assert max(t for s, t, _ in got if s == 503) < min(t for s, t, _ in got if s == 502), got
     assert max(t for _, t, _ in got) < 10
 
