@@ -299,15 +299,25 @@ def _chunks_by_array(table: pa.Table) -> dict[str, pa.Array]:
             for a in pc.unique(names).to_pylist() if a is not None}
 
 
-def _held(table: pa.Table, chunks: Mapping[str, pa.Array]) -> pa.ChunkedArray:
-    """Whether each row of ``table`` is of a chunk of ``chunks`` (array -> chunk numbers)."""
-    names = pc.cast(table.column("array"), pa.string())
-    hit = None
-    for a, numbers in chunks.items():
-        one = pc.and_(pc.equal(names, a), pc.is_in(table.column("chunk"), value_set=numbers))
-        hit = one if hit is None else pc.or_(hit, one)
-    assert hit is not None
-    return pc.fill_null(hit, False)
+def _held(table: pa.Table, chunks: Mapping[str, pa.Array]) -> pa.Array:
+    """Whether each row of ``table`` is of a chunk of ``chunks`` (array -> chunk numbers):
+    the chunk numbers compared first (integers), then the array names of the rows that match
+    alone (not every row's name made a string: a cube's first part holds millions)."""
+    column = table.column("chunk")
+    numbers = pc.unique(pa.concat_arrays([c.cast(column.type) for c in chunks.values()]))
+    hit = pc.fill_null(pc.is_in(column, value_set=numbers), False).to_numpy(
+        zero_copy_only=False).copy()
+    rows = np.flatnonzero(hit)
+    if rows.size:
+        at = pa.array(rows, pa.int64())
+        names = pc.cast(table.column("array").take(at), pa.string()).combine_chunks()
+        found = column.take(at).combine_chunks()
+        mine = np.zeros(rows.size, bool)
+        for a, values in chunks.items():
+            mine |= pc.fill_null(pc.and_(pc.equal(names, a), pc.is_in(found, value_set=values)),
+                                 False).to_numpy(zero_copy_only=False)
+        hit[rows] = mine
+    return pa.array(hit)
 
 
 def _file(data: bytes) -> pq.ParquetFile:
