@@ -5,10 +5,20 @@ from __future__ import annotations
 
 import pickle
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
-from h5sidecar.references import MemberTable, SourceInfo, UrlColumn
+from h5sidecar.references import (
+    ArrayMeta,
+    ArrayRefs,
+    ChunkManifest,
+    GranuleRefs,
+    MemberTable,
+    SourceInfo,
+    UrlColumn,
+)
+from h5sidecar.references.datacube._concat import concat_manifests, concat_refs, slice_manifest
 from h5sidecar.references.datacube._url_column import arrow_urls, distinct_urls, repeated_url
 
 URLS = ("/data/a.nc", "/data/b.nc", "s3://bucket/c.nc", "https://host/d.nc")
@@ -104,3 +114,65 @@ def test_a_parquet_cubes_manifest_names_its_members_in_arrow(tmp_path, monkeypat
     urls = refs.arrays["tas"].manifest.urls
     assert isinstance(urls, UrlColumn) and urls == tuple(str(f) for f in sorted(files))
     assert urls == tuple(m.url for m in refs.members)
+
+
+def test_unordered_urls_are_compared_a_sorted_slice_at_a_time(monkeypatch) -> None:
+    """A repeat is found however the sorted order falls across the slices compared (their
+    boundary included), and none is found where there is none."""
+    from h5sidecar.references.datacube import _url_column
+
+    monkeypatch.setattr(_url_column, "_SORTED_SLICE", 3)
+    names = [f"/d/g{i:02d}.nc" for i in range(10)][::-1]  # out of order: sorted
+    assert repeated_url(pa.array(names)) is None
+    for k in range(1, 10):  # the repeat's sorted neighbours at each place, boundaries too
+        urls = [*names, names[k]]
+        assert repeated_url(pa.array(urls)) == names[k]
+        split = pa.chunked_array([pa.array(urls[:4]), pa.array(urls[4:])])
+        assert repeated_url(split) == names[k]
+
+
+def _manifest(urls: tuple[str, ...] | UrlColumn, codes: list[int]) -> ChunkManifest:
+    n = len(codes)
+    return ChunkManifest.from_arrays(
+        urls=urls, codes=np.array(codes, np.int32).reshape(n, 1),
+        offsets=np.arange(n, dtype=np.uint64).reshape(n, 1) * 10,
+        lengths=np.full((n, 1), 7, np.uint64))
+
+
+def _chunk_urls(m: ChunkManifest) -> list[str | None]:
+    return [m.urls[c] if c >= 0 else None for c in m.codes.reshape(-1).tolist()]
+
+
+@pytest.mark.parametrize("arrow", [False, True])
+def test_sliced_and_joined_manifests_keep_their_urls_in_arrow(arrow: bool) -> None:
+    """Slices of a manifest whose URLs are a UrlColumn keep a UrlColumn (no Python string a
+    URL), and joining them (with a granule's tuple, URLs repeated or not) reads every chunk
+    from the URL the tuple-based join gives."""
+    urls = tuple(f"/d/g{i}.nc" for i in range(6))
+    whole = _manifest(UrlColumn(pa.array(urls)) if arrow else urls, [0, 1, 2, -1, 3, 4, 5])
+    head, tail = slice_manifest(whole, 0, 0, 3), slice_manifest(whole, 0, 4, 7)
+    assert isinstance(head.urls, UrlColumn) is arrow and isinstance(tail.urls, UrlColumn) is arrow
+    assert list(head.urls) == list(urls[:3]) and list(tail.urls) == list(urls[3:])
+    for extra in (("/d/new.nc",), ("/d/g1.nc",)):  # a new URL; one the slices list already
+        mid = _manifest(extra, [0, 0])
+        joined = concat_manifests([head, mid, tail], axis=0)
+        assert isinstance(joined.urls, UrlColumn) is arrow
+        assert _chunk_urls(joined) == [*urls[:3], extra[0], extra[0], *urls[3:]]
+        assert len(set(joined.urls)) == len(joined.urls)  # each URL listed once
+        assert joined.offsets.reshape(-1).tolist() == [0, 10, 20, 0, 10, 40, 50, 60]
+
+
+def test_arrays_joined_to_equal_url_columns_share_one() -> None:
+    """A cube's arrays joined from slices list the same members: they share one UrlColumn
+    (the manifests writer codes a shared table once, not a mapping of every URL per array)."""
+    urls = UrlColumn(pa.array([f"/d/g{i}.nc" for i in range(4)]))
+    meta = ArrayMeta(shape=(2, 1), chunks=(1, 1), dtype="<i2",
+                     dimension_names=("time", "x"))
+    parts = []
+    for a, b in ((0, 2), (2, 4)):
+        arrays = {n: ArrayRefs(path=n, meta=meta, manifest=_manifest(urls[a:b], [0, 1]))
+                  for n in ("tas", "pr")}  # (each array's slice its own object)
+        parts.append(GranuleRefs(SourceInfo(url=urls[a], size=100), {}, arrays))
+    joined = concat_refs(parts, "time")
+    assert joined.arrays["tas"].manifest.urls is joined.arrays["pr"].manifest.urls
+    assert joined.arrays["tas"].manifest.urls == urls

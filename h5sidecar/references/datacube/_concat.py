@@ -20,11 +20,14 @@ from dataclasses import replace
 from typing import Any, Literal
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from h5sidecar.errors import IncompatibleGranulesError
 from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._manifest import INLINE, ChunkManifest
 from h5sidecar.references._model import ArrayRefs, GranuleRefs, SourceInfo
+from h5sidecar.references.datacube._url_column import UrlColumn, arrow_urls
 
 __all__ = [
     "check_shared_meta",
@@ -115,6 +118,7 @@ def concat_refs(
         else:
             check_shared_meta(path, [a.meta for a in per], names, dim)
             arrays[path] = per[0]
+    _share_urls(arrays)
     return GranuleRefs(
         source=source or first.source,
         groups=first.groups,
@@ -185,6 +189,25 @@ def concat_meta(path: str, metas: Sequence[ArrayMeta], names: Sequence[str],
     return replace(meta0, shape=tuple(shape))
 
 
+def _share_urls(arrays: dict[str, ArrayRefs]) -> None:
+    """Arrays whose merged URLs are equal :class:`UrlColumn` s made to share one (a cube's
+    arrays all list its members): the writers code a shared table once, where a second equal
+    one costs a ``str -> int`` mapping of every URL."""
+    seen: list[UrlColumn] = []
+    for path, arr in arrays.items():
+        urls = arr.manifest.urls
+        if not isinstance(urls, UrlColumn):
+            continue
+        same = next((u for u in seen if u is urls or u == urls), None)
+        if same is None:
+            seen.append(urls)
+        elif same is not urls:
+            m = arr.manifest
+            arrays[path] = replace(arr, manifest=ChunkManifest.from_checked(
+                urls=same, codes=m.codes, offsets=m.offsets, lengths=m.lengths,
+                inline=m.inline))
+
+
 def _concat_array(
     path: str, per: list[ArrayRefs], names: list[str], dim: str
 ) -> ArrayRefs:
@@ -204,15 +227,14 @@ def _concat_array(
 
 def concat_manifests(manifests: Sequence[ChunkManifest], axis: int) -> ChunkManifest:
     """Join chunk manifests along ``axis`` of their chunk grids (one merged URL table)."""
-    table: dict[str, int] = {}
     codes, offsets, lengths = [], [], []
     inline: dict[int, bytes] = {}
     grids = [m.grid_shape for m in manifests]
     total = list(grids[0])
     total[axis] = sum(g[axis] for g in grids)
     start = 0
-    for m, grid in zip(manifests, grids, strict=True):
-        remap = np.array([table.setdefault(u, len(table)) for u in m.urls] or [0], np.int32)
+    urls, remaps = _merged_urls(manifests)
+    for m, grid, remap in zip(manifests, grids, remaps, strict=True):
         c = m.codes
         codes.append(np.where(c >= 0, remap[np.clip(c, 0, None)], c))
         offsets.append(m.offsets)
@@ -229,12 +251,43 @@ def concat_manifests(manifests: Sequence[ChunkManifest], axis: int) -> ChunkMani
     # the merged table, inline chunks exactly at INLINE codes): not checked again, which at a
     # cube of a million members built sets and copies of a million inline chunks' indices
     return ChunkManifest.from_checked(
-        urls=tuple(table),
+        urls=urls,
         codes=np.concatenate(codes, axis=axis),
         offsets=np.concatenate(offsets, axis=axis),
         lengths=np.concatenate(lengths, axis=axis),
         inline=inline,
     )
+
+
+def _merged_urls(manifests: Sequence[ChunkManifest]
+                 ) -> tuple[Sequence[str], list[np.ndarray]]:
+    """One URL table for ``manifests`` and, for each, where its URLs are in it.
+
+    Manifests whose URLs are a :class:`UrlColumn` (a cube's members') are merged in Arrow:
+    a cube rewritten around a replaced member joins slices of a million members' URLs, which
+    as Python strings and a ``str -> int`` dict were ~0.3 KB a member.  When the joined
+    URLs list none twice (a cube's members in order: one comparison of neighbours) the table
+    is their concatenation; else they are dictionary-encoded.  Tuples (granules' few URLs)
+    are merged with a dict, in first-appearance order, as before.
+    """
+    if not any(isinstance(m.urls, UrlColumn) for m in manifests):
+        table: dict[str, int] = {}
+        remaps = [np.array([table.setdefault(u, len(table)) for u in m.urls] or [0], np.int32)
+                  for m in manifests]
+        return tuple(table), remaps
+    joined = pa.chunked_array([arrow_urls(m.urls) for m in manifests], pa.string())
+    sizes = np.array([len(m.urls) for m in manifests], np.int64)
+    merged = UrlColumn(joined.combine_chunks())
+    if merged.distinct:
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        return merged, [np.arange(a, a + n, dtype=np.int32) if n else np.zeros(1, np.int32)
+                        for a, n in zip(starts.tolist(), sizes.tolist(), strict=True)]
+    encoded = pc.dictionary_encode(merged.arrow)
+    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int32)
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    return UrlColumn(encoded.dictionary, distinct=True), [
+        codes[a:b] if b > a else np.zeros(1, np.int32)
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
 
 
 def slice_refs(
@@ -300,7 +353,8 @@ def slice_manifest(manifest: ChunkManifest, axis: int, first: int, stop: int) ->
         data = [d for d, k in zip(manifest.inline.values(), keep, strict=True) if k]
         inline = dict(zip(np.asarray(new).tolist(), data, strict=True))
     return ChunkManifest.from_arrays(
-        urls=tuple(manifest.urls[i] for i in used.tolist()),
+        urls=(manifest.urls.take(used) if isinstance(manifest.urls, UrlColumn)
+              else tuple(manifest.urls[i] for i in used.tolist())),
         codes=np.ascontiguousarray(new_codes),
         offsets=np.ascontiguousarray(manifest.offsets.reshape(grid)[index]),
         lengths=np.ascontiguousarray(manifest.lengths.reshape(grid)[index]),

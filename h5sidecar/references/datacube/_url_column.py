@@ -23,6 +23,8 @@ __all__ = ["UrlColumn", "arrow_urls", "distinct_urls", "repeated_url"]
 
 #: Items made into strings at a time by iteration.
 _SLICE = 10_000
+#: Sorted URLs compared at a time (a sorted copy of a million was ~0.1 GB at once).
+_SORTED_SLICE = 65_536
 
 
 class UrlColumn(Sequence[str]):
@@ -116,18 +118,21 @@ def repeated_url(urls: pa.Array) -> str | None:
 
     Found by sorting (neighbours equal), not by hashing: Arrow's hash of a million URLs held
     ~500 bytes a member at a cube build's peak.  URLs already in increasing order (a DEST
-    listed by name: the usual build) need no sort at all, nor the sorted copy (~70 bytes a
-    URL): one comparison of neighbours, a bit each.
+    listed by name: the usual build) need no sort at all: one comparison of neighbours, a bit
+    each.  Others are sorted by index and compared a slice of the sorted order at a time (a
+    sorted copy of every URL was ~70 bytes a URL at once).
     """
     n = len(urls)
     if n < 2:
         return None
     if pc.all(pc.less(urls.slice(0, n - 1), urls.slice(1))).as_py():
         return None
-    ordered = urls.take(pc.array_sort_indices(urls))
-    same = pc.equal(ordered.slice(1), ordered.slice(0, n - 1))
-    if pc.any(same).as_py():
-        return str(ordered[pc.index(same, True).as_py()].as_py())
+    order = pc.array_sort_indices(urls)
+    for start in range(0, n - 1, _SORTED_SLICE):  # the sorted URLs a slice at a time
+        ordered = urls.take(order.slice(start, _SORTED_SLICE + 1))
+        same = pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1))
+        if pc.any(same).as_py():
+            return str(ordered[pc.index(same, True).as_py()].as_py())
     return None
 
 

@@ -274,3 +274,35 @@ def test_members_lengths_that_do_not_add_up_to_the_coordinate_are_refused() -> N
     with pytest.raises(InvalidReferenceError, match=r"cube.parq: its members' lengths add up "
                        r"to 6 steps, its coordinate holds 5; the cube was damaged"):
         _ = short.starts
+
+
+@pytest.mark.parametrize("folder", ["2020", "2021"])
+def test_a_middle_member_of_another_length_rewrites_the_cube_as_a_build(
+    tmp_path: Path, folder: str
+) -> None:
+    """Member 1 of 4 re-processed one step shorter (every chunk after it renumbered), with a
+    new granule in the members' folder or beside it (its sidecar outside the cube's sidecar
+    root): the cube is rewritten whole, reads right, and holds the references, the members
+    (sidecar paths below the root) and the record a build of every sidecar writes."""
+    files = [_granule(tmp_path / "nc" / "2020" / f"g_{k:03d}.nc", STEPS * k) for k in range(4)]
+    sidecars = _index(tmp_path / "nc", tmp_path / "sidecars")
+    cube = tmp_path / "cube.parq"
+    build_cube(str(sidecars), str(cube))
+    write_parquet(read_refs(str(cube), lazy=False), cube, record_size=3)
+    assert "members_file" in _block(cube)  # a cube of member columns (the Arrow path)
+    _granule(files[1], STEPS, seed=9, steps=1)
+    files.append(_granule(tmp_path / "nc" / folder / "g_004.nc", STEPS * 4))
+    _index(tmp_path / "nc", sidecars)
+    result = build_cube(str(sidecars), str(cube), mode="append")
+    assert result.written == "rewritten" and result.replaced == (str(files[1]),)
+    assert result.added == (str(files[4]),)
+    assert "g_001.nc now spans 1 steps, not 2" in result.why_rewritten
+    _read_everywhere(str(cube), files, steps=[STEPS, 1, STEPS, STEPS, STEPS])
+    _assert_raw_matches_h5py(str(cube), files)
+    whole = tmp_path / "whole.parq"
+    build_cube(str(sidecars), str(whole))
+    assert read_refs(str(cube), lazy=False) == read_refs(str(whole), lazy=False)
+    for name in (".h5sidecar/members.parq",):
+        assert (cube / name).read_bytes() == (whole / name).read_bytes()
+    root = str(sidecars / "2020") + "/" if folder == "2020" else str(sidecars) + "/"
+    assert read_refs(str(cube)).extra["cube"]["sidecars"]["root"] == root
