@@ -199,9 +199,12 @@ def url_sizes(urls: pa.Array, extras: Extras) -> np.ndarray:
     members = extras.members
     hit = np.zeros(len(urls), bool)
     if isinstance(members, MemberTable):
-        at = positions(urls, members.urls)
+        # the two columns alone (a cube's members in files: not every column read)
+        at = positions(urls, members.checked_urls())
         hit = at >= 0
-        sizes = members.table.column("size").fill_null(-1).to_numpy()
+        size = members.column_only("size")
+        assert size is not None  # (an identity column)
+        sizes = size.fill_null(-1).to_numpy()
         out[hit] = sizes[at[hit]]
     elif members:
         known = {m.url: m.size for m in members}

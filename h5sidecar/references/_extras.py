@@ -91,7 +91,7 @@ class Extras:
         column (no Python string a member: ~136 MB at a million, held by every manifest of
         the cube's arrays)."""
         if isinstance(self.members, MemberTable):
-            return UrlColumn(self.members.urls, distinct=True)  # (checked unique when read)
+            return UrlColumn(self.members.checked_urls(), distinct=True)
         return tuple(m.url for m in self.members)
 
 

@@ -111,14 +111,14 @@ def concat_refs(
                 "select common variables or combine only granules of one product"
             )
     arrays: dict[str, ArrayRefs] = {}
+    like: list[UrlColumn] = []  # the arrays' merged URL columns, shared when equal
     for path in paths:
         per = [p.arrays[path] for p in parts]
         if dim in per[0].meta.dimension_names:
-            arrays[path] = _concat_array(path, per, names, dim)
+            arrays[path] = _concat_array(path, per, names, dim, like)
         else:
             check_shared_meta(path, [a.meta for a in per], names, dim)
             arrays[path] = per[0]
-    _share_urls(arrays)
     return GranuleRefs(
         source=source or first.source,
         groups=first.groups,
@@ -189,31 +189,13 @@ def concat_meta(path: str, metas: Sequence[ArrayMeta], names: Sequence[str],
     return replace(meta0, shape=tuple(shape))
 
 
-def _share_urls(arrays: dict[str, ArrayRefs]) -> None:
-    """Arrays whose merged URLs are equal :class:`UrlColumn` s made to share one (a cube's
-    arrays all list its members): the writers code a shared table once, where a second equal
-    one costs a ``str -> int`` mapping of every URL."""
-    seen: list[UrlColumn] = []
-    for path, arr in arrays.items():
-        urls = arr.manifest.urls
-        if not isinstance(urls, UrlColumn):
-            continue
-        same = next((u for u in seen if u is urls or u == urls), None)
-        if same is None:
-            seen.append(urls)
-        elif same is not urls:
-            m = arr.manifest
-            arrays[path] = replace(arr, manifest=ChunkManifest.from_checked(
-                urls=same, codes=m.codes, offsets=m.offsets, lengths=m.lengths,
-                inline=m.inline))
-
-
 def _concat_array(
-    path: str, per: list[ArrayRefs], names: list[str], dim: str
+    path: str, per: list[ArrayRefs], names: list[str], dim: str,
+    like: list[UrlColumn] | None = None,
 ) -> ArrayRefs:
     meta = concat_meta(path, [a.meta for a in per], names, dim)
     axis = meta.dimension_names.index(dim)
-    manifest = concat_manifests([a.manifest for a in per], axis)
+    manifest = concat_manifests([a.manifest for a in per], axis, like)
     sums = [a.checksums for a in per]
     checksums: np.ndarray | None = None
     if all(s is not None for s in sums):
@@ -225,15 +207,17 @@ def _concat_array(
                      note=per[0].note, checksums=checksums)
 
 
-def concat_manifests(manifests: Sequence[ChunkManifest], axis: int) -> ChunkManifest:
-    """Join chunk manifests along ``axis`` of their chunk grids (one merged URL table)."""
+def concat_manifests(manifests: Sequence[ChunkManifest], axis: int,
+                     like: list[UrlColumn] | None = None) -> ChunkManifest:
+    """Join chunk manifests along ``axis`` of their chunk grids (one merged URL table;
+    ``like``: see :func:`_merged_urls`)."""
     codes, offsets, lengths = [], [], []
     inline: dict[int, bytes] = {}
     grids = [m.grid_shape for m in manifests]
     total = list(grids[0])
     total[axis] = sum(g[axis] for g in grids)
     start = 0
-    urls, remaps = _merged_urls(manifests)
+    urls, remaps = _merged_urls(manifests, like)
     for m, grid, remap in zip(manifests, grids, remaps, strict=True):
         c = m.codes
         codes.append(np.where(c >= 0, remap[np.clip(c, 0, None)], c))
@@ -259,7 +243,17 @@ def concat_manifests(manifests: Sequence[ChunkManifest], axis: int) -> ChunkMani
     )
 
 
-def _merged_urls(manifests: Sequence[ChunkManifest]
+def _used_urls(urls: Sequence[str], used: np.ndarray) -> Sequence[str]:
+    """``urls[used]`` (``used``: increasing): of a :class:`UrlColumn`, in Arrow, and when
+    ``used`` is a run (a slice of a cube's members) a view of it, not a copy."""
+    if not isinstance(urls, UrlColumn):
+        return tuple(urls[i] for i in used.tolist())
+    if used.size and int(used[-1]) - int(used[0]) + 1 == used.size:
+        return urls[int(used[0]):int(used[-1]) + 1]
+    return urls.take(used)
+
+
+def _merged_urls(manifests: Sequence[ChunkManifest], like: list[UrlColumn] | None = None,
                  ) -> tuple[Sequence[str], list[np.ndarray]]:
     """One URL table for ``manifests`` and, for each, where its URLs are in it.
 
@@ -268,7 +262,9 @@ def _merged_urls(manifests: Sequence[ChunkManifest]
     as Python strings and a ``str -> int`` dict were ~0.3 KB a member.  When the joined
     URLs list none twice (a cube's members in order: one comparison of neighbours) the table
     is their concatenation; else they are dictionary-encoded.  Tuples (granules' few URLs)
-    are merged with a dict, in first-appearance order, as before.
+    are merged with a dict, in first-appearance order, as before.  ``like``: URL tables merged
+    for other arrays (appended to): one equal to these URLs joined is returned itself (a
+    cube's arrays list the same members: one table, not a copy of every URL an array).
     """
     if not any(isinstance(m.urls, UrlColumn) for m in manifests):
         table: dict[str, int] = {}
@@ -277,7 +273,12 @@ def _merged_urls(manifests: Sequence[ChunkManifest]
         return tuple(table), remaps
     joined = pa.chunked_array([arrow_urls(m.urls) for m in manifests], pa.string())
     sizes = np.array([len(m.urls) for m in manifests], np.int64)
-    merged = UrlColumn(joined.combine_chunks())
+    merged = next((u for u in like or () if u.distinct and len(u) == len(joined)
+                   and joined.equals(pa.chunked_array([u.arrow]))), None)
+    if merged is None:
+        merged = UrlColumn(joined.combine_chunks())
+        if like is not None:
+            like.append(merged)
     if merged.distinct:
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         return merged, [np.arange(a, a + n, dtype=np.int32) if n else np.zeros(1, np.int32)
@@ -353,8 +354,7 @@ def slice_manifest(manifest: ChunkManifest, axis: int, first: int, stop: int) ->
         data = [d for d, k in zip(manifest.inline.values(), keep, strict=True) if k]
         inline = dict(zip(np.asarray(new).tolist(), data, strict=True))
     return ChunkManifest.from_arrays(
-        urls=(manifest.urls.take(used) if isinstance(manifest.urls, UrlColumn)
-              else tuple(manifest.urls[i] for i in used.tolist())),
+        urls=_used_urls(manifest.urls, used),
         codes=np.ascontiguousarray(new_codes),
         offsets=np.ascontiguousarray(manifest.offsets.reshape(grid)[index]),
         lengths=np.ascontiguousarray(manifest.lengths.reshape(grid)[index]),

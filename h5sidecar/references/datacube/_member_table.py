@@ -163,8 +163,8 @@ def combine_digests(parts: Sequence[str]) -> str:
 class MemberTable(Sequence[SourceInfo]):
     """Source identities in columns; a read-only sequence of :class:`SourceInfo`."""
 
-    __slots__ = ("_by_url", "_count", "_digest", "_load", "_loaded", "_lock", "_pieces",
-                 "_read", "_sorted", "_unique")
+    __slots__ = ("_by_url", "_columns", "_count", "_digest", "_load", "_loaded", "_lock",
+                 "_pieces", "_read", "_sorted", "_unique")
 
     def __init__(self, table: pa.Table) -> None:
         self._loaded: pa.Table | None = table
@@ -178,6 +178,8 @@ class MemberTable(Sequence[SourceInfo]):
         self._unique = False  # its URLs were found unique (:meth:`duplicate_url`)
         self._pieces: Pieces | None = None
         self._read: dict[int, pa.Table] = {}
+        # of a lazy table in files: columns read alone (:meth:`column_only`), by name
+        self._columns: dict[str, pa.ChunkedArray | None] = {}
 
     @classmethod
     def lazy(cls, count: int, digest: str, load: Callable[[], pa.Table],
@@ -189,7 +191,7 @@ class MemberTable(Sequence[SourceInfo]):
         out = cls.__new__(cls)
         out._loaded, out._count, out._digest, out._load = None, count, digest, load
         out._lock, out._by_url, out._sorted = threading.Lock(), None, None
-        out._unique, out._read = False, {}
+        out._unique, out._read, out._columns = False, {}, {}
         out._pieces = pieces if pieces is not None and len(pieces.counts) > 1 else None
         return out
 
@@ -208,7 +210,18 @@ class MemberTable(Sequence[SourceInfo]):
                         assert self._load is not None
                         self._loaded = self._load()
                     self._read = {}
+                    self._loaded = self._sharing_columns(self._loaded)
         return self._loaded
+
+    def _sharing_columns(self, table: pa.Table) -> pa.Table:
+        """``table`` with the columns read alone before (:meth:`column_only`) in place of
+        their second copy, which is dropped (a cube's URLs: ~70 MB at a million members)."""
+        for name, column in self._columns.items():
+            i = table.schema.get_field_index(name)
+            if column is not None and i >= 0 and column.type == table.schema.field(i).type:
+                table = table.set_column(i, table.schema.field(i), column)
+        self._columns = {}
+        return table
 
     def _piece(self, k: int) -> pa.Table:
         """File ``k``'s rows (read once)."""
@@ -324,13 +337,17 @@ class MemberTable(Sequence[SourceInfo]):
         if not self._by_piece:
             return self.column(name)
         assert self._pieces is not None
+        with self._lock:
+            if name in self._columns:
+                return self._columns[name]
         columns = [self._read[k].column(name) if k in self._read and name in
                    self._read[k].column_names else self._pieces.read_column(k, name)
                    for k in range(len(self._pieces.counts))]
-        if any(c is None for c in columns):
-            return None
-        return pa.chunked_array([c for col in columns if col is not None for c in col.chunks],
-                                columns[0].type if columns[0] is not None else None)
+        out = None if any(c is None for c in columns) else pa.chunked_array(
+            [c for col in columns if col is not None for c in col.chunks],
+            columns[0].type if columns[0] is not None else None)
+        with self._lock:
+            return self._columns.setdefault(name, out)
 
     def with_columns(self, columns: Mapping[str, pa.Array | pa.ChunkedArray]) -> MemberTable:
         """This table with per-member ``columns`` added (or replaced)."""
@@ -410,6 +427,21 @@ class MemberTable(Sequence[SourceInfo]):
         """Every member's URL."""
         return self._table.column("url")
 
+    def checked_urls(self) -> pa.ChunkedArray:
+        """Every member's URL, each listed once (refused otherwise, as a whole read checks);
+        of a lazy table in files not read whole, that column alone of each file: what a
+        cube's manifests name (at a million members ~70 MB, where every column is ~260 MB)."""
+        if not self._by_piece:
+            return self.urls
+        urls = self.column_only("url")
+        if urls is None or urls.type != pa.string() or urls.null_count or (
+                not self._unique and _repeated(urls) is not None):
+            raise InvalidReferenceError(
+                "the cube's members files list a member URL twice or none (or have no URL "
+                "column): build the cube again")
+        self._unique = True
+        return urls
+
     def duplicate_url(self) -> str | None:
         """A URL listed more than once, or None (each URL must be one member).
 
@@ -427,14 +459,16 @@ class MemberTable(Sequence[SourceInfo]):
     def row_of(self, url: str) -> int | None:
         """The row of the member recorded at ``url`` (exactly as recorded), or None.
 
-        The first call loads a lazy table and sorts its URL column (the row numbers in URL
-        order: 8 bytes a member, ~0.15 s at a million); each call is then a binary search
+        The first call reads a lazy table's URL column (that column alone of a table in
+        files: :meth:`checked_urls`) and sorts it (the row numbers in URL order: 8 bytes a
+        member, ~0.15 s at a million); each call is then a binary search
         that makes ~20 strings.  No :class:`SourceInfo` is made, nor a string a member (a
         ``str -> row`` dict of a million members held ~200 MB), so a reader that checks a few
         members' URLs pays for no other member's.
         """
         if self._sorted is None:  # (the column's chunks are not joined: one copy of it)
-            self._sorted = self.urls, pc.sort_indices(self.urls).to_numpy()
+            urls = self.checked_urls()
+            self._sorted = urls, pc.sort_indices(urls).to_numpy()
         column, order = self._sorted
         lo, hi = 0, len(order)
         while lo < hi:  # the first row in URL order not before ``url`` (bytes order is str's)

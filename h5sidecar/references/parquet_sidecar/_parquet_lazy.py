@@ -162,7 +162,7 @@ class ParquetManifests:
         members = self._extras.members
         if self._extras.arrays.get(path, ArrayExtras()).from_members and isinstance(
                 members, MemberTable):
-            return members.urls
+            return members.checked_urls()
         return None
 
     def _init_state(self) -> None:

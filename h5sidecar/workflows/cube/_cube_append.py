@@ -13,8 +13,10 @@ are loaded, and only their coordinates read.  The existing cube's own references
 
 from __future__ import annotations
 
+import ctypes
 import glob
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -392,8 +394,10 @@ def _pieces(p: Part, dim: str, objects: bool = True
     pieces, names, values, lengths = [], [], [], []
     # the O(members) path by design: the cube is rewritten whole
     sidecars = p.sidecar_map() if objects else {}
-    urls = p.members.urls
     member_lengths = p.lengths.tolist()
+
+    def url_of(i: int) -> str:  # member i's (a lazy table in files: its file read, not all)
+        return str(p.members.take(np.array([i]), ["url"]).column("url")[0].as_py())
 
     def keep(a: int, b: int) -> None:  # members a..b-1, unchanged
         if a < b:
@@ -406,7 +410,7 @@ def _pieces(p: Part, dim: str, objects: bool = True
                 piece = GranuleRefs(p.members[a], cut.groups, cut.arrays, cut.skipped,
                                     cut.extra, ())
             pieces.append(piece)
-            names.append(f"{urls[b - 1].as_py()} (in {p.path})")
+            names.append(f"{url_of(b - 1)} (in {p.path})")
             values.append(p.coordinate[starts[a]:starts[b]])
             lengths.extend(member_lengths[a:b])
 
@@ -436,46 +440,76 @@ def _pieces(p: Part, dim: str, objects: bool = True
     return pieces, names, values, lengths, sidecars
 
 
-def _columns_after(p: Part) -> tuple[MemberTable, pa.Array, pa.Array, str]:
+def _columns_after(p: Part) -> tuple[MemberTable, pa.ChunkedArray, pa.ChunkedArray, str]:
     """A Parquet cube's members after its append (the replaced rows swapped for their new
-    identities, the new members after them: Arrow takes, no object per member), each one's
-    sidecar path and stamp (null: none), as the record's lists would give them, and the
-    folder the paths are relative to (the cube's root; "" when a new sidecar is outside it:
-    then every path is made full)."""
+    identities, the new members after them), each one's sidecar path and stamp (null: none),
+    as the record's lists would give them, and the folder the paths are relative to (the
+    cube's root; "" when a new sidecar is outside it: then every path is made full).
+
+    The unchanged members are slices of the cube's columns between the replaced rows, joined
+    as chunks (no object, and no copy, a member: a take of every row was ~0.2 GB at a
+    million)."""
     old = p.members.table
     fields = MemberTable.of(()).table.schema.names
     root = str(p.record["sidecars"]["root"])
-    n, replaced = len(old), list(p.replaced.values())
+    replaced = list(p.replaced.values())
     rows = p.members.rows_of("url", pa.array([g.refs.source.url for g in replaced],
-                                             pa.string()))
+                                             pa.string())).tolist()
+    by_row = sorted(zip(rows, range(len(replaced)), strict=True))
     added = [*replaced, *p.new]
-    index = np.concatenate([np.arange(n), n + len(replaced) + np.arange(len(p.new))])
-    index[rows] = n + np.arange(len(replaced))
-    take = pa.array(index, pa.int64())
-    identities = pa.concat_tables([
-        old.select(fields), MemberTable.of([g.refs.source for g in added]).table.select(fields)
-    ]).take(take)
+    fresh = MemberTable.of([g.refs.source for g in added]).table.select(fields)
     new = [None if g.stamp is None else g.stamp[0] for g in added]
     if all(q is None or q.startswith(root) for q in new):  # kept relative to the cube's root
-        rel = [None if q is None else q[len(root):] for q in new]
-        paths = pa.concat_arrays([old.column("sidecar").combine_chunks(),
-                                  pa.array(rel, pa.string())]).take(take)
+        own = old.column("sidecar")
+        new = [None if q is None else q[len(root):] for q in new]
     else:  # a new sidecar outside it: every member's full path
+        own = pc.binary_join_element_wise(pa.scalar(root, pa.string()),
+                                          old.column("sidecar"), "")
         root = ""
-        paths = pa.concat_arrays([pc.binary_join_element_wise(
-            pa.scalar(str(p.record["sidecars"]["root"]), pa.string()), old.column("sidecar"),
-            "").combine_chunks(), pa.array(new, pa.string())]).take(take)
-    stamps = pa.concat_arrays([old.column("stamp").combine_chunks().cast(pa.string()),
-                               pa.array([None if g.stamp is None else g.stamp[1]
-                                         for g in added], pa.string())]).take(take)
+    columns = {
+        "identity": (old.select(fields), fresh),
+        "path": (own, pa.array(new, pa.string())),
+        "stamp": (old.column("stamp").cast(pa.string()),
+                  pa.array([None if g.stamp is None else g.stamp[1] for g in added],
+                           pa.string())),
+    }
+    out: dict[str, list] = {k: [] for k in columns}
+    start = 0
+    for row, i in [*by_row, (len(old), -1)]:  # the old rows up to each replaced one, then it
+        for k, (mine, theirs) in columns.items():
+            out[k].append(mine.slice(start, row - start))
+            if i >= 0:
+                out[k].append(theirs.slice(i, 1))
+        start = row + 1
+    for k, (_, theirs) in columns.items():  # the new members
+        out[k].append(theirs.slice(len(replaced)))
+    identities = pa.concat_tables(out["identity"])
+    paths, stamps = (pa.chunked_array([c for part in out[k] for c in (
+        part.chunks if isinstance(part, pa.ChunkedArray) else [part])], pa.string())
+        for k in ("path", "stamp"))
     return MemberTable(identities), paths, stamps, root
 
 
 def _give_back() -> None:
-    """Return what Arrow's allocator holds freed to the system: a whole rewrite passes through
-    several transient copies of a cube's columns (at a million members, mimalloc kept ~0.2 GB
-    of them to the write's peak)."""
+    """Return what the allocators hold freed to the system (Arrow's pool, and glibc's heap
+    where there is one): a whole rewrite passes through several transient copies of a cube's
+    columns, which at a million members they kept to the write's peak (~0.2 GB)."""
     pa.default_memory_pool().release_unused()
+    if _TRIM is not None:
+        _TRIM(0)
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim`` (as Dask's workers call it), or None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):  # another C library (musl)
+        return None
+
+
+_TRIM = _malloc_trim()
 
 
 def _write_part(p: Part, dim: str, format: str, opts: Mapping[str, Any],
@@ -524,6 +558,7 @@ def _write_part(p: Part, dim: str, format: str, opts: Mapping[str, Any],
                     coordinate=coordinate, templates={c: p.refs.arrays[c] for c in held},
                     shared_values=p.shared, concat_dim=dim, record=record, members=table)
     del pieces
+    p.refs = None  # the cube's references as read (their manifests: joined into the new)
     _give_back()  # the slices joined
     write_refs(cube, p.path, format=format,  # type: ignore[arg-type]
                storage_options=dict(opts) or None)

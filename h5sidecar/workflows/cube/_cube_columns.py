@@ -30,7 +30,7 @@ COLUMNS = "columns"
 _LENGTH, _SIDECAR, _STAMP = "length", "sidecar", "stamp"
 
 
-def _root(paths: pa.Array) -> str:
+def _root(paths: pa.Array | pa.ChunkedArray) -> str:
     """The common prefix of the non-null ``paths``, cut at its last ``/`` (as
     :func:`~h5sidecar.workflows.cube._cube_assemble.cube_record` does)."""
     known = paths.drop_null()
@@ -44,18 +44,20 @@ def _root(paths: pa.Array) -> str:
 
 def columns_record(
     record: Mapping[str, Any], members: MemberTable, lengths: np.ndarray,
-    paths: Sequence[str | None] | pa.Array, stamps: np.ndarray | pa.Array, *, below: str = "",
+    paths: Sequence[str | None] | pa.Array | pa.ChunkedArray,
+    stamps: np.ndarray | pa.Array | pa.ChunkedArray, *, below: str = "",
 ) -> tuple[dict[str, Any], MemberTable]:
     """``record`` (made without per-member lists) and ``members`` with the columns of
     ``lengths``, sidecar ``paths`` (None: a member given as references; a list or an Arrow
     string array) and ``stamps`` (bytes, ``b""`` for none; or Arrow strings, null or ``""``
     for none), in member order.  ``below``: a folder (ending in ``/``) every path is given
     relative to (an append's, whose members' paths are kept relative: no full path a member)."""
-    path_array = paths if isinstance(paths, pa.Array) else pa.array(paths, pa.string())
+    path_array = (paths if isinstance(paths, (pa.Array, pa.ChunkedArray))
+                  else pa.array(paths, pa.string()))
     sub = _root(path_array)
     rel = pc.utf8_slice_codeunits(path_array, len(sub)) if sub else path_array
     root = below + sub
-    stamp_array = (stamps if isinstance(stamps, pa.Array)
+    stamp_array = (stamps if isinstance(stamps, (pa.Array, pa.ChunkedArray))
                    else pa.array(stamps, pa.binary()).cast(pa.string()))
     stamp_array = pc.if_else(pc.equal(stamp_array, ""), pa.scalar(None, pa.string()),
                              stamp_array)

@@ -128,3 +128,49 @@ def test_more_values_looked_up_than_a_file_holds_are_looked_up_in_the_whole_colu
     wanted = pa.array([urls[6], "s3://b/none.nc", urls[1], urls[4]])
     assert lazy.rows_of("url", wanted).tolist() == [6, -1, 1, 4]
     assert lazy.is_loaded
+
+
+@pytest.mark.parametrize("twice", [False, True])
+def test_a_cubes_member_urls_and_sizes_are_read_as_those_columns_alone(
+        monkeypatch, twice: bool) -> None:
+    """What a cube's manifests name (its members' URLs, checked listed once), its chunk size
+    check (each URL's recorded size) and a reader's member lookup read those columns of each
+    members file alone, not every column: the table is not loaded whole. A URL in two files is refused as the whole
+    table's check refuses it. Loaded whole afterwards, the table holds the URL column read
+    before (one copy of it)."""
+    from h5sidecar.references import SourceInfo
+    from h5sidecar.references._assemble import url_sizes
+    from h5sidecar.references._extras import Extras
+    from h5sidecar.references.datacube import _member_table
+    from h5sidecar.references.parquet_sidecar import _members_file
+    from h5sidecar.references.parquet_sidecar._members_file import encode_members, lazy_members
+
+    monkeypatch.setattr(_member_table, "DIGEST_ROWS", 3)
+    urls = [f"s3://b/g{i:03d}.nc" for i in range(7)]
+    if twice:
+        urls[5] = urls[1]  # in the second file and the first
+    members = [SourceInfo(url=u, size=100 + i) for i, u in enumerate(urls)]
+    table = MemberTable(MemberTable.of(members).table)
+    files, entry = encode_members(table)
+    blobs = dict(files)
+    lazy = lazy_members(entry, lambda names: {n: blobs[n] for n in names})
+    parsed: list[str] = []
+    parse = _members_file._Loader._parse
+    monkeypatch.setattr(_members_file._Loader, "_parse",
+                        lambda self, k, data: parsed.append(k) or parse(self, k, data))
+    extras = Extras(source=members[0], members=lazy)
+    if twice:
+        with pytest.raises(InvalidReferenceError, match="list a member URL twice"):
+            extras.member_urls()
+        return
+    assert list(extras.member_urls()) == urls
+    asked = pa.array(["s3://b/g004.nc", "s3://b/none.nc", "s3://b/g000.nc"])
+    assert url_sizes(asked, extras).tolist() == [104, -1, 100]
+    # a reader's check that a URL is a member's (the allow-list): the URL column alone
+    assert [lazy.row_of(u) for u in ("s3://b/g003.nc", "s3://b/none.nc")] == [3, None]
+    assert not lazy.is_loaded and parsed == []  # no file decoded whole
+    column = lazy.checked_urls()
+    assert lazy.table.column("url") is column or all(  # the same buffers, not a copy
+        a.buffers()[2].address == b.buffers()[2].address
+        for a, b in zip(lazy.table.column("url").chunks, column.chunks, strict=True))
+    assert lazy.table.equals(table.table)
