@@ -11,7 +11,8 @@ code tree given (``--code``: the repository by default; another checkout to comp
 
 ``--cube-on-s3``: the cube is on the endpoint too (``s3://cubedest/cube.parq``), so the append
 writes to the object store; ``--replace``: one member re-processed before the append (a
-member replaced, besides the new day).
+member replaced, besides the new day); ``--longer``: that member re-processed with a second
+time step (another length: the chunks after it are renumbered, so the cube is rewritten).
 """
 
 from __future__ import annotations
@@ -53,6 +54,19 @@ print(json.dumps({"seconds": time.perf_counter() - t, "added": len(r.added),
 """
 
 
+def _second_step(path: Path) -> None:
+    """``path`` (a daily granule) given a second time step, six hours after its first (before
+    the next day's), with the first's values."""
+    import netCDF4
+
+    with netCDF4.Dataset(path, "a") as nc:
+        nc["time"][1] = nc["time"][0] + 0.25
+        for name in ("tas", "pr"):
+            var = nc[name]
+            var.set_auto_maskandscale(False)
+            var[1] = var[0]
+
+
 def _env(url: str) -> dict[str, str]:
     env = {**os.environ, "AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": S3["key"],
            "AWS_SECRET_ACCESS_KEY": S3["secret"], "AWS_DEFAULT_REGION": S3["region"]}
@@ -72,6 +86,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="build and append to the cube on the endpoint, not on local disk")
     p.add_argument("--replace", action="store_true",
                    help="re-process the middle member too: the append replaces it")
+    p.add_argument("--longer", action="store_true",
+                   help="with --replace: the re-processed member has two time steps")
     p.add_argument("--code", nargs="+", default=["."],
                    help="code trees to run the append with (PYTHONPATH), side by side")
     args = p.parse_args(argv)
@@ -109,6 +125,8 @@ def main(argv: list[str] | None = None) -> None:
             mid = args.days // 2
             write_daily_granule(src / f"tas_{mid:05d}.nc", START + dt.timedelta(days=mid),
                                 seed=7)
+            if args.longer:
+                _second_step(src / f"tas_{mid:05d}.nc")
         s3fs.S3FileSystem.clear_instance_cache()
         report = index_many(f"s3://{BUCKET}/src", dest, executor="serial",
                             record_settings=settings)
@@ -134,7 +152,8 @@ def main(argv: list[str] | None = None) -> None:
                            in_a_row=stats.get("in_a_row"))
                 rows.setdefault(code, []).append(got)
         where = "a cube on the endpoint" if args.cube_on_s3 else "a local cube"
-        what = "1 day and 1 member replaced" if args.replace else "1 day"
+        what = ("1 day and 1 member replaced" + (" by 2 steps" if args.longer else "")
+                if args.replace else "1 day")
         print(f"append {what} to {where} of {args.days} from {dest}, "
               f"{args.latency_ms:g} ms a request (median of {args.repeats}):")
         for code, runs in rows.items():
