@@ -27,7 +27,7 @@ from h5sidecar.errors import IncompatibleGranulesError
 from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._manifest import INLINE, ChunkManifest
 from h5sidecar.references._model import ArrayRefs, GranuleRefs, SourceInfo
-from h5sidecar.references.datacube._url_column import UrlColumn, arrow_urls
+from h5sidecar.references.datacube._url_column import UrlColumn, url_chunks
 
 __all__ = [
     "check_shared_meta",
@@ -271,7 +271,7 @@ def _merged_urls(manifests: Sequence[ChunkManifest], like: list[UrlColumn] | Non
         remaps = [np.array([table.setdefault(u, len(table)) for u in m.urls] or [0], np.int32)
                   for m in manifests]
         return tuple(table), remaps
-    joined = pa.chunked_array([arrow_urls(m.urls) for m in manifests], pa.string())
+    joined = pa.chunked_array([c for m in manifests for c in url_chunks(m.urls)], pa.string())
     sizes = np.array([len(m.urls) for m in manifests], np.int64)
     merged = next((u for u in like or () if u.distinct and len(u) == len(joined)
                    and joined.equals(pa.chunked_array([u.arrow]))), None)

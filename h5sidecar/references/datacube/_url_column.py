@@ -19,7 +19,7 @@ from typing import Any, overload
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["UrlColumn", "arrow_urls", "distinct_urls", "repeated_url"]
+__all__ = ["UrlColumn", "arrow_urls", "distinct_urls", "repeated_url", "url_chunks"]
 
 #: Items made into strings at a time by iteration.
 _SLICE = 10_000
@@ -141,6 +141,14 @@ def arrow_urls(urls: Sequence[str]) -> pa.Array:
     if isinstance(urls, UrlColumn):
         return urls.arrow
     return pa.array(urls, type=pa.string())
+
+
+def url_chunks(urls: Sequence[str]) -> list[pa.Array]:
+    """``urls`` as Arrow string arrays: a :class:`UrlColumn`'s own chunks (none joined, no
+    copy), else one made."""
+    if isinstance(urls, UrlColumn):
+        return list(_chunked(urls._array).chunks)
+    return [pa.array(urls, type=pa.string())]
 
 
 def distinct_urls(urls: Sequence[str]) -> bool:

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from h5sidecar._memory import give_back
 from h5sidecar.references._array_meta import ArrayMeta
 from h5sidecar.references._assemble import (
     ChunkColumns,
@@ -422,4 +423,4 @@ def _released(cols: BulkColumns | SmallBulkColumns) -> None:
     """Give back what a large decode freed: it passed through several copies of the columns,
     which Arrow's allocator keeps unless asked (~340 MB of a million-member cube's)."""
     if isinstance(cols, BulkColumns) and cols.n_rows >= RELEASE_ROWS:
-        pa.default_memory_pool().release_unused()
+        give_back(heap=False)

@@ -13,10 +13,8 @@ are loaded, and only their coordinates read.  The existing cube's own references
 
 from __future__ import annotations
 
-import ctypes
 import glob
 import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -24,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from h5sidecar._memory import give_back
 from h5sidecar.errors import IncompatibleGranulesError, InvalidRequestError
 from h5sidecar.references import (
     GranuleRefs,
@@ -490,28 +489,6 @@ def _columns_after(p: Part) -> tuple[MemberTable, pa.ChunkedArray, pa.ChunkedArr
     return MemberTable(identities), paths, stamps, root
 
 
-def _give_back() -> None:
-    """Return what the allocators hold freed to the system (Arrow's pool, and glibc's heap
-    where there is one): a whole rewrite passes through several transient copies of a cube's
-    columns, which at a million members they kept to the write's peak (~0.2 GB)."""
-    pa.default_memory_pool().release_unused()
-    if _TRIM is not None:
-        _TRIM(0)
-
-
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim`` (as Dask's workers call it), or None elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL("libc.so.6").malloc_trim  # type: ignore[no-any-return]
-    except (OSError, AttributeError):  # another C library (musl)
-        return None
-
-
-_TRIM = _malloc_trim()
-
-
 def _write_part(p: Part, dim: str, format: str, opts: Mapping[str, Any],
                 whys: list[str], mark: Mapping[str, Any] | None) -> CubePart:
     """Write ``p`` with its new and replaced members, and ``mark`` (None: none) in its
@@ -531,7 +508,7 @@ def _write_part(p: Part, dim: str, format: str, opts: Mapping[str, Any],
         return append_tail(p, dim, opts)
     columns = format == "parquet" and p.in_columns  # its members rebuilt in Arrow
     pieces, names, values, lengths, sidecars = _pieces(p, dim, objects=not columns)
-    _give_back()  # the cube's manifests decoded and sliced
+    give_back()  # the cube's manifests decoded and sliced
     record = {**p.record, **cube_record(
         concat_dim=dim, coord=p.record["coord"], shared=p.record["shared"],
         lengths=[] if columns else lengths, encoding=p.record["encoding"], sidecars=sidecars,
@@ -546,7 +523,7 @@ def _write_part(p: Part, dim: str, format: str, opts: Mapping[str, Any],
         record, table = columns_record(record, identities, np.asarray(lengths, np.int64),
                                        paths, stamps, below=below)
         del identities, paths, stamps
-        _give_back()
+        give_back()
     elif format == "parquet":  # its per-member lists as member columns (see _cube_columns)
         order = [*p.members.urls.to_pylist(), *(g.refs.source.url for g in p.new)]
         by_url = {m.url: m for m in p.members}
@@ -559,7 +536,7 @@ def _write_part(p: Part, dim: str, format: str, opts: Mapping[str, Any],
                     shared_values=p.shared, concat_dim=dim, record=record, members=table)
     del pieces
     p.refs = None  # the cube's references as read (their manifests: joined into the new)
-    _give_back()  # the slices joined
+    give_back()  # the slices joined
     write_refs(cube, p.path, format=format,  # type: ignore[arg-type]
                storage_options=dict(opts) or None)
     members = cube.members  # (a table's URLs named lazily: no identity made per member)
