@@ -36,6 +36,7 @@ LAYERS: dict[str, float] = {
     "_compat": 0,  # other libraries' private APIs and the sync bridge: imports no layer
     "_modes": 0,
     "_pids": 0,
+    "_memory": 0,  # freed memory given back (Arrow's pool, glibc's heap): imports no layer
     "_docs": 0,
     "credentials": 0.5,  # above errors, below references (which reads sidecars on S3)
     "": 8,
@@ -202,8 +203,9 @@ def test_references_import_no_h5py_at_runtime() -> None:
 
 
 #: Root modules every layer may import: the kernel under all layers (lazy fronts, the version,
-#: file modes, the one compat module per library, the one sync bridge, the documentation's URL).
-KERNEL = {"_lazy", "_version", "_modes", "_compat", "_pids", "_docs"}
+#: file modes, the one compat module per library, the one sync bridge, the documentation's URL,
+#: the memory give-back).
+KERNEL = {"_lazy", "_version", "_modes", "_compat", "_pids", "_docs", "_memory"}
 
 
 def test_siblings_import_only_fronts() -> None:
